@@ -1,0 +1,37 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+// Every Swift target is built in Swift 6 language mode with all warnings treated as errors.
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+
+let package = Package(
+  name: "vault",
+  products: [
+    .library(name: "Vault", targets: ["Vault"]),
+    .executable(name: "vault", targets: ["vault"]),
+  ],
+  targets: [
+    // C libraries from Debian, one system-library target each (module.modulemap + shim.h only).
+    .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+    .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+    .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+    .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+
+    .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
+    .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
+    .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
+    .target(name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto"], swiftSettings: strict),
+    .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
+
+    // Benchmarks live under tools/; the scripts beside them run the baselines.
+    .executableTarget(
+      name: "vault-bench", dependencies: ["Vault", "VaultCrypto"], path: "tools/bench/vault-bench",
+      swiftSettings: strict),
+
+    .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
+    .testTarget(name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto"], swiftSettings: strict),
+    .testTarget(name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto"], swiftSettings: strict),
+    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys"], swiftSettings: strict),
+  ],
+  swiftLanguageModes: [.v6]
+)

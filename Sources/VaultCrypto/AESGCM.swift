@@ -1,0 +1,160 @@
+// C boundary: AES-256-GCM through OpenSSL EVP.
+import COpenSSL
+import Synchronization
+
+/// AES-256-GCM with a 96-bit nonce and a 128-bit tag, bound to one key.
+///
+/// Thread-safe: any number of threads may seal and open at once. Each call borrows an
+/// `EVP_CIPHER_CTX` that already holds the key schedule from a small pool, so a call costs one
+/// IV reset rather than a context allocation and key expansion.
+public final class AESGCMKey: Sendable {
+  public static let nonceByteCount = 12
+  public static let tagByteCount = 16
+
+  private let key: SymmetricKey
+  private let sealers = Mutex<[CipherContext]>([])
+  private let openers = Mutex<[CipherContext]>([])
+  private static let poolLimit = 8
+
+  public init(_ key: SymmetricKey) { self.key = key }
+
+  /// Encrypts `plaintext` into `output`, which must be exactly `plaintext.count + 16` bytes:
+  /// the ciphertext followed by the tag. `aad` and `moreAAD` are authenticated in that order.
+  public func seal(
+    _ plaintext: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
+    authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
+    into output: UnsafeMutableRawBufferPointer
+  ) throws {
+    try Self.require(nonce.count, Self.nonceByteCount, "nonce")
+    try Self.require(output.count, plaintext.count + Self.tagByteCount, "output")
+    let context = try borrow(sealers, encrypt: true)
+    defer { giveBack(context, to: sealers) }
+    let ctx = context.pointer
+    try check(EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_EncryptInit_ex")
+    try feedAAD(ctx, aad)
+    try feedAAD(ctx, moreAAD)
+    var written: Int32 = 0
+    let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
+    if plaintext.count > 0 {
+      try check(
+        EVP_EncryptUpdate(ctx, out, &written, plaintext.bytes, Int32(plaintext.count)), "EVP_EncryptUpdate")
+    }
+    var final: Int32 = 0
+    try check(EVP_EncryptFinal_ex(ctx, out + Int(written), &final), "EVP_EncryptFinal_ex")
+    try check(vault_gcm_get_tag(ctx, out + plaintext.count, Int32(Self.tagByteCount)), "EVP_CTRL_GCM_GET_TAG")
+  }
+
+  /// Decrypts `ciphertextAndTag` (ciphertext followed by the 16-byte tag) into `output`, which must
+  /// be exactly 16 bytes shorter. On any failure `output` is zeroed and nothing is returned.
+  /// - Throws: `CryptoError.authenticationFailed` if the tag does not verify.
+  public func open(
+    _ ciphertextAndTag: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
+    authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
+    into output: UnsafeMutableRawBufferPointer
+  ) throws {
+    try Self.require(nonce.count, Self.nonceByteCount, "nonce")
+    guard ciphertextAndTag.count >= Self.tagByteCount else { throw CryptoError.authenticationFailed }
+    let length = ciphertextAndTag.count - Self.tagByteCount
+    try Self.require(output.count, length, "output")
+    let context = try borrow(openers, encrypt: false)
+    defer { giveBack(context, to: openers) }
+    let ctx = context.pointer
+    do {
+      try check(EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_DecryptInit_ex")
+      try feedAAD(ctx, aad)
+      try feedAAD(ctx, moreAAD)
+      var written: Int32 = 0
+      let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
+      if length > 0 {
+        try check(
+          EVP_DecryptUpdate(ctx, out, &written, ciphertextAndTag.bytes, Int32(length)), "EVP_DecryptUpdate")
+      }
+      try check(
+        vault_gcm_set_tag(ctx, ciphertextAndTag.bytes! + length, Int32(Self.tagByteCount)),
+        "EVP_CTRL_GCM_SET_TAG")
+      var final: Int32 = 0
+      // GCM's final step writes no bytes; it only checks the tag. It still wants a valid pointer.
+      var scratch: UInt8 = 0
+      let verified = withUnsafeMutablePointer(to: &scratch) { scratch in
+        EVP_DecryptFinal_ex(ctx, out.map { $0 + Int(written) } ?? scratch, &final)
+      }
+      guard verified == 1 else {
+        ERR_clear_error()
+        throw CryptoError.authenticationFailed
+      }
+    } catch {
+      cleanse(output)
+      throw error
+    }
+  }
+
+  private func feedAAD(_ ctx: OpaquePointer, _ aad: UnsafeRawBufferPointer) throws {
+    guard aad.count > 0 else { return }
+    var ignored: Int32 = 0
+    try check(EVP_CipherUpdate(ctx, nil, &ignored, aad.bytes, Int32(aad.count)), "EVP_CipherUpdate(aad)")
+  }
+
+  private func borrow(_ pool: borrowing Mutex<[CipherContext]>, encrypt: Bool) throws -> CipherContext {
+    if let pooled = pool.withLock({ $0.popLast() }) { return pooled }
+    guard let cipher = aes256GCMCipher else { throw CryptoError.library(call: "EVP_CIPHER_fetch(AES-256-GCM)") }
+    let context = try CipherContext()
+    try key.withUnsafeBytes { (keyBytes) in
+      try check(
+        EVP_CipherInit_ex(context.pointer, cipher, nil, keyBytes.bytes, nil, encrypt ? 1 : 0), "EVP_CipherInit_ex")
+    }
+    return context
+  }
+
+  private func giveBack(_ context: CipherContext, to pool: borrowing Mutex<[CipherContext]>) {
+    pool.withLock { contexts in
+      if contexts.count < Self.poolLimit { contexts.append(context) }
+    }
+  }
+
+  private static func require(_ actual: Int, _ expected: Int, _ what: String) throws {
+    guard actual == expected else { throw CryptoError.invalidLength(what: what, expected: expected, actual: actual) }
+  }
+}
+
+/// One-shot AES-256-GCM over arrays, for tests, vectors and callers that seal rarely.
+public enum AESGCM {
+  public static func seal(
+    _ plaintext: [UInt8], using key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8] = []
+  ) throws -> (ciphertext: [UInt8], tag: [UInt8]) {
+    var output = [UInt8](repeating: 0, count: plaintext.count + AESGCMKey.tagByteCount)
+    try withBuffers(plaintext, nonce, aad, &output) { (input, nonce, aad, out) in
+      try AESGCMKey(key).seal(input, nonce: nonce, authenticating: aad, into: out)
+    }
+    return (Array(output.prefix(plaintext.count)), Array(output.suffix(AESGCMKey.tagByteCount)))
+  }
+
+  public static func open(
+    ciphertext: [UInt8], tag: [UInt8], using key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8] = []
+  ) throws -> [UInt8] {
+    guard tag.count == AESGCMKey.tagByteCount else { throw CryptoError.authenticationFailed }
+    var output = [UInt8](repeating: 0, count: ciphertext.count)
+    try withBuffers(ciphertext + tag, nonce, aad, &output) { (input, nonce, aad, out) in
+      try AESGCMKey(key).open(input, nonce: nonce, authenticating: aad, into: out)
+    }
+    return output
+  }
+
+  private static func withBuffers(
+    _ input: [UInt8], _ nonce: [UInt8], _ aad: [UInt8], _ output: inout [UInt8],
+    _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeRawBufferPointer, UnsafeMutableRawBufferPointer)
+      throws -> Void
+  ) throws {
+    try input.withUnsafeBytes { (i) in
+      try nonce.withUnsafeBytes { (n) in
+        try aad.withUnsafeBytes { (a) in
+          try output.withUnsafeMutableBytes { (o) in try body(i, n, a, o) }
+        }
+      }
+    }
+  }
+}
+
+extension UnsafeRawBufferPointer {
+  /// The base address as the `unsigned char *` OpenSSL takes (nil for an empty buffer).
+  var bytes: UnsafePointer<UInt8>? { baseAddress?.assumingMemoryBound(to: UInt8.self) }
+}

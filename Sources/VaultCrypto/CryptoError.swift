@@ -1,0 +1,20 @@
+/// Errors from the crypto layer. They say what kind of thing failed and nothing about the data.
+public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// The tag did not verify: wrong key, wrong context, or modified bytes. Nothing is returned.
+  case authenticationFailed
+  /// A key, nonce or tag had the wrong length.
+  case invalidLength(what: String, expected: Int, actual: Int)
+  /// The random generator could not produce bytes; nothing may be sealed.
+  case randomUnavailable
+  /// OpenSSL reported an internal failure in the named call.
+  case library(call: String)
+
+  public var description: String {
+    switch self {
+    case .authenticationFailed: "authentication failed"
+    case .invalidLength(let what, let expected, let actual): "\(what) must be \(expected) bytes, got \(actual)"
+    case .randomUnavailable: "the system random generator is unavailable"
+    case .library(let call): "OpenSSL call \(call) failed"
+    }
+  }
+}

@@ -1,0 +1,54 @@
+// C boundary: SHA-256 and HKDF-SHA256 through OpenSSL EVP.
+import COpenSSL
+
+/// SHA-256 (FIPS 180-4).
+public enum SHA256 {
+  public static let byteCount = 32
+
+  public static func hash(_ data: UnsafeRawBufferPointer) throws -> [UInt8] {
+    guard let md = sha256Digest else { throw CryptoError.library(call: "EVP_MD_fetch(SHA256)") }
+    var out = [UInt8](repeating: 0, count: byteCount)
+    var length: UInt32 = 0
+    try out.withUnsafeMutableBufferPointer { (o) in
+      try check(EVP_Digest(data.baseAddress, data.count, o.baseAddress, &length, md, nil), "EVP_Digest")
+    }
+    return out
+  }
+
+  public static func hash(_ data: [UInt8]) throws -> [UInt8] {
+    try data.withUnsafeBytes { (buffer) in try hash(buffer) }
+  }
+}
+
+/// HKDF with SHA-256 (RFC 5869), extract-then-expand.
+public enum HKDF {
+  /// Derives `length` bytes (at most 255 × 32) into zeroizing storage.
+  public static func deriveKey(
+    inputKeyMaterial ikm: UnsafeRawBufferPointer, salt: [UInt8], info: [UInt8], length: Int
+  ) throws -> SecureBytes {
+    guard length > 0, length <= 255 * SHA256.byteCount else {
+      throw CryptoError.invalidLength(what: "HKDF output", expected: 32, actual: length)
+    }
+    guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else { throw CryptoError.library(call: "EVP_PKEY_CTX_new_id") }
+    defer { EVP_PKEY_CTX_free(ctx) }
+    try check(EVP_PKEY_derive_init(ctx), "EVP_PKEY_derive_init")
+    try check(EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()), "EVP_PKEY_CTX_set_hkdf_md")
+    try salt.withUnsafeBufferPointer { (s) in
+      // An empty salt means "HashLen zero bytes" (RFC 5869 §2.2); OpenSSL does the same when unset.
+      if s.count > 0 {
+        try check(EVP_PKEY_CTX_set1_hkdf_salt(ctx, s.baseAddress, Int32(s.count)), "EVP_PKEY_CTX_set1_hkdf_salt")
+      }
+    }
+    try check(EVP_PKEY_CTX_set1_hkdf_key(ctx, ikm.bytes, Int32(ikm.count)), "EVP_PKEY_CTX_set1_hkdf_key")
+    try info.withUnsafeBufferPointer { (i) in
+      if i.count > 0 {
+        try check(EVP_PKEY_CTX_add1_hkdf_info(ctx, i.baseAddress, Int32(i.count)), "EVP_PKEY_CTX_add1_hkdf_info")
+      }
+    }
+    return try SecureBytes(count: length) { (out) in
+      var outLength = length
+      try check(
+        EVP_PKEY_derive(ctx, out.baseAddress!.assumingMemoryBound(to: UInt8.self), &outLength), "EVP_PKEY_derive")
+    }
+  }
+}

@@ -1,0 +1,52 @@
+/// A fixed-size heap buffer that is overwritten with zeros when released.
+///
+/// Used for key material and anything else that must not outlive its owner in memory.
+/// It has exactly one owner; copies of the bytes are the caller's responsibility.
+public final class SecureBytes: @unchecked Sendable {
+  // The buffer is written only during initialisation; afterwards it is read-only, so
+  // sharing between threads is safe.
+  private let buffer: UnsafeMutableRawBufferPointer
+
+  /// Allocates `count` zeroed bytes and lets `initializer` fill them.
+  public init(count: Int, _ initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
+    buffer = .allocate(byteCount: count, alignment: 16)
+    buffer.initializeMemory(as: UInt8.self, repeating: 0)
+    do {
+      try initializer(buffer)
+    } catch {
+      cleanse(buffer)
+      buffer.deallocate()
+      throw error
+    }
+  }
+
+  /// Copies `bytes` into a new zeroizing buffer.
+  public convenience init(copying bytes: UnsafeRawBufferPointer) {
+    self.init(count: bytes.count) { $0.copyMemory(from: bytes) }
+  }
+
+  deinit {
+    cleanse(buffer)
+    buffer.deallocate()
+  }
+
+  public var count: Int { buffer.count }
+
+  /// Calls `body` with the bytes; the pointer must not escape.
+  public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    try body(UnsafeRawBufferPointer(buffer))
+  }
+}
+
+extension SecureBytes: Equatable {
+  /// Constant-time comparison of contents.
+  public static func == (lhs: SecureBytes, rhs: SecureBytes) -> Bool {
+    lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in constantTimeEquals(a, b) } }
+  }
+}
+
+extension SecureBytes: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+  public var description: String { "SecureBytes(\(count) bytes, redacted)" }
+  public var debugDescription: String { description }
+  public var customMirror: Mirror { Mirror(self, children: []) }
+}
