@@ -1,1 +1,4 @@
-print("x")
+import Foundation
+import VaultCLI
+
+exit(VaultCommandLine(terminal: .standard()).run(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,35 @@
+import VaultKeys
+
+/// Failures of vault-level operations (creating, opening, rotating). Envelope, key store and
+/// manifest failures are thrown as their own types.
+public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
+  case alreadyExists(home: String)
+  case homeNotEmpty(home: String)
+  case keyfileExists(path: String)
+  case orphanedKeys(home: String, vaultIDs: [String])
+  case keyMissing(version: UInt32, store: KeyStoreKind)
+  case roundTripFailed(version: UInt32)
+  case noActiveKey
+
+  public var description: String {
+    switch self {
+    case .alreadyExists(let home):
+      "a vault already exists at \(home); nothing was changed (use `vault status` to inspect it)"
+    case .homeNotEmpty(let home):
+      "\(home) is not empty and holds no vault manifest; if a vault lived here, restore its manifest.json "
+        + "from a backup instead of creating a new vault over its data"
+    case .keyfileExists(let path):
+      "a keyfile already exists at \(path) and may hold the only copy of another vault's keys; "
+        + "nothing was changed (choose another --keyfile, or restore that vault's manifest)"
+    case .orphanedKeys(let home, let ids):
+      "the Secret Service already holds keys for a vault at \(home) (vault id \(ids.joined(separator: ", "))) "
+        + "but its manifest is missing; restore manifest.json from a backup rather than creating a new vault"
+    case .keyMissing(let version, let store):
+      "key version \(version) is missing from the \(store.rawValue) store although the manifest expects it; "
+        + "restore the key store from a backup (no new key was made)"
+    case .roundTripFailed(let version):
+      "key version \(version) failed its seal/open self-test; it was not activated"
+    case .noActiveKey: "the manifest names no active key version"
+    }
+  }
+}

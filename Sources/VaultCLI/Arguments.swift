@@ -1,0 +1,73 @@
+/// A parsed command line: global `--home`, the subcommand, its options and flags.
+struct Arguments {
+  var home: String?
+  var command: String?
+  var options: [String: String] = [:]
+  var flags: Set<String> = []
+  var positionals: [String] = []
+  var wantsHelp = false
+  var wantsVersion = false
+}
+
+/// A usage error: printed with the command's usage line and a hint, exit 64.
+struct UsageError: Error {
+  let message: String
+  let command: String?
+}
+
+/// What a subcommand accepts.
+struct CommandSpec {
+  let name: String
+  let options: Set<String>
+  let flags: Set<String>
+  let takesPositionals: Bool
+}
+
+enum ArgumentParser {
+  static func parse(_ argv: [String], specs: [String: CommandSpec]) throws(UsageError) -> Arguments {
+    var result = Arguments()
+    var index = 0
+    func value(for name: String, inline: String?) throws(UsageError) -> String {
+      if let inline { return inline }
+      index += 1
+      guard index < argv.count else {
+        throw UsageError(message: "missing value for '\(name)'", command: result.command)
+      }
+      return argv[index]
+    }
+    while index < argv.count {
+      let argument = argv[index]
+      var name = argument
+      var inline: String?
+      if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
+        name = String(argument[..<equals])
+        inline = String(argument[argument.index(after: equals)...])
+      }
+      switch name {
+      case "-h", "--help": result.wantsHelp = true
+      case "--version" where result.command == nil: result.wantsVersion = true
+      case "--home": result.home = try value(for: name, inline: inline)
+      default:
+        if result.command == nil {
+          guard !name.hasPrefix("-") else { throw UsageError(message: "unknown option '\(name)'", command: nil) }
+          guard specs[name] != nil else { throw UsageError(message: "unknown subcommand '\(name)'", command: nil) }
+          result.command = name
+        } else if let spec = specs[result.command!], name.hasPrefix("-"), name != "-" {
+          if spec.options.contains(name) {
+            result.options[name] = try value(for: name, inline: inline)
+          } else if spec.flags.contains(name), inline == nil {
+            result.flags.insert(name)
+          } else {
+            throw UsageError(message: "unknown option '\(name)'", command: result.command)
+          }
+        } else if specs[result.command!]?.takesPositionals == true {
+          result.positionals.append(argument)
+        } else {
+          throw UsageError(message: "unexpected argument '\(argument)'", command: result.command)
+        }
+      }
+      index += 1
+    }
+    return result
+  }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import Vault
+import VaultKeys
+
+extension VaultCommandLine {
+  /// Checks each part a vault depends on and says, for each, whether it works and why not.
+  func doctor(_ arguments: Arguments) -> Int32 {
+    let home = homePath(arguments)
+    var healthy = true
+    terminal.print("vault doctor")
+
+    let secretService = SecretServiceStore(timeout: secretServiceTimeout).probe()
+    switch secretService {
+    case .available:
+      terminal.print("  session bus:     ok")
+      terminal.print("  secret service:  ok (provider answering, default collection unlocked)")
+    case .unavailable(let reason):
+      if case .noSessionBus = reason {
+        terminal.print("  session bus:     not available: \(reason)")
+        terminal.print("  secret service:  not checked (no session bus)")
+      } else {
+        terminal.print("  session bus:     ok")
+        terminal.print("  secret service:  not usable: \(reason)")
+      }
+    }
+
+    let manifest: Manifest
+    do {
+      manifest = try ManifestFile.load(home: home)
+      terminal.print("  manifest:        ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID))")
+    } catch {
+      let (message, _) = Self.describe(error)
+      terminal.print("  manifest:        \(message)")
+      if case ManifestFile.Failure.missing = error {
+        terminal.print("Result: no vault here yet; `vault init` would use "
+          + (secretService == .available ? "the Secret Service." : "a keyfile."))
+        return ExitCode.success.rawValue
+      }
+      terminal.print("Result: the manifest cannot be read; see above.")
+      return ExitCode.failure.rawValue
+    }
+
+    switch manifest.store.kind {
+    case .keyfile:
+      let path = manifest.store.keyfile ?? ""
+      let store = KeyfileStore(path: path)
+      do {
+        let versions = try store.storedVersions(keyring: manifest.keyringID!)
+        let mode = store.mode.map { "0" + String($0, radix: 8) } ?? "missing"
+        terminal.print("  keyfile:         ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
+      } catch {
+        healthy = false
+        terminal.print("  keyfile:         \(Self.describe(error).0)")
+      }
+      terminal.print("  vault store:     keyfile")
+    case .secretService:
+      terminal.print("  vault store:     secret-service")
+      if case .unavailable = secretService { healthy = false }
+    case .memory:
+      terminal.print("  vault store:     memory")
+    }
+
+    if healthy {
+      do {
+        let vault = try Vault.open(home: home, resolver: keyStores)
+        terminal.print("  active key:      readable (version \(vault.manifest.activeVersion))")
+      } catch {
+        healthy = false
+        terminal.print("  active key:      \(Self.describe(error).0)")
+      }
+    } else {
+      terminal.print("  active key:      not readable while its store is unusable")
+    }
+    terminal.print(healthy ? "Result: the vault's key store works." : "Result: the vault's keys cannot be read; fix the item above.")
+    return (healthy ? ExitCode.success : ExitCode.failure).rawValue
+  }
+}

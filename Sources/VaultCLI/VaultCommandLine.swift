@@ -1,0 +1,256 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+
+/// The `vault` command line. `main.swift` only calls `run`; tests call it in-process.
+public struct VaultCommandLine {
+  let terminal: Terminal
+  /// How key stores are made; tests may substitute one.
+  let resolver: KeyStoreResolver?
+
+  public init(terminal: Terminal, resolver: KeyStoreResolver? = nil) {
+    self.terminal = terminal
+    self.resolver = resolver
+  }
+
+  static let specs: [String: CommandSpec] = [
+    "init": CommandSpec(name: "init", options: ["--store", "--keyfile"], flags: [], takesPositionals: false),
+    "status": CommandSpec(name: "status", options: [], flags: ["--json"], takesPositionals: false),
+    "seal": CommandSpec(name: "seal", options: ["--context"], flags: [], takesPositionals: false),
+    "open": CommandSpec(name: "open", options: ["--context"], flags: [], takesPositionals: false),
+    "rotate": CommandSpec(name: "rotate", options: [], flags: ["--json"], takesPositionals: false),
+    "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
+    "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
+  ]
+
+  /// Runs one command line (without the program name) and returns the exit code.
+  public func run(_ argv: [String]) -> Int32 {
+    let arguments: Arguments
+    do {
+      arguments = try ArgumentParser.parse(argv, specs: Self.specs)
+    } catch {
+      return usage(error)
+    }
+    if arguments.wantsVersion {
+      terminal.print(Help.version)
+      return ExitCode.success.rawValue
+    }
+    guard let command = arguments.command else {
+      terminal.print(Help.root)
+      return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
+    }
+    if arguments.wantsHelp { return help([command]) }
+    do {
+      switch command {
+      case "help": return help(arguments.positionals)
+      case "init": try initVault(arguments)
+      case "status": try status(arguments)
+      case "seal": try seal(arguments)
+      case "open": try open(arguments)
+      case "rotate": try rotate(arguments)
+      case "doctor": return doctor(arguments)
+      default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
+      }
+      return ExitCode.success.rawValue
+    } catch let error as UsageError {
+      return usage(error)
+    } catch {
+      return fail(error)
+    }
+  }
+
+  // MARK: - Reporting
+
+  private func help(_ topics: [String]) -> Int32 {
+    guard let topic = topics.first else {
+      terminal.print(Help.root)
+      return ExitCode.success.rawValue
+    }
+    guard let entry = Help.commands[topic] else {
+      return usage(UsageError(message: "no help for unknown subcommand '\(topic)'", command: nil))
+    }
+    terminal.print(entry.text)
+    return ExitCode.success.rawValue
+  }
+
+  private func usage(_ error: UsageError) -> Int32 {
+    var text = "Error: \(error.message)\n"
+    if let command = error.command, let entry = Help.commands[command] {
+      text += "Usage: \(entry.usage)\n  See 'vault help \(command)'.\n"
+    } else {
+      text += "Usage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"
+    }
+    terminal.writeError(text)
+    return ExitCode.usage.rawValue
+  }
+
+  /// Prints an error by kind (never contents) and picks its exit code.
+  private func fail(_ error: any Error) -> Int32 {
+    let (message, code) = Self.describe(error)
+    terminal.note("Error: \(message)")
+    return code.rawValue
+  }
+
+  static func describe(_ error: any Error) -> (String, ExitCode) {
+    switch error {
+    case let failure as ManifestFile.Failure:
+      if case .missing = failure { return (failure.description, .couldNotRun) }
+      return (failure.description, .failure)
+    case let failure as InputError: return (failure.description, .couldNotRun)
+    case let failure as CustomStringConvertible where failure is EnvelopeError || failure is KeyStoreError
+      || failure is VaultError || failure is CryptoError:
+      return (failure.description, .failure)
+    default:
+      return ("unexpected failure (\(type(of: error)))", .failure)
+    }
+  }
+
+  // MARK: - Commands
+
+  func homePath(_ arguments: Arguments) -> String {
+    if let home = arguments.home { return home }
+    if let home = terminal.environment["VAULT_HOME"], !home.isEmpty { return home }
+    if let data = terminal.environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/vault" }
+    return (terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/vault"
+  }
+
+  var secretServiceTimeout: Double {
+    terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil } ?? 5
+  }
+
+  var keyStores: KeyStoreResolver { resolver ?? .system(secretServiceTimeout: secretServiceTimeout) }
+
+  func openVault(_ arguments: Arguments) throws -> Vault {
+    try Vault.open(home: homePath(arguments), resolver: keyStores)
+  }
+
+  private func initVault(_ arguments: Arguments) throws {
+    let choice = arguments.options["--store"] ?? "auto"
+    guard ["auto", "secret-service", "keyfile"].contains(choice) else {
+      throw UsageError(message: "--store must be auto, secret-service or keyfile (got '\(choice)')", command: "init")
+    }
+    let keyfile = arguments.options["--keyfile"]
+    if keyfile != nil, choice == "secret-service" {
+      throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "init")
+    }
+    // Refuse before probing anything, so an existing vault is reported first and untouched.
+    if ManifestFile.exists(home: homePath(arguments)) { throw VaultError.alreadyExists(home: homePath(arguments)) }
+    var descriptor: StoreDescriptor
+    switch choice {
+    case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
+    case "keyfile": descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+    default:
+      switch SecretServiceStore(timeout: secretServiceTimeout).probe() {
+      case .available:
+        descriptor = StoreDescriptor(kind: .secretService)
+        terminal.note("vault: the Secret Service is available and unlocked; keys go there")
+      case .unavailable(let reason):
+        descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+        terminal.note("vault: the Secret Service cannot be used (\(reason)); keys go to a keyfile")
+      }
+    }
+    let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
+    let manifest = vault.manifest
+    terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
+    switch manifest.store.kind {
+    case .keyfile: terminal.print("Keys: keyfile \(manifest.store.keyfile ?? "") (mode 0600)")
+    case .secretService: terminal.print("Keys: Secret Service, default collection")
+    case .memory: terminal.print("Keys: memory")
+    }
+    terminal.print("Active key version: \(manifest.activeVersion)")
+  }
+
+  private func status(_ arguments: Arguments) throws {
+    let home = homePath(arguments)
+    // Status reads only the manifest: it must work even when the key store is locked.
+    let manifest = try ManifestFile.load(home: home)
+    let vault = Vault.describe(home: home, manifest: manifest)
+    if arguments.flags.contains("--json") {
+      terminal.print(try JSON.encode(vault))
+      return
+    }
+    terminal.print("Vault \(vault.vaultID)")
+    terminal.print("  home:     \(vault.home)")
+    if let keyfile = vault.keyfile {
+      terminal.print("  store:    keyfile \(keyfile.path) (mode \(keyfile.mode ?? "missing"))")
+    } else {
+      terminal.print("  store:    \(vault.store.rawValue)")
+    }
+    terminal.print("  active:   version \(vault.activeVersion)")
+    terminal.print("  versions:")
+    for version in vault.versions {
+      let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
+      terminal.print("    \(version.version)  \(state) created \(version.createdAt)  records \(version.records)")
+    }
+  }
+
+  private func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
+    guard let context = arguments.options["--context"] else {
+      throw UsageError(message: "missing '--context CTX'", command: command)
+    }
+    guard !context.isEmpty else {
+      throw UsageError(message: "--context must not be empty: it binds the record to its place", command: command)
+    }
+    return Array(context.utf8)
+  }
+
+  private func readInput() throws -> [UInt8] {
+    do {
+      return try terminal.readInput()
+    } catch {
+      throw InputError.unreadable
+    }
+  }
+
+  private func seal(_ arguments: Arguments) throws {
+    let context = try context(arguments, "seal")
+    let vault = try openVault(arguments)
+    let plaintext = try readInput()
+    terminal.writeOutput(try vault.seal(plaintext, context: context))
+  }
+
+  private func open(_ arguments: Arguments) throws {
+    let context = try context(arguments, "open")
+    let vault = try openVault(arguments)
+    let envelope = try readInput()
+    guard !envelope.isEmpty else { throw InputError.empty }
+    terminal.writeOutput(try vault.open(envelope, context: context))
+  }
+
+  private func rotate(_ arguments: Arguments) throws {
+    let vault = try openVault(arguments)
+    let report = try vault.rotate()
+    if arguments.flags.contains("--json") {
+      terminal.print(try JSON.encode(report))
+      return
+    }
+    terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
+    if !report.keptVersions.isEmpty {
+      let kept = report.keptVersions.map(String.init).joined(separator: ", ")
+      terminal.print("Kept as decrypt-only: \(kept)")
+    }
+    terminal.print(String(format: "Took %.3f s", report.seconds))
+  }
+}
+
+/// Problems with standard input.
+enum InputError: Error, CustomStringConvertible {
+  case empty
+  case unreadable
+
+  var description: String {
+    switch self {
+    case .empty: "standard input is empty; pipe an envelope into 'vault open'"
+    case .unreadable: "could not read standard input"
+    }
+  }
+}
+
+enum JSON {
+  static func encode<T: Encodable>(_ value: T) throws -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    return String(decoding: try encoder.encode(value), as: UTF8.self)
+  }
+}

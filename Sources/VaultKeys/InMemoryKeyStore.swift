@@ -1,0 +1,48 @@
+import Synchronization
+import VaultCrypto
+
+/// A key store held in memory, for unit tests. It can be told to fail like a real backend.
+public final class InMemoryKeyStore: KeyStore {
+  private struct Slot: Hashable {
+    let keyring: KeyringID
+    let version: UInt32
+  }
+
+  private let keys = Mutex<[Slot: SymmetricKey]>([:])
+  private let failure = Mutex<KeyStoreError?>(nil)
+
+  public init() {}
+
+  public var kind: KeyStoreKind { .memory }
+
+  /// Makes every later call throw `error` (nil restores normal behaviour).
+  public func failAll(with error: KeyStoreError?) { failure.withLock { $0 = error } }
+
+  public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    try failIfAsked()
+    return keys.withLock { $0[Slot(keyring: keyring, version: version)] }
+  }
+
+  public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    try failIfAsked()
+    try keys.withLock { keys in
+      let slot = Slot(keyring: keyring, version: version)
+      guard keys[slot] == nil else { throw KeyStoreError.keyExists(version: version) }
+      keys[slot] = key
+    }
+  }
+
+  public func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    try failIfAsked()
+    return keys.withLock { $0.removeValue(forKey: Slot(keyring: keyring, version: version)) != nil }
+  }
+
+  public func storedVersions(keyring: KeyringID) throws -> [UInt32] {
+    try failIfAsked()
+    return keys.withLock { $0.keys.filter { $0.keyring == keyring }.map(\.version).sorted() }
+  }
+
+  private func failIfAsked() throws {
+    if let error = failure.withLock({ $0 }) { throw error }
+  }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import VaultCrypto
+
+/// The random 8-byte identifier of a vault's keyring. Every envelope carries it, so data restored
+/// under a different keyring is told apart from tampered data.
+public struct KeyringID: Hashable, Sendable, CustomStringConvertible {
+  public static let byteCount = 8
+  public let bytes: [UInt8]
+
+  public init?(bytes: [UInt8]) {
+    guard bytes.count == Self.byteCount else { return nil }
+    self.bytes = bytes
+  }
+
+  /// Parses the 16-character lowercase hex form used in the manifest and the Secret Service.
+  public init?(hex: String) {
+    guard hex.count == 2 * Self.byteCount else { return nil }
+    var bytes: [UInt8] = []
+    var index = hex.startIndex
+    while index < hex.endIndex {
+      let next = hex.index(index, offsetBy: 2)
+      guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+      bytes.append(byte)
+      index = next
+    }
+    self.bytes = bytes
+  }
+
+  public static func random() throws -> KeyringID { KeyringID(bytes: try SecureRandom.bytes(byteCount))! }
+
+  public var hex: String { bytes.map { String(format: "%02x", $0) }.joined() }
+  public var description: String { hex }
+}
+
+/// Which backend holds a vault's key material.
+public enum KeyStoreKind: String, Codable, Sendable, CaseIterable {
+  case secretService = "secret-service"
+  case keyfile
+  case memory
+}
+
+/// Where key material lives: one item (or entry) per key version.
+///
+/// Implementations must never invent a key: `loadKey` returns nil only when the store can tell
+/// for certain that the version is absent, and throws when it cannot tell (locked, timed out,
+/// unreadable, insecure). `storeKey` refuses to replace an existing version.
+public protocol KeyStore: Sendable {
+  var kind: KeyStoreKind { get }
+  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey?
+  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws
+  /// Deletes a version's material; returns whether anything was deleted.
+  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool
+  /// The versions whose material the store holds for `keyring`.
+  func storedVersions(keyring: KeyringID) throws -> [UInt32]
+}
+
+/// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.
+public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+  case noSessionBus(detail: String)
+  case noProvider
+  case noDefaultCollection
+  case locked
+  case timedOut(seconds: Double, operation: String)
+  case service(detail: String)
+  case keyExists(version: UInt32)
+  case corruptKey(version: UInt32)
+  case insecurePermissions(path: String, mode: UInt32, isDirectory: Bool)
+  case wrongOwner(path: String, owner: UInt32, expected: UInt32)
+  case notARegularFile(path: String)
+  case corruptKeyfile(path: String, reason: String)
+  case foreignKeyfile(path: String, found: KeyringID, expected: KeyringID)
+  case io(path: String, operation: String, errno: Int32)
+
+  public var description: String {
+    switch self {
+    case .noSessionBus(let detail):
+      "no D-Bus session bus (\(detail)); run inside a desktop session or dbus-run-session, or use --store keyfile"
+    case .noProvider:
+      "no Secret Service provider on the session bus (org.freedesktop.secrets); start gnome-keyring-daemon or use --store keyfile"
+    case .noDefaultCollection:
+      "the Secret Service has no default collection; create one with your keyring manager"
+    case .locked:
+      "the Secret Service collection is locked; unlock it (log in to the desktop or use your keyring manager) and retry"
+    case .timedOut(let seconds, let operation):
+      "the Secret Service did not answer within \(formatSeconds(seconds)) s (\(operation)); the keyring daemon may be hung: restart it and retry"
+    case .service(let detail):
+      "the Secret Service failed: \(detail)"
+    case .keyExists(let version):
+      "key version \(version) already exists in the store; refusing to overwrite it"
+    case .corruptKey(let version):
+      "the stored material for key version \(version) is not a 256-bit key; restore the key store from a backup"
+    case .insecurePermissions(let path, let mode, let isDirectory):
+      "\(isDirectory ? "keyfile directory" : "keyfile") \(path) has mode \(octal(mode)), open to group or others; "
+        + "run: chmod \(isDirectory ? "700" : "600") \(path)   (then check nobody else copied it)"
+    case .wrongOwner(let path, let owner, let expected):
+      "\(path) is owned by uid \(owner), not by you (uid \(expected)); run: chown \(expected) \(path)"
+    case .notARegularFile(let path):
+      "\(path) is not a regular file (a symlink, directory or device); point --keyfile at a regular file"
+    case .corruptKeyfile(let path, let reason):
+      "keyfile \(path) is corrupt (\(reason)); restore it from a backup: no new key was made"
+    case .foreignKeyfile(let path, let found, let expected):
+      "keyfile \(path) belongs to vault \(found), not \(expected); point --keyfile at this vault's keyfile"
+    case .io(let path, let operation, let code):
+      "\(operation) \(path) failed: \(String(cString: strerror(code)))"
+    }
+  }
+}
+
+func octal(_ mode: UInt32) -> String { "0" + String(mode & 0o7777, radix: 8) }
+
+func formatSeconds(_ seconds: Double) -> String {
+  seconds == seconds.rounded() ? String(Int(seconds)) : String(format: "%.1f", seconds)
+}

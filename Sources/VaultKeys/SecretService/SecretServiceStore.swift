@@ -1,0 +1,271 @@
+// C boundary: libsecret and GIO. Every GError in VaultKeys is turned into a KeyStoreError here.
+import CLibSecret
+import Dispatch
+import Foundation
+import Synchronization
+import VaultCrypto
+
+/// What a quick look at the Secret Service found, for `--store auto`, `status` and `doctor`.
+public enum SecretServiceProbe: Equatable, Sendable {
+  case available
+  case unavailable(KeyStoreError)
+}
+
+/// Keeps keys in the desktop Secret Service (gnome-keyring, KWallet …) through libsecret:
+/// one item per key version in the default collection, with attributes `vault-id`, `version`
+/// and `home` (the vault's home directory, so `init` can refuse to orphan existing keys).
+///
+/// Every call has a deadline: a hung or stopped keyring daemon yields `.timedOut` instead of
+/// blocking for D-Bus's own 25–50 s. A locked collection is reported as `.locked`, never as an
+/// absent key, because libsecret's simple lookup returns "not found" for both.
+public final class SecretServiceStore: KeyStore {
+  public let timeout: Double
+  private let home: String?
+  // libsecret's sync calls each run a private main loop; serialise ours to keep it simple.
+  private let lock = Mutex<Void>(())
+
+  /// - Parameters:
+  ///   - timeout: seconds each operation may take before it is cancelled.
+  ///   - home: stored as the `home` attribute of new items.
+  public init(timeout: Double = 5, home: String? = nil) {
+    self.timeout = timeout
+    self.home = home
+  }
+
+  public var kind: KeyStoreKind { .secretService }
+
+  /// Checks that a session bus, a provider and an unlocked default collection are there.
+  public func probe() -> SecretServiceProbe {
+    do {
+      try lock.withLock { _ in
+        try withDeadline("probe") { cancellable in
+          let service = try connect(cancellable)
+          defer { g_object_unref(service) }
+          try requireUnlockedDefaultCollection(service, cancellable)
+        }
+      }
+      return .available
+    } catch let error as KeyStoreError {
+      return .unavailable(error)
+    } catch {
+      return .unavailable(.service(detail: "unexpected error"))
+    }
+  }
+
+  public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    try lock.withLock { _ in
+      try withDeadline("load key") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        let items = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
+        defer { vault_item_list_free(items) }
+        guard let first = items else { return nil }
+        let item = first.pointee.data.assumingMemoryBound(to: SecretItem.self)
+        // A locked item is present but unreadable: never report it as absent.
+        guard secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
+        guard let value = secret_item_get_secret(item) else {
+          throw KeyStoreError.service(detail: "item returned no secret")
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var length = 0
+        let bytes = secret_value_get(value, &length)
+        guard let bytes, length == SymmetricKey.byteCount else { throw KeyStoreError.corruptKey(version: version) }
+        return try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+      }
+    }
+  }
+
+  public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    try lock.withLock { _ in
+      try withDeadline("store key") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        try requireUnlockedDefaultCollection(service, cancellable)
+        let existing = try search(service, keyring: keyring, version: version, loadSecrets: false, cancellable)
+        vault_item_list_free(existing)
+        guard existing == nil else { throw KeyStoreError.keyExists(version: version) }
+
+        let schema = vault_key_schema_new()
+        defer { secret_schema_unref(schema) }
+        let attributes = vault_attributes_new(keyring.hex, String(version), home)
+        defer { g_hash_table_unref(attributes) }
+        let value = key.withUnsafeBytes { bytes in
+          secret_value_new(
+            bytes.baseAddress!.assumingMemoryBound(to: CChar.self), bytes.count, "application/octet-stream")
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var error: UnsafeMutablePointer<GError>?
+        let label = "vault key \(keyring.hex) version \(version)"
+        let stored = secret_service_store_sync(
+          service, schema, attributes, "default", label, value, cancellable, &error)
+        guard stored != 0 else { throw translate(error, cancellable, operation: "store key") }
+      }
+    }
+  }
+
+  public func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    try lock.withLock { _ in
+      try withDeadline("delete key") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        let schema = vault_key_schema_new()
+        defer { secret_schema_unref(schema) }
+        let attributes = vault_attributes_new(keyring.hex, String(version), nil)
+        defer { g_hash_table_unref(attributes) }
+        var error: UnsafeMutablePointer<GError>?
+        let deleted = secret_service_clear_sync(service, schema, attributes, cancellable, &error)
+        if let error { throw translate(error, cancellable, operation: "delete key") }
+        return deleted != 0
+      }
+    }
+  }
+
+  public func storedVersions(keyring: KeyringID) throws -> [UInt32] {
+    try lock.withLock { _ in
+      try withDeadline("list keys") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        let items = try search(service, keyring: keyring, version: nil, loadSecrets: false, cancellable)
+        defer { vault_item_list_free(items) }
+        return attributeValues(items, "version").compactMap { UInt32($0) }.sorted()
+      }
+    }
+  }
+
+  /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan them).
+  public func keyringIDs(forHome home: String) throws -> [String] {
+    try lock.withLock { _ in
+      try withDeadline("list vaults") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        let schema = vault_key_schema_new()
+        defer { secret_schema_unref(schema) }
+        let attributes = vault_attributes_new(nil, nil, home)
+        defer { g_hash_table_unref(attributes) }
+        var error: UnsafeMutablePointer<GError>?
+        let flags = SECRET_SEARCH_ALL
+        let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
+        if let error { throw translate(error, cancellable, operation: "list vaults") }
+        defer { vault_item_list_free(items) }
+        return Array(Set(attributeValues(items, "vault-id"))).sorted()
+      }
+    }
+  }
+
+  // MARK: - libsecret plumbing
+
+  private func attributeValues(_ items: UnsafeMutablePointer<GList>?, _ name: String) -> [String] {
+    var values: [String] = []
+    var node = items
+    while let current = node {
+      let item = current.pointee.data.assumingMemoryBound(to: SecretItem.self)
+      if let value = vault_item_attribute(item, name) {
+        values.append(String(cString: value))
+        g_free(value)
+      }
+      node = current.pointee.next
+    }
+    return values
+  }
+
+  private func search(
+    _ service: UnsafeMutablePointer<SecretService>, keyring: KeyringID, version: UInt32?, loadSecrets: Bool,
+    _ cancellable: UnsafeMutablePointer<GCancellable>
+  ) throws -> UnsafeMutablePointer<GList>? {
+    let schema = vault_key_schema_new()
+    defer { secret_schema_unref(schema) }
+    let attributes = vault_attributes_new(keyring.hex, version.map { String($0) }, nil)
+    defer { g_hash_table_unref(attributes) }
+    var error: UnsafeMutablePointer<GError>?
+    // SEARCH_ALL returns locked items too (without secrets), which is how "locked" is told from "absent".
+    var flags = SECRET_SEARCH_ALL
+    if loadSecrets { flags = SecretSearchFlags(flags.rawValue | SECRET_SEARCH_LOAD_SECRETS.rawValue) }
+    let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
+    if let error { throw translate(error, cancellable, operation: "search") }
+    return items
+  }
+
+  /// Connects to the session bus, checks a provider exists (so libsecret does not wait on an
+  /// activation that cannot happen), and returns the Secret Service proxy (caller unrefs).
+  private func connect(_ cancellable: UnsafeMutablePointer<GCancellable>) throws -> UnsafeMutablePointer<SecretService> {
+    var error: UnsafeMutablePointer<GError>?
+    guard let bus = g_bus_get_sync(G_BUS_TYPE_SESSION, cancellable, &error) else {
+      if g_cancellable_is_cancelled(cancellable) != 0 {
+        g_error_free(error)
+        throw KeyStoreError.timedOut(seconds: timeout, operation: "connect to the session bus")
+      }
+      let detail = error.map { String(cString: $0.pointee.message) } ?? "unknown"
+      g_error_free(error)
+      throw KeyStoreError.noSessionBus(detail: Self.redactPaths(detail))
+    }
+    defer { g_object_unref(UnsafeMutableRawPointer(bus)) }
+    let present = vault_secret_provider_present(bus, Int32(timeout * 1000), cancellable, &error)
+    if present < 0 { throw translate(error, cancellable, operation: "look for a provider") }
+    if present == 0 { throw KeyStoreError.noProvider }
+    let flags = SECRET_SERVICE_OPEN_SESSION
+    guard let service = secret_service_get_sync(flags, cancellable, &error) else {
+      throw translate(error, cancellable, operation: "connect to the Secret Service")
+    }
+    return service
+  }
+
+  private func requireUnlockedDefaultCollection(
+    _ service: UnsafeMutablePointer<SecretService>, _ cancellable: UnsafeMutablePointer<GCancellable>
+  ) throws {
+    var error: UnsafeMutablePointer<GError>?
+    let collection = secret_collection_for_alias_sync(service, "default", SECRET_COLLECTION_NONE, cancellable, &error)
+    if let error { throw translate(error, cancellable, operation: "find the default collection") }
+    guard let collection else { throw KeyStoreError.noDefaultCollection }
+    defer { g_object_unref(collection) }
+    guard secret_collection_get_locked(collection) == 0 else { throw KeyStoreError.locked }
+  }
+
+  /// Runs `body` with a cancellable that fires after `timeout` seconds.
+  private func withDeadline<T>(
+    _ operation: String, _ body: (UnsafeMutablePointer<GCancellable>) throws -> T
+  ) throws -> T {
+    let cancellable = CancellableHandle()
+    let timer = DispatchWorkItem { [cancellable] in cancellable.cancel() }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+    defer { timer.cancel() }
+    do {
+      return try body(cancellable.pointer)
+    } catch let error as KeyStoreError {
+      if cancellable.isCancelled, case .service = error {
+        throw KeyStoreError.timedOut(seconds: timeout, operation: operation)
+      }
+      throw error
+    }
+  }
+
+  /// Turns a GError into a KeyStoreError and frees it.
+  private func translate(
+    _ error: UnsafeMutablePointer<GError>?, _ cancellable: UnsafeMutablePointer<GCancellable>, operation: String
+  ) -> KeyStoreError {
+    guard let error else { return .service(detail: "\(operation) failed without a reason") }
+    defer { g_error_free(error) }
+    if vault_error_is_cancelled(error) != 0 || g_cancellable_is_cancelled(cancellable) != 0
+      || vault_error_is_timeout(error) != 0
+    {
+      return .timedOut(seconds: timeout, operation: operation)
+    }
+    if vault_error_is_service_unknown(error) != 0 { return .noProvider }
+    return .service(detail: "\(operation): \(Self.redactPaths(String(cString: error.pointee.message)))")
+  }
+
+  /// GLib messages may quote socket paths or addresses; they are not secret, but keep errors short.
+  static func redactPaths(_ message: String) -> String {
+    message.count > 200 ? String(message.prefix(200)) + "…" : message
+  }
+}
+
+/// An owned GCancellable that a timer on another thread may cancel.
+private final class CancellableHandle: @unchecked Sendable {
+  let pointer: UnsafeMutablePointer<GCancellable>
+
+  init() { pointer = g_cancellable_new() }
+  deinit { g_object_unref(pointer) }
+
+  func cancel() { g_cancellable_cancel(pointer) }
+  var isCancelled: Bool { g_cancellable_is_cancelled(pointer) != 0 }
+}

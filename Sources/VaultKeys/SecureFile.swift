@@ -1,0 +1,108 @@
+// System-call boundary for files that hold keys or the manifest: owner and mode checks,
+// atomic replacement, and directory fsync. Every failing call becomes a KeyStoreError.io.
+import Foundation
+import VaultCrypto
+
+/// File operations with the durability and permission rules that key material needs.
+public enum SecureFile {
+  /// The largest file `read` will load; keyfiles and manifests are far smaller.
+  static let readLimit = 1 << 20
+
+  /// Creates `path` (and missing parents) as directories with `mode`; an existing directory is kept as is.
+  public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+    var info = stat()
+    if stat(path, &info) == 0 {
+      guard info.st_mode & S_IFMT == S_IFDIR else { throw KeyStoreError.io(path: path, operation: "mkdir", errno: ENOTDIR) }
+      return
+    }
+    let parent = (path as NSString).deletingLastPathComponent
+    if !parent.isEmpty, parent != path { try makeDirectory(parent, mode: mode) }
+    guard mkdir(path, mode) == 0 || errno == EEXIST else {
+      throw KeyStoreError.io(path: path, operation: "mkdir", errno: errno)
+    }
+  }
+
+  /// Refuses a file or directory that is not owned by the effective user or that group/others may
+  /// read or write, the way ssh treats private keys.
+  public static func checkPrivate(_ path: String, info: stat, isDirectory: Bool) throws {
+    let me = geteuid()
+    guard info.st_uid == me else {
+      throw KeyStoreError.wrongOwner(path: path, owner: info.st_uid, expected: me)
+    }
+    guard info.st_mode & 0o077 == 0 else {
+      throw KeyStoreError.insecurePermissions(path: path, mode: UInt32(info.st_mode), isDirectory: isDirectory)
+    }
+  }
+
+  /// Reads a whole file into zeroizing memory. Returns nil when the file does not exist.
+  /// With `requirePrivate`, the file and its directory must pass `checkPrivate`, and symlinks are refused.
+  public static func read(_ path: String, requirePrivate: Bool) throws -> SecureBytes? {
+    if requirePrivate {
+      let directory = (path as NSString).deletingLastPathComponent
+      var dirInfo = stat()
+      if stat(directory.isEmpty ? "." : directory, &dirInfo) == 0 {
+        try checkPrivate(directory.isEmpty ? "." : directory, info: dirInfo, isDirectory: true)
+      }
+    }
+    let fd = open(path, O_RDONLY | O_CLOEXEC | (requirePrivate ? O_NOFOLLOW : 0))
+    if fd < 0 {
+      if errno == ENOENT { return nil }
+      if errno == ELOOP { throw KeyStoreError.notARegularFile(path: path) }
+      throw KeyStoreError.io(path: path, operation: "open", errno: errno)
+    }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { throw KeyStoreError.io(path: path, operation: "stat", errno: errno) }
+    guard info.st_mode & S_IFMT == S_IFREG else { throw KeyStoreError.notARegularFile(path: path) }
+    if requirePrivate { try checkPrivate(path, info: info, isDirectory: false) }
+    let size = Int(info.st_size)
+    guard size <= readLimit else { throw KeyStoreError.corruptKeyfile(path: path, reason: "larger than 1 MiB") }
+    return try SecureBytes(count: size) { buffer in
+      var done = 0
+      while done < size {
+        let n = Glibc.read(fd, buffer.baseAddress! + done, size - done)
+        if n < 0, errno == EINTR { continue }
+        guard n > 0 else { throw KeyStoreError.io(path: path, operation: "read", errno: n < 0 ? errno : EIO) }
+        done += n
+      }
+    }
+  }
+
+  /// Replaces `path` atomically with `bytes`: write a temporary file with `mode` beside it, fsync it,
+  /// rename it over `path`, then fsync the directory so the rename itself is durable.
+  public static func atomicWrite(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws {
+    let directory = (path as NSString).deletingLastPathComponent
+    let suffix = (try? SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()) ?? "\(getpid())"
+    let temporary = path + ".tmp-" + suffix
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)
+    guard fd >= 0 else { throw KeyStoreError.io(path: temporary, operation: "create", errno: errno) }
+    var closed = false
+    do {
+      defer { if !closed { close(fd) } }
+      guard fchmod(fd, mode) == 0 else { throw KeyStoreError.io(path: temporary, operation: "chmod", errno: errno) }
+      var done = 0
+      while done < bytes.count {
+        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0, errno == EINTR { continue }
+        guard n > 0 else { throw KeyStoreError.io(path: temporary, operation: "write", errno: n < 0 ? errno : EIO) }
+        done += n
+      }
+      guard fsync(fd) == 0 else { throw KeyStoreError.io(path: temporary, operation: "fsync", errno: errno) }
+      closed = true
+      guard close(fd) == 0 else { throw KeyStoreError.io(path: temporary, operation: "close", errno: errno) }
+      guard rename(temporary, path) == 0 else { throw KeyStoreError.io(path: path, operation: "rename", errno: errno) }
+    } catch {
+      unlink(temporary)
+      throw error
+    }
+    try syncDirectory(directory.isEmpty ? "." : directory)
+  }
+
+  /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
+  public static func syncDirectory(_ path: String) throws {
+    let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "open directory", errno: errno) }
+    defer { close(fd) }
+    guard fsync(fd) == 0 else { throw KeyStoreError.io(path: path, operation: "fsync directory", errno: errno) }
+  }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs a command with a private, unlocked Secret Service: call it inside `dbus-run-session`.
+#
+#   dbus-run-session -- tools/with-secret-service.sh swift test
+#
+# gnome-keyring-daemon is started headless (no DISPLAY) with a throwaway XDG_RUNTIME_DIR and
+# XDG_DATA_HOME, and its login collection is created and unlocked with a throwaway password.
+# The password is exported as VAULT_TEST_KEYRING_PASSWORD so tests that lock the collection can
+# unlock it again (by replacing the daemon with the same password).
+set -euo pipefail
+
+if [ -z "${DBUS_SESSION_BUS_ADDRESS:-}" ]; then
+  echo "with-secret-service.sh: no D-Bus session; run it under dbus-run-session" >&2
+  exit 2
+fi
+
+scratch=$(mktemp -d /tmp/vault-keyring.XXXXXX)
+export XDG_RUNTIME_DIR="$scratch/runtime" XDG_DATA_HOME="$scratch/data"
+mkdir -p "$XDG_RUNTIME_DIR" "$XDG_DATA_HOME"
+chmod 700 "$XDG_RUNTIME_DIR"
+unset DISPLAY WAYLAND_DISPLAY
+password="test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+export VAULT_TEST_KEYRING_PASSWORD="$password"
+
+printf '%s' "$password" | gnome-keyring-daemon --daemonize --unlock --components=secrets >/dev/null
+# Wait until the daemon owns the bus name and the login collection is unlocked.
+for _ in $(seq 1 50); do
+  if gdbus introspect --session --dest org.freedesktop.secrets \
+    --object-path /org/freedesktop/secrets/collection/login --only-properties 2>/dev/null |
+    grep -q 'Locked = false'; then
+    ready=1
+    break
+  fi
+  sleep 0.1
+done
+if [ -z "${ready:-}" ]; then
+  echo "with-secret-service.sh: gnome-keyring did not come up unlocked" >&2
+  exit 2
+fi
+export VAULT_SECRET_SERVICE_READY=1
+
+status=0
+"$@" || status=$?
+pkill -u "$(id -u)" -f "gnome-keyring-daemon.*--components=secrets" 2>/dev/null || true
+rm -rf "$scratch"
+exit "$status"
