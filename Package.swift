@@ -28,10 +28,12 @@ let package = Package(
       name: "vault-bench", dependencies: ["Vault", "VaultCrypto"], path: "tools/bench/vault-bench",
       swiftSettings: strict),
 
+    // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
+    .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
     .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
-    .testTarget(name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto"], swiftSettings: strict),
-    .testTarget(name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto"], swiftSettings: strict),
-    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys"], swiftSettings: strict),
+    .testTarget(name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
+    .testTarget(name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
+    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], swiftSettings: strict),
   ],
   swiftLanguageModes: [.v6]
 )

@@ -229,7 +229,15 @@ public final class SecretServiceStore: KeyStore {
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
     defer { timer.cancel() }
     do {
-      return try body(cancellable.pointer)
+      do {
+        return try body(cancellable.pointer)
+      } catch KeyStoreError.noProvider, KeyStoreError.service {
+        // libsecret caches one Secret Service proxy, with its transfer session, per process. When
+        // the keyring daemon restarts, that session dies with it; drop the cache and try once more.
+        guard !cancellable.isCancelled else { throw KeyStoreError.timedOut(seconds: timeout, operation: operation) }
+        secret_service_disconnect()
+        return try body(cancellable.pointer)
+      }
     } catch let error as KeyStoreError {
       if cancellable.isCancelled, case .service = error {
         throw KeyStoreError.timedOut(seconds: timeout, operation: operation)

@@ -1,0 +1,57 @@
+import Foundation
+
+/// The private Secret Service that `tools/with-secret-service.sh` starts for the test run.
+public enum TestKeyring {
+  /// True inside the harness; tests that need a real Secret Service skip (with a reason) otherwise.
+  public static var isAvailable: Bool { ProcessInfo.processInfo.environment["VAULT_SECRET_SERVICE_READY"] == "1" }
+
+  /// Locks the login collection, as a screen lock or `secret-tool lock` would.
+  public static func lock() throws {
+    let result = try Spawn.run(
+      "/usr/bin/gdbus",
+      [
+        "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets",
+        "--method", "org.freedesktop.Secret.Service.Lock", "['/org/freedesktop/secrets/collection/login']",
+      ])
+    guard result.status == 0 else { throw TestKeyringError.command("gdbus Lock", result.error) }
+  }
+
+  /// Unlocks it again. There is no headless unlock prompt, so the daemon is replaced by one started
+  /// with the same password, as logging in to the desktop would.
+  public static func unlock() throws {
+    let password = ProcessInfo.processInfo.environment["VAULT_TEST_KEYRING_PASSWORD"] ?? ""
+    let result = try Spawn.run(
+      "/usr/bin/gnome-keyring-daemon", ["--replace", "--daemonize", "--unlock", "--components=secrets"],
+      input: Array(password.utf8))
+    guard result.status == 0 else { throw TestKeyringError.command("gnome-keyring-daemon --replace", result.error) }
+    try waitUntilUnlocked()
+  }
+
+  public static func waitUntilUnlocked() throws {
+    for _ in 0..<100 {
+      let probe = try Spawn.run(
+        "/usr/bin/gdbus",
+        [
+          "introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+          "/org/freedesktop/secrets/collection/login", "--only-properties",
+        ])
+      if probe.outputText.contains("Locked = false") { return }
+      Thread.sleep(forTimeInterval: 0.1)
+    }
+    throw TestKeyringError.command("waiting for the keyring", "still locked after 10 s")
+  }
+
+  /// Stops or resumes the keyring daemon (SIGSTOP makes a provider that never answers).
+  public static func signalDaemon(_ signal: String) throws {
+    try Spawn.run("/usr/bin/pkill", ["-\(signal)", "-u", String(geteuid()), "-f", "gnome-keyring-daemon"])
+  }
+}
+
+public enum TestKeyringError: Error, CustomStringConvertible {
+  case command(String, String)
+  public var description: String {
+    switch self {
+    case .command(let what, let detail): "\(what) failed: \(detail)"
+    }
+  }
+}
