@@ -51,6 +51,8 @@ extension Vault {
     let started = Date()
     return try withManifestLock {
       let previous = manifest.activeVersion
+      // Refuse before recording anything when the store cannot take a key (locked, no provider…).
+      try store.checkWritable()
       if !manifest.versions.contains(where: { $0.state == .pending }) {
         var next = manifest
         let version = (next.versions.map(\.version).max() ?? 0) + 1

@@ -42,6 +42,8 @@ public final class InMemoryKeyStore: KeyStore {
     return keys.withLock { $0.keys.filter { $0.keyring == keyring }.map(\.version).sorted() }
   }
 
+  public func checkWritable() throws { try failIfAsked() }
+
   private func failIfAsked() throws {
     if let error = failure.withLock({ $0 }) { throw error }
   }

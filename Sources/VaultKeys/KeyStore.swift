@@ -52,6 +52,9 @@ public protocol KeyStore: Sendable {
   func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool
   /// The versions whose material the store holds for `keyring`.
   func storedVersions(keyring: KeyringID) throws -> [UInt32]
+  /// Throws the reason a new key could not be stored right now (locked, no provider, bad
+  /// permissions), so a rotation can refuse before it records anything.
+  func checkWritable() throws
 }
 
 /// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.

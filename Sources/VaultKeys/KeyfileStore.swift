@@ -55,6 +55,17 @@ public final class KeyfileStore: KeyStore {
     try lock.withLock { _ in try readEntries(keyring: keyring).map { $0.keys.sorted() } ?? [] }
   }
 
+  public func checkWritable() throws {
+    try lock.withLock { _ in
+      // Reading applies the owner and mode checks; then the directory must accept a new file.
+      if let file = try SecureFile.read(path, requirePrivate: true) { _ = file }
+      let directory = (path as NSString).deletingLastPathComponent
+      if FileManager.default.fileExists(atPath: directory), access(directory, W_OK) != 0 {
+        throw KeyStoreError.io(path: directory, operation: "write to", errno: errno)
+      }
+    }
+  }
+
   /// Whether a keyfile exists at `path` at all (used to refuse `init` over someone's keys).
   public var exists: Bool {
     var info = stat()

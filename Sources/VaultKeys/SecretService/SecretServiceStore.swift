@@ -52,6 +52,10 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
+  public func checkWritable() throws {
+    if case .unavailable(let reason) = probe() { throw reason }
+  }
+
   public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
     try lock.withLock { _ in
       try withDeadline("load key") { cancellable in

@@ -1,0 +1,228 @@
+import Foundation
+import VaultCrypto
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import Vault
+
+final class VaultLifecycleTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  private func keyfileVault() throws -> (Vault, String) {
+    let keyfile = temporary.sub("keys/vault.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    return (vault, keyfile)
+  }
+
+  func testCreateWritesA0600ManifestWithOneActiveVersion() throws {
+    let (vault, keyfile) = try keyfileVault()
+    let manifest = try ManifestFile.load(home: vault.home)
+    XCTAssertEqual(manifest.activeVersion, 1)
+    XCTAssertEqual(manifest.versions.map(\.state), [.active])
+    XCTAssertEqual(manifest.store, StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    XCTAssertEqual(try mode(ManifestFile.path(home: vault.home)), 0o600)
+    XCTAssertEqual(try mode(vault.home), 0o700)
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1])
+  }
+
+  func testCreateOverAnExistingVaultChangesNothing() throws {
+    let (vault, keyfile) = try keyfileVault()
+    let manifestBefore = try Data(contentsOf: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
+    let keysBefore = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    XCTAssertThrowsError(
+      try Vault.create(home: vault.home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("other.keys")))
+    ) { XCTAssertEqual($0 as? VaultError, .alreadyExists(home: vault.home)) }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: ManifestFile.path(home: vault.home))), manifestBefore)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), keysBefore)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("other.keys")))
+  }
+
+  func testCreateRefusesAnExistingKeyfile() throws {
+    let (_, keyfile) = try keyfileVault()
+    let before = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    XCTAssertThrowsError(
+      try Vault.create(home: temporary.sub("second"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    ) { XCTAssertEqual($0 as? VaultError, .keyfileExists(path: keyfile)) }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), before)
+    XCTAssertFalse(ManifestFile.exists(home: temporary.sub("second")))
+  }
+
+  func testCreateRefusesAHomeWithOtherFiles() throws {
+    let home = temporary.sub("busy")
+    try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+    try Data("data".utf8).write(to: URL(fileURLWithPath: home + "/queue.sqlite"))
+    XCTAssertThrowsError(
+      try Vault.create(home: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("k.keys")))
+    ) { XCTAssertEqual($0 as? VaultError, .homeNotEmpty(home: home)) }
+  }
+
+  func testOpenWithCorruptManifestFailsAndMakesNoKey() throws {
+    let (vault, keyfile) = try keyfileVault()
+    try Data("{ not json".utf8).write(to: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
+    XCTAssertThrowsError(try Vault.open(home: vault.home)) {
+      guard case .corrupt? = $0 as? ManifestFile.Failure else { return XCTFail("\($0)") }
+    }
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1])
+  }
+
+  func testOpenWithMissingManifestWhileKeysExistSaysRestore() throws {
+    let (vault, keyfile) = try keyfileVault()
+    unlink(ManifestFile.path(home: vault.home))
+    XCTAssertThrowsError(try Vault.open(home: vault.home)) { error in
+      XCTAssertEqual(error as? ManifestFile.Failure, .missing(home: vault.home))
+      XCTAssertTrue(String(describing: error).contains("restore"))
+    }
+    // And init refuses to make a new vault over the old keyfile.
+    XCTAssertThrowsError(
+      try Vault.create(home: vault.home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    ) { XCTAssertEqual($0 as? VaultError, .keyfileExists(path: keyfile)) }
+  }
+
+  func testMissingKeyIsAnErrorNeverANewKey() throws {
+    let (vault, keyfile) = try keyfileVault()
+    let store = KeyfileStore(path: keyfile)
+    XCTAssertTrue(try store.deleteKey(keyring: vault.keyringID, version: 1))
+    XCTAssertThrowsError(try Vault.open(home: vault.home)) {
+      XCTAssertEqual($0 as? VaultError, .keyMissing(version: 1, store: .keyfile))
+    }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [], "no replacement key was generated")
+    XCTAssertEqual(try ManifestFile.load(home: vault.home).versions.map(\.state), [.active])
+  }
+
+  func testLockedStoreIsReportedAndNothingIsGenerated() throws {
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    store.failAll(with: .locked)
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? KeyStoreError, .locked)
+    }
+    XCTAssertThrowsError(try vault.rotate()) { XCTAssertEqual($0 as? KeyStoreError, .locked) }
+    store.failAll(with: nil)
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1])
+    let manifest = try ManifestFile.load(home: vault.home)
+    XCTAssertEqual(manifest.activeVersion, 1, "a refused rotation leaves version 1 active")
+    XCTAssertEqual(manifest.versions.map(\.state), [.active], "and records no pending version")
+  }
+
+  /// A rotation that stops after recording the pending version (the store failed mid-way) is
+  /// finished by the next open once the store answers again.
+  func testInterruptedRotationIsFinishedByTheNextOpen() throws {
+    let store = FlakyStore()
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    store.failStores = true
+    XCTAssertThrowsError(try vault.rotate())
+    XCTAssertEqual(try ManifestFile.load(home: vault.home).versions.map(\.state), [.active, .pending])
+    store.failStores = false
+    let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
+    XCTAssertEqual(reopened.manifest.activeVersion, 2)
+    XCTAssertEqual(reopened.manifest.versions.map(\.state), [.decryptOnly, .active])
+  }
+
+  /// A crash after the new key reached the store but before the manifest said "active": the next
+  /// open must use that stored key, not generate another one for the same version.
+  func testResumeUsesAKeyThatReachedTheStore() throws {
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    var manifest = vault.manifest
+    manifest.versions.append(KeyVersionRecord(version: 2, state: .pending, createdAt: "t"))
+    try ManifestFile.save(manifest, home: vault.home)
+    let stored = try SymmetricKey.generate()
+    try store.storeKey(stored, keyring: vault.keyringID, version: 2)
+
+    let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
+    XCTAssertEqual(reopened.manifest.activeVersion, 2)
+    XCTAssertEqual(try store.loadKey(keyring: vault.keyringID, version: 2), stored)
+    let envelope = try reopened.seal(Array("after resume".utf8), context: [9])
+    XCTAssertEqual(try Envelope.header(of: envelope).version, 2)
+  }
+
+  func testRotationKeepsOldEnvelopesReadable() throws {
+    let (vault, keyfile) = try keyfileVault()
+    var envelopes: [[UInt8]] = []
+    for round in 0..<4 {
+      envelopes.append(try vault.seal(Array("round \(round)".utf8), context: [UInt8(round)]))
+      let report = try vault.rotate()
+      XCTAssertEqual(report.previousVersion, UInt32(round + 1))
+      XCTAssertEqual(report.newVersion, UInt32(round + 2))
+      XCTAssertEqual(report.retired, [])
+    }
+    let reopened = try Vault.open(home: vault.home)
+    for (round, envelope) in envelopes.enumerated() {
+      XCTAssertEqual(try reopened.open(envelope, context: [UInt8(round)]), Array("round \(round)".utf8))
+    }
+    XCTAssertEqual(reopened.manifest.versions.map(\.state), [.decryptOnly, .decryptOnly, .decryptOnly, .decryptOnly, .active])
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1, 2, 3, 4, 5])
+  }
+
+  /// A vault opened before another process rotated still opens records sealed under the new key.
+  func testAStaleVaultPicksUpARotationFromElsewhere() throws {
+    let (vault, _) = try keyfileVault()
+    let other = try Vault.open(home: vault.home)
+    _ = try other.rotate()
+    let envelope = try other.seal(Array("new".utf8), context: [1])
+    XCTAssertEqual(try vault.open(envelope, context: [1]), Array("new".utf8))
+  }
+
+  func testSealingWhileRotatingLosesNothing() throws {
+    let (vault, _) = try keyfileVault()
+    let sealed = Sealed()
+    let failures = Counter()
+    DispatchQueue.concurrentPerform(iterations: 4) { worker in
+      if worker == 0 {
+        for _ in 0..<5 { if (try? vault.rotate()) == nil { failures.add() } }
+        return
+      }
+      for i in 0..<200 {
+        let plaintext = Array("w\(worker) r\(i)".utf8)
+        guard let envelope = try? vault.seal(plaintext, context: plaintext) else {
+          failures.add()
+          continue
+        }
+        sealed.add(plaintext, envelope)
+      }
+    }
+    XCTAssertEqual(failures.value, 0)
+    let reopened = try Vault.open(home: vault.home)
+    XCTAssertEqual(reopened.manifest.activeVersion, 6)
+    for (plaintext, envelope) in sealed.all {
+      XCTAssertEqual(try reopened.open(envelope, context: plaintext), plaintext)
+    }
+    XCTAssertEqual(sealed.all.count, 600)
+  }
+
+  private func mode(_ path: String) throws -> UInt32 {
+    var info = stat()
+    XCTAssertEqual(stat(path, &info), 0)
+    return UInt32(info.st_mode) & 0o7777
+  }
+}
+
+final class Sealed: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [([UInt8], [UInt8])] = []
+  func add(_ plaintext: [UInt8], _ envelope: [UInt8]) { lock.withLock { items.append((plaintext, envelope)) } }
+  var all: [([UInt8], [UInt8])] { lock.withLock { items } }
+}
+
+/// A store whose writes fail on demand, after its availability check has passed.
+final class FlakyStore: KeyStore, @unchecked Sendable {
+  let inner = InMemoryKeyStore()
+  var failStores = false
+  var kind: KeyStoreKind { .memory }
+  func checkWritable() throws {}
+  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    try inner.loadKey(keyring: keyring, version: version)
+  }
+  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    if failStores { throw KeyStoreError.io(path: "flaky", operation: "write", errno: EIO) }
+    try inner.storeKey(key, keyring: keyring, version: version)
+  }
+  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    try inner.deleteKey(keyring: keyring, version: version)
+  }
+  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+}
