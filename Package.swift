@@ -33,7 +33,7 @@ let package = Package(
     .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
     .testTarget(name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
     .testTarget(name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
-    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], swiftSettings: strict),
+    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"], swiftSettings: strict),
   ],
   swiftLanguageModes: [.v6]
 )

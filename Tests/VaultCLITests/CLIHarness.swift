@@ -1,0 +1,57 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import VaultCLI
+
+/// Runs the CLI in-process with captured streams.
+struct InProcessRun {
+  let status: Int32
+  let output: [UInt8]
+  let error: String
+  var outputText: String { String(decoding: output, as: UTF8.self) }
+}
+
+final class Capture: @unchecked Sendable {
+  var output: [UInt8] = []
+  var error = ""
+}
+
+func runInProcess(_ arguments: [String], input: [UInt8] = [], environment: [String: String] = [:]) -> InProcessRun {
+  let capture = Capture()
+  let terminal = Terminal(
+    environment: environment, readInput: { input }, writeOutput: { capture.output += $0 },
+    writeError: { capture.error += $0 })
+  let status = VaultCommandLine(terminal: terminal).run(arguments)
+  return InProcessRun(status: status, output: capture.output, error: capture.error)
+}
+
+/// The built `vault` binary (tools/test.sh sets VAULT_BINARY; otherwise the debug build).
+func vaultBinary() -> String {
+  if let path = ProcessInfo.processInfo.environment["VAULT_BINARY"] { return path }
+  return packageRoot() + "/.build/debug/vault"
+}
+
+func packageRoot(file: String = #filePath) -> String {
+  var url = URL(fileURLWithPath: file)
+  while url.path != "/" {
+    url.deleteLastPathComponent()
+    if FileManager.default.fileExists(atPath: url.path + "/Package.swift") { return url.path }
+  }
+  return FileManager.default.currentDirectoryPath
+}
+
+/// Runs the real binary as a separate process.
+@discardableResult
+func vault(
+  _ arguments: [String], input: [UInt8] = [], environment: [String: String]? = nil
+) throws -> Spawned {
+  try Spawn.run(vaultBinary(), arguments, input: input, environment: environment)
+}
+
+/// The current environment with changes (nil removes a variable).
+func environment(_ changes: [String: String?]) -> [String: String] {
+  var env = ProcessInfo.processInfo.environment
+  for (key, value) in changes { env[key] = value }
+  return env
+}

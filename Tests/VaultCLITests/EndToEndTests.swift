@@ -1,0 +1,200 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Runs the built `vault` binary against real files: a keyfile vault in a temporary home.
+final class EndToEndTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var keyfile: String { temporary.sub("keys/vault.keys") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+    XCTAssertEqual(created.status, 0, created.error)
+    XCTAssertTrue(created.outputText.contains("Keys: keyfile \(keyfile) (mode 0600)"), created.outputText)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private let secret = Array("Meet at the north gate at 06:40. Bring the ledger.".utf8)
+
+  func testSealOpenRotateOpenOldStatus() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "memo:1"], input: secret)
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertEqual(sealed.output.count, secret.count + 45)
+    XCTAssertNil(sealed.outputText.range(of: "north gate"), "the envelope hides the plaintext")
+
+    let opened = try vault(["--home", home, "open", "--context", "memo:1"], input: sealed.output)
+    XCTAssertEqual(opened.status, 0, opened.error)
+    XCTAssertEqual(opened.output, secret)
+
+    let rotated = try vault(["--home", home, "rotate", "--json"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    let report = try JSONSerialization.jsonObject(with: Data(rotated.output)) as! [String: Any]
+    XCTAssertEqual(report["previous_version"] as? Int, 1)
+    XCTAssertEqual(report["new_version"] as? Int, 2)
+    XCTAssertEqual(report["kept_versions"] as? [Int], [1])
+    XCTAssertEqual(report["retired"] as? [Int], [])
+
+    let old = try vault(["--home", home, "open", "--context", "memo:1"], input: sealed.output)
+    XCTAssertEqual(old.output, secret, "an envelope sealed before rotation still opens")
+    let fresh = try vault(["--home", home, "seal", "--context", "memo:2"], input: secret)
+    XCTAssertEqual(Array(fresh.output[13..<17]), [0, 0, 0, 2], "new seals use version 2")
+
+    let status = try vault(["--home", home, "status", "--json"])
+    XCTAssertEqual(status.status, 0, status.error)
+    let json = try JSONSerialization.jsonObject(with: Data(status.output)) as! [String: Any]
+    XCTAssertEqual((json["vault_id"] as? String)?.count, 16)
+    XCTAssertEqual(json["store"] as? String, "keyfile")
+    XCTAssertEqual(json["active_version"] as? Int, 2)
+    let versions = json["versions"] as! [[String: Any]]
+    XCTAssertEqual(versions.map { $0["version"] as? Int }, [1, 2])
+    XCTAssertEqual(versions.map { $0["state"] as? String }, ["decrypt-only", "active"])
+    XCTAssertEqual(versions.map { $0["records"] as? Int }, [0, 0])
+    XCTAssertTrue(versions.allSatisfy { ($0["created_at"] as? String)?.hasSuffix("Z") == true })
+    let keyfileInfo = json["keyfile"] as! [String: Any]
+    XCTAssertEqual(keyfileInfo["path"] as? String, keyfile)
+    XCTAssertEqual(keyfileInfo["mode"] as? String, "0600")
+
+    let human = try vault(["--home", home, "status"])
+    XCTAssertTrue(human.outputText.contains("active:   version 2"), human.outputText)
+  }
+
+  func testVaultHomeEnvironmentStandsForHome() throws {
+    let sealed = try vault(["seal", "--context", "c"], input: secret, environment: environment(["VAULT_HOME": home]))
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    let opened = try vault(["--home", home, "open", "--context", "c"], input: sealed.output)
+    XCTAssertEqual(opened.output, secret)
+  }
+
+  func testBadInputToOpenGetsDistinctErrorsAndNoOutput() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "memo:1"], input: secret).output
+    var tampered = sealed
+    tampered[40] ^= 0x01
+    let other = TemporaryDirectory()
+    try vault(["--home", other.sub("h"), "init", "--store", "keyfile", "--keyfile", other.sub("k/k.keys")])
+    let foreign = try vault(["--home", other.sub("h"), "seal", "--context", "memo:1"], input: secret).output
+
+    let cases: [(String, [UInt8], String, Int32)] = [
+      ("empty", [], "standard input is empty", 2),
+      ("random", (0..<200).map { UInt8(truncatingIfNeeded: $0 &* 151 &+ 3) }, "not a vault envelope", 1),
+      ("plain text", secret, "not a vault envelope", 1),
+      ("truncated", Array(sealed.prefix(30)), "truncated", 1),
+      ("tampered", tampered, "authentication failed", 1),
+      ("another vault", foreign, "belongs to vault", 1),
+    ]
+    for (name, input, message, code) in cases {
+      let run = try vault(["--home", home, "open", "--context", "memo:1"], input: input)
+      XCTAssertEqual(run.status, code, name)
+      XCTAssertTrue(run.error.hasPrefix("Error: "), name)
+      XCTAssertTrue(run.error.contains(message), "\(name): \(run.error)")
+      XCTAssertTrue(run.output.isEmpty, "\(name): nothing on stdout")
+      XCTAssertNil(run.error.range(of: "north gate"), "\(name): no plaintext in errors")
+    }
+    let wrongContext = try vault(["--home", home, "open", "--context", "memo:2"], input: sealed)
+    XCTAssertEqual(wrongContext.status, 1)
+    XCTAssertTrue(wrongContext.error.contains("authentication failed"))
+    XCTAssertTrue(wrongContext.output.isEmpty)
+  }
+
+  func testInitOverAnExistingVaultRefusesAndChangesNothing() throws {
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    for store in ["keyfile", "auto", "secret-service"] {
+      let run = try vault(["--home", home, "init", "--store", store])
+      XCTAssertEqual(run.status, 1, store)
+      XCTAssertTrue(run.error.contains("a vault already exists"), run.error)
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), keys)
+  }
+
+  func testKeyfileReadableByOthersIsRefusedWithTheFix() throws {
+    chmod(keyfile, 0o644)
+    let run = try vault(["--home", home, "seal", "--context", "c"], input: secret)
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(run.error.contains("mode 0644"), run.error)
+    XCTAssertTrue(run.error.contains("chmod 600 \(keyfile)"), run.error)
+    XCTAssertTrue(run.output.isEmpty)
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertEqual(doctor.status, 1)
+    XCTAssertTrue(doctor.outputText.contains("chmod 600 \(keyfile)"), doctor.outputText)
+    chmod(keyfile, 0o600)
+    XCTAssertEqual(try vault(["--home", home, "doctor"]).status, 0)
+  }
+
+  func testKeyfileOwnedByAnotherUserIsRefused() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    XCTAssertEqual(chown(keyfile, 4242, 4242), 0)
+    let run = try vault(["--home", home, "seal", "--context", "c"], input: secret)
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(run.error.contains("owned by uid 4242"), run.error)
+    XCTAssertTrue(run.error.contains("chown 0 \(keyfile)"), run.error)
+  }
+
+  func testCorruptManifestFailsWithoutTouchingKeys() throws {
+    let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    try Data("{\"format\":1,".utf8).write(to: URL(fileURLWithPath: home + "/manifest.json"))
+    for command in [["status"], ["rotate"], ["seal", "--context", "c"]] {
+      let run = try vault(["--home", home] + command, input: secret)
+      XCTAssertEqual(run.status, 1, "\(command)")
+      XCTAssertTrue(run.error.contains("is corrupt"), run.error)
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), keys)
+  }
+
+  func testMissingManifestWhileTheKeyfileExistsRefusesInit() throws {
+    unlink(home + "/manifest.json")
+    let status = try vault(["--home", home, "status"])
+    XCTAssertEqual(status.status, 2)
+    XCTAssertTrue(status.error.contains("restore manifest.json"), status.error)
+    let reinit = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+    XCTAssertEqual(reinit.status, 1)
+    XCTAssertTrue(reinit.error.contains("a keyfile already exists"), reinit.error)
+  }
+
+  func testDeletedKeyIsReportedNeverRegenerated() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    unlink(keyfile)
+    let run = try vault(["--home", home, "open", "--context", "c"], input: sealed)
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(run.error.contains("key version 1 is missing"), run.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: keyfile), "no new keyfile was made")
+    try keys.write(to: URL(fileURLWithPath: keyfile))
+    chmod(keyfile, 0o600)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
+  /// Two operators rotating at once: the manifest lock serialises them, so versions 2 and 3 each
+  /// get exactly one key and everything sealed before still opens.
+  func testConcurrentRotationsFromTwoProcessesDoNotCollide() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let first = try Spawn.start(vaultBinary(), ["--home", home, "rotate", "--json"])
+    let second = try Spawn.start(vaultBinary(), ["--home", home, "rotate", "--json"])
+    let results = [first.finish(), second.finish()]
+    XCTAssertEqual(results.map(\.status), [0, 0], results.map(\.error).joined())
+    let newVersions = results.compactMap {
+      (try? JSONSerialization.jsonObject(with: Data($0.output)) as? [String: Any])?["new_version"] as? Int
+    }
+    XCTAssertEqual(Set(newVersions), [2, 3])
+    let status = try JSONSerialization.jsonObject(
+      with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    XCTAssertEqual(status["active_version"] as? Int, 3)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
+  func testNothingSecretIsPrinted() throws {
+    let runs = [
+      try vault(["--home", home, "status"]), try vault(["--home", home, "status", "--json"]),
+      try vault(["--home", home, "doctor"]), try vault(["--home", home, "rotate"]),
+    ]
+    let keyBytes = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    let keyHex = keyBytes[16..<48].map { String(format: "%02x", $0) }.joined()
+    for run in runs {
+      XCTAssertFalse(run.outputText.contains(keyHex))
+      XCTAssertFalse(run.error.contains(keyHex))
+    }
+  }
+}

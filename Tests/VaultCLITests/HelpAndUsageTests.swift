@@ -1,0 +1,70 @@
+import Foundation
+import XCTest
+
+@testable import VaultCLI
+
+/// Pins help and usage-error text against the files in Golden/, and the exit codes.
+final class HelpAndUsageTests: XCTestCase {
+  private func golden(_ name: String) throws -> String {
+    try String(contentsOfFile: packageRoot() + "/Tests/VaultCLITests/Golden/\(name).txt", encoding: .utf8)
+  }
+
+  func testRootHelpMatchesGoldenAndEveryWayOfAskingAgrees() throws {
+    let expected = try golden("help")
+    for arguments in [["--help"], ["-h"], ["help"]] {
+      let run = runInProcess(arguments)
+      XCTAssertEqual(run.status, 0, "\(arguments)")
+      XCTAssertEqual(run.outputText, expected, "\(arguments)")
+      XCTAssertEqual(run.error, "")
+    }
+  }
+
+  func testSubcommandHelpMatchesGolden() throws {
+    for command in ["init", "status", "seal", "open", "rotate", "doctor"] {
+      let expected = try golden("help-\(command)")
+      XCTAssertEqual(runInProcess(["help", command]).outputText, expected, command)
+      XCTAssertEqual(runInProcess([command, "--help"]).outputText, expected, command)
+      XCTAssertEqual(runInProcess([command, "-h"]).status, 0)
+    }
+  }
+
+  func testVersionGoesToStdout() {
+    let run = runInProcess(["--version"])
+    XCTAssertEqual(run.status, 0)
+    XCTAssertEqual(run.outputText, "vault 0.1.0\n")
+  }
+
+  func testNoArgumentsIsAUsageErrorWithHelp() {
+    let run = runInProcess([])
+    XCTAssertEqual(run.status, 64)
+    XCTAssertTrue(run.outputText.hasPrefix("OVERVIEW:"))
+  }
+
+  func testUsageErrorsExit64WithUsageAndHint() throws {
+    let cases: [([String], String)] = [
+      (["frobnicate"], "Error: unknown subcommand 'frobnicate'\nUsage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"),
+      (["seal"], "Error: missing '--context CTX'\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"),
+      (["open", "--context"], "Error: missing value for '--context'\nUsage: vault [--home DIR] open --context CTX < envelope > plaintext\n  See 'vault help open'.\n"),
+      (["seal", "--context", ""], "Error: --context must not be empty: it binds the record to its place\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"),
+      (["status", "--yaml"], "Error: unknown option '--yaml'\nUsage: vault [--home DIR] status [--json]\n  See 'vault help status'.\n"),
+      (["init", "--store", "cloud"], "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"),
+      (["rotate", "extra"], "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--json]\n  See 'vault help rotate'.\n"),
+    ]
+    for (arguments, expected) in cases {
+      let run = runInProcess(["--home", "/nonexistent/vault-home"] + arguments)
+      XCTAssertEqual(run.status, 64, "\(arguments)")
+      XCTAssertEqual(run.error, expected, "\(arguments)")
+      XCTAssertTrue(run.output.isEmpty)
+    }
+  }
+
+  func testHomeComesFromFlagThenEnvironmentThenXDG() {
+    let missing = runInProcess(["status"], environment: ["VAULT_HOME": "/nonexistent/a"])
+    XCTAssertEqual(missing.status, 2)
+    XCTAssertTrue(missing.error.contains("/nonexistent/a"), missing.error)
+    let flag = runInProcess(["--home", "/nonexistent/b", "status"], environment: ["VAULT_HOME": "/nonexistent/a"])
+    XCTAssertTrue(flag.error.contains("/nonexistent/b"), flag.error)
+    let xdg = runInProcess(["status"], environment: ["XDG_DATA_HOME": "/nonexistent/data"])
+    XCTAssertTrue(xdg.error.contains("/nonexistent/data/vault"), xdg.error)
+  }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// The CLI against the real Secret Service of the test harness, and against buses where it is
+/// missing, has no provider, or hangs.
+final class SecretServiceCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  private let secret = Array("the launch code is not here".utf8)
+
+  private func requireKeyring() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+  }
+
+  func testInitSealRotateOpenWithTheSecretService() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    let created = try vault(["--home", home, "init", "--store", "secret-service"])
+    XCTAssertEqual(created.status, 0, created.error)
+    XCTAssertTrue(created.outputText.contains("Keys: Secret Service"), created.outputText)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret)
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed.output).output, secret)
+    let status = try JSONSerialization.jsonObject(
+      with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    XCTAssertEqual(status["store"] as? String, "secret-service")
+    XCTAssertNil(status["keyfile"])
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keys"), "no key material in the home")
+  }
+
+  func testAutoChoosesTheUnlockedSecretServiceAndSaysSo() throws {
+    try requireKeyring()
+    let run = try vault(["--home", temporary.sub("home"), "init"])
+    XCTAssertEqual(run.status, 0, run.error)
+    XCTAssertTrue(run.error.contains("the Secret Service is available and unlocked"), run.error)
+  }
+
+  func testLockedKeyringIsReportedAndNoKeyIsMade() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    try TestKeyring.lock()
+    defer { XCTAssertNoThrow(try TestKeyring.unlock()) }
+
+    let open = try vault(["--home", home, "open", "--context", "c"], input: sealed)
+    XCTAssertEqual(open.status, 1)
+    XCTAssertTrue(open.error.contains("collection is locked"), open.error)
+    XCTAssertTrue(open.output.isEmpty)
+    let rotate = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotate.status, 1)
+    XCTAssertTrue(rotate.error.contains("locked"), rotate.error)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "rotation refused cleanly")
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertEqual(doctor.status, 1)
+    XCTAssertTrue(doctor.outputText.contains("locked"), doctor.outputText)
+    let auto = try vault(["--home", temporary.sub("other"), "init", "--keyfile", temporary.sub("k/k.keys")])
+    XCTAssertEqual(auto.status, 0, auto.error)
+    XCTAssertTrue(auto.error.contains("locked"), "auto says why it fell back: \(auto.error)")
+
+    try TestKeyring.unlock()
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
+  func testHungProviderTimesOutInsteadOfBlocking() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    try TestKeyring.signalDaemon("STOP")
+    defer { XCTAssertNoThrow(try TestKeyring.signalDaemon("CONT")) }
+    let started = Date()
+    let run = try vault(
+      ["--home", home, "open", "--context", "c"], input: sealed,
+      environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "1"]))
+    let elapsed = Date().timeIntervalSince(started)
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(run.error.contains("did not answer within 1 s"), run.error)
+    XCTAssertLessThan(elapsed, 15, "bounded by the timeout, not D-Bus's 25–50 s default")
+    try TestKeyring.signalDaemon("CONT")
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
+  func testNoSessionBusIsExplained() throws {
+    let runtime = temporary.sub("runtime")
+    try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
+    let env = environment([
+      "DBUS_SESSION_BUS_ADDRESS": nil, "DISPLAY": nil, "XDG_RUNTIME_DIR": runtime,
+    ])
+    let forced = try vault(["--home", temporary.sub("a"), "init", "--store", "secret-service"], environment: env)
+    XCTAssertEqual(forced.status, 1)
+    XCTAssertTrue(forced.error.contains("no D-Bus session bus"), forced.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("a") + "/manifest.json"))
+
+    let auto = try vault(["--home", temporary.sub("b"), "init", "--keyfile", temporary.sub("k/b.keys")], environment: env)
+    XCTAssertEqual(auto.status, 0, auto.error)
+    XCTAssertTrue(auto.error.contains("no D-Bus session bus"), auto.error)
+    XCTAssertTrue(auto.outputText.contains("Keys: keyfile"), auto.outputText)
+
+    let doctor = try vault(["--home", temporary.sub("b"), "doctor"], environment: env)
+    XCTAssertEqual(doctor.status, 0)
+    XCTAssertTrue(doctor.outputText.contains("session bus:     not available"), doctor.outputText)
+  }
+
+  func testBusWithoutAProviderIsExplained() throws {
+    let bus = try PrivateBus(directory: temporary.path)
+    defer { bus.stop() }
+    let env = environment(["DBUS_SESSION_BUS_ADDRESS": bus.address, "DISPLAY": nil])
+    let forced = try vault(["--home", temporary.sub("a"), "init", "--store", "secret-service"], environment: env)
+    XCTAssertEqual(forced.status, 1)
+    XCTAssertTrue(forced.error.contains("no Secret Service provider"), forced.error)
+    let doctor = try vault(["--home", temporary.sub("a"), "doctor"], environment: env)
+    XCTAssertTrue(doctor.outputText.contains("session bus:     ok"), doctor.outputText)
+    XCTAssertTrue(doctor.outputText.contains("no Secret Service provider"), doctor.outputText)
+  }
+}
+
+/// A D-Bus session bus with no activatable services, so nothing provides org.freedesktop.secrets.
+final class PrivateBus {
+  let address: String
+  private let child: Child
+
+  init(directory: String) throws {
+    let socket = directory + "/bus"
+    let config = directory + "/bus.conf"
+    try """
+      <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+       "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+      <busconfig>
+        <type>session</type>
+        <listen>unix:path=\(socket)</listen>
+        <auth>EXTERNAL</auth>
+        <policy context="default">
+          <allow send_destination="*" eavesdrop="true"/>
+          <allow eavesdrop="true"/>
+          <allow own="*"/>
+        </policy>
+      </busconfig>
+      """.write(toFile: config, atomically: true, encoding: .utf8)
+    child = try Spawn.start("/usr/bin/dbus-daemon", ["--config-file=\(config)", "--nofork"])
+    address = "unix:path=\(socket)"
+    for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { Thread.sleep(forTimeInterval: 0.05) }
+  }
+
+  func stop() {
+    child.kill(SIGTERM)
+    _ = child.finish()
+  }
+}

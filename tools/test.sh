@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing, builds everything with warnings as errors,
+# and runs every test with a real Secret Service (gnome-keyring on a private D-Bus session).
+#
+#   tools/test.sh            all tests
+#   tools/test.sh FILTER     only tests matching FILTER (swift test --filter)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+tools/setup.sh
+if [ -x .build/pyvenv/bin/python3 ]; then export PATH="$root/.build/pyvenv/bin:$PATH"; fi
+
+# Warnings are errors for every target (Package.swift), so this build is the warnings gate.
+# (SwiftPM's note about libsecret's -pthread pkg-config flag is not a compiler warning.)
+log=$(mktemp)
+status=0
+swift build --build-tests >"$log" 2>&1 || status=$?
+grep -v "prohibited flag(s): -pthread" "$log" || true
+rm -f "$log"
+[ "$status" -eq 0 ] || { echo "test.sh: build failed" >&2; exit "$status"; }
+
+export VAULT_REQUIRE_INTEROP=1
+export VAULT_BINARY="$root/.build/debug/vault"
+filter=()
+[ $# -gt 0 ] && filter=(--filter "$1")
+# Tests share one private keyring and lock/replace it in places, so they run serially.
+exec dbus-run-session -- "$root/tools/with-secret-service.sh" swift test --skip-build "${filter[@]}"
