@@ -25,4 +25,21 @@ export VAULT_BINARY="$root/.build/debug/vault"
 filter=()
 [ $# -gt 0 ] && filter=(--filter "$1")
 # Tests share one private keyring and lock/replace it in places, so they run serially.
-exec dbus-run-session -- "$root/tools/with-secret-service.sh" swift test --skip-build "${filter[@]}"
+# All tests are XCTest; Swift Testing is switched off so its empty run is not the closing line.
+log=$(mktemp)
+status=0
+dbus-run-session -- "$root/tools/with-secret-service.sh" \
+  swift test --skip-build --disable-swift-testing "${filter[@]}" 2>&1 | tee "$log" || status=$?
+# XCTest's last "Executed N tests, with K tests skipped and F failures" line is the whole run.
+summary=$(grep -E '^[[:space:]]*Executed [0-9]+ tests?' "$log" | tail -1)
+rm -f "$log"
+executed=$(echo "$summary" | sed -nE 's/.*Executed ([0-9]+) tests?.*/\1/p')
+skipped=$(echo "$summary" | sed -nE 's/.* ([0-9]+) tests? skipped.*/\1/p')
+failed=$(echo "$summary" | sed -nE 's/.* ([0-9]+) failures?.*/\1/p')
+executed=${executed:-0} skipped=${skipped:-0} failed=${failed:-0}
+if [ "$executed" -eq 0 ] && [ "$status" -eq 0 ]; then
+  echo "test.sh: no test ran" >&2
+  status=1
+fi
+echo "tests: $((executed - skipped - failed)) passed, $failed failed, $skipped skipped"
+exit "$status"

@@ -14,6 +14,7 @@ public final class Vault: Sendable {
   public let keyringID: KeyringID
   let store: any KeyStore
   let clock: @Sendable () -> Date
+  private let nonces = NonceSource()
   private let state: Mutex<State>
 
   struct State {
@@ -117,7 +118,7 @@ public final class Vault: Sendable {
       UnsafeMutableRawBufferPointer(rebasing: out[5..<13]).copyBytes(from: keyringID.bytes)
       for i in 0..<4 { out[13 + i] = UInt8(truncatingIfNeeded: version >> (24 - 8 * UInt32(i))) }
       let nonce = UnsafeMutableRawBufferPointer(rebasing: out[17..<Envelope.headerCount])
-      try SecureRandom.fill(nonce)
+      try nonces.next(into: nonce)
       try key.seal(
         plaintext, nonce: UnsafeRawBufferPointer(nonce),
         authenticating: UnsafeRawBufferPointer(rebasing: out[0..<Envelope.authenticatedHeaderCount]), context,

@@ -1,4 +1,6 @@
 import COpenSSL
+import Glibc
+import Synchronization
 
 /// Cryptographically secure random bytes from OpenSSL's DRBG (seeded by the kernel).
 public enum SecureRandom {
@@ -17,5 +19,46 @@ public enum SecureRandom {
     var out = [UInt8](repeating: 0, count: count)
     try out.withUnsafeMutableBytes { (buffer) in try fill(buffer) }
     return out
+  }
+}
+
+/// Random 96-bit GCM nonces, drawn from OpenSSL's DRBG in 4 KiB blocks.
+///
+/// One `RAND_bytes` call costs about as much as sealing a 1 KiB record, so nonces are fetched in
+/// bulk and handed out once each. The block is discarded when the process id changes, so a forked
+/// child never reuses its parent's nonces. Thread-safe.
+public final class NonceSource: Sendable {
+  public static let nonceByteCount = 12
+  private static let blockByteCount = 4092  // 341 nonces
+
+  private struct Block {
+    var bytes = [UInt8](repeating: 0, count: NonceSource.blockByteCount)
+    var offset = NonceSource.blockByteCount
+    var owner: pid_t = 0
+  }
+
+  private let block = Mutex(Block())
+
+  public init() {}
+
+  /// Writes a fresh random nonce into `nonce` (exactly 12 bytes).
+  public func next(into nonce: UnsafeMutableRawBufferPointer) throws {
+    guard nonce.count == Self.nonceByteCount else {
+      throw CryptoError.invalidLength(what: "nonce", expected: Self.nonceByteCount, actual: nonce.count)
+    }
+    try block.withLock { block in
+      let pid = getpid()
+      if block.offset + Self.nonceByteCount > block.bytes.count || block.owner != pid {
+        try block.bytes.withUnsafeMutableBytes { try SecureRandom.fill($0) }
+        block.offset = 0
+        block.owner = pid
+      }
+      block.bytes.withUnsafeBytes { bytes in
+        nonce.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[block.offset..<(block.offset + Self.nonceByteCount)]))
+      }
+      // Each nonce is handed out once: overwrite it in the block as it leaves.
+      for i in block.offset..<(block.offset + Self.nonceByteCount) { block.bytes[i] = 0 }
+      block.offset += Self.nonceByteCount
+    }
   }
 }

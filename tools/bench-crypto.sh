@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Seal/open throughput of vault envelopes against OpenSSL's own AES-256-GCM speed, side by side in
+# one run on this machine (absolute numbers are noisy here; the ratios are what to compare).
+#
+#   tools/bench-crypto.sh [SECONDS]      (default 2 seconds per measurement)
+#
+# Targets (issue 2): seal and open ≥ 0.8× OpenSSL at 16 KiB and ≥ 0.5× at 1 KiB.
+# OpenSSL's figure is raw EVP encryption of a buffer; vault's includes the random nonce, the
+# 29-byte header, the output allocation and the tag.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+seconds=${1:-2}
+sizes=(64 1024 16384)
+
+tools/setup.sh
+swift build -c release --product vault-bench 2>&1 | grep -v "prohibited flag" | tail -1
+bench="$(swift build -c release --show-bin-path)/vault-bench"
+
+declare -A openssl_rate
+for size in "${sizes[@]}"; do
+  # `openssl speed` reports thousands of bytes per second, e.g. "aes-256-gcm  1712345.67k".
+  line=$(openssl speed -evp aes-256-gcm -bytes "$size" -seconds "$seconds" 2>/dev/null | grep -E '^(aes-256-gcm|AES-256-GCM)' | tail -1)
+  k=$(echo "$line" | awk '{print $NF}' | tr -d 'k')
+  openssl_rate[$size]=$(awk -v k="$k" 'BEGIN { printf "%.0f", k * 1000 }')
+done
+
+declare -A vault_rate
+while read -r op size rate; do
+  vault_rate[$op-$size]=$rate
+done < <("$bench" "$seconds" "${sizes[@]}")
+
+printf '%-6s %8s %14s %14s %14s %8s %8s\n' size "" "openssl MB/s" "seal MB/s" "open MB/s" "seal/x" "open/x"
+for size in "${sizes[@]}"; do
+  awk -v s="$size" -v o="${openssl_rate[$size]}" -v se="${vault_rate[seal-$size]}" -v op="${vault_rate[open-$size]}" \
+    'BEGIN { printf "%-6s %8s %14.1f %14.1f %14.1f %8.2f %8.2f\n", s, "bytes", o/1e6, se/1e6, op/1e6, se/o, op/o }'
+done
