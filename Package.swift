@@ -31,9 +31,14 @@ let package = Package(
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
     .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
-    .testTarget(name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
-    .testTarget(name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
-    .testTarget(name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"], swiftSettings: strict),
+    .testTarget(
+      name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
+    .testTarget(
+      name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict
+    ),
+    .testTarget(
+      name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],
+      swiftSettings: strict),
   ],
   swiftLanguageModes: [.v6]
 )

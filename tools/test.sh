@@ -20,6 +20,12 @@ grep -v "prohibited flag(s): -pthread" "$log" || true
 rm -f "$log"
 [ "$status" -eq 0 ] || { echo "test.sh: build failed" >&2; exit "$status"; }
 
+# Formatting is part of the build: the repository's .swift-format, strictly.
+if ! swift format lint --strict -r Sources Tests Package.swift tools/bench; then
+  echo "test.sh: swift format lint failed; run: swift format format --in-place -r Sources Tests Package.swift tools/bench" >&2
+  exit 1
+fi
+
 export VAULT_REQUIRE_INTEROP=1
 export VAULT_BINARY="$root/.build/debug/vault"
 filter=()

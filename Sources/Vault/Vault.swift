@@ -58,7 +58,8 @@ public final class Vault: Sendable {
     var descriptor = descriptor
     if descriptor.kind == .keyfile {
       let path = absolutePath(
-        descriptor.keyfile ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
+        descriptor.keyfile
+          ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
       descriptor.keyfile = path
       if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
     }
@@ -247,7 +248,9 @@ public final class Vault: Sendable {
     do {
       try probe.withUnsafeBytes { p in
         try nonce.withUnsafeBytes { n in
-          try sealed.withUnsafeMutableBytes { try key.seal(p, nonce: n, authenticating: .init(start: nil, count: 0), into: $0) }
+          try sealed.withUnsafeMutableBytes {
+            try key.seal(p, nonce: n, authenticating: .init(start: nil, count: 0), into: $0)
+          }
           try sealed.withUnsafeBytes { s in
             try opened.withUnsafeMutableBytes {
               try key.open(s, nonce: n, authenticating: .init(start: nil, count: 0), into: $0)

@@ -32,8 +32,9 @@ extension VaultCommandLine {
       let (message, _) = Self.describe(error)
       terminal.print("  manifest:        \(message)")
       if case ManifestFile.Failure.missing = error {
-        terminal.print("Result: no vault here yet; `vault init` would use "
-          + (secretService == .available ? "the Secret Service." : "a keyfile."))
+        terminal.print(
+          "Result: no vault here yet; `vault init` would use "
+            + (secretService == .available ? "the Secret Service." : "a keyfile."))
         return ExitCode.success.rawValue
       }
       terminal.print("Result: the manifest cannot be read; see above.")
@@ -47,7 +48,8 @@ extension VaultCommandLine {
       do {
         let versions = try store.storedVersions(keyring: manifest.keyringID!)
         let mode = store.mode.map { "0" + String($0, radix: 8) } ?? "missing"
-        terminal.print("  keyfile:         ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
+        terminal.print(
+          "  keyfile:         ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
       } catch {
         healthy = false
         terminal.print("  keyfile:         \(Self.describe(error).0)")
@@ -71,7 +73,8 @@ extension VaultCommandLine {
     } else {
       terminal.print("  active key:      not readable while its store is unusable")
     }
-    terminal.print(healthy ? "Result: the vault's key store works." : "Result: the vault's keys cannot be read; fix the item above.")
+    terminal.print(
+      healthy ? "Result: the vault's key store works." : "Result: the vault's keys cannot be read; fix the item above.")
     return (healthy ? ExitCode.success : ExitCode.failure).rawValue
   }
 }

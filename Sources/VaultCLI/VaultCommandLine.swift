@@ -98,7 +98,8 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
-    case let failure as CustomStringConvertible where failure is EnvelopeError || failure is KeyStoreError
+    case let failure as CustomStringConvertible
+    where failure is EnvelopeError || failure is KeyStoreError
       || failure is VaultError || failure is CryptoError:
       return (failure.description, .failure)
     default:

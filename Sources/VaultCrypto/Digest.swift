@@ -29,7 +29,9 @@ public enum HKDF {
     guard length > 0, length <= 255 * SHA256.byteCount else {
       throw CryptoError.invalidLength(what: "HKDF output", expected: 32, actual: length)
     }
-    guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else { throw CryptoError.library(call: "EVP_PKEY_CTX_new_id") }
+    guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else {
+      throw CryptoError.library(call: "EVP_PKEY_CTX_new_id")
+    }
     defer { EVP_PKEY_CTX_free(ctx) }
     try check(EVP_PKEY_derive_init(ctx), "EVP_PKEY_derive_init")
     try check(EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()), "EVP_PKEY_CTX_set_hkdf_md")

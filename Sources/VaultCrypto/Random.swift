@@ -54,7 +54,8 @@ public final class NonceSource: Sendable {
         block.owner = pid
       }
       block.bytes.withUnsafeBytes { bytes in
-        nonce.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[block.offset..<(block.offset + Self.nonceByteCount)]))
+        nonce.copyMemory(
+          from: UnsafeRawBufferPointer(rebasing: bytes[block.offset..<(block.offset + Self.nonceByteCount)]))
       }
       // Each nonce is handed out once: overwrite it in the block as it leaves.
       for i in block.offset..<(block.offset + Self.nonceByteCount) { block.bytes[i] = 0 }

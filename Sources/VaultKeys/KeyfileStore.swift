@@ -23,7 +23,8 @@ public final class KeyfileStore: KeyStore {
   /// The default place for a vault's keyfile: outside its data directory, under the user's
   /// configuration directory (`$XDG_CONFIG_HOME/vault-keys/<vault id>.keys`).
   public static func defaultPath(keyring: KeyringID, environment: [String: String]) -> String {
-    let config = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+    let config =
+      environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
       ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.config")
     return config + "/vault-keys/\(keyring.hex).keys"
   }

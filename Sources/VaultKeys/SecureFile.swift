@@ -12,7 +12,9 @@ public enum SecureFile {
   public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
     var info = stat()
     if stat(path, &info) == 0 {
-      guard info.st_mode & S_IFMT == S_IFDIR else { throw KeyStoreError.io(path: path, operation: "mkdir", errno: ENOTDIR) }
+      guard info.st_mode & S_IFMT == S_IFDIR else {
+        throw KeyStoreError.io(path: path, operation: "mkdir", errno: ENOTDIR)
+      }
       return
     }
     let parent = (path as NSString).deletingLastPathComponent

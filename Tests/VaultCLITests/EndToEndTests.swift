@@ -179,8 +179,9 @@ final class EndToEndTests: XCTestCase {
       (try? JSONSerialization.jsonObject(with: Data($0.output)) as? [String: Any])?["new_version"] as? Int
     }
     XCTAssertEqual(Set(newVersions), [2, 3])
-    let status = try JSONSerialization.jsonObject(
-      with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
     XCTAssertEqual(status["active_version"] as? Int, 3)
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }

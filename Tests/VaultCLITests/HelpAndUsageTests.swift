@@ -42,13 +42,34 @@ final class HelpAndUsageTests: XCTestCase {
 
   func testUsageErrorsExit64WithUsageAndHint() throws {
     let cases: [([String], String)] = [
-      (["frobnicate"], "Error: unknown subcommand 'frobnicate'\nUsage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"),
-      (["seal"], "Error: missing '--context CTX'\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"),
-      (["open", "--context"], "Error: missing value for '--context'\nUsage: vault [--home DIR] open --context CTX < envelope > plaintext\n  See 'vault help open'.\n"),
-      (["seal", "--context", ""], "Error: --context must not be empty: it binds the record to its place\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"),
-      (["status", "--yaml"], "Error: unknown option '--yaml'\nUsage: vault [--home DIR] status [--json]\n  See 'vault help status'.\n"),
-      (["init", "--store", "cloud"], "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"),
-      (["rotate", "extra"], "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--json]\n  See 'vault help rotate'.\n"),
+      (
+        ["frobnicate"],
+        "Error: unknown subcommand 'frobnicate'\nUsage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"
+      ),
+      (
+        ["seal"],
+        "Error: missing '--context CTX'\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+      ),
+      (
+        ["open", "--context"],
+        "Error: missing value for '--context'\nUsage: vault [--home DIR] open --context CTX < envelope > plaintext\n  See 'vault help open'.\n"
+      ),
+      (
+        ["seal", "--context", ""],
+        "Error: --context must not be empty: it binds the record to its place\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+      ),
+      (
+        ["status", "--yaml"],
+        "Error: unknown option '--yaml'\nUsage: vault [--home DIR] status [--json]\n  See 'vault help status'.\n"
+      ),
+      (
+        ["init", "--store", "cloud"],
+        "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"
+      ),
+      (
+        ["rotate", "extra"],
+        "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--json]\n  See 'vault help rotate'.\n"
+      ),
     ]
     for (arguments, expected) in cases {
       let run = runInProcess(["--home", "/nonexistent/vault-home"] + arguments)

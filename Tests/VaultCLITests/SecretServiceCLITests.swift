@@ -25,8 +25,9 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(sealed.status, 0, sealed.error)
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed.output).output, secret)
-    let status = try JSONSerialization.jsonObject(
-      with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
     XCTAssertEqual(status["store"] as? String, "secret-service")
     XCTAssertNil(status["keyfile"])
     XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keys"), "no key material in the home")
@@ -55,7 +56,8 @@ final class SecretServiceCLITests: XCTestCase {
     let rotate = try vault(["--home", home, "rotate"])
     XCTAssertEqual(rotate.status, 1)
     XCTAssertTrue(rotate.error.contains("locked"), rotate.error)
-    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "rotation refused cleanly")
+    XCTAssertEqual(
+      try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "rotation refused cleanly")
     let doctor = try vault(["--home", home, "doctor"])
     XCTAssertEqual(doctor.status, 1)
     XCTAssertTrue(doctor.outputText.contains("locked"), doctor.outputText)
@@ -97,7 +99,8 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertTrue(forced.error.contains("no D-Bus session bus"), forced.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("a") + "/manifest.json"))
 
-    let auto = try vault(["--home", temporary.sub("b"), "init", "--keyfile", temporary.sub("k/b.keys")], environment: env)
+    let auto = try vault(
+      ["--home", temporary.sub("b"), "init", "--keyfile", temporary.sub("k/b.keys")], environment: env)
     XCTAssertEqual(auto.status, 0, auto.error)
     XCTAssertTrue(auto.error.contains("no D-Bus session bus"), auto.error)
     XCTAssertTrue(auto.outputText.contains("Keys: keyfile"), auto.outputText)
@@ -129,19 +132,19 @@ final class PrivateBus {
     let socket = directory + "/bus"
     let config = directory + "/bus.conf"
     try """
-      <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-       "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-      <busconfig>
-        <type>session</type>
-        <listen>unix:path=\(socket)</listen>
-        <auth>EXTERNAL</auth>
-        <policy context="default">
-          <allow send_destination="*" eavesdrop="true"/>
-          <allow eavesdrop="true"/>
-          <allow own="*"/>
-        </policy>
-      </busconfig>
-      """.write(toFile: config, atomically: true, encoding: .utf8)
+    <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+     "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+    <busconfig>
+      <type>session</type>
+      <listen>unix:path=\(socket)</listen>
+      <auth>EXTERNAL</auth>
+      <policy context="default">
+        <allow send_destination="*" eavesdrop="true"/>
+        <allow eavesdrop="true"/>
+        <allow own="*"/>
+      </policy>
+    </busconfig>
+    """.write(toFile: config, atomically: true, encoding: .utf8)
     child = try Spawn.start("/usr/bin/dbus-daemon", ["--config-file=\(config)", "--nofork"])
     address = "unix:path=\(socket)"
     for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { Thread.sleep(forTimeInterval: 0.05) }

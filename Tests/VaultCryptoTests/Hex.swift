@@ -1,3 +1,5 @@
+import Foundation
+
 func hex(_ string: String) -> [UInt8] {
   var bytes: [UInt8] = []
   var index = string.startIndex
@@ -10,5 +12,3 @@ func hex(_ string: String) -> [UInt8] {
 }
 
 func hexString(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-
-import Foundation

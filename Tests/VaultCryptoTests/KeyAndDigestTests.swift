@@ -30,7 +30,10 @@ final class KeyAndDigestTests: XCTestCase {
   func testKeysNeverDescribeTheirBytes() throws {
     let bytes = [UInt8](repeating: 0xAB, count: 32)
     let key = try bytes.withUnsafeBytes { try SymmetricKey(copying: $0) }
-    for text in [String(describing: key), String(reflecting: key), "\(key)", String(describing: Mirror(reflecting: key).children.map { $0.value })] {
+    for text in [
+      String(describing: key), String(reflecting: key), "\(key)",
+      String(describing: Mirror(reflecting: key).children.map { $0.value }),
+    ] {
       XCTAssertFalse(text.lowercased().contains("ab"), "key text must be redacted: \(text.count) chars")
       XCTAssertFalse(text.contains("171"), "no decimal bytes either")
     }

@@ -67,7 +67,8 @@ final class KeyfileStoreTests: XCTestCase {
     try store.storeKey(try .generate(), keyring: keyring, version: 1)
     chmod(store.path, 0o644)
     XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
-      XCTAssertEqual(error as? KeyStoreError, .insecurePermissions(path: store.path, mode: 0o100644, isDirectory: false))
+      XCTAssertEqual(
+        error as? KeyStoreError, .insecurePermissions(path: store.path, mode: 0o100644, isDirectory: false))
       let text = String(describing: error)
       XCTAssertTrue(text.contains("0644"), text)
       XCTAssertTrue(text.contains("chmod 600 \(store.path)"), text)

@@ -73,4 +73,3 @@ final class SecretServiceStoreTests: XCTestCase {
     _ = try store.deleteKey(keyring: keyring, version: 1)
   }
 }
-

@@ -66,14 +66,15 @@ public enum Spawn {
     try stdinPipe.fileHandleForReading.close()
     try stdoutPipe.fileHandleForWriting.close()
     try stderrPipe.fileHandleForWriting.close()
-    return Child(pid: pid, stdin: stdinPipe.fileHandleForWriting, stdout: stdoutPipe.fileHandleForReading,
+    return Child(
+      pid: pid, stdin: stdinPipe.fileHandleForWriting, stdout: stdoutPipe.fileHandleForReading,
       stderr: stderrPipe.fileHandleForReading)
   }
 
   private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> R) -> R {
     var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
     pointers.append(nil)
-    defer { pointers.forEach { free($0) } }
+    defer { for pointer in pointers { free(pointer) } }
     return body(pointers)
   }
 }

@@ -42,10 +42,12 @@ final class RotationCoordinatorTests: XCTestCase {
   func testRotationRaisesThenResealsThenCountsAndRetiresOnlyUnusedVersions() throws {
     let temporary = TemporaryDirectory()
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     let container = RecordingContainer(name: "queue.db")
     for i in 0..<10 {
-      container.records.append((Array("id \(i)".utf8), try vault.seal(Array("body \(i)".utf8), context: Array("id \(i)".utf8))))
+      container.records.append(
+        (Array("id \(i)".utf8), try vault.seal(Array("body \(i)".utf8), context: Array("id \(i)".utf8))))
     }
     let report = try vault.rotate(containers: [container], retireUnused: true)
     XCTAssertEqual(container.calls, ["raise 2", "reseal 2", "count"])
@@ -62,7 +64,8 @@ final class RotationCoordinatorTests: XCTestCase {
   func testAVersionStillInUseIsNeverRetired() throws {
     let temporary = TemporaryDirectory()
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     /// A container that cannot re-seal (for example, it failed part-way) still holds a v1 record.
     final class Stuck: SealedContainer {
       let name = "stuck.db"
@@ -83,7 +86,8 @@ final class RotationCoordinatorTests: XCTestCase {
   func testWithoutContainersNothingIsRetired() throws {
     let temporary = TemporaryDirectory()
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     let report = try vault.rotate(containers: [], retireUnused: true)
     XCTAssertEqual(report.retired, [])
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
@@ -92,7 +96,8 @@ final class RotationCoordinatorTests: XCTestCase {
   func testRetiredVersionGivesItsOwnError() throws {
     let temporary = TemporaryDirectory()
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     let outside = try vault.seal(Array("kept outside any container".utf8), context: [5])
     _ = try vault.rotate(containers: [RecordingContainer(name: "empty.db")], retireUnused: true)
     XCTAssertThrowsError(try vault.open(outside, context: [5])) {

@@ -95,7 +95,8 @@ final class VaultLifecycleTests: XCTestCase {
 
   func testLockedStoreIsReportedAndNothingIsGenerated() throws {
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     store.failAll(with: .locked)
     XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
       XCTAssertEqual($0 as? KeyStoreError, .locked)
@@ -112,7 +113,8 @@ final class VaultLifecycleTests: XCTestCase {
   /// finished by the next open once the store answers again.
   func testInterruptedRotationIsFinishedByTheNextOpen() throws {
     let store = FlakyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     store.failStores = true
     XCTAssertThrowsError(try vault.rotate())
     XCTAssertEqual(try ManifestFile.load(home: vault.home).versions.map(\.state), [.active, .pending])
@@ -126,7 +128,8 @@ final class VaultLifecycleTests: XCTestCase {
   /// open must use that stored key, not generate another one for the same version.
   func testResumeUsesAKeyThatReachedTheStore() throws {
     let store = InMemoryKeyStore()
-    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     var manifest = vault.manifest
     manifest.versions.append(KeyVersionRecord(version: 2, state: .pending, createdAt: "t"))
     try ManifestFile.save(manifest, home: vault.home)
@@ -154,7 +157,8 @@ final class VaultLifecycleTests: XCTestCase {
     for (round, envelope) in envelopes.enumerated() {
       XCTAssertEqual(try reopened.open(envelope, context: [UInt8(round)]), Array("round \(round)".utf8))
     }
-    XCTAssertEqual(reopened.manifest.versions.map(\.state), [.decryptOnly, .decryptOnly, .decryptOnly, .decryptOnly, .active])
+    XCTAssertEqual(
+      reopened.manifest.versions.map(\.state), [.decryptOnly, .decryptOnly, .decryptOnly, .decryptOnly, .active])
     XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1, 2, 3, 4, 5])
   }
 

@@ -191,7 +191,8 @@ public final class SecretServiceStore: KeyStore {
 
   /// Connects to the session bus, checks a provider exists (so libsecret does not wait on an
   /// activation that cannot happen), and returns the Secret Service proxy (caller unrefs).
-  private func connect(_ cancellable: UnsafeMutablePointer<GCancellable>) throws -> UnsafeMutablePointer<SecretService> {
+  private func connect(_ cancellable: UnsafeMutablePointer<GCancellable>) throws -> UnsafeMutablePointer<SecretService>
+  {
     var error: UnsafeMutablePointer<GError>?
     guard let bus = g_bus_get_sync(G_BUS_TYPE_SESSION, cancellable, &error) else {
       if g_cancellable_is_cancelled(cancellable) != 0 {
