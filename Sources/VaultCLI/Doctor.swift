@@ -24,6 +24,8 @@ extension VaultCommandLine {
       }
     }
 
+    terminal.print("  keyfile store:   \(keyfileDirectoryReport())")
+
     let manifest: Manifest
     do {
       manifest = try ManifestFile.load(home: home)
@@ -76,5 +78,22 @@ extension VaultCommandLine {
     terminal.print(
       healthy ? "Result: the vault's key store works." : "Result: the vault's keys cannot be read; fix the item above.")
     return (healthy ? ExitCode.success : ExitCode.failure).rawValue
+  }
+}
+
+extension VaultCommandLine {
+  /// Whether a new keyfile could be kept in the default keyfile directory.
+  func keyfileDirectoryReport() -> String {
+    let config = terminal.environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+      ?? ((terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.config")
+    let directory = config + "/vault-keys"
+    var info = stat()
+    guard stat(directory, &info) == 0 else { return "usable (\(directory) would be created 0700)" }
+    do {
+      try SecureFile.checkPrivate(directory, info: info, isDirectory: true)
+      return "usable (\(directory) is private to you)"
+    } catch {
+      return "not usable: \(Self.describe(error).0)"
+    }
   }
 }

@@ -108,6 +108,7 @@ final class SecretServiceCLITests: XCTestCase {
     let doctor = try vault(["--home", temporary.sub("b"), "doctor"], environment: env)
     XCTAssertEqual(doctor.status, 0)
     XCTAssertTrue(doctor.outputText.contains("session bus:     not available"), doctor.outputText)
+    XCTAssertTrue(doctor.outputText.contains("keyfile store:   usable"), doctor.outputText)
   }
 
   func testBusWithoutAProviderIsExplained() throws {
