@@ -84,7 +84,8 @@ extension VaultCommandLine {
 extension VaultCommandLine {
   /// Whether a new keyfile could be kept in the default keyfile directory.
   func keyfileDirectoryReport() -> String {
-    let config = terminal.environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+    let config =
+      terminal.environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
       ?? ((terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.config")
     let directory = config + "/vault-keys"
     var info = stat()
