@@ -20,7 +20,8 @@ let package = Package(
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
-    .target(name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto"], swiftSettings: strict),
+    .target(name: "VaultQueue", dependencies: ["Vault", "VaultCrypto", "CSQLite"], swiftSettings: strict),
+    .target(name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue"], swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
 
     // Benchmarks live under tools/; the scripts beside them run the baselines.
@@ -36,6 +37,9 @@ let package = Package(
     .testTarget(
       name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict
     ),
+    .testTarget(
+      name: "VaultQueueTests", dependencies: ["VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
+      swiftSettings: strict),
     .testTarget(
       name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],
       swiftSettings: strict),

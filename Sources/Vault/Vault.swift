@@ -162,6 +162,9 @@ public final class Vault: Sendable {
 
   // MARK: - Keys
 
+  /// The version new records are sealed under, as this process last read the manifest.
+  public var activeVersion: UInt32 { state.withLock { $0.manifest.activeVersion } }
+
   /// The manifest as this process last read or wrote it.
   public var manifest: Manifest { state.withLock { $0.manifest } }
 

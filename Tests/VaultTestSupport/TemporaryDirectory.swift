@@ -13,3 +13,27 @@ public final class TemporaryDirectory {
 
   deinit { try? FileManager.default.removeItem(atPath: path) }
 }
+
+/// A clock tests move by hand.
+public final class TestClock: @unchecked Sendable {
+  private let lock = NSLock()
+  private var current: Date
+
+  public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) { current = start }
+
+  public var now: Date { lock.withLock { current } }
+  public func advance(_ seconds: TimeInterval) { lock.withLock { current += seconds } }
+  public var function: @Sendable () -> Date { { [self] in now } }
+}
+
+/// Reads every file in `directory` (the database, -wal, -shm, -journal) and reports whether
+/// `needle` appears in any of them, as bytes.
+public func directoryContains(_ directory: String, _ needle: String) -> Bool {
+  let bytes = Array(needle.utf8)
+  guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return false }
+  for name in names {
+    guard let data = FileManager.default.contents(atPath: directory + "/" + name) else { continue }
+    if data.range(of: Data(bytes)) != nil { return true }
+  }
+  return false
+}

@@ -1,0 +1,321 @@
+import CSQLite
+import Foundation
+import Vault
+import VaultCrypto
+
+/// A durable, sealed record queue in one SQLite file: the storage engine behind the outbox and
+/// telemetry.
+///
+/// Every record's payload is sealed by the vault with the queue name and record id as context,
+/// so a ciphertext cannot be moved between rows or queues. Plaintext columns hold only ids, queue
+/// names, times, sizes, attempts, state, key version and error kinds.
+///
+/// Durability: WAL with `synchronous=FULL`; `enqueue` returns only after its transaction commits.
+/// Thread-safe (calls are serialised on one connection) and multi-process-safe (each process opens
+/// its own connection; writers take SQLite's write lock with `BEGIN IMMEDIATE`).
+public final class QueueContainer: @unchecked Sendable {
+  public let path: String
+  public let configuration: QueueConfiguration
+  let vault: Vault
+  let clock: @Sendable () -> Date
+  let random: @Sendable () -> Double
+  private let lock = NSLock()
+  private let storage: Storage
+
+  /// Opens (creating if needed) the container at `path` for `vault`.
+  /// - Throws: `QueueError.foreignContainer` when it was created by another vault, and the other
+  ///   `QueueError` kinds for unreadable, read-only, full or corrupt files.
+  public init(
+    path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
+    clock: @escaping @Sendable () -> Date = Date.init,
+    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
+  ) throws {
+    self.path = path
+    self.vault = vault
+    self.configuration = configuration
+    self.clock = clock
+    self.random = random
+    storage = try Self.translating(path) { try Storage(path: path, keyringID: vault.keyringID.hex) }
+  }
+
+  // MARK: - Enqueue
+
+  /// Seals `payload` and stores it durably in `queue` under `id`.
+  /// - Returns: `.duplicate` (storing nothing) when a record with `id` is already in the container.
+  @discardableResult
+  public func enqueue(_ payload: [UInt8], queue: String, id: UUID = UUID()) throws -> EnqueueOutcome {
+    try enqueue(contentsOf: [(id, payload)], queue: queue)[0]
+  }
+
+  /// Seals and stores several records in one transaction (one fsync for all of them).
+  public func enqueue(contentsOf records: [(id: UUID, payload: [UInt8])], queue: String) throws -> [EnqueueOutcome] {
+    try Self.validate(queue)
+    for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
+      throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
+    }
+    return try withStorage { storage in
+      for attempt in 0..<2 {
+        let outcome: [EnqueueOutcome]? = try storage.connection.transaction {
+          // Rotation raises this before re-sealing; a writer still holding an older active key
+          // must reload before it may add anything (checked inside the write transaction).
+          let minimum = try storage.minimumSealVersion()
+          guard vault.activeVersion >= minimum else { return nil }
+          let now = milliseconds(clock())
+          var outcomes: [EnqueueOutcome] = []
+          var added = 0
+          for record in records {
+            let idText = record.id.uuidString.lowercased()
+            if try storage.recordExists.scalar([.text(idText)]) != nil {
+              outcomes.append(.duplicate)
+              continue
+            }
+            let envelope = try vault.seal(record.payload, context: Self.context(queue: queue, id: idText))
+            _ = try envelope.withUnsafeBytes { bytes in
+              try storage.insert.run([
+                .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
+                .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
+              ])
+            }
+            added += envelope.count
+            outcomes.append(.stored)
+          }
+          try storage.addBytes(added)
+          try enforceCap(storage)
+          return outcomes
+        }
+        if let outcome { return outcome }
+        if attempt == 0 { try vault.reload() }
+      }
+      throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
+    }
+  }
+
+  private func enforceCap(_ storage: Storage) throws {
+    var total = try storage.totalBytes()
+    guard total > configuration.byteCap else { return }
+    var dropped = 0
+    while total > configuration.byteCap {
+      var victims: [(Int64, Int)] = []
+      try storage.oldestDroppable.query { row in victims.append((row.int(0), Int(row.int(1)))) }
+      guard !victims.isEmpty else { break }
+      for (seq, size) in victims where total > configuration.byteCap {
+        try storage.deleteBySeq.run([.integer(seq)])
+        total -= size
+        dropped += 1
+        try storage.addBytes(-size)
+      }
+    }
+    try storage.countDrop(.cap, dropped)
+  }
+
+  // MARK: - Delivery
+
+  /// Claims due records of `queue`, oldest first, for delivery: at most `maxCount` records and
+  /// about `maxBytes` of envelope (at least one record when any is due). Each claimed record is
+  /// leased for `lease` seconds; if it is neither acked nor failed by then (a crash), it is due
+  /// again. Records that do not open are moved to review (counted as `undecryptable`), and the
+  /// rest keep flowing.
+  public func claim(queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60) throws
+    -> [ClaimedRecord]
+  {
+    try withStorage { storage in
+      let now = milliseconds(clock())
+      var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64)] = []
+      try storage.connection.transaction {
+        try expire(storage, now: now)
+        var bytes = 0
+        try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount))]) { row in
+          let size = Int(row.int(3))
+          guard claimed.isEmpty || bytes + size <= maxBytes else { return }
+          bytes += size
+          claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4)))
+        }
+        let leaseUntil = now + Int64(lease * 1000)
+        for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
+      }
+      var opened: [ClaimedRecord] = []
+      var undecryptable: [String] = []
+      for record in claimed {
+        do {
+          let payload = try vault.open(record.envelope, context: Self.context(queue: queue, id: record.id))
+          opened.append(
+            ClaimedRecord(
+              id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
+              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000)))
+        } catch {
+          undecryptable.append(record.id)
+        }
+      }
+      if !undecryptable.isEmpty {
+        try storage.connection.transaction {
+          for id in undecryptable { try storage.setState.run([.text(RecordState.review.rawValue), .text("undecryptable"), .text(id)]) }
+          try storage.countDrop(.undecryptable, undecryptable.count)
+        }
+      }
+      return opened
+    }
+  }
+
+  /// Deletes delivered records, then checkpoints the WAL so their frames do not linger.
+  public func ack(_ ids: [UUID]) throws {
+    guard !ids.isEmpty else { return }
+    try withStorage { storage in
+      try storage.connection.transaction {
+        var freed = 0
+        for id in ids {
+          if let size = try storage.sizeOf.scalar([.text(id.uuidString.lowercased())]) {
+            try storage.deleteByID.run([.text(id.uuidString.lowercased())])
+            freed += Int(size)
+          }
+        }
+        try storage.addBytes(-freed)
+      }
+      storage.checkpoint()
+    }
+  }
+
+  /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter, or
+  /// `retryAfter` when the server gave one, capped), or parks the record at the attempt ceiling.
+  @discardableResult
+  public func fail(_ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil) throws -> [UUID: FailOutcome] {
+    try withStorage { storage in
+      let now = clock()
+      var outcomes: [UUID: FailOutcome] = [:]
+      try storage.connection.transaction {
+        var parked = 0
+        for id in ids {
+          let idText = id.uuidString.lowercased()
+          guard let attempts = try storage.attemptsOf.scalar([.text(idText)]) else { continue }
+          if attempts >= configuration.attemptCeiling {
+            try storage.setState.run([.text(RecordState.parked.rawValue), .text(errorKind), .text(idText)])
+            outcomes[id] = .parked
+            parked += 1
+          } else {
+            let delay =
+              retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) }
+              ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
+            let due = now.addingTimeInterval(delay)
+            try storage.reschedule.run([.integer(milliseconds(due)), .text(errorKind), .text(idText)])
+            outcomes[id] = .retryAt(due)
+          }
+        }
+        try storage.countDrop(.parked, parked)
+      }
+      return outcomes
+    }
+  }
+
+  /// Moves records the server refused to review; they are kept and never retried automatically.
+  public func reject(_ ids: [UUID], errorKind: String) throws {
+    try withStorage { storage in
+      try storage.connection.transaction {
+        var moved = 0
+        for id in ids {
+          moved += try storage.setState.run([
+            .text(RecordState.review.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
+          ])
+        }
+        try storage.countDrop(.rejected, moved)
+      }
+    }
+  }
+
+  /// Returns parked or review records to pending with a fresh attempt count. Returns how many moved.
+  @discardableResult
+  public func resend(_ ids: [UUID]) throws -> Int {
+    try withStorage { storage in
+      try storage.connection.transaction {
+        try ids.reduce(0) { $0 + (try storage.resend.run([.text($1.uuidString.lowercased())])) }
+      }
+    }
+  }
+
+  /// Deletes pending and parked records older than the maximum age, counting them.
+  private func expire(_ storage: Storage, now: Int64) throws {
+    guard let age = configuration.maximumAge else { return }
+    var freed = 0
+    var count = 0
+    let cutoff = now - Int64(age * 1000)
+    try storage.expired.query([.integer(cutoff)]) { row in
+      freed += Int(row.int(1))
+      count += 1
+    }
+    guard count > 0 else { return }
+    try storage.deleteExpired.run([.integer(cutoff)])
+    try storage.addBytes(-freed)
+    try storage.countDrop(.age, count)
+  }
+
+  // MARK: - Inspection
+
+  public func stats() throws -> QueueStats {
+    try withStorage { storage in
+      var stats = QueueStats(
+        container: path, total: 0, bytes: 0, byState: [:], byVersion: [:], byQueue: [:], dropped: [:],
+        minimumSealVersion: UInt32(try storage.minimumSealVersion()))
+      for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
+      for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
+      try storage.countByState.query { stats.byState[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      try storage.countByVersion.query { stats.byVersion[String($0.int(0))] = Int($0.int(1)) }
+      try storage.countByQueue.query { stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      try storage.drops.query { stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      stats.total = stats.byState.values.reduce(0, +)
+      stats.bytes = try storage.totalBytes()
+      return stats
+    }
+  }
+
+  /// Records (metadata only) of `queue` (all queues when nil) in `state` (all when nil), oldest first.
+  public func list(queue: String? = nil, state: RecordState? = nil) throws -> [RecordSummary] {
+    try withStorage { storage in
+      var rows: [RecordSummary] = []
+      try storage.listAll.query { row in
+        let summary = RecordSummary(
+          id: row.text(0) ?? "", queue: row.text(1) ?? "", state: RecordState(rawValue: row.text(2) ?? "") ?? .pending,
+          attempts: Int(row.int(3)), errorKind: row.text(4),
+          createdAt: timestamp(Date(timeIntervalSince1970: Double(row.int(5)) / 1000)),
+          nextAttemptAt: row.int(6) > 0 ? timestamp(Date(timeIntervalSince1970: Double(row.int(6)) / 1000)) : nil,
+          bytes: Int(row.int(7)), keyVersion: UInt32(row.int(8)))
+        if (queue == nil || summary.queue == queue) && (state == nil || summary.state == state) { rows.append(summary) }
+      }
+      return rows
+    }
+  }
+
+  /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no
+  /// stale frames. Skipped silently when another process is reading (it runs again next time).
+  public func checkpoint() throws { try withStorage { $0.checkpoint() } }
+
+  // MARK: - Plumbing
+
+  /// The AAD context binding a record to its place: "vault.queue.v1", NUL, queue name, NUL, record id.
+  static func context(queue: String, id: String) -> [UInt8] {
+    Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
+  }
+
+  static func validate(_ queue: String) throws {
+    let bytes = Array(queue.utf8)
+    guard !bytes.isEmpty, bytes.count <= 128, !bytes.contains(0) else { throw QueueError.invalidQueueName }
+  }
+
+  func withStorage<T>(_ body: (Storage) throws -> T) throws -> T {
+    lock.lock()
+    defer { lock.unlock() }
+    return try Self.translating(path) { try body(storage) }
+  }
+
+  /// Turns SQLite's codes into the queue's error kinds.
+  static func translating<T>(_ path: String, _ body: () throws -> T) throws -> T {
+    do {
+      return try body()
+    } catch let error as SQLiteError {
+      if error.isFull { throw QueueError.diskFull(path: path) }
+      if error.isReadOnly { throw QueueError.readOnly(path: path) }
+      if error.isCorrupt { throw QueueError.corrupt(path: path) }
+      if error.isBusy { throw QueueError.busy(path: path) }
+      throw QueueError.storage(path: path, detail: error.description)
+    }
+  }
+}
+
+func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }

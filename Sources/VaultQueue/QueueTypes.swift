@@ -1,0 +1,177 @@
+import Foundation
+import VaultKeys
+
+/// Where a record is in its life. Stored as text in the container's `state` column.
+public enum RecordState: String, Codable, Sendable, CaseIterable {
+  /// Waiting for delivery (possibly not before `next_attempt_at`).
+  case pending
+  /// Claimed by a deliverer under a lease; returns to pending if the lease runs out.
+  case inFlight = "in_flight"
+  /// Failed `attemptCeiling` times; kept, listable, resendable, never retried automatically.
+  case parked
+  /// Refused by the server, or undecryptable; kept for a person to review, never retried automatically.
+  case review
+}
+
+/// Why records left the delivery flow; persisted per container and shown by `queue stats`.
+public enum DropReason: String, Codable, Sendable, CaseIterable {
+  /// Deleted, oldest first, to keep the container under its byte cap.
+  case cap
+  /// Deleted for being older than the maximum age.
+  case age
+  /// Moved to review because the server refused it.
+  case rejected
+  /// Moved to parked after the attempt ceiling.
+  case parked
+  /// Moved to review because its envelope did not open (tampered, or its key is unavailable).
+  case undecryptable
+}
+
+/// Exponential backoff with full jitter: the delay before attempt n+1 is uniform in
+/// [0, min(cap, base × 2ⁿ)] (n = attempts so far, from 1).
+public struct BackoffPolicy: Sendable, Equatable {
+  public var base: TimeInterval
+  public var cap: TimeInterval
+
+  public init(base: TimeInterval = 1, cap: TimeInterval = 300) {
+    self.base = base
+    self.cap = cap
+  }
+
+  /// The ceiling of the delay after `attempts` failures (before jitter).
+  public func ceiling(afterAttempts attempts: Int) -> TimeInterval {
+    let exponent = Double(max(0, min(attempts - 1, 30)))
+    return min(cap, base * pow(2, exponent))
+  }
+
+  /// The delay after `attempts` failures; `unit` is a uniform random number in [0, 1).
+  public func delay(afterAttempts attempts: Int, unit: Double) -> TimeInterval {
+    ceiling(afterAttempts: attempts) * min(max(unit, 0), 1)
+  }
+}
+
+/// How a queue container behaves.
+public struct QueueConfiguration: Sendable {
+  /// Envelope bytes the container may hold; enqueue drops the oldest records past it.
+  public var byteCap: Int
+  /// Records older than this are dropped (nil: no limit).
+  public var maximumAge: TimeInterval?
+  /// Delivery attempts before a record is parked.
+  public var attemptCeiling: Int
+  public var backoff: BackoffPolicy
+  /// The longest `Retry-After` honoured.
+  public var maximumRetryAfter: TimeInterval
+  /// Records re-sealed per transaction during rotation.
+  public var resealBatch: Int
+
+  public init(
+    byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
+    backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500
+  ) {
+    self.byteCap = byteCap
+    self.maximumAge = maximumAge
+    self.attemptCeiling = attemptCeiling
+    self.backoff = backoff
+    self.maximumRetryAfter = maximumRetryAfter
+    self.resealBatch = resealBatch
+  }
+}
+
+/// A record handed to a deliverer by `claim`, opened.
+public struct ClaimedRecord: Sendable, Equatable {
+  public let id: UUID
+  public let queue: String
+  public let payload: [UInt8]
+  /// Attempts including this one.
+  public let attempts: Int
+  public let createdAt: Date
+}
+
+/// What `enqueue` did with a record.
+public enum EnqueueOutcome: Sendable, Equatable {
+  case stored
+  /// A record with this id is already in the container; it was not stored twice.
+  case duplicate
+}
+
+/// What `fail` did with a record.
+public enum FailOutcome: Sendable, Equatable {
+  case retryAt(Date)
+  case parked
+}
+
+/// A record as `queue list` shows it: metadata only, never contents.
+public struct RecordSummary: Codable, Sendable, Equatable {
+  public var id: String
+  public var queue: String
+  public var state: RecordState
+  public var attempts: Int
+  public var errorKind: String?
+  public var createdAt: String
+  public var nextAttemptAt: String?
+  public var bytes: Int
+  public var keyVersion: UInt32
+
+  enum CodingKeys: String, CodingKey {
+    case id, queue, state, attempts, bytes
+    case errorKind = "error_kind"
+    case createdAt = "created_at"
+    case nextAttemptAt = "next_attempt_at"
+    case keyVersion = "key_version"
+  }
+}
+
+/// Counts for `queue stats`.
+public struct QueueStats: Codable, Sendable, Equatable {
+  public var container: String
+  public var total: Int
+  public var bytes: Int
+  public var byState: [String: Int]
+  public var byVersion: [String: Int]
+  public var byQueue: [String: Int]
+  public var dropped: [String: Int]
+  public var minimumSealVersion: UInt32
+
+  enum CodingKeys: String, CodingKey {
+    case container, total, bytes, dropped
+    case byState = "by_state"
+    case byVersion = "by_version"
+    case byQueue = "by_queue"
+    case minimumSealVersion = "minimum_seal_version"
+  }
+}
+
+/// Queue failures, by kind, with what to do. No record contents ever appear in them.
+public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
+  case foreignContainer(path: String, found: String, expected: String)
+  case notAQueueContainer(path: String)
+  case newerSchema(path: String, version: Int)
+  case recordTooLarge(bytes: Int, cap: Int)
+  case invalidQueueName
+  case diskFull(path: String)
+  case readOnly(path: String)
+  case corrupt(path: String)
+  case busy(path: String)
+  case storage(path: String, detail: String)
+
+  public var description: String {
+    switch self {
+    case .foreignContainer(let path, let found, let expected):
+      "\(path) belongs to vault \(found), not \(expected); open it with its own vault home"
+    case .notAQueueContainer(let path): "\(path) is a SQLite database but not a vault queue container"
+    case .newerSchema(let path, let version):
+      "\(path) has schema version \(version), newer than this vault understands; upgrade vault"
+    case .recordTooLarge(let bytes, let cap):
+      "a \(bytes)-byte record cannot fit under the container's \(cap)-byte cap; nothing was stored"
+    case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
+    case .diskFull(let path):
+      "the disk holding \(path) is full; nothing was stored and the queue is unchanged: free space and retry"
+    case .readOnly(let path):
+      "\(path) (or its directory) is read-only; the queue cannot be changed: check permissions and mounts"
+    case .corrupt(let path):
+      "\(path) is corrupt (not a readable SQLite database); move it aside and restore it from a backup"
+    case .busy(let path): "\(path) stayed locked by another process past the busy timeout; retry"
+    case .storage(let path, let detail): "storage failure in \(path): \(detail)"
+    }
+  }
+}

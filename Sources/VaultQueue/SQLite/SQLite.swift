@@ -1,0 +1,155 @@
+// C boundary: every SQLite call in vault goes through this file, and every result code through `check`.
+import CSQLite
+import Foundation
+
+/// A SQLite failure: the result code, SQLite's message and what vault was doing.
+/// Bound values never appear in it (they may be user data).
+public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
+  public let code: Int32
+  public let message: String
+  public let operation: String
+
+  public var description: String { "\(operation): \(message) (SQLite code \(code))" }
+
+  /// The primary result code (extended codes carry more bits).
+  public var primaryCode: Int32 { code & 0xff }
+  public var isFull: Bool { primaryCode == SQLITE_FULL }
+  public var isBusy: Bool { primaryCode == SQLITE_BUSY || primaryCode == SQLITE_LOCKED }
+  public var isReadOnly: Bool { primaryCode == SQLITE_READONLY || primaryCode == SQLITE_CANTOPEN }
+  public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
+  public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
+}
+
+/// One connection to one database file; closed on deinit. Not thread-safe: its owner serialises.
+final class Connection {
+  let handle: OpaquePointer
+  let path: String
+
+  init(path: String, readOnly: Bool = false) throws {
+    var handle: OpaquePointer?
+    let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+    let result = sqlite3_open_v2(path, &handle, flags, nil)
+    guard result == SQLITE_OK, let handle else {
+      let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+      sqlite3_close_v2(handle)
+      throw SQLiteError(code: result, message: message, operation: "open \(path)")
+    }
+    self.handle = handle
+    self.path = path
+    sqlite3_extended_result_codes(handle, 1)
+  }
+
+  deinit { sqlite3_close_v2(handle) }
+
+  /// Checks a result code; anything but `SQLITE_OK`, `SQLITE_ROW` or `SQLITE_DONE` throws.
+  @discardableResult
+  func check(_ result: Int32, _ operation: @autoclosure () -> String) throws -> Int32 {
+    guard result == SQLITE_OK || result == SQLITE_ROW || result == SQLITE_DONE else {
+      throw SQLiteError(code: result, message: String(cString: sqlite3_errmsg(handle)), operation: operation())
+    }
+    return result
+  }
+
+  /// Runs one or more statements that take no parameters.
+  func execute(_ sql: String) throws {
+    try check(sqlite3_exec(handle, sql, nil, nil, nil), "execute")
+  }
+
+  func prepare(_ sql: String) throws -> Statement {
+    var statement: OpaquePointer?
+    try check(sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil), "prepare")
+    return Statement(statement!, connection: self)
+  }
+
+  var changes: Int { Int(sqlite3_changes(handle)) }
+
+  /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two
+  /// writers never deadlock on an upgrade); commits when it returns, rolls back when it throws.
+  func transaction<T>(_ body: () throws -> T) throws -> T {
+    try execute("BEGIN IMMEDIATE")
+    do {
+      let result = try body()
+      try execute("COMMIT")
+      return result
+    } catch {
+      try? execute("ROLLBACK")
+      throw error
+    }
+  }
+}
+
+/// A prepared statement, reset after each use; finalized on deinit.
+final class Statement {
+  let handle: OpaquePointer
+  unowned let connection: Connection
+
+  init(_ handle: OpaquePointer, connection: Connection) {
+    self.handle = handle
+    self.connection = connection
+  }
+
+  deinit { sqlite3_finalize(handle) }
+
+  enum Value {
+    case integer(Int64)
+    case text(String)
+    case blob(UnsafeRawBufferPointer)
+    case null
+  }
+
+  private func bind(_ values: [Value]) throws {
+    sqlite3_reset(handle)
+    sqlite3_clear_bindings(handle)
+    for (offset, value) in values.enumerated() {
+      let index = Int32(offset + 1)
+      let result: Int32
+      switch value {
+      case .integer(let number): result = sqlite3_bind_int64(handle, index, number)
+      case .text(let text): result = sqlite3_bind_text(handle, index, text, -1, vault_sqlite_transient())
+      case .blob(let bytes):
+        result = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), vault_sqlite_transient())
+      case .null: result = sqlite3_bind_null(handle, index)
+      }
+      try connection.check(result, "bind parameter \(index)")
+    }
+  }
+
+  /// Runs a statement that returns no rows; returns the number of rows changed.
+  @discardableResult
+  func run(_ values: [Value] = []) throws -> Int {
+    try bind(values)
+    defer { sqlite3_reset(handle) }
+    try connection.check(sqlite3_step(handle), "step")
+    return connection.changes
+  }
+
+  /// Runs a query, calling `row` for each result row.
+  func query(_ values: [Value] = [], _ row: (Row) throws -> Void) throws {
+    try bind(values)
+    defer { sqlite3_reset(handle) }
+    while try connection.check(sqlite3_step(handle), "step") == SQLITE_ROW {
+      try row(Row(handle: handle))
+    }
+  }
+
+  /// The first column of the first row as an integer, or nil when there is no row.
+  func scalar(_ values: [Value] = []) throws -> Int64? {
+    var result: Int64?
+    try query(values) { row in if result == nil { result = row.isNull(0) ? nil : row.int(0) } }
+    return result
+  }
+}
+
+/// The current row of a query; valid only inside the callback.
+struct Row {
+  let handle: OpaquePointer
+
+  func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+  func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+  func text(_ column: Int32) -> String? { sqlite3_column_text(handle, column).map { String(cString: $0) } }
+  func blob(_ column: Int32) -> [UInt8] {
+    let count = Int(sqlite3_column_bytes(handle, column))
+    guard count > 0, let base = sqlite3_column_blob(handle, column) else { return [] }
+    return [UInt8](UnsafeRawBufferPointer(start: base, count: count))
+  }
+}

@@ -1,0 +1,168 @@
+import CSQLite
+import Foundation
+
+/// The container's connection, schema and prepared statements. Used under QueueContainer's lock.
+final class Storage {
+  let connection: Connection
+  let path: String
+
+  /// Append-only: each entry moves the schema from version n to n+1 and is never edited once shipped.
+  static let migrations: [String] = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+    CREATE TABLE records (
+      seq INTEGER PRIMARY KEY AUTOINCREMENT,
+      id TEXT NOT NULL UNIQUE,
+      queue TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      size INTEGER NOT NULL,
+      key_version INTEGER NOT NULL,
+      state TEXT NOT NULL DEFAULT 'pending',
+      attempts INTEGER NOT NULL DEFAULT 0,
+      next_attempt_at INTEGER NOT NULL DEFAULT 0,
+      lease_until INTEGER NOT NULL DEFAULT 0,
+      error_kind TEXT,
+      envelope BLOB NOT NULL
+    );
+    CREATE INDEX records_due ON records (queue, state, next_attempt_at);
+    CREATE INDEX records_version ON records (key_version);
+    CREATE INDEX records_created ON records (created_at);
+    CREATE TABLE drops (reason TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta (key, value) VALUES ('min_seal_version', '0'), ('bytes', '0');
+    """
+  ]
+
+  init(path: String, keyringID: String) throws {
+    self.path = path
+    connection = try Connection(path: path)
+    // Settings are per connection and set explicitly, whatever the library's defaults.
+    try connection.execute("PRAGMA busy_timeout = 10000")
+    try connection.execute("PRAGMA secure_delete = ON")
+    try connection.execute("PRAGMA foreign_keys = ON")
+    try connection.execute("PRAGMA journal_mode = WAL")
+    try connection.execute("PRAGMA synchronous = FULL")
+    try migrate(keyringID: keyringID)
+    try prepareStatements()
+  }
+
+  private func migrate(keyringID: String) throws {
+    try connection.transaction {
+      let version = Int(try connection.prepare("PRAGMA user_version").scalar() ?? 0)
+      if version == 0 {
+        let tables = try connection.prepare("SELECT count(*) FROM sqlite_master").scalar() ?? 0
+        guard tables == 0 else { throw QueueError.notAQueueContainer(path: path) }
+      }
+      guard version <= Self.migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
+      for index in version..<Self.migrations.count {
+        try connection.execute(Self.migrations[index])
+        try connection.execute("PRAGMA user_version = \(index + 1)")
+      }
+      if version == 0 {
+        try connection.prepare("INSERT INTO meta (key, value) VALUES ('keyring_id', ?)").run([.text(keyringID)])
+      }
+      var found: String?
+      try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { found = $0.text(0) }
+      guard let found else { throw QueueError.notAQueueContainer(path: path) }
+      guard found == keyringID else {
+        throw QueueError.foreignContainer(path: path, found: found, expected: keyringID)
+      }
+    }
+  }
+
+  var recordExists: Statement!
+  var insert: Statement!
+  var oldestDroppable: Statement!
+  var deleteBySeq: Statement!
+  var deleteByID: Statement!
+  var sizeOf: Statement!
+  var attemptsOf: Statement!
+  var due: Statement!
+  var markInFlight: Statement!
+  var setState: Statement!
+  var reschedule: Statement!
+  var resend: Statement!
+  var expired: Statement!
+  var deleteExpired: Statement!
+  var countByState: Statement!
+  var countByVersion: Statement!
+  var countByQueue: Statement!
+  var drops: Statement!
+  var listAll: Statement!
+  var readMeta: Statement!
+  var writeMeta: Statement!
+  var addDrop: Statement!
+  var olderThanVersion: Statement!
+  var replaceEnvelope: Statement!
+
+  private func prepareStatements() throws {
+    recordExists = try connection.prepare("SELECT 1 FROM records WHERE id = ?")
+    insert = try connection.prepare(
+      "INSERT INTO records (id, queue, created_at, size, key_version, envelope) VALUES (?, ?, ?, ?, ?, ?)")
+    oldestDroppable = try connection.prepare(
+      "SELECT seq, size FROM records WHERE state != 'in_flight' ORDER BY seq LIMIT 64")
+    deleteBySeq = try connection.prepare("DELETE FROM records WHERE seq = ?")
+    deleteByID = try connection.prepare("DELETE FROM records WHERE id = ?")
+    sizeOf = try connection.prepare("SELECT size FROM records WHERE id = ?")
+    attemptsOf = try connection.prepare("SELECT attempts FROM records WHERE id = ? AND state = 'in_flight'")
+    due = try connection.prepare(
+      """
+      SELECT id, envelope, attempts, size, created_at FROM records
+      WHERE queue = ?1 AND ((state = 'pending' AND next_attempt_at <= ?2) OR (state = 'in_flight' AND lease_until <= ?2))
+      ORDER BY seq LIMIT ?3
+      """)
+    markInFlight = try connection.prepare(
+      "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1 WHERE id = ?")
+    setState = try connection.prepare("UPDATE records SET state = ?, error_kind = ?, lease_until = 0 WHERE id = ?")
+    reschedule = try connection.prepare(
+      "UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, lease_until = 0 WHERE id = ?")
+    resend = try connection.prepare(
+      """
+      UPDATE records SET state = 'pending', attempts = 0, next_attempt_at = 0, error_kind = NULL
+      WHERE id = ? AND state IN ('parked', 'review')
+      """)
+    expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")
+    deleteExpired = try connection.prepare("DELETE FROM records WHERE created_at < ? AND state != 'in_flight'")
+    countByState = try connection.prepare("SELECT state, count(*) FROM records GROUP BY state")
+    countByVersion = try connection.prepare("SELECT key_version, count(*) FROM records GROUP BY key_version")
+    countByQueue = try connection.prepare("SELECT queue, count(*) FROM records GROUP BY queue")
+    drops = try connection.prepare("SELECT reason, count FROM drops")
+    listAll = try connection.prepare(
+      """
+      SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, size, key_version
+      FROM records ORDER BY seq
+      """)
+    readMeta = try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?")
+    writeMeta = try connection.prepare("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = ?")
+    addDrop = try connection.prepare(
+      "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2")
+    olderThanVersion = try connection.prepare(
+      "SELECT seq, id, queue, envelope FROM records WHERE key_version < ? AND seq > ? ORDER BY seq LIMIT ?")
+    replaceEnvelope = try connection.prepare(
+      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND key_version < ?")
+  }
+
+  func minimumSealVersion() throws -> UInt32 { UInt32(try readMeta.scalar([.text("min_seal_version")]) ?? 0) }
+
+  func setMinimumSealVersion(_ version: UInt32) throws {
+    if version > (try minimumSealVersion()) {
+      try writeMeta.run([.integer(Int64(version)), .text("min_seal_version")])
+    }
+  }
+
+  func totalBytes() throws -> Int { Int(try readMeta.scalar([.text("bytes")]) ?? 0) }
+
+  func addBytes(_ delta: Int) throws {
+    guard delta != 0 else { return }
+    try writeMeta.run([.integer(Int64(try totalBytes() + delta)), .text("bytes")])
+  }
+
+  func countDrop(_ reason: DropReason, _ count: Int) throws {
+    guard count > 0 else { return }
+    try addDrop.run([.text(reason.rawValue), .integer(Int64(count))])
+  }
+
+  /// TRUNCATE checkpoint; a busy result (a reader holds an old snapshot) is left for next time.
+  func checkpoint() {
+    sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+  }
+}

@@ -1,0 +1,275 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import VaultQueue
+
+/// The queue against a real SQLite file on disk, with an in-memory key store and a test clock.
+final class QueueContainerTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+  var vault: Vault!
+  var clock: TestClock!
+  var path: String { temporary.sub("data/queue.sqlite") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+    clock = TestClock()
+    vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    try FileManager.default.createDirectory(atPath: temporary.sub("data"), withIntermediateDirectories: true)
+  }
+
+  override func tearDown() {
+    vault = nil
+    temporary = nil
+  }
+
+  func container(_ configuration: QueueConfiguration = QueueConfiguration(), random: Double = 0.5) throws
+    -> QueueContainer
+  {
+    try QueueContainer(path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random })
+  }
+
+  func testEnqueueClaimAckRoundTripsAndLeavesNoPlaintext() throws {
+    let queue = try container()
+    let id = UUID()
+    XCTAssertEqual(try queue.enqueue(Array("canary-7f3a body of the memo".utf8), queue: "outbox", id: id), .stored)
+    let claimed = try queue.claim(queue: "outbox")
+    XCTAssertEqual(claimed.map(\.id), [id])
+    XCTAssertEqual(claimed.first?.payload, Array("canary-7f3a body of the memo".utf8))
+    XCTAssertEqual(claimed.first?.attempts, 1)
+    XCTAssertFalse(directoryContains(temporary.sub("data"), "canary-7f3a"), "no plaintext in db, wal or shm")
+    try queue.ack([id])
+    XCTAssertEqual(try queue.stats().total, 0)
+    XCTAssertEqual(try queue.stats().bytes, 0)
+    XCTAssertEqual(try queue.claim(queue: "outbox"), [])
+  }
+
+  func testDuplicateIdIsReportedAndStoredOnce() throws {
+    let queue = try container()
+    let id = UUID()
+    XCTAssertEqual(try queue.enqueue([1], queue: "q", id: id), .stored)
+    XCTAssertEqual(try queue.enqueue([2], queue: "q", id: id), .duplicate)
+    XCTAssertEqual(try queue.stats().total, 1)
+    XCTAssertEqual(try queue.claim(queue: "q").first?.payload, [1], "the first record is kept, not replaced")
+  }
+
+  func testGroupCommitStoresAllInOrder() throws {
+    let queue = try container()
+    let records = (0..<50).map { (id: UUID(), payload: Array("r\($0)".utf8)) }
+    let outcomes = try queue.enqueue(contentsOf: records, queue: "q")
+    XCTAssertEqual(outcomes, Array(repeating: .stored, count: 50))
+    let claimed = try queue.claim(queue: "q", maxCount: 100)
+    XCTAssertEqual(claimed.map(\.id), records.map(\.id))
+  }
+
+  func testQueuesAreSeparateAndRecordsCannotMoveBetweenThem() throws {
+    let queue = try container()
+    let id = UUID()
+    try queue.enqueue([7], queue: "a", id: id)
+    XCTAssertEqual(try queue.claim(queue: "b"), [])
+    // Move the row to queue "b" behind vault's back: its context no longer matches, so it must not open.
+    try sqlite(path, "UPDATE records SET queue = 'b'")
+    XCTAssertEqual(try queue.claim(queue: "b"), [])
+    XCTAssertEqual(try queue.list(state: .review).map(\.errorKind), ["undecryptable"])
+  }
+
+  func testExpiredLeaseReturnsTheRecordAfterACrash() throws {
+    let queue = try container()
+    let id = UUID()
+    try queue.enqueue([1], queue: "q", id: id)
+    XCTAssertEqual(try queue.claim(queue: "q", lease: 30).count, 1)
+    XCTAssertEqual(try queue.claim(queue: "q", lease: 30), [], "leased records are not handed out twice")
+    clock.advance(31)
+    let again = try queue.claim(queue: "q", lease: 30)
+    XCTAssertEqual(again.map(\.id), [id])
+    XCTAssertEqual(again.first?.attempts, 2)
+  }
+
+  func testFailSchedulesBackoffWithFullJitterAndParksAtTheCeiling() throws {
+    let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 2, cap: 60))
+    let queue = try container(configuration, random: 0.5)
+    let id = UUID()
+    try queue.enqueue([1], queue: "q", id: id)
+    var delays: [TimeInterval] = []
+    for _ in 0..<2 {
+      let start = clock.now
+      _ = try queue.claim(queue: "q")
+      guard case .retryAt(let due)? = try queue.fail([id], errorKind: "http-500")[id] else { return XCTFail() }
+      delays.append(due.timeIntervalSince(start))
+      XCTAssertEqual(try queue.claim(queue: "q"), [], "not due before its time")
+      clock.advance(due.timeIntervalSince(clock.now) + 0.001)
+    }
+    XCTAssertEqual(delays, [1, 2], "half of 2 s, then half of 4 s")
+    _ = try queue.claim(queue: "q")
+    XCTAssertEqual(try queue.fail([id], errorKind: "http-500")[id], .parked)
+    XCTAssertEqual(try queue.list(state: .parked).map(\.id), [id.uuidString.lowercased()])
+    XCTAssertEqual(try queue.stats().dropped["parked"], 1)
+    clock.advance(3600)
+    XCTAssertEqual(try queue.claim(queue: "q"), [], "parked records are never retried automatically")
+    XCTAssertEqual(try queue.resend([id]), 1)
+    let resent = try queue.claim(queue: "q")
+    XCTAssertEqual(resent.first?.attempts, 1, "resend starts a fresh attempt count")
+  }
+
+  func testRetryAfterIsHonouredAndCapped() throws {
+    let queue = try container(QueueConfiguration(maximumRetryAfter: 120))
+    let id = UUID()
+    try queue.enqueue([1], queue: "q", id: id)
+    _ = try queue.claim(queue: "q")
+    let start = clock.now
+    XCTAssertEqual(try queue.fail([id], errorKind: "http-429", retryAfter: 30)[id], .retryAt(start + 30))
+    clock.advance(31)
+    _ = try queue.claim(queue: "q")
+    XCTAssertEqual(try queue.fail([id], errorKind: "http-503", retryAfter: 86_400)[id], .retryAt(clock.now + 120))
+  }
+
+  func testBackoffCeilingGrowsAndIsCapped() {
+    let policy = BackoffPolicy(base: 1, cap: 300)
+    XCTAssertEqual((1...10).map { policy.ceiling(afterAttempts: $0) }, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300])
+    XCTAssertEqual(policy.delay(afterAttempts: 50, unit: 0.999_999), 300 * 0.999_999, accuracy: 1e-9)
+    XCTAssertEqual(policy.delay(afterAttempts: 3, unit: 0), 0)
+  }
+
+  func testRejectedRecordsGoToReviewAndAreCounted() throws {
+    let queue = try container()
+    let id = UUID()
+    try queue.enqueue([1], queue: "q", id: id)
+    _ = try queue.claim(queue: "q")
+    try queue.reject([id], errorKind: "http-400")
+    XCTAssertEqual(try queue.list(state: .review).first?.errorKind, "http-400")
+    XCTAssertEqual(try queue.stats().dropped["rejected"], 1)
+    clock.advance(86_400)
+    XCTAssertEqual(try queue.claim(queue: "q"), [])
+  }
+
+  func testByteCapDropsTheOldestInsideTheEnqueueAndCountsThem() throws {
+    let record = [UInt8](repeating: 0xAA, count: 955)  // 1000 bytes sealed
+    let queue = try container(QueueConfiguration(byteCap: 10_000))
+    var ids: [UUID] = []
+    for _ in 0..<25 {
+      let id = UUID()
+      ids.append(id)
+      try queue.enqueue(record, queue: "q", id: id)
+      XCTAssertLessThanOrEqual(try queue.stats().bytes, 10_000)
+    }
+    let stats = try queue.stats()
+    XCTAssertEqual(stats.total, 10)
+    XCTAssertEqual(stats.bytes, 10_000)
+    XCTAssertEqual(stats.dropped["cap"], 15)
+    XCTAssertEqual(try queue.list().map(\.id), ids.suffix(10).map { $0.uuidString.lowercased() }, "the newest are kept")
+    XCTAssertThrowsError(try queue.enqueue([UInt8](repeating: 0, count: 20_000), queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 20_045, cap: 10_000))
+    }
+  }
+
+  func testMaximumAgeDropsOldRecords() throws {
+    let queue = try container(QueueConfiguration(maximumAge: 3600))
+    try queue.enqueue([1], queue: "q")
+    clock.advance(1800)
+    let fresh = UUID()
+    try queue.enqueue([2], queue: "q", id: fresh)
+    clock.advance(1801)
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.id), [fresh])
+    XCTAssertEqual(try queue.stats().dropped["age"], 1)
+  }
+
+  func testTamperedRecordIsQuarantinedAndTheRestFlow() throws {
+    let queue = try container()
+    let ids = (0..<3).map { _ in UUID() }
+    for id in ids { try queue.enqueue(Array("payload".utf8), queue: "q", id: id) }
+    try sqlite(path, "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = '\(ids[1].uuidString.lowercased())'")
+    let claimed = try queue.claim(queue: "q")
+    XCTAssertEqual(claimed.map(\.id), [ids[0], ids[2]])
+    let review = try queue.list(state: .review)
+    XCTAssertEqual(review.map(\.id), [ids[1].uuidString.lowercased()])
+    XCTAssertEqual(review.first?.errorKind, "undecryptable")
+    XCTAssertEqual(try queue.stats().dropped["undecryptable"], 1)
+    XCTAssertEqual(try queue.stats().total, 3, "the tampered row is kept for review, not deleted")
+  }
+
+  func testAContainerOfAnotherVaultIsRefused() throws {
+    _ = try container()
+    let other = try Vault.create(
+      home: temporary.sub("other"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: other)) {
+      XCTAssertEqual(
+        $0 as? QueueError,
+        .foreignContainer(path: path, found: vault.keyringID.hex, expected: other.keyringID.hex))
+    }
+  }
+
+  func testCorruptAndForeignDatabasesAreDistinctErrors() throws {
+    try Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 97) }).write(to: URL(fileURLWithPath: path))
+    XCTAssertThrowsError(try container()) { XCTAssertEqual($0 as? QueueError, .corrupt(path: path)) }
+    unlink(path)
+    try sqlite(path, "CREATE TABLE notes (body TEXT)")
+    XCTAssertThrowsError(try container()) { XCTAssertEqual($0 as? QueueError, .notAQueueContainer(path: path)) }
+  }
+
+  func testRotationResealsEveryStateAndRetiresTheOldKey() throws {
+    let queue = try container(QueueConfiguration(attemptCeiling: 1, resealBatch: 7))
+    var ids: [UUID] = []
+    for i in 0..<40 {
+      let id = UUID()
+      ids.append(id)
+      try queue.enqueue(Array("record \(i)".utf8), queue: "q", id: id)
+    }
+    _ = try queue.claim(queue: "q", maxCount: 2)  // two in flight
+    _ = try queue.claim(queue: "q", maxCount: 1).map { try queue.fail([$0.id], errorKind: "x") }  // one parked
+    let report = try vault.rotate(containers: [queue], retireUnused: true)
+    XCTAssertEqual(report.resealed[path], 40)
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try queue.recordCounts(), [2: 40])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+    XCTAssertEqual(try queue.stats().minimumSealVersion, 2)
+    XCTAssertEqual(try queue.resend([ids[2]]), 1)
+    clock.advance(120)
+    let all = try queue.claim(queue: "q", maxCount: 100)
+    XCTAssertEqual(Set(all.map(\.id)), Set(ids))
+    for record in all { XCTAssertEqual(record.payload, Array("record \(ids.firstIndex(of: record.id)!)".utf8)) }
+  }
+
+  /// A writer whose vault was loaded before another process rotated must not seal under the old key.
+  func testAStaleWriterReloadsBeforeSealingAfterARotation() throws {
+    let stale = try Vault.open(home: vault.home, resolver: .fixed(store))
+    let writer = try QueueContainer(path: path, vault: stale, clock: clock.function)
+    try writer.enqueue([1], queue: "q")
+    _ = try vault.rotate(containers: [try container()], retireUnused: true)
+    XCTAssertEqual(stale.activeVersion, 1, "the writer has not noticed yet")
+    try writer.enqueue([2], queue: "q")
+    XCTAssertEqual(try writer.recordCounts(), [2: 2], "its new record was sealed under version 2")
+    XCTAssertEqual(stale.activeVersion, 2)
+  }
+
+  func testConcurrentEnqueueFromManyThreadsLosesNothing() throws {
+    let queue = try container()
+    let ids = (0..<400).map { _ in UUID() }
+    DispatchQueue.concurrentPerform(iterations: 4) { worker in
+      for index in stride(from: worker, to: ids.count, by: 4) {
+        XCTAssertEqual(try? queue.enqueue(Array("n\(index)".utf8), queue: "q", id: ids[index]), .stored)
+      }
+    }
+    XCTAssertEqual(Set(try queue.claim(queue: "q", maxCount: 1000).map(\.id)), Set(ids))
+  }
+
+  func testSecondConnectionSeesCommittedRecords() throws {
+    let first = try container()
+    let second = try container()
+    let id = UUID()
+    try first.enqueue([9], queue: "q", id: id)
+    XCTAssertEqual(try second.claim(queue: "q").map(\.id), [id])
+    XCTAssertEqual(try first.claim(queue: "q"), [], "the lease is shared through the file")
+  }
+}
+
+/// Runs SQL against a database with Python's sqlite3 module: an independent writer, used to
+/// tamper with or create files behind vault's back.
+func sqlite(_ path: String, _ sql: String) throws {
+  let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit(); c.close()"
+  let result = try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql])
+  XCTAssertEqual(result.status, 0, result.error)
+}
