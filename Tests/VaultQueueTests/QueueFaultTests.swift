@@ -1,0 +1,88 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import VaultQueue
+
+/// Faults that need a real file system: a full disk and a read-only one (size-limited tmpfs
+/// mounts, so root is required; CI runs as root).
+final class QueueFaultTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var vault: Vault!
+  var mountPoint: String { temporary.sub("mnt") }
+
+  override func setUpWithError() throws {
+    try XCTSkipUnless(geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)")
+    temporary = TemporaryDirectory()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+  }
+
+  override func tearDown() {
+    if let temporary {
+      _ = try? Spawn.run("/bin/umount", [temporary.sub("mnt")])
+    }
+    vault = nil
+    temporary = nil
+  }
+
+  private func mount(size: String) throws {
+    let result = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint])
+    XCTAssertEqual(result.status, 0, result.error)
+  }
+
+  func testFullDiskFailsTheEnqueueClearlyAndKeepsTheQueueConsistent() throws {
+    try mount(size: "512k")
+    let queue = try QueueContainer(path: mountPoint + "/queue.sqlite", vault: vault)
+    var stored: [UUID] = []
+    var failure: (any Error)?
+    let payload = [UInt8](repeating: 0x42, count: 4000)
+    for _ in 0..<1000 {
+      let id = UUID()
+      do {
+        try queue.enqueue(payload, queue: "q", id: id)
+        stored.append(id)
+      } catch {
+        failure = error
+        break
+      }
+    }
+    XCTAssertEqual(failure as? QueueError, .diskFull(path: mountPoint + "/queue.sqlite"))
+    XCTAssertTrue(String(describing: failure!).contains("free space"))
+    XCTAssertGreaterThan(stored.count, 10)
+    // Everything confirmed before the failure is intact; nothing half-written shows up.
+    XCTAssertEqual(try queue.stats().total, stored.count)
+    XCTAssertEqual(try queue.list().map(\.id), stored.map { $0.uuidString.lowercased() })
+    // Once space is freed (the tmpfs grows), the same queue accepts records and delivers them all.
+    let grow = try Spawn.run("/bin/mount", ["-o", "remount,size=8m", mountPoint])
+    XCTAssertEqual(grow.status, 0, grow.error)
+    let late = UUID()
+    XCTAssertNoThrow(try queue.enqueue(payload, queue: "q", id: late))
+    let claimed = try queue.claim(queue: "q", maxCount: 10_000, maxBytes: 1 << 30)
+    XCTAssertEqual(claimed.map(\.id), stored + [late])
+    XCTAssertTrue(claimed.allSatisfy { $0.payload == payload })
+  }
+
+  func testReadOnlyFileSystemIsReportedAndNothingChanges() throws {
+    try mount(size: "4m")
+    let path = mountPoint + "/queue.sqlite"
+    let id = UUID()
+    do {
+      let queue = try QueueContainer(path: path, vault: vault)
+      try queue.enqueue([1, 2, 3], queue: "q", id: id)
+      try queue.checkpoint()
+    }
+    let remount = try Spawn.run("/bin/mount", ["-o", "remount,ro", mountPoint])
+    XCTAssertEqual(remount.status, 0, remount.error)
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault).enqueue([4], queue: "q")) { error in
+      XCTAssertEqual(error as? QueueError, .readOnly(path: path), "\(error)")
+      XCTAssertTrue(String(describing: error).contains("read-only"))
+    }
+    _ = try Spawn.run("/bin/mount", ["-o", "remount,rw", mountPoint])
+    let queue = try QueueContainer(path: path, vault: vault)
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.payload), [[1, 2, 3]])
+  }
+}
