@@ -19,6 +19,8 @@ public protocol SealedContainer {
 
 /// What a rotation did.
 public struct RotationReport: Sendable, Equatable, Codable {
+  /// The version active when the rotation began (equal to `newVersion` when resuming an
+  /// interrupted rotation).
   public var previousVersion: UInt32
   public var newVersion: UInt32
   public var resealed: [String: Int]
@@ -44,16 +46,16 @@ extension Vault {
   /// decrypt-only). Then each container raises its minimum seal version and re-seals.
   ///
   /// A version is retired (its key deleted from the store) only when `retireUnused` is set, at
-  /// least one container was checked, and every container reports zero records under it.
-  /// Envelopes kept outside containers (for example from `vault seal`) cannot be counted, which is
-  /// why retiring is opt-in.
+  /// least one container was checked, every container reports zero records under it, and it never
+  /// sealed anything outside a container (`markExternalSeal`), since such envelopes cannot be counted.
   public func rotate(containers: [any SealedContainer] = [], retireUnused: Bool = false) throws -> RotationReport {
     let started = Date()
     return try withManifestLock {
       let previous = manifest.activeVersion
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
-      if !manifest.versions.contains(where: { $0.state == .pending }) {
+      let resuming = manifest.resealing != nil && manifest.resealing == manifest.activeVersion
+      if !resuming, !manifest.versions.contains(where: { $0.state == .pending }) {
         var next = manifest
         let version = (next.versions.map(\.version).max() ?? 0) + 1
         next.versions.append(KeyVersionRecord(version: version, state: .pending, createdAt: timestamp(clock())))
@@ -62,6 +64,11 @@ extension Vault {
       }
       try completePendingVersion()
       let active = manifest.activeVersion
+      if manifest.resealing != active {
+        var next = manifest
+        next.resealing = active
+        try save(next)
+      }
 
       var resealed: [String: Int] = [:]
       for container in containers {
@@ -76,7 +83,8 @@ extension Vault {
       let older = manifest.versions.filter { $0.version != active && $0.state == .decryptOnly }.map(\.version)
       var retired: [UInt32] = []
       if retireUnused, !containers.isEmpty {
-        for version in older where !inUse.contains(version) {
+        let external = Set(manifest.externalSealVersions)
+        for version in older where !inUse.contains(version) && !external.contains(version) {
           // Manifest first: a crash after this leaves an orphaned key, never a "retired" key still in use.
           var next = manifest
           next.setState(.retired, of: version)
@@ -89,9 +97,42 @@ extension Vault {
           retired.append(version)
         }
       }
+      var finished = manifest
+      finished.resealing = nil
+      try save(finished)
       return RotationReport(
         previousVersion: previous, newVersion: active, resealed: resealed, retired: retired,
         keptVersions: older.filter { !retired.contains($0) }, seconds: Date().timeIntervalSince(started))
     }
+  }
+}
+
+extension Vault {
+  /// Registers a container so rotation re-seals and counts its records. Idempotent; takes the
+  /// manifest lock only when the container is new.
+  public func registerContainer(_ path: String) throws {
+    let path = absolutePath(path)
+    if manifest.containers.contains(path) { return }
+    try withManifestLock {
+      guard !manifest.containers.contains(path) else { return }
+      var next = manifest
+      next.containers.append(path)
+      try save(next)
+    }
+  }
+
+  /// Records that the active version sealed something outside any container, so rotation never
+  /// retires it. Returns the version recorded.
+  @discardableResult
+  public func markExternalSeal() throws -> UInt32 {
+    let version = activeVersion
+    if manifest.externalSealVersions.contains(version) { return version }
+    try withManifestLock {
+      guard !manifest.externalSealVersions.contains(version) else { return }
+      var next = manifest
+      next.externalSealVersions.append(version)
+      try save(next)
+    }
+    return version
   }
 }

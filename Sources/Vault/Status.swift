@@ -28,26 +28,40 @@ public struct VaultStatus: Codable, Sendable, Equatable {
   public var store: KeyStoreKind
   public var activeVersion: UInt32
   public var versions: [Version]
+  /// A registered container and its records per key version (nil when its file is missing).
+  public struct Container: Codable, Sendable, Equatable {
+    public var path: String
+    public var records: [String: Int]?
+  }
+
   public var keyfile: Keyfile?
-  public var containers: [String]
+  public var containers: [Container]
+  public var externalSealVersions: [UInt32]
 
   enum CodingKeys: String, CodingKey {
     case home, store, versions, keyfile, containers
     case vaultID = "vault_id"
     case activeVersion = "active_version"
+    case externalSealVersions = "external_seal_versions"
   }
 }
 
 extension Vault {
-  /// The vault's state from its manifest. `counts` gives records per version from the registered
-  /// containers (none are registered until queues exist, so every count is then 0).
-  public func status(counts: [UInt32: Int] = [:]) -> VaultStatus {
+  /// The vault's state from its manifest, with `counts` (records per version, per container path;
+  /// nil for a container whose file is missing).
+  public func status(counts: [String: [UInt32: Int]?] = [:]) -> VaultStatus {
     Self.describe(home: home, manifest: manifest, counts: counts)
   }
 
   /// The status of a vault from its manifest alone, without touching the key store (so it works
   /// while the keyring is locked).
-  public static func describe(home: String, manifest: Manifest, counts: [UInt32: Int] = [:]) -> VaultStatus {
+  public static func describe(home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:])
+    -> VaultStatus
+  {
+    var totals: [UInt32: Int] = [:]
+    for case let perVersion? in counts.values {
+      for (version, count) in perVersion { totals[version, default: 0] += count }
+    }
     var keyfile: VaultStatus.Keyfile?
     if manifest.store.kind == .keyfile, let path = manifest.store.keyfile {
       keyfile = .init(path: path, mode: KeyfileStore(path: path).mode.map { "0" + String($0, radix: 8) })
@@ -57,8 +71,15 @@ extension Vault {
       versions: manifest.versions.map {
         .init(
           version: $0.version, state: $0.state, createdAt: $0.createdAt, retiredAt: $0.retiredAt,
-          records: counts[$0.version] ?? 0)
+          records: totals[$0.version] ?? 0)
       },
-      keyfile: keyfile, containers: manifest.containers)
+      keyfile: keyfile,
+      containers: manifest.containers.map { path in
+        let perVersion = counts[path] ?? nil
+        return .init(
+          path: path,
+          records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
+      },
+      externalSealVersions: manifest.externalSealVersions)
   }
 }

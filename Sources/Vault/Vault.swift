@@ -203,6 +203,12 @@ public final class Vault: Sendable {
     return key
   }
 
+  /// Writes `manifest` (caller holds the lock) and adopts it.
+  func save(_ next: Manifest) throws {
+    try ManifestFile.save(next, home: home)
+    state.withLock { $0.manifest = next }
+  }
+
   /// Runs `body` holding the home's exclusive lock, with the manifest freshly re-read.
   func withManifestLock<T>(_ body: () throws -> T) throws -> T {
     let lock = try FileLock(path: home + "/" + Self.lockFileName)
@@ -268,7 +274,8 @@ public final class Vault: Sendable {
   }
 }
 
-func absolutePath(_ path: String) -> String {
+/// `path` made absolute (against the working directory) and standardised.
+public func absolutePath(_ path: String) -> String {
   let expanded = (path as NSString).expandingTildeInPath
   let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
   return (absolute as NSString).standardizingPath

@@ -19,7 +19,8 @@ enum Help {
       status                  Show key versions, their states and where the keys live.
       seal                    Seal standard input into an envelope on standard output.
       open                    Open an envelope from standard input onto standard output.
-      rotate                  Make a new key version active; older versions stay decrypt-only.
+      rotate                  Make a new key version active and re-seal every queued record.
+      queue                   Put records into a queue container and inspect it.
       doctor                  Explain which key store works here and why the other does not.
       help                    Show help for a subcommand.
 
@@ -64,7 +65,8 @@ enum Help {
       OPTIONS:
         --json                  Print JSON: vault_id, home, store, active_version, versions
                                 (version, state, created_at, retired_at, records), keyfile
-                                (path, mode) and containers.
+                                (path, mode), containers (path, records per key version) and
+                                external_seal_versions.
         -h, --help              Show help information.
       """
     ),
@@ -101,17 +103,19 @@ enum Help {
     "rotate": (
       "vault [--home DIR] rotate [--json]",
       """
-      OVERVIEW: Make a new key version active; older versions stay decrypt-only.
+      OVERVIEW: Make a new key version active and re-seal every queued record.
 
-      Crash-safe: if it is interrupted, running it again finishes the same rotation. No
-      version is retired yet, since envelopes kept outside registered containers cannot be
-      counted.
+      Stores a new key, makes it active (older versions become decrypt-only), raises every
+      registered container's minimum seal version, re-seals all their records (pending, in
+      flight, parked, in review) under the new key, and then retires (deletes the key of) each
+      older version that no container still uses and that never sealed with 'vault seal'.
+      Crash-safe: if it is interrupted, running it again finishes the same rotation.
 
       USAGE: vault [--home DIR] rotate [--json]
 
       OPTIONS:
-        --json                  Print JSON: previous_version, new_version, resealed, retired,
-                                kept_versions, seconds.
+        --json                  Print JSON: previous_version, new_version, resealed
+                                (container -> records), retired, kept_versions, seconds.
         -h, --help              Show help information.
       """
     ),
@@ -127,6 +131,38 @@ enum Help {
       USAGE: vault [--home DIR] doctor
 
       OPTIONS:
+        -h, --help              Show help information.
+      """
+    ),
+    "queue": (
+      "vault [--home DIR] queue put|stats|list|resend [options]",
+      """
+      OVERVIEW: Put records into a queue container and inspect it.
+
+      Without --container the vault's default container (queue.sqlite in the home) is used.
+      A container given with --container is registered with the vault so rotation covers it.
+      Nothing here prints record contents.
+
+      USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
+             vault [--home DIR] queue stats [--container PATH] [--json]
+             vault [--home DIR] queue list [--queue NAME] [--state STATE] [--container PATH] [--json]
+             vault [--home DIR] queue resend [--container PATH] ID...
+
+      ACTIONS:
+        put                     Seal standard input and store it durably; prints 'stored ID' or
+                                'duplicate ID' (a record with that id already exists).
+        stats                   Records by state and key version, sealed bytes, and the drop
+                                ledger (cap, age, rejected, parked, undecryptable).
+        list                    Ids, queues, states, attempts, key versions, sizes, error kinds.
+        resend                  Return parked or review records to pending.
+
+      OPTIONS:
+        --queue NAME            The queue within the container.
+        --id UUID               The record's id (default: a random UUID).
+        --state STATE           pending, in_flight, parked or review.
+        --container PATH        Another container file.
+        --json                  Print JSON (stats: container, total, bytes, by_state,
+                                by_version, by_queue, dropped, minimum_seal_version).
         -h, --help              Show help information.
       """
     ),

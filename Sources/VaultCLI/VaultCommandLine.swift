@@ -2,6 +2,7 @@ import Foundation
 import Vault
 import VaultCrypto
 import VaultKeys
+import VaultQueue
 
 /// The `vault` command line. `main.swift` only calls `run`; tests call it in-process.
 public struct VaultCommandLine {
@@ -21,6 +22,8 @@ public struct VaultCommandLine {
     "open": CommandSpec(name: "open", options: ["--context"], flags: [], takesPositionals: false),
     "rotate": CommandSpec(name: "rotate", options: [], flags: ["--json"], takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
+    "queue": CommandSpec(
+      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -50,6 +53,7 @@ public struct VaultCommandLine {
       case "open": try open(arguments)
       case "rotate": try rotate(arguments)
       case "doctor": return doctor(arguments)
+      case "queue": try queue(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
@@ -152,6 +156,8 @@ public struct VaultCommandLine {
       }
     }
     let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
+    // The default queue container lives in the home and is registered for rotation from the start.
+    _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
     let manifest = vault.manifest
     terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
     switch manifest.store.kind {
@@ -166,7 +172,16 @@ public struct VaultCommandLine {
     let home = homePath(arguments)
     // Status reads only the manifest: it must work even when the key store is locked.
     let manifest = try ManifestFile.load(home: home)
-    let vault = Vault.describe(home: home, manifest: manifest)
+    var counts: [String: [UInt32: Int]?] = [:]
+    for path in manifest.containers {
+      do {
+        counts[path] = try QueueContainer.recordCounts(path: path)
+      } catch {
+        counts[path] = .some(nil)
+        terminal.note("vault: could not count records in \(path): \(Self.describe(error).0)")
+      }
+    }
+    let vault = Vault.describe(home: home, manifest: manifest, counts: counts)
     if arguments.flags.contains("--json") {
       terminal.print(try JSON.encode(vault))
       return
@@ -184,6 +199,11 @@ public struct VaultCommandLine {
       let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
       terminal.print("    \(version.version)  \(state) created \(version.createdAt)  records \(version.records)")
     }
+    terminal.print("  containers:")
+    for container in vault.containers {
+      let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"
+      terminal.print("    \(container.path)  \(records)")
+    }
   }
 
   private func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
@@ -196,7 +216,7 @@ public struct VaultCommandLine {
     return Array(context.utf8)
   }
 
-  private func readInput() throws -> [UInt8] {
+  func readInput() throws -> [UInt8] {
     do {
       return try terminal.readInput()
     } catch {
@@ -208,6 +228,8 @@ public struct VaultCommandLine {
     let context = try context(arguments, "seal")
     let vault = try openVault(arguments)
     let plaintext = try readInput()
+    // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
+    try vault.markExternalSeal()
     terminal.writeOutput(try vault.seal(plaintext, context: context))
   }
 
@@ -221,12 +243,23 @@ public struct VaultCommandLine {
 
   private func rotate(_ arguments: Arguments) throws {
     let vault = try openVault(arguments)
-    let report = try vault.rotate()
+    var containers: [any SealedContainer] = []
+    for path in vault.manifest.containers {
+      guard FileManager.default.fileExists(atPath: path) else { throw QueueCommandError.missingContainer(path: path) }
+      containers.append(try QueueContainer(path: path, vault: vault))
+    }
+    let report = try vault.rotate(containers: containers, retireUnused: true)
     if arguments.flags.contains("--json") {
       terminal.print(try JSON.encode(report))
       return
     }
     terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
+    for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
+      terminal.print("Re-sealed \(count) records in \(path)")
+    }
+    if !report.retired.isEmpty {
+      terminal.print("Retired (keys deleted): " + report.retired.map(String.init).joined(separator: ", "))
+    }
     if !report.keptVersions.isEmpty {
       let kept = report.keptVersions.map(String.init).joined(separator: ", ")
       terminal.print("Kept as decrypt-only: \(kept)")

@@ -56,12 +56,33 @@ public struct Manifest: Codable, Sendable, Equatable {
   public var store: StoreDescriptor
   public var activeVersion: UInt32
   public var versions: [KeyVersionRecord]
+  /// Absolute paths of queue containers whose records rotation re-seals and counts.
   public var containers: [String]
+  /// Key versions that sealed records outside any container (`vault seal`). Rotation cannot count
+  /// those records, so it never retires these versions.
+  public var externalSealVersions: [UInt32]
+  /// Set while a rotation to this version has not yet finished re-sealing and retiring; a rerun of
+  /// `rotate` resumes it instead of making yet another version.
+  public var resealing: UInt32?
 
   enum CodingKeys: String, CodingKey {
     case format, store, versions, containers
     case vaultID = "vault_id"
     case activeVersion = "active_version"
+    case externalSealVersions = "external_seal_versions"
+    case resealing
+  }
+
+  public init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    format = try values.decode(Int.self, forKey: .format)
+    vaultID = try values.decode(String.self, forKey: .vaultID)
+    store = try values.decode(StoreDescriptor.self, forKey: .store)
+    activeVersion = try values.decode(UInt32.self, forKey: .activeVersion)
+    versions = try values.decode([KeyVersionRecord].self, forKey: .versions)
+    containers = try values.decode([String].self, forKey: .containers)
+    externalSealVersions = try values.decodeIfPresent([UInt32].self, forKey: .externalSealVersions) ?? []
+    resealing = try values.decodeIfPresent(UInt32.self, forKey: .resealing)
   }
 
   public init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String) {
@@ -71,6 +92,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     activeVersion = 1
     versions = [KeyVersionRecord(version: 1, state: .pending, createdAt: createdAt)]
     containers = []
+    externalSealVersions = []
   }
 
   public var keyringID: KeyringID? { KeyringID(hex: vaultID) }

@@ -30,12 +30,30 @@ public final class QueueContainer: @unchecked Sendable {
     clock: @escaping @Sendable () -> Date = Date.init,
     random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
   ) throws {
+    let path = absolutePath(path)
     self.path = path
     self.vault = vault
     self.configuration = configuration
     self.clock = clock
     self.random = random
     storage = try Self.translating(path) { try Storage(path: path, keyringID: vault.keyringID.hex) }
+    // A container that can hold records must be known to rotation, or its keys could be retired.
+    try vault.registerContainer(path)
+  }
+
+  /// Records per key version in the container at `path`, read without any key (for `vault status`,
+  /// which must work while the keyring is locked). Nil when the file does not exist.
+  public static func recordCounts(path: String) throws -> [UInt32: Int]? {
+    guard FileManager.default.fileExists(atPath: path) else { return nil }
+    return try translating(path) {
+      let connection = try Connection(path: path, readOnly: true)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      var counts: [UInt32: Int] = [:]
+      try connection.prepare("SELECT key_version, count(*) FROM records GROUP BY key_version").query {
+        counts[UInt32($0.int(0))] = Int($0.int(1))
+      }
+      return counts
+    }
   }
 
   // MARK: - Enqueue
@@ -148,7 +166,9 @@ public final class QueueContainer: @unchecked Sendable {
       }
       if !undecryptable.isEmpty {
         try storage.connection.transaction {
-          for id in undecryptable { try storage.setState.run([.text(RecordState.review.rawValue), .text("undecryptable"), .text(id)]) }
+          for id in undecryptable {
+            try storage.setState.run([.text(RecordState.review.rawValue), .text("undecryptable"), .text(id)])
+          }
           try storage.countDrop(.undecryptable, undecryptable.count)
         }
       }

@@ -18,7 +18,8 @@ final class QueueContainerTests: XCTestCase {
     temporary = TemporaryDirectory()
     store = InMemoryKeyStore()
     clock = TestClock()
-    vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     try FileManager.default.createDirectory(atPath: temporary.sub("data"), withIntermediateDirectories: true)
   }
 
@@ -30,7 +31,8 @@ final class QueueContainerTests: XCTestCase {
   func container(_ configuration: QueueConfiguration = QueueConfiguration(), random: Double = 0.5) throws
     -> QueueContainer
   {
-    try QueueContainer(path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random })
+    try QueueContainer(
+      path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random })
   }
 
   func testEnqueueClaimAckRoundTripsAndLeavesNoPlaintext() throws {
@@ -181,7 +183,10 @@ final class QueueContainerTests: XCTestCase {
     let queue = try container()
     let ids = (0..<3).map { _ in UUID() }
     for id in ids { try queue.enqueue(Array("payload".utf8), queue: "q", id: id) }
-    try sqlite(path, "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = '\(ids[1].uuidString.lowercased())'")
+    try sqlite(
+      path,
+      "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = '\(ids[1].uuidString.lowercased())'"
+    )
     let claimed = try queue.claim(queue: "q")
     XCTAssertEqual(claimed.map(\.id), [ids[0], ids[2]])
     let review = try queue.list(state: .review)

@@ -1,0 +1,116 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
+
+extension VaultCommandLine {
+  static let defaultContainerName = "queue.sqlite"
+
+  func defaultContainer(_ arguments: Arguments) -> String {
+    arguments.options["--container"] ?? (absolutePath(homePath(arguments)) + "/" + Self.defaultContainerName)
+  }
+
+  /// `vault queue put|stats|list|resend`.
+  func queue(_ arguments: Arguments) throws {
+    guard let action = arguments.positionals.first else {
+      throw UsageError(message: "missing queue action (put, stats, list or resend)", command: "queue")
+    }
+    let rest = Array(arguments.positionals.dropFirst())
+    let allowed: [String: Set<String>] = [
+      "put": ["--queue", "--id", "--container"], "stats": ["--container", "--json"],
+      "list": ["--queue", "--state", "--container", "--json"], "resend": ["--container"],
+    ]
+    guard let permitted = allowed[action] else {
+      throw UsageError(message: "unknown queue action '\(action)'", command: "queue")
+    }
+    for option in Set(arguments.options.keys).union(arguments.flags) where !permitted.contains(option) {
+      throw UsageError(message: "'\(option)' does not apply to 'queue \(action)'", command: "queue")
+    }
+    if action != "resend", !rest.isEmpty {
+      throw UsageError(message: "unexpected argument '\(rest[0])'", command: "queue")
+    }
+    let vault = try openVault(arguments)
+    let container = try QueueContainer(path: defaultContainer(arguments), vault: vault)
+    switch action {
+    case "put":
+      guard let name = arguments.options["--queue"] else {
+        throw UsageError(message: "missing '--queue NAME'", command: "queue")
+      }
+      var id = UUID()
+      if let text = arguments.options["--id"] {
+        guard let parsed = UUID(uuidString: text) else {
+          throw UsageError(message: "--id must be a UUID", command: "queue")
+        }
+        id = parsed
+      }
+      let payload = try readInput()
+      let outcome = try container.enqueue(payload, queue: name, id: id)
+      terminal.print("\(outcome == .stored ? "stored" : "duplicate") \(id.uuidString.lowercased())")
+    case "stats":
+      let stats = try container.stats()
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(stats))
+        return
+      }
+      terminal.print("Container \(stats.container)")
+      terminal.print("  records:  \(stats.total) (\(stats.bytes) bytes sealed)")
+      terminal.print(
+        "  by state: "
+          + stats.byState.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+      terminal.print(
+        "  by key version: "
+          + stats.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key) \($0.value)" }.joined(separator: ", "))
+      terminal.print(
+        "  dropped:  "
+          + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+    case "list":
+      var state: RecordState?
+      if let text = arguments.options["--state"] {
+        guard let parsed = RecordState(rawValue: text) else {
+          throw UsageError(message: "--state must be pending, in_flight, parked or review", command: "queue")
+        }
+        state = parsed
+      }
+      let records = try container.list(queue: arguments.options["--queue"], state: state)
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(records))
+        return
+      }
+      for record in records {
+        terminal.print(
+          "\(record.id)  \(record.queue)  \(record.state.rawValue)  attempts \(record.attempts)  "
+            + "v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  \(record.createdAt)")
+      }
+    default:
+      guard !rest.isEmpty else {
+        throw UsageError(message: "give the ids of parked records to resend", command: "queue")
+      }
+      var ids: [UUID] = []
+      for text in rest {
+        guard let id = UUID(uuidString: text) else {
+          throw UsageError(message: "'\(text)' is not a UUID", command: "queue")
+        }
+        ids.append(id)
+      }
+      let moved = try container.resend(ids)
+      terminal.print("resent \(moved) of \(ids.count)")
+      if moved < ids.count {
+        throw QueueCommandError.notResendable(requested: ids.count, moved: moved)
+      }
+    }
+  }
+}
+
+enum QueueCommandError: Error, CustomStringConvertible {
+  case notResendable(requested: Int, moved: Int)
+  case missingContainer(path: String)
+
+  var description: String {
+    switch self {
+    case .notResendable(let requested, let moved):
+      "\(requested - moved) of the ids are not parked or in review (unknown, pending or in flight); they were left as they are"
+    case .missingContainer(let path):
+      "registered container \(path) is missing; restore it from a backup before rotating (its records may still need their keys)"
+    }
+  }
+}
