@@ -96,15 +96,19 @@ public struct VaultCommandLine {
     return code.rawValue
   }
 
+  /// Error types whose descriptions are written for people and hold nothing secret.
+  static let reportable: [any Error.Type] = [
+    EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
+    QueueCommandError.self,
+  ]
+
   static func describe(_ error: any Error) -> (String, ExitCode) {
     switch error {
     case let failure as ManifestFile.Failure:
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
-    case let failure as CustomStringConvertible
-    where failure is EnvelopeError || failure is KeyStoreError
-      || failure is VaultError || failure is CryptoError:
+    case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
     default:
       return ("unexpected failure (\(type(of: error)))", .failure)

@@ -105,3 +105,41 @@ final class RotationCoordinatorTests: XCTestCase {
     }
   }
 }
+
+/// A container whose re-seal fails once, as a crash part-way through a rotation would.
+final class FailingOnceContainer: SealedContainer, @unchecked Sendable {
+  let inner: RecordingContainer
+  var failNext = true
+  var name: String { inner.name }
+  init(_ inner: RecordingContainer) { self.inner = inner }
+  func raiseMinimumSealVersion(to version: UInt32) throws { try inner.raiseMinimumSealVersion(to: version) }
+  func reseal(with vault: Vault, to version: UInt32) throws -> Int {
+    if failNext {
+      failNext = false
+      throw VaultError.noActiveKey
+    }
+    return try inner.reseal(with: vault, to: version)
+  }
+  func recordCounts() throws -> [UInt32: Int] { try inner.recordCounts() }
+}
+
+final class RotationResumeTests: XCTestCase {
+  func testARerunFinishesAnInterruptedRotationWithoutANewVersion() throws {
+    let temporary = TemporaryDirectory()
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let records = RecordingContainer(name: "q.db")
+    records.records.append((Array("a".utf8), try vault.seal(Array("body".utf8), context: Array("a".utf8))))
+    let container = FailingOnceContainer(records)
+    XCTAssertThrowsError(try vault.rotate(containers: [container], retireUnused: true))
+    XCTAssertEqual(vault.manifest.resealing, 2)
+    XCTAssertEqual(vault.manifest.activeVersion, 2)
+    let report = try Vault.open(home: vault.home, resolver: .fixed(store)).rotate(
+      containers: [container], retireUnused: true)
+    XCTAssertEqual(report.newVersion, 2, "resumed, not rotated again")
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try ManifestFile.load(home: vault.home).resealing, nil)
+    XCTAssertEqual(try vault.open(records.records[0].envelope, context: Array("a".utf8)), Array("body".utf8))
+  }
+}

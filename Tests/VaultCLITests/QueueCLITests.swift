@@ -1,0 +1,135 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// `vault queue …` and rotation of queued records, through the real binary and a real SQLite file.
+final class QueueCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func json(_ arguments: [String]) throws -> [String: Any] {
+    let run = try vault(["--home", home] + arguments)
+    XCTAssertEqual(run.status, 0, run.error)
+    return try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any]
+  }
+
+  func testPutStatsDuplicateRotateAndStatus() throws {
+    let id = "0b6e3f5a-2c1d-4e8f-9a7b-123456789abc"
+    let put = try vault(
+      ["--home", home, "queue", "put", "--queue", "outbox", "--id", id], input: Array("canary-q1".utf8))
+    XCTAssertEqual(put.outputText, "stored \(id)\n")
+    let again = try vault(
+      ["--home", home, "queue", "put", "--queue", "outbox", "--id", id], input: Array("other".utf8))
+    XCTAssertEqual(again.status, 0)
+    XCTAssertEqual(again.outputText, "duplicate \(id)\n")
+    for i in 0..<4 {
+      XCTAssertEqual(
+        try vault(["--home", home, "queue", "put", "--queue", "telemetry"], input: Array("t\(i)".utf8)).status, 0)
+    }
+    var stats = try json(["queue", "stats", "--json"])
+    XCTAssertEqual(stats["total"] as? Int, 5)
+    XCTAssertEqual(stats["by_state"] as? [String: Int], ["pending": 5, "in_flight": 0, "parked": 0, "review": 0])
+    XCTAssertEqual(stats["by_version"] as? [String: Int], ["1": 5])
+    XCTAssertEqual(stats["by_queue"] as? [String: Int], ["outbox": 1, "telemetry": 4])
+    XCTAssertEqual((stats["dropped"] as? [String: Int])?.values.reduce(0, +), 0)
+    XCTAssertEqual(stats["bytes"] as? Int, 9 + 45 + 4 * (2 + 45))
+    XCTAssertFalse(directoryContains(home, "canary-q1"), "the payload is sealed on disk")
+
+    let rotated = try json(["rotate", "--json"])
+    XCTAssertEqual(rotated["new_version"] as? Int, 2)
+    XCTAssertEqual(rotated["retired"] as? [Int], [1])
+    XCTAssertEqual(rotated["resealed"] as? [String: Int], [home + "/queue.sqlite": 5])
+    stats = try json(["queue", "stats", "--json"])
+    XCTAssertEqual(stats["by_version"] as? [String: Int], ["2": 5])
+    XCTAssertEqual(stats["minimum_seal_version"] as? Int, 2)
+
+    let status = try json(["status", "--json"])
+    let versions = status["versions"] as! [[String: Any]]
+    XCTAssertEqual(versions.map { $0["state"] as? String }, ["retired", "active"])
+    XCTAssertEqual(versions.map { $0["records"] as? Int }, [0, 5])
+    XCTAssertNotNil(versions[0]["retired_at"] as? String)
+    let containers = status["containers"] as! [[String: Any]]
+    XCTAssertEqual(containers.first?["path"] as? String, home + "/queue.sqlite")
+    XCTAssertEqual(containers.first?["records"] as? [String: Int], ["2": 5])
+  }
+
+  func testListShowsMetadataOnlyAndResendRejectsUnknownIds() throws {
+    try vault(["--home", home, "queue", "put", "--queue", "outbox"], input: Array("canary-list-7".utf8))
+    let list = try vault(["--home", home, "queue", "list", "--json"])
+    XCTAssertEqual(list.status, 0, list.error)
+    XCTAssertFalse(list.outputText.contains("canary-list-7"))
+    let rows = try JSONSerialization.jsonObject(with: Data(list.output)) as! [[String: Any]]
+    XCTAssertEqual(rows.first?["state"] as? String, "pending")
+    XCTAssertEqual(rows.first?["key_version"] as? Int, 1)
+    XCTAssertEqual(try vault(["--home", home, "queue", "list", "--state", "parked"]).outputText, "")
+    let resend = try vault(["--home", home, "queue", "resend", rows.first?["id"] as! String])
+    XCTAssertEqual(resend.status, 1, "a pending record is not resendable")
+    XCTAssertTrue(resend.error.contains("not parked or in review"), resend.error)
+    let bad = try vault(["--home", home, "queue", "list", "--state", "lost"])
+    XCTAssertEqual(bad.status, 64)
+  }
+
+  func testAnotherContainerIsRegisteredAndRotatedToo() throws {
+    let other = temporary.sub("data/other.sqlite")
+    try FileManager.default.createDirectory(atPath: temporary.sub("data"), withIntermediateDirectories: true)
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q", "--container", other], input: [1]).status, 0)
+    let rotated = try json(["rotate", "--json"])
+    XCTAssertEqual(rotated["resealed"] as? [String: Int], [home + "/queue.sqlite": 0, other: 1])
+    let stats = try json(["queue", "stats", "--container", other, "--json"])
+    XCTAssertEqual(stats["by_version"] as? [String: Int], ["2": 1])
+  }
+
+  func testVersionsUsedByVaultSealAreNeverRetired() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "file:1"], input: Array("kept".utf8)).output
+    let rotated = try json(["rotate", "--json"])
+    XCTAssertEqual(rotated["retired"] as? [Int], [])
+    XCTAssertEqual(rotated["kept_versions"] as? [Int], [1])
+    XCTAssertEqual(
+      try vault(["--home", home, "open", "--context", "file:1"], input: sealed).output, Array("kept".utf8))
+  }
+
+  func testMissingRegisteredContainerStopsRotationBeforeAnyChange() throws {
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    unlink(home + "/queue.sqlite")
+    let run = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(run.error.contains("is missing"), run.error)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest)
+  }
+
+  /// Writers in other processes keep putting records while two rotations run: every record a put
+  /// confirmed is present afterwards, opens, and sits under the newest key.
+  func testWritersDuringRotationLoseNothing() throws {
+    let script = """
+      for i in $(seq 1 60); do printf 'record %s' "$i" | "$0" --home "$1" queue put --queue q || exit 1; done
+      """
+    let writers = try (0..<2).map { _ in try Spawn.start("/bin/bash", ["-c", script, vaultBinary(), home]) }
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    let results = writers.map { $0.finish() }
+    XCTAssertEqual(results.map(\.status), [0, 0], results.map(\.error).joined())
+    let confirmed = results.flatMap {
+      $0.outputText.split(separator: "\n").map { String($0.dropFirst("stored ".count)) }
+    }
+    XCTAssertEqual(confirmed.count, 120)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    let rows =
+      try JSONSerialization.jsonObject(with: Data(try vault(["--home", home, "queue", "list", "--json"]).output))
+      as! [[String: Any]]
+    XCTAssertEqual(Set(rows.compactMap { $0["id"] as? String }), Set(confirmed))
+    XCTAssertEqual(Set(rows.compactMap { $0["key_version"] as? Int }), [4])
+    let status = try json(["status", "--json"])
+    XCTAssertEqual(
+      (status["versions"] as! [[String: Any]]).map { $0["state"] as? String },
+      ["retired", "retired", "retired", "active"])
+  }
+}
