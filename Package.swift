@@ -9,6 +9,7 @@ let package = Package(
   products: [
     .library(name: "Vault", targets: ["Vault"]),
     .executable(name: "vault", targets: ["vault"]),
+    .executable(name: "memo", targets: ["memo"]),
   ],
   targets: [
     // C libraries from Debian, one system-library target each (module.modulemap + shim.h only).
@@ -21,9 +22,11 @@ let package = Package(
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultCrypto", "CSQLite"], swiftSettings: strict),
+    .target(name: "Outbox", dependencies: ["VaultQueue"], swiftSettings: strict),
     .target(
       name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue"], swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
+    .executableTarget(name: "memo", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
 
     // Benchmarks live under tools/; the scripts beside them run the baselines.
     .executableTarget(
@@ -40,6 +43,9 @@ let package = Package(
     ),
     .testTarget(
       name: "VaultQueueTests", dependencies: ["VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
+      swiftSettings: strict),
+    .testTarget(
+      name: "OutboxTests", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],

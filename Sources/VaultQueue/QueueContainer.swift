@@ -289,17 +289,22 @@ public final class QueueContainer: @unchecked Sendable {
   public func list(queue: String? = nil, state: RecordState? = nil) throws -> [RecordSummary] {
     try withStorage { storage in
       var rows: [RecordSummary] = []
-      try storage.listAll.query { row in
-        let summary = RecordSummary(
-          id: row.text(0) ?? "", queue: row.text(1) ?? "", state: RecordState(rawValue: row.text(2) ?? "") ?? .pending,
-          attempts: Int(row.int(3)), errorKind: row.text(4),
-          createdAt: timestamp(Date(timeIntervalSince1970: Double(row.int(5)) / 1000)),
-          nextAttemptAt: row.int(6) > 0 ? timestamp(Date(timeIntervalSince1970: Double(row.int(6)) / 1000)) : nil,
-          bytes: Int(row.int(7)), keyVersion: UInt32(row.int(8)))
-        if (queue == nil || summary.queue == queue) && (state == nil || summary.state == state) { rows.append(summary) }
+      try storage.listAll.query([queue.map { .text($0) } ?? .null, state.map { .text($0.rawValue) } ?? .null]) { row in
+        rows.append(
+          RecordSummary(
+            id: row.text(0) ?? "", queue: row.text(1) ?? "",
+            state: RecordState(rawValue: row.text(2) ?? "") ?? .pending, attempts: Int(row.int(3)),
+            errorKind: row.text(4), createdAt: timestamp(Date(timeIntervalSince1970: Double(row.int(5)) / 1000)),
+            nextAttemptAt: row.int(6) > 0 ? timestamp(Date(timeIntervalSince1970: Double(row.int(6)) / 1000)) : nil,
+            bytes: Int(row.int(7)), keyVersion: UInt32(row.int(8))))
       }
       return rows
     }
+  }
+
+  /// How many records of `queue` are in `state` (without loading them).
+  public func count(queue: String, state: RecordState) throws -> Int {
+    try withStorage { Int(try $0.countInState.scalar([.text(queue), .text(state.rawValue)]) ?? 0) }
   }
 
   /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no

@@ -88,6 +88,7 @@ final class Storage {
   var countByQueue: Statement!
   var drops: Statement!
   var listAll: Statement!
+  var countInState: Statement!
   var readMeta: Statement!
   var writeMeta: Statement!
   var addDrop: Statement!
@@ -129,8 +130,9 @@ final class Storage {
     listAll = try connection.prepare(
       """
       SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, size, key_version
-      FROM records ORDER BY seq
+      FROM records WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2) ORDER BY seq
       """)
+    countInState = try connection.prepare("SELECT count(*) FROM records WHERE queue = ? AND state = ?")
     readMeta = try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?")
     writeMeta = try connection.prepare("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = ?")
     addDrop = try connection.prepare(

@@ -1,0 +1,129 @@
+// memo: an example application that uses vault's outbox. `send` saves a memo sealed on disk and
+// returns at once; `relay` delivers pending memos to a relay server; `history` shows what is
+// delivered, pending and parked; `resend` returns a parked memo to the queue.
+import Foundation
+import Outbox
+import Vault
+import VaultQueue
+
+let usage = """
+  USAGE: memo [--home DIR] send TEXT
+         memo [--home DIR] relay --endpoint URL
+         memo [--home DIR] history [--json]
+         memo [--home DIR] resend ID
+
+  The home is a vault home made by `vault init` (default: $VAULT_HOME, else
+  $XDG_DATA_HOME/vault, else ~/.local/share/vault). Memos go to the queue "memo" of its
+  default container. Exit codes: 0 success, 1 failure, 64 usage error.
+  """
+
+func fail(_ message: String, code: Int32 = 1) -> Never {
+  FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
+  exit(code)
+}
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+let environment = ProcessInfo.processInfo.environment
+var home =
+  environment["VAULT_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+  ?? environment["XDG_DATA_HOME"].map { $0 + "/vault" } ?? (NSHomeDirectory() + "/.local/share/vault")
+if let index = arguments.firstIndex(of: "--home"), index + 1 < arguments.count {
+  home = arguments[index + 1]
+  arguments.removeSubrange(index...(index + 1))
+}
+if arguments.contains("-h") || arguments.contains("--help") {
+  print(usage)
+  exit(0)
+}
+guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+
+/// Delivered memos, as JSON lines of id and time only (nothing of the text), appended and fsynced.
+struct History {
+  let path: String
+
+  func append(_ id: UUID) {
+    let line = "{\"id\":\"\(id.uuidString.lowercased())\",\"delivered_at\":\"\(timestamp(Date()))\"}\n"
+    let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return }
+    _ = line.withCString { write(fd, $0, strlen($0)) }
+    fsync(fd)
+    close(fd)
+  }
+
+  func delivered() -> [(id: String, at: String)] {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+    return text.split(separator: "\n").compactMap { line in
+      guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String],
+        let id = object["id"], let at = object["delivered_at"]
+      else { return nil }
+      return (id, at)
+    }
+  }
+}
+
+/// Notes each delivered memo in the history before the outbox acks it.
+struct RecordingTransport: Transport {
+  let inner: any Transport
+  let history: History
+
+  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
+    let result = inner.deliver(id: id, payload: payload)
+    if result == .delivered { history.append(id) }
+    return result
+  }
+}
+
+do {
+  let vault = try Vault.open(home: home)
+  let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
+  let history = History(path: vault.home + "/memo-history.jsonl")
+  switch command {
+  case "send":
+    guard arguments.count == 2 else { fail("send takes one TEXT argument", code: 64) }
+    let outbox = Outbox(container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
+    let started = DispatchTime.now().uptimeNanoseconds
+    let receipt = try outbox.send(Array(arguments[1].utf8))
+    let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
+    print(String(format: "saved %@ in %.2f ms (sealed and on disk; delivery happens later)", receipt.id.uuidString.lowercased(), elapsed))
+  case "relay":
+    guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
+      let endpoint = URL(string: arguments[index + 1])
+    else { fail("relay needs --endpoint URL", code: 64) }
+    let outbox = Outbox(
+      container: container, queue: "memo",
+      transport: RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history))
+    let pass = try outbox.deliverDue()
+    print("delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)")
+  case "history":
+    let delivered = history.delivered()
+    let waiting = try container.list(queue: "memo")
+    if arguments.contains("--json") {
+      let rows: [[String: Any]] =
+        delivered.map { ["id": $0.id, "state": "delivered", "at": $0.at] }
+        + waiting.map {
+          ["id": $0.id, "state": $0.state.rawValue, "attempts": $0.attempts, "error_kind": $0.errorKind ?? NSNull()]
+        }
+      let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
+      print(String(decoding: data, as: UTF8.self))
+    } else {
+      for item in delivered { print("\(item.id)  delivered  \(item.at)") }
+      for item in waiting {
+        print("\(item.id)  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")")
+      }
+    }
+  case "resend":
+    guard arguments.count == 2, let id = UUID(uuidString: arguments[1]) else { fail("resend takes one memo ID", code: 64) }
+    guard try container.resend([id]) == 1 else { fail("memo \(arguments[1]) is not parked or in review") }
+    print("resent \(id.uuidString.lowercased())")
+  default:
+    fail("unknown command '\(command)'\n\(usage)", code: 64)
+  }
+} catch {
+  // Library errors describe a kind and a fix, never memo text.
+  fail(String(describing: error))
+}
+
+/// `send` never delivers; delivery is `relay`'s job.
+struct NoTransport: Transport {
+  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
+}
