@@ -26,7 +26,8 @@ let package = Package(
     .target(
       name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue"], swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
-    .executableTarget(name: "memo", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
+    .executableTarget(
+      name: "memo", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
 
     // Benchmarks live under tools/; the scripts beside them run the baselines.
     .executableTarget(

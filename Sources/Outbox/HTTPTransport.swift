@@ -47,7 +47,8 @@ public final class HTTPJSONTransport: Transport {
     let outcome = Outcome()
     let task = session.dataTask(with: request) { _, response, error in
       if let http = response as? HTTPURLResponse {
-        outcome.set(HTTPStatusPolicy.result(status: http.statusCode, retryAfter: http.value(forHTTPHeaderField: "Retry-After")))
+        outcome.set(
+          HTTPStatusPolicy.result(status: http.statusCode, retryAfter: http.value(forHTTPHeaderField: "Retry-After")))
       } else {
         // Transport errors are named by kind only (URLError code), never with the request.
         outcome.set(.retry(kind: "transport-\((error as? URLError)?.code.rawValue ?? -1)", after: nil))

@@ -80,11 +80,15 @@ do {
   switch command {
   case "send":
     guard arguments.count == 2 else { fail("send takes one TEXT argument", code: 64) }
-    let outbox = Outbox(container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
+    let outbox = Outbox(
+      container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
     let started = DispatchTime.now().uptimeNanoseconds
     let receipt = try outbox.send(Array(arguments[1].utf8))
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
-    print(String(format: "saved %@ in %.2f ms (sealed and on disk; delivery happens later)", receipt.id.uuidString.lowercased(), elapsed))
+    print(
+      String(
+        format: "saved %@ in %.2f ms (sealed and on disk; delivery happens later)", receipt.id.uuidString.lowercased(),
+        elapsed))
   case "relay":
     guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
       let endpoint = URL(string: arguments[index + 1])
@@ -93,7 +97,9 @@ do {
       container: container, queue: "memo",
       transport: RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history))
     let pass = try outbox.deliverDue()
-    print("delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)")
+    print(
+      "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
+    )
   case "history":
     let delivered = history.delivered()
     let waiting = try container.list(queue: "memo")
@@ -112,7 +118,9 @@ do {
       }
     }
   case "resend":
-    guard arguments.count == 2, let id = UUID(uuidString: arguments[1]) else { fail("resend takes one memo ID", code: 64) }
+    guard arguments.count == 2, let id = UUID(uuidString: arguments[1]) else {
+      fail("resend takes one memo ID", code: 64)
+    }
     guard try container.resend([id]) == 1 else { fail("memo \(arguments[1]) is not parked or in review") }
     print("resent \(id.uuidString.lowercased())")
   default:

@@ -32,15 +32,6 @@ func vaultBinary() -> String {
   return packageRoot() + "/.build/debug/vault"
 }
 
-func packageRoot(file: String = #filePath) -> String {
-  var url = URL(fileURLWithPath: file)
-  while url.path != "/" {
-    url.deleteLastPathComponent()
-    if FileManager.default.fileExists(atPath: url.path + "/Package.swift") { return url.path }
-  }
-  return FileManager.default.currentDirectoryPath
-}
-
 /// Runs the real binary as a separate process.
 @discardableResult
 func vault(

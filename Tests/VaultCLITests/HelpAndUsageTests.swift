@@ -1,4 +1,5 @@
 import Foundation
+import VaultTestSupport
 import XCTest
 
 @testable import VaultCLI

@@ -37,3 +37,13 @@ public func directoryContains(_ directory: String, _ needle: String) -> Bool {
   }
   return false
 }
+
+/// The package's root directory (where Package.swift is), found from this source file.
+public func packageRoot(file: String = #filePath) -> String {
+  var url = URL(fileURLWithPath: file)
+  while url.path != "/" {
+    url.deleteLastPathComponent()
+    if FileManager.default.fileExists(atPath: url.path + "/Package.swift") { return url.path }
+  }
+  return FileManager.default.currentDirectoryPath
+}

@@ -53,12 +53,3 @@ final class InteropTests: XCTestCase {
     XCTAssertTrue(opened.output.isEmpty)
   }
 }
-
-func packageRoot(file: String = #filePath) -> String {
-  var url = URL(fileURLWithPath: file)
-  while url.path != "/" {
-    url.deleteLastPathComponent()
-    if FileManager.default.fileExists(atPath: url.path + "/Package.swift") { return url.path }
-  }
-  return FileManager.default.currentDirectoryPath
-}

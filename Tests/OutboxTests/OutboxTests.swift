@@ -1,0 +1,161 @@
+import Foundation
+import Outbox
+import Vault
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+/// A transport twin that answers from a script and records what it was given.
+final class ScriptedTransport: Transport, @unchecked Sendable {
+  private let lock = NSLock()
+  private var script: [DeliveryResult]
+  private var fallback: DeliveryResult
+  private(set) var calls: [(UUID, [UInt8])] = []
+
+  init(_ script: [DeliveryResult] = [], otherwise fallback: DeliveryResult = .delivered) {
+    self.script = script
+    self.fallback = fallback
+  }
+
+  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
+    lock.withLock {
+      calls.append((id, payload))
+      return script.isEmpty ? fallback : script.removeFirst()
+    }
+  }
+
+  var callCount: Int { lock.withLock { calls.count } }
+}
+
+final class OutboxTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var vault: Vault!
+  var clock: TestClock!
+  var container: QueueContainer!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    clock = TestClock()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    container = try QueueContainer(
+      path: temporary.sub("home/queue.sqlite"), vault: vault,
+      configuration: QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 1, cap: 10)),
+      clock: clock.function, random: { 0.5 })
+  }
+
+  override func tearDown() {
+    container = nil
+    vault = nil
+    temporary = nil
+  }
+
+  func testSendIsDurableBeforeAnyDelivery() throws {
+    let transport = ScriptedTransport()
+    let outbox = Outbox(container: container, transport: transport)
+    let receipt = try outbox.send(Array("hello".utf8))
+    XCTAssertFalse(receipt.duplicate)
+    XCTAssertEqual(transport.callCount, 0, "send never waits for the network")
+    // Another connection to the same file (as after a crash and restart) already sees it.
+    let reopened = try QueueContainer(path: container.path, vault: vault, clock: clock.function)
+    XCTAssertEqual(try reopened.list(queue: "outbox").map(\.id), [receipt.id.uuidString.lowercased()])
+    XCTAssertTrue(try outbox.send(Array("hello again".utf8), id: receipt.id).duplicate)
+  }
+
+  func testAPassDeliversRetriesRejectsAndParks() throws {
+    let transport = ScriptedTransport([
+      .delivered, .retry(kind: "http-500", after: nil), .reject(kind: "http-400"),
+      .retry(kind: "transport", after: nil),
+    ])
+    let outbox = Outbox(container: container, transport: transport)
+    let ids = try (0..<4).map { try outbox.send(Array("m\($0)".utf8)).id }
+    var pass = try outbox.deliverDue()
+    XCTAssertEqual(pass.delivered, 1)
+    XCTAssertEqual(pass.retrying, 2)
+    XCTAssertEqual(pass.rejected, 1)
+    XCTAssertEqual(transport.callCount, 4, "each record attempted at most once per pass")
+    XCTAssertEqual(try container.list(state: .review).map(\.id), [ids[2].uuidString.lowercased()])
+    // Not due yet: nothing is attempted.
+    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(transport.callCount, 4)
+    // The script is used up, so everything due now is delivered.
+    clock.advance(60)
+    pass = try outbox.deliverDue()
+    XCTAssertEqual(pass.delivered, 2)
+    XCTAssertEqual(pass.pending, 0)
+    XCTAssertEqual(try container.stats().total, 1, "only the rejected record remains, for review")
+  }
+
+  func testRecordsThatKeepFailingAreParkedNotDeleted() throws {
+    let transport = ScriptedTransport(otherwise: .retry(kind: "http-503", after: 5))
+    let outbox = Outbox(container: container, transport: transport)
+    let id = try outbox.send(Array("stubborn".utf8)).id
+    for _ in 0..<3 {
+      _ = try outbox.deliverDue()
+      clock.advance(6)
+    }
+    XCTAssertEqual(try container.list(state: .parked).map(\.id), [id.uuidString.lowercased()])
+    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try container.resend([id]), 1)
+    let fixed = Outbox(container: container, transport: ScriptedTransport())
+    XCTAssertEqual(try fixed.deliverDue().delivered, 1)
+  }
+
+  func testBackgroundLoopDeliversLeftoversOnStartAndNewSendsOnTrigger() throws {
+    let early = Outbox(container: container, transport: ScriptedTransport())
+    try early.send(Array("left over from the last run".utf8))
+    let transport = ScriptedTransport()
+    let outbox = Outbox(container: container, transport: transport, interval: 3600)
+    outbox.start()
+    defer { outbox.stop() }
+    try waitUntil { transport.callCount == 1 }
+    try outbox.send(Array("new".utf8))
+    try waitUntil { transport.callCount == 2 }
+    try waitUntil { (try? self.container.stats().total) == 0 }
+  }
+
+  func testStatusMapping() {
+    XCTAssertEqual(HTTPStatusPolicy.result(status: 204, retryAfter: nil), .delivered)
+    XCTAssertEqual(HTTPStatusPolicy.result(status: 429, retryAfter: "7"), .retry(kind: "http-429", after: 7))
+    XCTAssertEqual(HTTPStatusPolicy.result(status: 503, retryAfter: nil), .retry(kind: "http-503", after: nil))
+    XCTAssertEqual(HTTPStatusPolicy.result(status: 408, retryAfter: "9"), .retry(kind: "http-408", after: nil))
+    XCTAssertEqual(HTTPStatusPolicy.result(status: 502, retryAfter: nil), .retry(kind: "http-502", after: nil))
+    for status in [400, 401, 403, 404, 413, 422] {
+      XCTAssertEqual(HTTPStatusPolicy.result(status: status, retryAfter: nil), .reject(kind: "http-\(status)"))
+    }
+    let now = Date(timeIntervalSince1970: 1_784_000_000)  // Tue, 14 Jul 2026 03:33:20 GMT
+    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("Tue, 14 Jul 2026 03:34:20 GMT", now: now), 60)
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("soon", now: now))
+    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("-5", now: now), 0)
+  }
+
+  func testHTTPTransportAgainstARealServerOnLoopback() throws {
+    let server = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    let transport = HTTPJSONTransport(endpoint: server.endpoint, timeout: 5)
+    let id = UUID()
+    XCTAssertEqual(transport.deliver(id: id, payload: Array("hi".utf8)), .delivered)
+    try server.setMode("429", retryAfter: 12)
+    XCTAssertEqual(transport.deliver(id: id, payload: [0xff, 0x00]), .retry(kind: "http-429", after: 12))
+    try server.setMode("500")
+    XCTAssertEqual(transport.deliver(id: id, payload: [1]), .retry(kind: "http-500", after: nil))
+    try server.setMode("400")
+    XCTAssertEqual(transport.deliver(id: id, payload: [1]), .reject(kind: "http-400"))
+    let received = server.received
+    XCTAssertEqual(received.map(\.status), [200, 429, 500, 400])
+    XCTAssertEqual(received.first?.body, "hi")
+    XCTAssertEqual(received[1].body, "/wA=", "binary payloads travel as base64")
+    let closed = HTTPJSONTransport(endpoint: URL(string: "http://127.0.0.1:9/relay")!, timeout: 2)
+    guard case .retry(let kind, nil) = closed.deliver(id: id, payload: [1]) else { return XCTFail() }
+    XCTAssertTrue(kind.hasPrefix("transport"), kind)
+  }
+
+  private func waitUntil(_ condition: () -> Bool, timeout: TimeInterval = 10) throws {
+    let deadline = Date() + timeout
+    while !condition() {
+      guard Date() < deadline else { return XCTFail("condition not met within \(timeout) s") }
+      Thread.sleep(forTimeInterval: 0.02)
+    }
+  }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// The example app end to end: memos saved while the relay is down survive a key rotation and
+/// are all delivered once it is up.
+final class MemoTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var memoBinary: String { (vaultBinary() as NSString).deletingLastPathComponent + "/memo" }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")]).status, 0)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  @discardableResult
+  private func memo(_ arguments: [String]) throws -> Spawned {
+    try Spawn.run(memoBinary, ["--home", home] + arguments)
+  }
+
+  func testOfflineMemosSurviveRotationAndAreAllDelivered() throws {
+    var ids: [String] = []
+    for i in 0..<5 {
+      let sent = try memo(["send", "canary-memo-\(i) buy milk"])
+      XCTAssertEqual(sent.status, 0, sent.error)
+      XCTAssertTrue(sent.outputText.contains(" ms (sealed and on disk"), sent.outputText)
+      ids.append(String(sent.outputText.split(separator: " ")[1]))
+    }
+    XCTAssertFalse(directoryContains(home, "canary-memo"), "memos are sealed on disk")
+    // The relay is down (nothing listens on port 9): every memo is kept for retry.
+    let offline = try memo(["relay", "--endpoint", "http://127.0.0.1:9/relay"])
+    XCTAssertEqual(offline.outputText, "delivered 0, retrying 5, parked 0, rejected 0, pending 5\n", offline.error)
+
+    let rotated = try vault(["--home", home, "rotate", "--json"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+
+    let server = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    Thread.sleep(forTimeInterval: 1.1)  // the first retry is due within 1 s (full jitter of 1 s)
+    let online = try memo(["relay", "--endpoint", server.endpoint.absoluteString])
+    XCTAssertEqual(online.outputText, "delivered 5, retrying 0, parked 0, rejected 0, pending 0\n", online.error)
+    XCTAssertEqual(Set(server.received.map(\.id)), Set(ids))
+    XCTAssertEqual(server.received.count, 5, "each memo arrived once")
+    XCTAssertTrue(server.received.allSatisfy { $0.body.hasPrefix("canary-memo-") })
+    let history = try memo(["history"])
+    XCTAssertEqual(history.outputText.split(separator: "\n").filter { $0.contains("delivered") }.count, 5)
+  }
+
+  func testRejectedMemoIsKeptAndCanBeResent() throws {
+    let server = try RelayServer(directory: temporary.path, mode: "400", root: packageRoot())
+    defer { server.stop() }
+    let id = String(try memo(["send", "note"]).outputText.split(separator: " ")[1])
+    XCTAssertEqual(
+      try memo(["relay", "--endpoint", server.endpoint.absoluteString]).outputText,
+      "delivered 0, retrying 0, parked 0, rejected 1, pending 0\n")
+    XCTAssertTrue(try memo(["history"]).outputText.contains("\(id)  review  attempts 1  http-400"))
+    try server.setMode("ok")
+    XCTAssertEqual(
+      try memo(["relay", "--endpoint", server.endpoint.absoluteString]).outputText.prefix(11), "delivered 0")
+    XCTAssertEqual(try memo(["resend", id]).outputText, "resent \(id)\n")
+    XCTAssertEqual(
+      try memo(["relay", "--endpoint", server.endpoint.absoluteString]).outputText.prefix(11), "delivered 1")
+  }
+
+  func testRetryAfterIsHonoured() throws {
+    let server = try RelayServer(directory: temporary.path, mode: "429", retryAfter: 30, root: packageRoot())
+    defer { server.stop() }
+    try memo(["send", "later"])
+    XCTAssertEqual(
+      try memo(["relay", "--endpoint", server.endpoint.absoluteString]).outputText.prefix(23), "delivered 0, retrying 1"
+    )
+    try server.setMode("ok")
+    XCTAssertEqual(
+      try memo(["relay", "--endpoint", server.endpoint.absoluteString]).outputText,
+      "delivered 0, retrying 0, parked 0, rejected 0, pending 1\n", "not retried before Retry-After")
+    XCTAssertEqual(server.received.count, 1)
+  }
+}

@@ -1,0 +1,56 @@
+import Foundation
+
+#if canImport(FoundationNetworking)
+  import FoundationNetworking
+#endif
+
+/// tools/relay_server.py on loopback, for tests. It exits when the test closes its stdin.
+public final class RelayServer {
+  public let port: Int
+  public let recordPath: String
+  private let child: Child
+
+  public init(directory: String, mode: String = "ok", retryAfter: Int = 1, root: String) throws {
+    let portFile = directory + "/relay.port"
+    recordPath = directory + "/relay.jsonl"
+    child = try Spawn.start(
+      "/usr/bin/env",
+      [
+        "python3", root + "/tools/relay_server.py", "--port-file", portFile, "--record", recordPath, "--mode", mode,
+        "--retry-after", String(retryAfter), "--exit-on-stdin-eof",
+      ])
+    var found: Int?
+    for _ in 0..<200 {
+      if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let value = Int(text) {
+        found = value
+        break
+      }
+      Thread.sleep(forTimeInterval: 0.025)
+    }
+    guard let found else { throw TestKeyringError.command("relay_server.py", "did not start") }
+    port = found
+  }
+
+  public var endpoint: URL { URL(string: "http://127.0.0.1:\(port)/relay")! }
+
+  /// Switches the answer mode (ok, 500, 503, 429, 400).
+  public func setMode(_ mode: String, retryAfter: Int = 1) throws {
+    var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/control")!)
+    request.httpMethod = "POST"
+    request.httpBody = Data("{\"mode\": \"\(mode)\", \"retry_after\": \(retryAfter)}".utf8)
+    let done = DispatchSemaphore(value: 0)
+    URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
+    _ = done.wait(timeout: .now() + 10)
+  }
+
+  /// Every request received: id, body and the status it was answered with.
+  public var received: [(id: String, body: String, status: Int)] {
+    guard let text = try? String(contentsOfFile: recordPath, encoding: .utf8) else { return [] }
+    return text.split(separator: "\n").compactMap { line in
+      guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+      return (object["id"] as? String ?? "", object["body"] as? String ?? "", object["status"] as? Int ?? 0)
+    }
+  }
+
+  public func stop() { _ = child.finish() }
+}
