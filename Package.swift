@@ -36,6 +36,9 @@ let package = Package(
 
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
+    .executableTarget(
+      name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",
+      swiftSettings: strict),
     .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
     .testTarget(
       name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),

@@ -21,8 +21,8 @@ rm -f "$log"
 [ "$status" -eq 0 ] || { echo "test.sh: build failed" >&2; exit "$status"; }
 
 # Formatting is part of the build: the repository's .swift-format, strictly.
-if ! swift format lint --strict -r Sources Tests Package.swift tools/bench; then
-  echo "test.sh: swift format lint failed; run: swift format format --in-place -r Sources Tests Package.swift tools/bench" >&2
+if ! swift format lint --strict -r Sources Tests Package.swift tools/bench tools/crash; then
+  echo "test.sh: swift format lint failed; run: swift format format --in-place -r Sources Tests Package.swift tools/bench tools/crash" >&2
   exit 1
 fi
 

@@ -72,39 +72,39 @@ public final class QueueContainer: @unchecked Sendable {
       throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
     return try withStorage { storage in
-      for attempt in 0..<2 {
-        let outcome: [EnqueueOutcome]? = try storage.connection.transaction {
-          // Rotation raises this before re-sealing; a writer still holding an older active key
-          // must reload before it may add anything (checked inside the write transaction).
-          let minimum = try storage.minimumSealVersion()
-          guard vault.activeVersion >= minimum else { return nil }
-          let now = milliseconds(clock())
-          var outcomes: [EnqueueOutcome] = []
-          var added = 0
-          for record in records {
-            let idText = record.id.uuidString.lowercased()
-            if try storage.recordExists.scalar([.text(idText)]) != nil {
-              outcomes.append(.duplicate)
-              continue
-            }
-            let envelope = try vault.seal(record.payload, context: Self.context(queue: queue, id: idText))
-            _ = try envelope.withUnsafeBytes { bytes in
-              try storage.insert.run([
-                .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
-                .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
-              ])
-            }
-            added += envelope.count
-            outcomes.append(.stored)
-          }
-          try storage.addBytes(added)
-          try enforceCap(storage)
-          return outcomes
+      try storage.connection.transaction {
+        // Rotation raises this before re-sealing. A writer still holding an older active key
+        // reloads the manifest here, inside the write transaction: the rotator needs this same
+        // write lock to raise it again, and it activates a version in the manifest before raising
+        // the minimum to it, so one reload is always enough.
+        let minimum = try storage.minimumSealVersion()
+        if vault.activeVersion < minimum { try vault.reload() }
+        guard vault.activeVersion >= minimum else {
+          throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
         }
-        if let outcome { return outcome }
-        if attempt == 0 { try vault.reload() }
+        let now = milliseconds(clock())
+        var outcomes: [EnqueueOutcome] = []
+        var added = 0
+        for record in records {
+          let idText = record.id.uuidString.lowercased()
+          if try storage.recordExists.scalar([.text(idText)]) != nil {
+            outcomes.append(.duplicate)
+            continue
+          }
+          let envelope = try vault.seal(record.payload, context: Self.context(queue: queue, id: idText))
+          _ = try envelope.withUnsafeBytes { bytes in
+            try storage.insert.run([
+              .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
+              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
+            ])
+          }
+          added += envelope.count
+          outcomes.append(.stored)
+        }
+        try storage.addBytes(added)
+        try enforceCap(storage)
+        return outcomes
       }
-      throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
     }
   }
 
