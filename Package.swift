@@ -37,6 +37,9 @@ let package = Package(
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
     .executableTarget(
+      name: "vault-queue-bench", dependencies: ["Vault", "VaultKeys", "VaultQueue", "CSQLite"],
+      path: "tools/bench/vault-queue-bench", swiftSettings: strict),
+    .executableTarget(
       name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",
       swiftSettings: strict),
     .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),

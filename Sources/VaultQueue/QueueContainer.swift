@@ -66,13 +66,14 @@ public final class QueueContainer: @unchecked Sendable {
   }
 
   /// Seals and stores several records in one transaction (one fsync for all of them).
+  @discardableResult
   public func enqueue(contentsOf records: [(id: UUID, payload: [UInt8])], queue: String) throws -> [EnqueueOutcome] {
     try Self.validate(queue)
     for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
     return try withStorage { storage in
-      try storage.connection.transaction {
+      try storage.transaction {
         // Rotation raises this before re-sealing. A writer still holding an older active key
         // reloads the manifest here, inside the write transaction: the rotator needs this same
         // write lock to raise it again, and it activates a version in the manifest before raising
@@ -87,16 +88,17 @@ public final class QueueContainer: @unchecked Sendable {
         var added = 0
         for record in records {
           let idText = record.id.uuidString.lowercased()
-          if try storage.recordExists.scalar([.text(idText)]) != nil {
-            outcomes.append(.duplicate)
-            continue
-          }
           let envelope = try vault.seal(record.payload, context: Self.context(queue: queue, id: idText))
-          _ = try envelope.withUnsafeBytes { bytes in
+          // The unique id decides: an existing record is kept as it is and reported as a duplicate.
+          let inserted = try envelope.withUnsafeBytes { bytes in
             try storage.insert.run([
               .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
               .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
             ])
+          }
+          guard inserted == 1 else {
+            outcomes.append(.duplicate)
+            continue
           }
           added += envelope.count
           outcomes.append(.stored)
@@ -139,7 +141,7 @@ public final class QueueContainer: @unchecked Sendable {
     try withStorage { storage in
       let now = milliseconds(clock())
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64)] = []
-      try storage.connection.transaction {
+      try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
         try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount))]) { row in
@@ -165,7 +167,7 @@ public final class QueueContainer: @unchecked Sendable {
         }
       }
       if !undecryptable.isEmpty {
-        try storage.connection.transaction {
+        try storage.transaction {
           for id in undecryptable {
             try storage.setState.run([.text(RecordState.review.rawValue), .text("undecryptable"), .text(id)])
           }
@@ -180,7 +182,7 @@ public final class QueueContainer: @unchecked Sendable {
   public func ack(_ ids: [UUID]) throws {
     guard !ids.isEmpty else { return }
     try withStorage { storage in
-      try storage.connection.transaction {
+      try storage.transaction {
         var freed = 0
         for id in ids {
           if let size = try storage.sizeOf.scalar([.text(id.uuidString.lowercased())]) {
@@ -201,7 +203,7 @@ public final class QueueContainer: @unchecked Sendable {
     try withStorage { storage in
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
-      try storage.connection.transaction {
+      try storage.transaction {
         var parked = 0
         for id in ids {
           let idText = id.uuidString.lowercased()
@@ -228,7 +230,7 @@ public final class QueueContainer: @unchecked Sendable {
   /// Moves records the server refused to review; they are kept and never retried automatically.
   public func reject(_ ids: [UUID], errorKind: String) throws {
     try withStorage { storage in
-      try storage.connection.transaction {
+      try storage.transaction {
         var moved = 0
         for id in ids {
           moved += try storage.setState.run([
@@ -244,7 +246,7 @@ public final class QueueContainer: @unchecked Sendable {
   @discardableResult
   public func resend(_ ids: [UUID]) throws -> Int {
     try withStorage { storage in
-      try storage.connection.transaction {
+      try storage.transaction {
         try ids.reduce(0) { $0 + (try storage.resend.run([.text($1.uuidString.lowercased())])) }
       }
     }

@@ -5,7 +5,7 @@ extension QueueContainer: SealedContainer {
   public var name: String { path }
 
   public func raiseMinimumSealVersion(to version: UInt32) throws {
-    try withStorage { storage in try storage.connection.transaction { try storage.setMinimumSealVersion(version) } }
+    try withStorage { storage in try storage.transaction { try storage.setMinimumSealVersion(version) } }
   }
 
   /// Re-seals every record under a version older than `version` (pending, in flight, parked and in
@@ -17,7 +17,7 @@ extension QueueContainer: SealedContainer {
       var resealed = 0
       var after: Int64 = 0
       while true {
-        let (batch, last) = try storage.connection.transaction { () -> (Int, Int64?) in
+        let (batch, last) = try storage.transaction { () -> (Int, Int64?) in
           var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
           try storage.olderThanVersion.query([
             .integer(Int64(version)), .integer(after), .integer(Int64(configuration.resealBatch)),

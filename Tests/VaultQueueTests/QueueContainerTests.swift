@@ -168,6 +168,22 @@ final class QueueContainerTests: XCTestCase {
     }
   }
 
+  /// The byte total is cached per connection; writes through another connection (another
+  /// process) must still be counted exactly.
+  func testByteCapHoldsAcrossTwoConnections() throws {
+    let record = [UInt8](repeating: 0xAB, count: 955)  // 1000 bytes sealed
+    let first = try container(QueueConfiguration(byteCap: 10_000))
+    let second = try container(QueueConfiguration(byteCap: 10_000))
+    for round in 0..<30 {
+      try (round % 3 == 0 ? first : second).enqueue(record, queue: "q")
+      if round % 7 == 0 { try first.ack(try first.claim(queue: "q", maxCount: 1).map(\.id)) }
+      XCTAssertEqual(try first.stats().bytes, try second.stats().bytes)
+      XCTAssertEqual(try first.stats().bytes, try first.stats().total * 1000)
+      XCTAssertLessThanOrEqual(try second.stats().bytes, 10_000)
+    }
+    XCTAssertEqual(try first.stats().total, 10)
+  }
+
   func testMaximumAgeDropsOldRecords() throws {
     let queue = try container(QueueConfiguration(maximumAge: 3600))
     try queue.enqueue([1], queue: "q")

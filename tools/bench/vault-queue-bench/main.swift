@@ -1,0 +1,160 @@
+// Queue benchmarks for tools/bench-queue.sh. Every vault figure is measured beside a baseline in
+// the same process and run: plain SQLite with the same pragmas (WAL, synchronous=FULL,
+// secure_delete=ON) and no encryption, through the same C library.
+//
+//   vault-queue-bench DIR SECONDS
+//
+// Prints lines "name value" (rates in records/s, latencies in ms, memory in MiB).
+import CSQLite
+import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
+
+let arguments = CommandLine.arguments
+guard arguments.count == 3, let seconds = Double(arguments[2]) else {
+  FileHandle.standardError.write(Data("usage: vault-queue-bench DIR SECONDS\n".utf8))
+  exit(64)
+}
+let directory = arguments[1]
+let vault = try Vault.create(
+  home: directory + "/home", store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+func report(_ name: String, _ value: Double) { print("\(name) \(String(format: "%.3f", value))") }
+func residentMiB() -> Double {
+  let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+  let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+  return (Double(line.split(separator: " ").dropFirst().first ?? "0") ?? 0) / 1024
+}
+
+/// Plain SQLite: the same pragmas and a comparable row, no encryption. With `queueIndex`, it also
+/// has the index a queue needs to find due records (the same indexes as vault's table).
+final class PlainTable {
+  var db: OpaquePointer?
+  var insert: OpaquePointer?
+
+  init(path: String, queueIndex: Bool = false) {
+    sqlite3_open(path, &db)
+    for pragma in [
+      "PRAGMA journal_mode = WAL", "PRAGMA synchronous = FULL", "PRAGMA secure_delete = ON",
+      "PRAGMA busy_timeout = 10000",
+      """
+      CREATE TABLE records (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, queue TEXT NOT NULL,
+        created_at INTEGER NOT NULL, size INTEGER NOT NULL, body BLOB NOT NULL)
+      """,
+    ] { sqlite3_exec(db, pragma, nil, nil, nil) }
+    if queueIndex {
+      sqlite3_exec(db, "ALTER TABLE records ADD COLUMN state TEXT NOT NULL DEFAULT 'pending'", nil, nil, nil)
+      sqlite3_exec(db, "ALTER TABLE records ADD COLUMN next_attempt_at INTEGER NOT NULL DEFAULT 0", nil, nil, nil)
+      sqlite3_exec(db, "CREATE INDEX records_due ON records (queue, state, next_attempt_at)", nil, nil, nil)
+    }
+    sqlite3_prepare_v2(
+      db, "INSERT INTO records (id, queue, created_at, size, body) VALUES (?, ?, ?, ?, ?)", -1, &insert, nil)
+  }
+
+  func put(_ body: [UInt8]) {
+    let id = UUID().uuidString.lowercased()
+    sqlite3_reset(insert)
+    sqlite3_bind_text(insert, 1, id, -1, vault_sqlite_transient())
+    sqlite3_bind_text(insert, 2, "bench", -1, vault_sqlite_transient())
+    sqlite3_bind_int64(insert, 3, Int64(Date().timeIntervalSince1970 * 1000))
+    sqlite3_bind_int64(insert, 4, Int64(body.count))
+    _ = body.withUnsafeBytes { sqlite3_bind_blob(insert, 5, $0.baseAddress, Int32($0.count), vault_sqlite_transient()) }
+    guard sqlite3_step(insert) == SQLITE_DONE else { fatalError("plain insert failed") }
+  }
+
+  func begin() { sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) }
+  func commit() { sqlite3_exec(db, "COMMIT", nil, nil, nil) }
+
+  deinit {
+    sqlite3_finalize(insert)
+    sqlite3_close(db)
+  }
+}
+
+/// Calls `body` until `seconds` pass; returns (operations per second, latencies in ms).
+func timed(_ body: () throws -> Void) rethrows -> (Double, [Double]) {
+  var latencies: [Double] = []
+  let start = now()
+  while now() - start < seconds {
+    let t = now()
+    try body()
+    latencies.append((now() - t) * 1000)
+  }
+  return (Double(latencies.count) / (now() - start), latencies.sorted())
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+  sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func freshPath() -> String { directory + "/bench-\(UUID().uuidString).sqlite" }
+
+// 1. Durable single-record enqueue, alternating plain and vault three times; medians reported.
+for size in [200, 2048] {
+  let body = [UInt8](repeating: 0x61, count: size)
+  var plainRates: [Double] = []
+  var indexedRates: [Double] = []
+  var vaultRates: [Double] = []
+  var vaultLatencies: [Double] = []
+  for _ in 0..<3 {
+    let plain = PlainTable(path: freshPath())
+    plainRates.append(timed { plain.put(body) }.0)
+    let indexed = PlainTable(path: freshPath(), queueIndex: true)
+    indexedRates.append(timed { indexed.put(body) }.0)
+    let queue = try QueueContainer(path: freshPath(), vault: vault)
+    let (rate, latencies) = try timed { try queue.enqueue(body, queue: "bench") }
+    vaultRates.append(rate)
+    vaultLatencies += latencies
+  }
+  vaultLatencies.sort()
+  report("single_\(size)_plain_per_s", plainRates.sorted()[1])
+  report("single_\(size)_plain_indexed_per_s", indexedRates.sorted()[1])
+  report("single_\(size)_vault_per_s", vaultRates.sorted()[1])
+  report("single_\(size)_vault_p50_ms", percentile(vaultLatencies, 0.5))
+  report("single_\(size)_vault_p99_ms", percentile(vaultLatencies, 0.99))
+}
+
+// 2. Group commit: 1,000 records of 200 B per transaction.
+do {
+  let body = [UInt8](repeating: 0x62, count: 200)
+  var plainRates: [Double] = []
+  var vaultRates: [Double] = []
+  for _ in 0..<3 {
+    let plain = PlainTable(path: freshPath())
+    plainRates.append(
+      timed {
+        plain.begin()
+        for _ in 0..<1000 { plain.put(body) }
+        plain.commit()
+      }.0 * 1000)
+    let queue = try QueueContainer(path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
+    vaultRates.append(
+      try timed { try queue.enqueue(contentsOf: (0..<1000).map { _ in (UUID(), body) }, queue: "bench") }.0 * 1000)
+  }
+  report("group_1000_plain_per_s", plainRates.sorted()[1])
+  report("group_1000_vault_per_s", vaultRates.sorted()[1])
+}
+
+// 3. Rotation of a full 20 MB queue of 1 KiB records, and memory while the queue sits at its cap.
+do {
+  let body = [UInt8](repeating: 0x63, count: 1024 - Envelope.overhead)
+  let queue = try QueueContainer(path: freshPath(), vault: vault)  // default 20 MB cap
+  var atCap = 0.0
+  for round in 0..<60 {  // 60 × 1,000 KiB = 3 × the cap
+    try queue.enqueue(contentsOf: (0..<1000).map { _ in (UUID(), body) }, queue: "bench")
+    if round == 19 { atCap = residentMiB() }
+  }
+  report("cap_rss_at_cap_mib", atCap)
+  report("cap_rss_after_3x_cap_mib", residentMiB())
+  let stats = try queue.stats()
+  report("cap_records", Double(stats.total))
+  report("cap_dropped", Double(stats.dropped["cap"] ?? 0))
+  let start = now()
+  let rotation = try vault.rotate(containers: [queue], retireUnused: true)
+  let elapsed = now() - start
+  report("rotate_records", Double(rotation.resealed[queue.path] ?? 0))
+  report("rotate_seconds", elapsed)
+  report("rotate_records_per_s", Double(rotation.resealed[queue.path] ?? 0) / elapsed)
+}
