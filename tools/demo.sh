@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The README's main job: an end-to-end run of vault on an embedded default, in a temporary home.
-# It installs what is missing, builds, starts a private Secret Service, and then, for each key
-# store (Secret Service, then keyfile): creates a vault, seals a record, opens it, rotates the key,
-# opens the old record again, and shows the vault's status and doctor report.
+# It installs what is missing, builds, starts a private Secret Service, and then:
+#   1. for each key store (Secret Service, then keyfile): creates a vault, seals a record, opens
+#      it, rotates the key, opens the old record again, and shows status and doctor;
+#   2. with the memo example app: sends memos while the relay server is down, rotates the key
+#      mid-way (re-sealing the queued memos), brings the relay up, and delivers every memo.
 #
-# What it does not show yet: queues, delivery and `vault scan` (later issues).
+# What it does not show yet: telemetry and `vault scan` (later issues).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,15 +14,18 @@ cd "$root"
 if [ -z "${VAULT_DEMO_INSIDE:-}" ]; then
   tools/setup.sh
   log=$(mktemp)
-  swift build --product vault >"$log" 2>&1 || { cat "$log"; exit 1; }
+  { swift build --product vault && swift build --product memo; } >"$log" 2>&1 || { cat "$log"; exit 1; }
   rm -f "$log"
   export VAULT_DEMO_INSIDE=1
   exec dbus-run-session -- "$root/tools/with-secret-service.sh" "$0" "$@"
 fi
 
-vault="$(swift build --show-bin-path)/vault"
+bin=$(swift build --show-bin-path)
+vault="$bin/vault"
+memo="$bin/memo"
 work=$(mktemp -d /tmp/vault-demo.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+relay_pid=""
+trap '[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null; rm -rf "$work"' EXIT
 record="Embedded default record: meet at the north gate at 06:40."
 
 step() { printf '\n== %s\n' "$*"; }
@@ -63,4 +68,33 @@ for store in secret-service keyfile; do
   "$vault" --home "$home" doctor
 done
 
-printf '\nDemo finished: both key stores sealed, opened, rotated and reopened.\n'
+home="$work/keyfile/home"
+step "memo: send three memos while the relay server is down"
+for text in "Embedded default memo one: the boiler is fixed" "memo two: order more paper" "memo three: call Ana"; do
+  "$memo" --home "$home" send "$text"
+done
+
+step "memo relay with the relay down: nothing is lost, everything waits for a retry"
+"$memo" --home "$home" relay --endpoint http://127.0.0.1:9/relay
+"$vault" --home "$home" queue stats
+
+step "vault rotate while memos are queued: they are re-sealed under the new key, the old key retired"
+"$vault" --home "$home" rotate
+"$vault" --home "$home" queue stats
+
+step "no plaintext in the container files"
+if grep -rl "boiler is fixed" "$home"; then echo "FAIL: plaintext on disk"; exit 1; fi
+echo "grep found no memo text in $(ls "$home" | tr '\n' ' ')"
+
+step "start the relay server and deliver"
+python3 tools/relay_server.py --port-file "$work/relay.port" --record "$work/relay.jsonl" &
+relay_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/relay.port" ] && break; sleep 0.05; done
+sleep 1.2  # the first retry is due within about a second (backoff with full jitter)
+"$memo" --home "$home" relay --endpoint "http://127.0.0.1:$(cat "$work/relay.port")/relay"
+"$memo" --home "$home" history
+received=$(grep -c '"status": 200' "$work/relay.jsonl")
+echo "the relay server received $received memos"
+[ "$received" -eq 3 ] || { echo "FAIL: expected 3 memos at the relay"; exit 1; }
+
+printf '\nDemo finished: both key stores sealed, opened, rotated and reopened; every memo saved offline\nsurvived a key rotation and reached the relay.\n'
