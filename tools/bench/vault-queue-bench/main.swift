@@ -91,8 +91,14 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 func freshPath() -> String { directory + "/bench-\(UUID().uuidString).sqlite" }
 
+// VAULT_QUEUE_BENCH_SIZES restricts the single-record sizes (for profiling one case).
+let singleSizes =
+  ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_SIZES"].map {
+    $0.split(separator: ",").compactMap { Int($0) }
+  } ?? [200, 2048]
+
 // 1. Durable single-record enqueue, alternating plain and vault three times; medians reported.
-for size in [200, 2048] {
+for size in singleSizes {
   let body = [UInt8](repeating: 0x61, count: size)
   var plainRates: [Double] = []
   var indexedRates: [Double] = []
