@@ -23,8 +23,10 @@ let package = Package(
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultCrypto", "CSQLite"], swiftSettings: strict),
     .target(name: "Outbox", dependencies: ["VaultQueue"], swiftSettings: strict),
+    .target(name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib"], swiftSettings: strict),
     .target(
-      name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue"], swiftSettings: strict),
+      name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry"],
+      swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
     .executableTarget(
       name: "memo", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
@@ -53,6 +55,10 @@ let package = Package(
       swiftSettings: strict),
     .testTarget(
       name: "OutboxTests", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
+      swiftSettings: strict),
+    .testTarget(
+      name: "TelemetryTests",
+      dependencies: ["Telemetry", "Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],

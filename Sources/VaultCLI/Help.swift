@@ -21,6 +21,7 @@ enum Help {
       open                    Open an envelope from standard input onto standard output.
       rotate                  Make a new key version active and re-seal every queued record.
       queue                   Put records into a queue container and inspect it.
+      telemetry               Log telemetry events and deliver them in gzip JSON batches.
       doctor                  Explain which key store works here and why the other does not.
       help                    Show help for a subcommand.
 
@@ -163,6 +164,35 @@ enum Help {
         --container PATH        Another container file.
         --json                  Print JSON (stats: container, total, bytes, by_state,
                                 by_version, by_queue, dropped, minimum_seal_version).
+        -h, --help              Show help information.
+      """
+    ),
+    "telemetry": (
+      "vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID] | flush --endpoint URL [--token-file FILE] [--json]",
+      """
+      OVERVIEW: Log telemetry events and deliver them in gzip JSON batches.
+
+      Events are sealed into the 'telemetry' queue of the vault's default container.
+
+      USAGE: vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID]
+             vault [--home DIR] telemetry flush --endpoint URL [--token-file FILE] [--json]
+
+      ACTIONS:
+        log                     Seal one event durably; prints 'logged ID'.
+        flush                   One delivery pass: every due event is sent at most once, in
+                                batches of at most 256 KB gzip-compressed, to POST URL. 2xx
+                                delivers; 429/503 wait for Retry-After; 408, 5xx and network
+                                errors retry with backoff; 401 re-reads the token once, then
+                                parks; 413 splits the batch; other 4xx park for review. Exit 0
+                                when the pass ran, even if the server refused some batches.
+
+      OPTIONS:
+        --payload JSON          The event's payload, a JSON object (default {}).
+        --session ID            The session id stamped on the event (default 'cli').
+        --endpoint URL          Where batches are POSTed (e.g. http://host/v1/telemetry/batch).
+        --token-file FILE       A file holding the bearer token (re-read after a 401).
+        --json                  Print JSON: delivered, retried, parked, rejected, pending,
+                                batches, token_refreshes.
         -h, --help              Show help information.
       """
     ),

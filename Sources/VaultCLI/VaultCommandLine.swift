@@ -1,4 +1,5 @@
 import Foundation
+import Telemetry
 import Vault
 import VaultCrypto
 import VaultKeys
@@ -24,6 +25,9 @@ public struct VaultCommandLine {
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
+    "telemetry": CommandSpec(
+      name: "telemetry", options: ["--payload", "--session", "--endpoint", "--token-file"], flags: ["--json"],
+      takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -54,6 +58,7 @@ public struct VaultCommandLine {
       case "rotate": try rotate(arguments)
       case "doctor": return doctor(arguments)
       case "queue": try queue(arguments)
+      case "telemetry": try telemetry(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
@@ -99,7 +104,7 @@ public struct VaultCommandLine {
   /// Error types whose descriptions are written for people and hold nothing secret.
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
-    QueueCommandError.self,
+    QueueCommandError.self, TelemetryError.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {

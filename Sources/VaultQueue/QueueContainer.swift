@@ -227,6 +227,22 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
+  /// Parks records at once (for example after a refused token refresh): kept, listable,
+  /// resendable, never retried automatically.
+  public func park(_ ids: [UUID], errorKind: String) throws {
+    try withStorage { storage in
+      try storage.transaction {
+        var moved = 0
+        for id in ids {
+          moved += try storage.setState.run([
+            .text(RecordState.parked.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
+          ])
+        }
+        try storage.countDrop(.parked, moved)
+      }
+    }
+  }
+
   /// Moves records the server refused to review; they are kept and never retried automatically.
   public func reject(_ ids: [UUID], errorKind: String) throws {
     try withStorage { storage in

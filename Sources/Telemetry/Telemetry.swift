@@ -1,0 +1,177 @@
+import Foundation
+import Outbox
+import VaultQueue
+
+/// How telemetry is delivered.
+public struct TelemetryConfiguration: Sendable {
+  /// The largest gzip-compressed batch body.
+  public var batchLimit: Int
+  /// The period of the background flush loop (stretched by the power policy).
+  public var interval: TimeInterval
+  /// Events claimed per round of a flush pass.
+  public var claimCount: Int
+
+  public init(batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000) {
+    self.batchLimit = batchLimit
+    self.interval = interval
+    self.claimCount = claimCount
+  }
+}
+
+/// What one flush pass did, in events.
+public struct FlushReport: Codable, Sendable, Equatable {
+  public var delivered = 0
+  public var retried = 0
+  public var parked = 0
+  public var rejected = 0
+  /// Events still pending (not yet due, or waiting for a later pass) after the pass.
+  public var pending = 0
+  public var batches = 0
+  public var tokenRefreshes = 0
+
+  enum CodingKeys: String, CodingKey {
+    case delivered, retried, parked, rejected, pending, batches
+    case tokenRefreshes = "token_refreshes"
+  }
+
+  public init() {}
+}
+
+/// The telemetry SDK: `log` seals an event durably into the container's `telemetry` queue and
+/// returns; `flush` (or the background loop) packs due events into gzip JSON batches and sends
+/// them. Thread-safe: `log` may be called from any thread at once.
+public final class Telemetry: @unchecked Sendable {
+  public static let queueName = "telemetry"
+
+  public let container: QueueContainer
+  public let configuration: TelemetryConfiguration
+  let tokens: any TokenProvider
+  let sender: any BatchSender
+  let clock: @Sendable () -> Date
+  private let lock = NSLock()
+  private var session: String
+  private let flushLock = NSLock()
+
+  public init(
+    container: QueueContainer, configuration: TelemetryConfiguration = TelemetryConfiguration(),
+    tokens: any TokenProvider, sender: any BatchSender, sessionID: String = UUID().uuidString.lowercased(),
+    clock: @escaping @Sendable () -> Date = Date.init
+  ) {
+    self.container = container
+    self.configuration = configuration
+    self.tokens = tokens
+    self.sender = sender
+    self.clock = clock
+    session = sessionID
+  }
+
+  /// The current session id, stamped on every event.
+  public var sessionID: String { lock.withLock { session } }
+
+  /// Starts a new session and returns its id.
+  @discardableResult
+  public func startSession(_ id: String = UUID().uuidString.lowercased()) -> String {
+    lock.withLock { session = id }
+    return id
+  }
+
+  /// Seals the event and commits it to disk; returns its id. Blocks only for the durable enqueue
+  /// (never for the network). Past the container's byte cap the oldest records are dropped and
+  /// counted, never this one.
+  @discardableResult
+  public func log(type: String, payload: [String: JSONValue] = [:], id: UUID = UUID()) throws -> UUID {
+    guard !type.isEmpty, type.count <= 128 else { throw TelemetryError.invalidType }
+    let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
+    try container.enqueue(try event.encoded(), queue: Self.queueName, id: id)
+    return id
+  }
+
+  /// One delivery pass: every due event is attempted at most once. Leaves retries scheduled.
+  public func flush() throws -> FlushReport {
+    flushLock.lock()
+    defer { flushLock.unlock() }
+    var report = FlushReport()
+    var refreshed = false
+    while true {
+      let claimed = try container.claim(
+        queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300)
+      if claimed.isEmpty { break }
+      var rest = claimed.map { (id: $0.id, json: $0.payload) }
+      while !rest.isEmpty {
+        let packed = try BatchPacker.pack(rest, limit: configuration.batchLimit)
+        if !packed.oversized.isEmpty {
+          try container.reject(packed.oversized, errorKind: "too-large")
+          report.rejected += packed.oversized.count
+        }
+        guard let batch = packed.batch else { break }
+        let byID = Dictionary(rest.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        try deliver(batch, events: batch.ids.compactMap { byID[$0] }, report: &report, refreshed: &refreshed)
+        rest = packed.rest
+      }
+    }
+    report.pending = try container.count(queue: Self.queueName, state: .pending)
+    return report
+  }
+
+  /// Sends one batch and settles its events. 401: one token refresh per pass, then park. 413:
+  /// split in halves. Everything else by `HTTPStatusPolicy`.
+  private func deliver(
+    _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], report: inout FlushReport, refreshed: inout Bool
+  ) throws {
+    report.batches += 1
+    var result = sender.send(batch, token: try tokens.token(refresh: false))
+    if case .status(401, _) = result {
+      guard !refreshed else {
+        try container.park(batch.ids, errorKind: "http-401")
+        report.parked += batch.ids.count
+        return
+      }
+      refreshed = true
+      report.tokenRefreshes += 1
+      result = sender.send(batch, token: try tokens.token(refresh: true))
+      if case .status(401, _) = result {
+        try container.park(batch.ids, errorKind: "http-401")
+        report.parked += batch.ids.count
+        return
+      }
+    }
+    switch result {
+    case .status(413, _):
+      guard events.count > 1 else {
+        try container.reject(batch.ids, errorKind: "http-413")
+        report.rejected += 1
+        return
+      }
+      let half = events.count / 2
+      for part in [Array(events[..<half]), Array(events[half...])] {
+        if let smaller = try BatchPacker.pack(part, limit: configuration.batchLimit).batch {
+          try deliver(smaller, events: part, report: &report, refreshed: &refreshed)
+        }
+      }
+    case .status(let status, let retryAfter):
+      settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, &report)
+    case .transport(let kind):
+      settle(.retry(kind: kind, after: nil), batch.ids, &report)
+    }
+  }
+
+  private func settle(_ result: DeliveryResult, _ ids: [UUID], _ report: inout FlushReport) {
+    do {
+      switch result {
+      case .delivered:
+        try container.ack(ids)
+        report.delivered += ids.count
+      case .retry(let kind, let after):
+        let outcomes = try container.fail(ids, errorKind: kind, retryAfter: after)
+        let parked = outcomes.values.filter { $0 == .parked }.count
+        report.parked += parked
+        report.retried += outcomes.count - parked
+      case .reject(let kind):
+        try container.reject(ids, errorKind: kind)
+        report.rejected += ids.count
+      }
+    } catch {
+      // The records stay leased and come back when the lease ends; nothing is lost.
+    }
+  }
+}

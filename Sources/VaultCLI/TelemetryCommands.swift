@@ -1,0 +1,69 @@
+import Foundation
+import Telemetry
+import Vault
+import VaultQueue
+
+/// No token: uploads go without an Authorization header.
+struct NoToken: TokenProvider {
+  func token(refresh: Bool) throws -> String { "" }
+}
+
+extension VaultCommandLine {
+  /// `vault telemetry log TYPE [--payload JSON] [--session ID]` and
+  /// `vault telemetry flush --endpoint URL [--token-file FILE] [--json]`.
+  func telemetry(_ arguments: Arguments) throws {
+    guard let action = arguments.positionals.first else {
+      throw UsageError(message: "missing telemetry action (log or flush)", command: "telemetry")
+    }
+    let allowed: [String: Set<String>] = [
+      "log": ["--payload", "--session"], "flush": ["--endpoint", "--token-file", "--json"],
+    ]
+    guard let permitted = allowed[action] else {
+      throw UsageError(message: "unknown telemetry action '\(action)'", command: "telemetry")
+    }
+    for option in Set(arguments.options.keys).union(arguments.flags) where !permitted.contains(option) {
+      throw UsageError(message: "'\(option)' does not apply to 'telemetry \(action)'", command: "telemetry")
+    }
+    let rest = Array(arguments.positionals.dropFirst())
+    var type = ""
+    var payload: [String: JSONValue] = [:]
+    var endpoint: URL?
+    switch action {
+    case "log":
+      guard rest.count == 1 else { throw UsageError(message: "give exactly one event TYPE", command: "telemetry") }
+      type = rest[0]
+      if let text = arguments.options["--payload"] {
+        guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: Data(text.utf8)) else {
+          throw UsageError(message: "--payload must be a JSON object", command: "telemetry")
+        }
+        payload = object
+      }
+    default:
+      guard rest.isEmpty else { throw UsageError(message: "unexpected argument '\(rest[0])'", command: "telemetry") }
+      guard let text = arguments.options["--endpoint"], let url = URL(string: text), url.scheme != nil else {
+        throw UsageError(message: "flush needs --endpoint URL", command: "telemetry")
+      }
+      endpoint = url
+    }
+    let vault = try openVault(arguments)
+    let container = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
+    let tokens: any TokenProvider = arguments.options["--token-file"].map { TokenFile(path: $0) } ?? NoToken()
+    let client = Telemetry(
+      container: container, tokens: tokens,
+      sender: HTTPBatchSender(endpoint: endpoint ?? URL(string: "http://127.0.0.1/")!),
+      sessionID: arguments.options["--session"] ?? "cli")
+    if action == "log" {
+      let id = try client.log(type: type, payload: payload)
+      terminal.print("logged \(id.uuidString.lowercased())")
+      return
+    }
+    let report = try client.flush()
+    if arguments.flags.contains("--json") {
+      terminal.print(try JSON.encode(report))
+    } else {
+      terminal.print(
+        "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
+          + "rejected \(report.rejected), pending \(report.pending) (\(report.batches) batches)")
+    }
+  }
+}
