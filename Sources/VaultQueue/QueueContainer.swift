@@ -312,8 +312,8 @@ public final class QueueContainer: @unchecked Sendable {
           RecordSummary(
             id: row.text(0) ?? "", queue: row.text(1) ?? "",
             state: RecordState(rawValue: row.text(2) ?? "") ?? .pending, attempts: Int(row.int(3)),
-            errorKind: row.text(4), createdAt: timestamp(Date(timeIntervalSince1970: Double(row.int(5)) / 1000)),
-            nextAttemptAt: row.int(6) > 0 ? timestamp(Date(timeIntervalSince1970: Double(row.int(6)) / 1000)) : nil,
+            errorKind: row.text(4), createdAt: Self.timestamp(milliseconds: row.int(5)),
+            nextAttemptAt: row.int(6) > 0 ? Self.timestamp(milliseconds: row.int(6)) : nil,
             bytes: Int(row.int(7)), keyVersion: UInt32(row.int(8))))
       }
       return rows
@@ -334,6 +334,14 @@ public final class QueueContainer: @unchecked Sendable {
   /// The AAD context binding a record to its place: "vault.queue.v1", NUL, queue name, NUL, record id.
   static func context(queue: String, id: String) -> [UInt8] {
     Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
+  }
+
+  /// ISO 8601 UTC with milliseconds, as `queue list` shows times.
+  static func timestamp(milliseconds: Int64) -> String {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
   }
 
   static func validate(_ queue: String) throws {

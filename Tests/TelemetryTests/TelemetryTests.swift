@@ -1,0 +1,298 @@
+import Foundation
+import Outbox
+import Vault
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+@testable import Telemetry
+
+/// A sender twin that answers from a script and keeps every batch it was given.
+final class ScriptedSender: BatchSender, @unchecked Sendable {
+  private let lock = NSLock()
+  private var script: [SendResult]
+  private let otherwise: SendResult
+  private(set) var sent: [(batch: TelemetryBatch, token: String)] = []
+
+  init(_ script: [SendResult] = [], otherwise: SendResult = .status(200, retryAfter: nil)) {
+    self.script = script
+    self.otherwise = otherwise
+  }
+
+  func send(_ batch: TelemetryBatch, token: String) -> SendResult {
+    lock.withLock {
+      sent.append((batch, token))
+      return script.isEmpty ? otherwise : script.removeFirst()
+    }
+  }
+}
+
+/// Counts refreshes; hands out "token-N" where N is the refresh count.
+final class CountingTokens: TokenProvider, @unchecked Sendable {
+  private let lock = NSLock()
+  private(set) var refreshes = 0
+  func token(refresh: Bool) throws -> String {
+    lock.withLock {
+      if refresh { refreshes += 1 }
+      return "token-\(refreshes)"
+    }
+  }
+}
+
+func gunzip(_ bytes: [UInt8]) throws -> [UInt8] {
+  let script = "import gzip,sys; sys.stdout.buffer.write(gzip.decompress(sys.stdin.buffer.read()))"
+  let result = try Spawn.run("/usr/bin/env", ["python3", "-c", script], input: bytes)
+  XCTAssertEqual(result.status, 0, result.error)
+  return result.output
+}
+
+final class BatchPackerTests: XCTestCase {
+  private func events(_ count: Int, payloadBytes: Int, random: Bool) -> [(id: UUID, json: [UInt8])] {
+    let alphabet = Array("abcdefghijklmnopqrstuvwxyz0123456789")
+    return (0..<count).map { index in
+      let text =
+        random
+        ? String((0..<payloadBytes).map { _ in alphabet.randomElement()! })
+        : String(repeating: "x", count: payloadBytes)
+      let event = TelemetryEvent(
+        date: Date(), type: "t", payload: ["n": .number(Double(index)), "s": .string(text)], sessionID: "s")
+      return (event.id, try! event.encoded())
+    }
+  }
+
+  func testEveryBatchFitsTheCompressedLimitAndEveryEventIsSentOnceInOrder() throws {
+    let all = events(600, payloadBytes: 300, random: true)
+    var rest = all
+    var seen: [UUID] = []
+    var batches = 0
+    while !rest.isEmpty {
+      let packed = try BatchPacker.pack(rest, limit: 16 * 1024)
+      XCTAssertEqual(packed.oversized, [])
+      let batch = try XCTUnwrap(packed.batch)
+      XCTAssertLessThanOrEqual(batch.body.count, 16 * 1024)
+      if !packed.rest.isEmpty {
+        XCTAssertGreaterThan(batch.body.count, 12 * 1024, "packed close to the limit, not split early")
+      }
+      let json = try JSONSerialization.jsonObject(with: Data(try gunzip(batch.body))) as! [String: Any]
+      let ids = (json["events"] as! [[String: Any]]).map { $0["id"] as! String }
+      XCTAssertEqual(ids, batch.ids.map { $0.uuidString.lowercased() })
+      seen += batch.ids
+      rest = packed.rest
+      batches += 1
+    }
+    XCTAssertEqual(seen, all.map(\.id))
+    XCTAssertGreaterThan(batches, 3)
+  }
+
+  func testCompressibleEventsPackManyMoreThanTheirRawSize() throws {
+    let all = events(2000, payloadBytes: 300, random: false)
+    let packed = try BatchPacker.pack(all, limit: 8 * 1024)
+    let batch = try XCTUnwrap(packed.batch)
+    XCTAssertLessThanOrEqual(batch.body.count, 8 * 1024)
+    let raw = all.prefix(batch.ids.count).reduce(0) { $0 + $1.json.count }
+    XCTAssertGreaterThan(raw, 8 * 1024 * 4, "judged by compressed size, so far more than the limit in raw JSON")
+  }
+
+  func testAnEventTooLargeAloneIsReportedAndTheRestStillPack() throws {
+    let small = events(3, payloadBytes: 50, random: true)
+    let huge = events(1, payloadBytes: 20_000, random: true)
+    // The huge event ends the first batch; on its own at the head of the next, it is reported.
+    let first = try BatchPacker.pack([small[0], huge[0], small[1], small[2]], limit: 2048)
+    XCTAssertEqual(first.batch?.ids, [small[0].id])
+    XCTAssertEqual(first.oversized, [])
+    let second = try BatchPacker.pack(first.rest, limit: 2048)
+    XCTAssertEqual(second.oversized, [huge[0].id])
+    XCTAssertEqual(second.batch?.ids, [small[1].id, small[2].id])
+    XCTAssertEqual(second.rest.count, 0)
+  }
+
+  func testIdempotencyKeyIsStableForTheSameEventsAndDiffersOtherwise() {
+    let a = UUID()
+    let b = UUID()
+    let key = TelemetryBatch(ids: [a, b], body: []).idempotencyKey
+    XCTAssertEqual(key, TelemetryBatch(ids: [b, a], body: [1]).idempotencyKey)
+    XCTAssertNotEqual(key, TelemetryBatch(ids: [a], body: []).idempotencyKey)
+    XCTAssertEqual(key.count, 64)
+  }
+}
+
+final class TelemetryDeliveryTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var vault: Vault!
+  var clock: TestClock!
+  var container: QueueContainer!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    clock = TestClock()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    container = try QueueContainer(
+      path: temporary.sub("home/queue.sqlite"), vault: vault,
+      configuration: QueueConfiguration(attemptCeiling: 20, backoff: BackoffPolicy(base: 1, cap: 120)),
+      clock: clock.function, random: { 0.999 })
+  }
+
+  override func tearDown() {
+    container = nil
+    vault = nil
+    temporary = nil
+  }
+
+  private func client(_ sender: any BatchSender, tokens: any TokenProvider = CountingTokens()) -> Telemetry {
+    Telemetry(container: container, tokens: tokens, sender: sender, sessionID: "s1", clock: clock.function)
+  }
+
+  func testServerErrorsAreRetriedWithGrowingDelays() throws {
+    let sender = ScriptedSender(otherwise: .status(500, retryAfter: nil))
+    let telemetry = client(sender)
+    try telemetry.log(type: "tap")
+    var delays: [TimeInterval] = []
+    for _ in 0..<5 {
+      let report = try telemetry.flush()
+      XCTAssertEqual(report.retried, 1)
+      let next = try XCTUnwrap(try container.list(queue: "telemetry").first?.nextAttemptAt)
+      let parser = ISO8601DateFormatter()
+      parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+      let due = try XCTUnwrap(parser.date(from: next))
+      delays.append(due.timeIntervalSince(clock.now))
+      XCTAssertEqual(try telemetry.flush().batches, 0, "nothing is sent before it is due")
+      clock.advance(due.timeIntervalSince(clock.now) + 1)
+    }
+    XCTAssertEqual(sender.sent.count, 5)
+    XCTAssertEqual(delays.map { $0.rounded() }, [1, 2, 4, 8, 16], "exponential (full jitter drawn at its top here)")
+  }
+
+  func testRetryAfterIsHonouredFor429And503() throws {
+    for status in [429, 503] {
+      let sender = ScriptedSender([.status(status, retryAfter: "45")])
+      let telemetry = client(sender)
+      try telemetry.log(type: "tap")
+      XCTAssertEqual(try telemetry.flush().retried, 1)
+      clock.advance(44)
+      XCTAssertEqual(try telemetry.flush().batches, 0)
+      clock.advance(2)
+      XCTAssertEqual(try telemetry.flush().delivered, 1)
+    }
+  }
+
+  func testRefusedBatchesAreNeverRetried() throws {
+    for status in [400, 403, 404, 422] {
+      let sender = ScriptedSender([.status(status, retryAfter: nil)])
+      let telemetry = client(sender)
+      let id = try telemetry.log(type: "tap")
+      XCTAssertEqual(try telemetry.flush().rejected, 1)
+      clock.advance(86_400)
+      XCTAssertEqual(try telemetry.flush().batches, 0)
+      XCTAssertEqual(sender.sent.count, 1, "status \(status) was sent once")
+      let review = try container.list(queue: "telemetry", state: .review)
+      XCTAssertEqual(review.map(\.id), [id.uuidString.lowercased()])
+      XCTAssertEqual(review.first?.errorKind, "http-\(status)")
+      try container.ack([id])
+    }
+  }
+
+  func test401RefreshesTheTokenExactlyOnceThenSucceeds() throws {
+    let tokens = CountingTokens()
+    let sender = ScriptedSender([.status(401, retryAfter: nil)])
+    let telemetry = client(sender, tokens: tokens)
+    try telemetry.log(type: "tap")
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.delivered, 1)
+    XCTAssertEqual(tokens.refreshes, 1)
+    XCTAssertEqual(sender.sent.map(\.token), ["token-0", "token-1"])
+  }
+
+  func test401AfterARefreshParks() throws {
+    let tokens = CountingTokens()
+    let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
+    let telemetry = client(sender, tokens: tokens)
+    try telemetry.log(type: "tap")
+    try telemetry.log(type: "tap")
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.parked, 2)
+    XCTAssertEqual(tokens.refreshes, 1, "exactly one refresh")
+    XCTAssertEqual(try container.list(queue: "telemetry", state: .parked).count, 2)
+  }
+
+  func test413SplitsTheBatchUntilItFits() throws {
+    let sender = ScriptedSender([.status(413, retryAfter: nil), .status(413, retryAfter: nil)])
+    let telemetry = client(sender)
+    for i in 0..<8 { try telemetry.log(type: "tap", payload: ["i": .number(Double(i))]) }
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.delivered, 8)
+    XCTAssertEqual(sender.sent.map(\.batch.ids.count), [8, 4, 2, 2, 4])
+  }
+
+  func testTransportFailuresKeepEverything() throws {
+    let sender = ScriptedSender([.transport(kind: "transport-connection-refused")])
+    let telemetry = client(sender)
+    for _ in 0..<3 { try telemetry.log(type: "tap") }
+    XCTAssertEqual(try telemetry.flush().retried, 3)
+    clock.advance(10)
+    XCTAssertEqual(try telemetry.flush().delivered, 3)
+  }
+
+  func testLoggingPastTheCapDropsTheOldestAndCountsThem() throws {
+    let telemetry = client(ScriptedSender())
+    let payload: [String: JSONValue] = ["blob": .string(String(repeating: "q", count: 10_000))]
+    var ids: [UUID] = []
+    let started = Date()
+    for _ in 0..<2_300 { ids.append(try telemetry.log(type: "big", payload: payload)) }  // ~23 MB sealed
+    let elapsed = Date().timeIntervalSince(started)
+    let stats = try container.stats()
+    XCTAssertLessThanOrEqual(stats.bytes, 20_000_000)
+    XCTAssertGreaterThan(stats.dropped["cap"] ?? 0, 0)
+    XCTAssertEqual(stats.total + (stats.dropped["cap"] ?? 0), 2_300)
+    let kept = Set(try container.list(queue: "telemetry").map(\.id))
+    XCTAssertTrue(kept.contains(ids.last!.uuidString.lowercased()), "the newest are kept")
+    XCTAssertFalse(kept.contains(ids.first!.uuidString.lowercased()), "the oldest went first")
+    XCTAssertLessThan(elapsed, 120, "logging never stalled")
+  }
+}
+
+/// Against the real mock server on loopback, with events logged from several threads.
+final class TelemetryServerTests: XCTestCase {
+  func testEventsFromManyThreadsReachTheServerOnceAndLeaveNoPlaintext() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/queue.sqlite"), vault: vault)
+    let server = try TelemetryServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 4096), tokens: StaticTokens(),
+      sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5))
+    let logged = Collected()
+    DispatchQueue.concurrentPerform(iterations: 4) { worker in
+      for i in 0..<50 {
+        if let id = try? telemetry.log(
+          type: "screen_view", payload: ["worker": .number(Double(worker)), "secret": .string("tele-canary-\(i)")])
+        {
+          logged.add(id.uuidString.lowercased())
+        }
+      }
+    }
+    XCTAssertEqual(logged.all.count, 200)
+    XCTAssertFalse(directoryContains(temporary.sub("home"), "tele-canary"), "events are sealed at rest")
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.delivered, 200)
+    XCTAssertGreaterThan(report.batches, 1)
+    let received = server.received
+    XCTAssertTrue(
+      received.allSatisfy { $0.malformed == nil && $0.status == 200 }, "gzip, JSON shape and headers accepted")
+    XCTAssertEqual(received.flatMap(\.ids).sorted(), logged.all.sorted(), "each event exactly once")
+  }
+}
+
+struct StaticTokens: TokenProvider {
+  func token(refresh: Bool) throws -> String { "test-token" }
+}
+
+final class Collected: @unchecked Sendable {
+  private let lock = NSLock()
+  private var items: [String] = []
+  func add(_ item: String) { lock.withLock { items.append(item) } }
+  var all: [String] { lock.withLock { items } }
+}

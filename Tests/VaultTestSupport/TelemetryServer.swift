@@ -1,0 +1,48 @@
+import Foundation
+
+/// tools/telemetry_server.py on loopback (or any host address), for tests. It exits when the test
+/// closes its stdin.
+public final class TelemetryServer {
+  public let port: Int
+  public let host: String
+  public let recordPath: String
+  private let child: Child
+
+  public init(
+    directory: String, mode: String = "ok", token: String = "test-token", host: String = "127.0.0.1",
+    root: String, launcher: [String] = []
+  ) throws {
+    let portFile = directory + "/telemetry.port"
+    recordPath = directory + "/telemetry.jsonl"
+    self.host = host
+    let command =
+      launcher + [
+        "/usr/bin/env", "python3", root + "/tools/telemetry_server.py", "--host", host, "--port-file", portFile,
+        "--record", recordPath, "--mode", mode, "--token", token, "--exit-on-stdin-eof",
+      ]
+    child = try Spawn.start(command[0], Array(command.dropFirst()))
+    var found: Int?
+    for _ in 0..<200 {
+      if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let value = Int(text) {
+        found = value
+        break
+      }
+      Thread.sleep(forTimeInterval: 0.025)
+    }
+    guard let found else { throw TestKeyringError.command("telemetry_server.py", "did not start") }
+    port = found
+  }
+
+  public var endpoint: URL { URL(string: "http://\(host):\(port)/v1/telemetry/batch")! }
+
+  /// Each request: its status, the event ids it carried, and what was malformed (nil when nothing).
+  public var received: [(status: Int, ids: [String], malformed: String?)] {
+    guard let text = try? String(contentsOfFile: recordPath, encoding: .utf8) else { return [] }
+    return text.split(separator: "\n").compactMap { line in
+      guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+      return (object["status"] as? Int ?? 0, object["ids"] as? [String] ?? [], object["malformed"] as? String)
+    }
+  }
+
+  public func stop() { _ = child.finish() }
+}
