@@ -96,8 +96,9 @@ public final class Outbox: @unchecked Sendable {
   public func deliverDue(batch: Int = 50) throws -> Pass {
     var pass = Pass()
     var attempted = Set<UUID>()
+    let start = container.now
     while true {
-      let claimed = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease)
+      let claimed = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
         .filter { !attempted.contains($0.id) }
       if claimed.isEmpty { break }
       var delivered: [UUID] = []

@@ -92,9 +92,10 @@ public final class Telemetry: @unchecked Sendable {
     defer { flushLock.unlock() }
     var report = FlushReport()
     var refreshed = false
+    let start = container.now
     while true {
       let claimed = try container.claim(
-        queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300)
+        queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
       var rest = claimed.map { (id: $0.id, json: $0.payload) }
       while !rest.isEmpty {

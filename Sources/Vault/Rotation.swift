@@ -47,10 +47,20 @@ extension Vault {
   ///
   /// A version is retired (its key deleted from the store) only when `retireUnused` is set, at
   /// least one container was checked, every container reports zero records under it, and it never
-  /// sealed anything outside a container (`markExternalSeal`), since such envelopes cannot be counted.
+  /// sealed anything outside a container (`sealExternal`), since such envelopes cannot be counted.
   public func rotate(containers: [any SealedContainer] = [], retireUnused: Bool = false) throws -> RotationReport {
+    try rotate(retireUnused: retireUnused) { _ in containers }
+  }
+
+  /// Rotates, asking `containers` for the containers to re-seal once the manifest lock is held
+  /// (given the freshly read manifest), so a container registered just before cannot be missed.
+  /// Versions are retired only when the containers cover every container the manifest registers.
+  public func rotate(
+    retireUnused: Bool, containers openContainers: (Manifest) throws -> [any SealedContainer]
+  ) throws -> RotationReport {
     let started = Date()
     return try withManifestLock {
+      let containers = try openContainers(manifest)
       let previous = manifest.activeVersion
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
@@ -82,7 +92,9 @@ extension Vault {
       }
       let older = manifest.versions.filter { $0.version != active && $0.state == .decryptOnly }.map(\.version)
       var retired: [UInt32] = []
-      if retireUnused, !containers.isEmpty {
+      // Retire only when every registered container was counted (re-read under the lock).
+      let covered = Set(manifest.containers).isSubset(of: Set(containers.map(\.name)))
+      if retireUnused, !containers.isEmpty, covered {
         let external = Set(manifest.externalSealVersions)
         for version in older where !inUse.contains(version) && !external.contains(version) {
           // Manifest first: a crash after this leaves an orphaned key, never a "retired" key still in use.
@@ -96,6 +108,12 @@ extension Vault {
           _ = try store.deleteKey(keyring: keyringID, version: version)
           retired.append(version)
         }
+      }
+      // A crash between marking a version retired and deleting its key leaves the key behind;
+      // delete any such leftovers now (the manifest already proves them unused).
+      let stored = Set(try store.storedVersions(keyring: keyringID))
+      for record in manifest.versions where record.state == .retired && stored.contains(record.version) {
+        _ = try store.deleteKey(keyring: keyringID, version: record.version)
       }
       var finished = manifest
       finished.resealing = nil
@@ -121,18 +139,20 @@ extension Vault {
     }
   }
 
-  /// Records that the active version sealed something outside any container, so rotation never
-  /// retires it. Returns the version recorded.
-  @discardableResult
-  public func markExternalSeal() throws -> UInt32 {
-    let version = activeVersion
-    if manifest.externalSealVersions.contains(version) { return version }
+  /// Seals a record that will live outside any container (a file, another database): under the
+  /// manifest lock, records the active version as used outside containers, so rotation never
+  /// retires it, and seals under exactly that version. Use this, not `seal`, for such records.
+  public func sealExternal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
     try withManifestLock {
-      guard !manifest.externalSealVersions.contains(version) else { return }
-      var next = manifest
-      next.externalSealVersions.append(version)
-      try save(next)
+      let version = manifest.activeVersion
+      if !manifest.externalSealVersions.contains(version) {
+        var next = manifest
+        next.externalSealVersions.append(version)
+        try save(next)
+      }
+      let envelope = try seal(plaintext, context: context)
+      guard try Envelope.header(of: envelope).version == version else { throw VaultError.noActiveKey }
+      return envelope
     }
-    return version
   }
 }

@@ -50,6 +50,8 @@ public final class Vault: Sendable {
       throw VaultError.homeNotEmpty(home: home)
     }
     try SecureFile.makeDirectory(home, mode: 0o700)
+    // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
+    guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
     let lock = try FileLock(path: home + "/" + lockFileName)
     defer { lock.release() }
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
@@ -226,6 +228,14 @@ public final class Vault: Sendable {
     if let existing = try store.loadKey(keyring: keyringID, version: pending) {
       material = existing
     } else {
+      // Generating is safe only for the pending version, and only if the store still holds every
+      // version that may have sealed data: a lost keyfile must be an error, not a fresh file.
+      let stored = Set(try store.storedVersions(keyring: keyringID))
+      for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+        guard stored.contains(record.version) else {
+          throw VaultError.keyMissing(version: record.version, store: store.kind)
+        }
+      }
       material = try SymmetricKey.generate()
       try store.storeKey(material, keyring: keyringID, version: pending)
     }

@@ -238,8 +238,7 @@ public struct VaultCommandLine {
     let vault = try openVault(arguments)
     let plaintext = try readInput()
     // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
-    try vault.markExternalSeal()
-    terminal.writeOutput(try vault.seal(plaintext, context: context))
+    terminal.writeOutput(try vault.sealExternal(plaintext, context: context))
   }
 
   private func open(_ arguments: Arguments) throws {
@@ -252,12 +251,13 @@ public struct VaultCommandLine {
 
   private func rotate(_ arguments: Arguments) throws {
     let vault = try openVault(arguments)
-    var containers: [any SealedContainer] = []
-    for path in vault.manifest.containers {
-      guard FileManager.default.fileExists(atPath: path) else { throw QueueCommandError.missingContainer(path: path) }
-      containers.append(try QueueContainer(path: path, vault: vault))
+    // The containers are opened under the manifest lock, from the manifest as it is then.
+    let report = try vault.rotate(retireUnused: true) { manifest in
+      try manifest.containers.map { path in
+        guard FileManager.default.fileExists(atPath: path) else { throw QueueCommandError.missingContainer(path: path) }
+        return try QueueContainer(path: path, vault: vault)
+      }
     }
-    let report = try vault.rotate(containers: containers, retireUnused: true)
     if arguments.flags.contains("--json") {
       terminal.print(try JSON.encode(report))
       return

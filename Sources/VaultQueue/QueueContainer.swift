@@ -84,6 +84,8 @@ public final class QueueContainer: @unchecked Sendable {
           throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
         }
         let now = milliseconds(clock())
+        // Rows inserted by this transaction are never the cap's victims.
+        let lastExisting = try storage.maxSeq.scalar() ?? 0
         var outcomes: [EnqueueOutcome] = []
         var added = 0
         for record in records {
@@ -104,20 +106,26 @@ public final class QueueContainer: @unchecked Sendable {
           outcomes.append(.stored)
         }
         try storage.addBytes(added)
-        try enforceCap(storage)
+        try enforceCap(storage, victimsUpTo: lastExisting)
         return outcomes
       }
     }
   }
 
-  private func enforceCap(_ storage: Storage) throws {
+  /// Deletes the oldest records (not in flight, not added by this transaction) until the container
+  /// is under its cap, counting them. Throws (rolling the enqueue back) when that cannot be done,
+  /// so a record reported as stored is never one the cap removed.
+  private func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64) throws {
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
-      try storage.oldestDroppable.query { row in victims.append((row.int(0), Int(row.int(1)))) }
-      guard !victims.isEmpty else { break }
+      try storage.oldestDroppable.query([.integer(lastExisting)]) { row in victims.append((row.int(0), Int(row.int(1))))
+      }
+      guard !victims.isEmpty else {
+        throw QueueError.capExceeded(cap: configuration.byteCap)
+      }
       for (seq, size) in victims where total > configuration.byteCap {
         try storage.deleteBySeq.run([.integer(seq)])
         total -= size
@@ -135,26 +143,33 @@ public final class QueueContainer: @unchecked Sendable {
   /// leased for `lease` seconds; if it is neither acked nor failed by then (a crash), it is due
   /// again. Records that do not open are moved to review (counted as `undecryptable`), and the
   /// rest keep flowing.
-  public func claim(queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60) throws
-    -> [ClaimedRecord]
-  {
+  ///
+  /// With `dueBy`, only records due by then are claimed (a delivery pass uses its start time, so
+  /// records it rescheduled with a near-zero jitter are not claimed again in the same pass). When
+  /// a key cannot be read (locked keyring, timeout), the claimed records are released and the
+  /// error is thrown: an unavailable key is not a broken record.
+  public func claim(
+    queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
+  ) throws -> [ClaimedRecord] {
     try withStorage { storage in
       let now = milliseconds(clock())
-      var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64)] = []
+      // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
+      let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
+      var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
       try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
-        try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount))]) { row in
+        try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due)]) { row in
           let size = Int(row.int(3))
           guard claimed.isEmpty || bytes + size <= maxBytes else { return }
           bytes += size
-          claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4)))
+          claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
         }
         let leaseUntil = now + Int64(lease * 1000)
         for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
       }
       var opened: [ClaimedRecord] = []
-      var undecryptable: [String] = []
+      var undecryptable: [(id: String, version: Int64)] = []
       for record in claimed {
         do {
           let payload = try vault.open(record.envelope, context: Self.context(queue: queue, id: record.id))
@@ -162,16 +177,23 @@ public final class QueueContainer: @unchecked Sendable {
             ClaimedRecord(
               id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
               createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000)))
+        } catch is EnvelopeError {
+          // The envelope itself is bad (tampered, moved, another keyring, retired key).
+          undecryptable.append((record.id, record.version))
         } catch {
-          undecryptable.append(record.id)
+          // The key could not be read right now: give every claimed record back and report it.
+          try storage.transaction { for record in claimed { try storage.release.run([.text(record.id)]) } }
+          throw error
         }
       }
       if !undecryptable.isEmpty {
         try storage.transaction {
-          for id in undecryptable {
-            try storage.setState.run([.text(RecordState.review.rawValue), .text("undecryptable"), .text(id)])
+          var moved = 0
+          for record in undecryptable {
+            // Only if the row still holds the envelope that failed (a rotation may have re-sealed it).
+            moved += try storage.quarantine.run([.text("undecryptable"), .text(record.id), .integer(record.version)])
           }
-          try storage.countDrop(.undecryptable, undecryptable.count)
+          try storage.countDrop(.undecryptable, moved)
         }
       }
       return opened
@@ -319,6 +341,9 @@ public final class QueueContainer: @unchecked Sendable {
       return rows
     }
   }
+
+  /// The container's clock (for a delivery pass that claims what is due by its start).
+  public var now: Date { clock() }
 
   /// How many records of `queue` are in `state` (without loading them).
   public func count(queue: String, state: RecordState) throws -> Int {

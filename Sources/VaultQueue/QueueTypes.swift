@@ -147,6 +147,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case notAQueueContainer(path: String)
   case newerSchema(path: String, version: Int)
   case recordTooLarge(bytes: Int, cap: Int)
+  case capExceeded(cap: Int)
   case invalidQueueName
   case diskFull(path: String)
   case readOnly(path: String)
@@ -163,6 +164,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) has schema version \(version), newer than this vault understands; upgrade vault"
     case .recordTooLarge(let bytes, let cap):
       "a \(bytes)-byte record cannot fit under the container's \(cap)-byte cap; nothing was stored"
+    case .capExceeded(let cap):
+      "the container is at its \(cap)-byte cap and every older record is in flight; nothing was stored: retry after delivery"
     case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
     case .diskFull(let path):
       "the disk holding \(path) is full; nothing was stored and the queue is unchanged: free space and retry"

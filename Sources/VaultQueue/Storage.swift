@@ -73,6 +73,9 @@ final class Storage {
   var commit: Statement!
   var insert: Statement!
   var oldestDroppable: Statement!
+  var maxSeq: Statement!
+  var release: Statement!
+  var quarantine: Statement!
   var deleteBySeq: Statement!
   var deleteByID: Statement!
   var sizeOf: Statement!
@@ -107,15 +110,21 @@ final class Storage {
     begin = try connection.prepare("BEGIN IMMEDIATE")
     commit = try connection.prepare("COMMIT")
     oldestDroppable = try connection.prepare(
-      "SELECT seq, size FROM records WHERE state != 'in_flight' ORDER BY seq LIMIT 64")
+      "SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ? ORDER BY seq LIMIT 64")
+    maxSeq = try connection.prepare("SELECT coalesce(max(seq), 0) FROM records")
+    release = try connection.prepare(
+      "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
+    )
+    quarantine = try connection.prepare(
+      "UPDATE records SET state = 'review', error_kind = ?, lease_until = 0 WHERE id = ? AND key_version = ?")
     deleteBySeq = try connection.prepare("DELETE FROM records WHERE seq = ?")
     deleteByID = try connection.prepare("DELETE FROM records WHERE id = ?")
     sizeOf = try connection.prepare("SELECT size FROM records WHERE id = ?")
     attemptsOf = try connection.prepare("SELECT attempts FROM records WHERE id = ? AND state = 'in_flight'")
     due = try connection.prepare(
       """
-      SELECT id, envelope, attempts, size, created_at FROM records
-      WHERE queue = ?1 AND ((state = 'pending' AND next_attempt_at <= ?2) OR (state = 'in_flight' AND lease_until <= ?2))
+      SELECT id, envelope, attempts, size, created_at, key_version FROM records
+      WHERE queue = ?1 AND ((state = 'pending' AND next_attempt_at <= ?4) OR (state = 'in_flight' AND lease_until <= ?2))
       ORDER BY seq LIMIT ?3
       """)
     markInFlight = try connection.prepare(

@@ -7,14 +7,16 @@ import Vault
 import VaultQueue
 
 let usage = """
-  USAGE: memo [--home DIR] send TEXT
+  USAGE: memo [--home DIR] send [TEXT]       (without TEXT, or with -, the memo is read from stdin)
          memo [--home DIR] relay --endpoint URL
          memo [--home DIR] history [--json]
          memo [--home DIR] resend ID
 
   The home is a vault home made by `vault init` (default: $VAULT_HOME, else
   $XDG_DATA_HOME/vault, else ~/.local/share/vault). Memos go to the queue "memo" of its
-  default container. Exit codes: 0 success, 1 failure, 64 usage error.
+  default container. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
+  shell history) while memo runs: prefer standard input for anything private.
+  Exit codes: 0 success, 1 failure, 64 usage error.
   """
 
 func fail(_ message: String, code: Int32 = 1) -> Never {
@@ -79,11 +81,15 @@ do {
   let history = History(path: vault.home + "/memo-history.jsonl")
   switch command {
   case "send":
-    guard arguments.count == 2 else { fail("send takes one TEXT argument", code: 64) }
+    guard arguments.count <= 2 else { fail("send takes one TEXT argument (or the memo on stdin)", code: 64) }
+    let text: [UInt8] =
+      arguments.count == 2 && arguments[1] != "-"
+      ? Array(arguments[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+    guard !text.isEmpty else { fail("the memo is empty", code: 64) }
     let outbox = Outbox(
       container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
     let started = DispatchTime.now().uptimeNanoseconds
-    let receipt = try outbox.send(Array(arguments[1].utf8))
+    let receipt = try outbox.send(text)
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
     print(
       String(

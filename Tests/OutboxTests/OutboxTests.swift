@@ -159,3 +159,21 @@ final class OutboxTests: XCTestCase {
     }
   }
 }
+
+final class OutboxPassTests: XCTestCase {
+  /// With full jitter a retry can be due at once; the same pass must not claim it again (which
+  /// would count an attempt that never happened and strand it under a lease).
+  func testAPassDoesNotReclaimWhatItJustRescheduled() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault, random: { 0 })
+    let outbox = Outbox(container: container, transport: ScriptedTransport([.retry(kind: "http-500", after: nil)]))
+    try outbox.send([1])
+    let pass = try outbox.deliverDue()
+    XCTAssertEqual(pass.retrying, 1)
+    let rows = try container.list()
+    XCTAssertEqual(rows.map(\.state), [.pending])
+    XCTAssertEqual(rows.map(\.attempts), [1])
+  }
+}

@@ -18,14 +18,18 @@ final class MemoTests: XCTestCase {
   override func tearDown() { temporary = nil }
 
   @discardableResult
-  private func memo(_ arguments: [String]) throws -> Spawned {
-    try Spawn.run(memoBinary, ["--home", home] + arguments)
+  private func memo(_ arguments: [String], input: [UInt8] = []) throws -> Spawned {
+    try Spawn.run(memoBinary, ["--home", home] + arguments, input: input)
   }
 
   func testOfflineMemosSurviveRotationAndAreAllDelivered() throws {
     var ids: [String] = []
     for i in 0..<5 {
-      let sent = try memo(["send", "canary-memo-\(i) buy milk"])
+      // Half from stdin (private), half as an argument.
+      let sent =
+        i % 2 == 0
+        ? try memo(["send"], input: Array("canary-memo-\(i) buy milk".utf8))
+        : try memo(["send", "canary-memo-\(i) buy milk"])
       XCTAssertEqual(sent.status, 0, sent.error)
       XCTAssertTrue(sent.outputText.contains(" ms (sealed and on disk"), sent.outputText)
       ids.append(String(sent.outputText.split(separator: " ")[1]))

@@ -26,6 +26,12 @@ final class Connection {
   let path: String
 
   init(path: String, readOnly: Bool = false) throws {
+    if !readOnly {
+      // Create the file private to the user before SQLite does (SQLite would use the umask,
+      // usually 0644); its -wal and -shm files take the database file's mode.
+      let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+      if fd >= 0 { close(fd) }
+    }
     var handle: OpaquePointer?
     let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
     let result = sqlite3_open_v2(path, &handle, flags, nil)

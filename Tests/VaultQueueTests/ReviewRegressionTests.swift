@@ -1,0 +1,116 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import VaultQueue
+
+/// Regressions for defects found in review: each test failed before its fix.
+final class ReviewRegressionTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+  var vault: Vault!
+  var clock: TestClock!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+    clock = TestClock()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+  }
+
+  override func tearDown() {
+    vault = nil
+    temporary = nil
+  }
+
+  /// A stale vault (opened before another process rotated) must record the version it really
+  /// sealed under, or rotation would delete that key.
+  func testSealExternalRecordsTheVersionItSealsUnder() throws {
+    let stale = try Vault.open(home: vault.home, resolver: .fixed(store))
+    _ = try vault.rotate()
+    let envelope = try stale.sealExternal(Array("file".utf8), context: [1])
+    XCTAssertEqual(try Envelope.header(of: envelope).version, 2)
+    XCTAssertEqual(try ManifestFile.load(home: vault.home).externalSealVersions, [2])
+    let queue = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
+    let report = try vault.rotate(containers: [queue], retireUnused: true)
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try vault.open(envelope, context: [1]), Array("file".utf8))
+  }
+
+  /// A container registered by another process after the rotator read the manifest must stop
+  /// retirement, since its records were not counted.
+  func testRotationDoesNotRetireWhenARegisteredContainerWasNotCounted() throws {
+    let counted = try QueueContainer(path: temporary.sub("home/a.sqlite"), vault: vault)
+    let other = try Vault.open(home: vault.home, resolver: .fixed(store))
+    let late = try QueueContainer(path: temporary.sub("home/b.sqlite"), vault: other)
+    try late.enqueue([1], queue: "q")
+    let report = try vault.rotate(containers: [counted], retireUnused: true)
+    XCTAssertEqual(report.retired, [])
+    XCTAssertEqual(report.keptVersions, [1])
+    XCTAssertEqual(try late.claim(queue: "q").map(\.payload), [[1]])
+    // With every registered container passed, the next rotation retires what is unused.
+    let all = try vault.rotate(retireUnused: true) { manifest in
+      try manifest.containers.map { try QueueContainer(path: $0, vault: self.vault) }
+    }
+    XCTAssertEqual(all.retired, [1, 2])
+  }
+
+  func testTheCapNeverRemovesRecordsOfTheSameEnqueue() throws {
+    let queue = try QueueContainer(
+      path: temporary.sub("q.sqlite"), vault: vault, configuration: QueueConfiguration(byteCap: 1000))
+    let records = (0..<3).map { _ in (id: UUID(), payload: [UInt8](repeating: 1, count: 400)) }
+    XCTAssertThrowsError(try queue.enqueue(contentsOf: records, queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 1000))
+    }
+    XCTAssertEqual(try queue.stats().total, 0, "nothing half-stored")
+    try queue.enqueue([UInt8](repeating: 1, count: 400), queue: "q")
+    try queue.enqueue([UInt8](repeating: 1, count: 400), queue: "q")
+    _ = try queue.claim(queue: "q", maxCount: 10)  // both in flight: nothing may be dropped
+    XCTAssertThrowsError(try queue.enqueue([UInt8](repeating: 1, count: 400), queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 1000))
+    }
+    XCTAssertEqual(try queue.stats().total, 2)
+  }
+
+  /// A locked keyring is not a broken record: claimed records go back to pending, not to review.
+  func testAnUnreadableKeyReleasesTheClaimInsteadOfQuarantining() throws {
+    let queue = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault, clock: clock.function)
+    try queue.enqueue([1], queue: "q")
+    _ = try vault.rotate()
+    let fresh = try Vault.open(home: vault.home, resolver: .fixed(store))  // has only v2 cached
+    let reader = try QueueContainer(path: temporary.sub("q.sqlite"), vault: fresh, clock: clock.function)
+    store.failAll(with: .locked)
+    XCTAssertThrowsError(try reader.claim(queue: "q")) { XCTAssertEqual($0 as? KeyStoreError, .locked) }
+    store.failAll(with: nil)
+    XCTAssertEqual(try reader.list(state: .review), [])
+    XCTAssertEqual(try reader.list(state: .pending).map(\.attempts), [0])
+    XCTAssertEqual(try reader.claim(queue: "q").map(\.payload), [[1]])
+  }
+
+  func testContainerFilesArePrivateToTheUser() throws {
+    let path = temporary.sub("q.sqlite")
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1], queue: "q")
+    for file in [path, path + "-wal"] {
+      var info = stat()
+      XCTAssertEqual(stat(file, &info), 0, file)
+      XCTAssertEqual(info.st_mode & 0o777, 0o600, file)
+    }
+  }
+
+  /// After a crashed rotation, a missing keyfile must not be replaced by a new one holding only
+  /// the pending version.
+  func testAPendingVersionIsNotCompletedWhenOlderKeysAreMissing() throws {
+    var manifest = vault.manifest
+    manifest.versions.append(KeyVersionRecord(version: 2, state: .pending, createdAt: "t"))
+    try ManifestFile.save(manifest, home: vault.home)
+    XCTAssertTrue(try store.deleteKey(keyring: vault.keyringID, version: 1))
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? VaultError, .keyMissing(version: 1, store: .memory))
+    }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [], "no key was generated")
+  }
+}
