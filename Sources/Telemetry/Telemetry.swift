@@ -51,6 +51,10 @@ public final class Telemetry: @unchecked Sendable {
   private let lock = NSLock()
   private var session: String
   private let flushLock = NSLock()
+  private let worker = DispatchQueue(label: "vault.telemetry.delivery")
+  private var timer: DispatchSourceTimer?
+  private var monitor: ConnectivityMonitor?
+  private var onPass: (@Sendable (FlushReport) -> Void)?
 
   public init(
     container: QueueContainer, configuration: TelemetryConfiguration = TelemetryConfiguration(),
@@ -84,6 +88,67 @@ public final class Telemetry: @unchecked Sendable {
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     try container.enqueue(try event.encoded(), queue: Self.queueName, id: id)
     return id
+  }
+
+  // MARK: - Background delivery
+
+  /// Starts the flush loop: a pass now, then every `configuration.interval` seconds (stretched by
+  /// `policy` in power-saver or on a low battery, re-read before each wait), and at once whenever a
+  /// usable route appears (which also restarts the backoff). `onPass` sees each pass's counts.
+  public func start(
+    power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
+    onPass: (@Sendable (FlushReport) -> Void)? = nil
+  ) throws {
+    lock.withLock { self.onPass = onPass }
+    if watchConnectivity {
+      let monitor = ConnectivityMonitor { [weak self] in self?.trigger(resetBackoff: true) }
+      try monitor.start()
+      lock.withLock { self.monitor = monitor }
+    }
+    worker.async { [weak self] in
+      self?.runPass()
+      self?.scheduleNext(power: power, policy: policy)
+    }
+  }
+
+  private func scheduleNext(power: PowerMonitor, policy: PowerPolicy) {
+    let wait = policy.interval(base: configuration.interval, state: power.read())
+    let source = DispatchSource.makeTimerSource(queue: worker)
+    source.schedule(deadline: .now() + wait)
+    source.setEventHandler { [weak self] in
+      self?.runPass()
+      self?.scheduleNext(power: power, policy: policy)
+    }
+    lock.withLock {
+      timer?.cancel()
+      timer = source
+    }
+    source.resume()
+  }
+
+  /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, waiting
+  /// events become due at once, as when the network comes back.
+  public func trigger(resetBackoff: Bool = false) {
+    worker.async { [weak self] in
+      guard let self else { return }
+      if resetBackoff { _ = try? self.container.makeDue(queue: Self.queueName) }
+      self.runPass()
+    }
+  }
+
+  public func stop() {
+    lock.withLock {
+      timer?.cancel()
+      timer = nil
+      monitor?.stop()
+      monitor = nil
+    }
+    worker.sync {}
+  }
+
+  private func runPass() {
+    guard let report = try? flush() else { return }
+    lock.withLock { onPass }?(report)
   }
 
   /// One delivery pass: every due event is attempted at most once. Leaves retries scheduled.

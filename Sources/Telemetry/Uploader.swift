@@ -96,12 +96,14 @@ public enum TelemetryError: Error, Equatable, Sendable, CustomStringConvertible 
   case tokenUnavailable(path: String)
   case invalidType
   case invalidPayload
+  case netlink(errno: Int32)
 
   public var description: String {
     switch self {
     case .tokenUnavailable(let path): "cannot read the bearer token from \(path); check the file and its permissions"
     case .invalidType: "an event type must be 1–128 characters"
     case .invalidPayload: "the payload must be a JSON object"
+    case .netlink(let code): "cannot watch network changes (rtnetlink: \(String(cString: strerror(code))))"
     }
   }
 }

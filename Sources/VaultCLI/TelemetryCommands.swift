@@ -17,6 +17,7 @@ extension VaultCommandLine {
     }
     let allowed: [String: Set<String>] = [
       "log": ["--payload", "--session"], "flush": ["--endpoint", "--token-file", "--json"],
+      "watch": ["--endpoint", "--token-file", "--interval"],
     ]
     guard let permitted = allowed[action] else {
       throw UsageError(message: "unknown telemetry action '\(action)'", command: "telemetry")
@@ -48,10 +49,15 @@ extension VaultCommandLine {
     let vault = try openVault(arguments)
     let container = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
     let tokens: any TokenProvider = arguments.options["--token-file"].map { TokenFile(path: $0) } ?? NoToken()
+    let interval = arguments.options["--interval"].flatMap(Double.init) ?? 60
+    guard interval > 0 else {
+      throw UsageError(message: "--interval must be a positive number of seconds", command: "telemetry")
+    }
     let client = Telemetry(
-      container: container, tokens: tokens,
+      container: container, configuration: TelemetryConfiguration(interval: interval), tokens: tokens,
       sender: HTTPBatchSender(endpoint: endpoint ?? URL(string: "http://127.0.0.1/")!),
       sessionID: arguments.options["--session"] ?? "cli")
+    if action == "watch" { try watch(client, arguments) }
     if action == "log" {
       let id = try client.log(type: type, payload: payload)
       terminal.print("logged \(id.uuidString.lowercased())")
@@ -65,5 +71,19 @@ extension VaultCommandLine {
         "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending) (\(report.batches) batches)")
     }
+  }
+}
+
+extension VaultCommandLine {
+  /// Runs the delivery loop until the process is stopped: a pass at start, on the timer, and the
+  /// moment a usable route appears. Prints one line of counts per pass (never contents).
+  func watch(_ client: Telemetry, _ arguments: Arguments) throws -> Never {
+    let terminal = self.terminal
+    try client.start { report in
+      terminal.print(
+        "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
+          + "rejected \(report.rejected), pending \(report.pending)")
+    }
+    while true { sleep(3600) }
   }
 }

@@ -26,7 +26,8 @@ public struct VaultCommandLine {
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(
-      name: "telemetry", options: ["--payload", "--session", "--endpoint", "--token-file"], flags: ["--json"],
+      name: "telemetry", options: ["--payload", "--session", "--endpoint", "--token-file", "--interval"],
+      flags: ["--json"],
       takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]

@@ -290,6 +290,13 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
+  /// Makes every pending record of `queue` due now (connectivity came back: the backoff restarts).
+  /// Attempt counts are kept, so the attempt ceiling still parks what keeps failing.
+  @discardableResult
+  public func makeDue(queue: String) throws -> Int {
+    try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
+  }
+
   /// Deletes pending and parked records older than the maximum age, counting them.
   private func expire(_ storage: Storage, now: Int64) throws {
     guard let age = configuration.maximumAge else { return }

@@ -74,6 +74,7 @@ final class Storage {
   var insert: Statement!
   var oldestDroppable: Statement!
   var maxSeq: Statement!
+  var makeDue: Statement!
   var release: Statement!
   var quarantine: Statement!
   var deleteBySeq: Statement!
@@ -112,6 +113,7 @@ final class Storage {
     oldestDroppable = try connection.prepare(
       "SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ? ORDER BY seq LIMIT 64")
     maxSeq = try connection.prepare("SELECT coalesce(max(seq), 0) FROM records")
+    makeDue = try connection.prepare("UPDATE records SET next_attempt_at = 0 WHERE queue = ? AND state = 'pending'")
     release = try connection.prepare(
       "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
     )

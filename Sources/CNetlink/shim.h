@@ -1,0 +1,14 @@
+// Linux rtnetlink for the telemetry connectivity monitor. Swift's Glibc module has no netlink headers.
+#ifndef VAULT_CNETLINK_SHIM_H
+#define VAULT_CNETLINK_SHIM_H
+
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <sys/socket.h>
+
+// The groups a connectivity monitor listens to: links, IPv4/IPv6 addresses and routes.
+static inline unsigned int vault_rtnetlink_groups(void) {
+  return RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR | RTMGRP_IPV6_ROUTE;
+}
+
+#endif
