@@ -30,7 +30,7 @@ let package = Package(
       swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
     .executableTarget(
-      name: "memo", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
+      name: "memo", dependencies: ["Outbox", "Telemetry", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
 
     // Benchmarks live under tools/; the scripts beside them run the baselines.
     .executableTarget(

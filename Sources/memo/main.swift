@@ -3,23 +3,31 @@
 // delivered, pending and parked; `resend` returns a parked memo to the queue.
 import Foundation
 import Outbox
+import Telemetry
 import Vault
 import VaultQueue
 
+/// The telemetry client, once the vault is open (errors before that are not logged).
+nonisolated(unsafe) var memoTelemetry: Telemetry?
+
 let usage = """
   USAGE: memo [--home DIR] send [TEXT]       (without TEXT, or with -, the memo is read from stdin)
-         memo [--home DIR] relay --endpoint URL
+         memo [--home DIR] relay --endpoint URL [--telemetry-endpoint URL]
          memo [--home DIR] history [--json]
          memo [--home DIR] resend ID
 
   The home is a vault home made by `vault init` (default: $VAULT_HOME, else
   $XDG_DATA_HOME/vault, else ~/.local/share/vault). Memos go to the queue "memo" of its
-  default container. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
+  default container. memo logs telemetry events (command run, send-to-saved latency,
+  errors) to the container's "telemetry" queue; relay --telemetry-endpoint (or
+  `vault telemetry flush`) delivers them. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
   shell history) while memo runs: prefer standard input for anything private.
   Exit codes: 0 success, 1 failure, 64 usage error.
   """
 
-func fail(_ message: String, code: Int32 = 1) -> Never {
+func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
+  // The error event names a kind only, never the message (which may quote user input).
+  _ = try? memoTelemetry?.log(type: "error", payload: ["kind": .string(kind)])
   FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
   exit(code)
 }
@@ -79,6 +87,19 @@ do {
   let vault = try Vault.open(home: home)
   let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
   let history = History(path: vault.home + "/memo-history.jsonl")
+  let telemetryEndpoint = arguments.firstIndex(of: "--telemetry-endpoint").flatMap {
+    $0 + 1 < arguments.count ? URL(string: arguments[$0 + 1]) : nil
+  }
+  if let index = arguments.firstIndex(of: "--telemetry-endpoint") {
+    arguments.removeSubrange(index...min(index + 1, arguments.count - 1))
+  }
+  let telemetry = Telemetry(
+    container: container, tokens: EnvironmentToken(),
+    sender: HTTPBatchSender(endpoint: telemetryEndpoint ?? URL(string: "http://127.0.0.1/")!),
+    sessionID: "memo-\(getpid())")
+  memoTelemetry = telemetry
+  // Navigation-like event: which command ran (never its arguments).
+  try telemetry.log(type: "command", payload: ["name": .string(command)])
   switch command {
   case "send":
     guard arguments.count <= 2 else { fail("send takes one TEXT argument (or the memo on stdin)", code: 64) }
@@ -91,6 +112,12 @@ do {
     let started = DispatchTime.now().uptimeNanoseconds
     let receipt = try outbox.send(text)
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
+    // The timing is logged from another thread, as an app's instrumentation would.
+    let logged = DispatchGroup()
+    DispatchQueue.global().async(group: logged) {
+      _ = try? telemetry.log(type: "timing", payload: ["name": .string("send_to_saved_ms"), "value": .number(elapsed)])
+    }
+    logged.wait()
     print(
       String(
         format: "saved %@ in %.2f ms (sealed and on disk; delivery happens later)", receipt.id.uuidString.lowercased(),
@@ -106,6 +133,10 @@ do {
     print(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
     )
+    if telemetryEndpoint != nil {
+      let report = try telemetry.flush()
+      print("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")
+    }
   case "history":
     let delivered = history.delivered()
     let waiting = try container.list(queue: "memo")
@@ -127,14 +158,21 @@ do {
     guard arguments.count == 2, let id = UUID(uuidString: arguments[1]) else {
       fail("resend takes one memo ID", code: 64)
     }
-    guard try container.resend([id]) == 1 else { fail("memo \(arguments[1]) is not parked or in review") }
+    guard try container.resend([id]) == 1 else {
+      fail("memo \(arguments[1]) is not parked or in review", kind: "not-resendable")
+    }
     print("resent \(id.uuidString.lowercased())")
   default:
     fail("unknown command '\(command)'\n\(usage)", code: 64)
   }
 } catch {
-  // Library errors describe a kind and a fix, never memo text.
-  fail(String(describing: error))
+  // Library errors describe a kind and a fix, never memo text; the event records only the kind.
+  fail(String(describing: error), kind: String(describing: type(of: error)))
+}
+
+/// The bearer token for telemetry uploads, from MEMO_TELEMETRY_TOKEN (empty: no Authorization).
+struct EnvironmentToken: TokenProvider {
+  func token(refresh: Bool) throws -> String { ProcessInfo.processInfo.environment["MEMO_TELEMETRY_TOKEN"] ?? "" }
 }
 
 /// `send` never delivers; delivery is `relay`'s job.

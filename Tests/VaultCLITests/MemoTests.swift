@@ -19,7 +19,27 @@ final class MemoTests: XCTestCase {
 
   @discardableResult
   private func memo(_ arguments: [String], input: [UInt8] = []) throws -> Spawned {
-    try Spawn.run(memoBinary, ["--home", home] + arguments, input: input)
+    try Spawn.run(
+      memoBinary, ["--home", home] + arguments, input: input,
+      environment: environment(["MEMO_TELEMETRY_TOKEN": "test-token"]))
+  }
+
+  /// memo logs a command event per run, the send-to-saved timing (from another thread) and errors,
+  /// all sealed, and delivers them with the relay.
+  func testMemoLogsTelemetryAndDeliversIt() throws {
+    let relay = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { relay.stop() }
+    let collector = try TelemetryServer(directory: temporary.path, root: packageRoot())
+    defer { collector.stop() }
+    try memo(["send", "telemetry canary-tm memo"])
+    XCTAssertEqual(try memo(["resend", UUID().uuidString]).status, 1, "an error, logged by kind")
+    let relayed = try memo(
+      ["relay", "--endpoint", relay.endpoint.absoluteString, "--telemetry-endpoint", collector.endpoint.absoluteString])
+    XCTAssertEqual(relayed.status, 0, relayed.error)
+    XCTAssertTrue(relayed.outputText.contains("telemetry: delivered 5"), relayed.outputText)
+    XCTAssertTrue(collector.received.allSatisfy { $0.malformed == nil && $0.status == 200 })
+    XCTAssertEqual(collector.received.flatMap(\.ids).count, 5, "command ×3, timing, error")
+    XCTAssertFalse(directoryContains(home, "send_to_saved_ms"), "telemetry is sealed at rest too")
   }
 
   func testOfflineMemosSurviveRotationAndAreAllDelivered() throws {

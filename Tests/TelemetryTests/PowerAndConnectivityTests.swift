@@ -1,0 +1,82 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import Telemetry
+
+final class PowerTests: XCTestCase {
+  private func sysfs(profile: String?, batteries: [(capacity: Int, status: String)]) throws -> String {
+    let root = TemporaryDirectory()
+    retained.append(root)
+    if let profile {
+      try FileManager.default.createDirectory(atPath: root.sub("firmware/acpi"), withIntermediateDirectories: true)
+      try (profile + "\n").write(toFile: root.sub("firmware/acpi/platform_profile"), atomically: true, encoding: .utf8)
+    }
+    let ac = root.sub("class/power_supply/AC")
+    try FileManager.default.createDirectory(atPath: ac, withIntermediateDirectories: true)
+    try "Mains\n".write(toFile: ac + "/type", atomically: true, encoding: .utf8)
+    for (index, battery) in batteries.enumerated() {
+      let path = root.sub("class/power_supply/BAT\(index)")
+      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+      try "Battery\n".write(toFile: path + "/type", atomically: true, encoding: .utf8)
+      try "\(battery.capacity)\n".write(toFile: path + "/capacity", atomically: true, encoding: .utf8)
+      try "\(battery.status)\n".write(toFile: path + "/status", atomically: true, encoding: .utf8)
+    }
+    return root.path
+  }
+
+  private var retained: [TemporaryDirectory] = []
+
+  func testReadsProfileAndBatteries() throws {
+    let state = PowerMonitor(
+      sysRoot: try sysfs(profile: "low-power", batteries: [(80, "Discharging"), (15, "Charging")])
+    ).read()
+    XCTAssertEqual(state, PowerState(powerSaver: true, batteryPercent: 15, onBattery: true))
+    XCTAssertEqual(PowerMonitor(sysRoot: try sysfs(profile: nil, batteries: [])).read(), PowerState())
+    XCTAssertEqual(PowerMonitor(sysRoot: "/nonexistent").read(), PowerState(), "no sysfs means no stretching")
+  }
+
+  func testPolicyStretchesOnlyInPowerSaverOrOnALowBattery() {
+    let policy = PowerPolicy(stretch: 4, lowBattery: 20)
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState()), 60)
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState(powerSaver: true)), 240)
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 15, onBattery: true)), 240)
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 15, onBattery: false)), 60, "charging")
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 50, onBattery: true)), 60)
+    XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 20, onBattery: true)), 240)
+  }
+}
+
+final class ConnectivityTests: XCTestCase {
+  private func proc(_ route: String, _ ipv6: String = "") throws -> (TemporaryDirectory, String) {
+    let root = TemporaryDirectory()
+    try FileManager.default.createDirectory(atPath: root.sub("net"), withIntermediateDirectories: true)
+    try route.write(toFile: root.sub("net/route"), atomically: true, encoding: .utf8)
+    try ipv6.write(toFile: root.sub("net/ipv6_route"), atomically: true, encoding: .utf8)
+    return (root, root.path)
+  }
+
+  let header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+
+  func testOnlyANonLoopbackRouteCountsAsOnline() throws {
+    let (a, offline) = try proc(header + "lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n")
+    XCTAssertFalse(ConnectivityMonitor.hasRoute(procRoot: offline))
+    let (b, online) = try proc(header + "eth0\t00000000\t0102A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n")
+    XCTAssertTrue(ConnectivityMonitor.hasRoute(procRoot: online))
+    let v6 =
+      "20010db8000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n"
+    let (c, onlineV6) = try proc(header, v6)
+    XCTAssertTrue(ConnectivityMonitor.hasRoute(procRoot: onlineV6))
+    let linkLocal =
+      "fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n"
+    let (d, onlyLinkLocal) = try proc(header, linkLocal)
+    XCTAssertFalse(ConnectivityMonitor.hasRoute(procRoot: onlyLinkLocal))
+    _ = (a, b, c, d)
+  }
+
+  func testTheMonitorOpensAndClosesARealNetlinkSocket() throws {
+    let monitor = ConnectivityMonitor {}
+    try monitor.start()
+    monitor.stop()
+  }
+}
