@@ -24,7 +24,9 @@ let package = Package(
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultCrypto", "CSQLite"], swiftSettings: strict),
     .target(name: "Outbox", dependencies: ["VaultQueue"], swiftSettings: strict),
-    .target(name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"], swiftSettings: strict),
+    .target(
+      name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
+      swiftSettings: strict),
     .target(
       name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry"],
       swiftSettings: strict),

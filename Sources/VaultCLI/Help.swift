@@ -168,7 +168,7 @@ enum Help {
       """
     ),
     "telemetry": (
-      "vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID] | flush --endpoint URL [--token-file FILE] [--json]",
+      "vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID] | flush|watch --endpoint URL [options]",
       """
       OVERVIEW: Log telemetry events and deliver them in gzip JSON batches.
 
@@ -176,6 +176,7 @@ enum Help {
 
       USAGE: vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID]
              vault [--home DIR] telemetry flush --endpoint URL [--token-file FILE] [--json]
+             vault [--home DIR] telemetry watch --endpoint URL [--token-file FILE] [--interval SECONDS]
 
       ACTIONS:
         log                     Seal one event durably; prints 'logged ID'.
@@ -185,12 +186,18 @@ enum Help {
                                 errors retry with backoff; 401 re-reads the token once, then
                                 parks; 413 splits the batch; other 4xx park for review. Exit 0
                                 when the pass ran, even if the server refused some batches.
+        watch                   Run until stopped: a pass at start, every --interval seconds
+                                (default 60; four times longer in power-saver or on a battery
+                                at 20% or less), and at once when a usable network route
+                                appears (rtnetlink), which also restarts the backoff. Prints
+                                one line of counts per pass.
 
       OPTIONS:
         --payload JSON          The event's payload, a JSON object (default {}).
         --session ID            The session id stamped on the event (default 'cli').
         --endpoint URL          Where batches are POSTed (e.g. http://host/v1/telemetry/batch).
         --token-file FILE       A file holding the bearer token (re-read after a 401).
+        --interval SECONDS      The period of watch's timer.
         --json                  Print JSON: delivered, retried, parked, rejected, pending,
                                 batches, token_refreshes.
         -h, --help              Show help information.
