@@ -8,6 +8,10 @@ import XCTest
 
 @testable import Telemetry
 
+#if canImport(FoundationNetworking)
+  import FoundationNetworking
+#endif
+
 /// A sender twin that answers from a script and keeps every batch it was given.
 final class ScriptedSender: BatchSender, @unchecked Sendable {
   private let lock = NSLock()
@@ -295,4 +299,82 @@ final class Collected: @unchecked Sendable {
   private var items: [String] = []
   func add(_ item: String) { lock.withLock { items.append(item) } }
   var all: [String] { lock.withLock { items } }
+}
+
+/// Status handling against the real mock server: the uploader, headers and retries together.
+final class TelemetryServerStatusTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var container: QueueContainer!
+  var clock: TestClock!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    clock = TestClock(Date())
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault, clock: clock.function)
+  }
+
+  override func tearDown() {
+    container = nil
+    temporary = nil
+  }
+
+  private func control(_ server: TelemetryServer, _ json: String) {
+    var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/control")!)
+    request.httpMethod = "POST"
+    request.httpBody = Data(json.utf8)
+    let done = DispatchSemaphore(value: 0)
+    URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
+    _ = done.wait(timeout: .now() + 10)
+  }
+
+  func testWrongTokenIsRefreshedOnceThenParked() throws {
+    let server = try TelemetryServer(directory: temporary.path, token: "the-right-one", root: packageRoot())
+    defer { server.stop() }
+    let tokens = CountingTokens()
+    let telemetry = Telemetry(
+      container: container, tokens: tokens, sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      clock: clock.function)
+    try telemetry.log(type: "tap")
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.parked, 1)
+    XCTAssertEqual(report.tokenRefreshes, 1)
+    XCTAssertEqual(server.received.map(\.status), [401, 401], "one refresh, one retry, then parked")
+  }
+
+  func testRetryAfterFromTheServerIsHonoured() throws {
+    let server = try TelemetryServer(directory: temporary.path, mode: "429", root: packageRoot())
+    defer { server.stop() }
+    control(server, #"{"retry_after": 30}"#)
+    let telemetry = Telemetry(
+      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      clock: clock.function)
+    try telemetry.log(type: "tap")
+    XCTAssertEqual(try telemetry.flush().retried, 1)
+    control(server, #"{"mode": "ok"}"#)
+    clock.advance(29)
+    XCTAssertEqual(try telemetry.flush().batches, 0, "not before Retry-After")
+    clock.advance(2)
+    XCTAssertEqual(try telemetry.flush().delivered, 1)
+    XCTAssertEqual(server.received.map(\.status), [429, 200])
+  }
+
+  func testAHungOrDroppingServerIsATransportFailureAndNothingIsLost() throws {
+    let server = try TelemetryServer(directory: temporary.path, mode: "hang", root: packageRoot())
+    defer { server.stop() }
+    let telemetry = Telemetry(
+      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 1),
+      clock: clock.function)
+    try telemetry.log(type: "tap")
+    let started = Date()
+    XCTAssertEqual(try telemetry.flush().retried, 1)
+    XCTAssertLessThan(Date().timeIntervalSince(started), 10, "a hung server costs the timeout, not forever")
+    control(server, #"{"mode": "drop"}"#)
+    clock.advance(5)
+    XCTAssertEqual(try telemetry.flush().retried, 1)
+    control(server, #"{"mode": "ok"}"#)
+    clock.advance(10)
+    XCTAssertEqual(try telemetry.flush().delivered, 1)
+  }
 }
