@@ -42,7 +42,7 @@ let package = Package(
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
     .executableTarget(
-      name: "vault-queue-bench", dependencies: ["Vault", "VaultKeys", "VaultQueue", "CSQLite"],
+      name: "vault-queue-bench", dependencies: ["Vault", "VaultKeys", "VaultQueue", "Telemetry", "CSQLite"],
       path: "tools/bench/vault-queue-bench", swiftSettings: strict),
     .executableTarget(
       name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",

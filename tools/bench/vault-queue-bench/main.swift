@@ -2,25 +2,27 @@
 // the same process and run: plain SQLite with the same pragmas (WAL, synchronous=FULL,
 // secure_delete=ON) and no encryption, through the same C library.
 //
-//   vault-queue-bench DIR SECONDS
+//   vault-queue-bench DIR SECONDS                 queue benchmarks
+//   vault-queue-bench DIR SECONDS telemetry URL   telemetry: log from 4 threads, drain to URL
 //
 // Prints lines "name value" (rates in records/s, latencies in ms, memory in MiB).
 import CSQLite
 import Foundation
+import Telemetry
 import Vault
 import VaultKeys
 import VaultQueue
 
 let arguments = CommandLine.arguments
-guard arguments.count == 3, let seconds = Double(arguments[2]) else {
-  FileHandle.standardError.write(Data("usage: vault-queue-bench DIR SECONDS\n".utf8))
+guard arguments.count == 3 || arguments.count == 5, let seconds = Double(arguments[2]) else {
+  FileHandle.standardError.write(Data("usage: vault-queue-bench DIR SECONDS [telemetry URL]\n".utf8))
   exit(64)
 }
 let directory = arguments[1]
 let vault = try Vault.create(
   home: directory + "/home", store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
 
-func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+@Sendable func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 func report(_ name: String, _ value: Double) { print("\(name) \(String(format: "%.3f", value))") }
 func residentMiB() -> Double {
   let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
@@ -90,6 +92,71 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 }
 
 func freshPath() -> String { directory + "/bench-\(UUID().uuidString).sqlite" }
+
+if arguments.count == 5 {
+  try telemetryBenchmark(endpoint: URL(string: arguments[4])!)
+  exit(0)
+}
+
+/// Telemetry: `log` from four threads (rate and latency), then a drain of a full queue to the mock
+/// server (claim, gzip batch, POST, ack), beside plain SQLite single-row inserts.
+func telemetryBenchmark(endpoint: URL) throws {
+  struct Token: TokenProvider { func token(refresh: Bool) throws -> String { "test-token" } }
+  let payload: [String: JSONValue] = [
+    "screen": .string("settings/notifications"), "duration_ms": .number(1234), "ok": .bool(true),
+    "detail": .string(String(repeating: "abcdefghij", count: 15)),
+  ]
+  let plain = PlainTable(path: freshPath())
+  let body = [UInt8](repeating: 0x61, count: 300)
+  report("telemetry_plain_insert_per_s", timed { plain.put(body) }.0)
+
+  let container = try QueueContainer(
+    path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
+  let telemetry = Telemetry(container: container, tokens: Token(), sender: HTTPBatchSender(endpoint: endpoint))
+  final class Latencies: @unchecked Sendable {
+    let lock = NSLock()
+    var values: [Double] = []
+  }
+  let collected = Latencies()
+  let start = now()
+  DispatchQueue.concurrentPerform(iterations: 4) { _ in
+    var local: [Double] = []
+    while now() - start < seconds {
+      let t = now()
+      _ = try? telemetry.log(type: "screen_view", payload: payload)
+      local.append((now() - t) * 1000)
+    }
+    collected.lock.withLock { collected.values += local }
+  }
+  let elapsed = now() - start
+  let latencies = collected.values.sorted()
+  report("telemetry_log_4_threads_per_s", Double(latencies.count) / elapsed)
+  report("telemetry_log_p50_ms", percentile(latencies, 0.5))
+  report("telemetry_log_p99_ms", percentile(latencies, 0.99))
+
+  // Fill to 40,000 events (group commits, so the fill is quick), then time the drain.
+  let missing = max(0, 40_000 - latencies.count)
+  let encoder = JSONEncoder()
+  encoder.outputFormatting = [.sortedKeys]
+  var json: [UInt8] = []
+  for offset in stride(from: 0, to: missing, by: 1000) {
+    let events = (0..<min(1000, missing - offset)).map { _ in
+      TelemetryEvent(date: Date(), type: "screen_view", payload: payload, sessionID: "bench")
+    }
+    let records = try events.map { event in (id: event.id, payload: Array(try encoder.encode(event))) }
+    json = records.last?.payload ?? json
+    try container.enqueue(contentsOf: records, queue: Telemetry.queueName)
+  }
+  report("telemetry_event_json_bytes", Double(json.count))
+  let total = try container.count(queue: Telemetry.queueName, state: .pending)
+  let drainStart = now()
+  let flushed = try telemetry.flush()
+  let drainSeconds = now() - drainStart
+  report("telemetry_drain_events", Double(flushed.delivered))
+  report("telemetry_drain_batches", Double(flushed.batches))
+  report("telemetry_drain_per_s", Double(flushed.delivered) / drainSeconds)
+  report("telemetry_drain_pending_before", Double(total))
+}
 
 // VAULT_QUEUE_BENCH_SIZES restricts the single-record sizes (for profiling one case).
 let singleSizes =

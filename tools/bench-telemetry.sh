@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Telemetry benchmarks, with plain SQLite single-row inserts (same pragmas, 300-byte rows, no
+# encryption) run side by side as the baseline:
+#   - `log` from 4 threads: events/s and p50/p99 latency of one call (goal: p99 <= 2 ms);
+#   - drain of 40,000 queued events to the local mock server (tools/telemetry_server.py):
+#     claim -> gzip batch -> POST -> ack, events/s (goal: >= 20,000 events/s).
+#
+#   tools/bench-telemetry.sh [SECONDS]     (default 3 seconds of logging)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+seconds=${1:-3}
+
+tools/setup.sh
+swift build -c release --product vault-queue-bench 2>&1 | grep -v "prohibited flag" | tail -1
+bench="$(swift build -c release --show-bin-path)/vault-queue-bench"
+work=$(mktemp -d /tmp/vault-telemetry-bench.XXXXXX)
+python3 tools/telemetry_server.py --port-file "$work/port" --record "$work/received.jsonl" &
+server=$!
+trap 'kill "$server" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 100); do [ -s "$work/port" ] && break; sleep 0.05; done
+
+declare -A r
+while read -r name value; do r[$name]=$value; done \
+  < <("$bench" "$work" "$seconds" telemetry "http://127.0.0.1:$(cat "$work/port")/v1/telemetry/batch")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+printf 'log from 4 threads: %8.0f events/s (plain SQLite single insert %8.0f/s, %sx); p50 %.3f ms, p99 %.3f ms\n' \
+  "${r[telemetry_log_4_threads_per_s]}" "${r[telemetry_plain_insert_per_s]}" \
+  "$(ratio "${r[telemetry_log_4_threads_per_s]}" "${r[telemetry_plain_insert_per_s]}")" \
+  "${r[telemetry_log_p50_ms]}" "${r[telemetry_log_p99_ms]}"
+printf 'drain to the mock server: %.0f events in %.0f batches, %8.0f events/s (%sx the plain insert rate); event JSON %.0f bytes\n' \
+  "${r[telemetry_drain_events]}" "${r[telemetry_drain_batches]}" "${r[telemetry_drain_per_s]}" \
+  "$(ratio "${r[telemetry_drain_per_s]}" "${r[telemetry_plain_insert_per_s]}")" "${r[telemetry_event_json_bytes]}"
+received=$(python3 -c "import json,sys; print(sum(len(json.loads(l)['ids']) for l in open(sys.argv[1]) if json.loads(l)['status']==200))" "$work/received.jsonl")
+echo "the mock server accepted $received events"
