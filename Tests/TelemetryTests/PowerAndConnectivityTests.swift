@@ -1,4 +1,7 @@
 import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
 import VaultTestSupport
 import XCTest
 
@@ -79,4 +82,63 @@ final class ConnectivityTests: XCTestCase {
     try monitor.start()
     monitor.stop()
   }
+}
+
+final class TelemetryLoopTests: XCTestCase {
+  func testTheBackgroundLoopDeliversOnStartOnTriggerAndStops() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
+    let sender = ScriptedSender()
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(interval: 3600), tokens: CountingTokens(),
+      sender: sender)
+    try telemetry.log(type: "before_start")
+    let passes = PassLog()
+    try telemetry.start(power: PowerMonitor(sysRoot: "/nonexistent"), watchConnectivity: true) { passes.add($0) }
+    defer { telemetry.stop() }
+    try wait { passes.delivered == 1 }
+    try telemetry.log(type: "after_start")
+    telemetry.trigger(resetBackoff: true)
+    try wait { passes.delivered == 2 }
+    telemetry.stop()
+    try telemetry.log(type: "after_stop")
+    Thread.sleep(forTimeInterval: 0.2)
+    XCTAssertEqual(passes.delivered, 2, "a stopped loop sends nothing")
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 1)
+  }
+
+  func testEventsRoundTripThroughJSON() throws {
+    let event = TelemetryEvent(
+      date: Date(timeIntervalSince1970: 1_800_000_000.123), type: "t",
+      payload: [
+        "s": .string("x"), "n": .number(1.5), "i": .number(3), "b": .bool(false), "z": .null,
+        "a": .array([.number(1), .string("y")]), "o": .object(["k": .bool(true)]),
+      ], sessionID: "s1")
+    let json = try event.encoded()
+    XCTAssertEqual(try JSONDecoder().decode(TelemetryEvent.self, from: Data(json)), event)
+    let text = String(decoding: json, as: UTF8.self)
+    XCTAssertTrue(text.contains(#""ts":"2027-01-15T08:00:00.123Z""#), text)
+    XCTAssertTrue(text.contains(#""i":3"#), "whole numbers have no fraction: \(text)")
+    XCTAssertTrue(text.contains(#""id":"\#(event.id.uuidString.lowercased())""#))
+    XCTAssertThrowsError(
+      try JSONDecoder().decode(
+        TelemetryEvent.self, from: Data(#"{"id":"nope","ts":"","type":"","payload":{},"session_id":""}"#.utf8)))
+  }
+
+  private func wait(_ condition: () -> Bool) throws {
+    let deadline = Date() + 10
+    while !condition() {
+      guard Date() < deadline else { return XCTFail("not reached within 10 s") }
+      Thread.sleep(forTimeInterval: 0.02)
+    }
+  }
+}
+
+final class PassLog: @unchecked Sendable {
+  private let lock = NSLock()
+  private var total = 0
+  func add(_ report: FlushReport) { lock.withLock { total += report.delivered } }
+  var delivered: Int { lock.withLock { total } }
 }
