@@ -4,9 +4,11 @@
 #   1. for each key store (Secret Service, then keyfile): creates a vault, seals a record, opens
 #      it, rotates the key, opens the old record again, and shows status and doctor;
 #   2. with the memo example app: sends memos while the relay server is down, rotates the key
-#      mid-way (re-sealing the queued memos), brings the relay up, and delivers every memo.
+#      mid-way (re-sealing the queued memos), brings the relay up, and delivers every memo;
+#   3. telemetry: memo's own events and a few from the shell are delivered in gzip JSON batches
+#      to the mock collector (tools/telemetry_server.py), which checks their format.
 #
-# What it does not show yet: telemetry and `vault scan` (later issues).
+# What it does not show yet: `vault scan` (a later issue).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,7 +27,8 @@ vault="$bin/vault"
 memo="$bin/memo"
 work=$(mktemp -d /tmp/vault-demo.XXXXXX)
 relay_pid=""
-trap '[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null; rm -rf "$work"' EXIT
+collector_pid=""
+trap '[ -n "$relay_pid" ] && kill "$relay_pid" 2>/dev/null; [ -n "$collector_pid" ] && kill "$collector_pid" 2>/dev/null; rm -rf "$work"' EXIT
 record="Embedded default record: meet at the north gate at 06:40."
 
 step() { printf '\n== %s\n' "$*"; }
@@ -97,4 +100,23 @@ received=$(grep -c '"status": 200' "$work/relay.jsonl")
 echo "the relay server received $received memos"
 [ "$received" -eq 3 ] || { echo "FAIL: expected 3 memos at the relay"; exit 1; }
 
-printf '\nDemo finished: both key stores sealed, opened, rotated and reopened; every memo saved offline\nsurvived a key rotation and reached the relay.\n'
+step "telemetry: log events from the shell, then deliver them and memo's own events"
+for screen in home settings about; do
+  "$vault" --home "$home" telemetry log screen_view --payload "{\"screen\": \"$screen\"}" --session demo
+done
+printf 'demo-token' >"$work/token"
+python3 tools/telemetry_server.py --port-file "$work/collector.port" --record "$work/collector.jsonl" --token demo-token &
+collector_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/collector.port" ] && break; sleep 0.05; done
+"$vault" --home "$home" telemetry flush --endpoint "http://127.0.0.1:$(cat "$work/collector.port")/v1/telemetry/batch" \
+  --token-file "$work/token"
+python3 - "$work/collector.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+accepted = sum(len(r["ids"]) for r in rows if r["status"] == 200)
+malformed = [r["malformed"] for r in rows if r["malformed"]]
+print(f"the collector accepted {accepted} events in {len(rows)} gzip batches; malformed: {malformed or 'none'}")
+sys.exit(1 if malformed or accepted == 0 else 0)
+PY
+
+printf '\nDemo finished: both key stores sealed, opened, rotated and reopened; every memo saved offline\nsurvived a key rotation and reached the relay; telemetry reached the collector.\n'
