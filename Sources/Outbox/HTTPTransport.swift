@@ -51,16 +51,16 @@ public final class HTTPJSONTransport: Transport {
           HTTPStatusPolicy.result(status: http.statusCode, retryAfter: http.value(forHTTPHeaderField: "Retry-After")))
       } else {
         // Transport errors are named by kind only (URLError code), never with the request.
-        outcome.set(.retry(kind: "transport-\((error as? URLError)?.code.rawValue ?? -1)", after: nil))
+        outcome.set(.unreachable(kind: "transport-\((error as? URLError)?.code.rawValue ?? -1)"))
       }
       done.signal()
     }
     task.resume()
     if done.wait(timeout: .now() + timeout + 5) == .timedOut {
       task.cancel()
-      return .retry(kind: "timeout", after: nil)
+      return .unreachable(kind: "timeout")
     }
-    return outcome.value ?? .retry(kind: "transport", after: nil)
+    return outcome.value ?? .unreachable(kind: "transport")
   }
 }
 

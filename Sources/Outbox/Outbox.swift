@@ -113,6 +113,9 @@ public final class Outbox: @unchecked Sendable {
           } else {
             pass.retrying += 1
           }
+        case .unreachable(let kind):
+          _ = try container.fail([record.id], errorKind: kind, serverAnswered: false)
+          pass.retrying += 1
         case .reject(let kind):
           try container.reject([record.id], errorKind: kind)
           pass.rejected += 1

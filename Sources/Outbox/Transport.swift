@@ -4,10 +4,13 @@ import Foundation
 public enum DeliveryResult: Sendable, Equatable {
   /// The receiver has it (2xx): the record is deleted.
   case delivered
-  /// Try again later (408, 429, 5xx, network failure); `after` is the server's Retry-After, if any.
+  /// The server said try again later (408, 429, 5xx); `after` is its Retry-After, if any.
   case retry(kind: String, after: TimeInterval?)
   /// The receiver refused it for good (other 4xx): kept for review, never retried automatically.
   case reject(kind: String)
+  /// The receiver could not be reached (no route, refused, timed out): try again later; this
+  /// never counts toward parking.
+  case unreachable(kind: String)
 }
 
 /// Delivers one message. Implementations must not log or throw payload contents.

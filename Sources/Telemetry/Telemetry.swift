@@ -217,7 +217,7 @@ public final class Telemetry: @unchecked Sendable {
     case .status(let status, let retryAfter):
       settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, &report)
     case .transport(let kind):
-      settle(.retry(kind: kind, after: nil), batch.ids, &report)
+      settle(.unreachable(kind: kind), batch.ids, &report)
     }
   }
 
@@ -232,6 +232,9 @@ public final class Telemetry: @unchecked Sendable {
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
+      case .unreachable(let kind):
+        _ = try container.fail(ids, errorKind: kind, serverAnswered: false)
+        report.retried += ids.count
       case .reject(let kind):
         try container.reject(ids, errorKind: kind)
         report.rejected += ids.count

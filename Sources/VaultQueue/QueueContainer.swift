@@ -218,10 +218,17 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter, or
-  /// `retryAfter` when the server gave one, capped), or parks the record at the attempt ceiling.
+  /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter
+  /// over all attempts, or `retryAfter` when the server gave one, capped), or parks the record when
+  /// the server has refused it `attemptCeiling` times.
+  ///
+  /// - Parameter serverAnswered: false for network failures (no route, refused connection,
+  ///   timeout). Those never count toward the ceiling: a record is not parked because the device
+  ///   was offline for a day.
   @discardableResult
-  public func fail(_ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil) throws -> [UUID: FailOutcome] {
+  public func fail(_ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true)
+    throws -> [UUID: FailOutcome]
+  {
     try withStorage { storage in
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
@@ -229,9 +236,16 @@ public final class QueueContainer: @unchecked Sendable {
         var parked = 0
         for id in ids {
           let idText = id.uuidString.lowercased()
-          guard let attempts = try storage.attemptsOf.scalar([.text(idText)]) else { continue }
-          if attempts >= configuration.attemptCeiling {
-            try storage.setState.run([.text(RecordState.parked.rawValue), .text(errorKind), .text(idText)])
+          var attempts: Int64?
+          var failures: Int64 = 0
+          try storage.attemptsOf.query([.text(idText)]) { row in
+            attempts = row.int(0)
+            failures = row.int(1)
+          }
+          guard let attempts else { continue }
+          if serverAnswered { failures += 1 }
+          if serverAnswered, failures >= configuration.attemptCeiling {
+            try storage.park.run([.text(errorKind), .integer(failures), .text(idText)])
             outcomes[id] = .parked
             parked += 1
           } else {
@@ -239,7 +253,9 @@ public final class QueueContainer: @unchecked Sendable {
               retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) }
               ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
             let due = now.addingTimeInterval(delay)
-            try storage.reschedule.run([.integer(milliseconds(due)), .text(errorKind), .text(idText)])
+            try storage.reschedule.run([
+              .integer(milliseconds(due)), .text(errorKind), .integer(failures), .text(idText),
+            ])
             outcomes[id] = .retryAt(due)
           }
         }

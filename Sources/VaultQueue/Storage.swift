@@ -27,7 +27,11 @@ final class Storage {
     CREATE INDEX records_due ON records (queue, state, next_attempt_at);
     CREATE TABLE drops (reason TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
     INSERT INTO meta (key, value) VALUES ('min_seal_version', '0');
+    """,
+    // Failures the server answered (as opposed to network failures); only these park a record.
     """
+    ALTER TABLE records ADD COLUMN server_failures INTEGER NOT NULL DEFAULT 0;
+    """,
   ]
 
   init(path: String, keyringID: String) throws {
@@ -81,6 +85,7 @@ final class Storage {
   var deleteByID: Statement!
   var sizeOf: Statement!
   var attemptsOf: Statement!
+  var park: Statement!
   var due: Statement!
   var markInFlight: Statement!
   var setState: Statement!
@@ -122,7 +127,10 @@ final class Storage {
     deleteBySeq = try connection.prepare("DELETE FROM records WHERE seq = ?")
     deleteByID = try connection.prepare("DELETE FROM records WHERE id = ?")
     sizeOf = try connection.prepare("SELECT size FROM records WHERE id = ?")
-    attemptsOf = try connection.prepare("SELECT attempts FROM records WHERE id = ? AND state = 'in_flight'")
+    attemptsOf = try connection.prepare(
+      "SELECT attempts, server_failures FROM records WHERE id = ? AND state = 'in_flight'")
+    park = try connection.prepare(
+      "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0 WHERE id = ?")
     due = try connection.prepare(
       """
       SELECT id, envelope, attempts, size, created_at, key_version FROM records
@@ -133,10 +141,13 @@ final class Storage {
       "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1 WHERE id = ?")
     setState = try connection.prepare("UPDATE records SET state = ?, error_kind = ?, lease_until = 0 WHERE id = ?")
     reschedule = try connection.prepare(
-      "UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, lease_until = 0 WHERE id = ?")
+      """
+      UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0
+      WHERE id = ?
+      """)
     resend = try connection.prepare(
       """
-      UPDATE records SET state = 'pending', attempts = 0, next_attempt_at = 0, error_kind = NULL
+      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL
       WHERE id = ? AND state IN ('parked', 'review')
       """)
     expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")

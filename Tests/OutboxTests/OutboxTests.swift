@@ -102,6 +102,27 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(try fixed.deliverDue().delivered, 1)
   }
 
+  /// Being offline for a long time must not park anything: only answers from the server count.
+  func testNetworkFailuresNeverParkButServerFailuresDo() throws {
+    let offline = Outbox(
+      container: container, transport: ScriptedTransport(otherwise: .unreachable(kind: "transport-unreachable")))
+    let id = try offline.send(Array("written on a plane".utf8)).id
+    for _ in 0..<10 {
+      XCTAssertEqual(try offline.deliverDue().retrying, 1)
+      clock.advance(600)
+    }
+    XCTAssertEqual(try container.list(state: .pending).map(\.id), [id.uuidString.lowercased()])
+    XCTAssertEqual(try container.list().first?.attempts, 10)
+    let failing = Outbox(
+      container: container, transport: ScriptedTransport(otherwise: .retry(kind: "http-500", after: nil)))
+    for _ in 0..<3 {
+      _ = try failing.deliverDue()
+      clock.advance(600)
+    }
+    XCTAssertEqual(
+      try container.list(state: .parked).map(\.id), [id.uuidString.lowercased()], "parked after 3 server failures")
+  }
+
   func testBackgroundLoopDeliversLeftoversOnStartAndNewSendsOnTrigger() throws {
     let early = Outbox(container: container, transport: ScriptedTransport())
     try early.send(Array("left over from the last run".utf8))
@@ -147,7 +168,7 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(received.first?.body, "hi")
     XCTAssertEqual(received[1].body, "/wA=", "binary payloads travel as base64")
     let closed = HTTPJSONTransport(endpoint: URL(string: "http://127.0.0.1:9/relay")!, timeout: 2)
-    guard case .retry(let kind, nil) = closed.deliver(id: id, payload: [1]) else { return XCTFail() }
+    guard case .unreachable(let kind) = closed.deliver(id: id, payload: [1]) else { return XCTFail() }
     XCTAssertTrue(kind.hasPrefix("transport"), kind)
   }
 
