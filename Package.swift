@@ -27,8 +27,9 @@ let package = Package(
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),
+    .target(name: "VaultScan", dependencies: ["VaultCrypto", "CZlib"], swiftSettings: strict),
     .target(
-      name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry"],
+      name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry", "VaultScan"],
       swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
     .executableTarget(

@@ -3,6 +3,8 @@ struct Arguments {
   var home: String?
   var command: String?
   var options: [String: String] = [:]
+  /// Options that may be given more than once, in order.
+  var lists: [String: [String]] = [:]
   var flags: Set<String> = []
   var positionals: [String] = []
   var wantsHelp = false
@@ -21,6 +23,7 @@ struct CommandSpec {
   let options: Set<String>
   let flags: Set<String>
   let takesPositionals: Bool
+  var repeatable: Set<String> = []
 }
 
 enum ArgumentParser {
@@ -53,7 +56,9 @@ enum ArgumentParser {
           guard specs[name] != nil else { throw UsageError(message: "unknown subcommand '\(name)'", command: nil) }
           result.command = name
         } else if let spec = specs[result.command!], name.hasPrefix("-"), name != "-" {
-          if spec.options.contains(name) {
+          if spec.repeatable.contains(name) {
+            result.lists[name, default: []].append(try value(for: name, inline: inline))
+          } else if spec.options.contains(name) {
             result.options[name] = try value(for: name, inline: inline)
           } else if spec.flags.contains(name), inline == nil {
             result.flags.insert(name)

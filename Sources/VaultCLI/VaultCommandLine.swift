@@ -4,6 +4,7 @@ import Vault
 import VaultCrypto
 import VaultKeys
 import VaultQueue
+import VaultScan
 
 /// The `vault` command line. `main.swift` only calls `run`; tests call it in-process.
 public struct VaultCommandLine {
@@ -29,6 +30,8 @@ public struct VaultCommandLine {
       name: "telemetry", options: ["--payload", "--session", "--endpoint", "--token-file", "--interval"],
       flags: ["--json"],
       takesPositionals: true),
+    "scan": CommandSpec(
+      name: "scan", options: ["--canary-file"], flags: ["--json"], takesPositionals: true, repeatable: ["--canary"]),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -60,6 +63,7 @@ public struct VaultCommandLine {
       case "doctor": return doctor(arguments)
       case "queue": try queue(arguments)
       case "telemetry": try telemetry(arguments)
+      case "scan": return try scan(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
@@ -105,7 +109,7 @@ public struct VaultCommandLine {
   /// Error types whose descriptions are written for people and hold nothing secret.
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
-    QueueCommandError.self, TelemetryError.self,
+    QueueCommandError.self, TelemetryError.self, ScanError.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {

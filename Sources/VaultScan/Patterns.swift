@@ -1,0 +1,84 @@
+import Foundation
+
+// glibc declares memmem only under _GNU_SOURCE, which Swift's Glibc module does not set.
+@_silgen_name("memmem")
+private func memmem(
+  _ haystack: UnsafeRawPointer?, _ haystackLength: Int, _ needle: UnsafeRawPointer?, _ needleLength: Int
+) -> UnsafeMutableRawPointer?
+
+/// A byte pattern to look for, and how it was derived from a canary.
+struct Pattern {
+  let bytes: [UInt8]
+  /// The encoding that produced it: utf8, utf16le, utf16be, base64, hex, json-escaped.
+  let encoding: String
+  /// Which canary (by index) it came from.
+  let canary: Int
+}
+
+enum Patterns {
+  /// Every form of `canary` worth searching for: UTF-8, UTF-16LE/BE, base64 (at each of the three
+  /// alignments, keeping only characters that depend on the canary alone), hex (both cases) and
+  /// JSON-escaped.
+  static func variants(of canary: String, index: Int) -> [Pattern] {
+    let utf8 = Array(canary.utf8)
+    var patterns = [Pattern(bytes: utf8, encoding: "utf8", canary: index)]
+    let utf16 = Array(canary.utf16)
+    patterns.append(
+      Pattern(bytes: utf16.flatMap { [UInt8($0 & 0xff), UInt8($0 >> 8)] }, encoding: "utf16le", canary: index))
+    patterns.append(
+      Pattern(bytes: utf16.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xff)] }, encoding: "utf16be", canary: index))
+    for shift in 0..<3 where utf8.count - shift >= 6 {
+      // base64 of canary[shift...], cut to whole 3-byte groups: identical wherever the canary sits.
+      let tail = Array(utf8[shift...])
+      let whole = Array(tail.prefix(tail.count / 3 * 3))
+      patterns.append(Pattern(bytes: Array(Data(whole).base64EncodedString().utf8), encoding: "base64", canary: index))
+    }
+    let hex = utf8.map { String(format: "%02x", $0) }.joined()
+    patterns.append(Pattern(bytes: Array(hex.utf8), encoding: "hex", canary: index))
+    patterns.append(Pattern(bytes: Array(hex.uppercased().utf8), encoding: "hex", canary: index))
+    let escaped = jsonEscaped(canary)
+    if escaped != canary {
+      patterns.append(Pattern(bytes: Array(escaped.utf8), encoding: "json-escaped", canary: index))
+    }
+    return patterns
+  }
+
+  static func jsonEscaped(_ text: String) -> String {
+    var out = ""
+    for scalar in text.unicodeScalars {
+      switch scalar {
+      case "\"": out += "\\\""
+      case "\\": out += "\\\\"
+      case "/": out += "\\/"
+      case _ where scalar.value < 0x20 || scalar.value > 0x7e:
+        for unit in String(scalar).utf16 { out += String(format: "\\u%04x", unit) }
+      default: out.unicodeScalars.append(scalar)
+      }
+    }
+    return out
+  }
+
+  /// Finds every occurrence of `needle` in `haystack` (memmem), as offsets.
+  static func occurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> [Int] {
+    guard !needle.isEmpty, haystack.count >= needle.count, let base = haystack.baseAddress else { return [] }
+    var found: [Int] = []
+    var offset = 0
+    needle.withUnsafeBytes { needleBytes in
+      while offset <= haystack.count - needle.count {
+        guard let hit = memmem(base + offset, haystack.count - offset, needleBytes.baseAddress, needle.count) else {
+          break
+        }
+        let position = base.distance(to: UnsafeRawPointer(hit))
+        found.append(position)
+        offset = position + 1
+      }
+    }
+    return found
+  }
+}
+
+/// A redacted excerpt: the first two characters of what matched, its length, and nothing else.
+func redact(_ bytes: ArraySlice<UInt8>) -> String {
+  let printable = bytes.prefix(2).map { $0 >= 0x20 && $0 < 0x7f ? String(UnicodeScalar($0)) : "." }.joined()
+  return "\(printable)… (\(bytes.count) bytes, redacted)"
+}

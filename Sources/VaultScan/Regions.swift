@@ -1,0 +1,133 @@
+// Reads SQLite database, WAL and journal structure to say what kind of region an offset is in.
+import Foundation
+
+/// What a file is, from its first bytes.
+enum FileKind: String {
+  case database = "sqlite-database"
+  case wal = "sqlite-wal"
+  case journal = "sqlite-journal"
+  case shm = "sqlite-shm"
+  case other = "file"
+}
+
+/// Classifies offsets of one file into regions: live cell, free block, unallocated space in a page,
+/// freelist page, overflow or other page, committed or stale WAL frame, rollback journal.
+final class RegionMap {
+  let kind: FileKind
+  private let fd: Int32
+  private let size: Int
+  private var pageSize = 4096
+  private var freelist = Set<Int>()
+  private var walValid: [Bool] = []  // per frame: committed and current
+  private var walFrameCount = 0
+
+  init(fd: Int32, size: Int, name: String) {
+    self.fd = fd
+    self.size = size
+    let head = Self.read(fd, at: 0, count: 100)
+    if head.count >= 16, Array(head[0..<16]) == Array("SQLite format 3".utf8) + [0] {
+      kind = .database
+    } else if head.count >= 32, [0x37, 0x7f, 0x06].elementsEqual(head[0..<3]), head[3] == 0x82 || head[3] == 0x83 {
+      kind = .wal
+    } else if head.count >= 8, head[0..<8].elementsEqual([0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7]) {
+      kind = .journal
+    } else if name.hasSuffix("-shm") {
+      kind = .shm
+    } else {
+      kind = .other
+    }
+    switch kind {
+    case .database: loadDatabase(head)
+    case .wal: loadWAL(head)
+    default: break
+    }
+  }
+
+  static func read(_ fd: Int32, at offset: Int, count: Int) -> [UInt8] {
+    var buffer = [UInt8](repeating: 0, count: count)
+    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
+    return got > 0 ? Array(buffer.prefix(got)) : []
+  }
+
+  private static func be16(_ b: [UInt8], _ i: Int) -> Int { Int(b[i]) << 8 | Int(b[i + 1]) }
+  private static func be32(_ b: [UInt8], _ i: Int) -> Int {
+    Int(b[i]) << 24 | Int(b[i + 1]) << 16 | Int(b[i + 2]) << 8 | Int(b[i + 3])
+  }
+
+  private func loadDatabase(_ head: [UInt8]) {
+    let raw = Self.be16(head, 16)
+    pageSize = raw == 1 ? 65536 : max(512, raw)
+    // Walk the freelist: trunk pages list leaf pages; both hold no live data.
+    var trunk = Self.be32(head, 32)
+    var guardCount = 0
+    while trunk > 0, guardCount < 1_000_000, !freelist.contains(trunk) {
+      freelist.insert(trunk)
+      let page = Self.read(fd, at: (trunk - 1) * pageSize, count: pageSize)
+      guard page.count >= 8 else { break }
+      let leaves = min(Self.be32(page, 4), (pageSize - 8) / 4)
+      for index in 0..<leaves { freelist.insert(Self.be32(page, 8 + 4 * index)) }
+      trunk = Self.be32(page, 0)
+      guardCount += 1
+    }
+  }
+
+  private func loadWAL(_ head: [UInt8]) {
+    pageSize = Self.be32(head, 8)
+    guard pageSize >= 512 else { return }
+    let salt = Array(head[16..<24])
+    walFrameCount = max(0, (size - 32) / (24 + pageSize))
+    var lastCommit = -1
+    var saltOK: [Bool] = []
+    for frame in 0..<walFrameCount {
+      let header = Self.read(fd, at: 32 + frame * (24 + pageSize), count: 24)
+      let ok = header.count == 24 && Array(header[8..<16]) == salt
+      saltOK.append(ok)
+      if ok, Self.be32(header, 4) != 0 { lastCommit = frame }
+    }
+    // Frames with the current salts up to the last commit frame are the WAL's live content;
+    // frames after it, or from an earlier generation (old salts), are stale.
+    walValid = saltOK.enumerated().map { $0.element && $0.offset <= lastCommit }
+  }
+
+  /// The region of `offset`.
+  func region(at offset: Int) -> String {
+    switch kind {
+    case .database: return databaseRegion(offset)
+    case .wal:
+      guard offset >= 32, pageSize >= 512 else { return "wal-header" }
+      let frame = (offset - 32) / (24 + pageSize)
+      guard frame < walValid.count else { return "wal-tail" }
+      return walValid[frame] ? "wal-frame" : "stale-wal-frame"
+    case .journal: return "journal"
+    case .shm: return "shm"
+    case .other: return "file"
+    }
+  }
+
+  private func databaseRegion(_ offset: Int) -> String {
+    let pageNumber = offset / pageSize + 1
+    if freelist.contains(pageNumber) { return "freelist-page" }
+    let page = Self.read(fd, at: (pageNumber - 1) * pageSize, count: pageSize)
+    let headerStart = pageNumber == 1 ? 100 : 0
+    guard page.count > headerStart + 8 else { return "page" }
+    let type = page[headerStart]
+    guard [0x02, 0x05, 0x0a, 0x0d].contains(type) else { return "overflow-or-other-page" }
+    let inPage = offset - (pageNumber - 1) * pageSize
+    let headerSize = type == 0x02 || type == 0x05 ? 12 : 8
+    let cells = Self.be16(page, headerStart + 3)
+    let contentStart = Self.be16(page, headerStart + 5) == 0 ? 65536 : Self.be16(page, headerStart + 5)
+    let pointersEnd = headerStart + headerSize + 2 * cells
+    if inPage < pointersEnd { return "page-header" }
+    if inPage < contentStart { return "unallocated" }
+    // Free blocks form a chain from the header; each starts with (next, size).
+    var block = Self.be16(page, headerStart + 1)
+    var hops = 0
+    while block > 0, block + 4 <= page.count, hops < 10_000 {
+      let length = Self.be16(page, block + 2)
+      if inPage >= block && inPage < block + length { return "free-block" }
+      block = Self.be16(page, block)
+      hops += 1
+    }
+    return "live-cell"
+  }
+}

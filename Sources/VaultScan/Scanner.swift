@@ -1,0 +1,256 @@
+import CZlib
+import Foundation
+import VaultCrypto
+
+/// One place where data that should not be on disk was found.
+public struct Finding: Codable, Equatable, Sendable {
+  public var file: String
+  public var offset: Int
+  /// live-cell, free-block, unallocated, freelist-page, overflow-or-other-page, page-header,
+  /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream.
+  public var region: String
+  /// canary, json-text, key-material.
+  public var detector: String
+  /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "gzip+" when found
+  /// inside a compressed stream).
+  public var encoding: String?
+  /// A redacted excerpt: never the full text.
+  public var excerpt: String
+}
+
+/// A path the scanner did not read, and why.
+public struct Skipped: Codable, Equatable, Sendable {
+  public var path: String
+  public var reason: String
+}
+
+/// The result of a scan; its JSON form is `vault scan --json`.
+public struct ScanReport: Codable, Equatable, Sendable {
+  public var filesScanned = 0
+  public var bytesScanned = 0
+  public var findings: [Finding] = []
+  public var skipped: [Skipped] = []
+
+  enum CodingKeys: String, CodingKey {
+    case findings, skipped
+    case filesScanned = "files_scanned"
+    case bytesScanned = "bytes_scanned"
+  }
+
+  public var clean: Bool { findings.isEmpty }
+}
+
+/// Why a scan could not run at all.
+public enum ScanError: Error, Equatable, CustomStringConvertible {
+  case unreadable(path: String, errno: Int32)
+
+  public var description: String {
+    switch self {
+    case .unreadable(let path, let code): "cannot read \(path): \(String(cString: strerror(code)))"
+    }
+  }
+}
+
+/// Looks through files for plaintext that should not be on disk: known canaries in many encodings
+/// (also inside gzip/zlib streams), JSON text, and key material outside the key store. Knows the
+/// structure of SQLite databases, WAL files and rollback journals, so each finding names the kind
+/// of region it sits in. Files are streamed, never loaded whole.
+public struct Scanner {
+  public let canaries: [String]
+  let patterns: [Pattern]
+  static let chunk = 4 << 20
+
+  public init(canaries: [String]) {
+    self.canaries = canaries.filter { !$0.isEmpty }
+    patterns = self.canaries.enumerated().flatMap { Patterns.variants(of: $0.element, index: $0.offset) }
+  }
+
+  /// Scans files and directories (recursively). Symlinks are reported and not followed.
+  /// - Throws: `ScanError.unreadable` when a path given on the command line cannot be read.
+  public func scan(_ paths: [String]) throws -> ScanReport {
+    var report = ScanReport()
+    for path in paths {
+      var info = stat()
+      guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: path, errno: errno) }
+      try walk(path, info: info, report: &report)
+    }
+    report.findings.sort { ($0.file, $0.offset) < ($1.file, $1.offset) }
+    return report
+  }
+
+  private func walk(_ path: String, info: stat, report: inout ScanReport) throws {
+    switch info.st_mode & S_IFMT {
+    case S_IFLNK:
+      report.skipped.append(Skipped(path: path, reason: "symlink (not followed)"))
+    case S_IFDIR:
+      guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
+        report.skipped.append(Skipped(path: path, reason: "directory not readable"))
+        return
+      }
+      for name in names.sorted() {
+        let child = path.hasSuffix("/") ? path + name : path + "/" + name
+        var childInfo = stat()
+        guard lstat(child, &childInfo) == 0 else {
+          report.skipped.append(Skipped(path: child, reason: "vanished or unreadable"))
+          continue
+        }
+        try walk(child, info: childInfo, report: &report)
+      }
+    case S_IFREG:
+      scanFile(path, size: Int(info.st_size), report: &report)
+    default:
+      report.skipped.append(Skipped(path: path, reason: "not a regular file"))
+    }
+  }
+
+  private func scanFile(_ path: String, size: Int, report: inout ScanReport) {
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+    guard fd >= 0 else {
+      report.skipped.append(Skipped(path: path, reason: "not readable"))
+      return
+    }
+    defer { close(fd) }
+    report.filesScanned += 1
+    report.bytesScanned += size
+    let name = (path as NSString).lastPathComponent
+    let regions = RegionMap(fd: fd, size: size, name: name)
+    if let keyFinding = keyMaterial(fd: fd, size: size, path: path) {
+      report.findings.append(keyFinding)
+      return
+    }
+    let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
+    let overlap = max(patterns.map(\.bytes.count).max() ?? 1, 64) - 1
+    var offset = 0
+    var seen = Set<Int>()
+    while offset < size {
+      let count = min(Self.chunk + overlap, size - offset)
+      let chunk = RegionMap.read(fd, at: offset, count: count)
+      if chunk.isEmpty { break }
+      chunk.withUnsafeBytes { bytes in
+        for pattern in patterns {
+          for hit in Patterns.occurrences(of: pattern.bytes, in: bytes) where seen.insert(offset + hit).inserted {
+            report.findings.append(
+              Finding(
+                file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
+                encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
+          }
+        }
+        if !knownMetadata {
+          for hit in jsonText(bytes) where seen.insert(offset + hit.start).inserted {
+            report.findings.append(
+              Finding(
+                file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
+                detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
+          }
+        }
+        for start in compressedStreams(bytes) {
+          for finding in scanCompressed(chunk, from: start, path: path, fileOffset: offset + start) {
+            report.findings.append(finding)
+          }
+        }
+      }
+      if offset + count >= size { break }
+      offset += Self.chunk
+    }
+  }
+
+  /// A vault keyfile (format 1 with a valid checksum) or a bare 32-byte high-entropy file.
+  private func keyMaterial(fd: Int32, size: Int, path: String) -> Finding? {
+    if size == 32 {
+      let bytes = RegionMap.read(fd, at: 0, count: 32)
+      if Set(bytes).count >= 24 {
+        return Finding(
+          file: path, offset: 0, region: "file", detector: "key-material", encoding: "raw-32-bytes",
+          excerpt: "32 random-looking bytes (possible raw key, redacted)")
+      }
+    }
+    guard size >= 48, size <= 1 << 20 else { return nil }
+    let bytes = RegionMap.read(fd, at: 0, count: size)
+    guard bytes.count == size, Array(bytes[0..<4]) == Array("VKF".utf8) + [1] else { return nil }
+    let body = Array(bytes[0..<(size - 32)])
+    guard let digest = try? SHA256.hash(body), digest == Array(bytes[(size - 32)...]) else { return nil }
+    return Finding(
+      file: path, offset: 0, region: "file", detector: "key-material", encoding: "vault-keyfile",
+      excerpt: "a vault keyfile (redacted); keys belong outside the data directory")
+  }
+
+  /// vault's own metadata files hold JSON that is not application data: the manifest and memo's
+  /// delivery history. They are still searched for canaries.
+  static func isVaultMetadata(fd: Int32, size: Int, name: String) -> Bool {
+    guard size < 1 << 20, name == "manifest.json" || name == "memo-history.jsonl" else { return false }
+    let text = String(decoding: RegionMap.read(fd, at: 0, count: size), as: UTF8.self)
+    if name == "manifest.json" { return text.contains("\"vault_id\"") && text.contains("\"versions\"") }
+    return text.split(separator: "\n").allSatisfy { $0.hasPrefix("{\"id\":\"") && $0.contains("\"delivered_at\"") }
+  }
+
+  /// Runs of printable text that look like JSON objects: `{"` followed by `":` within the run,
+  /// at least 16 bytes long, with two or more keys.
+  private func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
+    var found: [(Int, Int)] = []
+    var index = 0
+    let opening: [UInt8] = [0x7b, 0x22]  // {"
+    for hit in Patterns.occurrences(of: opening, in: bytes) where hit >= index {
+      var end = hit
+      while end < bytes.count, bytes[end] >= 0x20, bytes[end] < 0x7f { end += 1 }
+      let run = UnsafeRawBufferPointer(rebasing: bytes[hit..<end])
+      if end - hit >= 16, Patterns.occurrences(of: [0x22, 0x3a], in: run).count >= 2 {
+        found.append((hit, end))
+      }
+      index = end
+    }
+    return found
+  }
+
+  /// Offsets where a gzip member starts (1f 8b 08).
+  private func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [Int] {
+    Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes)
+  }
+
+  /// Inflates a stream (up to 64 MiB out) and searches it for canaries and JSON text.
+  private func scanCompressed(_ chunk: [UInt8], from start: Int, path: String, fileOffset: Int) -> [Finding] {
+    guard let inflated = Self.inflate(Array(chunk[start...]), limit: 64 << 20), !inflated.isEmpty else { return [] }
+    var findings: [Finding] = []
+    inflated.withUnsafeBytes { bytes in
+      for pattern in patterns where !Patterns.occurrences(of: pattern.bytes, in: bytes).isEmpty {
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
+            encoding: "gzip+" + pattern.encoding, excerpt: "inside a compressed stream (redacted)"))
+      }
+      if let first = jsonText(bytes).first {
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "gzip",
+            excerpt: redact(inflated[first.start..<first.end])))
+      }
+    }
+    return findings
+  }
+
+  static func inflate(_ input: [UInt8], limit: Int) -> [UInt8]? {
+    var stream = z_stream()
+    guard vault_inflate_init_auto(&stream) == Z_OK else { return nil }
+    defer { inflateEnd(&stream) }
+    var output: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65_536)
+    var input = input
+    let ok = input.withUnsafeMutableBufferPointer { inputBuffer -> Bool in
+      stream.next_in = inputBuffer.baseAddress
+      stream.avail_in = UInt32(inputBuffer.count)
+      while output.count < limit {
+        let (result, produced) = chunk.withUnsafeMutableBufferPointer { out -> (Int32, Int) in
+          stream.next_out = out.baseAddress
+          stream.avail_out = UInt32(out.count)
+          let result = CZlib.inflate(&stream, Z_NO_FLUSH)
+          return (result, out.count - Int(stream.avail_out))
+        }
+        output += chunk[0..<produced]
+        if result == Z_STREAM_END { return true }
+        if result != Z_OK { return !output.isEmpty }
+        if produced == 0 && stream.avail_in == 0 { return !output.isEmpty }
+      }
+      return true
+    }
+    return ok ? output : nil
+  }
+}
