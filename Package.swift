@@ -65,6 +65,10 @@ let package = Package(
       dependencies: ["Telemetry", "Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
+      name: "VaultScanTests",
+      dependencies: ["VaultScan", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
+      swiftSettings: strict),
+    .testTarget(
       name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],
       swiftSettings: strict),
   ],

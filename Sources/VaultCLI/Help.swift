@@ -22,6 +22,7 @@ enum Help {
       rotate                  Make a new key version active and re-seal every queued record.
       queue                   Put records into a queue container and inspect it.
       telemetry               Log telemetry events and deliver them in gzip JSON batches.
+      scan                    Look through files for plaintext that should not be on disk.
       doctor                  Explain which key store works here and why the other does not.
       help                    Show help for a subcommand.
 
@@ -201,6 +202,35 @@ enum Help {
         --json                  Print JSON: delivered, retried, parked, rejected, pending,
                                 batches, token_refreshes.
         -h, --help              Show help information.
+      """
+    ),
+    "scan": (
+      "vault scan PATH... [--canary TEXT]... [--canary-file FILE] [--json]",
+      """
+      OVERVIEW: Look through files for plaintext that should not be on disk.
+
+      Walks the given files and directories (symlinks are reported, not followed) and reports:
+      canaries (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped, also inside
+      gzip and zlib streams; JSON text; vault keyfiles and bare 32-byte keys. Each finding names
+      the file, the offset and the region: for SQLite files live-cell, free-block, unallocated,
+      freelist-page or overflow-or-other-page; wal-frame or stale-wal-frame; journal. Excerpts
+      are redacted. vault's own manifest and memo history are not JSON findings.
+
+      Not yet: checking that vault's envelope columns hold valid envelopes, --verify with a
+      vault home, natural-language and entropy detectors, progress output.
+
+      USAGE: vault scan PATH... [--canary TEXT]... [--canary-file FILE] [--json]
+
+      OPTIONS:
+        --canary TEXT           A string that must not appear (repeatable).
+        --canary-file FILE      One canary per line.
+        --json                  Print JSON: files_scanned, bytes_scanned, findings (file,
+                                offset, region, detector, encoding, excerpt), skipped (path,
+                                reason).
+        -h, --help              Show help information.
+
+      EXIT CODES:
+        0 nothing found, 1 findings, 2 could not scan (a path or the canary file is unreadable).
       """
     ),
     "help": (

@@ -118,6 +118,7 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
+    case let failure as ScanError: return (failure.description, .couldNotRun)
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
     default:

@@ -31,6 +31,11 @@ final class RegionMap {
       kind = .wal
     } else if head.count >= 8, head[0..<8].elementsEqual([0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7]) {
       kind = .journal
+    } else if name.hasSuffix("-journal") {
+      // A PERSIST-mode journal zeroes its header on commit; the pages it saved stay behind it.
+      kind = .journal
+    } else if name.hasSuffix("-wal") {
+      kind = .wal
     } else if name.hasSuffix("-shm") {
       kind = .shm
     } else {

@@ -1,0 +1,195 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+@testable import VaultScan
+
+/// Runs Python's sqlite3 (an independent writer) to build leak corpora.
+func python(_ script: String, _ arguments: [String] = []) throws {
+  let result = try Spawn.run("/usr/bin/env", ["python3", "-c", script] + arguments)
+  XCTAssertEqual(result.status, 0, result.error)
+}
+
+final class LeakCorpusTests: XCTestCase {
+  let canary = "canary-7Qz pay the plumber 90 EUR"
+  var temporary: TemporaryDirectory!
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  private func scan(_ path: String, canaries: [String]? = nil) throws -> ScanReport {
+    try Scanner(canaries: canaries ?? [canary]).scan([path])
+  }
+
+  func testPlaintextRowsAreFoundInLiveCells() throws {
+    try python(
+      "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table t(x)'); c.execute('insert into t values (?)', (sys.argv[2],)); c.commit()",
+      [temporary.sub("rows.db"), canary])
+    let report = try scan(temporary.sub("rows.db"))
+    XCTAssertEqual(report.findings.map(\.region), ["live-cell"])
+    XCTAssertEqual(report.findings.first?.encoding, "utf8")
+  }
+
+  func testDeletedRowsAreFoundUnlessSecureDeleteWasOn() throws {
+    let script = """
+      import sqlite3,sys
+      c=sqlite3.connect(sys.argv[1]); c.execute('pragma secure_delete=' + sys.argv[3])
+      c.execute('create table t(x)'); c.execute('insert into t values (?)', (sys.argv[2],))
+      for i in range(40): c.execute('insert into t values (?)', (('filler %d ' % i) * 20,))
+      c.commit()
+      c.execute('delete from t where x = ?', (sys.argv[2],)); c.commit()
+      """
+    try python(script, [temporary.sub("off.db"), canary, "OFF"])
+    let off = try scan(temporary.sub("off.db"))
+    XCTAssertEqual(off.findings.count, 1)
+    XCTAssertTrue(
+      ["free-block", "unallocated", "freelist-page"].contains(off.findings.first?.region ?? ""), "\(off.findings)")
+    try python(script, [temporary.sub("on.db"), canary, "ON"])
+    XCTAssertTrue(try scan(temporary.sub("on.db")).clean, "secure_delete overwrote it")
+  }
+
+  func testUncommittedFramesInAWALAreStale() throws {
+    // A writer spills pages to the WAL during a big transaction and dies before committing.
+    let script = """
+      import sqlite3,sys,os
+      c=sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('pragma journal_mode=wal')
+      c.execute('pragma wal_autocheckpoint=0'); c.execute('create table t(x)')
+      c.execute('pragma cache_size=2'); c.execute('begin')
+      for i in range(400): c.execute('insert into t values (?)', (sys.argv[2] + (' pad %d' % i) * 30,))
+      os._exit(0)
+      """
+    try python(script, [temporary.sub("crash.db"), canary])
+    let report = try scan(temporary.sub("crash.db-wal"))
+    XCTAssertFalse(report.clean)
+    XCTAssertTrue(
+      report.findings.allSatisfy { $0.region == "stale-wal-frame" }, "\(Set(report.findings.map(\.region)))")
+  }
+
+  func testCommittedWALFramesAreFoundAsWALFrames() throws {
+    let script = """
+      import sqlite3,sys,os
+      c=sqlite3.connect(sys.argv[1]); c.execute('pragma journal_mode=wal'); c.execute('pragma wal_autocheckpoint=0')
+      c.execute('create table t(x)'); c.execute('insert into t values (?)', (sys.argv[2],)); c.commit()
+      os._exit(0)
+      """
+    try python(script, [temporary.sub("wal.db"), canary])
+    XCTAssertEqual(try scan(temporary.sub("wal.db-wal")).findings.map(\.region), ["wal-frame"])
+  }
+
+  func testAPersistentRollbackJournalIsFound() throws {
+    let script = """
+      import sqlite3,sys
+      c=sqlite3.connect(sys.argv[1]); c.execute('pragma journal_mode=persist')
+      c.execute('create table t(x)'); c.execute('insert into t values (?)', (sys.argv[2],)); c.commit()
+      c.execute("update t set x = 'replaced'"); c.commit()
+      """
+    try python(script, [temporary.sub("j.db"), canary])
+    let report = try scan(temporary.sub("j.db-journal"))
+    XCTAssertEqual(report.findings.map(\.region), ["journal"])
+  }
+
+  func testOverflowPagesAreFound() throws {
+    try python(
+      "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table t(x)'); c.execute('insert into t values (?)', ('x' * 9000 + sys.argv[2],)); c.commit()",
+      [temporary.sub("big.db"), canary])
+    XCTAssertEqual(try scan(temporary.sub("big.db")).findings.map(\.region), ["overflow-or-other-page"])
+  }
+
+  func testEncodedAndCompressedCanariesAreFound() throws {
+    try python(
+      """
+      import sys,gzip,base64,zlib,json
+      c=sys.argv[2]
+      data = b'head' + c.encode('utf-16le') + b'|' + c.encode('utf-16-be') + b'|' + base64.b64encode(b'x' + c.encode())
+      data += b'|' + c.encode().hex().encode() + b'|' + json.dumps({'n': c + ' \\u00e9'}).encode()
+      data += b'|' + gzip.compress(json.dumps({'note': c, 'to': 'me'}).encode())
+      open(sys.argv[1], 'wb').write(data)
+      """, [temporary.sub("blob.bin"), canary + " é"])
+    let report = try scan(temporary.sub("blob.bin"), canaries: [canary + " é"])
+    let encodings = Set(report.findings.compactMap(\.encoding))
+    // json.dumps escapes the é, so inside the gzip stream the canary is in its JSON-escaped form.
+    for expected in ["utf16le", "utf16be", "base64", "hex", "json-escaped", "gzip+json-escaped"] {
+      XCTAssertTrue(encodings.contains(expected), "\(expected) in \(encodings)")
+    }
+    XCTAssertTrue(report.findings.contains { $0.region == "compressed-stream" && $0.detector == "json-text" })
+  }
+
+  func testJSONTextIsFoundWithoutAnyCanary() throws {
+    try Data("....{\"user\":\"ana\",\"card\":\"4111\"}....".utf8).write(
+      to: URL(fileURLWithPath: temporary.sub("j.txt")))
+    XCTAssertEqual(try scan(temporary.sub("j.txt"), canaries: []).findings.map(\.detector), ["json-text"])
+  }
+
+  func testKeyMaterialNextToTheDataIsAFinding() throws {
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("home/keys/v.keys")))
+    _ = vault
+    try Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 73 &+ 11) }).write(
+      to: URL(fileURLWithPath: temporary.sub("raw.key")))
+    let report = try scan(temporary.path, canaries: [])
+    XCTAssertEqual(Set(report.findings.compactMap(\.encoding)), ["vault-keyfile", "raw-32-bytes"])
+    XCTAssertTrue(report.findings.allSatisfy { $0.detector == "key-material" })
+  }
+
+  func testSymlinksAreReportedNotFollowed() throws {
+    try Data(canary.utf8).write(to: URL(fileURLWithPath: temporary.sub("outside.txt")))
+    try FileManager.default.createDirectory(atPath: temporary.sub("dir"), withIntermediateDirectories: true)
+    XCTAssertEqual(symlink(temporary.sub("outside.txt"), temporary.sub("dir/link")), 0)
+    let report = try scan(temporary.sub("dir"))
+    XCTAssertTrue(report.clean)
+    XCTAssertEqual(report.skipped.map(\.reason), ["symlink (not followed)"])
+  }
+
+  func testExcerptsNeverHoldTheWholeCanary() throws {
+    try Data(("x" + canary + "y").utf8).write(to: URL(fileURLWithPath: temporary.sub("t.txt")))
+    let report = try scan(temporary.sub("t.txt"))
+    let json = String(decoding: try JSONEncoder().encode(report), as: UTF8.self)
+    XCTAssertFalse(json.contains("7Qz"))
+    XCTAssertFalse(json.contains("plumber"))
+  }
+}
+
+/// The other half: what vault itself leaves on disk, random bytes and an encrypted database must
+/// scan clean, or the scanner is useless.
+final class CleanCorpusTests: XCTestCase {
+  func testOurContainersAfterAHeavyWorkloadScanClean() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")))
+    let queue = try QueueContainer(
+      path: temporary.sub("home/queue.sqlite"), vault: vault, configuration: QueueConfiguration(attemptCeiling: 1))
+    var canaries: [String] = []
+    for i in 0..<300 {
+      let text = "clean-canary-\(i) {\"note\":\"buy milk \(i)\",\"to\":\"ana\"}"
+      canaries.append("clean-canary-\(i)")
+      try queue.enqueue(Array(text.utf8), queue: i % 2 == 0 ? "outbox" : "telemetry")
+    }
+    let claimed = try queue.claim(queue: "outbox", maxCount: 100)
+    try queue.ack(Array(claimed.prefix(50).map(\.id)))
+    try queue.fail(Array(claimed.suffix(50).map(\.id)), errorKind: "http-500")  // parked at ceiling 1
+    _ = try vault.rotate(containers: [queue], retireUnused: true)
+    try queue.reject(Array(try queue.claim(queue: "telemetry", maxCount: 20).map(\.id)), errorKind: "http-400")
+    let report = try Scanner(canaries: canaries + ["buy milk"]).scan([temporary.sub("home")])
+    XCTAssertGreaterThanOrEqual(report.filesScanned, 2)
+    XCTAssertEqual(report.findings, [], "vault's own files hold no plaintext")
+  }
+
+  func testRandomBytesAndAnEncryptedDatabaseScanClean() throws {
+    let temporary = TemporaryDirectory()
+    var generator = SystemRandomNumberGenerator()
+    let random = (0..<(1 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    try Data(random).write(to: URL(fileURLWithPath: temporary.sub("random.bin")))
+    // SQLCipher-style: every page, header included, is ciphertext.
+    let cipher = try (0..<16).flatMap { _ in try VaultCryptoRandom.bytes(4096) }
+    try Data(cipher).write(to: URL(fileURLWithPath: temporary.sub("encrypted.db")))
+    let report = try Scanner(canaries: ["needle-not-there"]).scan([temporary.path])
+    XCTAssertEqual(report.findings, [])
+    XCTAssertEqual(report.filesScanned, 2)
+  }
+}
+
+typealias VaultCryptoRandom = SecureRandom
