@@ -205,7 +205,7 @@ enum Help {
       """
     ),
     "scan": (
-      "vault scan PATH... [--canary TEXT]... [--canary-file FILE] [--json]",
+      "vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]",
       """
       OVERVIEW: Look through files for plaintext that should not be on disk.
 
@@ -216,21 +216,29 @@ enum Help {
       freelist-page or overflow-or-other-page; wal-frame or stale-wal-frame; journal. Excerpts
       are redacted. vault's own manifest and memo history are not JSON findings.
 
-      Not yet: checking that vault's envelope columns hold valid envelopes, --verify with a
-      vault home, natural-language and entropy detectors, progress output.
+      With --verify, every envelope in vault's queue containers among the scanned files is
+      opened with the vault of the home: each one that does not open is a finding (tampered,
+      another keyring, unknown or retired key), and records are counted per key version per
+      container - the audit before retiring a key.
 
-      USAGE: vault scan PATH... [--canary TEXT]... [--canary-file FILE] [--json]
+      Not yet: natural-language and entropy detectors, a check of envelope columns without the
+      keys (record-level parsing), progress output.
+
+      USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]
 
       OPTIONS:
         --canary TEXT           A string that must not appear (repeatable).
         --canary-file FILE      One canary per line.
+        --verify                Open every envelope in vault containers (needs the vault's keys).
         --json                  Print JSON: files_scanned, bytes_scanned, findings (file,
                                 offset, region, detector, encoding, excerpt), skipped (path,
-                                reason).
+                                reason), and with --verify: verify (containers: key version ->
+                                records, opened, failed).
         -h, --help              Show help information.
 
       EXIT CODES:
-        0 nothing found, 1 findings, 2 could not scan (a path or the canary file is unreadable).
+        0 nothing found, 1 findings, 2 could not scan (a path or the canary file is unreadable,
+        or --verify could not open the vault).
       """
     ),
     "help": (

@@ -31,7 +31,8 @@ public struct VaultCommandLine {
       flags: ["--json"],
       takesPositionals: true),
     "scan": CommandSpec(
-      name: "scan", options: ["--canary-file"], flags: ["--json"], takesPositionals: true, repeatable: ["--canary"]),
+      name: "scan", options: ["--canary-file"], flags: ["--json", "--verify"], takesPositionals: true,
+      repeatable: ["--canary"]),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 

@@ -41,6 +41,26 @@ public final class QueueContainer: @unchecked Sendable {
     try vault.registerContainer(path)
   }
 
+  /// Calls `body` with every record's id, queue, key version and envelope in the container at
+  /// `path`, read-only and without any key (for `vault scan --verify`). Returns false, calling
+  /// nothing, when the file is not a vault queue container.
+  public static func forEachEnvelope(
+    path: String, _ body: (_ id: String, _ queue: String, _ version: UInt32, _ envelope: [UInt8]) throws -> Void
+  ) throws -> Bool {
+    try translating(path) {
+      let connection = try Connection(path: path, readOnly: true)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      var isContainer = false
+      try connection.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')")
+        .query { isContainer = $0.int(0) == 2 }
+      guard isContainer else { return false }
+      try connection.prepare("SELECT id, queue, key_version, envelope FROM records ORDER BY seq").query { row in
+        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(row.int(2)), row.blob(3))
+      }
+      return true
+    }
+  }
+
   /// Records per key version in the container at `path`, read without any key (for `vault status`,
   /// which must work while the keyring is locked). Nil when the file does not exist.
   public static func recordCounts(path: String) throws -> [UInt32: Int]? {

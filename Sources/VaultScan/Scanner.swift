@@ -16,6 +16,15 @@ public struct Finding: Codable, Equatable, Sendable {
   public var encoding: String?
   /// A redacted excerpt: never the full text.
   public var excerpt: String
+
+  public init(file: String, offset: Int, region: String, detector: String, encoding: String?, excerpt: String) {
+    self.file = file
+    self.offset = offset
+    self.region = region
+    self.detector = detector
+    self.encoding = encoding
+    self.excerpt = excerpt
+  }
 }
 
 /// A path the scanner did not read, and why.

@@ -31,6 +31,33 @@ final class ScanCLITests: XCTestCase {
     XCTAssertFalse(leaked.outputText.contains("scan-canary-3"), "the leaked text is not printed")
   }
 
+  func testVerifyOpensEveryEnvelopeAndCountsVersions() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    for i in 0..<5 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("v\(i)".utf8)) }
+    let good = try vault(["--home", home, "scan", home, "--verify", "--json"])
+    XCTAssertEqual(good.status, 0, good.error)
+    let verify =
+      (try JSONSerialization.jsonObject(with: Data(good.output)) as! [String: Any])["verify"] as! [String: Any]
+    XCTAssertEqual(verify["opened"] as? Int, 5)
+    XCTAssertEqual((verify["containers"] as? [String: [String: Int]])?[home + "/queue.sqlite"], ["1": 5])
+    try sqlite3(
+      home + "/queue.sqlite",
+      "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE seq = (SELECT min(seq) FROM records)"
+    )
+    let bad = try vault(["--home", home, "scan", home, "--verify"])
+    XCTAssertEqual(bad.status, 1)
+    XCTAssertTrue(bad.outputText.contains("envelope-verify (authentication failed)"), bad.outputText)
+    XCTAssertTrue(bad.outputText.contains("4 open, 1 do not"), bad.outputText)
+  }
+
+  private func sqlite3(_ path: String, _ sql: String) throws {
+    let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)
+  }
+
   func testUnreadablePathsAndUsage() throws {
     let missing = try vault(["scan", "/nonexistent/path", "--canary", "x"])
     XCTAssertEqual(missing.status, 2)
