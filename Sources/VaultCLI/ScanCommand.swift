@@ -31,6 +31,7 @@ extension VaultCommandLine {
       terminal.note("Error: \(error)")
       return ExitCode.couldNotRun.rawValue
     }
+    try checkContainers(arguments.positionals, report: &report)
     var verify: VerifyReport?
     if arguments.flags.contains("--verify") {
       verify = try verifyEnvelopes(arguments, report: &report)
@@ -71,24 +72,66 @@ extension VaultCommandLine {
 }
 
 extension VaultCommandLine {
+  /// SQLite files among `paths` (recursively), excluding -wal, -shm and -journal files.
+  func sqliteFiles(_ paths: [String]) -> [String] {
+    var files: [String] = []
+    for path in paths {
+      var isDirectory: ObjCBool = false
+      guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
+      if isDirectory.boolValue, let enumerator = FileManager.default.enumerator(atPath: path) {
+        while let name = enumerator.nextObject() as? String { files.append(path + "/" + name) }
+      } else {
+        files.append(path)
+      }
+    }
+    return files.sorted().filter { file in
+      guard !file.hasSuffix("-wal"), !file.hasSuffix("-shm"), !file.hasSuffix("-journal"),
+        let handle = FileHandle(forReadingAtPath: file)
+      else { return false }
+      defer { try? handle.close() }
+      return (try? handle.read(upToCount: 16)).map { $0.starts(with: Array("SQLite format 3".utf8)) } ?? false
+    }
+  }
+
+  /// Without any key: in every vault container, each envelope column value must be a format-1
+  /// envelope of the container's own keyring whose ciphertext looks random. A value that is not
+  /// (plaintext written there, a truncated or foreign record) is a finding.
+  func checkContainers(_ paths: [String], report: inout ScanReport) throws {
+    for file in sqliteFiles(paths) {
+      guard let keyring = try QueueContainer.keyringID(path: file) else { continue }
+      _ = try QueueContainer.forEachEnvelope(path: file) { id, queue, _, envelope in
+        var problem: String?
+        do {
+          let header = try Envelope.header(of: envelope)
+          if header.keyring.hex != keyring { problem = "foreign-keyring" }
+          if problem == nil, Self.looksLowEntropy(envelope.dropFirst(Envelope.headerCount)) { problem = "low-entropy" }
+        } catch let error as EnvelopeError {
+          problem = error == .truncated ? "truncated" : "not-an-envelope"
+        }
+        if let problem {
+          report.findings.append(
+            Finding(
+              file: file, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
+              excerpt: "record \(id) in queue \(queue)"))
+        }
+      }
+    }
+  }
+
+  /// Ciphertext has about as many distinct byte values as random data; text and padding do not.
+  static func looksLowEntropy(_ bytes: ArraySlice<UInt8>) -> Bool {
+    guard bytes.count >= 32 else { return false }
+    let expected = 256 * (1 - pow(255.0 / 256.0, Double(bytes.count)))
+    return Double(Set(bytes).count) < expected * 0.6
+  }
+
   /// Opens every envelope in every vault container among the scanned files with the vault of
   /// `--home`: counts records per key version per container (the audit before retiring a key) and
   /// reports each envelope that does not open as a finding, by kind.
   func verifyEnvelopes(_ arguments: Arguments, report: inout ScanReport) throws -> VerifyReport {
     let vault = try openVault(arguments)
     var result = VerifyReport()
-    var files: [String] = []
-    for path in arguments.positionals {
-      if let enumerator = FileManager.default.enumerator(atPath: path) {
-        while let name = enumerator.nextObject() as? String { files.append(path + "/" + name) }
-      } else {
-        files.append(path)
-      }
-    }
-    for file in files.sorted() where !file.hasSuffix("-wal") && !file.hasSuffix("-shm") && !file.hasSuffix("-journal") {
-      guard let head = FileManager.default.contents(atPath: file)?.prefix(16),
-        head.starts(with: Array("SQLite format 3".utf8))
-      else { continue }
+    for file in sqliteFiles(arguments.positionals) {
       var counts: [String: Int] = [:]
       let isContainer = try QueueContainer.forEachEnvelope(path: file) { id, queue, version, envelope in
         counts[String(version), default: 0] += 1

@@ -60,6 +60,7 @@ final class RegionMap {
   }
 
   private func loadDatabase(_ head: [UInt8]) {
+    guard head.count >= 100 else { return }  // truncated: no header to read, every offset is "page"
     let raw = Self.be16(head, 16)
     pageSize = raw == 1 ? 65536 : max(512, raw)
     // Walk the freelist: trunk pages list leaf pages; both hold no live data.
@@ -77,8 +78,16 @@ final class RegionMap {
   }
 
   private func loadWAL(_ head: [UInt8]) {
+    // An empty or truncated WAL (a checkpoint truncates it to zero) has no frames.
+    guard head.count >= 32 else {
+      pageSize = 0
+      return
+    }
     pageSize = Self.be32(head, 8)
-    guard pageSize >= 512 else { return }
+    guard pageSize >= 512, pageSize <= 65536 else {
+      pageSize = 0
+      return
+    }
     let salt = Array(head[16..<24])
     walFrameCount = max(0, (size - 32) / (24 + pageSize))
     var lastCommit = -1
@@ -114,7 +123,7 @@ final class RegionMap {
     if freelist.contains(pageNumber) { return "freelist-page" }
     let page = Self.read(fd, at: (pageNumber - 1) * pageSize, count: pageSize)
     let headerStart = pageNumber == 1 ? 100 : 0
-    guard page.count > headerStart + 8 else { return "page" }
+    guard page.count > headerStart + 12 else { return "page" }
     let type = page[headerStart]
     guard [0x02, 0x05, 0x0a, 0x0d].contains(type) else { return "overflow-or-other-page" }
     let inPage = offset - (pageNumber - 1) * pageSize
@@ -128,6 +137,7 @@ final class RegionMap {
     var block = Self.be16(page, headerStart + 1)
     var hops = 0
     while block > 0, block + 4 <= page.count, hops < 10_000 {
+      // (A corrupt page can point anywhere; the bounds check above keeps reads inside it.)
       let length = Self.be16(page, block + 2)
       if inPage >= block && inPage < block + length { return "free-block" }
       block = Self.be16(page, block)

@@ -26,7 +26,7 @@ final class ScanCLITests: XCTestCase {
 
     try Data("left behind: scan-canary-3".utf8).write(to: URL(fileURLWithPath: home + "/debug.log"))
     let leaked = try vault(["scan", home, "--canary-file", canaryFile])
-    XCTAssertEqual(leaked.status, 1)
+    XCTAssertEqual(leaked.status, 1, leaked.error)
     XCTAssertTrue(leaked.outputText.contains("debug.log @13  file  canary (utf8)"), leaked.outputText)
     XCTAssertFalse(leaked.outputText.contains("scan-canary-3"), "the leaked text is not printed")
   }
@@ -51,6 +51,28 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual(bad.status, 1)
     XCTAssertTrue(bad.outputText.contains("envelope-verify (authentication failed)"), bad.outputText)
     XCTAssertTrue(bad.outputText.contains("4 open, 1 do not"), bad.outputText)
+  }
+
+  /// Without keys: a value in the envelope column that is not a sealed envelope of this vault.
+  func testEnvelopeColumnsAreCheckedWithoutKeys() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    for i in 0..<3 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("e\(i)".utf8)) }
+    XCTAssertEqual(try vault(["scan", home]).status, 0)
+    try sqlite3(
+      home + "/queue.sqlite",
+      """
+      UPDATE records SET envelope = CAST('a memo written in plain text by a buggy writer' AS BLOB) WHERE seq = 1;
+      UPDATE records SET envelope = substr(envelope, 1, 29) || zeroblob(64) WHERE seq = 2;
+      """)
+    let run = try vault(["scan", home, "--json"])
+    XCTAssertEqual(run.status, 1)
+    let findings =
+      (try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any])["findings"] as! [[String: Any]]
+    XCTAssertEqual(Set(findings.compactMap { $0["encoding"] as? String }), ["not-an-envelope", "low-entropy"])
+    XCTAssertTrue(findings.allSatisfy { $0["detector"] as? String == "envelope-column" })
   }
 
   private func sqlite3(_ path: String, _ sql: String) throws {

@@ -135,6 +135,18 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertTrue(report.findings.allSatisfy { $0.detector == "key-material" })
   }
 
+  /// Files that merely look like SQLite files by name or magic, but are empty or cut short.
+  func testTruncatedAndEmptySQLiteFilesDoNotCrashTheScanner() throws {
+    try Data().write(to: URL(fileURLWithPath: temporary.sub("a.db-wal")))
+    try Data([0x37, 0x7f, 0x06, 0x82, 0, 0]).write(to: URL(fileURLWithPath: temporary.sub("b.db-wal")))
+    try Data(Array("SQLite format 3".utf8) + [0, 0x10, 0] + Array(canary.utf8)).write(
+      to: URL(fileURLWithPath: temporary.sub("c.db")))
+    try Data(canary.utf8).write(to: URL(fileURLWithPath: temporary.sub("d.db-journal")))
+    let report = try scan(temporary.path)
+    XCTAssertEqual(report.filesScanned, 4)
+    XCTAssertEqual(Set(report.findings.map(\.region)), ["page", "journal"])
+  }
+
   func testSymlinksAreReportedNotFollowed() throws {
     try Data(canary.utf8).write(to: URL(fileURLWithPath: temporary.sub("outside.txt")))
     try FileManager.default.createDirectory(atPath: temporary.sub("dir"), withIntermediateDirectories: true)
