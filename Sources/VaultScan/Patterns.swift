@@ -58,10 +58,27 @@ enum Patterns {
     return out
   }
 
-  /// Finds every occurrence of `needle` in `haystack` (memmem), as offsets.
+  /// Finds every occurrence of `needle` in `haystack`, as offsets. Short needles (up to 4 bytes)
+  /// use memchr on the first byte, which is vectorised; longer ones use memmem.
   static func occurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> [Int] {
     guard !needle.isEmpty, haystack.count >= needle.count, let base = haystack.baseAddress else { return [] }
     var found: [Int] = []
+    if needle.count <= 4 {
+      var position = 0
+      let last = haystack.count - needle.count
+      while position <= last {
+        guard let hit = memchr(base + position, Int32(needle[0]), last - position + 1) else { break }
+        let offset = base.distance(to: UnsafeRawPointer(hit))
+        var matches = true
+        for index in 1..<needle.count where haystack[offset + index] != needle[index] {
+          matches = false
+          break
+        }
+        if matches { found.append(offset) }
+        position = offset + 1
+      }
+      return found
+    }
     var offset = 0
     needle.withUnsafeBytes { needleBytes in
       while offset <= haystack.count - needle.count {

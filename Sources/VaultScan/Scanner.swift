@@ -67,11 +67,16 @@ public enum ScanError: Error, Equatable, CustomStringConvertible {
 public struct Scanner {
   public let canaries: [String]
   let patterns: [Pattern]
+  let searcher: MultiSearcher
   static let chunk = 4 << 20
 
+  /// - Parameter canaries: strings that must not appear; each must be at least 4 bytes of UTF-8
+  ///   (shorter ones match too much to mean anything and are ignored).
   public init(canaries: [String]) {
-    self.canaries = canaries.filter { !$0.isEmpty }
+    self.canaries = canaries.filter { $0.utf8.count >= 4 }
     patterns = self.canaries.enumerated().flatMap { Patterns.variants(of: $0.element, index: $0.offset) }
+    searcher = MultiSearcher(patterns.map(\.bytes))
+    precondition(searcher.patterns.count == patterns.count, "every canary form is at least 4 bytes")
   }
 
   /// Scans files and directories (recursively). Symlinks are reported and not followed.
@@ -136,13 +141,13 @@ public struct Scanner {
       let chunk = RegionMap.read(fd, at: offset, count: count)
       if chunk.isEmpty { break }
       chunk.withUnsafeBytes { bytes in
-        for pattern in patterns {
-          for hit in Patterns.occurrences(of: pattern.bytes, in: bytes) where seen.insert(offset + hit).inserted {
-            report.findings.append(
-              Finding(
-                file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
-                encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
-          }
+        searcher.search(bytes) { hit, index in
+          guard seen.insert(offset + hit).inserted else { return }
+          let pattern = patterns[index]
+          report.findings.append(
+            Finding(
+              file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
+              encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
         if !knownMetadata {
           for hit in jsonText(bytes) where seen.insert(offset + hit.start).inserted {
@@ -220,11 +225,13 @@ public struct Scanner {
     guard let inflated = Self.inflate(Array(chunk[start...]), limit: 64 << 20), !inflated.isEmpty else { return [] }
     var findings: [Finding] = []
     inflated.withUnsafeBytes { bytes in
-      for pattern in patterns where !Patterns.occurrences(of: pattern.bytes, in: bytes).isEmpty {
+      var reported = Set<Int>()
+      searcher.search(bytes) { _, index in
+        guard reported.insert(index).inserted else { return }
         findings.append(
           Finding(
             file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
-            encoding: "gzip+" + pattern.encoding, excerpt: "inside a compressed stream (redacted)"))
+            encoding: "gzip+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
       }
       if let first = jsonText(bytes).first {
         findings.append(

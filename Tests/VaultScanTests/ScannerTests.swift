@@ -205,3 +205,27 @@ final class CleanCorpusTests: XCTestCase {
 }
 
 typealias VaultCryptoRandom = SecureRandom
+
+final class MultiSearcherTests: XCTestCase {
+  /// The strided filter must find exactly what a naive search finds, at every alignment.
+  func testFindsExactlyWhatANaiveSearchFinds() {
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<30 {
+      let alphabet: [UInt8] = Array("abcd".utf8)  // small alphabet: many overlapping near-matches
+      let text = (0..<5000).map { _ in alphabet.randomElement(using: &generator)! }
+      let patterns = (0..<4).map { index in
+        (0..<(4 + (round + index) % 9)).map { _ in alphabet.randomElement(using: &generator)! }
+      }
+      var expected = Set<[Int]>()
+      for (index, pattern) in patterns.enumerated() {
+        for start in 0...(text.count - pattern.count) where Array(text[start..<(start + pattern.count)]) == pattern {
+          expected.insert([start, index])
+        }
+      }
+      var got: [[Int]] = []
+      text.withUnsafeBytes { bytes in MultiSearcher(patterns).search(bytes) { got.append([$0, $1]) } }
+      XCTAssertEqual(Set(got), expected, "round \(round)")
+      XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
+    }
+  }
+}
