@@ -26,7 +26,19 @@ extension VaultCommandLine {
     }
     var report: ScanReport
     do {
-      report = try Scanner(canaries: canaries).scan(arguments.positionals)
+      var scanner = Scanner(canaries: canaries)
+      if terminal.isInteractive {
+        // A progress line on stderr, redrawn at most four times a second; silent when not a terminal.
+        var last = Date.distantPast
+        let terminal = self.terminal
+        scanner.progress = { files, bytes in
+          guard Date().timeIntervalSince(last) >= 0.25 else { return }
+          last = Date()
+          terminal.writeError(String(format: "\rscanning: %d files, %.1f MB", files, Double(bytes) / 1e6))
+        }
+      }
+      report = try scanner.scan(arguments.positionals)
+      if terminal.isInteractive { terminal.writeError("\r\u{1B}[K") }
     } catch let error as ScanError {
       terminal.note("Error: \(error)")
       return ExitCode.couldNotRun.rawValue

@@ -3,6 +3,8 @@ import Foundation
 /// The process edges a command touches, so commands run in-process in tests.
 public final class Terminal: @unchecked Sendable {
   public var environment: [String: String]
+  /// Standard error is a terminal (progress lines are shown only then).
+  public var isInteractive = false
   let readInput: () throws -> [UInt8]
   let writeOutput: ([UInt8]) -> Void
   let writeError: (String) -> Void
@@ -19,11 +21,13 @@ public final class Terminal: @unchecked Sendable {
 
   /// The real standard streams and environment.
   public static func standard() -> Terminal {
-    Terminal(
+    let terminal = Terminal(
       environment: ProcessInfo.processInfo.environment,
       readInput: { [UInt8](FileHandle.standardInput.readDataToEndOfFile()) },
       writeOutput: { bytes in FileHandle.standardOutput.write(Data(bytes)) },
       writeError: { text in FileHandle.standardError.write(Data(text.utf8)) })
+    terminal.isInteractive = isatty(STDERR_FILENO) != 0
+    return terminal
   }
 
   func print(_ text: String) { writeOutput(Array((text + "\n").utf8)) }

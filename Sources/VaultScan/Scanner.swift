@@ -9,9 +9,10 @@ public struct Finding: Codable, Equatable, Sendable {
   /// live-cell, free-block, unallocated, freelist-page, overflow-or-other-page, page-header,
   /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream.
   public var region: String
-  /// canary, json-text, key-material.
+  /// canary, json-text, key-value-text, natural-language, key-material (and, from the CLI,
+  /// envelope-column and envelope-verify).
   public var detector: String
-  /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "gzip+" when found
+  /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "inflated+" when found
   /// inside a compressed stream).
   public var encoding: String?
   /// A redacted excerpt: never the full text.
@@ -68,6 +69,8 @@ public struct Scanner {
   public let canaries: [String]
   let patterns: [Pattern]
   let searcher: MultiSearcher
+  /// Called after each chunk with files and bytes done so far (for a progress line).
+  public var progress: ((_ files: Int, _ bytes: Int) -> Void)?
   static let chunk = 4 << 20
 
   /// - Parameter canaries: strings that must not appear; each must be at least 4 bytes of UTF-8
@@ -133,6 +136,8 @@ public struct Scanner {
       return
     }
     let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
+    let textFile =
+      regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
     let overlap = max(patterns.map(\.bytes.count).max() ?? 1, 64) - 1
     var offset = 0
     var seen = Set<Int>()
@@ -157,12 +162,21 @@ public struct Scanner {
                 detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
+        if textFile {
+          for hit in TextDetectors.findings(bytes) where seen.insert(offset + hit.start).inserted {
+            report.findings.append(
+              Finding(
+                file: path, offset: offset + hit.start, region: "file", detector: hit.detector, encoding: nil,
+                excerpt: redact(chunk[hit.start..<hit.end])))
+          }
+        }
         for start in compressedStreams(bytes) {
           for finding in scanCompressed(chunk, from: start, path: path, fileOffset: offset + start) {
             report.findings.append(finding)
           }
         }
       }
+      progress?(report.filesScanned, report.bytesScanned - size + min(size, offset + count))
       if offset + count >= size { break }
       offset += Self.chunk
     }
@@ -197,6 +211,13 @@ public struct Scanner {
     return text.split(separator: "\n").allSatisfy { $0.hasPrefix("{\"id\":\"") && $0.contains("\"delivered_at\"") }
   }
 
+  /// A file whose first 4 KiB are at least 95% printable text (logs, dumps, CSV).
+  static func looksLikeText(_ head: [UInt8]) -> Bool {
+    guard head.count >= 64 else { return false }
+    let printable = head.filter { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 || $0 >= 0x80 }
+    return Double(printable.count) >= Double(head.count) * 0.95
+  }
+
   /// Runs of printable text that look like JSON objects: `{"` followed by `":` within the run,
   /// at least 16 bytes long, with two or more keys.
   private func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
@@ -216,13 +237,21 @@ public struct Scanner {
   }
 
   /// Offsets where a gzip member starts (1f 8b 08).
+  /// Offsets where a gzip member (1f 8b 08) or a zlib stream starts: 0x78 then a flag byte that
+  /// makes the 16-bit header a multiple of 31 (RFC 1950), with no preset dictionary.
   private func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [Int] {
-    Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes)
+    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes)
+    for offset in Patterns.occurrences(of: [0x78], in: bytes) where offset + 2 < bytes.count {
+      let flags = bytes[offset + 1]
+      if (0x7800 | Int(flags)) % 31 == 0, flags & 0x20 == 0 { starts.append(offset) }
+    }
+    return starts
   }
 
   /// Inflates a stream (up to 64 MiB out) and searches it for canaries and JSON text.
   private func scanCompressed(_ chunk: [UInt8], from start: Int, path: String, fileOffset: Int) -> [Finding] {
-    guard let inflated = Self.inflate(Array(chunk[start...]), limit: 64 << 20), !inflated.isEmpty else { return [] }
+    // Random data passes a 2-byte zlib header check now and then; a real stream inflates to something.
+    guard let inflated = Self.inflate(Array(chunk[start...]), limit: 64 << 20), inflated.count >= 16 else { return [] }
     var findings: [Finding] = []
     inflated.withUnsafeBytes { bytes in
       var reported = Set<Int>()
@@ -231,12 +260,12 @@ public struct Scanner {
         findings.append(
           Finding(
             file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
-            encoding: "gzip+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
+            encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
       }
       if let first = jsonText(bytes).first {
         findings.append(
           Finding(
-            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "gzip",
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
             excerpt: redact(inflated[first.start..<first.end])))
       }
     }

@@ -80,6 +80,18 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)
   }
 
+  func testProgressOnlyOnATerminal() throws {
+    let temporary = TemporaryDirectory()
+    try Data(repeating: 0x41, count: 1 << 20).write(to: URL(fileURLWithPath: temporary.sub("a.bin")))
+    let quiet = try vault(["scan", temporary.path, "--canary", "nothing-here"])
+    XCTAssertEqual(quiet.status, 0)
+    XCTAssertFalse(quiet.error.contains("scanning:"), "silent when not a terminal")
+    try XCTSkipUnless(FileManager.default.fileExists(atPath: "/usr/bin/script"), "script(1) is needed for a pty")
+    let command = "\(vaultBinary()) scan \(temporary.path) --canary nothing-here"
+    let tty = try Spawn.run("/usr/bin/script", ["-qec", command, "/dev/null"])
+    XCTAssertTrue(tty.outputText.contains("scanning: 1 files"), tty.outputText)
+  }
+
   func testUnreadablePathsAndUsage() throws {
     let missing = try vault(["scan", "/nonexistent/path", "--canary", "x"])
     XCTAssertEqual(missing.status, 2)

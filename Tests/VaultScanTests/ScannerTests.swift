@@ -112,7 +112,7 @@ final class LeakCorpusTests: XCTestCase {
     let report = try scan(temporary.sub("blob.bin"), canaries: [canary + " é"])
     let encodings = Set(report.findings.compactMap(\.encoding))
     // json.dumps escapes the é, so inside the gzip stream the canary is in its JSON-escaped form.
-    for expected in ["utf16le", "utf16be", "base64", "hex", "json-escaped", "gzip+json-escaped"] {
+    for expected in ["utf16le", "utf16be", "base64", "hex", "json-escaped", "inflated+json-escaped"] {
       XCTAssertTrue(encodings.contains(expected), "\(expected) in \(encodings)")
     }
     XCTAssertTrue(report.findings.contains { $0.region == "compressed-stream" && $0.detector == "json-text" })
@@ -227,5 +227,31 @@ final class MultiSearcherTests: XCTestCase {
       XCTAssertEqual(Set(got), expected, "round \(round)")
       XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
     }
+  }
+}
+
+final class TextAndZlibDetectorTests: XCTestCase {
+  func testTextFilesAreCheckedForKeyValuesAndSentences() throws {
+    let temporary = TemporaryDirectory()
+    let log = """
+      2026-11-30T10:00:01Z worker 7 processed batch 91 in 12 ms
+      request user=ana card=4111111111111111 amount=90
+      Dear Ana, the plumber comes on Tuesday morning so please leave the key with the neighbour downstairs.
+      2026-11-30T10:00:02Z worker 8 processed batch 92 in 9 ms
+      """
+    try log.write(toFile: temporary.sub("app.log"), atomically: true, encoding: .utf8)
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    XCTAssertEqual(report.findings.map(\.detector), ["key-value-text", "natural-language"])
+    XCTAssertTrue(report.findings.allSatisfy { !$0.excerpt.contains("4111") && !$0.excerpt.contains("plumber") })
+  }
+
+  func testZlibStreamsAreInflatedAndSearched() throws {
+    let temporary = TemporaryDirectory()
+    try python(
+      "import zlib,sys; open(sys.argv[1],'wb').write(b'\\x00' * 100 + zlib.compress(b'the zlib-canary-55 was here' * 3) + b'\\x00' * 100)",
+      [temporary.sub("z.bin")])
+    let report = try Scanner(canaries: ["zlib-canary-55"]).scan([temporary.sub("z.bin")])
+    XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"])
+    XCTAssertEqual(report.findings.first?.region, "compressed-stream")
   }
 }
