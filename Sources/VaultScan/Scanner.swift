@@ -171,7 +171,9 @@ public struct Scanner {
           }
         }
         for start in compressedStreams(bytes) {
-          for finding in scanCompressed(chunk, from: start, path: path, fileOffset: offset + start) {
+          for finding in scanCompressed(
+            UnsafeRawBufferPointer(rebasing: bytes[start...]), path: path, fileOffset: offset + start)
+          {
             report.findings.append(finding)
           }
         }
@@ -249,9 +251,9 @@ public struct Scanner {
   }
 
   /// Inflates a stream (up to 64 MiB out) and searches it for canaries and JSON text.
-  private func scanCompressed(_ chunk: [UInt8], from start: Int, path: String, fileOffset: Int) -> [Finding] {
+  private func scanCompressed(_ input: UnsafeRawBufferPointer, path: String, fileOffset: Int) -> [Finding] {
     // Random data passes a 2-byte zlib header check now and then; a real stream inflates to something.
-    guard let inflated = Self.inflate(Array(chunk[start...]), limit: 64 << 20), inflated.count >= 16 else { return [] }
+    guard let inflated = Self.inflate(input, limit: 64 << 20), inflated.count >= 16 else { return [] }
     var findings: [Finding] = []
     inflated.withUnsafeBytes { bytes in
       var reported = Set<Int>()
@@ -272,30 +274,29 @@ public struct Scanner {
     return findings
   }
 
-  static func inflate(_ input: [UInt8], limit: Int) -> [UInt8]? {
+  /// Inflates a gzip or zlib stream read straight from `input` (no copy): zlib consumes only what
+  /// the stream needs, so a false start fails after a few bytes. Nil when nothing valid came out.
+  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> [UInt8]? {
+    guard let base = input.baseAddress, !input.isEmpty else { return nil }
     var stream = z_stream()
     guard vault_inflate_init_auto(&stream) == Z_OK else { return nil }
     defer { inflateEnd(&stream) }
     var output: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 65_536)
-    var input = input
-    let ok = input.withUnsafeMutableBufferPointer { inputBuffer -> Bool in
-      stream.next_in = inputBuffer.baseAddress
-      stream.avail_in = UInt32(inputBuffer.count)
-      while output.count < limit {
-        let (result, produced) = chunk.withUnsafeMutableBufferPointer { out -> (Int32, Int) in
-          stream.next_out = out.baseAddress
-          stream.avail_out = UInt32(out.count)
-          let result = CZlib.inflate(&stream, Z_NO_FLUSH)
-          return (result, out.count - Int(stream.avail_out))
-        }
-        output += chunk[0..<produced]
-        if result == Z_STREAM_END { return true }
-        if result != Z_OK { return !output.isEmpty }
-        if produced == 0 && stream.avail_in == 0 { return !output.isEmpty }
+    var chunk = [UInt8](repeating: 0, count: 16_384)
+    stream.next_in = UnsafeMutablePointer(mutating: base.assumingMemoryBound(to: UInt8.self))
+    stream.avail_in = UInt32(min(input.count, Int(UInt32.max)))
+    while output.count < limit {
+      let (result, produced) = chunk.withUnsafeMutableBufferPointer { out -> (Int32, Int) in
+        stream.next_out = out.baseAddress
+        stream.avail_out = UInt32(out.count)
+        let result = CZlib.inflate(&stream, Z_NO_FLUSH)
+        return (result, out.count - Int(stream.avail_out))
       }
-      return true
+      output += chunk[0..<produced]
+      if result == Z_STREAM_END { break }
+      if result != Z_OK { return output.isEmpty ? nil : output }
+      if produced == 0 && stream.avail_in == 0 { break }
     }
-    return ok ? output : nil
+    return output.isEmpty ? nil : output
   }
 }

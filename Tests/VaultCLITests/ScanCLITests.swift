@@ -80,6 +80,32 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)
   }
 
+  /// A container whose writers were SIGKILLed mid-write, then restarted, still scans clean.
+  func testContainersLeftByKilledWritersScanClean() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let script = """
+      i=0; while true; do i=$((i+1)); printf 'killed-canary-%s {"memo": "water the plants"}' "$i" | "$0" --home "$1" queue put --queue outbox >/dev/null || exit 1; done
+      """
+    for _ in 0..<3 {
+      let writer = try Spawn.start("/bin/bash", ["-c", script, vaultBinary(), home])
+      Thread.sleep(forTimeInterval: 0.4)
+      writer.kill(SIGKILL)
+      _ = writer.finish()
+    }
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    let list = try vault(["--home", home, "queue", "list", "--json"])
+    let count = (try JSONSerialization.jsonObject(with: Data(list.output)) as! [Any]).count
+    XCTAssertGreaterThan(count, 0)
+    let canaries = (1...count + 20).map { "killed-canary-\($0)" } + ["water the plants"]
+    try canaries.joined(separator: "\n").write(toFile: temporary.sub("c.txt"), atomically: true, encoding: .utf8)
+    let scan = try vault(["--home", home, "scan", home, "--canary-file", temporary.sub("c.txt"), "--verify"])
+    XCTAssertEqual(scan.status, 0, scan.outputText + scan.error)
+    XCTAssertTrue(scan.outputText.contains("\(count) open, 0 do not"), scan.outputText)
+  }
+
   func testProgressOnlyOnATerminal() throws {
     let temporary = TemporaryDirectory()
     try Data(repeating: 0x41, count: 1 << 20).write(to: URL(fileURLWithPath: temporary.sub("a.bin")))
