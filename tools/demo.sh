@@ -8,7 +8,8 @@
 #   3. telemetry: memo's own events and a few from the shell are delivered in gzip JSON batches
 #      to the mock collector (tools/telemetry_server.py), which checks their format.
 #
-# What it does not show yet: `vault scan` (a later issue).
+#   4. `vault scan` over the home, with every memo and event string as a canary and --verify:
+#      clean; then a debug log with a memo in it, planted next to the data, is found.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -119,4 +120,16 @@ print(f"the collector accepted {accepted} events in {len(rows)} gzip batches; ma
 sys.exit(1 if malformed or accepted == 0 else 0)
 PY
 
-printf '\nDemo finished: both key stores sealed, opened, rotated and reopened; every memo saved offline\nsurvived a key rotation and reached the relay; telemetry reached the collector.\n'
+step "vault scan: no plaintext on disk (memo texts and event screens as canaries, every envelope opened)"
+"$vault" --home "$home" telemetry log screen_view --payload '{"screen": "notes-archive"}' --session demo >/dev/null
+printf 'still queued: remember the gas meter' | "$vault" --home "$home" queue put --queue outbox >/dev/null
+printf '%s\n' "boiler is fixed" "order more paper" "call Ana" "notes-archive" "remember the gas meter" >"$work/canaries"
+"$vault" --home "$home" scan "$home" --canary-file "$work/canaries" --verify
+
+step "vault scan after a debug log with a memo in it is left next to the data (expected: a finding, exit 1)"
+printf 'DEBUG saving memo: call Ana about the boiler\n' >"$home/debug.log"
+if "$vault" --home "$home" scan "$home" --canary-file "$work/canaries"; then
+  echo "FAIL: the planted leak was not found"; exit 1
+fi
+
+printf '\nDemo finished: both key stores sealed, opened, rotated and reopened; every memo saved offline\nsurvived a key rotation and reached the relay; telemetry reached the collector; the scan found\nno plaintext until one was planted.\n'
