@@ -213,7 +213,7 @@ enum Help {
       canaries (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped, also inside
       gzip and zlib streams; JSON text; vault keyfiles and bare 32-byte keys. Each finding names
       the file, the offset and the region: for SQLite files live-cell, free-block, unallocated,
-      freelist-page or overflow-or-other-page; wal-frame or stale-wal-frame; journal. Excerpts
+      freelist-page, overflow-page or other-page; wal-frame or stale-wal-frame; journal. Excerpts
       are redacted. vault's own manifest and memo history are not JSON findings.
 
       With --verify, every envelope in vault's queue containers among the scanned files is
@@ -221,8 +221,11 @@ enum Help {
       another keyring, unknown or retired key), and records are counted per key version per
       container - the audit before retiring a key.
 
-      Not yet: natural-language and entropy detectors, a check of envelope columns without the
-      keys (record-level parsing), progress output.
+      Without --verify, envelope columns are still checked without keys: each value must be an
+      envelope of the container's keyring whose ciphertext looks random. In text files
+      (mostly printable), key=value records and sentences are findings too.
+
+      Not yet: key=value and sentence detection inside binary files.
 
       USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]
 

@@ -18,6 +18,9 @@ final class RegionMap {
   private let size: Int
   private var pageSize = 4096
   private var freelist = Set<Int>()
+  private var reservedBytes = 0
+  /// Pages holding the overflow of large cells; found on first need (one pass over the b-trees).
+  private lazy var overflowPages: Set<Int> = findOverflowPages()
   private var walValid: [Bool] = []  // per frame: committed and current
   private var walFrameCount = 0
 
@@ -63,6 +66,7 @@ final class RegionMap {
     guard head.count >= 100 else { return }  // truncated: no header to read, every offset is "page"
     let raw = Self.be16(head, 16)
     pageSize = raw == 1 ? 65536 : max(512, raw)
+    reservedBytes = Int(head[20])
     // Walk the freelist: trunk pages list leaf pages; both hold no live data.
     var trunk = Self.be32(head, 32)
     var guardCount = 0
@@ -103,6 +107,65 @@ final class RegionMap {
     walValid = saltOK.enumerated().map { $0.element && $0.offset <= lastCommit }
   }
 
+  /// Walks every b-tree page's cells and follows each overflow chain (SQLite file format §1.6:
+  /// a cell's payload beyond its local part continues on a chain of pages, each starting with the
+  /// next page's number).
+  private func findOverflowPages() -> Set<Int> {
+    var found = Set<Int>()
+    let usable = pageSize - reservedBytes
+    guard usable >= 480 else { return found }
+    let pageCount = size / pageSize
+    for number in 1...max(1, pageCount) where !freelist.contains(number) {
+      let page = Self.read(fd, at: (number - 1) * pageSize, count: pageSize)
+      let headerStart = number == 1 ? 100 : 0
+      guard page.count == pageSize, page.count > headerStart + 12 else { continue }
+      let type = page[headerStart]
+      guard [0x02, 0x0a, 0x0d].contains(type) else { continue }  // table interior cells carry no payload
+      let headerSize = type == 0x02 ? 12 : 8
+      let maxLocal = type == 0x0d ? usable - 35 : (usable - 12) * 64 / 255 - 23
+      let minLocal = (usable - 12) * 32 / 255 - 23
+      let cells = Self.be16(page, headerStart + 3)
+      for cell in 0..<cells {
+        let pointerAt = headerStart + headerSize + 2 * cell
+        guard pointerAt + 2 <= page.count else { break }
+        var at = Self.be16(page, pointerAt)
+        if type == 0x02 { at += 4 }  // left child pointer
+        guard at < page.count, let (payload, used) = Self.varint(page, at) else { continue }
+        at += used
+        if type == 0x0d {
+          guard let (_, rowidBytes) = Self.varint(page, at) else { continue }
+          at += rowidBytes
+        }
+        guard payload > maxLocal else { continue }
+        let surplus = minLocal + (payload - minLocal) % (usable - 4)
+        let local = surplus <= maxLocal ? surplus : minLocal
+        guard at + local + 4 <= page.count else { continue }
+        var next = Self.be32(page, at + local)
+        var hops = 0
+        while next > 0, next <= pageCount, hops < pageCount, found.insert(next).inserted {
+          let head = Self.read(fd, at: (next - 1) * pageSize, count: 4)
+          guard head.count == 4 else { break }
+          next = Self.be32(head, 0)
+          hops += 1
+        }
+      }
+    }
+    return found
+  }
+
+  /// A SQLite varint (1–9 bytes, big-endian, 7 bits per byte, the ninth byte whole).
+  static func varint(_ bytes: [UInt8], _ start: Int) -> (Int, Int)? {
+    var value = 0
+    for index in 0..<9 {
+      guard start + index < bytes.count else { return nil }
+      let byte = Int(bytes[start + index])
+      if index == 8 { return ((value << 8) | byte, 9) }
+      value = (value << 7) | (byte & 0x7f)
+      if byte & 0x80 == 0 { return (value, index + 1) }
+    }
+    return nil
+  }
+
   /// The region of `offset`.
   func region(at offset: Int) -> String {
     switch kind {
@@ -125,7 +188,9 @@ final class RegionMap {
     let headerStart = pageNumber == 1 ? 100 : 0
     guard page.count > headerStart + 12 else { return "page" }
     let type = page[headerStart]
-    guard [0x02, 0x05, 0x0a, 0x0d].contains(type) else { return "overflow-or-other-page" }
+    guard [0x02, 0x05, 0x0a, 0x0d].contains(type) else {
+      return overflowPages.contains(pageNumber) ? "overflow-page" : "other-page"
+    }
     let inPage = offset - (pageNumber - 1) * pageSize
     let headerSize = type == 0x02 || type == 0x05 ? 12 : 8
     let cells = Self.be16(page, headerStart + 3)

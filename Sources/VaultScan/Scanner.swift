@@ -6,7 +6,7 @@ import VaultCrypto
 public struct Finding: Codable, Equatable, Sendable {
   public var file: String
   public var offset: Int
-  /// live-cell, free-block, unallocated, freelist-page, overflow-or-other-page, page-header,
+  /// live-cell, free-block, unallocated, freelist-page, overflow-page, other-page, page-header,
   /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream.
   public var region: String
   /// canary, json-text, key-value-text, natural-language, key-material (and, from the CLI,

@@ -47,26 +47,29 @@ enum TextDetectors {
           var keyLength = 0
           var pairs = 0
           var previousWasPairEquals = false
-          for index in lineStart..<lineEnd {
-            let bits = table[Int(bytes[index])]
-            if previousWasPairEquals {
-              if bytes[index] > 0x20 { pairs += 1 }
-              previousWasPairEquals = false
-            }
+          var pointer = base.assumingMemoryBound(to: UInt8.self) + lineStart
+          let stop = base.assumingMemoryBound(to: UInt8.self) + lineEnd
+          while pointer < stop {
+            let byte = pointer.pointee
+            let bits = table[Int(byte)]
+            if previousWasPairEquals && byte > 0x20 { pairs &+= 1 }
+            previousWasPairEquals = false
             if bits & letter != 0 {
-              letters += 1
-              wordLength += 1
+              letters &+= 1
+              wordLength &+= 1
             } else {
-              if wordLength >= 2 { words += 1 }
+              // A word ends where a run of two or more letters stops.
+              if wordLength >= 2 { words &+= 1 }
               wordLength = 0
-              if bits & space != 0 { spaces += 1 }
+              if bits & space != 0 { spaces &+= 1 }
             }
             if bits & word != 0 {
-              keyLength += 1
+              keyLength &+= 1
             } else {
               previousWasPairEquals = bits & equals != 0 && keyLength >= 2
               keyLength = 0
             }
+            pointer += 1
           }
           if wordLength >= 2 { words += 1 }
           if pairs >= 2 {
