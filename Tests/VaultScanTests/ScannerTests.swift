@@ -255,3 +255,37 @@ final class TextAndZlibDetectorTests: XCTestCase {
     XCTAssertEqual(report.findings.first?.region, "compressed-stream")
   }
 }
+
+final class CorruptFileFuzzTests: XCTestCase {
+  /// Valid-looking headers followed by random pages: the scanner must report, never crash.
+  func testRandomPagesBehindValidHeadersNeverCrashTheScanner() throws {
+    let temporary = TemporaryDirectory()
+    var generator = SystemRandomNumberGenerator()
+    for index in 0..<60 {
+      let pageSize = [512, 1024, 4096][index % 3]
+      var bytes = (0..<(pageSize * (2 + index % 7))).map { _ in UInt8.random(in: 0...255, using: &generator) }
+      switch index % 3 {
+      case 0:
+        bytes.replaceSubrange(0..<16, with: Array("SQLite format 3".utf8) + [0])
+        bytes[16] = UInt8(pageSize >> 8)
+        bytes[17] = UInt8(pageSize & 0xff)
+        bytes[100] = [0x02, 0x05, 0x0a, 0x0d][index % 4]  // a b-tree page type with random cells
+        try Data(bytes).write(to: URL(fileURLWithPath: temporary.sub("f\(index).db")))
+      case 1:
+        bytes.replaceSubrange(0..<4, with: [0x37, 0x7f, 0x06, 0x82])
+        bytes.replaceSubrange(8..<12, with: [0, 0, UInt8(pageSize >> 8), UInt8(pageSize & 0xff)])
+        try Data(bytes).write(to: URL(fileURLWithPath: temporary.sub("f\(index).db-wal")))
+      default:
+        try Data(bytes).write(to: URL(fileURLWithPath: temporary.sub("f\(index).db-journal")))
+      }
+      // Put a canary in the middle so region classification runs on random structure.
+      let canary = Array("fuzz-canary-\(index)".utf8)
+      bytes.replaceSubrange((bytes.count / 2)..<(bytes.count / 2 + canary.count), with: canary)
+      try Data(bytes).write(
+        to: URL(fileURLWithPath: temporary.sub("g\(index)" + [".db", ".db-wal", ".db-journal"][index % 3])))
+    }
+    let report = try Scanner(canaries: (0..<60).map { "fuzz-canary-\($0)" }).scan([temporary.path])
+    XCTAssertEqual(report.filesScanned, 120)
+    XCTAssertGreaterThanOrEqual(report.findings.filter { $0.detector == "canary" }.count, 60)
+  }
+}
