@@ -4,7 +4,11 @@
 
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+
+// An eventfd that wakes the monitor's reader when it must stop (close() does not wake a blocked recv).
+static inline int vault_eventfd(void) { return eventfd(0, EFD_CLOEXEC); }
 
 // The groups a connectivity monitor listens to: links, IPv4/IPv6 addresses and routes.
 static inline unsigned int vault_rtnetlink_groups(void) {

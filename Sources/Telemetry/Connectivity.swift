@@ -1,4 +1,5 @@
-// System-call boundary: an rtnetlink socket (link, address and route changes) and /proc/net routes.
+// System-call boundary: an rtnetlink socket (link, address and route changes), an eventfd to stop
+// its reader, and /proc/net routes.
 import CNetlink
 import Foundation
 
@@ -8,9 +9,8 @@ public final class ConnectivityMonitor: @unchecked Sendable {
   private let procRoot: String
   private let onOnline: @Sendable () -> Void
   private let lock = NSLock()
-  private var socket: Int32 = -1
-  private var thread: Thread?
-  private var lastOnline = false
+  private var wake: Int32 = -1
+  private var finished: DispatchSemaphore?
 
   /// - Parameters:
   ///   - procRoot: where `net/route` and `net/ipv6_route` are read (tests may point elsewhere).
@@ -45,8 +45,9 @@ public final class ConnectivityMonitor: @unchecked Sendable {
     return false
   }
 
-  /// Opens the netlink socket and starts watching. Safe to call once.
+  /// Opens the netlink socket and starts watching. Calling it again while watching does nothing.
   public func start() throws {
+    guard lock.withLock({ wake < 0 }) else { return }
     let fd = Glibc.socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), NETLINK_ROUTE)
     guard fd >= 0 else { throw TelemetryError.netlink(errno: errno) }
     var address = sockaddr_nl()
@@ -57,46 +58,69 @@ public final class ConnectivityMonitor: @unchecked Sendable {
         bind(fd, $0, socklen_t(MemoryLayout<sockaddr_nl>.size))
       }
     }
-    guard bound == 0 else {
+    let wakeFD = vault_eventfd()
+    guard bound == 0, wakeFD >= 0 else {
       let code = errno
       close(fd)
+      if wakeFD >= 0 { close(wakeFD) }
       throw TelemetryError.netlink(errno: code)
     }
+    let done = DispatchSemaphore(value: 0)
     lock.withLock {
-      socket = fd
-      lastOnline = isOnline
+      wake = wakeFD
+      finished = done
     }
-    let thread = Thread { [weak self] in self?.run(fd) }
+    // The reader owns both descriptors and closes them itself, so no descriptor number is ever
+    // read after it has been closed and reused. It holds the callback and paths, not the monitor.
+    let procRoot = self.procRoot
+    let onOnline = self.onOnline
+    let thread = Thread {
+      Self.run(socket: fd, wake: wakeFD, procRoot: procRoot, onOnline: onOnline)
+      done.signal()
+    }
     thread.name = "vault.connectivity"
-    self.thread = thread
     thread.start()
   }
 
-  /// Stops watching (the socket is shut down, which ends the reading thread).
+  /// Stops watching and waits until the reading thread has closed its socket.
   public func stop() {
-    lock.withLock {
-      if socket >= 0 {
-        shutdown(socket, Int32(SHUT_RDWR))
-        close(socket)
-        socket = -1
+    let (wakeFD, done) = lock.withLock { () -> (Int32, DispatchSemaphore?) in
+      defer {
+        wake = -1
+        finished = nil
       }
+      return (wake, finished)
     }
+    guard wakeFD >= 0 else { return }
+    var one: UInt64 = 1
+    _ = write(wakeFD, &one, 8)
+    done?.wait()
   }
 
-  private func run(_ fd: Int32) {
+  private static func run(socket fd: Int32, wake: Int32, procRoot: String, onOnline: @Sendable () -> Void) {
+    defer {
+      close(fd)
+      close(wake)
+    }
+    var lastOnline = hasRoute(procRoot: procRoot)
     var buffer = [UInt8](repeating: 0, count: 16_384)
+    var descriptors = [
+      pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0),
+    ]
     while true {
-      let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-      if count < 0, errno == EINTR { continue }
-      if count < 0, errno == ENOBUFS { continue }  // events were lost: re-evaluate below anyway
-      if count <= 0 { return }
-      // Any link, address or route message may change the answer; routes are the judge.
-      let online = isOnline
-      let becameOnline = lock.withLock { () -> Bool in
-        defer { lastOnline = online }
-        return online && !lastOnline
-      }
-      if becameOnline { onOnline() }
+      descriptors[0].revents = 0
+      descriptors[1].revents = 0
+      let ready = poll(&descriptors, 2, -1)
+      if ready < 0, errno == EINTR { continue }
+      if ready < 0 || descriptors[1].revents != 0 { return }  // stop() asked, or poll failed
+      let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+      if count < 0, errno == EINTR || errno == EAGAIN { continue }
+      // ENOBUFS: events were lost; fall through and judge by the routes as they are now.
+      if count < 0, errno != ENOBUFS { return }
+      if count == 0 { return }
+      let online = hasRoute(procRoot: procRoot)
+      if online && !lastOnline { onOnline() }
+      lastOnline = online
     }
   }
 

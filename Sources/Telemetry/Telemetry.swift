@@ -55,6 +55,8 @@ public final class Telemetry: @unchecked Sendable {
   private var timer: DispatchSourceTimer?
   private var monitor: ConnectivityMonitor?
   private var onPass: (@Sendable (FlushReport) -> Void)?
+  /// False once `stop()` ran (or before `start()`): no pass or timer is scheduled then.
+  private var running = false
 
   public init(
     container: QueueContainer, configuration: TelemetryConfiguration = TelemetryConfiguration(),
@@ -99,50 +101,71 @@ public final class Telemetry: @unchecked Sendable {
     power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
     onPass: (@Sendable (FlushReport) -> Void)? = nil
   ) throws {
-    lock.withLock { self.onPass = onPass }
+    let alreadyRunning = lock.withLock { () -> Bool in
+      defer { running = true }
+      self.onPass = onPass
+      return running
+    }
+    guard !alreadyRunning else { return }
     if watchConnectivity {
       let monitor = ConnectivityMonitor { [weak self] in self?.trigger(resetBackoff: true) }
-      try monitor.start()
+      do {
+        try monitor.start()
+      } catch {
+        lock.withLock { running = false }
+        throw error
+      }
       lock.withLock { self.monitor = monitor }
     }
     worker.async { [weak self] in
-      self?.runPass()
-      self?.scheduleNext(power: power, policy: policy)
+      guard let self, self.isRunning else { return }
+      self.runPass()
+      self.scheduleNext(power: power, policy: policy)
     }
   }
+
+  private var isRunning: Bool { lock.withLock { running } }
 
   private func scheduleNext(power: PowerMonitor, policy: PowerPolicy) {
     let wait = policy.interval(base: configuration.interval, state: power.read())
     let source = DispatchSource.makeTimerSource(queue: worker)
     source.schedule(deadline: .now() + wait)
     source.setEventHandler { [weak self] in
-      self?.runPass()
-      self?.scheduleNext(power: power, policy: policy)
+      guard let self, self.isRunning else { return }
+      self.runPass()
+      self.scheduleNext(power: power, policy: policy)
     }
-    lock.withLock {
+    // Only a running loop may replace its timer; after stop() nothing new is scheduled.
+    let scheduled = lock.withLock { () -> Bool in
+      guard running else { return false }
       timer?.cancel()
       timer = source
+      return true
     }
-    source.resume()
+    if scheduled { source.resume() }
   }
 
   /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, waiting
   /// events become due at once, as when the network comes back.
   public func trigger(resetBackoff: Bool = false) {
     worker.async { [weak self] in
-      guard let self else { return }
+      guard let self, self.isRunning else { return }
       if resetBackoff { _ = try? self.container.makeDue(queue: Self.queueName) }
       self.runPass()
     }
   }
 
+  /// Stops the loop: no pass starts after it returns (a pass already running finishes first).
+  /// Do not call it from `onPass`, which runs on the loop's own queue.
   public func stop() {
-    lock.withLock {
+    let monitor = lock.withLock { () -> ConnectivityMonitor? in
+      running = false
       timer?.cancel()
       timer = nil
-      monitor?.stop()
-      monitor = nil
+      defer { self.monitor = nil }
+      return self.monitor
     }
+    monitor?.stop()
     worker.sync {}
   }
 

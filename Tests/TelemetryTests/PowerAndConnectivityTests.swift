@@ -109,6 +109,37 @@ final class TelemetryLoopTests: XCTestCase {
     XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 1)
   }
 
+  /// stop() must end the loop even when a pass (which schedules the next timer) is running.
+  func testStopEndsAFastLoopForGood() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(interval: 0.02), tokens: CountingTokens(),
+      sender: ScriptedSender())
+    let passes = PassCounter()
+    for _ in 0..<5 {
+      try telemetry.start(power: PowerMonitor(sysRoot: "/nonexistent"), watchConnectivity: true) { _ in passes.add() }
+      Thread.sleep(forTimeInterval: 0.1)
+      telemetry.stop()
+      let atStop = passes.value
+      Thread.sleep(forTimeInterval: 0.3)
+      XCTAssertEqual(passes.value, atStop, "no pass after stop() returned")
+    }
+    XCTAssertGreaterThan(passes.value, 5)
+  }
+
+  func testAStoppedMonitorReleasesItsThreadAndCanStartAgain() throws {
+    let monitor = ConnectivityMonitor {}
+    for _ in 0..<20 {
+      try monitor.start()
+      let started = Date()
+      monitor.stop()
+      XCTAssertLessThan(Date().timeIntervalSince(started), 2, "stop() wakes the reader instead of waiting for an event")
+    }
+  }
+
   func testEventsRoundTripThroughJSON() throws {
     let event = TelemetryEvent(
       date: Date(timeIntervalSince1970: 1_800_000_000.123), type: "t",
@@ -134,6 +165,13 @@ final class TelemetryLoopTests: XCTestCase {
       Thread.sleep(forTimeInterval: 0.02)
     }
   }
+}
+
+final class PassCounter: @unchecked Sendable {
+  private let lock = NSLock()
+  private var count = 0
+  func add() { lock.withLock { count += 1 } }
+  var value: Int { lock.withLock { count } }
 }
 
 final class PassLog: @unchecked Sendable {
