@@ -110,22 +110,31 @@ extension VaultCommandLine {
   /// (plaintext written there, a truncated or foreign record) is a finding.
   func checkContainers(_ paths: [String], report: inout ScanReport) throws {
     for file in sqliteFiles(paths) {
-      guard let keyring = try QueueContainer.keyringID(path: file) else { continue }
-      _ = try QueueContainer.forEachEnvelope(path: file) { id, queue, _, envelope in
-        var problem: String?
-        do {
-          let header = try Envelope.header(of: envelope)
-          if header.keyring.hex != keyring { problem = "foreign-keyring" }
-          if problem == nil, Self.looksLowEntropy(envelope.dropFirst(Envelope.headerCount)) { problem = "low-entropy" }
-        } catch let error as EnvelopeError {
-          problem = error == .truncated ? "truncated" : "not-an-envelope"
-        }
-        if let problem {
-          report.findings.append(
-            Finding(
-              file: file, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
-              excerpt: "record \(id) in queue \(queue)"))
-        }
+      do {
+        try checkContainer(file, report: &report)
+      } catch {
+        // A corrupt or unreadable database must not hide what the rest of the scan found.
+        report.skipped.append(Skipped(path: file, reason: "envelope columns not checked: \(Self.describe(error).0)"))
+      }
+    }
+  }
+
+  private func checkContainer(_ file: String, report: inout ScanReport) throws {
+    guard let keyring = try QueueContainer.keyringID(path: file) else { return }
+    _ = try QueueContainer.forEachEnvelope(path: file) { id, queue, _, envelope in
+      var problem: String?
+      do {
+        let header = try Envelope.header(of: envelope)
+        if header.keyring.hex != keyring { problem = "foreign-keyring" }
+        if problem == nil, Self.looksLowEntropy(envelope.dropFirst(Envelope.headerCount)) { problem = "low-entropy" }
+      } catch let error as EnvelopeError {
+        problem = error == .truncated ? "truncated" : "not-an-envelope"
+      }
+      if let problem {
+        report.findings.append(
+          Finding(
+            file: file, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
+            excerpt: "record \(id) in queue \(queue)"))
       }
     }
   }
@@ -145,20 +154,26 @@ extension VaultCommandLine {
     var result = VerifyReport()
     for file in sqliteFiles(arguments.positionals) {
       var counts: [String: Int] = [:]
-      let isContainer = try QueueContainer.forEachEnvelope(path: file) { id, queue, version, envelope in
-        counts[String(version), default: 0] += 1
-        let context = Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
-        do {
-          _ = try vault.open(envelope, context: context)
-          result.opened += 1
-        } catch let error as EnvelopeError {
-          result.failed += 1
-          report.findings.append(
-            Finding(
-              file: file, offset: 0, region: "live-cell", detector: "envelope-verify",
-              encoding: String(describing: error).components(separatedBy: ":").first,
-              excerpt: "record \(id) in queue \(queue), key version \(version)"))
+      let isContainer: Bool
+      do {
+        isContainer = try QueueContainer.forEachEnvelope(path: file) { id, queue, version, envelope in
+          counts[String(version), default: 0] += 1
+          let context = Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
+          do {
+            _ = try vault.open(envelope, context: context)
+            result.opened += 1
+          } catch let error as EnvelopeError {
+            result.failed += 1
+            report.findings.append(
+              Finding(
+                file: file, offset: 0, region: "live-cell", detector: "envelope-verify",
+                encoding: String(describing: error).components(separatedBy: ":").first,
+                excerpt: "record \(id) in queue \(queue), key version \(version)"))
+          }
         }
+      } catch let error as QueueError {
+        report.skipped.append(Skipped(path: file, reason: "envelopes not verified: \(error)"))
+        continue
       }
       if isContainer { result.containers[file] = counts }
     }

@@ -74,7 +74,8 @@ final class RegionMap {
       freelist.insert(trunk)
       let page = Self.read(fd, at: (trunk - 1) * pageSize, count: pageSize)
       guard page.count >= 8 else { break }
-      let leaves = min(Self.be32(page, 4), (pageSize - 8) / 4)
+      // Bound by the bytes actually read: a truncated file can end inside the trunk page.
+      let leaves = min(Self.be32(page, 4), (page.count - 8) / 4)
       for index in 0..<leaves { freelist.insert(Self.be32(page, 8 + 4 * index)) }
       trunk = Self.be32(page, 0)
       guardCount += 1

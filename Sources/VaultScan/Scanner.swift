@@ -32,6 +32,11 @@ public struct Finding: Codable, Equatable, Sendable {
 public struct Skipped: Codable, Equatable, Sendable {
   public var path: String
   public var reason: String
+
+  public init(path: String, reason: String) {
+    self.path = path
+    self.reason = reason
+  }
 }
 
 /// The result of a scan; its JSON form is `vault scan --json`.

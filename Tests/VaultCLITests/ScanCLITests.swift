@@ -106,6 +106,27 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(scan.outputText.contains("\(count) open, 0 do not"), scan.outputText)
   }
 
+  /// A corrupt database next to a leak: the leak is still reported (exit 1), the database is listed
+  /// as skipped; and scanning a quiet container creates no -wal or -shm files.
+  func testACorruptDatabaseDoesNotHideOtherFindingsAndScanningWritesNothing() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let before = try FileManager.default.contentsOfDirectory(atPath: home).sorted()
+    XCTAssertEqual(try vault(["scan", home, "--canary", "nothing-to-find"]).status, 0)
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).sorted(), before, "the scan wrote nothing")
+    var corrupt = Array("SQLite format 3".utf8) + [0, 0x10, 0x00]
+    corrupt += (0..<8000).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
+    try Data(corrupt).write(to: URL(fileURLWithPath: home + "/corrupt.db"))
+    try Data("leak: corrupt-neighbour-canary".utf8).write(to: URL(fileURLWithPath: home + "/debug.log"))
+    let run = try vault(["scan", home, "--canary", "corrupt-neighbour-canary", "--json"])
+    XCTAssertEqual(run.status, 1, run.error)
+    let report = try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any]
+    XCTAssertEqual((report["findings"] as! [[String: Any]]).compactMap { $0["file"] as? String }, [home + "/debug.log"])
+    XCTAssertTrue((report["skipped"] as! [[String: Any]]).contains { ($0["path"] as? String) == home + "/corrupt.db" })
+  }
+
   func testProgressOnlyOnATerminal() throws {
     let temporary = TemporaryDirectory()
     try Data(repeating: 0x41, count: 1 << 20).write(to: URL(fileURLWithPath: temporary.sub("a.bin")))

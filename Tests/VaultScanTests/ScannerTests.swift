@@ -147,6 +147,18 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertEqual(Set(report.findings.map(\.region)), ["page", "journal"])
   }
 
+  /// A header naming a freelist trunk page that the file cuts short (from review).
+  func testATruncatedFreelistTrunkDoesNotCrash() throws {
+    var bytes = Array("SQLite format 3".utf8) + [0]
+    bytes += [0x04, 0x00] + [UInt8](repeating: 0, count: 14)  // page size 1024
+    bytes += [0, 0, 0, 2, 0, 0, 0, 1]  // first freelist trunk: page 2; one freelist page
+    bytes += [UInt8](repeating: 0, count: 1024 - bytes.count)
+    bytes += [0, 0, 0, 0, 0, 0, 4, 0] + Array(canary.utf8)  // page 2: claims 1024 leaves, then ends
+    try Data(bytes).write(to: URL(fileURLWithPath: temporary.sub("short.db")))
+    let report = try scan(temporary.sub("short.db"))
+    XCTAssertEqual(report.findings.map(\.region), ["freelist-page"])
+  }
+
   func testSymlinksAreReportedNotFollowed() throws {
     try Data(canary.utf8).write(to: URL(fileURLWithPath: temporary.sub("outside.txt")))
     try FileManager.default.createDirectory(atPath: temporary.sub("dir"), withIntermediateDirectories: true)

@@ -25,6 +25,10 @@ final class Connection {
   let handle: OpaquePointer
   let path: String
 
+  /// - Parameter readOnly: open without changing anything. When there is no WAL content the file
+  ///   is opened `immutable` (no -wal or -shm files are created, no locks taken), as a scanner
+  ///   wants; when a -wal file holds frames it must be read too, so the file is opened read-only
+  ///   through its existing WAL and shared-memory files instead.
   init(path: String, readOnly: Bool = false) throws {
     if !readOnly {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
@@ -33,8 +37,16 @@ final class Connection {
       if fd >= 0 { close(fd) }
     }
     var handle: OpaquePointer?
-    let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
-    let result = sqlite3_open_v2(path, &handle, flags, nil)
+    var flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+    var name = path
+    if readOnly {
+      flags |= SQLITE_OPEN_URI
+      let escaped = path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path
+      var walInfo = stat()
+      let hasWAL = stat(path + "-wal", &walInfo) == 0 && walInfo.st_size > 0
+      name = "file:\(escaped)?mode=ro" + (hasWAL ? "" : "&immutable=1")
+    }
+    let result = sqlite3_open_v2(name, &handle, flags, nil)
     guard result == SQLITE_OK, let handle else {
       let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
       sqlite3_close_v2(handle)
