@@ -179,9 +179,11 @@ public final class Telemetry: @unchecked Sendable {
     flushLock.lock()
     defer { flushLock.unlock() }
     var report = FlushReport()
+    // The token first: if the provider fails, nothing has been claimed and nothing is stranded.
+    var token = try tokens.token(refresh: false)
     var refreshed = false
     let start = container.now
-    while true {
+    pass: while true {
       let claimed = try container.claim(
         queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
@@ -194,7 +196,15 @@ public final class Telemetry: @unchecked Sendable {
         }
         guard let batch = packed.batch else { break }
         let byID = Dictionary(rest.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        try deliver(batch, events: batch.ids.compactMap { byID[$0] }, report: &report, refreshed: &refreshed)
+        do {
+          try deliver(
+            batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
+        } catch let refused as AuthenticationRefused {
+          // The server refused a fresh token: stop here and give back what was not sent, rather
+          // than parking the whole backlog one batch at a time.
+          try container.release(refused.unsent + packed.rest.map(\.id))
+          break pass
+        }
         rest = packed.rest
       }
     }
@@ -202,27 +212,32 @@ public final class Telemetry: @unchecked Sendable {
     return report
   }
 
-  /// Sends one batch and settles its events. 401: one token refresh per pass, then park. 413:
-  /// split in halves. Everything else by `HTTPStatusPolicy`.
+  /// Thrown inside a pass when a refreshed token is refused too; `unsent` are claimed events that
+  /// were not sent.
+  private struct AuthenticationRefused: Error {
+    var unsent: [UUID]
+  }
+
+  /// Sends one batch and settles its events. 401: the token is refreshed once per pass and the
+  /// batch retried; a second 401 parks it and ends the pass. 413: split in halves (each half
+  /// packed again). Everything else by `HTTPStatusPolicy`, with one due time for the whole batch
+  /// so that a retry sends the same events together (and so the same `Idempotency-Key`).
   private func deliver(
-    _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], report: inout FlushReport, refreshed: inout Bool
+    _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport,
+    refreshed: inout Bool
   ) throws {
     report.batches += 1
-    var result = sender.send(batch, token: try tokens.token(refresh: false))
-    if case .status(401, _) = result {
-      guard !refreshed else {
-        try container.park(batch.ids, errorKind: "http-401")
-        report.parked += batch.ids.count
-        return
-      }
+    var result = sender.send(batch, token: token)
+    if case .status(401, _) = result, !refreshed {
       refreshed = true
       report.tokenRefreshes += 1
-      result = sender.send(batch, token: try tokens.token(refresh: true))
-      if case .status(401, _) = result {
-        try container.park(batch.ids, errorKind: "http-401")
-        report.parked += batch.ids.count
-        return
-      }
+      token = try tokens.token(refresh: true)
+      result = sender.send(batch, token: token)
+    }
+    if case .status(401, _) = result {
+      try container.park(batch.ids, errorKind: "http-401")
+      report.parked += batch.ids.count
+      throw AuthenticationRefused(unsent: [])
     }
     switch result {
     case .status(413, _):
@@ -232,9 +247,27 @@ public final class Telemetry: @unchecked Sendable {
         return
       }
       let half = events.count / 2
-      for part in [Array(events[..<half]), Array(events[half...])] {
-        if let smaller = try BatchPacker.pack(part, limit: configuration.batchLimit).batch {
-          try deliver(smaller, events: part, report: &report, refreshed: &refreshed)
+      let parts = [Array(events[..<half]), Array(events[half...])]
+      for (index, part) in parts.enumerated() {
+        var remaining = part
+        do {
+          while !remaining.isEmpty {
+            let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
+            if !packed.oversized.isEmpty {
+              try container.reject(packed.oversized, errorKind: "too-large")
+              report.rejected += packed.oversized.count
+            }
+            guard let smaller = packed.batch else { break }
+            let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            try deliver(
+              smaller, events: smaller.ids.compactMap { byID[$0] }, token: &token, report: &report,
+              refreshed: &refreshed)
+            remaining = packed.rest
+          }
+        } catch var refused as AuthenticationRefused {
+          refused.unsent += remaining.map(\.id).filter { id in !refused.unsent.contains(id) }
+          if index == 0 { refused.unsent += parts[1].map(\.id) }
+          throw refused
         }
       }
     case .status(let status, let retryAfter):
@@ -251,12 +284,12 @@ public final class Telemetry: @unchecked Sendable {
         try container.ack(ids)
         report.delivered += ids.count
       case .retry(let kind, let after):
-        let outcomes = try container.fail(ids, errorKind: kind, retryAfter: after)
+        let outcomes = try container.fail(ids, errorKind: kind, retryAfter: after, sharedDelay: true)
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
       case .unreachable(let kind):
-        _ = try container.fail(ids, errorKind: kind, serverAnswered: false)
+        _ = try container.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
         report.retried += ids.count
       case .reject(let kind):
         try container.reject(ids, errorKind: kind)

@@ -260,13 +260,25 @@ public final class QueueContainer: @unchecked Sendable {
   /// - Parameter serverAnswered: false for network failures (no route, refused connection,
   ///   timeout). Those never count toward the ceiling: a record is not parked because the device
   ///   was offline for a day.
+  ///   - sharedDelay: draw one jittered delay for all `ids` (from the highest attempt count among
+  ///     them), so records sent together are retried together (a telemetry batch keeps its events
+  ///     and its Idempotency-Key).
   @discardableResult
-  public func fail(_ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true)
-    throws -> [UUID: FailOutcome]
-  {
+  public func fail(
+    _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
+    sharedDelay: Bool = false
+  ) throws -> [UUID: FailOutcome] {
     try withStorage { storage in
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
+      var shared: TimeInterval?
+      if sharedDelay, retryAfter == nil {
+        var most: Int64 = 0
+        for id in ids {
+          try storage.attemptsOf.query([.text(id.uuidString.lowercased())]) { most = max(most, $0.int(0)) }
+        }
+        shared = configuration.backoff.delay(afterAttempts: Int(most), unit: random())
+      }
       try storage.transaction {
         var parked = 0
         for id in ids {
@@ -285,7 +297,7 @@ public final class QueueContainer: @unchecked Sendable {
             parked += 1
           } else {
             let delay =
-              retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) }
+              retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
               ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
             let due = now.addingTimeInterval(delay)
             try storage.reschedule.run([
@@ -313,6 +325,15 @@ public final class QueueContainer: @unchecked Sendable {
         }
         try storage.countDrop(.parked, moved)
       }
+    }
+  }
+
+  /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
+  /// pass ends before sending them.
+  public func release(_ ids: [UUID]) throws {
+    guard !ids.isEmpty else { return }
+    try withStorage { storage in
+      try storage.transaction { for id in ids { try storage.release.run([.text(id.uuidString.lowercased())]) } }
     }
   }
 

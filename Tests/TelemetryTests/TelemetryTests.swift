@@ -220,6 +220,52 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertEqual(try container.list(queue: "telemetry", state: .parked).count, 2)
   }
 
+  /// After a refused refresh only the batch that met it is parked; the rest go back to pending.
+  func testARefusedRefreshEndsThePassWithoutParkingTheBacklog() throws {
+    let tokens = CountingTokens()
+    let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: tokens, sender: sender,
+      clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
+    let report = try telemetry.flush()
+    XCTAssertEqual(tokens.refreshes, 1)
+    XCTAssertEqual(sender.sent.count, 2, "one batch, sent with the old and the fresh token")
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .parked), report.parked)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30 - report.parked)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .inFlight), 0)
+    XCTAssertTrue(try container.list(state: .pending).allSatisfy { $0.attempts == 0 }, "released, not counted")
+  }
+
+  func testATokenProviderFailureClaimsNothing() throws {
+    struct Broken: TokenProvider {
+      func token(refresh: Bool) throws -> String { throw TelemetryError.tokenUnavailable(path: "/nonexistent") }
+    }
+    let telemetry = Telemetry(container: container, tokens: Broken(), sender: ScriptedSender(), clock: clock.function)
+    try telemetry.log(type: "tap")
+    XCTAssertThrowsError(try telemetry.flush())
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 1)
+  }
+
+  /// A failed batch is retried as the same batch: same events, same Idempotency-Key.
+  func testARetriedBatchKeepsItsEventsAndKey() throws {
+    let sender = ScriptedSender([.status(500, retryAfter: nil), .transport(kind: "transport-timeout")])
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 4096), tokens: CountingTokens(),
+      sender: sender, clock: clock.function)
+    for i in 0..<20 { try telemetry.log(type: "tap", payload: ["n": .number(Double(i))]) }
+    for _ in 0..<3 {
+      _ = try telemetry.flush()
+      clock.advance(600)
+    }
+    let keys = sender.sent.map(\.batch.idempotencyKey)
+    XCTAssertEqual(sender.sent.count, 3)
+    XCTAssertEqual(Set(keys).count, 1, "the same 20 events every time")
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 0)
+  }
+
   func test413SplitsTheBatchUntilItFits() throws {
     let sender = ScriptedSender([.status(413, retryAfter: nil), .status(413, retryAfter: nil)])
     let telemetry = client(sender)
