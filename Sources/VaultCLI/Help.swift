@@ -230,8 +230,8 @@ enum Help {
       USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]
 
       OPTIONS:
-        --canary TEXT           A string that must not appear (repeatable).
-        --canary-file FILE      One canary per line.
+        --canary TEXT           A string that must not appear (repeatable; at least 4 bytes).
+        --canary-file FILE      One canary per line (LF or CRLF).
         --verify                Open every envelope in vault containers (needs the vault's keys).
         --json                  Print JSON: files_scanned, bytes_scanned, findings (file,
                                 offset, region, detector, encoding, excerpt), skipped (path,

@@ -22,7 +22,16 @@ extension VaultCommandLine {
       guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
         throw ScanError.unreadable(path: file, errno: errno == 0 ? ENOENT : errno)
       }
-      canaries += text.split(separator: "\n").map(String.init).filter { !$0.isEmpty }
+      // Split on line feeds by scalar ("\r\n" is one Character in Swift) and drop a trailing CR.
+      canaries += text.unicodeScalars.split(separator: "\n").map { line in
+        var line = String(String.UnicodeScalarView(line))
+        if line.hasSuffix("\r") { line.removeLast() }
+        return line
+      }.filter { !$0.isEmpty }
+    }
+    // Shorter canaries would match everywhere and mean nothing: refuse rather than ignore them.
+    if let short = canaries.first(where: { $0.utf8.count < 4 }) {
+      throw UsageError(message: "canaries must be at least 4 bytes (got one of \(short.utf8.count))", command: "scan")
     }
     var report: ScanReport
     do {

@@ -36,22 +36,31 @@ enum Patterns {
     let hex = utf8.map { String(format: "%02x", $0) }.joined()
     patterns.append(Pattern(bytes: Array(hex.utf8), encoding: "hex", canary: index))
     patterns.append(Pattern(bytes: Array(hex.uppercased().utf8), encoding: "hex", canary: index))
-    let escaped = jsonEscaped(canary)
-    if escaped != canary {
-      patterns.append(Pattern(bytes: Array(escaped.utf8), encoding: "json-escaped", canary: index))
+    // JSON writers differ: '/' escaped or not, non-ASCII raw or as \u escapes in either case.
+    var escapedForms = Set<String>()
+    for escapeSlash in [false, true] {
+      for nonASCII in [JSONNonASCII.raw, .lowercase, .uppercase] {
+        escapedForms.insert(jsonEscaped(canary, escapeSlash: escapeSlash, nonASCII: nonASCII))
+      }
+    }
+    escapedForms.remove(canary)
+    for form in escapedForms.sorted() {
+      patterns.append(Pattern(bytes: Array(form.utf8), encoding: "json-escaped", canary: index))
     }
     return patterns
   }
 
-  static func jsonEscaped(_ text: String) -> String {
+  enum JSONNonASCII { case raw, lowercase, uppercase }
+
+  static func jsonEscaped(_ text: String, escapeSlash: Bool = true, nonASCII: JSONNonASCII = .lowercase) -> String {
     var out = ""
     for scalar in text.unicodeScalars {
       switch scalar {
       case "\"": out += "\\\""
       case "\\": out += "\\\\"
-      case "/": out += "\\/"
-      case _ where scalar.value < 0x20 || scalar.value > 0x7e:
-        for unit in String(scalar).utf16 { out += String(format: "\\u%04x", unit) }
+      case "/" where escapeSlash: out += "\\/"
+      case _ where scalar.value < 0x20 || (scalar.value > 0x7e && nonASCII != .raw):
+        for unit in String(scalar).utf16 { out += String(format: nonASCII == .uppercase ? "\\u%04X" : "\\u%04x", unit) }
       default: out.unicodeScalars.append(scalar)
       }
     }

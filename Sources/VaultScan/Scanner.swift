@@ -145,14 +145,15 @@ public struct Scanner {
       regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
     let overlap = max(patterns.map(\.bytes.count).max() ?? 1, 64) - 1
     var offset = 0
-    var seen = Set<Int>()
+    // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
+    var seen = Set<[Int]>()
     while offset < size {
       let count = min(Self.chunk + overlap, size - offset)
       let chunk = RegionMap.read(fd, at: offset, count: count)
       if chunk.isEmpty { break }
       chunk.withUnsafeBytes { bytes in
         searcher.search(bytes) { hit, index in
-          guard seen.insert(offset + hit).inserted else { return }
+          guard seen.insert([offset + hit, index]).inserted else { return }
           let pattern = patterns[index]
           report.findings.append(
             Finding(
@@ -160,7 +161,7 @@ public struct Scanner {
               encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
         if !knownMetadata {
-          for hit in jsonText(bytes) where seen.insert(offset + hit.start).inserted {
+          for hit in jsonText(bytes) where seen.insert([offset + hit.start, -1]).inserted {
             report.findings.append(
               Finding(
                 file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
@@ -168,16 +169,17 @@ public struct Scanner {
           }
         }
         if textFile {
-          for hit in TextDetectors.findings(bytes) where seen.insert(offset + hit.start).inserted {
+          for hit in TextDetectors.findings(bytes) where seen.insert([offset + hit.start, -2]).inserted {
             report.findings.append(
               Finding(
                 file: path, offset: offset + hit.start, region: "file", detector: hit.detector, encoding: nil,
                 excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
-        for start in compressedStreams(bytes) {
+        for stream in compressedStreams(bytes) where seen.insert([offset + stream.start, -3]).inserted {
           for finding in scanCompressed(
-            UnsafeRawBufferPointer(rebasing: bytes[start...]), path: path, fileOffset: offset + start)
+            UnsafeRawBufferPointer(rebasing: bytes[stream.start...]), fd: fd, fileSize: size, path: path,
+            fileOffset: offset + stream.start, minimumOutput: stream.isGzip ? 1 : 16)
           {
             report.findings.append(finding)
           }
@@ -246,19 +248,29 @@ public struct Scanner {
   /// Offsets where a gzip member starts (1f 8b 08).
   /// Offsets where a gzip member (1f 8b 08) or a zlib stream starts: 0x78 then a flag byte that
   /// makes the 16-bit header a multiple of 31 (RFC 1950), with no preset dictionary.
-  private func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [Int] {
-    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes)
+  private func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, isGzip: Bool)] {
+    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes).map { (start: $0, isGzip: true) }
     for offset in Patterns.occurrences(of: [0x78], in: bytes) where offset + 2 < bytes.count {
       let flags = bytes[offset + 1]
-      if (0x7800 | Int(flags)) % 31 == 0, flags & 0x20 == 0 { starts.append(offset) }
+      if (0x7800 | Int(flags)) % 31 == 0, flags & 0x20 == 0 { starts.append((offset, false)) }
     }
     return starts
   }
 
   /// Inflates a stream (up to 64 MiB out) and searches it for canaries and JSON text.
-  private func scanCompressed(_ input: UnsafeRawBufferPointer, path: String, fileOffset: Int) -> [Finding] {
+  /// Inflates a stream (up to 64 MiB out) and searches it. It starts from the chunk in memory; a
+  /// stream that runs past the chunk's end is inflated again from the file (up to 64 MiB in).
+  private func scanCompressed(
+    _ input: UnsafeRawBufferPointer, fd: Int32, fileSize: Int, path: String, fileOffset: Int, minimumOutput: Int
+  ) -> [Finding] {
+    guard var result = Self.inflate(input, limit: 64 << 20) else { return [] }
+    if result.ranOutOfInput, fileOffset + input.count < fileSize {
+      let window = RegionMap.read(fd, at: fileOffset, count: min(64 << 20, fileSize - fileOffset))
+      if let longer = window.withUnsafeBytes({ Self.inflate($0, limit: 64 << 20) }) { result = longer }
+    }
     // Random data passes a 2-byte zlib header check now and then; a real stream inflates to something.
-    guard let inflated = Self.inflate(input, limit: 64 << 20), inflated.count >= 16 else { return [] }
+    let inflated = result.output
+    guard inflated.count >= minimumOutput else { return [] }
     var findings: [Finding] = []
     inflated.withUnsafeBytes { bytes in
       var reported = Set<Int>()
@@ -281,7 +293,8 @@ public struct Scanner {
 
   /// Inflates a gzip or zlib stream read straight from `input` (no copy): zlib consumes only what
   /// the stream needs, so a false start fails after a few bytes. Nil when nothing valid came out.
-  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> [UInt8]? {
+  /// `ranOutOfInput` says the stream had not ended when `input` did.
+  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> (output: [UInt8], ranOutOfInput: Bool)? {
     guard let base = input.baseAddress, !input.isEmpty else { return nil }
     var stream = z_stream()
     guard vault_inflate_init_auto(&stream) == Z_OK else { return nil }
@@ -298,10 +311,12 @@ public struct Scanner {
         return (result, out.count - Int(stream.avail_out))
       }
       output += chunk[0..<produced]
-      if result == Z_STREAM_END { break }
-      if result != Z_OK { return output.isEmpty ? nil : output }
-      if produced == 0 && stream.avail_in == 0 { break }
+      if result == Z_STREAM_END { return (output, false) }
+      if result == Z_BUF_ERROR || (result == Z_OK && produced == 0 && stream.avail_in == 0) {
+        return output.isEmpty ? nil : (output, stream.avail_in == 0)
+      }
+      if result != Z_OK { return output.isEmpty ? nil : (output, false) }
     }
-    return output.isEmpty ? nil : output
+    return (output, false)
   }
 }

@@ -139,8 +139,19 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(tty.outputText.contains("scanning: 1 files"), tty.outputText)
   }
 
+  func testCanaryFilesWithCRLFWorkAndShortCanariesAreRefused() throws {
+    let temporary = TemporaryDirectory()
+    try Data("left: crlf-canary-two".utf8).write(to: URL(fileURLWithPath: temporary.sub("x.log")))
+    try Data("crlf-canary-one\r\ncrlf-canary-two\r\n".utf8).write(to: URL(fileURLWithPath: temporary.sub("c.txt")))
+    let run = try vault(["scan", temporary.sub("x.log"), "--canary-file", temporary.sub("c.txt")])
+    XCTAssertEqual(run.status, 1, run.outputText)
+    let short = try vault(["scan", temporary.sub("x.log"), "--canary", "abc"])
+    XCTAssertEqual(short.status, 64)
+    XCTAssertTrue(short.error.contains("at least 4 bytes"), short.error)
+  }
+
   func testUnreadablePathsAndUsage() throws {
-    let missing = try vault(["scan", "/nonexistent/path", "--canary", "x"])
+    let missing = try vault(["scan", "/nonexistent/path", "--canary", "some-canary"])
     XCTAssertEqual(missing.status, 2)
     XCTAssertTrue(missing.error.contains("cannot read /nonexistent/path"), missing.error)
     XCTAssertEqual(try vault(["scan"]).status, 64)

@@ -218,6 +218,44 @@ final class CleanCorpusTests: XCTestCase {
 
 typealias VaultCryptoRandom = SecureRandom
 
+final class ReviewScanRegressionTests: XCTestCase {
+  func testAGzipStreamAcrossAChunkBoundaryIsInflatedWhole() throws {
+    let temporary = TemporaryDirectory()
+    try python(
+      """
+      import gzip,os,sys
+      stream = gzip.compress(os.urandom(180000) + b' boundary-canary-91 ')
+      data = os.urandom(4 * 1024 * 1024 - 1000) + stream + os.urandom(1000)
+      open(sys.argv[1], 'wb').write(data)
+      """, [temporary.sub("edge.bin")])
+    let report = try Scanner(canaries: ["boundary-canary-91"]).scan([temporary.sub("edge.bin")])
+    // (Random data goes into stored deflate blocks, so the raw canary may be visible too.)
+    XCTAssertTrue(report.findings.contains { $0.encoding == "inflated+utf8" }, "\(report.findings)")
+  }
+
+  func testJSONWritersWithRawNonASCIIUnescapedSlashesAndUppercaseEscapesAreAllFound() throws {
+    let temporary = TemporaryDirectory()
+    let canary = "Zürich/Genève secret"
+    try python(
+      """
+      import json,sys
+      c = sys.argv[2]
+      open(sys.argv[1], 'w', encoding='utf-8').write(
+        json.dumps({'a': c}) + '|' + json.dumps({'b': c}, ensure_ascii=False).replace(c, c + '"x') + '|'
+        + json.dumps({'c': c}).replace('\\u00fc', '\\u00FC'))
+      """, [temporary.sub("j.json"), canary])
+    let report = try Scanner(canaries: [canary]).scan([temporary.sub("j.json")])
+    XCTAssertEqual(report.findings.filter { $0.detector == "canary" }.count, 3, "\(report.findings)")
+  }
+
+  func testTwoCanariesAtOneOffsetAreBothReported() throws {
+    let temporary = TemporaryDirectory()
+    try Data("..prefix-canary-long..".utf8).write(to: URL(fileURLWithPath: temporary.sub("p.txt")))
+    let report = try Scanner(canaries: ["prefix-canary", "prefix-canary-long"]).scan([temporary.sub("p.txt")])
+    XCTAssertEqual(report.findings.filter { $0.detector == "canary" }.count, 2)
+  }
+}
+
 final class MultiSearcherTests: XCTestCase {
   /// The strided filter must find exactly what a naive search finds, at every alignment.
   func testFindsExactlyWhatANaiveSearchFinds() {
