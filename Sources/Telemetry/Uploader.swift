@@ -40,55 +40,26 @@ public protocol BatchSender: Sendable {
 /// `Content-Encoding: gzip`, `Authorization: Bearer …` and `Idempotency-Key`.
 public final class HTTPBatchSender: BatchSender {
   public let endpoint: URL
-  private let session: URLSession
-  private let timeout: TimeInterval
+  private let client: EphemeralHTTPClient
 
   public init(endpoint: URL, timeout: TimeInterval = 20) {
     self.endpoint = endpoint
-    self.timeout = timeout
-    let configuration = URLSessionConfiguration.ephemeral
-    configuration.httpCookieStorage = nil
-    configuration.httpShouldSetCookies = false
-    configuration.urlCache = nil
-    configuration.urlCredentialStorage = nil
-    configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-    configuration.timeoutIntervalForRequest = timeout
-    configuration.timeoutIntervalForResource = timeout
-    session = URLSession(configuration: configuration)
+    client = EphemeralHTTPClient(timeout: timeout)
   }
 
   public func send(_ batch: TelemetryBatch, token: String) -> SendResult {
-    var request = URLRequest(url: endpoint, timeoutInterval: timeout)
+    var request = URLRequest(url: endpoint, timeoutInterval: client.timeout)
     request.httpMethod = "POST"
     request.setValue("application/json", forHTTPHeaderField: "Content-Type")
     request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
     if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
     request.setValue(batch.idempotencyKey, forHTTPHeaderField: "Idempotency-Key")
     request.httpBody = Data(batch.body)
-    let done = DispatchSemaphore(value: 0)
-    let box = ResultBox()
-    let task = session.dataTask(with: request) { _, response, error in
-      if let http = response as? HTTPURLResponse {
-        box.set(.status(http.statusCode, retryAfter: http.value(forHTTPHeaderField: "Retry-After")))
-      } else {
-        box.set(.transport(kind: "transport-\((error as? URLError)?.code.rawValue ?? -1)"))
-      }
-      done.signal()
+    switch client.send(request) {
+    case .status(let status, let retryAfter): return .status(status, retryAfter: retryAfter)
+    case .unreachable(let kind): return .transport(kind: kind)
     }
-    task.resume()
-    if done.wait(timeout: .now() + timeout + 5) == .timedOut {
-      task.cancel()
-      return .transport(kind: "timeout")
-    }
-    return box.value ?? .transport(kind: "transport")
   }
-}
-
-private final class ResultBox: @unchecked Sendable {
-  private let lock = NSLock()
-  private var result: SendResult?
-  func set(_ value: SendResult) { lock.withLock { result = value } }
-  var value: SendResult? { lock.withLock { result } }
 }
 
 /// Telemetry failures, by kind.

@@ -19,16 +19,7 @@ public final class RelayServer {
         "python3", root + "/tools/relay_server.py", "--port-file", portFile, "--record", recordPath, "--mode", mode,
         "--retry-after", String(retryAfter), "--exit-on-stdin-eof",
       ])
-    var found: Int?
-    for _ in 0..<200 {
-      if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let value = Int(text) {
-        found = value
-        break
-      }
-      Thread.sleep(forTimeInterval: 0.025)
-    }
-    guard let found else { throw TestKeyringError.command("relay_server.py", "did not start") }
-    port = found
+    port = try waitForPort(portFile, server: "relay_server.py")
   }
 
   public var endpoint: URL { URL(string: "http://127.0.0.1:\(port)/relay")! }
@@ -53,4 +44,13 @@ public final class RelayServer {
   }
 
   public func stop() { _ = child.finish() }
+}
+
+/// Waits (up to 5 s) for a test server to write the port it listens on.
+func waitForPort(_ portFile: String, server: String) throws -> Int {
+  for _ in 0..<200 {
+    if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let value = Int(text) { return value }
+    Thread.sleep(forTimeInterval: 0.025)
+  }
+  throw TestKeyringError.command(server, "did not start")
 }

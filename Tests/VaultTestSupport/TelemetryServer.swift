@@ -21,16 +21,7 @@ public final class TelemetryServer {
         "--record", recordPath, "--mode", mode, "--token", token, "--exit-on-stdin-eof",
       ]
     child = try Spawn.start(command[0], Array(command.dropFirst()))
-    var found: Int?
-    for _ in 0..<200 {
-      if let text = try? String(contentsOfFile: portFile, encoding: .utf8), let value = Int(text) {
-        found = value
-        break
-      }
-      Thread.sleep(forTimeInterval: 0.025)
-    }
-    guard let found else { throw TestKeyringError.command("telemetry_server.py", "did not start") }
-    port = found
+    port = try waitForPort(portFile, server: "telemetry_server.py")
   }
 
   public var endpoint: URL { URL(string: "http://\(host):\(port)/v1/telemetry/batch")! }
