@@ -187,25 +187,14 @@ public final class Telemetry: @unchecked Sendable {
       let claimed = try container.claim(
         queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
-      var rest = claimed.map { (id: $0.id, json: $0.payload) }
-      while !rest.isEmpty {
-        let packed = try BatchPacker.pack(rest, limit: configuration.batchLimit)
-        if !packed.oversized.isEmpty {
-          try container.reject(packed.oversized, errorKind: "too-large")
-          report.rejected += packed.oversized.count
-        }
-        guard let batch = packed.batch else { break }
-        let byID = Dictionary(rest.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        do {
-          try deliver(
-            batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
-        } catch let refused as AuthenticationRefused {
-          // The server refused a fresh token: stop here and give back what was not sent, rather
-          // than parking the whole backlog one batch at a time.
-          try container.release(refused.unsent + packed.rest.map(\.id))
-          break pass
-        }
-        rest = packed.rest
+      do {
+        try deliverAll(
+          claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed)
+      } catch let refused as AuthenticationRefused {
+        // The server refused a fresh token: stop here and give back what was not sent, rather
+        // than parking the whole backlog one batch at a time.
+        try container.release(refused.unsent)
+        break pass
       }
     }
     report.pending = try container.count(queue: Self.queueName, state: .pending)
@@ -216,6 +205,31 @@ public final class Telemetry: @unchecked Sendable {
   /// were not sent.
   private struct AuthenticationRefused: Error {
     var unsent: [UUID]
+  }
+
+  /// Packs `events` into batches and delivers them in order. When a refreshed token is refused,
+  /// the events not yet sent are added to the error, so the pass can give them back.
+  private func deliverAll(
+    _ events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport, refreshed: inout Bool
+  ) throws {
+    var remaining = events
+    while !remaining.isEmpty {
+      let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
+      if !packed.oversized.isEmpty {
+        try container.reject(packed.oversized, errorKind: "too-large")
+        report.rejected += packed.oversized.count
+      }
+      guard let batch = packed.batch else { return }
+      let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+      do {
+        try deliver(
+          batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
+      } catch var refused as AuthenticationRefused {
+        refused.unsent += packed.rest.map(\.id)
+        throw refused
+      }
+      remaining = packed.rest
+    }
   }
 
   /// Sends one batch and settles its events. 401: the token is refreshed once per pass and the
@@ -249,23 +263,9 @@ public final class Telemetry: @unchecked Sendable {
       let half = events.count / 2
       let parts = [Array(events[..<half]), Array(events[half...])]
       for (index, part) in parts.enumerated() {
-        var remaining = part
         do {
-          while !remaining.isEmpty {
-            let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
-            if !packed.oversized.isEmpty {
-              try container.reject(packed.oversized, errorKind: "too-large")
-              report.rejected += packed.oversized.count
-            }
-            guard let smaller = packed.batch else { break }
-            let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-            try deliver(
-              smaller, events: smaller.ids.compactMap { byID[$0] }, token: &token, report: &report,
-              refreshed: &refreshed)
-            remaining = packed.rest
-          }
+          try deliverAll(part, token: &token, report: &report, refreshed: &refreshed)
         } catch var refused as AuthenticationRefused {
-          refused.unsent += remaining.map(\.id).filter { id in !refused.unsent.contains(id) }
           if index == 0 { refused.unsent += parts[1].map(\.id) }
           throw refused
         }
