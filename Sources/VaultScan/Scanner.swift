@@ -168,13 +168,13 @@ public struct Scanner {
                 detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
-        if textFile {
-          for hit in TextDetectors.findings(bytes) where seen.insert([offset + hit.start, -2]).inserted {
-            report.findings.append(
-              Finding(
-                file: path, offset: offset + hit.start, region: "file", detector: hit.detector, encoding: nil,
-                excerpt: redact(chunk[hit.start..<hit.end])))
-          }
+        // Text files are judged line by line; anything else by its runs of printable bytes.
+        let textHits = textFile ? TextDetectors.findings(bytes) : TextDetectors.runFindings(bytes)
+        for hit in textHits where seen.insert([offset + hit.start, -2]).inserted {
+          report.findings.append(
+            Finding(
+              file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
+              detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
         for stream in compressedStreams(bytes) where seen.insert([offset + stream.start, -3]).inserted {
           for finding in scanCompressed(

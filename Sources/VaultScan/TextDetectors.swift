@@ -83,4 +83,57 @@ enum TextDetectors {
     }
     return hits
   }
+
+  /// Runs of at least `minimum` printable bytes (32: eight short words) inside binary data, judged like text lines. Only
+  /// every `minimum`-th byte is looked at until one is printable; the run around it is then
+  /// measured and skipped, so random data costs about one check per `minimum` bytes.
+  /// SQL schema text (SQLite's own `CREATE TABLE …`) is not a finding.
+  static func runFindings(_ bytes: UnsafeRawBufferPointer, minimum: Int = 32) -> [Hit] {
+    guard let base = bytes.baseAddress, bytes.count >= minimum else { return [] }
+    let data = base.assumingMemoryBound(to: UInt8.self)
+    @inline(__always) func printable(_ byte: UInt8) -> Bool { byte >= 0x20 && byte < 0x7f }
+    var hits: [Hit] = []
+    var position = minimum - 1
+    var scannedUpTo = 0
+    while position < bytes.count {
+      guard printable(data[position]) else {
+        position += minimum
+        continue
+      }
+      var start = position
+      while start > scannedUpTo, printable(data[start - 1]) { start -= 1 }
+      var end = position + 1
+      while end < bytes.count, printable(data[end]) { end += 1 }
+      if end - start >= minimum {
+        let run = UnsafeRawBufferPointer(start: base + start, count: end - start)
+        if !isSchemaText(run) {
+          for hit in findings(run) {
+            hits.append(Hit(start: start + hit.start, end: start + hit.end, detector: hit.detector))
+          }
+        }
+      }
+      scannedUpTo = end
+      position = end + minimum
+    }
+    return hits
+  }
+
+  /// SQL schema text: "create table", "create index" or "create unique index" (any case) in the
+  /// run's first 64 bytes. Compared byte by byte: this runs for every run found.
+  static func isSchemaText(_ run: UnsafeRawBufferPointer) -> Bool {
+    let window = min(run.count, 64)
+    let create = Array("create ".utf8)
+    guard window >= create.count + 5 else { return false }
+    for start in 0...(window - create.count - 5) {
+      var matches = true
+      for (index, letter) in create.enumerated() where run[start + index] | 0x20 != letter {
+        matches = false
+        break
+      }
+      guard matches else { continue }
+      let next = run[start + create.count] | 0x20
+      if next == UInt8(ascii: "t") || next == UInt8(ascii: "i") || next == UInt8(ascii: "u") { return true }
+    }
+    return false
+  }
 }

@@ -43,13 +43,14 @@ final class LeakCorpusTests: XCTestCase {
       c.commit()
       c.execute('delete from t where x = ?', (sys.argv[2],)); c.commit()
       """
+    // (The filler rows are plaintext sentences too, and are reported as natural language.)
     try python(script, [temporary.sub("off.db"), canary, "OFF"])
-    let off = try scan(temporary.sub("off.db"))
-    XCTAssertEqual(off.findings.count, 1)
-    XCTAssertTrue(
-      ["free-block", "unallocated", "freelist-page"].contains(off.findings.first?.region ?? ""), "\(off.findings)")
+    let off = try scan(temporary.sub("off.db")).findings.filter { $0.detector == "canary" }
+    XCTAssertEqual(off.count, 1)
+    XCTAssertTrue(["free-block", "unallocated", "freelist-page"].contains(off.first?.region ?? ""), "\(off)")
     try python(script, [temporary.sub("on.db"), canary, "ON"])
-    XCTAssertTrue(try scan(temporary.sub("on.db")).clean, "secure_delete overwrote it")
+    XCTAssertEqual(
+      try scan(temporary.sub("on.db")).findings.filter { $0.detector == "canary" }, [], "secure_delete overwrote it")
   }
 
   func testUncommittedFramesInAWALAreStale() throws {
@@ -116,6 +117,25 @@ final class LeakCorpusTests: XCTestCase {
       XCTAssertTrue(encodings.contains(expected), "\(expected) in \(encodings)")
     }
     XCTAssertTrue(report.findings.contains { $0.region == "compressed-stream" && $0.detector == "json-text" })
+  }
+
+  /// Sentences and key=value text inside binary files: rows of another application's database.
+  func testTextRunsInsideBinaryFilesAreFound() throws {
+    let script = [
+      "import sqlite3,sys",
+      "c=sqlite3.connect(sys.argv[1]); c.execute('create table notes (id integer primary key, body text, meta blob)')",
+      "c.execute('insert into notes (body, meta) values (?, ?)', (sys.argv[2], bytes([0, 1]) + sys.argv[3].encode() + bytes([0])))",
+      "c.commit()",
+    ].joined(separator: "\n")
+    try python(
+      script,
+      [
+        temporary.sub("notes.db"), "Dear Ana, the plumber comes on Tuesday so please leave the key downstairs",
+        "user=ana&card=4111111111111111&amount=90",
+      ])
+    let report = try scan(temporary.sub("notes.db"), canaries: [])
+    XCTAssertEqual(Set(report.findings.map(\.detector)), ["natural-language", "key-value-text"], "\(report.findings)")
+    XCTAssertTrue(report.findings.allSatisfy { $0.region == "live-cell" })
   }
 
   func testJSONTextIsFoundWithoutAnyCanary() throws {
