@@ -113,8 +113,27 @@ final class RegionMap {
   /// next page's number).
   private func findOverflowPages() -> Set<Int> {
     var found = Set<Int>()
+    forEachOverflowingCell { _, _, _, firstOverflow, _ in
+      var next = firstOverflow
+      var hops = 0
+      while next > 0, next <= size / pageSize, hops < size / pageSize, found.insert(next).inserted {
+        let head = Self.read(fd, at: (next - 1) * pageSize, count: 4)
+        guard head.count == 4 else { break }
+        next = Self.be32(head, 0)
+        hops += 1
+      }
+    }
+    return found
+  }
+
+  /// Calls `body` for every b-tree cell whose payload continues on overflow pages, with its page,
+  /// where its local part starts in the file, that part's length, the first overflow page and the
+  /// payload's total size (SQLite file format §1.6).
+  private func forEachOverflowingCell(
+    _ body: (_ page: Int, _ localOffset: Int, _ localCount: Int, _ firstOverflow: Int, _ payloadSize: Int) -> Void
+  ) {
     let usable = pageSize - reservedBytes
-    guard usable >= 480 else { return found }
+    guard kind == .database, usable >= 480 else { return }
     let pageCount = size / pageSize
     for number in 1...max(1, pageCount) where !freelist.contains(number) {
       let page = Self.read(fd, at: (number - 1) * pageSize, count: pageSize)
@@ -141,17 +160,40 @@ final class RegionMap {
         let surplus = minLocal + (payload - minLocal) % (usable - 4)
         let local = surplus <= maxLocal ? surplus : minLocal
         guard at + local + 4 <= page.count else { continue }
-        var next = Self.be32(page, at + local)
-        var hops = 0
-        while next > 0, next <= pageCount, hops < pageCount, found.insert(next).inserted {
-          let head = Self.read(fd, at: (next - 1) * pageSize, count: 4)
-          guard head.count == 4 else { break }
-          next = Self.be32(head, 0)
-          hops += 1
-        }
+        body(number, (number - 1) * pageSize + at, local, Self.be32(page, at + local), payload)
       }
     }
-    return found
+  }
+
+  /// A contiguous piece of a reassembled payload: where it sits in the file.
+  struct Segment {
+    let payloadOffset: Int
+    let fileOffset: Int
+    let count: Int
+  }
+
+  /// Reassembles every payload that spills onto overflow pages (local part, then each overflow
+  /// page without its 4-byte next-page pointer), up to `limit` bytes each, so data split across
+  /// pages (a compressed blob, a long text) can be searched whole.
+  func forEachOverflowPayload(limit: Int = 64 << 20, _ body: (_ payload: [UInt8], _ segments: [Segment]) -> Void) {
+    let usable = pageSize - reservedBytes
+    forEachOverflowingCell { _, localOffset, localCount, firstOverflow, payloadSize in
+      var payload = Self.read(fd, at: localOffset, count: localCount)
+      var segments = [Segment(payloadOffset: 0, fileOffset: localOffset, count: payload.count)]
+      var next = firstOverflow
+      var visited = Set<Int>()
+      let wanted = min(payloadSize, limit)
+      while next > 0, next <= size / pageSize, payload.count < wanted, visited.insert(next).inserted {
+        let page = Self.read(fd, at: (next - 1) * pageSize, count: usable)
+        guard page.count > 4 else { break }
+        let content = page[4..<min(page.count, 4 + wanted - payload.count)]
+        segments.append(
+          Segment(payloadOffset: payload.count, fileOffset: (next - 1) * pageSize + 4, count: content.count))
+        payload += content
+        next = Self.be32(page, 0)
+      }
+      body(payload, segments)
+    }
   }
 
   /// A SQLite varint (1–9 bytes, big-endian, 7 bits per byte, the ninth byte whole).

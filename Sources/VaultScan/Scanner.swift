@@ -189,6 +189,45 @@ public struct Scanner {
       if offset + count >= size { break }
       offset += Self.chunk
     }
+    if regions.kind == .database { scanOverflowPayloads(regions, fd: fd, path: path, report: &report) }
+  }
+
+  /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so
+  /// the chunk pass cannot see a canary or a compressed stream that crosses a page. Payloads are
+  /// reassembled and searched again; only what crosses a page boundary (or sits in a compressed
+  /// stream) is reported here, the rest was found already.
+  private func scanOverflowPayloads(_ regions: RegionMap, fd: Int32, path: String, report: inout ScanReport) {
+    var seen = Set<[Int]>()
+    regions.forEachOverflowPayload { payload, segments in
+      func fileOffset(_ payloadOffset: Int) -> Int {
+        let segment = segments.last { $0.payloadOffset <= payloadOffset } ?? segments[0]
+        return segment.fileOffset + payloadOffset - segment.payloadOffset
+      }
+      func crossesPages(_ start: Int, _ count: Int) -> Bool {
+        !segments.contains { $0.payloadOffset <= start && start + count <= $0.payloadOffset + $0.count }
+      }
+      payload.withUnsafeBytes { bytes in
+        searcher.search(bytes) { hit, index in
+          let pattern = patterns[index]
+          guard crossesPages(hit, pattern.bytes.count), seen.insert([fileOffset(hit), index]).inserted else { return }
+          report.findings.append(
+            Finding(
+              file: path, offset: fileOffset(hit), region: "overflow-page", detector: "canary",
+              encoding: pattern.encoding,
+              excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
+        }
+        for stream in compressedStreams(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
+          let input = UnsafeRawBufferPointer(rebasing: bytes[stream.start...])
+          for var finding in scanCompressed(
+            input, fd: fd, fileSize: 0, path: path, fileOffset: fileOffset(stream.start),
+            minimumOutput: stream.isGzip ? 1 : 16)
+          {
+            finding.region = "overflow-page"
+            if !report.findings.contains(finding) { report.findings.append(finding) }
+          }
+        }
+      }
+    }
   }
 
   /// A vault keyfile (format 1 with a valid checksum) or a bare 32-byte high-entropy file.

@@ -268,6 +268,23 @@ final class ReviewScanRegressionTests: XCTestCase {
     XCTAssertEqual(report.findings.filter { $0.detector == "canary" }.count, 3, "\(report.findings)")
   }
 
+  /// A compressed blob larger than a page continues on overflow pages, each starting with a 4-byte
+  /// pointer: only the reassembled payload inflates (from review).
+  func testACompressedBlobOnOverflowPagesIsReassembledAndInflated() throws {
+    let temporary = TemporaryDirectory()
+    try python(
+      """
+      import gzip,json,os,sqlite3,sys
+      import base64
+      body = json.dumps({'pad': base64.b64encode(os.urandom(9000)).decode(), 'note': sys.argv[2]}).encode()
+      c = sqlite3.connect(sys.argv[1]); c.execute('create table t(b blob)')
+      c.execute('insert into t values (?)', (gzip.compress(body),)); c.commit()
+      """, [temporary.sub("blob.db"), "overflow-canary-17"])
+    let report = try Scanner(canaries: ["overflow-canary-17"]).scan([temporary.sub("blob.db")])
+    XCTAssertTrue(
+      report.findings.contains { $0.encoding == "inflated+utf8" && $0.region == "overflow-page" }, "\(report.findings)")
+  }
+
   func testTwoCanariesAtOneOffsetAreBothReported() throws {
     let temporary = TemporaryDirectory()
     try Data("..prefix-canary-long..".utf8).write(to: URL(fileURLWithPath: temporary.sub("p.txt")))
