@@ -222,10 +222,9 @@ enum Help {
       container - the audit before retiring a key.
 
       Without --verify, envelope columns are still checked without keys: each value must be an
-      envelope of the container's keyring whose ciphertext looks random. In text files
-      (mostly printable), key=value records and sentences are findings too.
-
-      Not yet: key=value and sentence detection inside binary files.
+      envelope of the container's keyring whose ciphertext looks random. key=value records and
+      sentences are findings too: line by line in text files, and in runs of 32 or more
+      printable bytes inside binary files. Data on SQLite overflow pages is reassembled first.
 
       USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]
 
