@@ -9,6 +9,7 @@ public final class ConnectivityMonitor: @unchecked Sendable {
   private let procRoot: String
   private let onOnline: @Sendable () -> Void
   private let lock = NSLock()
+  private var active = false
   private var wake: Int32 = -1
   private var finished: DispatchSemaphore?
 
@@ -47,7 +48,12 @@ public final class ConnectivityMonitor: @unchecked Sendable {
 
   /// Opens the netlink socket and starts watching. Calling it again while watching does nothing.
   public func start() throws {
-    guard lock.withLock({ wake < 0 }) else { return }
+    let claimed = lock.withLock { () -> Bool in
+      guard !active else { return false }
+      active = true
+      return true
+    }
+    guard claimed else { return }
     let fd = Glibc.socket(AF_NETLINK, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), NETLINK_ROUTE)
     guard fd >= 0 else { throw TelemetryError.netlink(errno: errno) }
     var address = sockaddr_nl()
@@ -63,6 +69,7 @@ public final class ConnectivityMonitor: @unchecked Sendable {
       let code = errno
       close(fd)
       if wakeFD >= 0 { close(wakeFD) }
+      lock.withLock { active = false }
       throw TelemetryError.netlink(errno: code)
     }
     let done = DispatchSemaphore(value: 0)
@@ -70,8 +77,9 @@ public final class ConnectivityMonitor: @unchecked Sendable {
       wake = wakeFD
       finished = done
     }
-    // The reader owns both descriptors and closes them itself, so no descriptor number is ever
-    // read after it has been closed and reused. It holds the callback and paths, not the monitor.
+    // The reader owns the netlink socket and closes it itself, so no descriptor number is read
+    // after it was closed and reused; the monitor owns the eventfd and closes it in stop(), after
+    // the reader is gone. The reader holds the callback and paths, not the monitor.
     let procRoot = self.procRoot
     let onOnline = self.onOnline
     let thread = Thread {
@@ -82,12 +90,14 @@ public final class ConnectivityMonitor: @unchecked Sendable {
     thread.start()
   }
 
-  /// Stops watching and waits until the reading thread has closed its socket.
+  /// Stops watching and waits until the reading thread has closed its socket. Do not call it from
+  /// the `onOnline` callback, which runs on that thread.
   public func stop() {
     let (wakeFD, done) = lock.withLock { () -> (Int32, DispatchSemaphore?) in
       defer {
         wake = -1
         finished = nil
+        active = false
       }
       return (wake, finished)
     }
@@ -95,13 +105,11 @@ public final class ConnectivityMonitor: @unchecked Sendable {
     var one: UInt64 = 1
     _ = write(wakeFD, &one, 8)
     done?.wait()
+    close(wakeFD)
   }
 
   private static func run(socket fd: Int32, wake: Int32, procRoot: String, onOnline: @Sendable () -> Void) {
-    defer {
-      close(fd)
-      close(wake)
-    }
+    defer { close(fd) }
     var lastOnline = hasRoute(procRoot: procRoot)
     var buffer = [UInt8](repeating: 0, count: 16_384)
     var descriptors = [

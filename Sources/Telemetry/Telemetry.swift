@@ -128,21 +128,21 @@ public final class Telemetry: @unchecked Sendable {
 
   private func scheduleNext(power: PowerMonitor, policy: PowerPolicy) {
     let wait = policy.interval(base: configuration.interval, state: power.read())
-    let source = DispatchSource.makeTimerSource(queue: worker)
-    source.schedule(deadline: .now() + wait)
-    source.setEventHandler { [weak self] in
-      guard let self, self.isRunning else { return }
-      self.runPass()
-      self.scheduleNext(power: power, policy: policy)
-    }
-    // Only a running loop may replace its timer; after stop() nothing new is scheduled.
-    let scheduled = lock.withLock { () -> Bool in
-      guard running else { return false }
+    // Created, armed and resumed under the lock, and only while running: a timer that is never
+    // resumed must not be released (libdispatch aborts), and after stop() nothing new is armed.
+    lock.withLock {
+      guard running else { return }
+      let source = DispatchSource.makeTimerSource(queue: worker)
+      source.schedule(deadline: .now() + wait)
+      source.setEventHandler { [weak self] in
+        guard let self, self.isRunning else { return }
+        self.runPass()
+        self.scheduleNext(power: power, policy: policy)
+      }
       timer?.cancel()
       timer = source
-      return true
+      source.resume()
     }
-    if scheduled { source.resume() }
   }
 
   /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, waiting
@@ -190,25 +190,27 @@ public final class Telemetry: @unchecked Sendable {
       do {
         try deliverAll(
           claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed)
-      } catch let refused as AuthenticationRefused {
+      } catch is AuthenticationRefused {
         // The server refused a fresh token: stop here and give back what was not sent, rather
-        // than parking the whole backlog one batch at a time.
-        try container.release(refused.unsent)
+        // than parking the whole backlog one batch at a time. (Release touches only records still
+        // in flight: settled ones are acked, rescheduled, parked or in review already.)
+        try container.release(claimed.map(\.id))
         break pass
+      } catch {
+        // Anything else (the token provider failing on refresh, storage): give back the claim.
+        try? container.release(claimed.map(\.id))
+        throw error
       }
     }
     report.pending = try container.count(queue: Self.queueName, state: .pending)
     return report
   }
 
-  /// Thrown inside a pass when a refreshed token is refused too; `unsent` are claimed events that
-  /// were not sent.
-  private struct AuthenticationRefused: Error {
-    var unsent: [UUID]
-  }
+  /// Thrown inside a pass when a refreshed token is refused too; the pass then ends and gives back
+  /// the claimed events that were not settled.
+  private struct AuthenticationRefused: Error {}
 
-  /// Packs `events` into batches and delivers them in order. When a refreshed token is refused,
-  /// the events not yet sent are added to the error, so the pass can give them back.
+  /// Packs `events` into batches and delivers them in order.
   private func deliverAll(
     _ events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport, refreshed: inout Bool
   ) throws {
@@ -221,13 +223,8 @@ public final class Telemetry: @unchecked Sendable {
       }
       guard let batch = packed.batch else { return }
       let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-      do {
-        try deliver(
-          batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
-      } catch var refused as AuthenticationRefused {
-        refused.unsent += packed.rest.map(\.id)
-        throw refused
-      }
+      try deliver(
+        batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
       remaining = packed.rest
     }
   }
@@ -251,7 +248,7 @@ public final class Telemetry: @unchecked Sendable {
     if case .status(401, _) = result {
       try container.park(batch.ids, errorKind: "http-401")
       report.parked += batch.ids.count
-      throw AuthenticationRefused(unsent: [])
+      throw AuthenticationRefused()
     }
     switch result {
     case .status(413, _):
@@ -262,14 +259,7 @@ public final class Telemetry: @unchecked Sendable {
       }
       let half = events.count / 2
       let parts = [Array(events[..<half]), Array(events[half...])]
-      for (index, part) in parts.enumerated() {
-        do {
-          try deliverAll(part, token: &token, report: &report, refreshed: &refreshed)
-        } catch var refused as AuthenticationRefused {
-          if index == 0 { refused.unsent += parts[1].map(\.id) }
-          throw refused
-        }
-      }
+      for part in parts { try deliverAll(part, token: &token, report: &report, refreshed: &refreshed) }
     case .status(let status, let retryAfter):
       settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, &report)
     case .transport(let kind):

@@ -240,7 +240,7 @@ enum Help {
 
       EXIT CODES:
         0 nothing found, 1 findings, 2 could not scan (a path or the canary file is unreadable,
-        or --verify could not open the vault).
+        or --verify could not open the vault or read a container).
       """
     ),
     "help": (

@@ -8,6 +8,8 @@ struct VerifyReport: Codable {
   var containers: [String: [String: Int]] = [:]
   var opened = 0
   var failed = 0
+  /// Containers that could not be read (corrupt, unreadable): the audit is incomplete.
+  var unreadable = 0
 }
 
 extension VaultCommandLine {
@@ -87,6 +89,11 @@ extension VaultCommandLine {
           terminal.print("  \(container): \(versions.isEmpty ? "no records" : versions)")
         }
       }
+    }
+    // An audit that could not read a container has not proven anything about it.
+    if let verify, verify.unreadable > 0 {
+      terminal.note("Error: \(verify.unreadable) container(s) could not be verified; see 'skipped'")
+      return report.clean ? ExitCode.couldNotRun.rawValue : ExitCode.failure.rawValue
     }
     return (report.clean ? ExitCode.success : ExitCode.failure).rawValue
   }
@@ -182,6 +189,7 @@ extension VaultCommandLine {
         }
       } catch let error as QueueError {
         report.skipped.append(Skipped(path: file, reason: "envelopes not verified: \(error)"))
+        result.unreadable += 1
         continue
       }
       if isContainer { result.containers[file] = counts }

@@ -177,11 +177,14 @@ final class RegionMap {
   /// pages (a compressed blob, a long text) can be searched whole.
   func forEachOverflowPayload(limit: Int = 64 << 20, _ body: (_ payload: [UInt8], _ segments: [Segment]) -> Void) {
     let usable = pageSize - reservedBytes
+    // A valid overflow page belongs to exactly one cell: pages are visited once in all, so a
+    // crafted file whose cells share one long chain costs no more than the file's size.
+    var visited = Set<Int>()
     forEachOverflowingCell { _, localOffset, localCount, firstOverflow, payloadSize in
+      guard !visited.contains(firstOverflow) else { return }
       var payload = Self.read(fd, at: localOffset, count: localCount)
       var segments = [Segment(payloadOffset: 0, fileOffset: localOffset, count: payload.count)]
       var next = firstOverflow
-      var visited = Set<Int>()
       let wanted = min(payloadSize, limit)
       while next > 0, next <= size / pageSize, payload.count < wanted, visited.insert(next).inserted {
         let page = Self.read(fd, at: (next - 1) * pageSize, count: usable)

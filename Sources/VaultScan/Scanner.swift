@@ -218,6 +218,10 @@ public struct Scanner {
         }
         for stream in compressedStreams(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
           let input = UnsafeRawBufferPointer(rebasing: bytes[stream.start...])
+          // A stream that ends inside one page was inflated whole by the chunk pass already.
+          guard let trial = Self.inflate(input, limit: 64 << 20), crossesPages(stream.start, trial.consumed) else {
+            continue
+          }
           for var finding in scanCompressed(
             input, fd: fd, fileSize: 0, path: path, fileOffset: fileOffset(stream.start),
             minimumOutput: stream.isGzip ? 1 : 16)
@@ -333,7 +337,9 @@ public struct Scanner {
   /// Inflates a gzip or zlib stream read straight from `input` (no copy): zlib consumes only what
   /// the stream needs, so a false start fails after a few bytes. Nil when nothing valid came out.
   /// `ranOutOfInput` says the stream had not ended when `input` did.
-  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> (output: [UInt8], ranOutOfInput: Bool)? {
+  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> (
+    output: [UInt8], ranOutOfInput: Bool, consumed: Int
+  )? {
     guard let base = input.baseAddress, !input.isEmpty else { return nil }
     var stream = z_stream()
     guard vault_inflate_init_auto(&stream) == Z_OK else { return nil }
@@ -350,12 +356,13 @@ public struct Scanner {
         return (result, out.count - Int(stream.avail_out))
       }
       output += chunk[0..<produced]
-      if result == Z_STREAM_END { return (output, false) }
+      let consumed = Int(stream.total_in)
+      if result == Z_STREAM_END { return (output, false, consumed) }
       if result == Z_BUF_ERROR || (result == Z_OK && produced == 0 && stream.avail_in == 0) {
-        return output.isEmpty ? nil : (output, stream.avail_in == 0)
+        return output.isEmpty ? nil : (output, stream.avail_in == 0, consumed)
       }
-      if result != Z_OK { return output.isEmpty ? nil : (output, false) }
+      if result != Z_OK { return output.isEmpty ? nil : (output, false, consumed) }
     }
-    return (output, false)
+    return (output, false, Int(stream.total_in))
   }
 }

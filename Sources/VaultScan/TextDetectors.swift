@@ -118,22 +118,20 @@ enum TextDetectors {
     return hits
   }
 
-  /// SQL schema text: "create table", "create index" or "create unique index" (any case) in the
-  /// run's first 64 bytes. Compared byte by byte: this runs for every run found.
+  /// SQL schema text: a run whose first 64 bytes hold "CREATE TABLE ", "CREATE INDEX ",
+  /// "CREATE UNIQUE INDEX ", "CREATE VIEW " or "CREATE TRIGGER " (any case), as SQLite's own
+  /// schema table does. Whole phrases, so a sentence that merely says "create the …" still counts.
   static func isSchemaText(_ run: UnsafeRawBufferPointer) -> Bool {
-    let window = min(run.count, 64)
-    let create = Array("create ".utf8)
-    guard window >= create.count + 5 else { return false }
-    for start in 0...(window - create.count - 5) {
-      var matches = true
-      for (index, letter) in create.enumerated() where run[start + index] | 0x20 != letter {
-        matches = false
-        break
+    let window = Array(run.prefix(64)).map { $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }
+    for phrase in schemaPhrases where phrase.count <= window.count {
+      for start in 0...(window.count - phrase.count) where window[start] == phrase[0] {
+        if window[start..<(start + phrase.count)].elementsEqual(phrase) { return true }
       }
-      guard matches else { continue }
-      let next = run[start + create.count] | 0x20
-      if next == UInt8(ascii: "t") || next == UInt8(ascii: "i") || next == UInt8(ascii: "u") { return true }
     }
     return false
   }
+
+  private static let schemaPhrases: [[UInt8]] = [
+    "create table ", "create index ", "create unique index ", "create view ", "create trigger ",
+  ].map { Array($0.utf8) }
 }

@@ -130,6 +130,34 @@ final class TelemetryLoopTests: XCTestCase {
     XCTAssertGreaterThan(passes.value, 5)
   }
 
+  /// stop() while a pass is sending: the pass finishes, no timer is armed, nothing crashes.
+  func testStopDuringASlowPass() throws {
+    final class SlowSender: BatchSender, @unchecked Sendable {
+      func send(_ batch: TelemetryBatch, token: String) -> SendResult {
+        Thread.sleep(forTimeInterval: 0.3)
+        return .status(200, retryAfter: nil)
+      }
+    }
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(interval: 0.05), tokens: CountingTokens(),
+      sender: SlowSender())
+    let passes = PassCounter()
+    for round in 0..<3 {
+      try telemetry.log(type: "tap", payload: ["round": .number(Double(round))])
+      try telemetry.start(power: PowerMonitor(sysRoot: "/nonexistent"), watchConnectivity: false) { _ in passes.add() }
+      Thread.sleep(forTimeInterval: 0.1)  // the first pass is inside the slow send
+      telemetry.stop()
+      let atStop = passes.value
+      Thread.sleep(forTimeInterval: 0.3)
+      XCTAssertEqual(passes.value, atStop)
+    }
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 0)
+  }
+
   func testAStoppedMonitorReleasesItsThreadAndCanStartAgain() throws {
     let monitor = ConnectivityMonitor {}
     for _ in 0..<20 {

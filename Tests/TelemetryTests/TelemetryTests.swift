@@ -249,6 +249,25 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 1)
   }
 
+  /// The provider failing on the refresh (after a 401) must give the claim back, not strand it.
+  func testARefreshThatThrowsGivesTheClaimBack() throws {
+    final class FailsOnRefresh: TokenProvider, @unchecked Sendable {
+      func token(refresh: Bool) throws -> String {
+        if refresh { throw TelemetryError.tokenUnavailable(path: "/nonexistent") }
+        return "old"
+      }
+    }
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: FailsOnRefresh(),
+      sender: ScriptedSender([.status(401, retryAfter: nil)]), clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
+    XCTAssertThrowsError(try telemetry.flush())
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .inFlight), 0)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30)
+  }
+
   /// A failed batch is retried as the same batch: same events, same Idempotency-Key.
   func testARetriedBatchKeepsItsEventsAndKey() throws {
     let sender = ScriptedSender([.status(500, retryAfter: nil), .transport(kind: "transport-timeout")])

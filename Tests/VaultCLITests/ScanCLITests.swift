@@ -77,6 +77,26 @@ final class ScanCLITests: XCTestCase {
       findings.contains { $0["detector"] as? String == "natural-language" }, "the plain memo text is a sentence too")
   }
 
+  /// An audit that could not read a container has proven nothing: exit 2, not 0.
+  func testVerifyWithAnUnreadableContainerDoesNotExitZero() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    for i in 0..<40 {
+      try vault(["--home", home, "queue", "put", "--queue", "q"], input: [UInt8](repeating: UInt8(i), count: 500))
+    }
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)  // checkpoints the WAL into the file
+    // Overwrite the records table's pages (keep page 1: header and schema) with garbage.
+    let path = home + "/queue.sqlite"
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+    for index in 4096..<bytes.count { bytes[index] = UInt8(truncatingIfNeeded: index &* 31 &+ 7) }
+    try Data(bytes).write(to: URL(fileURLWithPath: path))
+    let run = try vault(["--home", home, "scan", home, "--verify"])
+    XCTAssertEqual(run.status, 2, run.outputText + run.error)
+    XCTAssertTrue(run.error.contains("could not be verified"), run.error)
+  }
+
   private func sqlite3(_ path: String, _ sql: String) throws {
     let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"
     XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)

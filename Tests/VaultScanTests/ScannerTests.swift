@@ -285,6 +285,30 @@ final class ReviewScanRegressionTests: XCTestCase {
       report.findings.contains { $0.encoding == "inflated+utf8" && $0.region == "overflow-page" }, "\(report.findings)")
   }
 
+  /// Only SQL schema phrases are exempt; a sentence that says "create the …" is still text.
+  func testASentenceMentioningCreateIsStillASentence() throws {
+    let temporary = TemporaryDirectory()
+    var bytes = (0..<2000).map { UInt8(truncatingIfNeeded: $0 &* 167 &+ 13) | 0x80 }
+    let sentence = Array("Tomorrow we create the quarterly budget and my card number is on the back".utf8)
+    bytes.replaceSubrange(500..<(500 + sentence.count), with: sentence)
+    try Data(bytes).write(to: URL(fileURLWithPath: temporary.sub("s.bin")))
+    let report = try Scanner(canaries: []).scan([temporary.sub("s.bin")])
+    XCTAssertEqual(report.findings.map(\.detector), ["natural-language"])
+  }
+
+  /// A compressed stream that ends inside one page is reported once, by the chunk pass.
+  func testAStreamInsideOnePageIsReportedOnce() throws {
+    let temporary = TemporaryDirectory()
+    try python(
+      """
+      import zlib,os,sqlite3,sys
+      blob = zlib.compress(b'the once-canary-42 is here ' * 4) + os.urandom(10000)
+      c = sqlite3.connect(sys.argv[1]); c.execute('create table t(b blob)'); c.execute('insert into t values (?)', (blob,)); c.commit()
+      """, [temporary.sub("once.db")])
+    let report = try Scanner(canaries: ["once-canary-42"]).scan([temporary.sub("once.db")])
+    XCTAssertEqual(report.findings.filter { $0.encoding == "inflated+utf8" }.count, 1, "\(report.findings)")
+  }
+
   func testTwoCanariesAtOneOffsetAreBothReported() throws {
     let temporary = TemporaryDirectory()
     try Data("..prefix-canary-long..".utf8).write(to: URL(fileURLWithPath: temporary.sub("p.txt")))

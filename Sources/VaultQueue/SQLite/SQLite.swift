@@ -25,10 +25,10 @@ final class Connection {
   let handle: OpaquePointer
   let path: String
 
-  /// - Parameter readOnly: open without changing anything. When there is no WAL content the file
-  ///   is opened `immutable` (no -wal or -shm files are created, no locks taken), as a scanner
-  ///   wants; when a -wal file holds frames it must be read too, so the file is opened read-only
-  ///   through its existing WAL and shared-memory files instead.
+  /// - Parameter readOnly: open without changing anything. When no -wal or -shm file exists (no
+  ///   connection is or was live) the file is opened `immutable`: no files are created, no locks
+  ///   taken. Otherwise it is opened read-only through its WAL and shared memory, with locks, so
+  ///   committed records in the WAL are read and a concurrent checkpoint cannot tear the read.
   init(path: String, readOnly: Bool = false) throws {
     if !readOnly {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
@@ -42,9 +42,11 @@ final class Connection {
     if readOnly {
       flags |= SQLITE_OPEN_URI
       let escaped = path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path
-      var walInfo = stat()
-      let hasWAL = stat(path + "-wal", &walInfo) == 0 && walInfo.st_size > 0
-      name = "file:\(escaped)?mode=ro" + (hasWAL ? "" : "&immutable=1")
+      // immutable only when no connection is or was live: a -shm file means one may be writing,
+      // and a lock-free read could then see pages a checkpoint is rewriting.
+      var info = stat()
+      let live = stat(path + "-wal", &info) == 0 || stat(path + "-shm", &info) == 0
+      name = "file:\(escaped)?mode=ro" + (live ? "" : "&immutable=1")
     }
     let result = sqlite3_open_v2(name, &handle, flags, nil)
     guard result == SQLITE_OK, let handle else {
