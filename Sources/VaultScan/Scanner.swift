@@ -169,7 +169,9 @@ public struct Scanner {
           }
         }
         // Text files are judged line by line; anything else by its runs of printable bytes.
-        let textHits = textFile ? TextDetectors.findings(bytes) : TextDetectors.runFindings(bytes)
+        // (vault's own metadata files are neither: they hold paths and states, not user data.)
+        let textHits =
+          knownMetadata ? [] : textFile ? TextDetectors.findings(bytes) : TextDetectors.runFindings(bytes)
         for hit in textHits where seen.insert([offset + hit.start, -2]).inserted {
           report.findings.append(
             Finding(

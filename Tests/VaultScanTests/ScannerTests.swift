@@ -222,6 +222,14 @@ final class CleanCorpusTests: XCTestCase {
     XCTAssertEqual(report.findings, [], "vault's own files hold no plaintext")
   }
 
+  /// The manifest holds paths that can read like words; it is vault's metadata, not user text.
+  func testTheManifestIsNotText() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("the keys of our household vault are kept in this folder/vault.keys")
+    _ = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    XCTAssertEqual(try Scanner(canaries: []).scan([temporary.sub("home")]).findings, [])
+  }
+
   func testRandomBytesAndAnEncryptedDatabaseScanClean() throws {
     let temporary = TemporaryDirectory()
     var generator = SystemRandomNumberGenerator()
