@@ -315,17 +315,7 @@ public final class QueueContainer: @unchecked Sendable {
   /// Parks records at once (for example after a refused token refresh): kept, listable,
   /// resendable, never retried automatically.
   public func park(_ ids: [UUID], errorKind: String) throws {
-    try withStorage { storage in
-      try storage.transaction {
-        var moved = 0
-        for id in ids {
-          moved += try storage.setState.run([
-            .text(RecordState.parked.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
-          ])
-        }
-        try storage.countDrop(.parked, moved)
-      }
-    }
+    try move(ids, to: .parked, errorKind: errorKind, counting: .parked)
   }
 
   /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
@@ -339,15 +329,20 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// Moves records the server refused to review; they are kept and never retried automatically.
   public func reject(_ ids: [UUID], errorKind: String) throws {
+    try move(ids, to: .review, errorKind: errorKind, counting: .rejected)
+  }
+
+  /// Moves records out of the delivery flow in one transaction and counts them in the ledger.
+  private func move(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws {
     try withStorage { storage in
       try storage.transaction {
         var moved = 0
         for id in ids {
           moved += try storage.setState.run([
-            .text(RecordState.review.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
+            .text(state.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
           ])
         }
-        try storage.countDrop(.rejected, moved)
+        try storage.countDrop(reason, moved)
       }
     }
   }

@@ -4,11 +4,17 @@ import XCTest
 
 /// `vault scan` through the real binary: exit codes, JSON, and a vault home after real use.
 final class ScanCLITests: XCTestCase {
+  /// A keyfile vault in `temporary/home` (its keyfile outside the home, as by default).
+  private func makeHome(_ temporary: TemporaryDirectory) throws -> String {
+    let home = temporary.sub("home")
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+    return home
+  }
+
   func testCleanHomeExitsZeroAndALeakExitsOne() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     for i in 0..<20 {
       try vault(
         ["--home", home, "queue", "put", "--queue", "outbox"], input: Array("scan-canary-\(i) dinner at 8".utf8))
@@ -33,9 +39,7 @@ final class ScanCLITests: XCTestCase {
 
   func testVerifyOpensEveryEnvelopeAndCountsVersions() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     for i in 0..<5 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("v\(i)".utf8)) }
     let good = try vault(["--home", home, "scan", home, "--verify", "--json"])
     XCTAssertEqual(good.status, 0, good.error)
@@ -56,9 +60,7 @@ final class ScanCLITests: XCTestCase {
   /// Without keys: a value in the envelope column that is not a sealed envelope of this vault.
   func testEnvelopeColumnsAreCheckedWithoutKeys() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     for i in 0..<3 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("e\(i)".utf8)) }
     XCTAssertEqual(try vault(["scan", home]).status, 0)
     try sqlite3(
@@ -80,9 +82,7 @@ final class ScanCLITests: XCTestCase {
   /// An audit that could not read a container has proven nothing: exit 2, not 0.
   func testVerifyWithAnUnreadableContainerDoesNotExitZero() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     for i in 0..<40 {
       try vault(["--home", home, "queue", "put", "--queue", "q"], input: [UInt8](repeating: UInt8(i), count: 500))
     }
@@ -105,9 +105,7 @@ final class ScanCLITests: XCTestCase {
   /// A container whose writers were SIGKILLed mid-write, then restarted, still scans clean.
   func testContainersLeftByKilledWritersScanClean() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     let script = """
       i=0; while true; do i=$((i+1)); printf 'killed-canary-%s {"memo": "water the plants"}' "$i" | "$0" --home "$1" queue put --queue outbox >/dev/null || exit 1; done
       """
@@ -132,9 +130,7 @@ final class ScanCLITests: XCTestCase {
   /// as skipped; and scanning a quiet container creates no -wal or -shm files.
   func testACorruptDatabaseDoesNotHideOtherFindingsAndScanningWritesNothing() throws {
     let temporary = TemporaryDirectory()
-    let home = temporary.sub("home")
-    XCTAssertEqual(
-      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let home = try makeHome(temporary)
     let before = try FileManager.default.contentsOfDirectory(atPath: home).sorted()
     XCTAssertEqual(try vault(["scan", home, "--canary", "nothing-to-find"]).status, 0)
     XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).sorted(), before, "the scan wrote nothing")
