@@ -9,6 +9,7 @@ public final class InMemoryKeyStore: KeyStore {
   }
 
   private let keys = Mutex<[Slot: SymmetricKey]>([:])
+  private let records = Mutex<[String: SecureBytes]>([:])
   private let failure = Mutex<KeyStoreError?>(nil)
 
   public init() {}
@@ -43,6 +44,17 @@ public final class InMemoryKeyStore: KeyStore {
   }
 
   public func checkWritable() throws { try failIfAsked() }
+
+  public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    try failIfAsked()
+    return records.withLock { $0[keyring.hex + "/" + record.rawValue] }
+  }
+
+  public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    try failIfAsked()
+    let copy = SecureBytes(copying: bytes)
+    records.withLock { $0[keyring.hex + "/" + record.rawValue] = copy }
+  }
 
   private func failIfAsked() throws {
     if let error = failure.withLock({ $0 }) { throw error }

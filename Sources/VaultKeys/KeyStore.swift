@@ -39,6 +39,21 @@ public enum KeyStoreKind: String, Codable, Sendable, CaseIterable {
   case memory
 }
 
+/// Non-key records a vault keeps in its key store beside the keys, under fixed names.
+///
+/// They live in the key store (not in the vault home) because the home can be copied, restored
+/// from an older backup or written by someone who cannot read the keys.
+public enum KeyStoreRecord: String, Sendable, CaseIterable {
+  /// The 32-byte key that authenticates the manifest (HMAC-SHA256). Made once, never retired.
+  case integrityKey = "integrity-key"
+  /// The newest manifest exactly as written (its signed bytes), so a stale or rolled-back manifest
+  /// in the home is recognised and superseded. At most `KeyStoreRecord.maximumByteCount` bytes.
+  case manifestMirror = "manifest"
+
+  /// The largest record a store must accept.
+  public static let maximumByteCount = 256 * 1024
+}
+
 /// Where key material lives: one item (or entry) per key version.
 ///
 /// Implementations must never invent a key: `loadKey` returns nil only when the store can tell
@@ -55,6 +70,10 @@ public protocol KeyStore: Sendable {
   /// Throws the reason a new key could not be stored right now (locked, no provider, bad
   /// permissions), so a rotation can refuse before it records anything.
   func checkWritable() throws
+  /// A named record for `keyring`; nil only when the store can tell for certain it is absent.
+  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes?
+  /// Stores `bytes` as the named record, replacing any previous value atomically.
+  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws
 }
 
 /// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.

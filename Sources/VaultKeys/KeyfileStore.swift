@@ -67,6 +67,15 @@ public final class KeyfileStore: KeyStore {
     }
   }
 
+  // Placeholder until named records land in this store (issue 8); callers must not rely on it yet.
+  public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+  }
+
+  public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+  }
+
   /// Whether a keyfile exists at `path` at all (used to refuse `init` over someone's keys).
   public var exists: Bool {
     var info = stat()

@@ -136,6 +136,15 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
+  // Placeholder until named records land in this store (issue 8); callers must not rely on it yet.
+  public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+  }
+
+  public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+  }
+
   /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan them).
   public func keyringIDs(forHome home: String) throws -> [String] {
     try lock.withLock { _ in
