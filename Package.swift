@@ -22,7 +22,7 @@ let package = Package(
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
-    .target(name: "VaultQueue", dependencies: ["Vault", "VaultCrypto", "CSQLite"], swiftSettings: strict),
+    .target(name: "VaultQueue", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "CSQLite"], swiftSettings: strict),
     .target(name: "Outbox", dependencies: ["VaultQueue"], swiftSettings: strict),
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],

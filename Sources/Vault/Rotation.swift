@@ -3,18 +3,116 @@ import VaultKeys
 
 /// A store of sealed records that takes part in rotation (the queue containers implement it).
 ///
-/// The coordinator calls these in protocol order: raise the minimum seal version (so no writer
-/// adds records under an older key), re-seal every older record, then count records per version.
-public protocol SealedContainer {
+/// The coordinator opens one container at a time and, in this order, raises its minimum seal
+/// version (so no writer adds records under an older key), re-seals every older record, writes
+/// its log back (so no copy of an old envelope lingers in it), and counts records per version.
+public protocol SealedContainer: AnyObject {
   /// A stable name for reports (the container's path).
   var name: String { get }
+  /// The random id the container keeps in its own metadata.
+  var containerID: String { get }
   /// Makes writers in every process seal under at least `version` from now on.
   func raiseMinimumSealVersion(to version: UInt32) throws
-  /// Re-seals every record under a version older than `version`, in bounded transactions.
-  /// Idempotent and resumable. Returns how many records it re-sealed.
-  func reseal(with vault: Vault, to version: UInt32) throws -> Int
-  /// Records per key version, including parked and dead-letter rows.
-  func recordCounts() throws -> [UInt32: Int]
+  /// Re-seals every record whose envelope header names a version older than `version`, in
+  /// bounded transactions. Idempotent and resumable. Records that do not open are left as they are
+  /// and reported.
+  func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult
+  /// Records per key version, read from each envelope's authenticated header (never from a
+  /// plaintext column), including parked and dead-letter rows.
+  func recordCounts() throws -> RecordCounts
+  /// Writes the container's log (SQLite's WAL) back and empties it, without waiting for readers.
+  /// Returns false when that could not be done now (a reader holds an old snapshot): old
+  /// envelopes may then still be in the log, and their key must not be deleted yet.
+  func checkpointNow() throws -> Bool
+  /// Deletes (or, with `keep`, moves to review) every record whose envelope header names one of
+  /// `versions`. Returns how many. Used only by a rotation after a compromise, after asking.
+  func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int
+  /// Rebuilds the file so that no freed page keeps old ciphertext, then empties the log.
+  func compact() throws
+}
+
+/// What re-sealing one container did.
+public struct ResealResult: Sendable, Equatable {
+  public var resealed: Int
+  /// Records that did not open (tampered, moved, another vault's), per the version their header names.
+  public var unopenable: [UInt32: Int]
+
+  public init(resealed: Int, unopenable: [UInt32: Int] = [:]) {
+    self.resealed = resealed
+    self.unopenable = unopenable
+  }
+}
+
+/// Records per key version in one container, from the envelopes' own headers.
+public struct RecordCounts: Sendable, Equatable {
+  public var byVersion: [UInt32: Int]
+  /// Rows whose envelope is not one of this vault's (no header, another keyring): no key of this
+  /// vault can open them, so they do not keep any version alive.
+  public var foreign: Int
+
+  public init(byVersion: [UInt32: Int], foreign: Int = 0) {
+    self.byVersion = byVersion
+    self.foreign = foreign
+  }
+}
+
+/// What a file at a registered container's path turned out to be, looked at without changing it.
+public enum ContainerProbe: Sendable, Equatable {
+  case missing
+  case empty
+  case notAContainer(reason: String)
+  case container(keyringID: String, containerID: String?)
+}
+
+/// Opens registered containers for rotation, one at a time.
+public protocol ContainerProvider {
+  /// Looks at the file at `path` read-only: creates nothing and changes nothing.
+  func probe(path: String) throws -> ContainerProbe
+  /// Opens the existing container at `path` for `vault` (never creates one).
+  func open(path: String, vault: Vault) throws -> any SealedContainer
+}
+
+/// What a rotation after a compromise will destroy, shown to a person before it happens.
+public struct CompromisePlan: Sendable, Equatable {
+  /// Records that do not open under any key present, per container path.
+  public var unopenable: [String: Int]
+  /// Versions that sealed records outside containers (`vault seal`); those envelopes become
+  /// unreadable when the versions are retired.
+  public var externalSealVersions: [UInt32]
+  /// The versions that will be retired.
+  public var retiring: [UInt32]
+}
+
+/// The answer to a `CompromisePlan`.
+public enum CompromiseDecision: Sendable, Equatable {
+  /// Delete the records that do not open, and retire.
+  case purge
+  /// Move the records that do not open to review (they stay, unreadable forever), and retire.
+  case keep
+  /// Change nothing more (the new version stays active; nothing is retired).
+  case abort
+}
+
+/// How to rotate.
+public struct RotationOptions: Sendable {
+  /// Retire (delete the keys of) older versions proven unused. The library and the CLI both
+  /// default to true; a version is kept whenever anything might still need it.
+  public var retireUnused: Bool
+  /// A rotation after a key compromise: every older version is retired even when envelopes
+  /// sealed outside containers need it, records that do not open are purged or kept after
+  /// `confirm` says so, and every container is compacted so no old ciphertext stays in its files.
+  public var compromised: Bool
+  /// Asked, only after a compromise and only when something would be destroyed.
+  public var confirm: @Sendable (CompromisePlan) -> CompromiseDecision
+
+  public init(
+    retireUnused: Bool = true, compromised: Bool = false,
+    confirm: @escaping @Sendable (CompromisePlan) -> CompromiseDecision = { _ in .abort }
+  ) {
+    self.retireUnused = retireUnused
+    self.compromised = compromised
+    self.confirm = confirm
+  }
 }
 
 /// What a rotation did.
@@ -25,54 +123,94 @@ public struct RotationReport: Sendable, Equatable, Codable {
   public var newVersion: UInt32
   public var resealed: [String: Int]
   public var retired: [UInt32]
-  /// Older versions kept as decrypt-only, and why (for example: no containers to prove them unused).
+  /// Older versions kept as decrypt-only.
   public var keptVersions: [UInt32]
+  /// Why each kept version was kept (version → reasons, for people).
+  public var keptBecause: [String: [String]]
+  /// After a compromise: records purged or kept unreadable, per container.
+  public var purged: [String: Int]
+  public var keptUnreadable: [String: Int]
+  public var compromised: Bool
   public var seconds: Double
 
   enum CodingKeys: String, CodingKey {
     case previousVersion = "previous_version"
     case newVersion = "new_version"
-    case resealed, retired
+    case resealed, retired, compromised, seconds, purged
     case keptVersions = "kept_versions"
-    case seconds
+    case keptBecause = "kept_because"
+    case keptUnreadable = "kept_unreadable"
+  }
+}
+
+/// Why a rotation refused to run or stopped. Nothing was changed when it refused before step 2.
+public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
+  case containerMissing(path: String)
+  case containerEmpty(path: String)
+  case notAContainer(path: String, reason: String)
+  case foreignContainer(path: String, keyringID: String)
+  case containerReplaced(path: String, expected: String, found: String?)
+  case duplicateContainer(path: String, other: String)
+  case aborted
+
+  public var description: String {
+    switch self {
+    case .containerMissing(let path):
+      "registered container \(path) is missing; restore it from a backup before rotating "
+        + "(its records may still need their keys). Nothing was changed"
+    case .containerEmpty(let path):
+      "registered container \(path) is an empty file, not the container that was registered; restore it from a "
+        + "backup before rotating. Nothing was changed"
+    case .notAContainer(let path, let reason):
+      "registered container \(path) is not a vault container (\(reason)); restore it from a backup before "
+        + "rotating. Nothing was changed"
+    case .foreignContainer(let path, let keyring):
+      "registered container \(path) belongs to vault \(keyring), not this one; restore this vault's container "
+        + "before rotating. Nothing was changed"
+    case .containerReplaced(let path, let expected, let found):
+      "registered container \(path) was replaced: it carries container id \(found ?? "none"), not \(expected); "
+        + "restore the registered container before rotating. Nothing was changed"
+    case .duplicateContainer(let path, let other):
+      "\(path) is a copy of the registered container \(other) (same container id); refusing to register it twice"
+    case .aborted:
+      "the rotation after a compromise was stopped before retiring anything; the new key version is active. "
+        + "Run it again to finish"
+    }
   }
 }
 
 extension Vault {
-  /// Rotates the vault's key (crash-safe and multi-process-safe).
+  /// Rotates the vault's key (crash-safe and multi-process-safe), as `vault rotate` does.
   ///
-  /// Under the home's exclusive lock: finishes a rotation that stopped part-way, or adds version
-  /// n+1 as pending, stores and self-tests its key, and makes it active (older versions become
-  /// decrypt-only). Then each container raises its minimum seal version and re-seals.
+  /// Under the home's exclusive lock:
+  /// 1. checks that every registered container is the one that was registered (missing, empty,
+  ///    replaced, foreign or non-container files make it refuse, changing nothing);
+  /// 2. finishes a rotation that stopped part-way, or adds version n+1 (recorded, stored,
+  ///    self-tested, made active; older versions become decrypt-only);
+  /// 3. opens each registered container in turn (one at a time): raises its minimum seal version,
+  ///    re-seals every older record, empties its log, and counts records per version from the
+  ///    envelopes' headers;
+  /// 4. retires (deletes the key of) an older version only when this run proved it unused: zero
+  ///    records in every registered container, every container's log emptied, and no envelope
+  ///    sealed outside containers under it (`sealExternal`). A version the manifest already calls
+  ///    retired whose key is still present gets exactly the same proof before its key is deleted.
   ///
-  /// A version is retired (its key deleted from the store) only when `retireUnused` is set, at
-  /// least one container was checked, every container reports zero records under it, and it never
-  /// sealed anything outside a container (`sealExternal`), since such envelopes cannot be counted.
-  public func rotate(containers: [any SealedContainer] = [], retireUnused: Bool = false) throws -> RotationReport {
-    try rotate(retireUnused: retireUnused) { _ in containers }
-  }
-
-  /// Rotates, asking `containers` for the containers to re-seal once the manifest lock is held
-  /// (given the freshly read manifest), so a container registered just before cannot be missed.
-  /// Versions are retired only when the containers cover every container the manifest registers.
+  /// - Throws: `RotationError` when a registered container is not what was registered;
+  ///   `VaultError`, `KeyStoreError` or the container's errors otherwise. A rerun resumes.
   public func rotate(
-    retireUnused: Bool, containers openContainers: (Manifest) throws -> [any SealedContainer]
+    containers provider: any ContainerProvider, options: RotationOptions = RotationOptions()
   ) throws -> RotationReport {
     let started = Date()
     return try withManifestLock {
-      let containers = try openContainers(manifest)
-      let previous = manifest.activeVersion
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
+      try preflight(provider)
+      let previous = manifest.activeVersion
       let resuming = manifest.resealing != nil && manifest.resealing == manifest.activeVersion
       if !resuming, !manifest.versions.contains(where: { $0.state == .pending }) {
-        var next = manifest
-        let version = (next.versions.map(\.version).max() ?? 0) + 1
-        next.versions.append(KeyVersionRecord(version: version, state: .pending, createdAt: timestamp(clock())))
-        try ManifestFile.save(next, home: home)
-        try reload()
+        try addPendingVersion()
       }
-      try completePendingVersion()
+      try completePendingVersion(resealing: true)
       let active = manifest.activeVersion
       if manifest.resealing != active {
         var next = manifest
@@ -80,63 +218,186 @@ extension Vault {
         try save(next)
       }
 
+      // One container at a time: a vault may have more containers than the process has descriptors.
       var resealed: [String: Int] = [:]
-      for container in containers {
+      var unopenable: [String: [UInt32: Int]] = [:]
+      var inUse: [UInt32: [String]] = [:]
+      var logNotEmptied: [String] = []
+      for registered in manifest.containers {
+        let container = try provider.open(path: registered.path, vault: self)
+        try adoptContainerID(container, registered: registered)
         try container.raiseMinimumSealVersion(to: active)
-        resealed[container.name] = try container.reseal(with: self, to: active)
-      }
-
-      var inUse = Set<UInt32>()
-      for container in containers {
-        for (version, count) in try container.recordCounts() where count > 0 { inUse.insert(version) }
-      }
-      let older = manifest.versions.filter { $0.version != active && $0.state == .decryptOnly }.map(\.version)
-      var retired: [UInt32] = []
-      // Retire only when every registered container was counted (re-read under the lock).
-      let covered = Set(manifest.containers).isSubset(of: Set(containers.map(\.name)))
-      if retireUnused, !containers.isEmpty, covered {
-        let external = Set(manifest.externalSealVersions)
-        for version in older where !inUse.contains(version) && !external.contains(version) {
-          // Manifest first: a crash after this leaves an orphaned key, never a "retired" key still in use.
-          var next = manifest
-          next.setState(.retired, of: version)
-          if let index = next.versions.firstIndex(where: { $0.version == version }) {
-            next.versions[index].retiredAt = timestamp(clock())
-          }
-          try ManifestFile.save(next, home: home)
-          try reload()
-          _ = try store.deleteKey(keyring: keyringID, version: version)
-          retired.append(version)
+        let result = try container.reseal(with: self, to: active)
+        resealed[registered.path] = result.resealed
+        if !result.unopenable.isEmpty { unopenable[registered.path] = result.unopenable }
+        if try !checkpointWithRetries(container) { logNotEmptied.append(registered.path) }
+        for (version, count) in try container.recordCounts().byVersion where count > 0 && version != active {
+          inUse[version, default: []].append(registered.path)
         }
       }
-      // A crash between marking a version retired and deleting its key leaves the key behind;
-      // delete any such leftovers now (the manifest already proves them unused).
+
+      let older = manifest.versions.filter { $0.version != active && $0.state == .decryptOnly }.map(\.version)
+      // Retired in the manifest but with material still in the store (a crash between marking and
+      // deleting, or a manifest someone edited): delete only on this run's proof, like any other.
       let stored = Set(try store.storedVersions(keyring: keyringID))
-      for record in manifest.versions where record.state == .retired && stored.contains(record.version) {
-        _ = try store.deleteKey(keyring: keyringID, version: record.version)
+      let leftovers = stored.filter { $0 != active && manifest.isRetired($0) }.sorted()
+      var candidates = older + leftovers
+      var kept: [UInt32: [String]] = [:]
+      var purged: [String: Int] = [:]
+      var keptUnreadable: [String: Int] = [:]
+
+      if options.compromised {
+        let plan = CompromisePlan(
+          unopenable: unopenable.mapValues { $0.values.reduce(0, +) },
+          externalSealVersions: manifest.externalSealVersions.filter { candidates.contains($0) }.sorted(),
+          retiring: candidates.sorted())
+        if !plan.unopenable.isEmpty || !plan.externalSealVersions.isEmpty {
+          let decision = options.confirm(plan)
+          if decision == .abort { throw RotationError.aborted }
+          for registered in manifest.containers where unopenable[registered.path] != nil {
+            let container = try provider.open(path: registered.path, vault: self)
+            let count = try container.removeRecords(sealedUnder: Set(candidates), keep: decision == .keep)
+            if decision == .keep { keptUnreadable[registered.path] = count } else { purged[registered.path] = count }
+          }
+        }
+        // Every file is rebuilt so no freed page or log frame keeps old ciphertext.
+        logNotEmptied = []
+        for registered in manifest.containers {
+          let container = try provider.open(path: registered.path, vault: self)
+          try container.compact()
+          if try !checkpointWithRetries(container) { logNotEmptied.append(registered.path) }
+        }
+        // Records still counted under a candidate version (kept unreadable) no longer pin it.
+        inUse = [:]
       }
-      var finished = manifest
-      finished.resealing = nil
-      try save(finished)
+
+      for version in candidates {
+        var reasons: [String] = []
+        if !options.retireUnused && !options.compromised { reasons.append("retirement was not requested") }
+        if manifest.containers.isEmpty, !options.compromised {
+          reasons.append("no container is registered, so no count can prove it unused")
+        }
+        if let paths = inUse[version] { reasons += paths.map { "records sealed under it remain in \($0)" } }
+        if manifest.externalSealVersions.contains(version), !options.compromised {
+          reasons.append("it sealed records outside any container (vault seal), which rotation cannot count")
+        }
+        reasons += logNotEmptied.map { "the log of \($0) could not be emptied (a reader held it open); rotate again" }
+        if !reasons.isEmpty { kept[version] = reasons }
+      }
+      candidates.removeAll { kept[$0] != nil }
+
+      // Manifest first, in one write: a crash after it leaves keys of versions marked retired, which
+      // the next rotation deletes only after proving them unused again.
+      var next = manifest
+      let now = timestamp(clock())
+      for version in candidates where next.record(version)?.state != .retired {
+        next.setState(.retired, of: version)
+        if let index = next.versions.firstIndex(where: { $0.version == version }) {
+          next.versions[index].retiredAt = now
+        }
+      }
+      // A version marked retired that turned out to be in use goes back to decrypt-only.
+      for (version, _) in kept where next.record(version)?.state == .retired {
+        next.setState(.decryptOnly, of: version)
+        if let index = next.versions.firstIndex(where: { $0.version == version }) { next.versions[index].retiredAt = nil }
+      }
+      next.resealing = nil
+      try save(next)
+      var retired: [UInt32] = []
+      for version in candidates {
+        _ = try store.deleteKey(keyring: keyringID, version: version)
+        retired.append(version)
+      }
+      // Forget every cached key that is no longer usable (save already dropped retired ones).
+      try adoptVerifiedManifest(heal: true)
+      let keptVersions = kept.keys.sorted()
       return RotationReport(
-        previousVersion: previous, newVersion: active, resealed: resealed, retired: retired,
-        keptVersions: older.filter { !retired.contains($0) }, seconds: Date().timeIntervalSince(started))
+        previousVersion: previous, newVersion: active, resealed: resealed, retired: retired.sorted(),
+        keptVersions: keptVersions,
+        keptBecause: Dictionary(uniqueKeysWithValues: kept.map { (String($0.key), $0.value) }),
+        purged: purged, keptUnreadable: keptUnreadable, compromised: options.compromised,
+        seconds: Date().timeIntervalSince(started))
     }
+  }
+
+  /// Step 1: every registered container must be the container that was registered.
+  private func preflight(_ provider: any ContainerProvider) throws {
+    for registered in manifest.containers {
+      switch try provider.probe(path: registered.path) {
+      case .missing: throw RotationError.containerMissing(path: registered.path)
+      case .empty: throw RotationError.containerEmpty(path: registered.path)
+      case .notAContainer(let reason): throw RotationError.notAContainer(path: registered.path, reason: reason)
+      case .container(let keyring, let id):
+        guard keyring == keyringID.hex else {
+          throw RotationError.foreignContainer(path: registered.path, keyringID: keyring)
+        }
+        if let expected = registered.id, id != expected {
+          throw RotationError.containerReplaced(path: registered.path, expected: expected, found: id)
+        }
+      }
+    }
+  }
+
+  /// A container registered before container ids gets its id recorded the first time it is opened.
+  private func adoptContainerID(_ container: any SealedContainer, registered: ContainerRecord) throws {
+    if let expected = registered.id {
+      guard container.containerID == expected else {
+        throw RotationError.containerReplaced(path: registered.path, expected: expected, found: container.containerID)
+      }
+      return
+    }
+    var next = manifest
+    if let other = next.containers.first(where: { $0.id == container.containerID && $0.path != registered.path }) {
+      throw RotationError.duplicateContainer(path: registered.path, other: other.path)
+    }
+    if let index = next.containers.firstIndex(where: { $0.path == registered.path }) {
+      next.containers[index].id = container.containerID
+      try save(next)
+    }
+  }
+
+  /// A checkpoint never waits on readers (that would stall every writer); it is retried a few
+  /// times over about two seconds instead.
+  private func checkpointWithRetries(_ container: any SealedContainer) throws -> Bool {
+    for attempt in 0..<20 {
+      if try container.checkpointNow() { return true }
+      if attempt < 19 { usleep(100_000) }
+    }
+    return false
   }
 }
 
 extension Vault {
-  /// Registers a container so rotation re-seals and counts its records. Idempotent; takes the
-  /// manifest lock only when the container is new.
-  public func registerContainer(_ path: String) throws {
+  /// Registers the container at `path` with id `id` so rotation re-seals and counts its records.
+  /// Idempotent. Refuses a second path for an id that is already registered (a copy).
+  public func registerContainer(_ path: String, id: String) throws {
     let path = absolutePath(path)
-    if manifest.containers.contains(path) { return }
+    try refreshIfChanged()
+    if manifest.container(at: path)?.id == id { return }
     try withManifestLock {
-      guard !manifest.containers.contains(path) else { return }
+      if let existing = manifest.container(at: path) {
+        if existing.id == id { return }
+        if let expected = existing.id {
+          throw RotationError.containerReplaced(path: path, expected: expected, found: id)
+        }
+      }
       var next = manifest
-      next.containers.append(path)
+      if let other = next.containers.first(where: { $0.id == id && $0.path != path }) {
+        throw RotationError.duplicateContainer(path: path, other: other.path)
+      }
+      if let index = next.containers.firstIndex(where: { $0.path == path }) {
+        next.containers[index].id = id
+      } else {
+        next.containers.append(ContainerRecord(path: path, id: id))
+      }
       try save(next)
     }
+  }
+
+  /// The registered container at `path`, as the manifest says now (re-read when it changed).
+  public func registeredContainer(at path: String) throws -> ContainerRecord? {
+    try refreshIfChanged()
+    return manifest.container(at: absolutePath(path))
   }
 
   /// Seals a record that will live outside any container (a file, another database): under the

@@ -31,15 +31,22 @@ public struct VaultStatus: Codable, Sendable, Equatable {
   /// A registered container and its records per key version (nil when its file is missing).
   public struct Container: Codable, Sendable, Equatable {
     public var path: String
+    /// The container id recorded at registration (nil for one registered before ids existed).
+    public var id: String?
     public var records: [String: Int]?
   }
+
+  /// Whether the manifest's MAC was checked: `verified`, or `unverified` (the key store could
+  /// not be read, e.g. a locked keyring), or `legacy` (written by a release before MACs; upgraded
+  /// on the next open with keys).
+  public var integrity: String
 
   public var keyfile: Keyfile?
   public var containers: [Container]
   public var externalSealVersions: [UInt32]
 
   enum CodingKeys: String, CodingKey {
-    case home, store, versions, keyfile, containers
+    case home, store, versions, keyfile, containers, integrity
     case vaultID = "vault_id"
     case activeVersion = "active_version"
     case externalSealVersions = "external_seal_versions"
@@ -50,14 +57,14 @@ extension Vault {
   /// The vault's state from its manifest, with `counts` (records per version, per container path;
   /// nil for a container whose file is missing).
   public func status(counts: [String: [UInt32: Int]?] = [:]) -> VaultStatus {
-    Self.describe(home: home, manifest: manifest, counts: counts)
+    Self.describe(home: home, manifest: manifest, counts: counts, integrity: "verified")
   }
 
   /// The status of a vault from its manifest alone, without touching the key store (so it works
   /// while the keyring is locked).
-  public static func describe(home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:])
-    -> VaultStatus
-  {
+  public static func describe(
+    home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], integrity: String
+  ) -> VaultStatus {
     var totals: [UInt32: Int] = [:]
     for case let perVersion? in counts.values {
       for (version, count) in perVersion { totals[version, default: 0] += count }
@@ -73,11 +80,11 @@ extension Vault {
           version: $0.version, state: $0.state, createdAt: $0.createdAt, retiredAt: $0.retiredAt,
           records: totals[$0.version] ?? 0)
       },
-      keyfile: keyfile,
-      containers: manifest.containers.map { path in
-        let perVersion = counts[path] ?? nil
+      integrity: integrity, keyfile: keyfile,
+      containers: manifest.containers.map { container in
+        let perVersion = counts[container.path] ?? nil
         return .init(
-          path: path,
+          path: container.path, id: container.id,
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
       externalSealVersions: manifest.externalSealVersions)

@@ -20,16 +20,29 @@ public final class Vault: Sendable {
   struct State {
     var manifest: Manifest
     var keys: [UInt32: AESGCMKey] = [:]
+    /// Key-check values computed for versions whose record has none yet (written on the next save).
+    var learnedChecks: [UInt32: String] = [:]
+    var integrityKey: SymmetricKey
+    /// The manifest file as this process last read or wrote it; a different stamp means another
+    /// process changed it.
+    var stamp: FileStamp?
+    /// The highest epoch this process has seen; a manifest below it is a stale copy.
+    var epoch: UInt64
+    /// Set when the manifest in the home was older than the key store's copy and was superseded.
+    var supersededStaleManifest = false
   }
 
   static let lockFileName = "vault.lock"
 
-  init(home: String, manifest: Manifest, store: any KeyStore, clock: @escaping @Sendable () -> Date) {
+  init(home: String, manifest: Manifest, store: any KeyStore, integrityKey: SymmetricKey, clock: @escaping @Sendable () -> Date) {
     self.home = home
     self.keyringID = manifest.keyringID!
     self.store = store
     self.clock = clock
-    state = Mutex(State(manifest: manifest))
+    state = Mutex(
+      State(
+        manifest: manifest, integrityKey: integrityKey, stamp: FileStamp(ManifestFile.path(home: home)),
+        epoch: manifest.epoch))
   }
 
   // MARK: - Create and open
@@ -71,10 +84,13 @@ public final class Vault: Sendable {
       guard orphans.isEmpty else { throw VaultError.orphanedKeys(home: home, vaultIDs: orphans) }
     }
 
+    // The integrity key goes first: every manifest, from the first, is authenticated by it.
+    let integrityKey = try SymmetricKey.generate()
+    try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
     let manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()))
-    try ManifestFile.save(manifest, home: home)
-    let vault = Vault(home: home, manifest: manifest, store: store, clock: clock)
+    let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)
     do {
+      try vault.save(manifest)
       try vault.completePendingVersion()
     } catch {
       // Nothing was ever sealed under this vault: undo the manifest so `init` can be retried.
@@ -87,17 +103,33 @@ public final class Vault: Sendable {
 
   /// Opens the vault in `home` and loads its active key.
   ///
-  /// - Throws: `ManifestFile.Failure` when the manifest is missing or corrupt; `KeyStoreError` when the
-  ///   store cannot be read (locked, timed out, bad permissions); `VaultError.keyMissing` when the
-  ///   active key is absent. It never creates a key for a version that may have sealed data.
+  /// The manifest must carry a valid MAC under the vault's integrity key (a manifest written by the
+  /// release before MACs is upgraded once, under the lock). When the key store's copy of the
+  /// manifest is newer than the one in the home (a stale copy was restored), the newer one is used
+  /// and written back, so a stale manifest can never drive a rotation.
+  ///
+  /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt, forged or stripped of
+  ///   its MAC; `KeyStoreError` when the store cannot be read (locked, timed out, bad permissions);
+  ///   `VaultError.keyMissing` when the active key is absent. It never creates a key for a version
+  ///   that may have sealed data.
   public static func open(
     home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
-    let manifest = try ManifestFile.load(home: home)
-    let store = try resolver.store(for: manifest.store, home: home)
-    let vault = Vault(home: home, manifest: manifest, store: store, clock: clock)
-    if manifest.versions.contains(where: { $0.state == .pending }) {
+    let signed = try ManifestFile.read(home: home)
+    let store = try resolver.store(for: signed.manifest.store, home: home)
+    let keyring = signed.manifest.keyringID!
+    let vault: Vault
+    if let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) }) {
+      vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
+      try vault.withManifestLock {}
+    } else {
+      guard signed.isLegacy else {
+        throw VaultError.integrityKeyMissing(store: store.kind)
+      }
+      vault = try upgrade(home: home, store: store, clock: clock)
+    }
+    if vault.manifest.versions.contains(where: { $0.state == .pending }) {
       // A create or rotation stopped part-way; finishing it is safe because nothing was sealed
       // under a pending version.
       try vault.withManifestLock { try vault.completePendingVersion() }
@@ -106,11 +138,86 @@ public final class Vault: Sendable {
     return vault
   }
 
+  /// Reads the manifest in `home` for display, changing nothing, and says whether it could be
+  /// verified: `verified` (MAC checked; a newer copy in the key store is shown instead of a stale
+  /// file), `unverified: <why>` when the key store cannot be read right now (a locked keyring), or
+  /// `legacy` for a manifest from the release before MACs.
+  /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt or fails its MAC.
+  public static func inspect(home: String, resolver: KeyStoreResolver = .system()) throws -> (Manifest, String) {
+    let home = absolutePath(home)
+    let signed = try ManifestFile.read(home: home)
+    let keyring = signed.manifest.keyringID!
+    let integrityKey: SymmetricKey
+    do {
+      let store = try resolver.store(for: signed.manifest.store, home: home)
+      guard let bytes = try store.loadRecord(.integrityKey, keyring: keyring) else {
+        return (signed.manifest, signed.isLegacy ? "legacy" : "unverified: the key store has no integrity key")
+      }
+      integrityKey = try SymmetricKey(storage: bytes)
+      guard try signed.isAuthentic(under: integrityKey) else {
+        throw ManifestFile.Failure.unauthenticated(path: ManifestFile.path(home: home))
+      }
+      if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyring) {
+        let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy")
+        if try mirror.isAuthentic(under: integrityKey), mirror.manifest.vaultID == signed.manifest.vaultID,
+          mirror.manifest.epoch > signed.manifest.epoch
+        {
+          return (mirror.manifest, "verified (the home's manifest is older than the key store's copy; shown: the copy)")
+        }
+      }
+      return (signed.manifest, "verified")
+    } catch let error as KeyStoreError {
+      return (signed.manifest, "unverified: \(error)")
+    }
+  }
+
+  /// Upgrades a vault made by the release before manifest MACs: makes its integrity key and
+  /// writes the manifest signed, under the lock. From then on an unsigned manifest is refused.
+  private static func upgrade(
+    home: String, store: any KeyStore, clock: @escaping @Sendable () -> Date
+  ) throws -> Vault {
+    let lock = try FileLock(path: home + "/" + lockFileName)
+    defer { lock.release() }
+    let signed = try ManifestFile.read(home: home)
+    let keyring = signed.manifest.keyringID!
+    if try store.loadRecord(.integrityKey, keyring: keyring) != nil {
+      // Another process upgraded meanwhile: open normally.
+      return try open(home: home, store: store, clock: clock)
+    }
+    guard signed.isLegacy else { throw VaultError.integrityKeyMissing(store: store.kind) }
+    // Refuse to upgrade a vault whose active key is not readable: nothing proves it is ours.
+    guard try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) != nil
+      || signed.manifest.record(signed.manifest.activeVersion)?.state == .pending
+    else {
+      throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
+    }
+    let integrityKey = try SymmetricKey.generate()
+    try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
+    let vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
+    try vault.save(signed.manifest)
+    return vault
+  }
+
+  private static func open(home: String, store: any KeyStore, clock: @escaping @Sendable () -> Date) throws -> Vault {
+    let signed = try ManifestFile.read(home: home)
+    guard let key = try store.loadRecord(.integrityKey, keyring: signed.manifest.keyringID!) else {
+      throw VaultError.integrityKeyMissing(store: store.kind)
+    }
+    let vault = Vault(
+      home: home, manifest: signed.manifest, store: store, integrityKey: try SymmetricKey(storage: key), clock: clock)
+    try vault.adoptVerifiedManifest(heal: true)
+    return vault
+  }
+
   // MARK: - Seal and open
 
   /// Seals `plaintext` under the active key, bound to `context` (which must be given again to open).
+  ///
+  /// Before sealing it checks whether another process changed the manifest (one `stat`), and if so
+  /// reloads it, so a long-lived process never seals under a version that was rotated away.
   /// - Returns: an envelope of `plaintext.count + 45` bytes.
   public func seal(_ plaintext: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
+    try refreshIfChanged()
     let (version, key) = try activeKey()
     let count = plaintext.count + Envelope.overhead
     return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
@@ -138,6 +245,7 @@ public final class Vault: Sendable {
     guard header.keyring == keyringID else {
       throw EnvelopeError.wrongKeyring(found: header.keyring, expected: keyringID)
     }
+    try refreshIfChanged()
     let key = try key(for: header.version)
     let body = UnsafeRawBufferPointer(rebasing: envelope[Envelope.headerCount...])
     let count = body.count - AESGCMKey.tagByteCount
@@ -170,24 +278,87 @@ public final class Vault: Sendable {
   /// The manifest as this process last read or wrote it.
   public var manifest: Manifest { state.withLock { $0.manifest } }
 
-  /// Re-reads the manifest (another process may have rotated) and forgets cached keys of versions
-  /// that are no longer usable.
-  public func reload() throws {
-    let fresh = try ManifestFile.load(home: home)
+  /// Whether opening this vault found the home's manifest older than the key store's copy and
+  /// replaced it with the newer one (a stale manifest was restored).
+  public var supersededStaleManifest: Bool { state.withLock { $0.supersededStaleManifest } }
+
+  /// Re-reads the manifest (another process may have rotated), verifies it, and forgets cached
+  /// keys of versions that are no longer usable.
+  public func reload() throws { try adoptVerifiedManifest(heal: false) }
+
+  /// Reloads when the manifest file is not the one this process last saw.
+  func refreshIfChanged() throws {
+    let current = FileStamp(ManifestFile.path(home: home))
+    if current != state.withLock({ $0.stamp }) { try reload() }
+  }
+
+  /// Reads the manifest in the home, checks its MAC, compares it with the key store's copy when it
+  /// is not newer than what this process saw, and adopts the newest authentic one. With `heal`
+  /// (the caller holds the lock) a stale file is replaced by the newer copy and a missing or older
+  /// key store copy is rewritten.
+  func adoptVerifiedManifest(heal: Bool) throws {
+    let path = ManifestFile.path(home: home)
+    let stampBefore = FileStamp(path)
+    let signed = try ManifestFile.read(home: home)
+    let (integrityKey, knownEpoch) = state.withLock { ($0.integrityKey, $0.epoch) }
+    guard !signed.isLegacy, try signed.isAuthentic(under: integrityKey) else {
+      throw ManifestFile.Failure.unauthenticated(path: path)
+    }
+    guard signed.manifest.vaultID == keyringID.hex else { throw ManifestFile.Failure.unauthenticated(path: path) }
+    var chosen = signed
+    var superseded = false
+    // The key store's copy is consulted when opening (heal) and whenever the file is not newer
+    // than what this process already saw: that is what a restored old copy looks like.
+    if heal || signed.manifest.epoch <= knownEpoch {
+      if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyringID) {
+        let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path + " (key store copy)")
+        guard !mirror.isLegacy, try mirror.isAuthentic(under: integrityKey) else {
+          throw ManifestFile.Failure.unauthenticated(path: path + " (key store copy)")
+        }
+        guard mirror.manifest.vaultID == signed.manifest.vaultID else {
+          throw ManifestFile.Failure.mismatchedMirror(path: path)
+        }
+        if mirror.bytes != signed.bytes, mirror.manifest.epoch >= signed.manifest.epoch {
+          chosen = mirror
+          superseded = true
+        } else if heal, mirror.manifest.epoch < signed.manifest.epoch {
+          try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+        }
+      } else if heal {
+        try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+      }
+    }
+    guard chosen.manifest.epoch >= knownEpoch else {
+      // Older than what this process already acted on, and no newer copy anywhere: refuse it.
+      throw ManifestFile.Failure.unauthenticated(path: path)
+    }
+    var stamp = stampBefore
+    if superseded, heal {
+      try ManifestFile.write(chosen.bytes, home: home)
+      stamp = FileStamp(path)
+    }
+    let fresh = chosen.manifest
     state.withLock { state in
       state.manifest = fresh
-      state.keys = state.keys.filter { fresh.record($0.key).map { $0.state != .retired } ?? false }
+      state.stamp = stamp
+      state.epoch = max(state.epoch, fresh.epoch)
+      if superseded { state.supersededStaleManifest = true }
+      state.keys = state.keys.filter { version, _ in
+        guard let record = fresh.record(version) else { return false }
+        return record.state == .active || record.state == .decryptOnly
+      }
     }
   }
 
   func activeKey() throws -> (UInt32, AESGCMKey) {
-    let version = state.withLock { $0.manifest.activeVersion }
-    guard manifest.record(version)?.state == .active else { throw VaultError.noActiveKey }
+    let (version, record) = state.withLock { ($0.manifest.activeVersion, $0.manifest.record($0.manifest.activeVersion)) }
+    guard record?.state == .active else { throw VaultError.noActiveKey }
     return (version, try key(for: version))
   }
 
-  /// The key for `version`, from the cache or the store. An unknown version triggers one manifest
-  /// reload, since another process may have rotated since this one loaded it.
+  /// The key for `version`, from the cache or the store, checked against the manifest's key-check
+  /// value. An unknown version triggers one manifest reload, since another process may have
+  /// rotated since this one loaded it.
   func key(for version: UInt32) throws -> AESGCMKey {
     if let cached = state.withLock({ $0.keys[version] }) { return cached }
     var record = state.withLock { $0.manifest.record(version) }
@@ -195,48 +366,117 @@ public final class Vault: Sendable {
       try reload()
       record = state.withLock { $0.manifest.record(version) }
     }
-    guard let record else { throw EnvelopeError.unknownKeyVersion(version) }
+    guard let record else {
+      if manifest.isRetired(version) { throw EnvelopeError.retiredKeyVersion(version) }
+      throw EnvelopeError.unknownKeyVersion(version)
+    }
     guard record.state != .retired else { throw EnvelopeError.retiredKeyVersion(version) }
     guard let material = try store.loadKey(keyring: keyringID, version: version) else {
       throw VaultError.keyMissing(version: version, store: store.kind)
     }
+    let check = try KeyVersionRecord.checkValue(of: material)
+    if let expected = record.check {
+      guard constantTimeEquals(check, expected) else { throw VaultError.keyCheckFailed(version: version) }
+    }
     let key = AESGCMKey(material)
-    state.withLock { $0.keys[version] = key }
+    state.withLock {
+      $0.keys[version] = key
+      if record.check == nil { $0.learnedChecks[version] = check }
+    }
     return key
   }
 
-  /// Writes `manifest` (caller holds the lock) and adopts it.
+  /// Writes `next` (caller holds the lock, or is creating the vault) and adopts it: a new epoch,
+  /// compacted history, signed with the integrity key, mirrored into the key store first and then
+  /// written to the home, so the key store's copy is never older than the file.
   func save(_ next: Manifest) throws {
-    try ManifestFile.save(next, home: home)
-    state.withLock { $0.manifest = next }
+    var next = next
+    let (integrityKey, epoch, learned) = state.withLock { ($0.integrityKey, $0.epoch, $0.learnedChecks) }
+    let (nextEpoch, overflow) = max(epoch, next.epoch).addingReportingOverflow(1)
+    guard !overflow else { throw ManifestFile.Failure.corrupt(path: ManifestFile.path(home: home), reason: "epoch exhausted") }
+    next.epoch = nextEpoch
+    for index in next.versions.indices where next.versions[index].check == nil {
+      next.versions[index].check = learned[next.versions[index].version]
+    }
+    next.compactRetiredHistory()
+    let bytes = try ManifestFile.sign(next, key: integrityKey)
+    try bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+    try ManifestFile.write(bytes, home: home)
+    let stamp = FileStamp(ManifestFile.path(home: home))
+    state.withLock {
+      $0.manifest = next
+      $0.epoch = nextEpoch
+      $0.stamp = stamp
+      $0.keys = $0.keys.filter { version, _ in
+        guard let record = next.record(version) else { return false }
+        return record.state == .active || record.state == .decryptOnly || record.state == .pending
+      }
+    }
   }
 
-  /// Runs `body` holding the home's exclusive lock, with the manifest freshly re-read.
+  /// Runs `body` holding the home's exclusive lock, with the manifest freshly read, verified and
+  /// (if a stale copy was found) healed.
   func withManifestLock<T>(_ body: () throws -> T) throws -> T {
     let lock = try FileLock(path: home + "/" + Self.lockFileName)
     defer { lock.release() }
-    try reload()
+    try adoptVerifiedManifest(heal: true)
     return try body()
   }
 
-  /// Finishes the pending version, if any: uses its key when the store already has it (a crash
-  /// after storing), otherwise generates and stores one; proves it with a seal/open round trip;
-  /// then makes it active and the previous active version decrypt-only. Caller holds the lock.
-  func completePendingVersion() throws {
-    guard let pending = manifest.versions.first(where: { $0.state == .pending })?.version else { return }
+  /// Adds the next version as pending: generates its key, records its key-check value in the
+  /// manifest, then stores the key. A crash in between leaves a pending version whose key is either
+  /// absent (a new one is made on resume; nothing was sealed under it) or exactly the one recorded.
+  /// Caller holds the lock.
+  func addPendingVersion() throws {
+    var next = manifest
+    let (version, overflow) = next.highestVersion.addingReportingOverflow(1)
+    guard !overflow, version < UInt32.max else { throw VaultError.versionsExhausted(highest: next.highestVersion) }
+    let material = try SymmetricKey.generate()
+    next.highestVersion = version
+    next.versions.append(
+      KeyVersionRecord(
+        version: version, state: .pending, createdAt: timestamp(clock()),
+        check: try KeyVersionRecord.checkValue(of: material)))
+    try requireStoredKeysForLiveVersions()
+    try save(next)
+    try store.storeKey(material, keyring: keyringID, version: version)
+  }
+
+  /// Generating a key is safe only while the store still holds every version that may have sealed
+  /// data: a lost keyfile must be an error, not a fresh file with one new key in it.
+  private func requireStoredKeysForLiveVersions() throws {
+    let stored = Set(try store.storedVersions(keyring: keyringID))
+    for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+      guard stored.contains(record.version) else {
+        throw VaultError.keyMissing(version: record.version, store: store.kind)
+      }
+    }
+  }
+
+  /// Finishes the pending version, if any: adopts a key the store already holds only when its
+  /// key-check value is the one recorded, otherwise generates one (recording its check value before
+  /// storing it); proves it with a seal/open round trip; then makes it active and the previous
+  /// active version decrypt-only, in one manifest write that also marks the rotation as re-sealing
+  /// when `resealing` is set. Caller holds the lock.
+  func completePendingVersion(resealing: Bool = false) throws {
+    guard let pendingRecord = manifest.versions.first(where: { $0.state == .pending }) else { return }
+    let pending = pendingRecord.version
     let material: SymmetricKey
     if let existing = try store.loadKey(keyring: keyringID, version: pending) {
+      // Only a key this vault recorded may be adopted; anything else was not made by this vault.
+      guard let expected = pendingRecord.check, constantTimeEquals(try KeyVersionRecord.checkValue(of: existing), expected)
+      else {
+        throw VaultError.unexpectedKeyItem(version: pending, store: store.kind)
+      }
       material = existing
     } else {
-      // Generating is safe only for the pending version, and only if the store still holds every
-      // version that may have sealed data: a lost keyfile must be an error, not a fresh file.
-      let stored = Set(try store.storedVersions(keyring: keyringID))
-      for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
-        guard stored.contains(record.version) else {
-          throw VaultError.keyMissing(version: record.version, store: store.kind)
-        }
-      }
+      try requireStoredKeysForLiveVersions()
       material = try SymmetricKey.generate()
+      var next = manifest
+      if let index = next.versions.firstIndex(where: { $0.version == pending }) {
+        next.versions[index].check = try KeyVersionRecord.checkValue(of: material)
+      }
+      try save(next)
       try store.storeKey(material, keyring: keyringID, version: pending)
     }
     // Read back what the store holds: the round trip must use the key that future opens will load.
@@ -252,11 +492,9 @@ public final class Vault: Sendable {
     }
     next.setState(.active, of: pending)
     next.activeVersion = pending
-    try ManifestFile.save(next, home: home)
-    state.withLock {
-      $0.manifest = next
-      $0.keys[pending] = key
-    }
+    if resealing { next.resealing = pending }
+    try save(next)
+    state.withLock { $0.keys[pending] = key }
   }
 
   private func selfTest(_ key: AESGCMKey, version: UInt32) throws {
@@ -281,6 +519,40 @@ public final class Vault: Sendable {
       throw VaultError.roundTripFailed(version: version)
     }
     guard opened == probe else { throw VaultError.roundTripFailed(version: version) }
+  }
+}
+
+/// Compares two short ASCII strings (hex check values) in time that depends only on their length.
+func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+  let x = Array(a.utf8)
+  let y = Array(b.utf8)
+  guard x.count == y.count else { return false }
+  var difference: UInt8 = 0
+  for index in x.indices { difference |= x[index] ^ y[index] }
+  return difference == 0
+}
+
+/// The identity of a file as `stat` sees it: a rewrite by rename changes the inode, an in-place
+/// change the size or times.
+struct FileStamp: Equatable, Sendable {
+  let device: UInt64
+  let inode: UInt64
+  let size: Int64
+  let modified: Int
+  let modifiedNanoseconds: Int
+  let changed: Int
+  let changedNanoseconds: Int
+
+  init?(_ path: String) {
+    var info = stat()
+    guard stat(path, &info) == 0 else { return nil }
+    device = UInt64(info.st_dev)
+    inode = UInt64(info.st_ino)
+    size = Int64(info.st_size)
+    modified = info.st_mtim.tv_sec
+    modifiedNanoseconds = info.st_mtim.tv_nsec
+    changed = info.st_ctim.tv_sec
+    changedNanoseconds = info.st_ctim.tv_nsec
   }
 }
 

@@ -10,6 +10,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case keyMissing(version: UInt32, store: KeyStoreKind)
   case roundTripFailed(version: UInt32)
   case noActiveKey
+  case integrityKeyMissing(store: KeyStoreKind)
+  case keyCheckFailed(version: UInt32)
+  case unexpectedKeyItem(version: UInt32, store: KeyStoreKind)
+  case versionsExhausted(highest: UInt32)
 
   public var description: String {
     switch self {
@@ -30,6 +34,18 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .roundTripFailed(let version):
       "key version \(version) failed its seal/open self-test; it was not activated"
     case .noActiveKey: "the manifest names no active key version"
+    case .integrityKeyMissing(let store):
+      "the \(store.rawValue) store has no integrity key for this vault although its manifest is signed; "
+        + "the key store was reset or belongs to another vault: restore it from a backup (nothing was changed)"
+    case .keyCheckFailed(let version):
+      "the key store's item for version \(version) is not the key this vault recorded "
+        + "(its key-check value differs); refusing to use it. Restore the key store from a backup"
+    case .unexpectedKeyItem(let version, let store):
+      "the \(store.rawValue) store already holds an item for key version \(version) that this vault did not record; "
+        + "refusing to adopt it. Remove the stray item (or restore the matching manifest) and retry"
+    case .versionsExhausted(let highest):
+      "key versions are exhausted (highest is \(highest)); this vault cannot rotate again. "
+        + "Move its records to a new vault"
     }
   }
 }

@@ -28,8 +28,10 @@ extension VaultCommandLine {
 
     let manifest: Manifest
     do {
-      manifest = try ManifestFile.load(home: home)
-      terminal.print("  manifest:        ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID))")
+      let integrity: String
+      (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
+      terminal.print(
+        "  manifest:        ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), \(integrity))")
     } catch {
       let (message, _) = Self.describe(error)
       terminal.print("  manifest:        \(message)")

@@ -103,21 +103,33 @@ enum Help {
       """
     ),
     "rotate": (
-      "vault [--home DIR] rotate [--json]",
+      "vault [--home DIR] rotate [--compromised [--yes]] [--json]",
       """
       OVERVIEW: Make a new key version active and re-seal every queued record.
 
-      Stores a new key, makes it active (older versions become decrypt-only), raises every
-      registered container's minimum seal version, re-seals all their records (pending, in
-      flight, parked, in review) under the new key, and then retires (deletes the key of) each
-      older version that no container still uses and that never sealed with 'vault seal'.
-      Crash-safe: if it is interrupted, running it again finishes the same rotation.
+      First checks that every registered container is the one that was registered (refusing,
+      with nothing changed, when one is missing, empty, replaced or another vault's). Then stores
+      a new key, makes it active (older versions become decrypt-only), and visits the registered
+      containers one at a time: raises the minimum seal version, re-seals every record (pending,
+      in flight, parked, in review) under the new key, empties the container's log and counts
+      records per version from the envelopes' own headers. An older version is retired (its key
+      deleted) only when this run proved it unused everywhere and it never sealed with
+      'vault seal'; otherwise it is kept and the report says why. Crash-safe: if it is
+      interrupted, running it again finishes the same rotation.
 
-      USAGE: vault [--home DIR] rotate [--json]
+      USAGE: vault [--home DIR] rotate [--compromised [--yes]] [--json]
 
       OPTIONS:
+        --compromised           The old key leaked: retire every older version even when
+                                'vault seal' envelopes need it (they become unreadable), purge
+                                or keep records that do not open (asks first), and rebuild every
+                                container so no old ciphertext stays in its files.
+        --yes                   With --compromised: purge records that do not open without
+                                asking (required when standard input is not a terminal).
         --json                  Print JSON: previous_version, new_version, resealed
-                                (container -> records), retired, kept_versions, seconds.
+                                (container -> records), retired, kept_versions, kept_because
+                                (version -> reasons), compromised, purged, kept_unreadable,
+                                seconds.
         -h, --help              Show help information.
       """
     ),

@@ -30,7 +30,15 @@ extension VaultCommandLine {
       throw UsageError(message: "unexpected argument '\(rest[0])'", command: "queue")
     }
     let vault = try openVault(arguments)
-    let container = try QueueContainer(path: defaultContainer(arguments), vault: vault)
+    // Only `put` may create (and register) a container; reading commands never create or register
+    // anything, so a mistyped --container is an error, not a new empty container.
+    let mode: QueueContainer.OpenMode =
+      switch action {
+      case "put": .createIfNeeded
+      case "resend": .existing
+      default: .readOnly
+      }
+    let container = try QueueContainer(path: defaultContainer(arguments), vault: vault, mode: mode)
     switch action {
     case "put":
       guard let name = arguments.options["--queue"] else {
@@ -103,14 +111,11 @@ extension VaultCommandLine {
 
 enum QueueCommandError: Error, CustomStringConvertible {
   case notResendable(requested: Int, moved: Int)
-  case missingContainer(path: String)
 
   var description: String {
     switch self {
     case .notResendable(let requested, let moved):
       "\(requested - moved) of the ids are not parked or in review (unknown, pending or in flight); they were left as they are"
-    case .missingContainer(let path):
-      "registered container \(path) is missing; restore it from a backup before rotating (its records may still need their keys)"
     }
   }
 }

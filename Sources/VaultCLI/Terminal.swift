@@ -27,8 +27,20 @@ public final class Terminal: @unchecked Sendable {
       writeOutput: { bytes in FileHandle.standardOutput.write(Data(bytes)) },
       writeError: { text in FileHandle.standardError.write(Data(text.utf8)) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
+    if isatty(STDIN_FILENO) != 0 {
+      terminal.askLine = { question in
+        FileHandle.standardError.write(Data(question.utf8))
+        return Swift.readLine(strippingNewline: true)
+      }
+    }
     return terminal
   }
+
+  /// Asks a question on the controlling terminal and returns the answer line; nil when the
+  /// process has no terminal (so scripts never block on a prompt).
+  var askLine: ((String) -> String?)?
+
+  func ask(_ question: String) -> String? { askLine?(question) }
 
   func print(_ text: String) { writeOutput(Array((text + "\n").utf8)) }
   func note(_ text: String) { writeError(text + "\n") }

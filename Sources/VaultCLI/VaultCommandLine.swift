@@ -22,7 +22,8 @@ public struct VaultCommandLine {
     "status": CommandSpec(name: "status", options: [], flags: ["--json"], takesPositionals: false),
     "seal": CommandSpec(name: "seal", options: ["--context"], flags: [], takesPositionals: false),
     "open": CommandSpec(name: "open", options: ["--context"], flags: [], takesPositionals: false),
-    "rotate": CommandSpec(name: "rotate", options: [], flags: ["--json"], takesPositionals: false),
+    "rotate": CommandSpec(
+      name: "rotate", options: [], flags: ["--json", "--compromised", "--yes"], takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
@@ -110,7 +111,7 @@ public struct VaultCommandLine {
   /// Error types whose descriptions are written for people and hold nothing secret.
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
-    QueueCommandError.self, TelemetryError.self, ScanError.self,
+    QueueCommandError.self, TelemetryError.self, ScanError.self, RotationError.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {
@@ -187,17 +188,18 @@ public struct VaultCommandLine {
   private func status(_ arguments: Arguments) throws {
     let home = homePath(arguments)
     // Status reads only the manifest: it must work even when the key store is locked.
-    let manifest = try ManifestFile.load(home: home)
+    let (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
     var counts: [String: [UInt32: Int]?] = [:]
-    for path in manifest.containers {
+    for container in manifest.containers {
       do {
-        counts[path] = try QueueContainer.recordCounts(path: path)
+        counts[container.path] = try QueueContainer.recordCounts(path: container.path, keyring: manifest.keyringID!)?
+          .byVersion
       } catch {
-        counts[path] = .some(nil)
-        terminal.note("vault: could not count records in \(path): \(Self.describe(error).0)")
+        counts[container.path] = .some(nil)
+        terminal.note("vault: could not count records in \(container.path): \(Self.describe(error).0)")
       }
     }
-    let vault = Vault.describe(home: home, manifest: manifest, counts: counts)
+    let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
     if arguments.flags.contains("--json") {
       terminal.print(try JSON.encode(vault))
       return
@@ -215,6 +217,7 @@ public struct VaultCommandLine {
       let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
       terminal.print("    \(version.version)  \(state) created \(version.createdAt)  records \(version.records)")
     }
+    terminal.print("  manifest: \(vault.integrity)")
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"
@@ -257,14 +260,18 @@ public struct VaultCommandLine {
   }
 
   private func rotate(_ arguments: Arguments) throws {
-    let vault = try openVault(arguments)
-    // The containers are opened under the manifest lock, from the manifest as it is then.
-    let report = try vault.rotate(retireUnused: true) { manifest in
-      try manifest.containers.map { path in
-        guard FileManager.default.fileExists(atPath: path) else { throw QueueCommandError.missingContainer(path: path) }
-        return try QueueContainer(path: path, vault: vault)
-      }
+    let compromised = arguments.flags.contains("--compromised")
+    if arguments.flags.contains("--yes"), !compromised {
+      throw UsageError(message: "--yes goes with --compromised", command: "rotate")
     }
+    let vault = try openVault(arguments)
+    let assumeYes = arguments.flags.contains("--yes")
+    let terminal = self.terminal
+    let options = RotationOptions(
+      retireUnused: true, compromised: compromised,
+      confirm: { plan in Self.confirmCompromise(plan, assumeYes: assumeYes, terminal: terminal) })
+    // The containers are checked, then opened one at a time, under the manifest lock.
+    let report = try vault.rotate(containers: QueueContainerProvider(), options: options)
     if arguments.flags.contains("--json") {
       terminal.print(try JSON.encode(report))
       return
@@ -273,14 +280,48 @@ public struct VaultCommandLine {
     for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
       terminal.print("Re-sealed \(count) records in \(path)")
     }
+    for (path, count) in report.purged.sorted(by: { $0.key < $1.key }) {
+      terminal.print("Purged \(count) records that did not open from \(path)")
+    }
+    for (path, count) in report.keptUnreadable.sorted(by: { $0.key < $1.key }) {
+      terminal.print("Kept \(count) records that do not open (now unreadable) in review in \(path)")
+    }
     if !report.retired.isEmpty {
       terminal.print("Retired (keys deleted): " + report.retired.map(String.init).joined(separator: ", "))
     }
-    if !report.keptVersions.isEmpty {
-      let kept = report.keptVersions.map(String.init).joined(separator: ", ")
-      terminal.print("Kept as decrypt-only: \(kept)")
+    for version in report.keptVersions {
+      let reasons = report.keptBecause[String(version)] ?? []
+      terminal.print("Kept version \(version) as decrypt-only: " + reasons.joined(separator: "; "))
     }
     terminal.print(String(format: "Took %.3f s", report.seconds))
+  }
+
+  /// Asks before a rotation after a compromise destroys anything; without a terminal only `--yes`
+  /// (purge) lets it go on.
+  static func confirmCompromise(_ plan: CompromisePlan, assumeYes: Bool, terminal: Terminal) -> CompromiseDecision {
+    var text = "vault rotate --compromised will retire key versions "
+    text += plan.retiring.map(String.init).joined(separator: ", ") + ".\n"
+    for (path, count) in plan.unopenable.sorted(by: { $0.key < $1.key }) {
+      text += "  \(count) records in \(path) do not open under any key present.\n"
+    }
+    if !plan.externalSealVersions.isEmpty {
+      text +=
+        "  Envelopes sealed with 'vault seal' under versions "
+        + plan.externalSealVersions.map(String.init).joined(separator: ", ")
+        + " become unreadable for good.\n"
+    }
+    terminal.writeError(text)
+    if assumeYes { return .purge }
+    guard let answer = terminal.ask("Purge the records that do not open (p), keep them unreadable in review (k), or stop (s)? ")
+    else {
+      terminal.note("vault: no terminal to ask; rerun with --yes to purge, or without --compromised")
+      return .abort
+    }
+    switch answer.lowercased() {
+    case "p", "purge": return .purge
+    case "k", "keep": return .keep
+    default: return .abort
+    }
   }
 }
 

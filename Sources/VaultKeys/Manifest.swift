@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 
 /// The state of one key version.
 public enum KeyState: String, Codable, Sendable {
@@ -18,17 +19,81 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   public var state: KeyState
   public var createdAt: String
   public var retiredAt: String?
+  /// The key-check value: the first 16 bytes of HMAC-SHA256(key, "vault key check v1"), in hex.
+  /// A key store item whose key does not produce it is not this version's key. Nil only for
+  /// versions made by a release before key-check values (filled in when the key is next loaded).
+  public var check: String?
+  /// Fields written by a newer release, kept as they are on every rewrite.
+  var unknown: [String: JSONValue] = [:]
 
-  enum CodingKeys: String, CodingKey {
-    case version, state
+  enum CodingKeys: String, CodingKey, CaseIterable {
+    case version, state, check
     case createdAt = "created_at"
     case retiredAt = "retired_at"
   }
 
-  public init(version: UInt32, state: KeyState, createdAt: String) {
+  public init(version: UInt32, state: KeyState, createdAt: String, check: String? = nil) {
     self.version = version
     self.state = state
     self.createdAt = createdAt
+    self.check = check
+  }
+
+  public init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    version = try values.decode(UInt32.self, forKey: .version)
+    state = try values.decode(KeyState.self, forKey: .state)
+    createdAt = try values.decode(String.self, forKey: .createdAt)
+    retiredAt = try values.decodeIfPresent(String.self, forKey: .retiredAt)
+    check = try values.decodeIfPresent(String.self, forKey: .check)
+    unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
+  }
+
+  public func encode(to encoder: any Encoder) throws {
+    var values = encoder.container(keyedBy: CodingKeys.self)
+    try values.encode(version, forKey: .version)
+    try values.encode(state, forKey: .state)
+    try values.encode(createdAt, forKey: .createdAt)
+    try values.encodeIfPresent(retiredAt, forKey: .retiredAt)
+    try values.encodeIfPresent(check, forKey: .check)
+    try JSONValue.encode(unknown, to: encoder)
+  }
+
+  /// The key-check value of `key` (see `check`).
+  public static func checkValue(of key: SymmetricKey) throws -> String {
+    let code = try HMACSHA256.authenticationCode(Array("vault key check v1".utf8), key: key)
+    return code.prefix(16).map { String(format: "%02x", $0) }.joined()
+  }
+}
+
+/// A container registered with the vault: rotation re-seals and counts its records, and refuses to
+/// run when the file at `path` is not the container with `id`.
+public struct ContainerRecord: Codable, Sendable, Equatable {
+  public var path: String
+  /// The random id the container keeps in its own metadata. Nil only for a container registered by
+  /// a release before container ids (adopted from the file the next time it is opened).
+  public var id: String?
+  var unknown: [String: JSONValue] = [:]
+
+  enum CodingKeys: String, CodingKey, CaseIterable { case path, id }
+
+  public init(path: String, id: String?) {
+    self.path = path
+    self.id = id
+  }
+
+  public init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    path = try values.decode(String.self, forKey: .path)
+    id = try values.decodeIfPresent(String.self, forKey: .id)
+    unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
+  }
+
+  public func encode(to encoder: any Encoder) throws {
+    var values = encoder.container(keyedBy: CodingKeys.self)
+    try values.encode(path, forKey: .path)
+    try values.encodeIfPresent(id, forKey: .id)
+    try JSONValue.encode(unknown, to: encoder)
   }
 }
 
@@ -46,50 +111,88 @@ public struct StoreDescriptor: Codable, Sendable, Equatable {
 
 /// Non-secret metadata of a vault: its keyring id, key versions and their states, where the keys
 /// live, and the containers that hold records sealed under them. Stored as `manifest.json` (0600)
-/// in the vault home, replaced atomically.
+/// in the vault home, authenticated with the vault's integrity key (see `ManifestFile`).
 public struct Manifest: Codable, Sendable, Equatable {
-  public static let currentFormat = 1
+  /// Format 2 adds the MAC, the epoch, container ids, key-check values and compacted history.
+  /// A reader refuses any other format except 1, which it upgrades.
+  public static let currentFormat = 2
   public static let fileName = "manifest.json"
+  /// Retired versions listed individually; older retired versions are only implied by
+  /// `highestVersion`, so the manifest stays small however often the vault rotates.
+  public static let retiredHistoryLimit = 8
 
   public var format: Int
   public var vaultID: String
+  /// Incremented by every write. A manifest whose epoch is below the newest one the key store has
+  /// seen is a stale copy (restored from a backup, or rolled back) and is superseded.
+  public var epoch: UInt64
   public var store: StoreDescriptor
   public var activeVersion: UInt32
+  /// The highest version ever made. Versions are never reused; one at or below it that is not
+  /// listed was retired and compacted away.
+  public var highestVersion: UInt32
   public var versions: [KeyVersionRecord]
-  /// Absolute paths of queue containers whose records rotation re-seals and counts.
-  public var containers: [String]
+  /// Containers whose records rotation re-seals and counts.
+  public var containers: [ContainerRecord]
   /// Key versions that sealed records outside any container (`vault seal`). Rotation cannot count
-  /// those records, so it never retires these versions.
+  /// those records, so it never retires these versions (except a rotation after a compromise).
   public var externalSealVersions: [UInt32]
   /// Set while a rotation to this version has not yet finished re-sealing and retiring; a rerun of
   /// `rotate` resumes it instead of making yet another version.
   public var resealing: UInt32?
+  var unknown: [String: JSONValue] = [:]
 
-  enum CodingKeys: String, CodingKey {
-    case format, store, versions, containers
+  enum CodingKeys: String, CodingKey, CaseIterable {
+    case format, store, versions, containers, resealing, epoch
     case vaultID = "vault_id"
     case activeVersion = "active_version"
+    case highestVersion = "highest_version"
     case externalSealVersions = "external_seal_versions"
-    case resealing
   }
 
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     format = try values.decode(Int.self, forKey: .format)
     vaultID = try values.decode(String.self, forKey: .vaultID)
+    epoch = try values.decodeIfPresent(UInt64.self, forKey: .epoch) ?? 0
     store = try values.decode(StoreDescriptor.self, forKey: .store)
     activeVersion = try values.decode(UInt32.self, forKey: .activeVersion)
     versions = try values.decode([KeyVersionRecord].self, forKey: .versions)
-    containers = try values.decode([String].self, forKey: .containers)
+    highestVersion =
+      try values.decodeIfPresent(UInt32.self, forKey: .highestVersion) ?? versions.map(\.version).max() ?? 0
+    if let records = try? values.decode([ContainerRecord].self, forKey: .containers) {
+      containers = records
+    } else {
+      // Format 1 listed bare paths.
+      containers = try values.decode([String].self, forKey: .containers).map { ContainerRecord(path: $0, id: nil) }
+    }
     externalSealVersions = try values.decodeIfPresent([UInt32].self, forKey: .externalSealVersions) ?? []
     resealing = try values.decodeIfPresent(UInt32.self, forKey: .resealing)
+    unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
+  }
+
+  public func encode(to encoder: any Encoder) throws {
+    var values = encoder.container(keyedBy: CodingKeys.self)
+    try values.encode(format, forKey: .format)
+    try values.encode(vaultID, forKey: .vaultID)
+    try values.encode(epoch, forKey: .epoch)
+    try values.encode(store, forKey: .store)
+    try values.encode(activeVersion, forKey: .activeVersion)
+    try values.encode(highestVersion, forKey: .highestVersion)
+    try values.encode(versions, forKey: .versions)
+    try values.encode(containers, forKey: .containers)
+    try values.encode(externalSealVersions, forKey: .externalSealVersions)
+    try values.encodeIfPresent(resealing, forKey: .resealing)
+    try JSONValue.encode(unknown, to: encoder)
   }
 
   public init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String) {
     format = Self.currentFormat
     self.vaultID = vaultID.hex
+    epoch = 0
     self.store = store
     activeVersion = 1
+    highestVersion = 1
     versions = [KeyVersionRecord(version: 1, state: .pending, createdAt: createdAt)]
     containers = []
     externalSealVersions = []
@@ -99,18 +202,84 @@ public struct Manifest: Codable, Sendable, Equatable {
 
   public func record(_ version: UInt32) -> KeyVersionRecord? { versions.first { $0.version == version } }
 
-  public mutating func setState(_ state: KeyState, of version: UInt32) {
+  /// The registered container at `path`, if any.
+  public func container(at path: String) -> ContainerRecord? { containers.first { $0.path == path } }
+
+  /// Whether `version` was made and later retired (listed as retired, or compacted away).
+  public func isRetired(_ version: UInt32) -> Bool {
+    if let record = record(version) { return record.state == .retired }
+    return version >= 1 && version <= highestVersion
+  }
+
+  package mutating func setState(_ state: KeyState, of version: UInt32) {
     guard let index = versions.firstIndex(where: { $0.version == version }) else { return }
     versions[index].state = state
   }
+
+  /// Keeps only the newest `retiredHistoryLimit` retired versions listed; `highestVersion` keeps
+  /// the rest implied. External-seal pins of retired versions are dropped (nothing can use them).
+  package mutating func compactRetiredHistory() {
+    let retired = versions.filter { $0.state == .retired }.map(\.version).sorted()
+    let dropped = Set(retired.dropLast(Self.retiredHistoryLimit))
+    versions.removeAll { dropped.contains($0.version) }
+    let pinned = externalSealVersions.filter { !isRetired($0) }
+    externalSealVersions = pinned
+  }
+
+  /// Checks the invariants every reader relies on; returns the first broken one.
+  func invariantViolation() -> String? {
+    guard keyringID != nil else { return "bad vault_id" }
+    var seen = Set<UInt32>()
+    for record in versions {
+      guard record.version >= 1 else { return "key version 0 is not valid" }
+      guard seen.insert(record.version).inserted else { return "key version \(record.version) is listed twice" }
+      guard record.version <= highestVersion else {
+        return "key version \(record.version) is above highest_version \(highestVersion)"
+      }
+    }
+    guard let active = record(activeVersion) else { return "active version \(activeVersion) is not listed" }
+    guard active.state == .active || active.state == .pending else {
+      return "active version \(activeVersion) is \(active.state.rawValue)"
+    }
+    guard versions.filter({ $0.state == .active }).count <= 1 else { return "more than one active version" }
+    var paths = Set<String>()
+    for container in containers {
+      guard container.path.hasPrefix("/") else { return "container path is not absolute" }
+      guard paths.insert(container.path).inserted else { return "a container is listed twice" }
+    }
+    let ids = containers.compactMap(\.id)
+    guard Set(ids).count == ids.count else { return "two containers share one id" }
+    if store.kind == .keyfile, store.keyfile == nil { return "keyfile store without a keyfile path" }
+    return nil
+  }
 }
 
-/// Reading and writing `manifest.json`.
+/// Reading, signing and writing `manifest.json`.
+///
+/// File format 2 is the manifest's JSON ("the body", pretty-printed, ending in `\n}`) with one
+/// more member spliced in before its closing brace:
+///
+/// ```
+/// <body without its final "\n}"> ,\n  "mac" : "<64 hex digits>"\n}\n
+/// ```
+///
+/// where the MAC is HMAC-SHA256 under the vault's integrity key of the ASCII label
+/// `vault manifest v2`, a NUL byte, then the body's exact bytes. The file stays valid JSON (an
+/// older release reads `format: 2` and refuses it) and the MAC covers the very bytes on disk, so
+/// no canonical re-encoding is needed to verify it.
 public enum ManifestFile {
+  /// The largest manifest accepted; compaction keeps real ones to a few kilobytes.
+  public static let byteLimit = 256 * 1024
+
   public enum Failure: Error, Equatable, Sendable, CustomStringConvertible {
     case missing(home: String)
     case corrupt(path: String, reason: String)
     case unsupportedFormat(path: String, format: Int)
+    case tooLarge(path: String, bytes: Int)
+    /// The MAC does not verify, or is absent from a vault that has an integrity key.
+    case unauthenticated(path: String)
+    /// The manifest belongs to another vault than the key store's copy.
+    case mismatchedMirror(path: String)
 
     public var description: String {
       switch self {
@@ -118,10 +287,38 @@ public enum ManifestFile {
         "no vault at \(home) (\(Manifest.fileName) is missing); run `vault init` to create one, "
           + "or restore \(Manifest.fileName) from a backup if this vault existed"
       case .corrupt(let path, let reason):
-        "\(path) is corrupt (\(reason)); restore it from a backup. Nothing was changed and no key was made"
+        "the vault manifest \(path) is corrupt (\(reason)); restore it from a backup. Nothing was changed and no key was made"
       case .unsupportedFormat(let path, let format):
-        "\(path) has format \(format), which this version of vault does not understand; upgrade vault"
+        "the vault manifest \(path) has format \(format), which this version of vault does not understand; upgrade vault"
+      case .tooLarge(let path, let bytes):
+        "the vault manifest \(path) is \(bytes) bytes, over the \(ManifestFile.byteLimit)-byte limit; "
+          + "it is not one vault wrote. Restore it from a backup"
+      case .unauthenticated(let path):
+        "the vault manifest \(path) fails its integrity check (it was modified, replaced or had its MAC removed "
+          + "by something other than vault); nothing was changed. Restore it from a backup: vault then "
+          + "supersedes an older copy with the newest one its key store holds"
+      case .mismatchedMirror(let path):
+        "the vault manifest \(path) and the copy in the key store belong to different vaults; "
+          + "check that --home and the key store belong together"
       }
+    }
+  }
+
+  /// A manifest as read from disk, with what is needed to verify it.
+  public struct Signed: Sendable {
+    public let manifest: Manifest
+    /// The body bytes and MAC; nil for a format-1 manifest, which has none.
+    let body: [UInt8]?
+    let mac: [UInt8]?
+    /// The exact file bytes (a format-2 manifest's bytes are what the key store mirrors).
+    public let bytes: [UInt8]
+
+    public var isLegacy: Bool { mac == nil }
+
+    /// Whether the MAC verifies under `key` (false for a format-1 manifest).
+    public func isAuthentic(under key: SymmetricKey) throws -> Bool {
+      guard let body, let mac else { return false }
+      return try HMACSHA256.isValid(mac, for: ManifestFile.macInput(body), key: key)
     }
   }
 
@@ -132,45 +329,218 @@ public enum ManifestFile {
     return lstat(path(home: home), &info) == 0
   }
 
-  public static func load(home: String) throws -> Manifest {
+  /// Reads and parses the manifest in `home` without verifying its MAC (the key store may be
+  /// locked). Refuses a file that is not a regular file owned by the user with mode 0600 or
+  /// stricter, or larger than `byteLimit`.
+  public static func read(home: String) throws -> Signed {
     let path = path(home: home)
-    guard let bytes = try SecureFile.read(path, requirePrivate: false) else { throw Failure.missing(home: home) }
-    let data = bytes.withUnsafeBytes { Data($0) }
+    guard let bytes = try readPrivate(path) else { throw Failure.missing(home: home) }
+    return try parse(bytes, path: path)
+  }
+
+  /// Parses manifest file bytes (from disk or from the key store's mirror).
+  public static func parse(_ bytes: [UInt8], path: String) throws -> Signed {
+    var body = bytes
+    var mac: [UInt8]?
+    if let split = splitMAC(bytes) {
+      body = split.body
+      mac = split.mac
+    }
     let manifest: Manifest
     do {
-      manifest = try JSONDecoder().decode(Manifest.self, from: data)
+      manifest = try JSONDecoder().decode(Manifest.self, from: Data(body))
     } catch {
       throw Failure.corrupt(path: path, reason: "not valid manifest JSON")
     }
-    guard manifest.format == Manifest.currentFormat else {
-      throw Failure.unsupportedFormat(path: path, format: manifest.format)
+    switch (manifest.format, mac) {
+    case (Manifest.currentFormat, .some): break
+    case (Manifest.currentFormat, nil): throw Failure.unauthenticated(path: path)
+    case (1, nil): break
+    case (1, .some): throw Failure.corrupt(path: path, reason: "a format-1 manifest cannot carry a MAC")
+    default: throw Failure.unsupportedFormat(path: path, format: manifest.format)
     }
-    guard manifest.keyringID != nil else { throw Failure.corrupt(path: path, reason: "bad vault_id") }
-    guard manifest.record(manifest.activeVersion) != nil else {
-      throw Failure.corrupt(path: path, reason: "active version \(manifest.activeVersion) is not listed")
-    }
-    if manifest.store.kind == .keyfile, manifest.store.keyfile == nil {
-      throw Failure.corrupt(path: path, reason: "keyfile store without a keyfile path")
-    }
-    return manifest
+    if let violation = manifest.invariantViolation() { throw Failure.corrupt(path: path, reason: violation) }
+    return Signed(manifest: manifest, body: mac == nil ? nil : body, mac: mac, bytes: bytes)
   }
 
-  public static func save(_ manifest: Manifest, home: String) throws {
+  /// The file bytes of `manifest` (made current-format) signed with `key`.
+  public static func sign(_ manifest: Manifest, key: SymmetricKey) throws -> [UInt8] {
+    var manifest = manifest
+    manifest.format = Manifest.currentFormat
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    let data = try encoder.encode(manifest) + Data("\n".utf8)
-    try data.withUnsafeBytes { try SecureFile.atomicWrite(path(home: home), bytes: $0, mode: 0o600) }
+    let body = [UInt8](try encoder.encode(manifest))
+    guard body.count >= 2, body.suffix(2) == Array("\n}".utf8) else {
+      throw Failure.corrupt(path: Manifest.fileName, reason: "unexpected JSON layout")
+    }
+    let mac = try HMACSHA256.authenticationCode(macInput(body), key: key)
+    let file: [UInt8] = Array(body[..<(body.count - 2)]) + macPrefix + Array(hex(mac).utf8) + macSuffix
+    guard file.count <= byteLimit else { throw Failure.tooLarge(path: Manifest.fileName, bytes: file.count) }
+    return file
+  }
+
+  /// Replaces the manifest in `home` with `bytes` atomically (0600, fsynced, directory fsynced).
+  public static func write(_ bytes: [UInt8], home: String) throws {
+    try bytes.withUnsafeBytes { try SecureFile.atomicWrite(path(home: home), bytes: $0, mode: 0o600) }
+  }
+
+  // MARK: - Plumbing
+
+  private static let macPrefix = Array(",\n  \"mac\" : \"".utf8)
+  private static let macSuffix = Array("\"\n}\n".utf8)
+
+  static func macInput(_ body: [UInt8]) -> [UInt8] { Array("vault manifest v2".utf8) + [0] + body }
+
+  /// Splits a format-2 file into its body and MAC; nil when it has no MAC member in that layout.
+  private static func splitMAC(_ bytes: [UInt8]) -> (body: [UInt8], mac: [UInt8])? {
+    let total = macPrefix.count + 64 + macSuffix.count
+    guard bytes.count > total, bytes.suffix(macSuffix.count).elementsEqual(macSuffix) else { return nil }
+    let prefixStart = bytes.count - total
+    guard bytes[prefixStart..<(prefixStart + macPrefix.count)].elementsEqual(macPrefix) else { return nil }
+    let hexDigits = bytes[(prefixStart + macPrefix.count)..<(bytes.count - macSuffix.count)]
+    guard let mac = unhex(hexDigits) else { return nil }
+    return (Array(bytes[..<prefixStart]) + Array("\n}".utf8), mac)
+  }
+
+  static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+  private static func unhex(_ digits: ArraySlice<UInt8>) -> [UInt8]? {
+    guard digits.count % 2 == 0 else { return nil }
+    var out: [UInt8] = []
+    var index = digits.startIndex
+    while index < digits.endIndex {
+      guard let high = hexValue(digits[index]), let low = hexValue(digits[index + 1]) else { return nil }
+      out.append(high << 4 | low)
+      index += 2
+    }
+    return out
+  }
+
+  private static func hexValue(_ digit: UInt8) -> UInt8? {
+    switch digit {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+    default: nil
+    }
+  }
+
+  /// Reads the manifest file, refusing anything that is not a private regular file of ours.
+  /// Returns nil when it does not exist.
+  private static func readPrivate(_ path: String) throws -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+    if fd < 0 {
+      if errno == ENOENT { return nil }
+      if errno == ELOOP { throw Failure.corrupt(path: path, reason: "it is a symbolic link") }
+      throw KeyStoreError.io(path: path, operation: "open the vault manifest", errno: errno)
+    }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0 else {
+      throw KeyStoreError.io(path: path, operation: "stat the vault manifest", errno: errno)
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else { throw Failure.corrupt(path: path, reason: "not a regular file") }
+    try ManifestFile.checkPrivate(path, info: info)
+    let size = Int(info.st_size)
+    guard size <= byteLimit else { throw Failure.tooLarge(path: path, bytes: size) }
+    var bytes = [UInt8](repeating: 0, count: size)
+    var done = 0
+    while done < size {
+      let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, size - done) }
+      if n < 0, errno == EINTR { continue }
+      guard n > 0 else {
+        throw KeyStoreError.io(path: path, operation: "read the vault manifest", errno: n < 0 ? errno : EIO)
+      }
+      done += n
+    }
+    return bytes
+  }
+
+  /// The manifest decides which keys may be deleted: like a private key, it must be the user's
+  /// own file and writable by nobody else.
+  static func checkPrivate(_ path: String, info: stat) throws {
+    let me = geteuid()
+    guard info.st_uid == me else {
+      throw Failure.corrupt(
+        path: path,
+        reason: "owned by uid \(info.st_uid), not by you (uid \(me)); run vault as the user who owns the vault")
+    }
+    guard info.st_mode & 0o022 == 0 else {
+      throw Failure.corrupt(
+        path: path, reason: "mode \(octal(UInt32(info.st_mode))) lets others change it; run: chmod 600 \(path)")
+    }
+  }
+}
+
+/// A JSON value kept verbatim: fields a newer release wrote survive a rewrite by this one.
+enum JSONValue: Codable, Sendable, Equatable {
+  case null
+  case bool(Bool)
+  case number(Double)
+  case string(String)
+  case array([JSONValue])
+  case object([String: JSONValue])
+
+  init(from decoder: any Decoder) throws {
+    let value = try decoder.singleValueContainer()
+    if value.decodeNil() {
+      self = .null
+    } else if let bool = try? value.decode(Bool.self) {
+      self = .bool(bool)
+    } else if let number = try? value.decode(Double.self) {
+      self = .number(number)
+    } else if let string = try? value.decode(String.self) {
+      self = .string(string)
+    } else if let array = try? value.decode([JSONValue].self) {
+      self = .array(array)
+    } else {
+      self = .object(try value.decode([String: JSONValue].self))
+    }
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var value = encoder.singleValueContainer()
+    switch self {
+    case .null: try value.encodeNil()
+    case .bool(let bool): try value.encode(bool)
+    case .number(let number): try value.encode(number)
+    case .string(let string): try value.encode(string)
+    case .array(let array): try value.encode(array)
+    case .object(let object): try value.encode(object)
+    }
+  }
+
+  struct AnyKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
+  }
+
+  /// The members of the object being decoded whose names are not in `known`.
+  static func unknownFields(in decoder: any Decoder, known: [String]) throws -> [String: JSONValue] {
+    let all = try decoder.container(keyedBy: AnyKey.self)
+    var unknown: [String: JSONValue] = [:]
+    for key in all.allKeys where !known.contains(key.stringValue) {
+      unknown[key.stringValue] = try all.decode(JSONValue.self, forKey: key)
+    }
+    return unknown
+  }
+
+  static func encode(_ fields: [String: JSONValue], to encoder: any Encoder) throws {
+    guard !fields.isEmpty else { return }
+    var all = encoder.container(keyedBy: AnyKey.self)
+    for (name, value) in fields { try all.encode(value, forKey: AnyKey(stringValue: name)) }
   }
 }
 
 /// An exclusive advisory lock (flock) on a file in the vault home, held until released or deinit.
 /// Init, rotation and any other manifest change take it so that processes do not interleave.
-public final class FileLock {
+package final class FileLock {
   private var fd: Int32
 
   /// Blocks until the lock on `path` is taken (the file is created 0600 if needed).
-  public init(path: String) throws {
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+  package init(path: String) throws {
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "open lock", errno: errno) }
     while flock(fd, LOCK_EX) != 0 {
       if errno == EINTR { continue }
@@ -180,7 +550,7 @@ public final class FileLock {
     }
   }
 
-  public func release() {
+  package func release() {
     guard fd >= 0 else { return }
     flock(fd, LOCK_UN)
     close(fd)

@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import Vault
 import VaultCrypto
+import VaultKeys
 
 /// A durable, sealed record queue in one SQLite file: the storage engine behind the outbox and
 /// telemetry.
@@ -22,12 +23,32 @@ public final class QueueContainer: @unchecked Sendable {
   private let lock = NSLock()
   private let storage: Storage
 
-  /// Opens (creating if needed) the container at `path` for `vault`.
-  /// - Throws: `QueueError.foreignContainer` when it was created by another vault, and the other
+  /// How `init` treats the file at `path`.
+  public enum OpenMode: Sendable {
+    /// For writers: opens the container, creating it only when `path` is not registered with the
+    /// vault and holds nothing (no file, or an empty one), and registers it before any record is
+    /// written. A registered path that is missing, empty or holds another container is refused.
+    case createIfNeeded
+    /// The container must already exist (registered or not; it is registered when it is not).
+    case existing
+    /// Read-only inspection: nothing is created, changed or registered.
+    case readOnly
+  }
+
+  /// The random id this container keeps in its metadata (and the manifest records).
+  public var containerID: String { storage.containerID }
+
+  /// Opens the container at `path` for `vault`.
+  ///
+  /// The file is looked at read-only first, so a file that is not a vault container is refused
+  /// without being changed.
+  /// - Throws: `QueueError.registeredContainerMissing` / `.registeredContainerReplaced` when a
+  ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
+  ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault; the other
   ///   `QueueError` kinds for unreadable, read-only, full or corrupt files.
   public init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
-    clock: @escaping @Sendable () -> Date = Date.init,
+    mode: OpenMode = .createIfNeeded, clock: @escaping @Sendable () -> Date = Date.init,
     random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
   ) throws {
     let path = absolutePath(path)
@@ -36,9 +57,76 @@ public final class QueueContainer: @unchecked Sendable {
     self.configuration = configuration
     self.clock = clock
     self.random = random
-    storage = try Self.translating(path) { try Storage(path: path, keyringID: vault.keyringID.hex) }
-    // A container that can hold records must be known to rotation, or its keys could be retired.
-    try vault.registerContainer(path)
+    let keyring = vault.keyringID.hex
+    let registered = try vault.registeredContainer(at: path)
+    let probe = try Self.probe(path: path)
+    let storageMode: Storage.Mode
+    switch (probe, registered) {
+    case (.missing, .some), (.empty, .some):
+      throw QueueError.registeredContainerMissing(path: path)
+    case (.missing, nil), (.empty, nil):
+      guard case .createIfNeeded = mode else { throw QueueError.noContainer(path: path) }
+      storageMode = .create(minimumSealVersion: vault.activeVersion)
+    case (.notAContainer(let reason), _):
+      // A file that is not SQLite at all is most likely a container whose bytes were damaged.
+      if reason == Self.notSQLite { throw QueueError.corrupt(path: path) }
+      throw QueueError.notAQueueContainer(path: path)
+    case (.container(let found, let id), _):
+      guard found == keyring else { throw QueueError.foreignContainer(path: path, found: found, expected: keyring) }
+      if let expected = registered?.id, id != expected {
+        throw QueueError.registeredContainerReplaced(path: path, expected: expected, found: id)
+      }
+      storageMode = mode == .readOnly ? .readOnly : .existing
+    }
+    storage = try Self.translating(path) { try Storage(path: path, keyringID: keyring, mode: storageMode) }
+    if mode != .readOnly {
+      // A container that can hold records must be known to rotation before it holds any, or its
+      // keys could be retired.
+      try vault.registerContainer(path, id: storage.containerID)
+    }
+  }
+
+  static let notSQLite = "not a SQLite database"
+
+  /// What the file at `path` is, read without creating or changing anything.
+  public static func probe(path: String) throws -> ContainerProbe {
+    var info = stat()
+    guard lstat(path, &info) == 0 else {
+      if errno == ENOENT { return .missing }
+      throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else { return .notAContainer(reason: "not a regular file") }
+    guard info.st_size > 0 else { return .empty }
+    // Only the 16-byte SQLite header is read here; O_NONBLOCK guards against a FIFO swapped in since lstat.
+    let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+    guard fd >= 0 else {
+      let code = errno
+      if code == EACCES || code == EPERM { throw QueueError.permissionDenied(path: path) }
+      if code == EMFILE || code == ENFILE { throw QueueError.tooManyOpenFiles(path: path) }
+      throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(code)))
+    }
+    var header = [UInt8](repeating: 0, count: 16)
+    let read = header.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, 16) }
+    close(fd)
+    guard read == 16, header == Array("SQLite format 3".utf8) + [0] else {
+      return .notAContainer(reason: notSQLite)
+    }
+    return try translating(path) {
+      let connection = try Connection(path: path, readOnly: true)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      var tables = 0
+      try connection.prepare(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')"
+      ).query { tables = Int($0.int(0)) }
+      guard tables == 2 else { return .notAContainer(reason: "no vault queue tables") }
+      var keyring: String?
+      var id: String?
+      try connection.prepare("SELECT key, value FROM meta WHERE key IN ('keyring_id', 'container_id')").query { row in
+        if row.text(0) == "keyring_id" { keyring = row.text(1) } else { id = row.text(1) }
+      }
+      guard let keyring else { return .notAContainer(reason: "no keyring id") }
+      return .container(keyringID: keyring, containerID: id)
+    }
   }
 
   /// Calls `body` with every record's id, queue, key version and envelope in the container at
@@ -70,25 +158,50 @@ public final class QueueContainer: @unchecked Sendable {
         .query { isContainer = $0.int(0) == 2 }
       guard isContainer else { return false }
       try connection.prepare("SELECT id, queue, key_version, envelope FROM records ORDER BY seq").query { row in
-        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(row.int(2)), row.blob(3))
+        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(clamping: row.int(2)), row.blob(3))
       }
       return true
     }
   }
 
-  /// Records per key version in the container at `path`, read without any key (for `vault status`,
-  /// which must work while the keyring is locked). Nil when the file does not exist.
-  public static func recordCounts(path: String) throws -> [UInt32: Int]? {
+  /// Records per key version in the container at `path`, from each envelope's header, read without
+  /// any key (for `vault status`, which must work while the keyring is locked). Nil when the file
+  /// does not exist.
+  public static func recordCounts(path: String, keyring: KeyringID) throws -> RecordCounts? {
     guard FileManager.default.fileExists(atPath: path) else { return nil }
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
-      var counts: [UInt32: Int] = [:]
-      try connection.prepare("SELECT key_version, count(*) FROM records GROUP BY key_version").query {
-        counts[UInt32($0.int(0))] = Int($0.int(1))
-      }
-      return counts
+      return try headerCounts(
+        connection.prepare("SELECT substr(envelope, 1, 17) AS header, count(*) FROM records GROUP BY header"),
+        keyring: keyring)
     }
+  }
+
+  /// Sorts the grouped 17-byte envelope headers into versions of `keyring` and foreign rows.
+  static func headerCounts(_ statement: Statement, keyring: KeyringID) throws -> RecordCounts {
+    var counts = RecordCounts(byVersion: [:])
+    let prefix = headerPrefix(keyring)
+    try statement.query { row in
+      let header = row.blob(0)
+      let count = Int(row.int(1))
+      guard header.count == 17, header.prefix(13).elementsEqual(prefix) else {
+        counts.foreign += count
+        return
+      }
+      let version = header[13..<17].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+      counts.byVersion[version, default: 0] += count
+    }
+    return counts
+  }
+
+  /// The first 13 header bytes every envelope of `keyring` in format 1 starts with.
+  static func headerPrefix(_ keyring: KeyringID) -> [UInt8] {
+    Envelope.magic + [Envelope.format, Envelope.suiteAES256GCM] + keyring.bytes
+  }
+
+  static func versionBytes(_ version: UInt32) -> [UInt8] {
+    (0..<4).map { UInt8(truncatingIfNeeded: version >> (24 - 8 * UInt32($0))) }
   }
 
   // MARK: - Enqueue
@@ -390,7 +503,10 @@ public final class QueueContainer: @unchecked Sendable {
       for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
       for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
       try storage.countByState.query { stats.byState[$0.text(0) ?? "?"] = Int($0.int(1)) }
-      try storage.countByVersion.query { stats.byVersion[String($0.int(0))] = Int($0.int(1)) }
+      // From the envelopes' own headers, as rotation counts them (not the plaintext column).
+      for (version, count) in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID).byVersion {
+        stats.byVersion[String(version)] = count
+      }
       try storage.countByQueue.query { stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1)) }
       try storage.drops.query { stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1)) }
       stats.total = stats.byState.values.reduce(0, +)
@@ -410,7 +526,7 @@ public final class QueueContainer: @unchecked Sendable {
             state: RecordState(rawValue: row.text(2) ?? "") ?? .pending, attempts: Int(row.int(3)),
             errorKind: row.text(4), createdAt: Self.timestamp(milliseconds: row.int(5)),
             nextAttemptAt: row.int(6) > 0 ? Self.timestamp(milliseconds: row.int(6)) : nil,
-            bytes: Int(row.int(7)), keyVersion: UInt32(row.int(8))))
+            bytes: Int(row.int(7)), keyVersion: UInt32(clamping: row.int(8))))
       }
       return rows
     }
@@ -425,8 +541,10 @@ public final class QueueContainer: @unchecked Sendable {
   }
 
   /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no
-  /// stale frames. Skipped silently when another process is reading (it runs again next time).
-  public func checkpoint() throws { try withStorage { $0.checkpoint() } }
+  /// stale frames. Never waits: returns false (nothing lost; it runs again next time) when another
+  /// connection is reading an older snapshot or writing.
+  @discardableResult
+  public func checkpoint() throws -> Bool { try withStorage { $0.checkpoint() } }
 
   // MARK: - Plumbing
 
@@ -459,8 +577,28 @@ public final class QueueContainer: @unchecked Sendable {
     do {
       return try body()
     } catch let error as SQLiteError {
+      switch error.systemErrno {
+      case EMFILE, ENFILE: throw QueueError.tooManyOpenFiles(path: path)
+      case EACCES, EPERM: throw QueueError.permissionDenied(path: path)
+      case ENOSPC, EDQUOT: throw QueueError.diskFull(path: path)
+      case EROFS: throw QueueError.readOnly(path: path)
+      default: break
+      }
       if error.isFull { throw QueueError.diskFull(path: path) }
       if error.isReadOnly { throw QueueError.readOnly(path: path) }
+      if error.isCannotOpen {
+        // SQLite's errno is often that of its last fallback (a missing -shm); ask the file system.
+        let target = FileManager.default.fileExists(atPath: path) ? path : (path as NSString).deletingLastPathComponent
+        if access(target, W_OK) != 0 {
+          switch errno {
+          case EROFS: throw QueueError.readOnly(path: path)
+          case EACCES, EPERM: throw QueueError.permissionDenied(path: path)
+          default: break
+          }
+        }
+        throw QueueError.cannotOpen(
+          path: path, reason: error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message)
+      }
       if error.isCorrupt { throw QueueError.corrupt(path: path) }
       if error.isBusy { throw QueueError.busy(path: path) }
       throw QueueError.storage(path: path, detail: error.description)

@@ -8,49 +8,107 @@ extension QueueContainer: SealedContainer {
     try withStorage { storage in try storage.transaction { try storage.setMinimumSealVersion(version) } }
   }
 
-  /// Re-seals every record under a version older than `version` (pending, in flight, parked and in
-  /// review alike) in transactions of `configuration.resealBatch` records, then checkpoints the WAL.
-  /// A record that does not open is left as it is (its version then cannot be retired).
+  /// Re-seals every record whose envelope header names a version older than `version` (pending,
+  /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records,
+  /// then checkpoints the WAL. A record that does not open is left as it is and reported (its
+  /// version then cannot be retired); a key that cannot be read right now stops the re-seal with
+  /// that error, since an unavailable key is not a broken record.
   /// Idempotent: a record already at `version` is never touched, so a crash and a rerun finish the job.
-  public func reseal(with vault: Vault, to version: UInt32) throws -> Int {
-    try withStorage { storage in
-      var resealed = 0
+  public func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult {
+    let prefix = Self.headerPrefix(vault.keyringID)
+    let target = Self.versionBytes(version)
+    return try withStorage { storage in
+      var result = ResealResult(resealed: 0)
       var after: Int64 = 0
       while true {
-        let (batch, last) = try storage.transaction { () -> (Int, Int64?) in
+        let last = try storage.transaction { () -> Int64? in
           var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
-          try storage.olderThanVersion.query([
-            .integer(Int64(version)), .integer(after), .integer(Int64(configuration.resealBatch)),
-          ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
-          var count = 0
+          try prefix.withUnsafeBytes { prefix in
+            try target.withUnsafeBytes { target in
+              try storage.olderThanVersion.query([
+                .blob(prefix), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
+              ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
+            }
+          }
           for row in rows {
             let context = Self.context(queue: row.queue, id: row.id)
-            guard let payload = try? vault.open(row.envelope, context: context) else { continue }
+            let payload: [UInt8]
+            do {
+              payload = try vault.open(row.envelope, context: context)
+            } catch is EnvelopeError {
+              let version = (try? Envelope.header(of: row.envelope).version) ?? 0
+              result.unopenable[version, default: 0] += 1
+              continue
+            }
             let envelope = try vault.seal(payload, context: context)
             let sealedVersion = try Envelope.header(of: envelope).version
             try envelope.withUnsafeBytes { bytes in
-              count += try storage.replaceEnvelope.run([
-                .blob(bytes), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)), .integer(row.seq),
-                .integer(Int64(version)),
-              ])
+              try target.withUnsafeBytes { target in
+                result.resealed += try storage.replaceEnvelope.run([
+                  .blob(bytes), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)), .integer(row.seq),
+                  .blob(target),
+                ])
+              }
             }
           }
-          return (count, rows.last?.seq)
+          return rows.last?.seq
         }
-        resealed += batch
         guard let last else { break }
         after = last
       }
       storage.checkpoint()
-      return resealed
+      return result
     }
   }
 
-  public func recordCounts() throws -> [UInt32: Int] {
-    try withStorage { storage in
-      var counts: [UInt32: Int] = [:]
-      try storage.countByVersion.query { counts[UInt32($0.int(0))] = Int($0.int(1)) }
-      return counts
+  public func recordCounts() throws -> RecordCounts {
+    try withStorage { storage in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID) }
+  }
+
+  public func checkpointNow() throws -> Bool { try checkpoint() }
+
+  public func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
+    let prefix = Self.headerPrefix(vault.keyringID)
+    return try withStorage { storage in
+      try storage.transaction {
+        var count = 0
+        for version in versions {
+          try prefix.withUnsafeBytes { prefix in
+            try Self.versionBytes(version).withUnsafeBytes { target in
+              count += try (keep ? storage.reviewSealedUnder : storage.deleteSealedUnder).run([
+                .blob(prefix), .blob(target),
+              ])
+            }
+          }
+        }
+        if !keep { try storage.countDrop(.undecryptable, count) }
+        // Deleted sizes are not tracked row by row here: recompute the total next time.
+        storage.forgetCachedBytes()
+        return count
+      }
     }
+  }
+
+  public func compact() throws {
+    try withStorage { storage in
+      try storage.connection.execute("VACUUM")
+      storage.forgetCachedBytes()
+      storage.checkpoint()
+    }
+  }
+}
+
+/// Opens the queue containers a vault registers, for rotation (`Vault.rotate(containers:)`).
+public struct QueueContainerProvider: ContainerProvider {
+  public let configuration: QueueConfiguration
+
+  public init(configuration: QueueConfiguration = QueueConfiguration()) {
+    self.configuration = configuration
+  }
+
+  public func probe(path: String) throws -> ContainerProbe { try QueueContainer.probe(path: path) }
+
+  public func open(path: String, vault: Vault) throws -> any SealedContainer {
+    try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .existing)
   }
 }

@@ -154,6 +154,15 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case corrupt(path: String)
   case busy(path: String)
   case storage(path: String, detail: String)
+  /// The path is registered with the vault, but no container (or an empty file) is there.
+  case registeredContainerMissing(path: String)
+  /// The file at a registered path is another container (or a copy of another one).
+  case registeredContainerReplaced(path: String, expected: String, found: String?)
+  /// A command that only reads was pointed at a path with no container.
+  case noContainer(path: String)
+  case tooManyOpenFiles(path: String)
+  case permissionDenied(path: String)
+  case cannotOpen(path: String, reason: String)
 
   public var description: String {
     switch self {
@@ -175,6 +184,20 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) is corrupt (not a readable SQLite database); move it aside and restore it from a backup"
     case .busy(let path): "\(path) stayed locked by another process past the busy timeout; retry"
     case .storage(let path, let detail): "storage failure in \(path): \(detail)"
+    case .registeredContainerMissing(let path):
+      "registered container \(path) is missing or empty; restore it from a backup (nothing was created: "
+        + "its records may still need their keys)"
+    case .registeredContainerReplaced(let path, let expected, let found):
+      "\(path) is registered as container \(expected) but holds container \(found ?? "without an id"); "
+        + "restore the registered container (nothing was changed)"
+    case .noContainer(let path):
+      "there is no vault container at \(path); nothing was created (check the path, or run `vault queue put` "
+        + "to create one there)"
+    case .tooManyOpenFiles(let path):
+      "could not open \(path): the process has too many open files; raise the limit (ulimit -n) and retry"
+    case .permissionDenied(let path):
+      "permission denied opening \(path) (or its directory); check its owner and mode"
+    case .cannotOpen(let path, let reason): "could not open \(path): \(reason)"
     }
   }
 }

@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import VaultCrypto
 
 /// The container's connection, schema and prepared statements. Used under QueueContainer's lock.
 final class Storage {
@@ -39,41 +40,99 @@ final class Storage {
     """,
   ]
 
-  init(path: String, keyringID: String) throws {
+  /// How a container file is opened.
+  enum Mode: Equatable {
+    /// Create the schema in an empty database (a new container, id made here); an existing
+    /// container is opened as with `.existing`.
+    case create(minimumSealVersion: UInt32)
+    /// The file must already be a vault container; nothing is created.
+    case existing
+    /// Read-only: no schema change, no WAL switch, no files created when none exist.
+    case readOnly
+  }
+
+  /// The random id this container keeps in its meta table (made at creation; assigned on the
+  /// first writable open of a container made before ids existed).
+  private(set) var containerID = ""
+  let readOnly: Bool
+
+  init(path: String, keyringID: String, mode: Mode) throws {
     self.path = path
-    connection = try Connection(path: path)
+    readOnly = mode == .readOnly
+    var create = false
+    if case .create = mode { create = true }
+    connection = try Connection(path: path, readOnly: readOnly, create: create)
     // Settings are per connection and set explicitly, whatever the library's defaults.
     try connection.execute("PRAGMA busy_timeout = 10000")
-    try connection.execute("PRAGMA secure_delete = ON")
-    try connection.execute("PRAGMA foreign_keys = ON")
-    try connection.execute("PRAGMA journal_mode = WAL")
-    try connection.execute("PRAGMA synchronous = FULL")
-    try migrate(keyringID: keyringID)
+    if readOnly {
+      try inspect(keyringID: keyringID)
+    } else {
+      try connection.execute("PRAGMA secure_delete = ON")
+      try connection.execute("PRAGMA foreign_keys = ON")
+      try connection.execute("PRAGMA journal_mode = WAL")
+      try connection.execute("PRAGMA synchronous = FULL")
+      try migrate(keyringID: keyringID, mode: mode)
+    }
     try prepareStatements()
   }
 
-  private func migrate(keyringID: String) throws {
+  /// The read-only counterpart of `migrate`: checks, changes nothing.
+  private func inspect(keyringID: String) throws {
+    let version = Int(try connection.prepare("PRAGMA user_version").scalar() ?? 0)
+    guard version > 0 else { throw QueueError.notAQueueContainer(path: path) }
+    guard version <= Self.migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
+    guard version == Self.migrations.count else {
+      throw QueueError.storage(path: path, detail: "older schema \(version); open it once with a writing command")
+    }
+    try checkIdentity(keyringID: keyringID)
+  }
+
+  private func migrate(keyringID: String, mode: Mode) throws {
     try connection.transaction {
       let version = Int(try connection.prepare("PRAGMA user_version").scalar() ?? 0)
       if version == 0 {
         let tables = try connection.prepare("SELECT count(*) FROM sqlite_master").scalar() ?? 0
-        guard tables == 0 else { throw QueueError.notAQueueContainer(path: path) }
+        guard tables == 0, case .create = mode else { throw QueueError.notAQueueContainer(path: path) }
       }
       guard version <= Self.migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
       for index in version..<Self.migrations.count {
         try connection.execute(Self.migrations[index])
         try connection.execute("PRAGMA user_version = \(index + 1)")
       }
-      if version == 0 {
-        try connection.prepare("INSERT INTO meta (key, value) VALUES ('keyring_id', ?)").run([.text(keyringID)])
+      if version == 0, case .create(let minimum) = mode {
+        let insert = try connection.prepare("INSERT INTO meta (key, value) VALUES (?, ?)")
+        try insert.run([.text("keyring_id"), .text(keyringID)])
+        // A new container starts at the vault's active version: nothing older may enter it.
+        try connection.prepare("UPDATE meta SET value = ? WHERE key = 'min_seal_version'").run([
+          .text(String(minimum))
+        ])
       }
-      var found: String?
-      try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { found = $0.text(0) }
-      guard let found else { throw QueueError.notAQueueContainer(path: path) }
-      guard found == keyringID else {
-        throw QueueError.foreignContainer(path: path, found: found, expected: keyringID)
+      var foundID: String?
+      try connection.prepare("SELECT value FROM meta WHERE key = 'container_id'").query { foundID = $0.text(0) }
+      if foundID == nil {
+        let id = try Self.newContainerID()
+        try connection.prepare("INSERT INTO meta (key, value) VALUES ('container_id', ?)").run([.text(id)])
       }
+      try checkIdentity(keyringID: keyringID)
     }
+  }
+
+  private func checkIdentity(keyringID: String) throws {
+    var found: String?
+    var id: String?
+    try connection.prepare("SELECT key, value FROM meta WHERE key IN ('keyring_id', 'container_id')").query { row in
+      if row.text(0) == "keyring_id" { found = row.text(1) } else { id = row.text(1) }
+    }
+    guard let found else { throw QueueError.notAQueueContainer(path: path) }
+    guard found == keyringID else {
+      throw QueueError.foreignContainer(path: path, found: found, expected: keyringID)
+    }
+    guard let id, !id.isEmpty else { throw QueueError.notAQueueContainer(path: path) }
+    containerID = id
+  }
+
+  static func newContainerID() throws -> String {
+    try SecureRandom.bytes(8).map { String(format: "%02x", $0) }.joined()
   }
 
   var dataVersion: Statement!
@@ -109,6 +168,9 @@ final class Storage {
   var addDrop: Statement!
   var olderThanVersion: Statement!
   var replaceEnvelope: Statement!
+  var countByHeader: Statement!
+  var deleteSealedUnder: Statement!
+  var reviewSealedUnder: Statement!
 
   private func prepareStatements() throws {
     insert = try connection.prepare(
@@ -171,10 +233,26 @@ final class Storage {
     writeMeta = try connection.prepare("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = ?")
     addDrop = try connection.prepare(
       "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2")
+    // Re-sealing and counting read the version from each envelope's authenticated header (bytes
+    // 14–17, big-endian, so blob order is numeric order), never from the plaintext key_version
+    // column, which anyone able to write the file could relabel. ?1 is the 13-byte header prefix
+    // "VLT", format, suite, keyring id of this vault.
     olderThanVersion = try connection.prepare(
-      "SELECT seq, id, queue, envelope FROM records WHERE key_version < ? AND seq > ? ORDER BY seq LIMIT ?")
+      """
+      SELECT seq, id, queue, envelope FROM records
+      WHERE substr(envelope, 1, 13) = ?1 AND substr(envelope, 14, 4) < ?2 AND seq > ?3 ORDER BY seq LIMIT ?4
+      """)
     replaceEnvelope = try connection.prepare(
-      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND key_version < ?")
+      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(envelope, 14, 4) < ?")
+    countByHeader = try connection.prepare(
+      "SELECT substr(envelope, 1, 17) AS header, count(*) FROM records GROUP BY header")
+    deleteSealedUnder = try connection.prepare(
+      "DELETE FROM records WHERE substr(envelope, 1, 13) = ? AND substr(envelope, 14, 4) = ?")
+    reviewSealedUnder = try connection.prepare(
+      """
+      UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0
+      WHERE substr(envelope, 1, 13) = ? AND substr(envelope, 14, 4) = ? AND state != 'review'
+      """)
   }
 
   func minimumSealVersion() throws -> UInt32 { UInt32(try readMeta.scalar([.text("min_seal_version")]) ?? 0) }
@@ -200,6 +278,9 @@ final class Storage {
     cachedDataVersion = version
     return total
   }
+
+  /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM).
+  func forgetCachedBytes() { cachedBytes = nil }
 
   /// Adjusts the cached total for this connection's own change. Only called inside `transaction`,
   /// which refreshed the cache before any change (no other connection can commit meanwhile).
@@ -227,8 +308,17 @@ final class Storage {
     try addDrop.run([.text(reason.rawValue), .integer(Int64(count))])
   }
 
-  /// TRUNCATE checkpoint; a busy result (a reader holds an old snapshot) is left for next time.
-  func checkpoint() {
-    sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+  /// A TRUNCATE checkpoint that never waits: with the busy timeout it would hold the write lock
+  /// for up to 10 s while a reader keeps an old snapshot, stalling every writer. Returns whether the
+  /// WAL was written back and emptied (false: a reader or writer was busy; try again later).
+  @discardableResult
+  func checkpoint() -> Bool {
+    guard !readOnly else { return false }
+    sqlite3_busy_timeout(connection.handle, 0)
+    defer { sqlite3_busy_timeout(connection.handle, 10000) }
+    let result = sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+    guard result == SQLITE_OK else { return false }
+    var info = stat()
+    return stat(path + "-wal", &info) != 0 || info.st_size == 0
   }
 }

@@ -241,10 +241,10 @@ final class QueueContainerTests: XCTestCase {
     }
     _ = try queue.claim(queue: "q", maxCount: 2)  // two in flight
     _ = try queue.claim(queue: "q", maxCount: 1).map { try queue.fail([$0.id], errorKind: "x") }  // one parked
-    let report = try vault.rotate(containers: [queue], retireUnused: true)
+    let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[path], 40)
     XCTAssertEqual(report.retired, [1])
-    XCTAssertEqual(try queue.recordCounts(), [2: 40])
+    XCTAssertEqual(try queue.recordCounts().byVersion, [2: 40])
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
     XCTAssertEqual(try queue.stats().minimumSealVersion, 2)
     XCTAssertEqual(try queue.resend([ids[2]]), 1)
@@ -259,10 +259,10 @@ final class QueueContainerTests: XCTestCase {
     let stale = try Vault.open(home: vault.home, resolver: .fixed(store))
     let writer = try QueueContainer(path: path, vault: stale, clock: clock.function)
     try writer.enqueue([1], queue: "q")
-    _ = try vault.rotate(containers: [try container()], retireUnused: true)
+    _ = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(stale.activeVersion, 1, "the writer has not noticed yet")
     try writer.enqueue([2], queue: "q")
-    XCTAssertEqual(try writer.recordCounts(), [2: 2], "its new record was sealed under version 2")
+    XCTAssertEqual(try writer.recordCounts().byVersion, [2: 2], "its new record was sealed under version 2")
     XCTAssertEqual(stale.activeVersion, 2)
   }
 

@@ -1,9 +1,9 @@
 import Foundation
-import Vault
 import VaultKeys
 import VaultTestSupport
 import XCTest
 
+@testable import Vault
 @testable import VaultQueue
 
 /// Regressions for defects found in review: each test failed before its fix.
@@ -30,32 +30,29 @@ final class ReviewRegressionTests: XCTestCase {
   /// sealed under, or rotation would delete that key.
   func testSealExternalRecordsTheVersionItSealsUnder() throws {
     let stale = try Vault.open(home: vault.home, resolver: .fixed(store))
-    _ = try vault.rotate()
+    _ = try vault.rotate(containers: QueueContainerProvider())
     let envelope = try stale.sealExternal(Array("file".utf8), context: [1])
     XCTAssertEqual(try Envelope.header(of: envelope).version, 2)
-    XCTAssertEqual(try ManifestFile.load(home: vault.home).externalSealVersions, [2])
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.externalSealVersions, [2])
     let queue = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
-    let report = try vault.rotate(containers: [queue], retireUnused: true)
+    try queue.enqueue([1], queue: "q")
+    let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.retired, [1])
     XCTAssertEqual(try vault.open(envelope, context: [1]), Array("file".utf8))
   }
 
-  /// A container registered by another process after the rotator read the manifest must stop
-  /// retirement, since its records were not counted.
-  func testRotationDoesNotRetireWhenARegisteredContainerWasNotCounted() throws {
+  /// A container registered by another process after this one opened the vault is still
+  /// re-sealed and counted: rotation walks the manifest it reads under the lock.
+  func testRotationCountsAContainerRegisteredByAnotherProcess() throws {
     let counted = try QueueContainer(path: temporary.sub("home/a.sqlite"), vault: vault)
     let other = try Vault.open(home: vault.home, resolver: .fixed(store))
     let late = try QueueContainer(path: temporary.sub("home/b.sqlite"), vault: other)
     try late.enqueue([1], queue: "q")
-    let report = try vault.rotate(containers: [counted], retireUnused: true)
-    XCTAssertEqual(report.retired, [])
-    XCTAssertEqual(report.keptVersions, [1])
+    try counted.enqueue([2], queue: "q")
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed, [counted.path: 1, late.path: 1])
+    XCTAssertEqual(report.retired, [1])
     XCTAssertEqual(try late.claim(queue: "q").map(\.payload), [[1]])
-    // With every registered container passed, the next rotation retires what is unused.
-    let all = try vault.rotate(retireUnused: true) { manifest in
-      try manifest.containers.map { try QueueContainer(path: $0, vault: self.vault) }
-    }
-    XCTAssertEqual(all.retired, [1, 2])
   }
 
   func testTheCapNeverRemovesRecordsOfTheSameEnqueue() throws {
@@ -79,8 +76,8 @@ final class ReviewRegressionTests: XCTestCase {
   func testAnUnreadableKeyReleasesTheClaimInsteadOfQuarantining() throws {
     let queue = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault, clock: clock.function)
     try queue.enqueue([1], queue: "q")
-    _ = try vault.rotate()
-    let fresh = try Vault.open(home: vault.home, resolver: .fixed(store))  // has only v2 cached
+    let fresh = try Vault.open(home: vault.home, resolver: .fixed(store))  // has only v1 cached
+    _ = try vault.rotate(containers: QueueContainerProvider())  // the record is now under v2
     let reader = try QueueContainer(path: temporary.sub("q.sqlite"), vault: fresh, clock: clock.function)
     store.failAll(with: .locked)
     XCTAssertThrowsError(try reader.claim(queue: "q")) { XCTAssertEqual($0 as? KeyStoreError, .locked) }
@@ -106,7 +103,8 @@ final class ReviewRegressionTests: XCTestCase {
   func testAPendingVersionIsNotCompletedWhenOlderKeysAreMissing() throws {
     var manifest = vault.manifest
     manifest.versions.append(KeyVersionRecord(version: 2, state: .pending, createdAt: "t"))
-    try ManifestFile.save(manifest, home: vault.home)
+    manifest.highestVersion = 2
+    try vault.save(manifest)
     XCTAssertTrue(try store.deleteKey(keyring: vault.keyringID, version: 1))
     XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
       XCTAssertEqual($0 as? VaultError, .keyMissing(version: 1, store: .memory))

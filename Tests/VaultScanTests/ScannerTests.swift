@@ -215,7 +215,7 @@ final class CleanCorpusTests: XCTestCase {
     let claimed = try queue.claim(queue: "outbox", maxCount: 100)
     try queue.ack(Array(claimed.prefix(50).map(\.id)))
     try queue.fail(Array(claimed.suffix(50).map(\.id)), errorKind: "http-500")  // parked at ceiling 1
-    _ = try vault.rotate(containers: [queue], retireUnused: true)
+    _ = try vault.rotate(containers: QueueContainerProvider())
     try queue.reject(Array(try queue.claim(queue: "telemetry", maxCount: 20).map(\.id)), errorKind: "http-400")
     let report = try Scanner(canaries: canaries + ["buy milk"]).scan([temporary.sub("home")])
     XCTAssertGreaterThanOrEqual(report.filesScanned, 2)

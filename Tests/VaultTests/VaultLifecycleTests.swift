@@ -20,7 +20,7 @@ final class VaultLifecycleTests: XCTestCase {
 
   func testCreateWritesA0600ManifestWithOneActiveVersion() throws {
     let (vault, keyfile) = try keyfileVault()
-    let manifest = try ManifestFile.load(home: vault.home)
+    let manifest = try ManifestFile.read(home: vault.home).manifest
     XCTAssertEqual(manifest.activeVersion, 1)
     XCTAssertEqual(manifest.versions.map(\.state), [.active])
     XCTAssertEqual(manifest.store, StoreDescriptor(kind: .keyfile, keyfile: keyfile))
@@ -90,7 +90,7 @@ final class VaultLifecycleTests: XCTestCase {
       XCTAssertEqual($0 as? VaultError, .keyMissing(version: 1, store: .keyfile))
     }
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [], "no replacement key was generated")
-    XCTAssertEqual(try ManifestFile.load(home: vault.home).versions.map(\.state), [.active])
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.versions.map(\.state), [.active])
   }
 
   func testLockedStoreIsReportedAndNothingIsGenerated() throws {
@@ -104,7 +104,7 @@ final class VaultLifecycleTests: XCTestCase {
     XCTAssertThrowsError(try vault.rotate()) { XCTAssertEqual($0 as? KeyStoreError, .locked) }
     store.failAll(with: nil)
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1])
-    let manifest = try ManifestFile.load(home: vault.home)
+    let manifest = try ManifestFile.read(home: vault.home).manifest
     XCTAssertEqual(manifest.activeVersion, 1, "a refused rotation leaves version 1 active")
     XCTAssertEqual(manifest.versions.map(\.state), [.active], "and records no pending version")
   }
@@ -117,7 +117,7 @@ final class VaultLifecycleTests: XCTestCase {
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     store.failStores = true
     XCTAssertThrowsError(try vault.rotate())
-    XCTAssertEqual(try ManifestFile.load(home: vault.home).versions.map(\.state), [.active, .pending])
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.versions.map(\.state), [.active, .pending])
     store.failStores = false
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
     XCTAssertEqual(reopened.manifest.activeVersion, 2)
@@ -130,10 +130,12 @@ final class VaultLifecycleTests: XCTestCase {
     let store = InMemoryKeyStore()
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
-    var manifest = vault.manifest
-    manifest.versions.append(KeyVersionRecord(version: 2, state: .pending, createdAt: "t"))
-    try ManifestFile.save(manifest, home: vault.home)
     let stored = try SymmetricKey.generate()
+    var manifest = vault.manifest
+    manifest.versions.append(
+      KeyVersionRecord(version: 2, state: .pending, createdAt: "t", check: try KeyVersionRecord.checkValue(of: stored)))
+    manifest.highestVersion = 2
+    try vault.save(manifest)
     try store.storeKey(stored, keyring: vault.keyringID, version: 2)
 
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
@@ -229,4 +231,10 @@ final class FlakyStore: KeyStore, @unchecked Sendable {
     try inner.deleteKey(keyring: keyring, version: version)
   }
   func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    try inner.loadRecord(record, keyring: keyring)
+  }
+  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+  }
 }

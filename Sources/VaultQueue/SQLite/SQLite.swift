@@ -8,6 +8,8 @@ public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
   public let code: Int32
   public let message: String
   public let operation: String
+  /// The operating system's errno behind the failure, when SQLite reports one (0 otherwise).
+  public var systemErrno: Int32 = 0
 
   public var description: String { "\(operation): \(message) (SQLite code \(code))" }
 
@@ -15,7 +17,8 @@ public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
   public var primaryCode: Int32 { code & 0xff }
   public var isFull: Bool { primaryCode == SQLITE_FULL }
   public var isBusy: Bool { primaryCode == SQLITE_BUSY || primaryCode == SQLITE_LOCKED }
-  public var isReadOnly: Bool { primaryCode == SQLITE_READONLY || primaryCode == SQLITE_CANTOPEN }
+  public var isReadOnly: Bool { primaryCode == SQLITE_READONLY }
+  public var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
   public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
   public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
 }
@@ -29,15 +32,23 @@ final class Connection {
   ///   connection is or was live) the file is opened `immutable`: no files are created, no locks
   ///   taken. Otherwise it is opened read-only through its WAL and shared memory, with locks, so
   ///   committed records in the WAL are read and a concurrent checkpoint cannot tear the read.
-  init(path: String, readOnly: Bool = false) throws {
-    if !readOnly {
+  init(path: String, readOnly: Bool = false, create: Bool = true) throws {
+    if !readOnly, create {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
       // usually 0644); its -wal and -shm files take the database file's mode.
       let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-      if fd >= 0 { close(fd) }
+      guard fd >= 0 else {
+        // Say why (read-only mount, permissions, too many open files) rather than SQLite's guess.
+        var error = SQLiteError(code: SQLITE_CANTOPEN, message: "cannot create the file", operation: "open \(path)")
+        error.systemErrno = errno
+        throw error
+      }
+      close(fd)
     }
     var handle: OpaquePointer?
-    var flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
+    var flags =
+      (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0)))
+      | SQLITE_OPEN_NOMUTEX
     var name = path
     if readOnly {
       flags |= SQLITE_OPEN_URI
@@ -51,8 +62,11 @@ final class Connection {
     let result = sqlite3_open_v2(name, &handle, flags, nil)
     guard result == SQLITE_OK, let handle else {
       let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+      let systemErrno = handle.map { sqlite3_system_errno($0) } ?? 0
       sqlite3_close_v2(handle)
-      throw SQLiteError(code: result, message: message, operation: "open \(path)")
+      var error = SQLiteError(code: result, message: message, operation: "open \(path)")
+      error.systemErrno = systemErrno
+      throw error
     }
     self.handle = handle
     self.path = path
@@ -65,7 +79,9 @@ final class Connection {
   @discardableResult
   func check(_ result: Int32, _ operation: @autoclosure () -> String) throws -> Int32 {
     guard result == SQLITE_OK || result == SQLITE_ROW || result == SQLITE_DONE else {
-      throw SQLiteError(code: result, message: String(cString: sqlite3_errmsg(handle)), operation: operation())
+      var error = SQLiteError(code: result, message: String(cString: sqlite3_errmsg(handle)), operation: operation())
+      error.systemErrno = sqlite3_system_errno(handle)
+      throw error
     }
     return result
   }

@@ -226,7 +226,7 @@ do {
   report("cap_records", Double(stats.total))
   report("cap_dropped", Double(stats.dropped["cap"] ?? 0))
   let start = now()
-  let rotation = try vault.rotate(containers: [queue], retireUnused: true)
+  let rotation = try vault.rotate(containers: QueueContainerProvider())
   let elapsed = now() - start
   report("rotate_records", Double(rotation.resealed[queue.path] ?? 0))
   report("rotate_seconds", elapsed)

@@ -56,13 +56,13 @@ do {
     while true { if try deliverOnce(lease: 1) == 0 { usleep(5_000) } }
   case "rotate":
     while true {
-      let report = try vault.rotate(containers: [container], retireUnused: true)
+      let report = try vault.rotate(containers: QueueContainerProvider())
       note("R", String(report.newVersion))
     }
   case "drain":
     // Finish any interrupted rotation, then deliver until nothing is left (waiting out leases
     // that killed deliverers left behind).
-    let report = try vault.rotate(containers: [container], retireUnused: true)
+    let report = try vault.rotate(containers: QueueContainerProvider())
     note("R", String(report.newVersion))
     let deadline = Date() + 30
     while Date() < deadline {
