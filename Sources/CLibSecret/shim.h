@@ -16,12 +16,35 @@ static inline SecretSchema *vault_key_schema_new(void) {
                            NULL);
 }
 
+// The schema of vault's named records (integrity key, manifest mirror): a schema of its own, so
+// a search for keys never matches a record and a search for records never matches a key.
+// `generation` orders the items of one record: a replace stores a new item, then removes older ones.
+static inline SecretSchema *vault_record_schema_new(void) {
+  return secret_schema_new("org.vault.Record", SECRET_SCHEMA_NONE,
+                           "vault-id", SECRET_SCHEMA_ATTRIBUTE_STRING,
+                           "record", SECRET_SCHEMA_ATTRIBUTE_STRING,
+                           "home", SECRET_SCHEMA_ATTRIBUTE_STRING,
+                           "generation", SECRET_SCHEMA_ATTRIBUTE_STRING,
+                           NULL);
+}
+
 // An attribute table owning copies of its strings. A NULL value leaves that attribute out.
 static inline GHashTable *vault_attributes_new(const char *vault_id, const char *version, const char *home) {
   GHashTable *table = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
   if (vault_id) g_hash_table_insert(table, g_strdup("vault-id"), g_strdup(vault_id));
   if (version) g_hash_table_insert(table, g_strdup("version"), g_strdup(version));
   if (home) g_hash_table_insert(table, g_strdup("home"), g_strdup(home));
+  return table;
+}
+
+// The attribute table of a record item (or search). A NULL value leaves that attribute out.
+static inline GHashTable *vault_record_attributes_new(const char *vault_id, const char *record, const char *home,
+                                                      const char *generation) {
+  GHashTable *table = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+  if (vault_id) g_hash_table_insert(table, g_strdup("vault-id"), g_strdup(vault_id));
+  if (record) g_hash_table_insert(table, g_strdup("record"), g_strdup(record));
+  if (home) g_hash_table_insert(table, g_strdup("home"), g_strdup(home));
+  if (generation) g_hash_table_insert(table, g_strdup("generation"), g_strdup(generation));
   return table;
 }
 

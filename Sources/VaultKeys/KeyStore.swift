@@ -92,6 +92,10 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case corruptKeyfile(path: String, reason: String)
   case foreignKeyfile(path: String, found: KeyringID, expected: KeyringID)
   case io(path: String, operation: String, errno: Int32)
+  case recordTooLarge(record: String, byteCount: Int, limit: Int)
+  case corruptRecord(record: String)
+  case ambiguousRecord(record: String, count: Int)
+  case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
 
   public var description: String {
     switch self {
@@ -124,6 +128,16 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "keyfile \(path) belongs to vault \(found), not \(expected); point --keyfile at this vault's keyfile"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
+    case .recordTooLarge(let record, let byteCount, let limit):
+      "the \(record) record is \(byteCount) bytes, more than the \(limit) a key store holds; nothing was stored"
+    case .corruptRecord(let record):
+      "the stored \(record) record is not what vault wrote (larger than any record it writes); restore the key store from a backup"
+    case .ambiguousRecord(let record, let count):
+      "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
+        + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"
+    case .keyfileTooLarge(let path, let byteCount, let limit):
+      "keyfile \(path) would grow to \(byteCount) bytes, more than the \(limit) vault reads back; nothing was "
+        + "written (retire unused key versions with `vault rotate`)"
     }
   }
 }

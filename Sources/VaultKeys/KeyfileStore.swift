@@ -2,19 +2,36 @@ import Foundation
 import Synchronization
 import VaultCrypto
 
-/// Keeps a vault's keys in one 0600 file inside a 0700 directory.
+/// Keeps a vault's keys, and its named records, in one 0600 file inside a 0700 directory.
 ///
-/// File format 1 (big-endian): "VKF", format byte 1, the 8-byte keyring id, a 4-byte entry count,
-/// then per entry a 4-byte version and 32 key bytes, then SHA-256 of everything before it (to tell
-/// corruption from a missing key). The file is replaced atomically on every change, read into
-/// zeroizing memory, and refused when its mode, its directory's mode or its owner is wrong.
+/// The file is replaced atomically on every change (under an exclusive `flock` of its directory,
+/// so two processes never lose each other's change), read into zeroizing memory, and refused when
+/// its mode, its directory's mode or its owner is wrong.
+///
+/// Keyfile format 2, big-endian, written by this release:
+///
+///     offset  size      field
+///     0       3         magic "VKF"
+///     3       1         format = 2
+///     4       8         keyring (vault) id
+///     12      4         key entry count N
+///     16      4         record count M
+///     20      36 × N    key entries: 4-byte version, then 32 key bytes; ascending by version
+///     …       …         M records, ascending by name (bytewise):
+///                         1 byte   name length L (1 … 64)
+///                         L bytes  name, printable ASCII ("integrity-key", "manifest")
+///                         4 bytes  value length V (at most `KeyStoreRecord.maximumByteCount`)
+///                         V bytes  value
+///     end−32  32        SHA-256 of every byte before it (detects corruption; it is not a MAC)
+///
+/// Format 1 (read, never written) is the same without the record count and the records:
+/// "VKF", 1, keyring id, N, the key entries, SHA-256. A format-1 file is rewritten as format 2 on
+/// the next change. A release that reads only format 1 refuses format 2 ("unknown format"), so it
+/// can never rewrite a file and drop records it does not know; for the same reason this release
+/// keeps records whose names it does not know, unchanged, when it rewrites a file.
 public final class KeyfileStore: KeyStore {
   public let path: String
   private let lock = Mutex<Void>(())
-
-  private static let magic: [UInt8] = Array("VKF".utf8)
-  private static let headerCount = 16
-  private static let entryCount = 4 + SymmetricKey.byteCount
 
   public init(path: String) { self.path = path }
 
@@ -30,50 +47,58 @@ public final class KeyfileStore: KeyStore {
   }
 
   public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-    try lock.withLock { _ in try readEntries(keyring: keyring)?[version] }
+    try lock.withLock { _ in try read(keyring: keyring)?.keys[version] }
   }
 
   public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    try lock.withLock { _ in
-      var entries = try readEntries(keyring: keyring) ?? [:]
-      guard entries[version] == nil else { throw KeyStoreError.keyExists(version: version) }
-      entries[version] = key
-      try write(entries, keyring: keyring)
-    }
-  }
-
-  public func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-    try lock.withLock { _ in
-      guard var entries = try readEntries(keyring: keyring), entries.removeValue(forKey: version) != nil else {
-        return false
-      }
-      try write(entries, keyring: keyring)
+    try change(keyring: keyring, createDirectory: true) { contents in
+      guard contents.keys[version] == nil else { throw KeyStoreError.keyExists(version: version) }
+      contents.keys[version] = key
       return true
     }
   }
 
+  public func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    var deleted = false
+    try change(keyring: keyring, createDirectory: false) { contents in
+      deleted = contents.keys.removeValue(forKey: version) != nil
+      return deleted
+    }
+    return deleted
+  }
+
   public func storedVersions(keyring: KeyringID) throws -> [UInt32] {
-    try lock.withLock { _ in try readEntries(keyring: keyring).map { $0.keys.sorted() } ?? [] }
+    try lock.withLock { _ in try read(keyring: keyring).map { $0.keys.keys.sorted() } ?? [] }
   }
 
   public func checkWritable() throws {
     try lock.withLock { _ in
       // Reading applies the owner and mode checks; then the directory must accept a new file.
       if let file = try SecureFile.read(path, requirePrivate: true) { _ = file }
-      let directory = (path as NSString).deletingLastPathComponent
       if FileManager.default.fileExists(atPath: directory), access(directory, W_OK) != 0 {
         throw KeyStoreError.io(path: directory, operation: "write to", errno: errno)
       }
     }
   }
 
-  // Placeholder until named records land in this store (issue 8); callers must not rely on it yet.
   public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+    try lock.withLock { _ in
+      try read(keyring: keyring)?.records[record.rawValue].map { value in
+        value.withUnsafeBytes { SecureBytes(copying: $0) }
+      }
+    }
   }
 
   public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+    guard bytes.count <= KeyStoreRecord.maximumByteCount else {
+      throw KeyStoreError.recordTooLarge(
+        record: record.rawValue, byteCount: bytes.count, limit: KeyStoreRecord.maximumByteCount)
+    }
+    let value = SecureBytes(copying: bytes)
+    try change(keyring: keyring, createDirectory: true) { contents in
+      contents.records[record.rawValue] = value
+      return true
+    }
   }
 
   /// Whether a keyfile exists at `path` at all (used to refuse `init` over someone's keys).
@@ -88,65 +113,172 @@ public final class KeyfileStore: KeyStore {
     return lstat(path, &info) == 0 ? UInt32(info.st_mode) & 0o7777 : nil
   }
 
-  private func readEntries(keyring: KeyringID) throws -> [UInt32: SymmetricKey]? {
+  private var directory: String {
+    let directory = (path as NSString).deletingLastPathComponent
+    return directory.isEmpty ? "." : directory
+  }
+
+  private func read(keyring: KeyringID) throws -> KeyfileContents? {
     guard let file = try SecureFile.read(path, requirePrivate: true) else { return nil }
-    return try file.withUnsafeBytes { bytes in
-      let checksumStart = bytes.count - SHA256.byteCount
-      guard bytes.count >= Self.headerCount + SHA256.byteCount else {
-        throw KeyStoreError.corruptKeyfile(path: path, reason: "too short")
+    return try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
+  }
+
+  /// Reads, lets `body` change the contents (it returns whether it changed anything), and
+  /// replaces the file, all under the in-process lock and an exclusive `flock` of the directory.
+  private func change(
+    keyring: KeyringID, createDirectory: Bool, _ body: (inout KeyfileContents) throws -> Bool
+  ) throws {
+    try lock.withLock { _ in
+      if createDirectory { try SecureFile.makeDirectory(directory, mode: 0o700) }
+      let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+      if fd < 0, errno == ENOENT, !createDirectory { return }
+      guard fd >= 0 else { throw KeyStoreError.io(path: directory, operation: "open directory", errno: errno) }
+      defer { close(fd) }
+      while flock(fd, LOCK_EX) != 0 {
+        guard errno == EINTR else { throw KeyStoreError.io(path: directory, operation: "lock", errno: errno) }
       }
-      guard Array(bytes[0..<3]) == Self.magic else {
-        throw KeyStoreError.corruptKeyfile(path: path, reason: "not a vault keyfile")
+      var contents = try read(keyring: keyring) ?? KeyfileContents(keyring: keyring)
+      guard try body(&contents) else { return }
+      let file = try contents.serialized(path: path)
+      try file.withUnsafeBytes { try SecureFile.atomicWrite(path, bytes: $0, mode: 0o600) }
+    }
+  }
+}
+
+/// The decoded contents of a keyfile; the one place that knows its formats (parse and build).
+struct KeyfileContents {
+  var keyring: KeyringID
+  var keys: [UInt32: SymmetricKey] = [:]
+  /// Every named record in the file by name, including names this release does not know.
+  var records: [String: SecureBytes] = [:]
+
+  static let magic: [UInt8] = Array("VKF".utf8)
+  static let writtenFormat: UInt8 = 2
+  static let keyEntryByteCount = 4 + SymmetricKey.byteCount
+  static let maximumNameByteCount = 64
+
+  init(keyring: KeyringID) { self.keyring = keyring }
+
+  /// The size of a format-2 file holding `versions` keys and the records vault knows, each at
+  /// its largest: what `SecureFile.readLimit` must accommodate.
+  static func largestByteCount(versions: Int) -> Int {
+    let records = KeyStoreRecord.allCases.reduce(0) { sum, record in
+      sum + 1 + record.rawValue.utf8.count + 4 + KeyStoreRecord.maximumByteCount
+    }
+    return 20 + versions * keyEntryByteCount + records + SHA256.byteCount
+  }
+
+  /// Parses format 1 or 2.
+  /// - Throws: `KeyStoreError.corruptKeyfile` with a reason naming what is wrong (never contents),
+  ///   or `.foreignKeyfile` when it belongs to another keyring.
+  init(parsing bytes: UnsafeRawBufferPointer, path: String, expecting expected: KeyringID) throws {
+    func corrupt(_ reason: String) -> KeyStoreError { .corruptKeyfile(path: path, reason: reason) }
+    guard bytes.count >= 16 + SHA256.byteCount else { throw corrupt("too short") }
+    guard Array(bytes[0..<3]) == Self.magic else { throw corrupt("not a vault keyfile") }
+    let format = bytes[3]
+    guard format == 1 || format == 2 else { throw corrupt("unknown format \(format)") }
+    let checksumStart = bytes.count - SHA256.byteCount
+    let expectedChecksum = try SHA256.hash(UnsafeRawBufferPointer(rebasing: bytes[0..<checksumStart]))
+    guard expectedChecksum.elementsEqual(bytes[checksumStart...]) else { throw corrupt("checksum mismatch") }
+    let found = KeyringID(bytes: Array(bytes[4..<12]))!
+    guard found == expected else { throw KeyStoreError.foreignKeyfile(path: path, found: found, expected: expected) }
+    keyring = found
+
+    var reader = ByteReader(bytes: UnsafeRawBufferPointer(rebasing: bytes[0..<checksumStart]), offset: 12)
+    let keyCount = Int(try reader.uint32(or: corrupt("truncated")))
+    let recordCount = format == 1 ? 0 : Int(try reader.uint32(or: corrupt("truncated")))
+    guard keyCount <= reader.remaining / Self.keyEntryByteCount else {
+      throw corrupt("entry count does not match size")
+    }
+    for _ in 0..<keyCount {
+      let version = try reader.uint32(or: corrupt("truncated"))
+      keys[version] = try SymmetricKey(copying: try reader.take(SymmetricKey.byteCount, or: corrupt("truncated")))
+    }
+    var previousName: [UInt8]?
+    for _ in 0..<recordCount {
+      let nameCount = Int(try reader.take(1, or: corrupt("truncated record"))[0])
+      let name = Array(try reader.take(nameCount, or: corrupt("truncated record")))
+      guard (1...Self.maximumNameByteCount).contains(nameCount), name.allSatisfy({ (0x21...0x7e).contains($0) })
+      else { throw corrupt("malformed record name") }
+      guard previousName.map({ $0.lexicographicallyPrecedes(name) }) ?? true else {
+        throw corrupt("records out of order or repeated")
       }
-      guard bytes[3] == 1 else { throw KeyStoreError.corruptKeyfile(path: path, reason: "unknown format \(bytes[3])") }
-      let expected = try SHA256.hash(UnsafeRawBufferPointer(rebasing: bytes[0..<checksumStart]))
-      guard expected.elementsEqual(bytes[checksumStart...]) else {
-        throw KeyStoreError.corruptKeyfile(path: path, reason: "checksum mismatch")
-      }
-      let found = KeyringID(bytes: Array(bytes[4..<12]))!
-      guard found == keyring else { throw KeyStoreError.foreignKeyfile(path: path, found: found, expected: keyring) }
-      let count = Int(readUInt32(bytes, at: 12))
-      guard Self.headerCount + count * Self.entryCount == checksumStart else {
-        throw KeyStoreError.corruptKeyfile(path: path, reason: "entry count does not match size")
-      }
-      var entries: [UInt32: SymmetricKey] = [:]
-      for index in 0..<count {
-        let offset = Self.headerCount + index * Self.entryCount
-        let version = readUInt32(bytes, at: offset)
-        entries[version] = try SymmetricKey(
-          copying: UnsafeRawBufferPointer(rebasing: bytes[(offset + 4)..<(offset + Self.entryCount)]))
-      }
-      return entries
+      previousName = name
+      let valueCount = Int(try reader.uint32(or: corrupt("truncated record")))
+      guard valueCount <= KeyStoreRecord.maximumByteCount else { throw corrupt("record larger than allowed") }
+      records[String(decoding: name, as: UTF8.self)] = SecureBytes(
+        copying: try reader.take(valueCount, or: corrupt("truncated record")))
+    }
+    guard reader.remaining == 0 else {
+      throw corrupt(format == 1 ? "entry count does not match size" : "bytes after the last record")
     }
   }
 
-  private func write(_ entries: [UInt32: SymmetricKey], keyring: KeyringID) throws {
-    try SecureFile.makeDirectory((path as NSString).deletingLastPathComponent, mode: 0o700)
-    let versions = entries.keys.sorted()
-    let bodyCount = Self.headerCount + versions.count * Self.entryCount
-    let file = try SecureBytes(count: bodyCount + SHA256.byteCount) { out in
-      out.copyBytes(from: Self.magic)
-      out[3] = 1
-      out[4..<12].copyBytes(from: keyring.bytes)
-      writeUInt32(UInt32(versions.count), to: out, at: 12)
-      for (index, version) in versions.enumerated() {
-        let offset = Self.headerCount + index * Self.entryCount
-        writeUInt32(version, to: out, at: offset)
-        entries[version]!.withUnsafeBytes { key in
-          UnsafeMutableRawBufferPointer(rebasing: out[(offset + 4)..<(offset + Self.entryCount)]).copyMemory(from: key)
-        }
+  /// The format-2 file holding these contents, checksum included.
+  /// - Throws: `KeyStoreError.keyfileTooLarge` when it would exceed what `SecureFile.read` loads.
+  func serialized(path: String) throws -> SecureBytes {
+    let versions = keys.keys.sorted()
+    let names = records.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+    let recordBytes = names.reduce(0) { $0 + 1 + $1.utf8.count + 4 + records[$1]!.count }
+    let bodyCount = 20 + versions.count * Self.keyEntryByteCount + recordBytes
+    let total = bodyCount + SHA256.byteCount
+    guard total <= SecureFile.readLimit else {
+      throw KeyStoreError.keyfileTooLarge(path: path, byteCount: total, limit: SecureFile.readLimit)
+    }
+    return try SecureBytes(count: total) { out in
+      var writer = ByteWriter(bytes: out)
+      writer.put(Self.magic)
+      writer.put([Self.writtenFormat])
+      writer.put(keyring.bytes)
+      writer.put(UInt32(versions.count))
+      writer.put(UInt32(names.count))
+      for version in versions {
+        writer.put(version)
+        keys[version]!.withUnsafeBytes { writer.put($0) }
+      }
+      for name in names {
+        writer.put([UInt8(name.utf8.count)] + Array(name.utf8))
+        let value = records[name]!
+        writer.put(UInt32(value.count))
+        value.withUnsafeBytes { writer.put($0) }
       }
       let checksum = try SHA256.hash(UnsafeRawBufferPointer(rebasing: out[0..<bodyCount]))
-      out[bodyCount...].copyBytes(from: checksum)
+      writer.put(checksum)
     }
-    try file.withUnsafeBytes { try SecureFile.atomicWrite(path, bytes: $0, mode: 0o600) }
   }
 }
 
-func readUInt32(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> UInt32 {
-  bytes[offset..<(offset + 4)].reduce(0) { $0 << 8 | UInt32($1) }
+/// Reads big-endian fields from a buffer, refusing to run past its end.
+private struct ByteReader {
+  let bytes: UnsafeRawBufferPointer
+  var offset: Int
+
+  var remaining: Int { bytes.count - offset }
+
+  mutating func take(_ count: Int, or failure: @autoclosure () -> KeyStoreError) throws -> UnsafeRawBufferPointer {
+    guard count <= remaining else { throw failure() }
+    defer { offset += count }
+    return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
+  }
+
+  mutating func uint32(or failure: @autoclosure () -> KeyStoreError) throws -> UInt32 {
+    try take(4, or: failure()).reduce(0) { $0 << 8 | UInt32($1) }
+  }
 }
 
-func writeUInt32(_ value: UInt32, to bytes: UnsafeMutableRawBufferPointer, at offset: Int) {
-  for i in 0..<4 { bytes[offset + i] = UInt8(truncatingIfNeeded: value >> (24 - 8 * UInt32(i))) }
+/// Writes big-endian fields into a buffer sized for them beforehand.
+private struct ByteWriter {
+  let bytes: UnsafeMutableRawBufferPointer
+  var offset = 0
+
+  init(bytes: UnsafeMutableRawBufferPointer) { self.bytes = bytes }
+
+  mutating func put(_ source: UnsafeRawBufferPointer) {
+    UnsafeMutableRawBufferPointer(rebasing: bytes[offset..<(offset + source.count)]).copyMemory(from: source)
+    offset += source.count
+  }
+
+  mutating func put(_ source: [UInt8]) { source.withUnsafeBytes { put($0) } }
+
+  mutating func put(_ value: UInt32) { put((0..<4).map { UInt8(truncatingIfNeeded: value >> (24 - 8 * $0)) }) }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent implementation of vault's envelope format 1 and keyfile format 1.
+"""An independent implementation of vault's envelope format 1 and keyfile formats 1 and 2.
 
 Written from SECURITY.md alone, with Python's `cryptography` package, so the tests can prove that
 the documented format is the real one: envelopes sealed by vault open here, and envelopes sealed
@@ -28,23 +28,43 @@ TAG = 16
 
 
 def read_keyfile(path):
-    """Returns (keyring id bytes, {version: key bytes})."""
+    """Returns (keyring id bytes, {version: key bytes}); named records (format 2) are skipped."""
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) < 16 + 32 or data[0:3] != b"VKF" or data[3] != 1:
-        raise ValueError("not a format-1 vault keyfile")
+    if len(data) < 16 + 32 or data[0:3] != b"VKF":
+        raise ValueError("not a vault keyfile")
+    if data[3] not in (1, 2):
+        raise ValueError(f"unknown keyfile format {data[3]}")
     body, checksum = data[:-32], data[-32:]
     if hashlib.sha256(body).digest() != checksum:
         raise ValueError("keyfile checksum mismatch")
     keyring = body[4:12]
     (count,) = struct.unpack(">I", body[12:16])
-    if len(body) != 16 + count * 36:
+    offset = 16
+    records = 0
+    if data[3] == 2:
+        if len(body) < 20:
+            raise ValueError("keyfile too short")
+        (records,) = struct.unpack(">I", body[16:20])
+        offset = 20
+    if len(body) < offset + count * 36:
         raise ValueError("keyfile entry count does not match its size")
     keys = {}
-    for i in range(count):
-        offset = 16 + i * 36
+    for _ in range(count):
         (version,) = struct.unpack(">I", body[offset : offset + 4])
         keys[version] = body[offset + 4 : offset + 36]
+        offset += 36
+    for _ in range(records):
+        if offset + 1 > len(body):
+            raise ValueError("keyfile record truncated")
+        name_length = body[offset]
+        offset += 1 + name_length
+        if offset + 4 > len(body):
+            raise ValueError("keyfile record truncated")
+        (value_length,) = struct.unpack(">I", body[offset : offset + 4])
+        offset += 4 + value_length
+    if offset != len(body):
+        raise ValueError("keyfile size does not match its entries and records")
     return keyring, keys
 
 

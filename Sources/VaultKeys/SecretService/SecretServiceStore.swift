@@ -13,7 +13,9 @@ public enum SecretServiceProbe: Equatable, Sendable {
 
 /// Keeps keys in the desktop Secret Service (gnome-keyring, KWallet …) through libsecret:
 /// one item per key version in the default collection, with attributes `vault-id`, `version`
-/// and `home` (the vault's home directory, so `init` can refuse to orphan existing keys).
+/// and `home` (the vault's home directory, so `init` can refuse to orphan existing keys); and
+/// one item per named record, under a schema of its own (`org.vault.Record`: `vault-id`,
+/// `record`, `home`, `generation`), so searches for keys never see records.
 ///
 /// Every call has a deadline: a hung or stopped keyring daemon yields `.timedOut` instead of
 /// blocking for D-Bus's own 25–50 s. A locked collection is reported as `.locked`, never as an
@@ -136,13 +138,87 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
-  // Placeholder until named records land in this store (issue 8); callers must not rely on it yet.
+  /// The newest item of `record`: several items of one record exist only for a moment (a replace
+  /// stores the new item before it removes the older ones) or after a crash in that moment, and
+  /// the `generation` attribute says which is newest. Any locked item makes the answer `.locked`.
   public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+    try lock.withLock { _ in
+      try withDeadline("load record") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        let list = try searchRecords(service, keyring: keyring, record: record, loadSecrets: true, cancellable)
+        defer { vault_item_list_free(list) }
+        let items = Self.items(list)
+        guard !items.isEmpty else { return nil }
+        // A locked item is present but unreadable (and may be the newest): never report "absent".
+        guard items.allSatisfy({ secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
+        let newest = items.map { ($0, generation(of: $0)) }.sorted { $0.1 > $1.1 }
+        if newest.count > 1, newest[0].1 == newest[1].1 {
+          throw KeyStoreError.ambiguousRecord(
+            record: record.rawValue, count: newest.filter { $0.1 == newest[0].1 }.count)
+        }
+        guard let value = secret_item_get_secret(newest[0].0) else {
+          throw KeyStoreError.service(detail: "item returned no secret")
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var length = 0
+        let bytes = secret_value_get(value, &length)
+        guard length <= KeyStoreRecord.maximumByteCount, bytes != nil || length == 0 else {
+          throw KeyStoreError.corruptRecord(record: record.rawValue)
+        }
+        return SecureBytes(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+      }
+    }
   }
 
+  /// Stores a new item for `record` with the next generation, then removes the older items. A
+  /// reader sees the old value until the new item exists and the new one from then on; an older
+  /// item that could not be removed is ignored by `loadRecord` and removed by the next store.
+  /// Writers of one record must be serialised (the vault writes its records under its manifest lock).
   public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    throw KeyStoreError.service(detail: "named records are not supported by this store yet")
+    guard bytes.count <= KeyStoreRecord.maximumByteCount else {
+      throw KeyStoreError.recordTooLarge(
+        record: record.rawValue, byteCount: bytes.count, limit: KeyStoreRecord.maximumByteCount)
+    }
+    try lock.withLock { _ in
+      try withDeadline("store record") { cancellable in
+        let service = try connect(cancellable)
+        defer { g_object_unref(service) }
+        try requireUnlockedDefaultCollection(service, cancellable)
+        let existing = try searchRecords(service, keyring: keyring, record: record, loadSecrets: false, cancellable)
+        let existingItems = Self.items(existing)
+        defer { vault_item_list_free(existing) }
+        guard existingItems.allSatisfy({ secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
+        let next = (existingItems.map { generation(of: $0) }.max() ?? 0) + 1
+
+        let schema = vault_record_schema_new()
+        defer { secret_schema_unref(schema) }
+        let attributes = vault_record_attributes_new(keyring.hex, record.rawValue, home, String(next))
+        defer { g_hash_table_unref(attributes) }
+        // An empty buffer may have no base address; libsecret needs a pointer either way.
+        let value = withUnsafePointer(to: 0 as CChar) { empty in
+          secret_value_new(
+            bytes.baseAddress?.assumingMemoryBound(to: CChar.self) ?? empty, bytes.count, "application/octet-stream")
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        var error: UnsafeMutablePointer<GError>?
+        let label = "vault record \(record.rawValue) of \(keyring.hex)"
+        let stored = secret_service_store_sync(
+          service, schema, attributes, "default", label, value, cancellable, &error)
+        guard stored != 0 else { throw translate(error, cancellable, operation: "store record") }
+
+        // Best effort from here: the new item is stored and is the newest whatever happens next.
+        guard
+          let after = try? searchRecords(service, keyring: keyring, record: record, loadSecrets: false, cancellable)
+        else { return }
+        defer { vault_item_list_free(after) }
+        for item in Self.items(after) where generation(of: item) < next {
+          var deleteError: UnsafeMutablePointer<GError>?
+          secret_item_delete_sync(item, cancellable, &deleteError)
+          if let deleteError { g_error_free(deleteError) }
+        }
+      }
+    }
   }
 
   /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan them).
@@ -179,6 +255,39 @@ public final class SecretServiceStore: KeyStore {
       node = current.pointee.next
     }
     return values
+  }
+
+  private static func items(_ list: UnsafeMutablePointer<GList>?) -> [UnsafeMutablePointer<SecretItem>] {
+    var items: [UnsafeMutablePointer<SecretItem>] = []
+    var node = list
+    while let current = node {
+      items.append(current.pointee.data.assumingMemoryBound(to: SecretItem.self))
+      node = current.pointee.next
+    }
+    return items
+  }
+
+  /// A record item's `generation`; 0 when it has none (an item vault did not write).
+  private func generation(of item: UnsafeMutablePointer<SecretItem>) -> UInt64 {
+    guard let value = vault_item_attribute(item, "generation") else { return 0 }
+    defer { g_free(value) }
+    return UInt64(String(cString: value)) ?? 0
+  }
+
+  private func searchRecords(
+    _ service: UnsafeMutablePointer<SecretService>, keyring: KeyringID, record: KeyStoreRecord, loadSecrets: Bool,
+    _ cancellable: UnsafeMutablePointer<GCancellable>
+  ) throws -> UnsafeMutablePointer<GList>? {
+    let schema = vault_record_schema_new()
+    defer { secret_schema_unref(schema) }
+    let attributes = vault_record_attributes_new(keyring.hex, record.rawValue, nil, nil)
+    defer { g_hash_table_unref(attributes) }
+    var error: UnsafeMutablePointer<GError>?
+    var flags = SECRET_SEARCH_ALL
+    if loadSecrets { flags = SecretSearchFlags(flags.rawValue | SECRET_SEARCH_LOAD_SECRETS.rawValue) }
+    let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
+    if let error { throw translate(error, cancellable, operation: "search records") }
+    return items
   }
 
   private func search(
