@@ -297,9 +297,15 @@ extension Vault {
         }
       }
       // A version marked retired that turned out to be in use goes back to decrypt-only.
-      for (version, _) in kept where next.record(version)?.state == .retired {
-        next.setState(.decryptOnly, of: version)
-        if let index = next.versions.firstIndex(where: { $0.version == version }) { next.versions[index].retiredAt = nil }
+      for (version, _) in kept where next.isRetired(version) {
+        if let index = next.versions.firstIndex(where: { $0.version == version }) {
+          next.versions[index].state = .decryptOnly
+          next.versions[index].retiredAt = nil
+        } else {
+          // Compacted away, yet its key is present and needed: list it again.
+          next.versions.append(KeyVersionRecord(version: version, state: .decryptOnly, createdAt: now))
+          next.versions.sort { $0.version < $1.version }
+        }
       }
       next.resealing = nil
       try save(next)

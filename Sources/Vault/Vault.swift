@@ -34,7 +34,10 @@ public final class Vault: Sendable {
 
   static let lockFileName = "vault.lock"
 
-  init(home: String, manifest: Manifest, store: any KeyStore, integrityKey: SymmetricKey, clock: @escaping @Sendable () -> Date) {
+  init(
+    home: String, manifest: Manifest, store: any KeyStore, integrityKey: SymmetricKey,
+    clock: @escaping @Sendable () -> Date
+  ) {
     self.home = home
     self.keyringID = manifest.keyringID!
     self.store = store
@@ -125,6 +128,10 @@ public final class Vault: Sendable {
       try vault.withManifestLock {}
     } else {
       guard signed.isLegacy else {
+        // A missing active key says more (a deleted or replaced keyfile) than a missing record.
+        if try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) == nil {
+          throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
+        }
         throw VaultError.integrityKeyMissing(store: store.kind)
       }
       vault = try upgrade(home: home, store: store, clock: clock)
@@ -186,15 +193,23 @@ public final class Vault: Sendable {
     }
     guard signed.isLegacy else { throw VaultError.integrityKeyMissing(store: store.kind) }
     // Refuse to upgrade a vault whose active key is not readable: nothing proves it is ours.
-    guard try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) != nil
-      || signed.manifest.record(signed.manifest.activeVersion)?.state == .pending
+    guard
+      try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) != nil
+        || signed.manifest.record(signed.manifest.activeVersion)?.state == .pending
     else {
       throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
     }
     let integrityKey = try SymmetricKey.generate()
     try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
-    let vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
-    try vault.save(signed.manifest)
+    // Record key-check values for the keys as they are now, so a swapped item is caught from here on.
+    var upgraded = signed.manifest
+    for index in upgraded.versions.indices where upgraded.versions[index].check == nil {
+      if let key = try store.loadKey(keyring: keyring, version: upgraded.versions[index].version) {
+        upgraded.versions[index].check = try KeyVersionRecord.checkValue(of: key)
+      }
+    }
+    let vault = Vault(home: home, manifest: upgraded, store: store, integrityKey: integrityKey, clock: clock)
+    try vault.save(upgraded)
     return vault
   }
 
@@ -351,7 +366,9 @@ public final class Vault: Sendable {
   }
 
   func activeKey() throws -> (UInt32, AESGCMKey) {
-    let (version, record) = state.withLock { ($0.manifest.activeVersion, $0.manifest.record($0.manifest.activeVersion)) }
+    let (version, record) = state.withLock {
+      ($0.manifest.activeVersion, $0.manifest.record($0.manifest.activeVersion))
+    }
     guard record?.state == .active else { throw VaultError.noActiveKey }
     return (version, try key(for: version))
   }
@@ -393,7 +410,9 @@ public final class Vault: Sendable {
     var next = next
     let (integrityKey, epoch, learned) = state.withLock { ($0.integrityKey, $0.epoch, $0.learnedChecks) }
     let (nextEpoch, overflow) = max(epoch, next.epoch).addingReportingOverflow(1)
-    guard !overflow else { throw ManifestFile.Failure.corrupt(path: ManifestFile.path(home: home), reason: "epoch exhausted") }
+    guard !overflow else {
+      throw ManifestFile.Failure.corrupt(path: ManifestFile.path(home: home), reason: "epoch exhausted")
+    }
     next.epoch = nextEpoch
     for index in next.versions.indices where next.versions[index].check == nil {
       next.versions[index].check = learned[next.versions[index].version]
@@ -464,7 +483,8 @@ public final class Vault: Sendable {
     let material: SymmetricKey
     if let existing = try store.loadKey(keyring: keyringID, version: pending) {
       // Only a key this vault recorded may be adopted; anything else was not made by this vault.
-      guard let expected = pendingRecord.check, constantTimeEquals(try KeyVersionRecord.checkValue(of: existing), expected)
+      guard let expected = pendingRecord.check,
+        constantTimeEquals(try KeyVersionRecord.checkValue(of: existing), expected)
       else {
         throw VaultError.unexpectedKeyItem(version: pending, store: store.kind)
       }

@@ -312,7 +312,9 @@ public struct VaultCommandLine {
     }
     terminal.writeError(text)
     if assumeYes { return .purge }
-    guard let answer = terminal.ask("Purge the records that do not open (p), keep them unreadable in review (k), or stop (s)? ")
+    guard
+      let answer = terminal.ask(
+        "Purge the records that do not open (p), keep them unreadable in review (k), or stop (s)? ")
     else {
       terminal.note("vault: no terminal to ask; rerun with --yes to purge, or without --compromised")
       return .abort

@@ -248,7 +248,10 @@ public struct Scanner {
     }
     guard size >= 48, size <= 1 << 20 else { return nil }
     let bytes = RegionMap.read(fd, at: 0, count: size)
-    guard bytes.count == size, Array(bytes[0..<4]) == Array("VKF".utf8) + [1] else { return nil }
+    // Keyfile formats 1 and 2 both end in the SHA-256 of everything before it.
+    guard bytes.count == size, Array(bytes[0..<3]) == Array("VKF".utf8), bytes[3] == 1 || bytes[3] == 2 else {
+      return nil
+    }
     let body = Array(bytes[0..<(size - 32)])
     guard let digest = try? SHA256.hash(body), digest == Array(bytes[(size - 32)...]) else { return nil }
     return Finding(

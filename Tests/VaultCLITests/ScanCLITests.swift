@@ -49,7 +49,9 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual((verify["containers"] as? [String: [String: Int]])?[home + "/queue.sqlite"], ["1": 5])
     try sqlite3(
       home + "/queue.sqlite",
-      "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE seq = (SELECT min(seq) FROM records)"
+      "UPDATE records SET envelope = substr(envelope, 1, 40) || "
+        + "(CASE WHEN substr(envelope, 41, 1) = x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) "
+        + "WHERE seq = (SELECT min(seq) FROM records)"
     )
     let bad = try vault(["--home", home, "scan", home, "--verify"])
     XCTAssertEqual(bad.status, 1)

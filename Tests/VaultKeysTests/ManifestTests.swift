@@ -43,7 +43,8 @@ final class ManifestTests: XCTestCase {
       XCTAssertFalse(try parsed.isAuthentic(under: key))
     }
     var macFlipped = bytes
-    macFlipped[macFlipped.count - 10] = macFlipped[macFlipped.count - 10] == UInt8(ascii: "a") ? UInt8(ascii: "b") : UInt8(ascii: "a")
+    macFlipped[macFlipped.count - 10] =
+      macFlipped[macFlipped.count - 10] == UInt8(ascii: "a") ? UInt8(ascii: "b") : UInt8(ascii: "a")
     XCTAssertFalse(try ManifestFile.parse(macFlipped, path: "m").isAuthentic(under: key))
   }
 
@@ -61,7 +62,8 @@ final class ManifestTests: XCTestCase {
   func testFieldsFromANewerReleaseSurviveARewrite() throws {
     let key = try SymmetricKey.generate()
     var text = String(decoding: try ManifestFile.sign(try sample(), key: key), as: UTF8.self)
-    text = text.replacingOccurrences(of: "\"format\" : 2,", with: "\"format\" : 2,\n  \"future_guard\" : {\"keep\" : [1, 2]},")
+    text = text.replacingOccurrences(
+      of: "\"format\" : 2,", with: "\"format\" : 2,\n  \"future_guard\" : {\"keep\" : [1, 2]},")
     text = text.replacingOccurrences(of: "\"version\" : 1", with: "\"version\" : 1, \"future_flag\" : true")
     let parsed = try ManifestFile.parse(Array(text.utf8), path: "m")
     let rewritten = String(decoding: try ManifestFile.sign(parsed.manifest, key: key), as: UTF8.self)
@@ -79,7 +81,8 @@ final class ManifestTests: XCTestCase {
     let path = ManifestFile.path(home: temporary.path)
     func write(_ text: String) throws {
       unlink(path)
-      XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]))
+      XCTAssertTrue(
+        FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]))
     }
     try write("{\"format\": 1, \"vault_id\": ")
     XCTAssertThrowsError(try ManifestFile.read(home: temporary.path)) {

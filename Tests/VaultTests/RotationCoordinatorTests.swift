@@ -41,7 +41,9 @@ final class RotationCoordinatorTests: XCTestCase {
       init(_ envelope: [UInt8]) { self.envelope = envelope }
       func raiseMinimumSealVersion(to version: UInt32) throws {}
       func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult { ResealResult(resealed: 0) }
-      func recordCounts() throws -> RecordCounts { RecordCounts(byVersion: [try Envelope.header(of: envelope).version: 1]) }
+      func recordCounts() throws -> RecordCounts {
+        RecordCounts(byVersion: [try Envelope.header(of: envelope).version: 1])
+      }
       func checkpointNow() throws -> Bool { true }
       func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int { 0 }
       func compact() throws {}

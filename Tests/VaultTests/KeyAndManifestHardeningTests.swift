@@ -1,0 +1,255 @@
+import Foundation
+import VaultCrypto
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import Vault
+
+/// Issue 8 regressions at the vault level: retirement only on proof, bounded versions, no stale
+/// keys in long-lived processes, an authenticated manifest that a restored copy cannot roll back.
+final class KeyAndManifestHardeningTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+
+  override func setUp() {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func memoryVault() throws -> Vault {
+    try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+  }
+
+  private func manifestBytes(_ vault: Vault) throws -> Data {
+    try Data(contentsOf: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
+  }
+
+  // MARK: - Item 2: a version called retired is deleted only with this run's proof
+
+  func testAVersionMarkedRetiredIsNotDeletedWhileRecordsStillNeedIt() throws {
+    let vault = try memoryVault()
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.seal([42], context: [1])))
+    // v1 marked retired (a crash between marking and deleting, or a restored container): its key
+    // is still in the store and a record still needs it.
+    var manifest = vault.manifest
+    manifest.versions.append(KeyVersionRecord(version: 2, state: .active, createdAt: "t"))
+    manifest.highestVersion = 2
+    manifest.activeVersion = 2
+    manifest.setState(.retired, of: 1)
+    try store.storeKey(try SymmetricKey.generate(), keyring: vault.keyringID, version: 2)
+    try vault.save(manifest)
+    let report = try vault.rotate([container])
+    XCTAssertEqual(report.retired, [2], "v2 had no records; v1 is still needed")
+    XCTAssertEqual(report.keptVersions, [1])
+    XCTAssertTrue(report.keptBecause["1"]?.first?.contains("records sealed under it remain") ?? false)
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 3], "v1's key was kept")
+    XCTAssertEqual(vault.manifest.record(1)?.state, .decryptOnly, "and v1 is usable again")
+    // The next rotation re-seals the record and only then retires v1.
+    let next = try vault.rotate([container])
+    XCTAssertEqual(next.retired, [1, 3])
+    XCTAssertEqual(try vault.open(container.records[0].envelope, context: [1]), [42])
+  }
+
+  // MARK: - Item 4: versions near UInt32.max
+
+  func testVersionsNearTheTopAreRefusedNotATrap() throws {
+    let vault = try memoryVault()
+    var manifest = vault.manifest
+    manifest.highestVersion = UInt32.max - 2
+    try vault.save(manifest)
+    XCTAssertEqual(try vault.rotate().newVersion, UInt32.max - 1)
+    let before = try manifestBytes(vault)
+    XCTAssertThrowsError(try vault.rotate()) { error in
+      XCTAssertEqual(error as? VaultError, .versionsExhausted(highest: UInt32.max - 1))
+      XCTAssertTrue(String(describing: error).contains("exhausted"))
+    }
+    XCTAssertEqual(try manifestBytes(vault), before, "a refused rotation changes nothing")
+    XCTAssertEqual(try Vault.open(home: vault.home, resolver: .fixed(store)).activeVersion, UInt32.max - 1)
+  }
+
+  // MARK: - Item 5: no stale key in a long-lived process
+
+  func testALongLivedProcessNeverSealsUnderAVersionRotatedAway() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let longLived = try Vault.open(home: vault.home)
+    let old = try longLived.seal([1], context: [1])
+    // Another process rotates and retires v1 (one empty container proves it unused).
+    let other = try Vault.open(home: vault.home)
+    let report = try other.rotate([RecordingContainer(name: "q.db")])
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [2])
+    // The long-lived process notices before sealing: new records are under v2, never v1.
+    let sealed = try longLived.seal([2], context: [2])
+    XCTAssertEqual(try Envelope.header(of: sealed).version, 2)
+    XCTAssertEqual(try other.open(sealed, context: [2]), [2], "anyone can open what it sealed")
+    // And its cached v1 key is gone, not kept alive in memory.
+    XCTAssertThrowsError(try longLived.open(old, context: [1])) {
+      XCTAssertEqual($0 as? EnvelopeError, .retiredKeyVersion(1))
+    }
+  }
+
+  // MARK: - Item 7: an authenticated manifest
+
+  func testAForgedManifestIsRefusedAndChangesNothing() throws {
+    let vault = try memoryVault()
+    _ = try vault.rotate()
+    let path = ManifestFile.path(home: vault.home)
+    let text = try String(contentsOfFile: path, encoding: .utf8)
+    // Mark version 1 retired by hand: the MAC no longer matches.
+    let forged = text.replacingOccurrences(of: "\"state\" : \"decrypt-only\"", with: "\"state\" : \"retired\"")
+    XCTAssertNotEqual(forged, text)
+    try forged.write(toFile: path, atomically: false, encoding: .utf8)
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? ManifestFile.Failure, .unauthenticated(path: path))
+    }
+    XCTAssertThrowsError(try vault.rotate(), "a process already running refuses it too")
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2], "no key was deleted")
+  }
+
+  func testStrippingTheMACDoesNotMakeAnOldVault() throws {
+    let vault = try memoryVault()
+    let path = ManifestFile.path(home: vault.home)
+    // Rewrite the manifest as the previous release wrote it: format 1, no MAC, active version 1.
+    var legacy = try JSONSerialization.jsonObject(with: try manifestBytes(vault)) as! [String: Any]
+    legacy["format"] = 1
+    legacy.removeValue(forKey: "mac")
+    try JSONSerialization.data(withJSONObject: legacy).write(to: URL(fileURLWithPath: path))
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? ManifestFile.Failure, .unauthenticated(path: path))
+    }
+  }
+
+  func testAVaultFromThePreviousReleaseIsUpgradedOnce() throws {
+    // What the previous release left: a format-1 manifest and a key store with only key version 1.
+    let keyring = try KeyringID.random()
+    let home = temporary.sub("old")
+    try SecureFile.makeDirectory(home)
+    try store.storeKey(try SymmetricKey.generate(), keyring: keyring, version: 1)
+    let legacy = """
+      {"format": 1, "vault_id": "\(keyring.hex)", "store": {"kind": "memory"}, "active_version": 1,
+       "versions": [{"version": 1, "state": "active", "created_at": "2026-01-01T00:00:00Z"}],
+       "containers": ["/memory/old.db"], "external_seal_versions": [1]}
+      """
+    XCTAssertTrue(
+      FileManager.default.createFile(
+        atPath: ManifestFile.path(home: home), contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
+    let vault = try Vault.open(home: home, resolver: .fixed(store))
+    let upgraded = try ManifestFile.read(home: home)
+    XCTAssertFalse(upgraded.isLegacy)
+    XCTAssertEqual(upgraded.manifest.containers, [ContainerRecord(path: "/memory/old.db", id: nil)])
+    XCTAssertEqual(upgraded.manifest.externalSealVersions, [1])
+    XCTAssertNotNil(try store.loadRecord(.integrityKey, keyring: keyring))
+    XCTAssertNotNil(vault.manifest.record(1)?.check ?? nil, "the key-check value was learned from the key")
+    // From now on the unsigned form is refused.
+    XCTAssertTrue(
+      FileManager.default.createFile(
+        atPath: ManifestFile.path(home: home), contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
+    XCTAssertThrowsError(try Vault.open(home: home, resolver: .fixed(store)))
+  }
+
+  /// The recovery our own errors recommend: restore manifest.json from an older backup. It was
+  /// taken before a container was registered and before a `vault seal`; rotating afterwards must
+  /// not delete the key both still need.
+  func testARestoredOlderManifestNeverLeadsToRetirement() throws {
+    let vault = try memoryVault()
+    let backup = try manifestBytes(vault)
+    let container = RecordingContainer(name: "late.db")
+    container.records.append(([7], try vault.seal([7], context: [7])))
+    let containers = try InMemoryContainers(vault, [container])
+    let outside = try vault.sealExternal([9], context: [9])
+    try backup.write(to: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
+
+    let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
+    XCTAssertTrue(reopened.supersededStaleManifest)
+    XCTAssertEqual(reopened.manifest.containers.map(\.path), [container.name], "the newer copy was adopted")
+    let report = try reopened.rotate(containers: containers)
+    XCTAssertEqual(report.retired, [], "v1 still seals a record outside any container")
+    XCTAssertEqual(try reopened.open(outside, context: [9]), [9])
+    XCTAssertEqual(try reopened.open(container.records[0].envelope, context: [7]), [7])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+  }
+
+  func testAStaleManifestCopiedInWhileAProcessRunsIsNotAdopted() throws {
+    let vault = try memoryVault()
+    let backup = try manifestBytes(vault)
+    _ = try vault.rotate([RecordingContainer(name: "q.db")])
+    try backup.write(to: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
+    // The running process sees a changed file, finds the key store's copy newer, and keeps sealing
+    // under the active version instead of going back to v1.
+    let envelope = try vault.seal([1], context: [1])
+    XCTAssertEqual(try Envelope.header(of: envelope).version, 2)
+  }
+
+  // MARK: - Item 18 (part): key-check values
+
+  func testAKeyStoreItemThatIsNotTheRecordedKeyIsRefused() throws {
+    let vault = try memoryVault()
+    _ = try vault.rotate()
+    // Swap version 1's key for another 32-byte key: same version, wrong key.
+    XCTAssertTrue(try store.deleteKey(keyring: vault.keyringID, version: 1))
+    try store.storeKey(try SymmetricKey.generate(), keyring: vault.keyringID, version: 1)
+    let fresh = try Vault.open(home: vault.home, resolver: .fixed(store))
+    XCTAssertThrowsError(try fresh.key(for: 1)) { XCTAssertEqual($0 as? VaultError, .keyCheckFailed(version: 1)) }
+  }
+
+  func testAPendingVersionDoesNotAdoptAForeignItem() throws {
+    let vault = try memoryVault()
+    var manifest = vault.manifest
+    manifest.versions.append(
+      KeyVersionRecord(
+        version: 2, state: .pending, createdAt: "t",
+        check: try KeyVersionRecord.checkValue(of: try SymmetricKey.generate())))
+    manifest.highestVersion = 2
+    try vault.save(manifest)
+    try store.storeKey(try SymmetricKey.generate(), keyring: vault.keyringID, version: 2)
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? VaultError, .unexpectedKeyItem(version: 2, store: .memory))
+    }
+  }
+
+  // MARK: - Item 8: rotation after a compromise
+
+  func testACompromiseRotationAsksThenRetiresEvenPinnedVersions() throws {
+    let vault = try memoryVault()
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.seal([1], context: [1])))
+    var broken = try vault.seal([2], context: [2])
+    broken[30] ^= 1
+    container.records.append(([2], broken))
+    _ = try vault.sealExternal([3], context: [3])
+
+    let asked = Asked()
+    let stop = RotationOptions(compromised: true, confirm: { plan in asked.add(plan) ?? .abort })
+    XCTAssertThrowsError(try vault.rotate([container], options: stop)) {
+      XCTAssertEqual($0 as? RotationError, .aborted)
+    }
+    XCTAssertEqual(asked.plans.first?.unopenable, [container.name: 1])
+    XCTAssertEqual(asked.plans.first?.externalSealVersions, [1])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2], "nothing retired after stop")
+
+    let purge = RotationOptions(compromised: true, confirm: { _ in .purge })
+    let report = try vault.rotate([container], options: purge)
+    XCTAssertTrue(report.compromised)
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(report.purged, [container.name: 1])
+    XCTAssertTrue(container.calls.contains("compact"))
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+    XCTAssertEqual(container.records.count, 1)
+    XCTAssertEqual(try vault.open(container.records[0].envelope, context: [1]), [1])
+  }
+}
+
+/// Collects the plans a compromise rotation showed.
+final class Asked: @unchecked Sendable {
+  private let lock = NSLock()
+  private(set) var plans: [CompromisePlan] = []
+  func add(_ plan: CompromisePlan) -> CompromiseDecision? {
+    lock.withLock { plans.append(plan) }
+    return nil
+  }
+}
