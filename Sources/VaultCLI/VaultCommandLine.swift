@@ -121,6 +121,7 @@ public struct VaultCommandLine {
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
+    case QueueError.noContainer(let path): return (QueueError.noContainer(path: path).description, .couldNotRun)
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
     default:

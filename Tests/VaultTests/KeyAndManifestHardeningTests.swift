@@ -253,3 +253,42 @@ final class Asked: @unchecked Sendable {
     return nil
   }
 }
+
+/// Item 3: the manifest must stay small however often the vault rotates.
+final class RotationSoakTests: XCTestCase {
+  /// Thousands of rotations on a real keyfile: the manifest (and the keyfile with its mirror) stay
+  /// small and every operation keeps working. It used to pass its own 1 MiB read limit after about
+  /// 6,900 rotations, after which every command failed.
+  func testThousandsOfRotationsKeepTheManifestSmall() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.seal([42], context: [1])))
+    let containers = try InMemoryContainers(vault, [container])
+    let rounds = 2000
+    var sizes: [Int] = []
+    for round in 1...rounds {
+      let report = try vault.rotate(containers: containers)
+      XCTAssertEqual(report.retired, [UInt32(round)], "round \(round)")
+      if round % 500 == 0 { sizes.append(size(ManifestFile.path(home: vault.home))) }
+    }
+    XCTAssertEqual(vault.activeVersion, UInt32(rounds + 1))
+    XCTAssertLessThan(sizes.max() ?? .max, 4096, "the manifest stays small: \(sizes)")
+    XCTAssertLessThan((sizes.max() ?? 0) - (sizes.min() ?? 0), 64, "and does not grow beyond longer numbers: \(sizes)")
+    XCTAssertLessThan(size(keyfile), 16384)
+    XCTAssertEqual(vault.manifest.versions.count, Manifest.retiredHistoryLimit + 1)
+    let reopened = try Vault.open(home: vault.home)
+    XCTAssertEqual(try reopened.open(container.records[0].envelope, context: [1]), [42])
+    var relabelled = try vault.seal([1], context: [1])
+    relabelled.replaceSubrange(13..<17, with: [0, 0, 0, 1])
+    XCTAssertThrowsError(try reopened.open(relabelled, context: [1])) {
+      XCTAssertEqual($0 as? EnvelopeError, .retiredKeyVersion(1), "a compacted version is still known as retired")
+    }
+  }
+
+  private func size(_ path: String) -> Int {
+    var info = stat()
+    return stat(path, &info) == 0 ? Int(info.st_size) : -1
+  }
+}

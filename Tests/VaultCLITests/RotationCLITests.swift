@@ -1,0 +1,108 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Issue 8 through the real binary: mistyped containers, rotation at scale under a low
+/// descriptor limit, a compromise rotation, and thousands of rotations on a real keyfile.
+final class RotationCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func shell(_ script: String, input: [UInt8] = []) throws -> Spawned {
+    try Spawn.run("/bin/sh", ["-c", script], input: input)
+  }
+
+  func testReadingCommandsNeverCreateOrRegisterAContainer() throws {
+    let typo = temporary.sub("tpyo.sqlite")
+    for action in [["stats"], ["list"], ["resend", UUID().uuidString]] {
+      let run = try vault(["--home", home, "queue"] + action + ["--container", typo])
+      XCTAssertEqual(run.status, 2, "\(action): \(run.error)")
+      XCTAssertTrue(run.error.contains("no vault container at \(typo)"), run.error)
+      XCTAssertFalse(FileManager.default.fileExists(atPath: typo), "\(action) created nothing")
+    }
+    let status = try vault(["--home", home, "status", "--json"])
+    let containers = (try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])?["containers"]
+    XCTAssertEqual((containers as? [[String: Any]])?.count, 1, "only the default container is registered")
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "a typo does not block rotation")
+  }
+
+  func testStatusSaysTheManifestWasVerified() throws {
+    let status = try vault(["--home", home, "status", "--json"])
+    let object = try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any]
+    XCTAssertEqual(object?["integrity"] as? String, "verified")
+    let containers = object?["containers"] as? [[String: Any]]
+    XCTAssertEqual((containers?.first?["id"] as? String)?.count, 16)
+  }
+
+  /// Each container costs three descriptors while open; 40 of them under `ulimit -n 48` rotate
+  /// only if they are visited one at a time.
+  func testRotationOfManyContainersUnderALowDescriptorLimit() throws {
+    for i in 0..<40 {
+      let put = try vault(
+        ["--home", home, "queue", "put", "--queue", "q", "--container", temporary.sub("c\(i).sqlite")], input: [1])
+      XCTAssertEqual(put.status, 0, put.error)
+    }
+    let binary = vaultBinary()
+    let run = try shell("ulimit -n 48 && exec '\(binary)' --home '\(home)' rotate --json")
+    XCTAssertEqual(run.status, 0, run.error)
+    let report = try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any]
+    XCTAssertEqual((report?["resealed"] as? [String: Int])?.values.reduce(0, +), 40)
+    XCTAssertEqual(report?["retired"] as? [Int], [1])
+    // Far too few descriptors: an error that names the cause, not "read-only", and no trap.
+    let starved = try shell("ulimit -n 6 && exec '\(binary)' --home '\(home)' rotate")
+    XCTAssertEqual(starved.status, 1, starved.error)
+    XCTAssertTrue(starved.error.lowercased().contains("too many open files"), starved.error)
+    XCTAssertFalse(starved.error.contains("read-only"), starved.error)
+  }
+
+  func testCompromiseRotationAsksAndLeavesNoOldCiphertext() throws {
+    let container = home + "/queue.sqlite"
+    for i in 0..<20 {
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("r\(i)".utf8)).status, 0)
+    }
+    // Capture the v1 envelopes' ciphertext as it sits in the file now.
+    let oldBlobs = try Spawn.run(
+      "/usr/bin/env",
+      [
+        "python3", "-c",
+        "import sqlite3,sys;[print(r[0].hex()) for r in sqlite3.connect(sys.argv[1]).execute('select envelope from records')]",
+        container,
+      ])
+    let blobs = oldBlobs.outputText.split(separator: "\n").map { String($0) }
+    XCTAssertEqual(blobs.count, 20)
+    let sealed = try vault(["--home", home, "seal", "--context", "outside"], input: Array("kept outside".utf8))
+    XCTAssertEqual(sealed.status, 0)
+
+    // No terminal and no --yes: it refuses to destroy anything.
+    let refused = try vault(["--home", home, "rotate", "--compromised"])
+    XCTAssertEqual(refused.status, 1, refused.error)
+    XCTAssertTrue(refused.error.contains("become unreadable"), refused.error)
+    XCTAssertTrue(refused.error.contains("--yes"), refused.error)
+
+    let done = try vault(["--home", home, "rotate", "--compromised", "--yes", "--json"])
+    XCTAssertEqual(done.status, 0, done.error)
+    let report = try JSONSerialization.jsonObject(with: Data(done.output)) as? [String: Any]
+    XCTAssertEqual(report?["retired"] as? [Int], [1])
+    XCTAssertEqual(report?["compromised"] as? Bool, true)
+    let opened = try vault(["--home", home, "open", "--context", "outside"], input: sealed.output)
+    XCTAssertEqual(opened.status, 1, "the pinned external envelope is gone with its key")
+    // No v1 ciphertext remains anywhere in the container's files.
+    for blob in blobs {
+      let ciphertext = String(blob.dropFirst(58).prefix(16))  // 8 bytes of ciphertext after the 29-byte header
+      for file in [container, container + "-wal"] {
+        let data = FileManager.default.contents(atPath: file) ?? Data()
+        XCTAssertFalse(data.map { String(format: "%02x", $0) }.joined().contains(ciphertext), file)
+      }
+    }
+    let list = try vault(["--home", home, "queue", "stats", "--json"])
+    XCTAssertTrue(list.outputText.contains("\"total\" : 20"), list.outputText)
+  }
+}

@@ -1,0 +1,267 @@
+import Foundation
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import Vault
+@testable import VaultQueue
+
+/// Issue 8 regressions against real SQLite files: a registered container must be the registered
+/// one, counts come from envelope headers, nothing is created or changed by looking, checkpoints
+/// never stall writers.
+final class ContainerIdentityTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+  var vault: Vault!
+  var path: String { temporary.sub("data/queue.sqlite") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    try FileManager.default.createDirectory(atPath: temporary.sub("data"), withIntermediateDirectories: true)
+  }
+
+  override func tearDown() {
+    vault = nil
+    temporary = nil
+  }
+
+  private func fileBytes(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+  /// Rotation must refuse, changing nothing, whenever the file at a registered path is not the
+  /// registered container: the real records may be in a backup that needs the old key.
+  func testRotationRefusesWhenARegisteredContainerIsNotTheRegisteredOne() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1], queue: "q")
+    try queue.checkpoint()
+    let real = temporary.sub("data/real.sqlite")
+    XCTAssertEqual(rename(path, real), 0)
+    let other = try QueueContainer(path: temporary.sub("data/other.sqlite"), vault: vault)
+    try other.checkpoint()
+    let foreignVault = try Vault.create(
+      home: temporary.sub("foreign"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let foreign = try QueueContainer(path: temporary.sub("data/foreign.sqlite"), vault: foreignVault)
+    try foreign.checkpoint()
+    try sqlite(temporary.sub("data/notes.sqlite"), "CREATE TABLE notes (body TEXT)")
+
+    let cases: [(String, () throws -> Void, (Error) -> Bool)] = [
+      ("missing", {}, { ($0 as? RotationError) == .containerMissing(path: self.path) }),
+      (
+        "empty", { XCTAssertTrue(FileManager.default.createFile(atPath: self.path, contents: Data())) },
+        { ($0 as? RotationError) == .containerEmpty(path: self.path) }
+      ),
+      (
+        "another container of this vault",
+        { try FileManager.default.copyItem(atPath: self.temporary.sub("data/other.sqlite"), toPath: self.path) },
+        {
+          guard case .containerReplaced(let at, _, _)? = $0 as? RotationError else { return false }
+          return at == self.path
+        }
+      ),
+      (
+        "another vault's container",
+        { try FileManager.default.copyItem(atPath: self.temporary.sub("data/foreign.sqlite"), toPath: self.path) },
+        { ($0 as? RotationError) == .foreignContainer(path: self.path, keyringID: foreignVault.keyringID.hex) }
+      ),
+      (
+        "a database that is not a container",
+        { try FileManager.default.copyItem(atPath: self.temporary.sub("data/notes.sqlite"), toPath: self.path) },
+        {
+          guard case .notAContainer(let at, _)? = $0 as? RotationError else { return false }
+          return at == self.path
+        }
+      ),
+    ]
+    for (name, prepare, matches) in cases {
+      unlink(path)
+      unlink(path + "-wal")
+      unlink(path + "-shm")
+      try prepare()
+      let manifestBefore = fileBytes(ManifestFile.path(home: vault.home))
+      let fileBefore = fileBytes(path)
+      XCTAssertThrowsError(try vault.rotate(containers: QueueContainerProvider()), name) { error in
+        XCTAssertTrue(matches(error), "\(name): \(error)")
+        XCTAssertTrue(String(describing: error).contains("Nothing was changed"), "\(name): \(error)")
+      }
+      XCTAssertEqual(fileBytes(ManifestFile.path(home: vault.home)), manifestBefore, "\(name): manifest unchanged")
+      XCTAssertEqual(fileBytes(path), fileBefore, "\(name): the file at the path is unchanged")
+      XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1], "\(name): no key made or deleted")
+    }
+    // Restored, the real container rotates and its record survives.
+    unlink(path)
+    XCTAssertEqual(rename(real, path), 0)
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[path], 1)
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).claim(queue: "q").map(\.payload), [[1]])
+  }
+
+  /// Writers must not re-create a registered container either: the empty file would pass for it.
+  func testAWriterNeverCreatesAContainerAtARegisteredPath() throws {
+    _ = try QueueContainer(path: path, vault: vault)
+    unlink(path)
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault)) {
+      XCTAssertEqual($0 as? QueueError, .registeredContainerMissing(path: path))
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: path), "nothing was created")
+    XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data()))
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault)) {
+      XCTAssertEqual($0 as? QueueError, .registeredContainerMissing(path: path))
+    }
+    XCTAssertEqual(fileBytes(path), Data(), "the empty file was not initialised")
+  }
+
+  func testReadOnlyOpensCreateAndRegisterNothing() throws {
+    let typo = temporary.sub("data/tpyo.sqlite")
+    XCTAssertThrowsError(try QueueContainer(path: typo, vault: vault, mode: .readOnly)) {
+      XCTAssertEqual($0 as? QueueError, .noContainer(path: typo))
+    }
+    XCTAssertThrowsError(try QueueContainer(path: typo, vault: vault, mode: .existing)) {
+      XCTAssertEqual($0 as? QueueError, .noContainer(path: typo))
+    }
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: temporary.sub("data")), [])
+    XCTAssertEqual(vault.manifest.containers, [], "nothing was registered")
+    // A read-only open of a real container sees its records and still registers nothing.
+    let writer = try QueueContainer(path: path, vault: vault)
+    try writer.enqueue([5], queue: "q")
+    let other = try Vault.create(
+      home: temporary.sub("home2"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: other, mode: .readOnly))
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault, mode: .readOnly).stats().total, 1)
+    XCTAssertEqual(other.manifest.containers, [])
+  }
+
+  /// Looking must not change: a database that is not a container keeps its journal mode and bytes.
+  func testARefusedDatabaseIsLeftExactlyAsItWas() throws {
+    try sqlite(path, "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('x');")
+    let before = fileBytes(path)
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault)) {
+      XCTAssertEqual($0 as? QueueError, .notAQueueContainer(path: path))
+    }
+    XCTAssertEqual(fileBytes(path), before, "not switched to WAL, not touched")
+    XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"))
+    XCTAssertEqual(vault.manifest.containers, [])
+  }
+
+  /// Counts come from the envelopes' authenticated headers: relabelling the plaintext key_version
+  /// column (anyone who can write the file can) neither hides a record from re-sealing nor lets
+  /// rotation delete the key it needs.
+  func testRelabelledVersionColumnsDoNotFoolRotation() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1, 2, 3], queue: "q")
+    try queue.checkpoint()
+    try sqlite(path, "UPDATE records SET key_version = 999")
+    XCTAssertEqual(try queue.recordCounts().byVersion, [1: 1])
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[path], 1, "re-sealed although its column claimed version 999")
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.payload), [[1, 2, 3]])
+  }
+
+  /// A reader holding an old snapshot keeps old-version frames in the WAL: the key must stay,
+  /// and the report must say why; once the reader is gone the next rotation retires it.
+  func testAVersionWhoseFramesMayLingerInTheWALIsKept() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    for i in 0..<50 { try queue.enqueue([UInt8(i)], queue: "q") }
+    let reader = try Connection(path: path, readOnly: true)
+    try reader.execute("BEGIN")
+    try reader.prepare("SELECT count(*) FROM records").query { _ in }
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.retired, [])
+    XCTAssertEqual(report.keptVersions, [1])
+    XCTAssertTrue(report.keptBecause["1"]?.contains { $0.contains("could not be emptied") } ?? false, "\(report)")
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+    try reader.execute("COMMIT")
+    let next = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(next.retired, [1, 2])
+    var info = stat()
+    XCTAssertTrue(stat(path + "-wal", &info) != 0 || info.st_size == 0, "the WAL was emptied before retiring")
+  }
+
+  /// The "best effort" checkpoint used to wait out the 10 s busy timeout holding the write lock
+  /// while a reader kept a snapshot, so every enqueue stalled. It must give up at once instead.
+  func testACheckpointBlockedByAReaderDoesNotStallWriters() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1], queue: "q")
+    let reader = try Connection(path: path, readOnly: true)
+    try reader.execute("BEGIN")
+    try reader.prepare("SELECT count(*) FROM records").query { _ in }
+    defer { try? reader.execute("COMMIT") }
+    let started = Date()
+    XCTAssertFalse(try queue.checkpoint(), "it reports that it could not run")
+    let claimed = try queue.claim(queue: "q")
+    try queue.ack(claimed.map(\.id))  // acks checkpoint too
+    try queue.enqueue([2], queue: "q")
+    // Bound, not a benchmark: before the fix each of these waited the full 10 s busy timeout.
+    XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+  }
+
+  /// Rotation opens registered containers one at a time: more containers than the process may
+  /// hold open at once still rotate.
+  func testRotationVisitsContainersOneAtATime() throws {
+    for i in 0..<12 {
+      let queue = try QueueContainer(path: temporary.sub("data/q\(i).sqlite"), vault: vault)
+      try queue.enqueue([UInt8(i)], queue: "q")
+    }
+    final class Counting: ContainerProvider {
+      let inner = QueueContainerProvider()
+      var open = 0
+      var most = 0
+      func probe(path: String) throws -> ContainerProbe { try inner.probe(path: path) }
+      func open(path: String, vault: Vault) throws -> any SealedContainer {
+        let container = try inner.open(path: path, vault: vault)
+        return Tracked(container, self)
+      }
+    }
+    final class Tracked: SealedContainer {
+      let inner: any SealedContainer
+      let owner: Counting
+      init(_ inner: any SealedContainer, _ owner: Counting) {
+        self.inner = inner
+        self.owner = owner
+        owner.open += 1
+        owner.most = max(owner.most, owner.open)
+      }
+      deinit { owner.open -= 1 }
+      var name: String { inner.name }
+      var containerID: String { inner.containerID }
+      func raiseMinimumSealVersion(to version: UInt32) throws { try inner.raiseMinimumSealVersion(to: version) }
+      func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult {
+        try inner.reseal(with: vault, to: version)
+      }
+      func recordCounts() throws -> RecordCounts { try inner.recordCounts() }
+      func checkpointNow() throws -> Bool { try inner.checkpointNow() }
+      func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
+        try inner.removeRecords(sealedUnder: versions, keep: keep)
+      }
+      func compact() throws { try inner.compact() }
+    }
+    let provider = Counting()
+    let report = try vault.rotate(containers: provider)
+    XCTAssertEqual(report.resealed.values.reduce(0, +), 12)
+    XCTAssertEqual(provider.most, 1, "never more than one container open at a time")
+  }
+
+  /// Too many open files is said as such, never as "read-only".
+  func testTooManyOpenFilesIsNamed() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.checkpoint()
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    var descriptors: [Int32] = []
+    defer { for fd in descriptors { close(fd) } }
+    while true {
+      let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+      if fd < 0 { break }
+      descriptors.append(fd)
+      if descriptors.count > 100_000 { break }
+    }
+    // Free exactly one: enough for a probe's single open, not for SQLite's three.
+    close(descriptors.removeLast())
+    XCTAssertThrowsError(try QueueContainer(path: temporary.sub("data/new.sqlite"), vault: vault)) { error in
+      XCTAssertEqual(error as? QueueError, .tooManyOpenFiles(path: self.temporary.sub("data/new.sqlite")), "\(error)")
+    }
+    _ = limit
+  }
+}
