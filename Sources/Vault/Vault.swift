@@ -125,7 +125,9 @@ public final class Vault: Sendable {
     let vault: Vault
     if let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) }) {
       vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
-      try vault.withManifestLock {}
+      // The lock is taken only when the home or the key store's copy must be rewritten, so opening
+      // never waits for a rotation running elsewhere.
+      if try vault.adoptVerifiedManifest(heal: false) { try vault.withManifestLock {} }
     } else {
       guard signed.isLegacy else {
         // A missing active key says more (a deleted or replaced keyfile) than a missing record.
@@ -311,7 +313,10 @@ public final class Vault: Sendable {
   /// is not newer than what this process saw, and adopts the newest authentic one. With `heal`
   /// (the caller holds the lock) a stale file is replaced by the newer copy and a missing or older
   /// key store copy is rewritten.
-  func adoptVerifiedManifest(heal: Bool) throws {
+  /// - Returns: whether something needs healing that `heal` was not allowed to do (the home holds
+  ///   an older manifest than the key store, or the key store's copy is missing or older).
+  @discardableResult
+  func adoptVerifiedManifest(heal: Bool) throws -> Bool {
     let path = ManifestFile.path(home: home)
     let stampBefore = FileStamp(path)
     let signed = try ManifestFile.read(home: home)
@@ -322,9 +327,10 @@ public final class Vault: Sendable {
     guard signed.manifest.vaultID == keyringID.hex else { throw ManifestFile.Failure.unauthenticated(path: path) }
     var chosen = signed
     var superseded = false
-    // The key store's copy is consulted when opening (heal) and whenever the file is not newer
-    // than what this process already saw: that is what a restored old copy looks like.
-    if heal || signed.manifest.epoch <= knownEpoch {
+    var mirrorStale = false
+    // The key store's copy is consulted whenever the file is not newer than what this process
+    // already saw (always so when opening): that is what a restored old copy looks like.
+    if signed.manifest.epoch <= knownEpoch {
       if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyringID) {
         let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path + " (key store copy)")
         guard !mirror.isLegacy, try mirror.isAuthentic(under: integrityKey) else {
@@ -336,11 +342,11 @@ public final class Vault: Sendable {
         if mirror.bytes != signed.bytes, mirror.manifest.epoch >= signed.manifest.epoch {
           chosen = mirror
           superseded = true
-        } else if heal, mirror.manifest.epoch < signed.manifest.epoch {
-          try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+        } else if mirror.manifest.epoch < signed.manifest.epoch {
+          mirrorStale = true
         }
-      } else if heal {
-        try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+      } else {
+        mirrorStale = true
       }
     }
     guard chosen.manifest.epoch >= knownEpoch else {
@@ -348,21 +354,27 @@ public final class Vault: Sendable {
       throw ManifestFile.Failure.unauthenticated(path: path)
     }
     var stamp = stampBefore
-    if superseded, heal {
-      try ManifestFile.write(chosen.bytes, home: home)
-      stamp = FileStamp(path)
+    if heal {
+      if mirrorStale {
+        try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+      }
+      if superseded {
+        try ManifestFile.write(chosen.bytes, home: home)
+        stamp = FileStamp(path)
+      }
     }
     let fresh = chosen.manifest
     state.withLock { state in
       state.manifest = fresh
       state.stamp = stamp
       state.epoch = max(state.epoch, fresh.epoch)
-      if superseded { state.supersededStaleManifest = true }
+      if superseded, heal { state.supersededStaleManifest = true }
       state.keys = state.keys.filter { version, _ in
         guard let record = fresh.record(version) else { return false }
         return record.state == .active || record.state == .decryptOnly
       }
     }
+    return !heal && (superseded || mirrorStale)
   }
 
   func activeKey() throws -> (UInt32, AESGCMKey) {
