@@ -106,3 +106,39 @@ final class RotationCLITests: XCTestCase {
     XCTAssertTrue(list.outputText.contains("\"total\" : 20"), list.outputText)
   }
 }
+
+/// The manifest's integrity with a real Secret Service: status works while it is locked and says
+/// the manifest could not be verified; a forged manifest is refused once keys can be read.
+final class ManifestIntegrityCLITests: XCTestCase {
+  func testStatusSaysUnverifiedWhileTheKeyringIsLockedAndForgeriesAreRefused() throws {
+    guard TestKeyring.isAvailable else { throw XCTSkip("needs the test Secret Service (tools/test.sh)") }
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    try TestKeyring.lock()
+    do {
+      defer { XCTAssertNoThrow(try TestKeyring.unlock()) }
+      let status = try vault(["--home", home, "status", "--json"])
+      XCTAssertEqual(status.status, 0, status.error)
+      let object = try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any]
+      let integrity = object?["integrity"] as? String ?? ""
+      XCTAssertTrue(integrity.hasPrefix("unverified"), integrity)
+      XCTAssertTrue(integrity.contains("locked"), integrity)
+    }
+    XCTAssertTrue(
+      (try vault(["--home", home, "status"]).outputText).contains("manifest: verified"), "verified once unlocked")
+    // Any edit by hand (here: a higher epoch, which would hide later writes) is refused.
+    let path = home + "/manifest.json"
+    let text = try String(contentsOfFile: path, encoding: .utf8)
+    let forged = text.replacingOccurrences(
+      of: #""epoch" : [0-9]+"#, with: "\"epoch\" : 999999", options: .regularExpression)
+    XCTAssertNotEqual(forged, text)
+    try forged.write(toFile: path, atomically: false, encoding: .utf8)
+    for command in [["rotate"], ["status"]] {
+      let run = try vault(["--home", home] + command)
+      XCTAssertEqual(run.status, 1, "\(command): \(run.error)")
+      XCTAssertTrue(run.error.contains("fails its integrity check"), run.error)
+    }
+  }
+}
