@@ -37,7 +37,8 @@ public final class Vault: Sendable {
   /// Creates a new vault in `home` with its first key version in `store`.
   ///
   /// Refuses, changing nothing, when a vault already exists there, when `home` holds other files,
-  /// when the keyfile already exists, or when the Secret Service already holds keys for `home`.
+  /// when the keyfile already exists, or when the Secret Service already holds keys for `home`
+  /// (whatever store the new vault uses; see `checkForOrphanedKeys`).
   public static func create(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver = .system(),
     clock: @escaping @Sendable () -> Date = Date.init
@@ -66,10 +67,8 @@ public final class Vault: Sendable {
       if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
     }
     let store = try resolver.store(for: descriptor, home: home)
-    if let secretService = store as? SecretServiceStore {
-      let orphans = try secretService.keyringIDs(forHome: home)
-      guard orphans.isEmpty else { throw VaultError.orphanedKeys(home: home, vaultIDs: orphans) }
-    }
+    // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
+    _ = try checkForOrphanedKeys(home: home, resolver: resolver)
 
     let manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()))
     try ManifestFile.save(manifest, home: home)

@@ -175,6 +175,14 @@ public struct VaultCommandLine {
         terminal.note("vault: the Secret Service cannot be used (\(reason)); keys go to a keyfile")
       }
     }
+    if descriptor.kind == .keyfile,
+      case .secretServiceSkipped(let reason) = try Vault.checkForOrphanedKeys(
+        home: homePath(arguments), resolver: keyStores)
+    {
+      terminal.note(
+        "vault: skipped the check for keys a lost manifest left in the Secret Service (\(reason)); "
+          + "only the keyfile path was checked")
+    }
     let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
     // The default queue container lives in the home and is registered for rotation from the start.
     _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)

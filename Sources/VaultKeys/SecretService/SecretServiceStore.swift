@@ -221,22 +221,31 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
-  /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan them).
+  /// The ids of vaults whose keys or records were stored for `home` (to refuse an `init` that
+  /// would orphan them). Works while the collection is locked: a search returns locked items
+  /// with their attributes. An item whose `vault-id` cannot be read counts as "unknown".
   public func keyringIDs(forHome home: String) throws -> [String] {
     try lock.withLock { _ in
       try withDeadline("list vaults") { cancellable in
         let service = try connect(cancellable)
         defer { g_object_unref(service) }
-        let schema = vault_key_schema_new()
-        defer { secret_schema_unref(schema) }
-        let attributes = vault_attributes_new(nil, nil, home)
-        defer { g_hash_table_unref(attributes) }
-        var error: UnsafeMutablePointer<GError>?
-        let flags = SECRET_SEARCH_ALL
-        let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
-        if let error { throw translate(error, cancellable, operation: "list vaults") }
-        defer { vault_item_list_free(items) }
-        return Array(Set(attributeValues(items, "vault-id"))).sorted()
+        var ids: Set<String> = []
+        for makeSchema in [vault_key_schema_new, vault_record_schema_new] {
+          let schema = makeSchema()
+          defer { secret_schema_unref(schema) }
+          let attributes = vault_attributes_new(nil, nil, home)
+          defer { g_hash_table_unref(attributes) }
+          var error: UnsafeMutablePointer<GError>?
+          let list = secret_service_search_sync(service, schema, attributes, SECRET_SEARCH_ALL, cancellable, &error)
+          if let error { throw translate(error, cancellable, operation: "list vaults") }
+          defer { vault_item_list_free(list) }
+          for item in Self.items(list) {
+            let id = vault_item_attribute(item, "vault-id")
+            defer { g_free(id) }
+            ids.insert(id.map { String(cString: $0) } ?? "unknown")
+          }
+        }
+        return ids.sorted()
       }
     }
   }
