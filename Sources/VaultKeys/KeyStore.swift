@@ -88,6 +88,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case corruptKey(version: UInt32)
   case insecurePermissions(path: String, mode: UInt32, isDirectory: Bool)
   case wrongOwner(path: String, owner: UInt32, expected: UInt32)
+  /// The keyfile's directory is shared (sticky or writable by others) or belongs to another user.
+  case unsafeKeyfileDirectory(path: String, mode: UInt32, owner: UInt32, expected: UInt32)
   case notARegularFile(path: String)
   case corruptKeyfile(path: String, reason: String)
   case foreignKeyfile(path: String, found: KeyringID, expected: KeyringID)
@@ -118,8 +120,15 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .insecurePermissions(let path, let mode, let isDirectory):
       "\(isDirectory ? "keyfile directory" : "keyfile") \(path) has mode \(octal(mode)), open to group or others; "
         + "run: chmod \(isDirectory ? "700" : "600") \(path)   (then check nobody else copied it)"
+    case .wrongOwner(let path, let owner, let expected) where expected == 0:
+      // Never tell root to take a user's file: that would lock the user out of their own keys.
+      "keyfile \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
+        + "(e.g. sudo -u '#\(owner)' vault …), or give root a keyfile of its own with --keyfile"
     case .wrongOwner(let path, let owner, let expected):
-      "\(path) is owned by uid \(owner), not by you (uid \(expected)); run: chown \(expected) \(path)"
+      "keyfile \(path) is owned by uid \(owner), not by you (uid \(expected)); if it is yours (made by vault run "
+        + "with sudo), run: sudo chown \(expected) \(path); otherwise use a keyfile of your own"
+    case .unsafeKeyfileDirectory(let path, let mode, let owner, let expected):
+      Self.unsafeDirectoryText(path: path, mode: mode, owner: owner, expected: expected)
     case .notARegularFile(let path):
       "\(path) is not a regular file (a symlink, directory or device); point --keyfile at a regular file"
     case .corruptKeyfile(let path, let reason):
@@ -139,6 +148,28 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "keyfile \(path) would grow to \(byteCount) bytes, more than the \(limit) vault reads back; nothing was "
         + "written (retire unused key versions with `vault rotate`)"
     }
+  }
+}
+
+extension KeyStoreError {
+  /// Whether a directory with `directoryMode` is shared with other users: sticky (/tmp) or
+  /// writable by others. Such a directory's mode is not the user's to change.
+  static func isShared(directoryMode mode: UInt32) -> Bool { mode & UInt32(S_ISVTX) != 0 || mode & 0o002 != 0 }
+
+  static func unsafeDirectoryText(path: String, mode: UInt32, owner: UInt32, expected: UInt32) -> String {
+    let privateDirectory =
+      "keep the keyfile in a private directory of your own (mkdir -m 700 DIR; the default, "
+      + "~/.config/vault-keys, is made that way) and give init --keyfile DIR/NAME.keys"
+    if isShared(directoryMode: mode) {
+      return "keyfile directory \(path) is shared with other users (mode \(octal(mode))), so they could read, "
+        + "replace or delete keys there; do not change its mode: \(privateDirectory)"
+    }
+    if expected == 0 {
+      return "keyfile directory \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
+        + "(e.g. sudo -u '#\(owner)' vault …), rather than handing their directory to root, or \(privateDirectory)"
+    }
+    return "keyfile directory \(path) belongs to uid \(owner), not to you (uid \(expected)), who could read or "
+      + "replace keys there: \(privateDirectory)"
   }
 }
 

@@ -32,9 +32,13 @@ final class Connection {
   init(path: String, readOnly: Bool = false) throws {
     if !readOnly {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
-      // usually 0644); its -wal and -shm files take the database file's mode.
+      // usually 0644), and make a file that was already there (an empty one made by `touch`) 0600
+      // too; its -wal and -shm files take the database file's mode.
       let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-      if fd >= 0 { close(fd) }
+      if fd >= 0 {
+        _ = fchmod(fd, 0o600)
+        close(fd)
+      }
     }
     var handle: OpaquePointer?
     var flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_NOMUTEX
