@@ -236,7 +236,7 @@ public struct Scanner {
     }
   }
 
-  /// A vault keyfile (format 1 with a valid checksum) or a bare 32-byte high-entropy file.
+  /// A vault keyfile (format 1 or 2 with a valid checksum) or a bare 32-byte high-entropy file.
   private func keyMaterial(fd: Int32, size: Int, path: String) -> Finding? {
     if size == 32 {
       let bytes = RegionMap.read(fd, at: 0, count: 32)
@@ -248,7 +248,7 @@ public struct Scanner {
     }
     guard size >= 48, size <= 1 << 20 else { return nil }
     let bytes = RegionMap.read(fd, at: 0, count: size)
-    guard bytes.count == size, Array(bytes[0..<4]) == Array("VKF".utf8) + [1] else { return nil }
+    guard bytes.count == size, Array(bytes[0..<3]) == Array("VKF".utf8), [1, 2].contains(bytes[3]) else { return nil }
     let body = Array(bytes[0..<(size - 32)])
     guard let digest = try? SHA256.hash(body), digest == Array(bytes[(size - 32)...]) else { return nil }
     return Finding(
