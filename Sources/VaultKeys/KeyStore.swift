@@ -96,6 +96,12 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case io(path: String, operation: String, errno: Int32)
   case recordTooLarge(record: String, byteCount: Int, limit: Int)
   case corruptRecord(record: String)
+  /// Several Secret Service items hold the same key version; vault will not guess which is right.
+  case ambiguousKey(version: UInt32, count: Int)
+  /// A keyfile lists one key version more than once.
+  case duplicateKeyVersion(path: String, version: UInt32)
+  /// The keyfile lies inside the data it protects (the vault home, or beside a container).
+  case keyfileInsideData(path: String, dataDirectory: String)
   case ambiguousRecord(record: String, count: Int)
   case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
 
@@ -141,6 +147,17 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "the \(record) record is \(byteCount) bytes, more than the \(limit) a key store holds; nothing was stored"
     case .corruptRecord(let record):
       "the stored \(record) record is not what vault wrote (larger than any record it writes); restore the key store from a backup"
+    case .ambiguousKey(let version, let count):
+      "the Secret Service holds \(count) items for key version \(version) of this vault and vault cannot tell "
+        + "which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "
+        + "seahorse: compare their labels and home attributes), then retry"
+    case .duplicateKeyVersion(let path, let version):
+      "keyfile \(path) lists key version \(version) more than once, so vault cannot tell which key sealed your "
+        + "data; restore the keyfile from a backup (nothing was changed)"
+    case .keyfileInsideData(let path, let directory):
+      "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
+        + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "
+        + "~/.config/vault-keys/<vault id>.keys, is), e.g. init --keyfile ~/.config/vault-keys/NAME.keys"
     case .ambiguousRecord(let record, let count):
       "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
         + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"

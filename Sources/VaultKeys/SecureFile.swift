@@ -55,7 +55,9 @@ public enum SecureFile {
         try checkPrivate(directory.isEmpty ? "." : directory, info: dirInfo, isDirectory: true)
       }
     }
-    let fd = open(path, O_RDONLY | O_CLOEXEC | (requirePrivate ? O_NOFOLLOW : 0))
+    // O_NONBLOCK: a FIFO (or device) at the path would otherwise block this open until a writer
+    // came; it is refused below as not a regular file. Regular files ignore the flag.
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (requirePrivate ? O_NOFOLLOW : 0))
     if fd < 0 {
       if errno == ENOENT { return nil }
       if errno == ELOOP { throw KeyStoreError.notARegularFile(path: path) }

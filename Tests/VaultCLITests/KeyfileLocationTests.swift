@@ -1,0 +1,44 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+/// Issue 8, item 18: a keyfile inside the vault home, or beside a registered container, would
+/// travel with every copy of the data it protects; vault refuses it and says where it belongs.
+final class KeyfileLocationTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  func testInitRefusesAKeyfileInsideTheHome() throws {
+    let home = temporary.sub("home")
+    for keyfile in [home + "/vault.keys", home + "/keys/vault.keys"] {
+      let run = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+      XCTAssertEqual(run.status, 1, run.error)
+      XCTAssertTrue(run.error.contains("is inside \(home)"), run.error)
+      XCTAssertTrue(run.error.contains("outside"), run.error)
+      XCTAssertFalse(ManifestFile.exists(home: home), "no vault was left behind")
+      XCTAssertFalse(FileManager.default.fileExists(atPath: keyfile), "no key was written into the data")
+    }
+  }
+
+  func testAKeyfileBesideARegisteredContainerIsRefused() throws {
+    let home = temporary.sub("home")
+    let shared = temporary.sub("shared")
+    let keyfile = shared + "/vault.keys"
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: Array("x".utf8))
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+
+    // A container is registered in the keyfile's directory: from then on the keys would travel with it.
+    _ = try vault(
+      ["--home", home, "queue", "put", "--queue", "outbox", "--container", shared + "/queue.sqlite"],
+      input: Array("payload".utf8))
+    XCTAssertTrue(try ManifestFile.load(home: home).containers.contains(shared + "/queue.sqlite"))
+    let open = try vault(["--home", home, "open", "--context", "c"], input: sealed.output)
+    XCTAssertEqual(open.status, 1)
+    XCTAssertTrue(open.error.contains("keyfile \(keyfile) is inside \(shared)"), open.error)
+    XCTAssertTrue(open.output.isEmpty)
+  }
+}
