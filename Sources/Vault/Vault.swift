@@ -37,8 +37,7 @@ public final class Vault: Sendable {
   /// Creates a new vault in `home` with its first key version in `store`.
   ///
   /// Refuses, changing nothing, when a vault already exists there, when `home` holds other files,
-  /// when the keyfile already exists, or when the Secret Service already holds keys for `home`
-  /// (whatever store the new vault uses; see `checkForOrphanedKeys`).
+  /// when the keyfile already exists, or when the Secret Service already holds keys for `home`.
   public static func create(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver = .system(),
     clock: @escaping @Sendable () -> Date = Date.init
