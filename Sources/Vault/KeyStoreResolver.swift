@@ -14,10 +14,15 @@ public struct KeyStoreResolver: Sendable {
   }
 
   /// The real backends: a keyfile at the manifest's path, or the Secret Service with `timeout`.
+  /// The keyfile store refuses a keyfile inside `home` or beside a container the manifest lists.
   public static func system(secretServiceTimeout timeout: Double = 5) -> KeyStoreResolver {
     KeyStoreResolver { descriptor, home in
       switch descriptor.kind {
-      case .keyfile: KeyfileStore(path: descriptor.keyfile ?? "")
+      case .keyfile:
+        KeyfileStore(path: descriptor.keyfile ?? "") {
+          // Read at each use, so a container registered since counts too.
+          .init(home: home, containers: (try? ManifestFile.read(home: home))?.manifest.containers.map(\.path) ?? [])
+        }
       case .secretService: SecretServiceStore(timeout: timeout, home: home)
       case .memory: throw KeyStoreError.service(detail: "a memory store cannot be reopened from a manifest")
       }

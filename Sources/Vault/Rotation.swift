@@ -380,6 +380,7 @@ extension Vault {
     let path = absolutePath(path)
     try refreshIfChanged()
     if manifest.container(at: path)?.id == id { return }
+    try checkContainerLocation(path)
     try withManifestLock {
       if let existing = manifest.container(at: path) {
         if existing.id == id { return }
@@ -397,6 +398,18 @@ extension Vault {
         next.containers.append(ContainerRecord(path: path, id: id))
       }
       try save(next)
+    }
+  }
+
+  /// Refuses a container path whose directory holds this vault's keyfile: every copy of the data
+  /// would then carry its keys (and the keyfile store refuses to work there).
+  public func checkContainerLocation(_ path: String) throws {
+    guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile else { return }
+    let keyfileDirectory = (keyfile as NSString).deletingLastPathComponent
+    let directory = (absolutePath(path) as NSString).deletingLastPathComponent
+    let resolved = { (path: String) in (path as NSString).resolvingSymlinksInPath }
+    if resolved(directory) == resolved(keyfileDirectory) {
+      throw KeyStoreError.keyfileInsideData(path: keyfile, dataDirectory: directory)
     }
   }
 

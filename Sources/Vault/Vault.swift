@@ -82,10 +82,8 @@ public final class Vault: Sendable {
       if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
     }
     let store = try resolver.store(for: descriptor, home: home)
-    if let secretService = store as? SecretServiceStore {
-      let orphans = try secretService.keyringIDs(forHome: home)
-      guard orphans.isEmpty else { throw VaultError.orphanedKeys(home: home, vaultIDs: orphans) }
-    }
+    // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
+    _ = try checkForOrphanedKeys(home: home, resolver: resolver)
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()

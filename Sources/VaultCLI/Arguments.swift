@@ -3,6 +3,9 @@ struct Arguments {
   var home: String?
   var command: String?
   var options: [String: String] = [:]
+  /// The same option values as the bytes given on the command line (which need not be UTF-8;
+  /// `options` holds them with invalid sequences repaired to U+FFFD). `--context` is read from here.
+  var rawOptions: [String: [UInt8]] = [:]
   /// Options that may be given more than once, in order.
   var lists: [String: [String]] = [:]
   var flags: Set<String> = []
@@ -28,14 +31,26 @@ struct CommandSpec {
 
 enum ArgumentParser {
   static func parse(_ argv: [String], specs: [String: CommandSpec]) throws(UsageError) -> Arguments {
+    try parse(raw: argv.map { Array($0.utf8) }, specs: specs)
+  }
+
+  /// Parses arguments given as the raw bytes of each one, as the kernel passed them.
+  static func parse(raw: [[UInt8]], specs: [String: CommandSpec]) throws(UsageError) -> Arguments {
+    let argv = raw.map { String(decoding: $0, as: UTF8.self) }
     var result = Arguments()
     var index = 0
+    var rawValue: [UInt8] = []
     func value(for name: String, inline: String?) throws(UsageError) -> String {
-      if let inline { return inline }
+      if let inline {
+        // The name and "=" are ASCII, so they are the same bytes in the raw argument.
+        rawValue = Array(raw[index].dropFirst(name.utf8.count + 1))
+        return inline
+      }
       index += 1
       guard index < argv.count else {
         throw UsageError(message: "missing value for '\(name)'", command: result.command)
       }
+      rawValue = raw[index]
       return argv[index]
     }
     while index < argv.count {
@@ -60,6 +75,7 @@ enum ArgumentParser {
             result.lists[name, default: []].append(try value(for: name, inline: inline))
           } else if spec.options.contains(name) {
             result.options[name] = try value(for: name, inline: inline)
+            result.rawOptions[name] = rawValue
           } else if spec.flags.contains(name), inline == nil {
             result.flags.insert(name)
           } else {

@@ -9,11 +9,13 @@ extension VaultCommandLine {
     var healthy = true
     terminal.print("vault doctor")
 
-    let secretService = SecretServiceStore(timeout: secretServiceTimeout).probe()
+    let probed = SecretServiceStore(timeout: secretServiceTimeout)
+    let secretService = probed.probe()
     switch secretService {
     case .available:
       terminal.print("  session bus:     ok")
       terminal.print("  secret service:  ok (provider answering, default collection unlocked)")
+      if let warning = probed.transfer?.warning { terminal.print("  transfer:        warning: \(warning)") }
     case .unavailable(let reason):
       if case .noSessionBus = reason {
         terminal.print("  session bus:     not available: \(reason)")

@@ -38,10 +38,14 @@ public struct VaultCommandLine {
   ]
 
   /// Runs one command line (without the program name) and returns the exit code.
-  public func run(_ argv: [String]) -> Int32 {
+  public func run(_ argv: [String]) -> Int32 { run(rawArguments: argv.map { Array($0.utf8) }) }
+
+  /// Runs one command line given as each argument's raw bytes (`main` passes argv as the kernel
+  /// gave it: `CommandLine.arguments` repairs bytes that are not UTF-8, and a context is bytes).
+  public func run(rawArguments: [[UInt8]]) -> Int32 {
     let arguments: Arguments
     do {
-      arguments = try ArgumentParser.parse(argv, specs: Self.specs)
+      arguments = try ArgumentParser.parse(raw: rawArguments, specs: Self.specs)
     } catch {
       return usage(error)
     }
@@ -173,6 +177,14 @@ public struct VaultCommandLine {
         terminal.note("vault: the Secret Service cannot be used (\(reason)); keys go to a keyfile")
       }
     }
+    if descriptor.kind == .keyfile,
+      case .secretServiceSkipped(let reason) = try Vault.checkForOrphanedKeys(
+        home: homePath(arguments), resolver: keyStores)
+    {
+      terminal.note(
+        "vault: skipped the check for keys a lost manifest left in the Secret Service (\(reason)); "
+          + "only the keyfile path was checked")
+    }
     let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
     // The default queue container lives in the home and is registered for rotation from the start.
     _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
@@ -226,14 +238,16 @@ public struct VaultCommandLine {
     }
   }
 
+  /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that
+  /// are not UTF-8 stay different (repairing them to U+FFFD would let each open the other's records).
   private func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
-    guard let context = arguments.options["--context"] else {
+    guard let context = arguments.rawOptions["--context"] else {
       throw UsageError(message: "missing '--context CTX'", command: command)
     }
     guard !context.isEmpty else {
       throw UsageError(message: "--context must not be empty: it binds the record to its place", command: command)
     }
-    return Array(context.utf8)
+    return context
   }
 
   func readInput() throws -> [UInt8] {

@@ -88,12 +88,20 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case corruptKey(version: UInt32)
   case insecurePermissions(path: String, mode: UInt32, isDirectory: Bool)
   case wrongOwner(path: String, owner: UInt32, expected: UInt32)
+  /// The keyfile's directory is shared (sticky or writable by others) or belongs to another user.
+  case unsafeKeyfileDirectory(path: String, mode: UInt32, owner: UInt32, expected: UInt32)
   case notARegularFile(path: String)
   case corruptKeyfile(path: String, reason: String)
   case foreignKeyfile(path: String, found: KeyringID, expected: KeyringID)
   case io(path: String, operation: String, errno: Int32)
   case recordTooLarge(record: String, byteCount: Int, limit: Int)
   case corruptRecord(record: String)
+  /// Several Secret Service items hold the same key version; vault will not guess which is right.
+  case ambiguousKey(version: UInt32, count: Int)
+  /// A keyfile lists one key version more than once.
+  case duplicateKeyVersion(path: String, version: UInt32)
+  /// The keyfile lies inside the data it protects (the vault home, or beside a container).
+  case keyfileInsideData(path: String, dataDirectory: String)
   case ambiguousRecord(record: String, count: Int)
   case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
 
@@ -118,8 +126,15 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .insecurePermissions(let path, let mode, let isDirectory):
       "\(isDirectory ? "keyfile directory" : "keyfile") \(path) has mode \(octal(mode)), open to group or others; "
         + "run: chmod \(isDirectory ? "700" : "600") \(path)   (then check nobody else copied it)"
+    case .wrongOwner(let path, let owner, let expected) where expected == 0:
+      // Never tell root to take a user's file: that would lock the user out of their own keys.
+      "keyfile \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
+        + "(e.g. sudo -u '#\(owner)' vault …), or give root a keyfile of its own with --keyfile"
     case .wrongOwner(let path, let owner, let expected):
-      "\(path) is owned by uid \(owner), not by you (uid \(expected)); run: chown \(expected) \(path)"
+      "keyfile \(path) is owned by uid \(owner), not by you (uid \(expected)); if it is yours (made by vault run "
+        + "with sudo), run: sudo chown \(expected) \(path); otherwise use a keyfile of your own"
+    case .unsafeKeyfileDirectory(let path, let mode, let owner, let expected):
+      Self.unsafeDirectoryText(path: path, mode: mode, owner: owner, expected: expected)
     case .notARegularFile(let path):
       "\(path) is not a regular file (a symlink, directory or device); point --keyfile at a regular file"
     case .corruptKeyfile(let path, let reason):
@@ -132,6 +147,17 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "the \(record) record is \(byteCount) bytes, more than the \(limit) a key store holds; nothing was stored"
     case .corruptRecord(let record):
       "the stored \(record) record is not what vault wrote (larger than any record it writes); restore the key store from a backup"
+    case .ambiguousKey(let version, let count):
+      "the Secret Service holds \(count) items for key version \(version) of this vault and vault cannot tell "
+        + "which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "
+        + "seahorse: compare their labels and home attributes), then retry"
+    case .duplicateKeyVersion(let path, let version):
+      "keyfile \(path) lists key version \(version) more than once, so vault cannot tell which key sealed your "
+        + "data; restore the keyfile from a backup (nothing was changed)"
+    case .keyfileInsideData(let path, let directory):
+      "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
+        + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "
+        + "~/.config/vault-keys/<vault id>.keys, is), e.g. init --keyfile ~/.config/vault-keys/NAME.keys"
     case .ambiguousRecord(let record, let count):
       "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
         + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"
@@ -139,6 +165,28 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "keyfile \(path) would grow to \(byteCount) bytes, more than the \(limit) vault reads back; nothing was "
         + "written (retire unused key versions with `vault rotate`)"
     }
+  }
+}
+
+extension KeyStoreError {
+  /// Whether a directory with `directoryMode` is shared with other users: sticky (/tmp) or
+  /// writable by others. Such a directory's mode is not the user's to change.
+  static func isShared(directoryMode mode: UInt32) -> Bool { mode & UInt32(S_ISVTX) != 0 || mode & 0o002 != 0 }
+
+  static func unsafeDirectoryText(path: String, mode: UInt32, owner: UInt32, expected: UInt32) -> String {
+    let privateDirectory =
+      "keep the keyfile in a private directory of your own (mkdir -m 700 DIR; the default, "
+      + "~/.config/vault-keys, is made that way) and give init --keyfile DIR/NAME.keys"
+    if isShared(directoryMode: mode) {
+      return "keyfile directory \(path) is shared with other users (mode \(octal(mode))), so they could read, "
+        + "replace or delete keys there; do not change its mode: \(privateDirectory)"
+    }
+    if expected == 0 {
+      return "keyfile directory \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
+        + "(e.g. sudo -u '#\(owner)' vault …), rather than handing their directory to root, or \(privateDirectory)"
+    }
+    return "keyfile directory \(path) belongs to uid \(owner), not to you (uid \(expected)), who could read or "
+      + "replace keys there: \(privateDirectory)"
   }
 }
 

@@ -16,7 +16,8 @@ import VaultCrypto
 ///     4       8         keyring (vault) id
 ///     12      4         key entry count N
 ///     16      4         record count M
-///     20      36 × N    key entries: 4-byte version, then 32 key bytes; ascending by version
+///     20      36 × N    key entries: 4-byte version, then 32 key bytes; ascending by version,
+///                       each version once (a file listing one twice is refused)
 ///     …       …         M records, ascending by name (bytewise):
 ///                         1 byte   name length L (1 … 64)
 ///                         L bytes  name, printable ASCII ("integrity-key", "manifest")
@@ -31,9 +32,31 @@ import VaultCrypto
 /// keeps records whose names it does not know, unchanged, when it rewrites a file.
 public final class KeyfileStore: KeyStore {
   public let path: String
+  private let protectedData: @Sendable () -> ProtectedData
   private let lock = Mutex<Void>(())
 
-  public init(path: String) { self.path = path }
+  /// Where the data a keyfile protects lives. A keyfile there would travel with every copy or
+  /// backup of the data, so it is refused (`KeyStoreError.keyfileInsideData`).
+  public struct ProtectedData: Sendable, Equatable {
+    /// The vault home: the keyfile may not be anywhere inside it.
+    public var home: String?
+    /// Container files: the keyfile may not be in the directory that holds one.
+    public var containers: [String]
+
+    public init(home: String? = nil, containers: [String] = []) {
+      self.home = home
+      self.containers = containers
+    }
+  }
+
+  /// - Parameters:
+  ///   - path: the keyfile.
+  ///   - protectedData: where the vault's data lives; asked before every read and write (a
+  ///     container registered later counts too). The default protects nothing.
+  public init(path: String, protectedData: @escaping @Sendable () -> ProtectedData = { ProtectedData() }) {
+    self.path = path
+    self.protectedData = protectedData
+  }
 
   public var kind: KeyStoreKind { .keyfile }
 
@@ -73,7 +96,8 @@ public final class KeyfileStore: KeyStore {
 
   public func checkWritable() throws {
     try lock.withLock { _ in
-      // Reading applies the owner and mode checks; then the directory must accept a new file.
+      // Reading applies the location, owner and mode checks; then the directory must accept a new file.
+      try checkLocation()
       if let file = try SecureFile.read(path, requirePrivate: true) { _ = file }
       if FileManager.default.fileExists(atPath: directory), access(directory, W_OK) != 0 {
         throw KeyStoreError.io(path: directory, operation: "write to", errno: errno)
@@ -118,7 +142,49 @@ public final class KeyfileStore: KeyStore {
     return directory.isEmpty ? "." : directory
   }
 
+  /// Refuses a keyfile inside the vault home or beside one of its containers.
+  private func checkLocation() throws {
+    let data = protectedData()
+    guard data.home != nil || !data.containers.isEmpty else { return }
+    let keyfileDirectory = Self.resolved(directory)
+    if let home = data.home {
+      let resolvedHome = Self.resolved(home)
+      if keyfileDirectory == resolvedHome || keyfileDirectory.hasPrefix(resolvedHome == "/" ? "/" : resolvedHome + "/")
+      {
+        throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
+      }
+    }
+    for container in data.containers {
+      let containerDirectory = (container as NSString).deletingLastPathComponent
+      if Self.resolved(containerDirectory) == keyfileDirectory {
+        throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: containerDirectory)
+      }
+    }
+  }
+
+  /// `path` absolute, with symlinks resolved as far as it exists (a directory not made yet
+  /// resolves through its nearest existing parent).
+  static func resolved(_ path: String) -> String {
+    let absolute =
+      ((path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path) as NSString)
+      .standardizingPath
+    var head = absolute
+    var tail: [String] = []
+    while true {
+      if let real = realpath(head, nil) {
+        defer { free(real) }
+        let base = String(cString: real)
+        return tail.reversed().reduce(base) { ($0 as NSString).appendingPathComponent($1) }
+      }
+      let parent = (head as NSString).deletingLastPathComponent
+      guard !parent.isEmpty, parent != head else { return absolute }
+      tail.append((head as NSString).lastPathComponent)
+      head = parent
+    }
+  }
+
   private func read(keyring: KeyringID) throws -> KeyfileContents? {
+    try checkLocation()
     guard let file = try SecureFile.read(path, requirePrivate: true) else { return nil }
     return try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
   }
@@ -129,6 +195,7 @@ public final class KeyfileStore: KeyStore {
     keyring: KeyringID, createDirectory: Bool, _ body: (inout KeyfileContents) throws -> Bool
   ) throws {
     try lock.withLock { _ in
+      try checkLocation()
       if createDirectory { try SecureFile.makeDirectory(directory, mode: 0o700) }
       let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
       if fd < 0, errno == ENOENT, !createDirectory { return }
@@ -192,6 +259,8 @@ struct KeyfileContents {
     }
     for _ in 0..<keyCount {
       let version = try reader.uint32(or: corrupt("truncated"))
+      // Two keys for one version: which sealed the data is unknowable, and a rewrite would drop one.
+      guard keys[version] == nil else { throw KeyStoreError.duplicateKeyVersion(path: path, version: version) }
       keys[version] = try SymmetricKey(copying: try reader.take(SymmetricKey.byteCount, or: corrupt("truncated")))
     }
     var previousName: [UInt8]?

@@ -26,13 +26,22 @@ public enum SecureFile {
 
   /// Refuses a file or directory that is not owned by the effective user or that group/others may
   /// read or write, the way ssh treats private keys.
+  ///
+  /// A directory that is shared (sticky, or writable by others: /tmp, /var/tmp, /dev/shm) or that
+  /// belongs to someone else is refused as `unsafeKeyfileDirectory`, whose hint is a private
+  /// directory of the user's own: changing such a directory's mode or owner would break it for
+  /// the others who use it.
   public static func checkPrivate(_ path: String, info: stat, isDirectory: Bool) throws {
     let me = geteuid()
+    let mode = UInt32(info.st_mode)
+    if isDirectory, KeyStoreError.isShared(directoryMode: mode) || info.st_uid != me {
+      throw KeyStoreError.unsafeKeyfileDirectory(path: path, mode: mode, owner: info.st_uid, expected: me)
+    }
     guard info.st_uid == me else {
       throw KeyStoreError.wrongOwner(path: path, owner: info.st_uid, expected: me)
     }
     guard info.st_mode & 0o077 == 0 else {
-      throw KeyStoreError.insecurePermissions(path: path, mode: UInt32(info.st_mode), isDirectory: isDirectory)
+      throw KeyStoreError.insecurePermissions(path: path, mode: mode, isDirectory: isDirectory)
     }
   }
 
@@ -46,7 +55,9 @@ public enum SecureFile {
         try checkPrivate(directory.isEmpty ? "." : directory, info: dirInfo, isDirectory: true)
       }
     }
-    let fd = open(path, O_RDONLY | O_CLOEXEC | (requirePrivate ? O_NOFOLLOW : 0))
+    // O_NONBLOCK: a FIFO (or device) at the path would otherwise block this open until a writer
+    // came; it is refused below as not a regular file. Regular files ignore the flag.
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (requirePrivate ? O_NOFOLLOW : 0))
     if fd < 0 {
       if errno == ENOENT { return nil }
       if errno == ELOOP { throw KeyStoreError.notARegularFile(path: path) }

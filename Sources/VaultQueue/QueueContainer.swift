@@ -66,6 +66,7 @@ public final class QueueContainer: @unchecked Sendable {
       throw QueueError.registeredContainerMissing(path: path)
     case (.missing, nil), (.empty, nil):
       guard case .createIfNeeded = mode else { throw QueueError.noContainer(path: path) }
+      try vault.checkContainerLocation(path)
       storageMode = .create(minimumSealVersion: vault.activeVersion)
     case (.notAContainer(let reason), _):
       // A file that is not SQLite at all is most likely a container whose bytes were damaged.

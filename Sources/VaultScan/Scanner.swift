@@ -236,7 +236,7 @@ public struct Scanner {
     }
   }
 
-  /// A vault keyfile (format 1 with a valid checksum) or a bare 32-byte high-entropy file.
+  /// A vault keyfile (format 1 or 2 with a valid checksum) or a bare 32-byte high-entropy file.
   private func keyMaterial(fd: Int32, size: Int, path: String) -> Finding? {
     if size == 32 {
       let bytes = RegionMap.read(fd, at: 0, count: 32)

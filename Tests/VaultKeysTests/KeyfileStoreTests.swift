@@ -105,7 +105,8 @@ final class KeyfileStoreTests: XCTestCase {
     XCTAssertEqual(chown(store.path, 4242, 4242), 0)
     XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
       XCTAssertEqual(error as? KeyStoreError, .wrongOwner(path: store.path, owner: 4242, expected: 0))
-      XCTAssertTrue(String(describing: error).contains("chown"))
+      // Root is told to run as the owner, never to take the user's file (PermissionHintTests).
+      XCTAssertTrue(String(describing: error).contains("run vault as uid 4242"))
     }
   }
 

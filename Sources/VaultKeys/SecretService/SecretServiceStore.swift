@@ -11,6 +11,32 @@ public enum SecretServiceProbe: Equatable, Sendable {
   case unavailable(KeyStoreError)
 }
 
+/// How secrets cross D-Bus between vault and the Secret Service.
+public enum SecretTransfer: String, Equatable, Sendable {
+  /// An encrypted transfer session (gnome-keyring, KWallet: dh-ietf1024-sha256-aes128-cbc-pkcs7).
+  case encrypted
+  /// A "plain" session: libsecret fell back because the provider offers nothing else, and key
+  /// bytes cross the session bus unencrypted (readable by whoever can watch it).
+  case plain
+
+  /// Classifies libsecret's session algorithm; nil when no session is open.
+  public init?(algorithms: String?) {
+    guard let algorithms else { return nil }
+    self = algorithms == "plain" ? .plain : .encrypted
+  }
+
+  /// What `doctor` should say about it; nil when there is nothing to warn about.
+  public var warning: String? {
+    switch self {
+    case .encrypted: nil
+    case .plain:
+      "the Secret Service offers only a plain transfer session: keys cross the session bus unencrypted, "
+        + "readable by any process that can watch the bus; use a provider that supports encrypted sessions "
+        + "(gnome-keyring, KWallet) or --store keyfile"
+    }
+  }
+}
+
 /// Keeps keys in the desktop Secret Service (gnome-keyring, KWallet …) through libsecret:
 /// one item per key version in the default collection, with attributes `vault-id`, `version`
 /// and `home` (the vault's home directory, so `init` can refuse to orphan existing keys); and
@@ -35,6 +61,11 @@ public final class SecretServiceStore: KeyStore {
   }
 
   public var kind: KeyStoreKind { .secretService }
+
+  /// How secrets travelled in this process's last connection (nil before any); `.plain` means
+  /// libsecret fell back to an unencrypted session, which `doctor` warns about.
+  public var transfer: SecretTransfer? { lastTransfer.withLock { $0 } }
+  private let lastTransfer = Mutex<SecretTransfer?>(nil)
 
   /// Checks that a session bus, a provider and an unlocked default collection are there.
   public func probe() -> SecretServiceProbe {
@@ -63,10 +94,12 @@ public final class SecretServiceStore: KeyStore {
       try withDeadline("load key") { cancellable in
         let service = try connect(cancellable)
         defer { g_object_unref(service) }
-        let items = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
-        defer { vault_item_list_free(items) }
-        guard let first = items else { return nil }
-        let item = first.pointee.data.assumingMemoryBound(to: SecretItem.self)
+        let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
+        defer { vault_item_list_free(list) }
+        let items = Self.items(list)
+        guard let item = items.first else { return nil }
+        // Several items for one version: which key sealed the data is unknowable; never pick one.
+        guard items.count == 1 else { throw KeyStoreError.ambiguousKey(version: version, count: items.count) }
         // A locked item is present but unreadable: never report it as absent.
         guard secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
         guard let value = secret_item_get_secret(item) else {
@@ -133,7 +166,8 @@ public final class SecretServiceStore: KeyStore {
         defer { g_object_unref(service) }
         let items = try search(service, keyring: keyring, version: nil, loadSecrets: false, cancellable)
         defer { vault_item_list_free(items) }
-        return attributeValues(items, "version").compactMap { UInt32($0) }.sorted()
+        // Duplicates are listed once; loading that version reports them (`ambiguousKey`).
+        return Set(attributeValues(items, "version").compactMap { UInt32($0) }).sorted()
       }
     }
   }
@@ -221,22 +255,31 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
-  /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan them).
+  /// The ids of vaults whose keys or records were stored for `home` (to refuse an `init` that
+  /// would orphan them). Works while the collection is locked: a search returns locked items
+  /// with their attributes. An item whose `vault-id` cannot be read counts as "unknown".
   public func keyringIDs(forHome home: String) throws -> [String] {
     try lock.withLock { _ in
       try withDeadline("list vaults") { cancellable in
         let service = try connect(cancellable)
         defer { g_object_unref(service) }
-        let schema = vault_key_schema_new()
-        defer { secret_schema_unref(schema) }
-        let attributes = vault_attributes_new(nil, nil, home)
-        defer { g_hash_table_unref(attributes) }
-        var error: UnsafeMutablePointer<GError>?
-        let flags = SECRET_SEARCH_ALL
-        let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
-        if let error { throw translate(error, cancellable, operation: "list vaults") }
-        defer { vault_item_list_free(items) }
-        return Array(Set(attributeValues(items, "vault-id"))).sorted()
+        var ids: Set<String> = []
+        for makeSchema in [vault_key_schema_new, vault_record_schema_new] {
+          let schema = makeSchema()
+          defer { secret_schema_unref(schema) }
+          let attributes = vault_attributes_new(nil, nil, home)
+          defer { g_hash_table_unref(attributes) }
+          var error: UnsafeMutablePointer<GError>?
+          let list = secret_service_search_sync(service, schema, attributes, SECRET_SEARCH_ALL, cancellable, &error)
+          if let error { throw translate(error, cancellable, operation: "list vaults") }
+          defer { vault_item_list_free(list) }
+          for item in Self.items(list) {
+            let id = vault_item_attribute(item, "vault-id")
+            defer { g_free(id) }
+            ids.insert(id.map { String(cString: $0) } ?? "unknown")
+          }
+        }
+        return ids.sorted()
       }
     }
   }
@@ -329,6 +372,9 @@ public final class SecretServiceStore: KeyStore {
     guard let service = secret_service_get_sync(flags, cancellable, &error) else {
       throw translate(error, cancellable, operation: "connect to the Secret Service")
     }
+    // libsecret falls back to a "plain" session when the provider offers no encrypted one.
+    let algorithms = secret_service_get_session_algorithms(service).map { String(cString: $0) }
+    lastTransfer.withLock { $0 = SecretTransfer(algorithms: algorithms) }
     return service
   }
 

@@ -35,7 +35,8 @@ final class Connection {
   init(path: String, readOnly: Bool = false, create: Bool = true) throws {
     if !readOnly, create {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
-      // usually 0644); its -wal and -shm files take the database file's mode.
+      // usually 0644), and make a file that was already there (an empty one made by `touch`) 0600
+      // too; its -wal and -shm files take the database file's mode.
       let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
       guard fd >= 0 else {
         // Say why (read-only mount, permissions, too many open files) rather than SQLite's guess.
@@ -43,6 +44,7 @@ final class Connection {
         error.systemErrno = errno
         throw error
       }
+      _ = fchmod(fd, 0o600)
       close(fd)
     }
     var handle: OpaquePointer?
