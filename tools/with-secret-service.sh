@@ -41,6 +41,12 @@ export VAULT_SECRET_SERVICE_READY=1
 
 status=0
 "$@" || status=$?
-pkill -u "$(id -u)" -f "gnome-keyring-daemon.*--components=secrets" 2>/dev/null || true
+# Stop only this run's daemon (the one whose XDG_RUNTIME_DIR is ours): other runs on the same
+# machine, as the same user, keep theirs.
+for pid in $(pgrep -u "$(id -u)" -f "gnome-keyring-daemon" 2>/dev/null); do
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "XDG_RUNTIME_DIR=$XDG_RUNTIME_DIR"; then
+    kill "$pid" 2>/dev/null || true
+  fi
+done
 rm -rf "$scratch"
 exit "$status"

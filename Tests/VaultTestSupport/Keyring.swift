@@ -42,8 +42,16 @@ public enum TestKeyring {
   }
 
   /// Stops or resumes the keyring daemon (SIGSTOP makes a provider that never answers).
+  /// Only this run's daemon is signalled (its XDG_RUNTIME_DIR is ours), never another run's.
   public static func signalDaemon(_ signal: String) throws {
-    try Spawn.run("/usr/bin/pkill", ["-\(signal)", "-u", String(geteuid()), "-f", "gnome-keyring-daemon"])
+    let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] ?? ""
+    let found = try Spawn.run("/usr/bin/pgrep", ["-u", String(geteuid()), "-f", "gnome-keyring-daemon"])
+    for pid in found.outputText.split(separator: "\n") {
+      let environ = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/environ"))) ?? Data()
+      let variables = environ.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+      guard variables.contains("XDG_RUNTIME_DIR=" + runtime) else { continue }
+      try Spawn.run("/bin/kill", ["-\(signal)", String(pid)])
+    }
   }
 }
 
