@@ -14,6 +14,7 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case keyCheckFailed(version: UInt32)
   case unexpectedKeyItem(version: UInt32, store: KeyStoreKind)
   case versionsExhausted(highest: UInt32)
+  case notAKeyfileVault(home: String)
 
   public var description: String {
     switch self {
@@ -43,6 +44,8 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .unexpectedKeyItem(let version, let store):
       "the \(store.rawValue) store already holds an item for key version \(version) that this vault did not record; "
         + "refusing to adopt it. Remove the stray item (or restore the matching manifest) and retry"
+    case .notAKeyfileVault(let home):
+      "the vault at \(home) does not keep its keys in a keyfile; there is no keyfile to move"
     case .versionsExhausted(let highest):
       "key versions are exhausted (highest is \(highest)); this vault cannot rotate again. "
         + "Move its records to a new vault"

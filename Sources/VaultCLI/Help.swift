@@ -24,6 +24,7 @@ enum Help {
       telemetry               Log telemetry events and deliver them in gzip JSON batches.
       scan                    Look through files for plaintext that should not be on disk.
       doctor                  Explain which key store works here and why the other does not.
+      keyfile                 Move a vault's keyfile out of the data it protects.
       help                    Show help for a subcommand.
 
     ENVIRONMENT:
@@ -148,14 +149,31 @@ enum Help {
         -h, --help              Show help information.
       """
     ),
+    "keyfile": (
+      "vault [--home DIR] keyfile move PATH",
+      """
+      OVERVIEW: Move a vault's keyfile out of the data it protects.
+
+      A keyfile inside the vault home or beside a registered container travels with every copy
+      of the data, so vault refuses to use it there. This copies it to PATH (0600, in a private
+      directory created 0700 when missing), checks the copy, records PATH in the manifest and
+      then removes the old file. Run it again after an interruption.
+
+      USAGE: vault [--home DIR] keyfile move PATH
+
+      OPTIONS:
+        -h, --help              Show help information.
+      """
+    ),
     "queue": (
       "vault [--home DIR] queue put|stats|list|resend [options]",
       """
       OVERVIEW: Put records into a queue container and inspect it.
 
       Without --container the vault's default container (queue.sqlite in the home) is used.
-      A container given with --container is registered with the vault so rotation covers it.
-      Nothing here prints record contents.
+      Only 'put' creates a container (at a path that is not registered and holds nothing) and
+      registers it so rotation covers it; 'stats' and 'list' only read, and a path with no
+      container is an error. Nothing here prints record contents.
 
       USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
              vault [--home DIR] queue stats [--container PATH] [--json]

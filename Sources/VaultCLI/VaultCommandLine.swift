@@ -34,6 +34,7 @@ public struct VaultCommandLine {
     "scan": CommandSpec(
       name: "scan", options: ["--canary-file"], flags: ["--json", "--verify"], takesPositionals: true,
       repeatable: ["--canary"]),
+    "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -67,6 +68,7 @@ public struct VaultCommandLine {
       case "open": try open(arguments)
       case "rotate": try rotate(arguments)
       case "doctor": return doctor(arguments)
+      case "keyfile": try keyfile(arguments)
       case "queue": try queue(arguments)
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)

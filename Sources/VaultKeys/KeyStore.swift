@@ -157,7 +157,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileInsideData(let path, let directory):
       "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
         + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "
-        + "~/.config/vault-keys/<vault id>.keys, is), e.g. init --keyfile ~/.config/vault-keys/NAME.keys"
+        + "~/.config/vault-keys/<vault id>.keys, is): for an existing vault run "
+        + "`vault keyfile move ~/.config/vault-keys/NAME.keys`, for a new one `init --keyfile` there"
     case .ambiguousRecord(let record, let count):
       "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
         + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"

@@ -1,0 +1,80 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// A vault made by the previous release with its keyfile inside its home is refused by this one
+/// (the keys would travel with every copy of the data); `vault keyfile move` is the way out, and
+/// nothing sealed before is lost.
+final class KeyfileMoveTests: XCTestCase {
+  /// Writes what the previous release left: a format-1 keyfile at `keyfile` holding one key, and a
+  /// format-1 manifest naming it. Returns the key's hex.
+  private func previousReleaseVault(home: String, keyfile: String) throws -> (vaultID: String, key: String) {
+    let script = """
+      import hashlib, json, os, struct, sys
+      home, keyfile = sys.argv[1], sys.argv[2]
+      keyring, key = os.urandom(8), os.urandom(32)
+      body = b"VKF" + bytes([1]) + keyring + struct.pack(">I", 1) + struct.pack(">I", 1) + key
+      os.makedirs(os.path.dirname(keyfile), mode=0o700, exist_ok=True)
+      os.makedirs(home, mode=0o700, exist_ok=True); os.chmod(home, 0o700)
+      fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+      os.write(fd, body + hashlib.sha256(body).digest()); os.close(fd)
+      manifest = {"format": 1, "vault_id": keyring.hex(), "store": {"kind": "keyfile", "keyfile": keyfile},
+                  "active_version": 1, "containers": [], "external_seal_versions": [1],
+                  "versions": [{"version": 1, "state": "active", "created_at": "2026-01-01T00:00:00Z"}]}
+      fd = os.open(os.path.join(home, "manifest.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+      os.write(fd, json.dumps(manifest).encode()); os.close(fd)
+      print(keyring.hex(), key.hex())
+      """
+    let run = try Spawn.run("/usr/bin/env", ["python3", "-c", script, home, keyfile])
+    XCTAssertEqual(run.status, 0, run.error)
+    let parts = run.outputText.split(separator: " ").map { String($0).trimmingCharacters(in: .whitespacesAndNewlines) }
+    return (parts[0], parts[1])
+  }
+
+  func testAKeyfileInsideTheHomeIsMovedOutAndEveryRecordStillOpens() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    let inside = home + "/keys/vault.keys"
+    _ = try previousReleaseVault(home: home, keyfile: inside)
+    // A record sealed by the previous release under version 1 (the independent implementation).
+    let sealed = try Spawn.run(
+      "/usr/bin/env",
+      ["python3", packageRoot() + "/tools/interop/vault_envelope.py", "seal", "--keyfile", inside, "--context", "c"],
+      input: Array("sealed before the upgrade".utf8))
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+
+    let refused = try vault(["--home", home, "open", "--context", "c"], input: sealed.output)
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("vault keyfile move"), "the error names the way out: \(refused.error)")
+
+    let outside = temporary.sub("private/vault.keys")
+    let moved = try vault(["--home", home, "keyfile", "move", outside])
+    XCTAssertEqual(moved.status, 0, moved.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: inside), "the copy inside the data is gone")
+    var info = stat()
+    XCTAssertEqual(stat(outside, &info), 0)
+    XCTAssertEqual(info.st_mode & 0o777, 0o600)
+    XCTAssertEqual(stat(temporary.sub("private"), &info), 0)
+    XCTAssertEqual(info.st_mode & 0o777, 0o700)
+
+    let opened = try vault(["--home", home, "open", "--context", "c"], input: sealed.output)
+    XCTAssertEqual(opened.status, 0, opened.error)
+    XCTAssertEqual(opened.outputText, "sealed before the upgrade")
+    let status = try JSONSerialization.jsonObject(with: Data(try vault(["--home", home, "status", "--json"]).output))
+    XCTAssertEqual((status as? [String: Any])?["integrity"] as? String, "verified", "upgraded on the way")
+    XCTAssertEqual(((status as? [String: Any])?["keyfile"] as? [String: Any])?["path"] as? String, outside)
+
+    // Moving it again, into the data or onto another file, is refused and changes nothing.
+    let back = try vault(["--home", home, "keyfile", "move", home + "/again.keys"])
+    XCTAssertEqual(back.status, 1)
+    XCTAssertTrue(back.error.contains("is inside"), back.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/again.keys"))
+    XCTAssertTrue(FileManager.default.createFile(atPath: temporary.sub("other.keys"), contents: Data([1])))
+    let onto = try vault(["--home", home, "keyfile", "move", temporary.sub("other.keys")])
+    XCTAssertEqual(onto.status, 1)
+    XCTAssertEqual(FileManager.default.contents(atPath: temporary.sub("other.keys")), Data([1]))
+    XCTAssertEqual(
+      try vault(["--home", home, "open", "--context", "c"], input: sealed.output).outputText,
+      "sealed before the upgrade")
+  }
+}
