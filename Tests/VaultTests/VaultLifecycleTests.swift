@@ -229,4 +229,10 @@ final class FlakyStore: KeyStore, @unchecked Sendable {
     try inner.deleteKey(keyring: keyring, version: version)
   }
   func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    try inner.loadRecord(record, keyring: keyring)
+  }
+  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+  }
 }
