@@ -48,7 +48,7 @@ let package = Package(
     .executableTarget(
       name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",
       swiftSettings: strict),
-    .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
+    .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
     .testTarget(
       name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
     .testTarget(
