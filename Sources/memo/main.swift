@@ -7,6 +7,11 @@ import Telemetry
 import Vault
 import VaultQueue
 
+// Before anything can hold a secret: no core dumps, no register dumps on a crash, descriptors
+// 0–2 held open (see ProcessHardening). A reader that goes away is an error, not a death by SIGPIPE.
+ProcessHardening.apply()
+signal(SIGPIPE, SIG_IGN)
+
 /// The telemetry client, once the vault is open (errors before that are not logged).
 nonisolated(unsafe) var memoTelemetry: Telemetry?
 
