@@ -37,7 +37,9 @@ public struct VaultCommandLine {
   ]
 
   /// Runs one command line (without the program name) and returns the exit code.
-  public func run(_ argv: [String]) -> Int32 {
+  public func run(_ argv: [String]) -> Int32 { finish(execute(argv)) }
+
+  private func execute(_ argv: [String]) -> Int32 {
     let arguments: Arguments
     do {
       arguments = try ArgumentParser.parse(argv, specs: Self.specs)
@@ -53,6 +55,7 @@ public struct VaultCommandLine {
       return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
     }
     if arguments.wantsHelp { return help([command]) }
+    if let refused = prepare(command) { return refused }
     do {
       switch command {
       case "help": return help(arguments.positionals)
@@ -89,7 +92,7 @@ public struct VaultCommandLine {
     return ExitCode.success.rawValue
   }
 
-  private func usage(_ error: UsageError) -> Int32 {
+  func usage(_ error: UsageError) -> Int32 {
     var text = "Error: \(error.message)\n"
     if let command = error.command, let entry = Help.commands[command] {
       text += "Usage: \(entry.usage)\n  See 'vault help \(command)'.\n"
@@ -101,7 +104,7 @@ public struct VaultCommandLine {
   }
 
   /// Prints an error by kind (never contents) and picks its exit code.
-  private func fail(_ error: any Error) -> Int32 {
+  func fail(_ error: any Error) -> Int32 {
     let (message, code) = Self.describe(error)
     terminal.note("Error: \(message)")
     return code.rawValue
@@ -119,6 +122,8 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
+    case let failure as StandardInputError: return (failure.description, .couldNotRun)
+    case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
@@ -136,8 +141,10 @@ public struct VaultCommandLine {
     return (terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/vault"
   }
 
+  /// VAULT_SECRET_SERVICE_TIMEOUT, already checked by `prepare` (5 s when unset).
   var secretServiceTimeout: Double {
-    terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil } ?? 5
+    Self.seconds(terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"], in: Self.secretServiceTimeoutRange, fallback: 5)
+      ?? 5
   }
 
   var keyStores: KeyStoreResolver { resolver ?? .system(secretServiceTimeout: secretServiceTimeout) }
@@ -235,6 +242,8 @@ public struct VaultCommandLine {
   func readInput() throws -> [UInt8] {
     do {
       return try terminal.readInput()
+    } catch let error as StandardInputError {
+      throw error
     } catch {
       throw InputError.unreadable
     }
@@ -244,6 +253,13 @@ public struct VaultCommandLine {
     let context = try context(arguments, "seal")
     let vault = try openVault(arguments)
     let plaintext = try readInput()
+    guard plaintext.count <= Self.maximumRecordSize else {
+      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
+    }
+    // The envelope is as large again: make sure it can be allocated (an allocation that fails traps).
+    guard MemoryHeadroom.available(plaintext.count + Envelope.overhead) else {
+      throw StandardInputError.outOfMemory(bytes: plaintext.count)
+    }
     // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
     terminal.writeOutput(try vault.sealExternal(plaintext, context: context))
   }
@@ -253,6 +269,10 @@ public struct VaultCommandLine {
     let vault = try openVault(arguments)
     let envelope = try readInput()
     guard !envelope.isEmpty else { throw InputError.empty }
+    guard envelope.count <= Self.maximumRecordSize + Envelope.overhead else {
+      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
+    }
+    guard MemoryHeadroom.available(envelope.count) else { throw StandardInputError.outOfMemory(bytes: envelope.count) }
     terminal.writeOutput(try vault.open(envelope, context: context))
   }
 
