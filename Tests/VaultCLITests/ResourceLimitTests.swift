@@ -73,4 +73,27 @@ final class ResourceLimitTests: XCTestCase {
     }
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
   }
+
+  /// Keys are locked in RAM only where RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows; with neither they
+  /// still load, unlocked, and are still kept out of core dumps (issue 8, item 14).
+  func testKeysLoadUnlockedWhenMlockIsNotAllowed() throws {
+    let worker = (vaultBinary() as NSString).deletingLastPathComponent + "/vault-trap-worker"
+    // Root has CAP_IPC_LOCK, which ignores the limit: drop it from the bounding set first.
+    let dropLock = geteuid() == 0 ? "exec setpriv --bounding-set=-ipc_lock" : "exec"
+    try XCTSkipIf(geteuid() == 0 && !FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), "no setpriv")
+    let key = [UInt8](repeating: 0x42, count: 32) + Array("a record".utf8)
+    let allowed = try shell("exec \"$WORKER\" memory", input: key, home: home, extra: ["WORKER": worker])
+    XCTAssertEqual(allowed.outputText, "dontdump=1 locked=1\n", allowed.error)
+    let refused = try shell(
+      "ulimit -l 0 && \(dropLock) \"$WORKER\" memory", input: key, home: home, extra: ["WORKER": worker])
+    XCTAssertEqual(refused.outputText, "dontdump=1 locked=0\n", refused.error)
+    let sealed = try shell(
+      "ulimit -l 0 && \(dropLock) \"$VAULT\" seal --context c", input: Array("a record".utf8), home: home)
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    try Data(sealed.output).write(to: URL(fileURLWithPath: temporary.sub("envelope")))
+    let opened = try shell(
+      "ulimit -l 0 && \(dropLock) \"$VAULT\" open --context c < \"$ENVELOPE\"", home: home,
+      extra: ["ENVELOPE": temporary.sub("envelope")])
+    XCTAssertEqual(opened.outputText, "a record", opened.error)
+  }
 }
