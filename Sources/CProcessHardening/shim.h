@@ -1,6 +1,6 @@
 // Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift): the
 // fatal-signal handler must be async-signal-safe, so it is C, not Swift (no allocation, no locks,
-// no runtime calls: write(2), sigaction(2), raise(3) only). prctl is variadic, so it needs a
+// no runtime calls: write(2), sigaction(2), alarm(2), raise(3) only). prctl is variadic, so it needs a
 // wrapper to be called from Swift. No library to link: everything here is glibc.
 #ifndef VAULT_CPROCESSHARDENING_SHIM_H
 #define VAULT_CPROCESSHARDENING_SHIM_H
@@ -38,7 +38,12 @@ static inline void vault_crash_write(const char *text) {
 /// same signal. Nothing of the process's state (registers, stack, memory) is read or printed.
 static inline void vault_fatal_signal_handler(int signo) {
   // A stderr that blocks (a full pipe nobody reads) must not keep a crashed process alive:
-  // SIGALRM's default action ends it after 5 s.
+  // SIGALRM, left unblocked by the install function and reset to its default action here,
+  // ends it after 5 s.
+  struct sigaction terminate;
+  memset(&terminate, 0, sizeof terminate);
+  terminate.sa_handler = SIG_DFL;
+  sigaction(SIGALRM, &terminate, NULL);
   alarm(5);
   const char *name = "a fatal signal";
   switch (signo) {
@@ -85,6 +90,7 @@ static inline int vault_install_fatal_signal_handlers(void) {
   memset(&action, 0, sizeof action);
   action.sa_handler = vault_fatal_signal_handler;
   sigfillset(&action.sa_mask);
+  sigdelset(&action.sa_mask, SIGALRM);
   action.sa_flags = SA_ONSTACK | SA_RESETHAND;
   for (size_t i = 0; i < sizeof vault_fatal_signals / sizeof vault_fatal_signals[0]; i++) {
     if (sigaction(vault_fatal_signals[i], &action, NULL) != 0) return errno;
