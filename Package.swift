@@ -18,10 +18,12 @@ let package = Package(
     .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
     .systemLibrary(name: "CNetlink"),
+    // glibc only (prctl, sigaction): the async-signal-safe crash handler behind ProcessHardening.
+    .systemLibrary(name: "CProcessHardening"),
 
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
-    .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys"], swiftSettings: strict),
+    .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys", "CProcessHardening"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "CSQLite"], swiftSettings: strict),
     .target(name: "Outbox", dependencies: ["VaultQueue"], swiftSettings: strict),
     .target(
@@ -31,7 +33,7 @@ let package = Package(
     .target(
       name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry", "VaultScan"],
       swiftSettings: strict),
-    .executableTarget(name: "vault", dependencies: ["VaultCLI"], swiftSettings: strict),
+    .executableTarget(name: "vault", dependencies: ["VaultCLI", "Vault"], swiftSettings: strict),
     .executableTarget(
       name: "memo", dependencies: ["Outbox", "Telemetry", "VaultQueue", "Vault", "VaultKeys"], swiftSettings: strict),
 
@@ -48,7 +50,11 @@ let package = Package(
     .executableTarget(
       name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",
       swiftSettings: strict),
-    .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"], swiftSettings: strict),
+    // Holds a known secret and crashes, for the crash-output tests (Tests/VaultCLITests/CrashOutputTests.swift).
+    .executableTarget(
+      name: "vault-trap-worker", dependencies: ["Vault", "VaultCrypto", "VaultTestSupport"],
+      path: "tools/crash/vault-trap-worker", swiftSettings: strict),
+    .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
     .testTarget(
       name: "VaultKeysTests", dependencies: ["VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict),
     .testTarget(

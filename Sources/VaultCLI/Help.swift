@@ -29,7 +29,8 @@ enum Help {
 
     ENVIRONMENT:
       VAULT_HOME                    Same as --home.
-      VAULT_SECRET_SERVICE_TIMEOUT  Seconds to wait for the Secret Service (default 5).
+      VAULT_SECRET_SERVICE_TIMEOUT  Seconds to wait for the Secret Service, 0.1 to 3600
+                                    (default 5).
 
     EXIT CODES:
       0 success, 1 failure, 2 could not run (no vault, unreadable input), 64 usage error.
@@ -79,6 +80,7 @@ enum Help {
       OVERVIEW: Seal standard input into an envelope on standard output.
 
       The context is authenticated with the record: the same context must be given to open it.
+      A record holds at most 1 GiB; larger input is refused (exit 2) before it is read.
 
       USAGE: vault [--home DIR] seal --context CTX < plaintext > envelope
 
@@ -95,6 +97,7 @@ enum Help {
       Fails with a distinct error when the input is not an envelope, is truncated, belongs to
       another vault, names an unknown or retired key version, or does not authenticate (wrong
       context or modified bytes). Nothing is written on failure.
+      An envelope holds at most 1 GiB of plaintext; larger input is refused (exit 2).
 
       USAGE: vault [--home DIR] open --context CTX < envelope > plaintext
 
@@ -228,7 +231,7 @@ enum Help {
         --session ID            The session id stamped on the event (default 'cli').
         --endpoint URL          Where batches are POSTed (e.g. http://host/v1/telemetry/batch).
         --token-file FILE       A file holding the bearer token (re-read after a 401).
-        --interval SECONDS      The period of watch's timer.
+        --interval SECONDS      The period of watch's timer, 0.1 to 86400 (default 60).
         --json                  Print JSON: delivered, retried, parked, rejected, pending,
                                 batches, token_refreshes.
         -h, --help              Show help information.

@@ -49,9 +49,11 @@ extension VaultCommandLine {
     let vault = try openVault(arguments)
     let container = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
     let tokens: any TokenProvider = arguments.options["--token-file"].map { TokenFile(path: $0) } ?? NoToken()
-    let interval = arguments.options["--interval"].flatMap(Double.init) ?? 60
-    guard interval > 0 else {
-      throw UsageError(message: "--interval must be a positive number of seconds", command: "telemetry")
+    let text = arguments.options["--interval"]
+    // Finite and bounded: the timer converts it to nanoseconds, where inf or 1e300 trap.
+    guard let interval = Self.seconds(text, in: 0.1...86400, fallback: 60) else {
+      throw UsageError(
+        message: "--interval must be a number of seconds from 0.1 to 86400 (got '\(text ?? "")')", command: "telemetry")
     }
     let client = Telemetry(
       container: container, configuration: TelemetryConfiguration(interval: interval), tokens: tokens,

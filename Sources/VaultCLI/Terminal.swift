@@ -1,10 +1,15 @@
 import Foundation
+import Vault
 
 /// The process edges a command touches, so commands run in-process in tests.
 public final class Terminal: @unchecked Sendable {
   public var environment: [String: String]
   /// Standard error is a terminal (progress lines are shown only then).
   public var isInteractive = false
+  /// The first failure writing standard output, if the output reports them (the real one does).
+  var outputFailure: () -> StandardOutputError? = { nil }
+  /// The terminal is the process's own: check its resource limits before a command runs.
+  var checksProcessResources = false
   let readInput: () throws -> [UInt8]
   let writeOutput: ([UInt8]) -> Void
   let writeError: (String) -> Void
@@ -19,17 +24,19 @@ public final class Terminal: @unchecked Sendable {
     self.writeError = writeError
   }
 
-  /// The real standard streams and environment.
+  /// The real standard streams and environment, through read(2) and write(2) (see
+  /// `StandardStreams`). Call `ProcessHardening.apply()` first, so closed streams are known.
   public static func standard() -> Terminal {
+    let streams = StandardStreams(closed: ProcessHardening.closedStandardStreams)
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment,
-      readInput: { [UInt8](FileHandle.standardInput.readDataToEndOfFile()) },
-      writeOutput: { bytes in FileHandle.standardOutput.write(Data(bytes)) },
-      writeError: { text in FileHandle.standardError.write(Data(text.utf8)) })
+      environment: ProcessInfo.processInfo.environment, readInput: { try streams.readInput() },
+      writeOutput: { bytes in streams.writeOutput(bytes) }, writeError: { text in streams.writeError(text) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
+    terminal.outputFailure = { streams.outputFailure }
+    terminal.checksProcessResources = true
     if isatty(STDIN_FILENO) != 0 {
       terminal.askLine = { question in
-        FileHandle.standardError.write(Data(question.utf8))
+        streams.writeError(question)
         return Swift.readLine(strippingNewline: true)
       }
     }

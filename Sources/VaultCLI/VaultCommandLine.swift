@@ -43,7 +43,9 @@ public struct VaultCommandLine {
 
   /// Runs one command line given as each argument's raw bytes (`main` passes argv as the kernel
   /// gave it: `CommandLine.arguments` repairs bytes that are not UTF-8, and a context is bytes).
-  public func run(rawArguments: [[UInt8]]) -> Int32 {
+  public func run(rawArguments: [[UInt8]]) -> Int32 { finish(execute(rawArguments)) }
+
+  private func execute(_ rawArguments: [[UInt8]]) -> Int32 {
     let arguments: Arguments
     do {
       arguments = try ArgumentParser.parse(raw: rawArguments, specs: Self.specs)
@@ -59,6 +61,7 @@ public struct VaultCommandLine {
       return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
     }
     if arguments.wantsHelp { return help([command]) }
+    if let refused = prepare(command) { return refused }
     do {
       switch command {
       case "help": return help(arguments.positionals)
@@ -96,7 +99,7 @@ public struct VaultCommandLine {
     return ExitCode.success.rawValue
   }
 
-  private func usage(_ error: UsageError) -> Int32 {
+  func usage(_ error: UsageError) -> Int32 {
     var text = "Error: \(error.message)\n"
     if let command = error.command, let entry = Help.commands[command] {
       text += "Usage: \(entry.usage)\n  See 'vault help \(command)'.\n"
@@ -108,7 +111,7 @@ public struct VaultCommandLine {
   }
 
   /// Prints an error by kind (never contents) and picks its exit code.
-  private func fail(_ error: any Error) -> Int32 {
+  func fail(_ error: any Error) -> Int32 {
     let (message, code) = Self.describe(error)
     terminal.note("Error: \(message)")
     return code.rawValue
@@ -126,6 +129,8 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
+    case let failure as StandardInputError: return (failure.description, .couldNotRun)
+    case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
     case QueueError.noContainer(let path): return (QueueError.noContainer(path: path).description, .couldNotRun)
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
@@ -144,8 +149,10 @@ public struct VaultCommandLine {
     return (terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/vault"
   }
 
+  /// VAULT_SECRET_SERVICE_TIMEOUT, already checked by `prepare` (5 s when unset).
   var secretServiceTimeout: Double {
-    terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil } ?? 5
+    Self.seconds(terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"], in: Self.secretServiceTimeoutRange, fallback: 5)
+      ?? 5
   }
 
   var keyStores: KeyStoreResolver { resolver ?? .system(secretServiceTimeout: secretServiceTimeout) }
@@ -255,6 +262,8 @@ public struct VaultCommandLine {
   func readInput() throws -> [UInt8] {
     do {
       return try terminal.readInput()
+    } catch let error as StandardInputError {
+      throw error
     } catch {
       throw InputError.unreadable
     }
@@ -264,6 +273,13 @@ public struct VaultCommandLine {
     let context = try context(arguments, "seal")
     let vault = try openVault(arguments)
     let plaintext = try readInput()
+    guard plaintext.count <= Self.maximumRecordSize else {
+      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
+    }
+    // The envelope is as large again: make sure it can be allocated (an allocation that fails traps).
+    guard MemoryHeadroom.available(plaintext.count + Envelope.overhead) else {
+      throw StandardInputError.outOfMemory(bytes: plaintext.count)
+    }
     // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
     terminal.writeOutput(try vault.sealExternal(plaintext, context: context))
   }
@@ -273,6 +289,10 @@ public struct VaultCommandLine {
     let vault = try openVault(arguments)
     let envelope = try readInput()
     guard !envelope.isEmpty else { throw InputError.empty }
+    guard envelope.count <= Self.maximumRecordSize + Envelope.overhead else {
+      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
+    }
+    guard MemoryHeadroom.available(envelope.count) else { throw StandardInputError.outOfMemory(bytes: envelope.count) }
     terminal.writeOutput(try vault.open(envelope, context: context))
   }
 

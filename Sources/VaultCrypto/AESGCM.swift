@@ -33,14 +33,10 @@ public final class AESGCMKey: Sendable {
     try check(EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_EncryptInit_ex")
     try feedAAD(ctx, aad)
     try feedAAD(ctx, moreAAD)
-    var written: Int32 = 0
     let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
-    if plaintext.count > 0 {
-      try check(
-        EVP_EncryptUpdate(ctx, out, &written, plaintext.bytes, Int32(plaintext.count)), "EVP_EncryptUpdate")
-    }
+    let written = try Self.update(ctx, plaintext, into: out, "EVP_CipherUpdate(encrypt)")
     var final: Int32 = 0
-    try check(EVP_EncryptFinal_ex(ctx, out + Int(written), &final), "EVP_EncryptFinal_ex")
+    try check(EVP_EncryptFinal_ex(ctx, out + written, &final), "EVP_EncryptFinal_ex")
     try check(vault_gcm_get_tag(ctx, out + plaintext.count, Int32(Self.tagByteCount)), "EVP_CTRL_GCM_GET_TAG")
   }
 
@@ -63,11 +59,11 @@ public final class AESGCMKey: Sendable {
       try check(EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_DecryptInit_ex")
       try feedAAD(ctx, aad)
       try feedAAD(ctx, moreAAD)
-      var written: Int32 = 0
       let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
-      if length > 0 {
-        try check(
-          EVP_DecryptUpdate(ctx, out, &written, ciphertextAndTag.bytes, Int32(length)), "EVP_DecryptUpdate")
+      var written = 0
+      if let out {
+        written = try Self.update(
+          ctx, UnsafeRawBufferPointer(rebasing: ciphertextAndTag[0..<length]), into: out, "EVP_CipherUpdate(decrypt)")
       }
       try check(
         vault_gcm_set_tag(ctx, ciphertextAndTag.bytes! + length, Int32(Self.tagByteCount)),
@@ -76,7 +72,7 @@ public final class AESGCMKey: Sendable {
       // GCM's final step writes no bytes; it only checks the tag. It still wants a valid pointer.
       var scratch: UInt8 = 0
       let verified = withUnsafeMutablePointer(to: &scratch) { scratch in
-        EVP_DecryptFinal_ex(ctx, out.map { $0 + Int(written) } ?? scratch, &final)
+        EVP_DecryptFinal_ex(ctx, out.map { $0 + written } ?? scratch, &final)
       }
       guard verified == 1 else {
         ERR_clear_error()
@@ -88,10 +84,35 @@ public final class AESGCMKey: Sendable {
     }
   }
 
+  /// OpenSSL takes lengths as `int`: larger buffers go in slices of at most this many bytes. A
+  /// multiple of the AES block (16), so every slice but the last is whole blocks; GCM would
+  /// accept any split, this only keeps OpenSSL on its fast path.
+  static let sliceLimit = 1 << 30
+
+  /// Encrypts or decrypts `input` into `out` in slices OpenSSL's `int` lengths can express, and
+  /// returns the bytes written (GCM writes exactly as many as it is given).
+  private static func update(
+    _ ctx: OpaquePointer, _ input: UnsafeRawBufferPointer, into out: UnsafeMutablePointer<UInt8>, _ call: StaticString
+  ) throws -> Int {
+    var offset = 0
+    while offset < input.count {
+      let length = min(sliceLimit, input.count - offset)
+      var written: Int32 = 0
+      try check(EVP_CipherUpdate(ctx, out + offset, &written, input.bytes! + offset, Int32(length)), call)
+      guard Int(written) == length else { throw CryptoError.library(call: "\(call)") }
+      offset += length
+    }
+    return offset
+  }
+
   private func feedAAD(_ ctx: OpaquePointer, _ aad: UnsafeRawBufferPointer) throws {
-    guard aad.count > 0 else { return }
-    var ignored: Int32 = 0
-    try check(EVP_CipherUpdate(ctx, nil, &ignored, aad.bytes, Int32(aad.count)), "EVP_CipherUpdate(aad)")
+    var offset = 0
+    while offset < aad.count {
+      let length = min(Self.sliceLimit, aad.count - offset)
+      var ignored: Int32 = 0
+      try check(EVP_CipherUpdate(ctx, nil, &ignored, aad.bytes! + offset, Int32(length)), "EVP_CipherUpdate(aad)")
+      offset += length
+    }
   }
 
   private func borrow(_ pool: borrowing Mutex<[CipherContext]>, encrypt: Bool) throws -> CipherContext {

@@ -29,6 +29,11 @@ public enum HKDF {
     guard length > 0, length <= 255 * SHA256.byteCount else {
       throw CryptoError.invalidLength(what: "HKDF output", expected: 32, actual: length)
     }
+    // OpenSSL takes these lengths as `int`; larger inputs are refused rather than trapping.
+    for (what, count) in [("HKDF salt", salt.count), ("HKDF key", ikm.count), ("HKDF info", info.count)]
+    where count > Int(Int32.max) {
+      throw CryptoError.invalidLength(what: what, expected: Int(Int32.max), actual: count)
+    }
     guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nil) else {
       throw CryptoError.library(call: "EVP_PKEY_CTX_new_id")
     }

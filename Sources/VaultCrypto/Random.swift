@@ -7,10 +7,16 @@ public enum SecureRandom {
   /// Fills `buffer` with random bytes.
   /// - Throws: `CryptoError.randomUnavailable` if the generator fails; callers must not fall back.
   public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
-    guard let base = buffer.baseAddress, buffer.count > 0 else { return }
-    guard RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1 else {
-      ERR_clear_error()
-      throw CryptoError.randomUnavailable
+    guard let base = buffer.baseAddress else { return }
+    // RAND_bytes takes an `int` length: fill larger buffers a slice at a time.
+    var offset = 0
+    while offset < buffer.count {
+      let length = min(1 << 30, buffer.count - offset)
+      guard RAND_bytes(base.assumingMemoryBound(to: UInt8.self) + offset, Int32(length)) == 1 else {
+        ERR_clear_error()
+        throw CryptoError.randomUnavailable
+      }
+      offset += length
     }
   }
 

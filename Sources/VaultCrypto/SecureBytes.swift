@@ -1,21 +1,23 @@
-/// A fixed-size heap buffer that is overwritten with zeros when released.
+/// A fixed-size buffer for secrets that is overwritten with zeros when released.
 ///
-/// Used for key material and anything else that must not outlive its owner in memory.
-/// It has exactly one owner; copies of the bytes are the caller's responsibility.
+/// Used for key material and anything else that must not outlive its owner in memory. The bytes
+/// live in pages excluded from core dumps (`MADV_DONTDUMP`) and locked in RAM (`mlock`) where
+/// RLIMIT_MEMLOCK allows; small buffers share pages (see `SecureMemory`). It has exactly one
+/// owner; copies of the bytes are the caller's responsibility.
 public final class SecureBytes: @unchecked Sendable {
   // The buffer is written only during initialisation; afterwards it is read-only, so
   // sharing between threads is safe.
   private let buffer: UnsafeMutableRawBufferPointer
+  private let allocation: SecureMemory.Allocation
 
   /// Allocates `count` zeroed bytes and lets `initializer` fill them.
   public init(count: Int, _ initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
-    buffer = .allocate(byteCount: count, alignment: 16)
-    buffer.initializeMemory(as: UInt8.self, repeating: 0)
+    allocation = SecureMemory.allocate(count)
+    buffer = UnsafeMutableRawBufferPointer(start: allocation.base, count: count)
     do {
       try initializer(buffer)
     } catch {
-      cleanse(buffer)
-      buffer.deallocate()
+      SecureMemory.release(allocation)
       throw error
     }
   }
@@ -25,10 +27,7 @@ public final class SecureBytes: @unchecked Sendable {
     self.init(count: bytes.count) { $0.copyMemory(from: bytes) }
   }
 
-  deinit {
-    cleanse(buffer)
-    buffer.deallocate()
-  }
+  deinit { SecureMemory.release(allocation) }
 
   public var count: Int { buffer.count }
 

@@ -7,6 +7,11 @@ import Telemetry
 import Vault
 import VaultQueue
 
+// Before anything can hold a secret: no core dumps, no register dumps on a crash, descriptors
+// 0–2 held open (see ProcessHardening). A reader that goes away is an error, not a death by SIGPIPE.
+ProcessHardening.apply()
+signal(SIGPIPE, SIG_IGN)
+
 /// The telemetry client, once the vault is open (errors before that are not logged).
 nonisolated(unsafe) var memoTelemetry: Telemetry?
 
@@ -22,14 +27,23 @@ let usage = """
   errors) to the container's "telemetry" queue; relay --telemetry-endpoint (or
   `vault telemetry flush`) delivers them. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
   shell history) while memo runs: prefer standard input for anything private.
-  Exit codes: 0 success, 1 failure, 64 usage error.
+  Exit codes: 0 success, 1 failure (also when standard output cannot be written), 2 could not
+  run (unreadable stdin, a memo over the queue's cap, too tight a ulimit), 64 usage error.
   """
 
 func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
   // The error event names a kind only, never the message (which may quote user input).
   _ = try? memoTelemetry?.log(type: "error", payload: ["kind": .string(kind)])
-  FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
+  StandardStreams.writeError("Error: \(message)\n")
   exit(code)
+}
+
+/// Prints a line on stdout; a line that cannot be written (full disk, closed pipe) is a failure,
+/// reported with `done` (what already happened, e.g. that the memo is saved).
+func say(_ line: String, done: String = "") {
+  if let problem = StandardStreams.writeOutput(line + "\n") {
+    fail("could not write to standard output: \(problem)\(done)", code: 1, kind: "stdout")
+  }
 }
 
 var arguments = Array(CommandLine.arguments.dropFirst())
@@ -42,10 +56,17 @@ if let index = arguments.firstIndex(of: "--home"), index + 1 < arguments.count {
   arguments.removeSubrange(index...(index + 1))
 }
 if arguments.contains("-h") || arguments.contains("--help") {
-  print(usage)
+  say(usage)
   exit(0)
 }
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+// Checked before anything starts a thread or opens a database: a tight ulimit is one clear error,
+// not a trap in libdispatch or a send that saves the memo and then hangs.
+do {
+  try ProcessResources.ensure()
+} catch {
+  fail(error.description, code: 2, kind: "resources")
+}
 
 /// Delivered memos, as JSON lines of id and time only (nothing of the text), appended and fsynced.
 struct History {
@@ -103,25 +124,31 @@ do {
   switch command {
   case "send":
     guard arguments.count <= 2 else { fail("send takes one TEXT argument (or the memo on stdin)", code: 64) }
-    let text: [UInt8] =
-      arguments.count == 2 && arguments[1] != "-"
-      ? Array(arguments[1].utf8) : [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+    let text: [UInt8]
+    if arguments.count == 2 && arguments[1] != "-" {
+      text = Array(arguments[1].utf8)
+    } else {
+      do {
+        text = try StandardStreams.readAll(limit: container.configuration.byteCap - Envelope.overhead)
+      } catch {
+        fail(error.description, code: 2, kind: "stdin")
+      }
+    }
     guard !text.isEmpty else { fail("the memo is empty", code: 64) }
     let outbox = Outbox(
       container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
     let started = DispatchTime.now().uptimeNanoseconds
     let receipt = try outbox.send(text)
     let elapsed = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e6
-    // The timing is logged from another thread, as an app's instrumentation would.
-    let logged = DispatchGroup()
-    DispatchQueue.global().async(group: logged) {
+    // The timing is logged from another thread, as an app's instrumentation would; the memo is
+    // saved already, so the wait is bounded and a thread that cannot start costs only the timing.
+    onAnotherThread(timeout: 15) {
       _ = try? telemetry.log(type: "timing", payload: ["name": .string("send_to_saved_ms"), "value": .number(elapsed)])
     }
-    logged.wait()
-    print(
+    say(
       String(
         format: "saved %@ in %.2f ms (sealed and on disk; delivery happens later)", receipt.id.uuidString.lowercased(),
-        elapsed))
+        elapsed), done: "; the memo is saved and will be delivered")
   case "relay":
     guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
       let endpoint = URL(string: arguments[index + 1])
@@ -130,12 +157,12 @@ do {
       container: container, queue: "memo",
       transport: RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history))
     let pass = try outbox.deliverDue()
-    print(
+    say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
     )
     if telemetryEndpoint != nil {
       let report = try telemetry.flush()
-      print("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")
+      say("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")
     }
   case "history":
     let delivered = history.delivered()
@@ -147,11 +174,11 @@ do {
           ["id": $0.id, "state": $0.state.rawValue, "attempts": $0.attempts, "error_kind": $0.errorKind ?? NSNull()]
         }
       let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-      print(String(decoding: data, as: UTF8.self))
+      say(String(decoding: data, as: UTF8.self))
     } else {
-      for item in delivered { print("\(item.id)  delivered  \(item.at)") }
+      for item in delivered { say("\(item.id)  delivered  \(item.at)") }
       for item in waiting {
-        print("\(item.id)  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")")
+        say("\(item.id)  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")")
       }
     }
   case "resend":
@@ -161,7 +188,7 @@ do {
     guard try container.resend([id]) == 1 else {
       fail("memo \(arguments[1]) is not parked or in review", kind: "not-resendable")
     }
-    print("resent \(id.uuidString.lowercased())")
+    say("resent \(id.uuidString.lowercased())")
   default:
     fail("unknown command '\(command)'\n\(usage)", code: 64)
   }

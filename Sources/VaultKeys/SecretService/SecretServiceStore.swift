@@ -53,10 +53,13 @@ public final class SecretServiceStore: KeyStore {
   private let lock = Mutex<Void>(())
 
   /// - Parameters:
-  ///   - timeout: seconds each operation may take before it is cancelled.
+  ///   - timeout: seconds each operation may take before it is cancelled, at most a day (larger
+  ///     and infinite values mean a day, negative ones 0, NaN the default of 5).
   ///   - home: stored as the `home` attribute of new items.
   public init(timeout: Double = 5, home: String? = nil) {
-    self.timeout = timeout
+    // Each call turns it into a Dispatch deadline and a D-Bus timeout in Int32 milliseconds,
+    // conversions that trap on inf, NaN or more than 24 days.
+    self.timeout = timeout.isNaN ? 5 : min(max(timeout, 0), 86_400)
     self.home = home
   }
 

@@ -1,0 +1,108 @@
+// Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift): the
+// fatal-signal handler must be async-signal-safe, so it is C, not Swift (no allocation, no locks,
+// no runtime calls: write(2), sigaction(2), alarm(2), raise(3) only). prctl is variadic, so it needs a
+// wrapper to be called from Swift. No library to link: everything here is glibc.
+#ifndef VAULT_CPROCESSHARDENING_SHIM_H
+#define VAULT_CPROCESSHARDENING_SHIM_H
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+// glibc's short program name (errno.h declares it only under _GNU_SOURCE).
+extern char *program_invocation_short_name;
+
+/// Marks the process non-dumpable: no core file and no systemd-coredump entry for it, and no
+/// ptrace attach or /proc/PID/mem read by other processes of the same user. 0 on success.
+static inline int vault_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+
+/// 1 when the process is dumpable, 0 when not, -1 on error.
+static inline int vault_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
+
+static inline void vault_crash_write(const char *text) {
+  size_t length = 0;
+  while (text[length] != 0) length++;
+  while (length > 0) {
+    ssize_t written = write(STDERR_FILENO, text, length);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;  // stderr closed or broken: nothing more to say
+    text += written;
+    length -= (size_t)written;
+  }
+}
+
+/// The fatal-signal handler: one fixed line naming the program and the signal, then death by that
+/// same signal. Nothing of the process's state (registers, stack, memory) is read or printed.
+static inline void vault_fatal_signal_handler(int signo) {
+  // A stderr that blocks (a full pipe nobody reads) must not keep a crashed process alive:
+  // SIGALRM, left unblocked by the install function and reset to its default action here,
+  // ends it after 5 s.
+  struct sigaction terminate;
+  memset(&terminate, 0, sizeof terminate);
+  terminate.sa_handler = SIG_DFL;
+  sigaction(SIGALRM, &terminate, NULL);
+  alarm(5);
+  const char *name = "a fatal signal";
+  switch (signo) {
+  case SIGILL: name = "SIGILL (a Swift runtime trap: overflow, nil unwrap, precondition)"; break;
+  case SIGTRAP: name = "SIGTRAP (a runtime trap)"; break;
+  case SIGABRT: name = "SIGABRT (abort)"; break;
+  case SIGSEGV: name = "SIGSEGV (invalid memory access)"; break;
+  case SIGBUS: name = "SIGBUS (invalid memory access)"; break;
+  case SIGFPE: name = "SIGFPE (arithmetic fault)"; break;
+  case SIGQUIT: name = "SIGQUIT (quit requested)"; break;
+  }
+  vault_crash_write(program_invocation_short_name != 0 ? program_invocation_short_name : "process");
+  vault_crash_write(": crashed on ");
+  vault_crash_write(name);
+  vault_crash_write("; crash report suppressed (no registers, memory or core dump, ");
+  vault_crash_write("which could hold keys or plaintext)\n");
+  // SA_RESETHAND already restored the default action. The signal is blocked while this handler
+  // runs, so raise() leaves it pending and it is delivered, fatally, on return; a fault (ud2, a
+  // bad access) also simply happens again on return.
+  raise(signo);
+}
+
+/// The signals Swift's runtime backtracer catches on Linux (stdlib/public/runtime/
+/// CrashHandlerLinux.cpp): SIGQUIT, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGSEGV, SIGTRAP.
+static const int vault_fatal_signals[] = {SIGQUIT, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGSEGV, SIGTRAP};
+
+/// Replaces the handlers of `vault_fatal_signals` (the runtime's backtracer among them) with
+/// `vault_fatal_signal_handler`, and gives the calling thread an alternate signal stack if it
+/// has none, so a stack overflow still gets the message. 0 on success, else an errno value.
+static inline int vault_install_fatal_signal_handlers(void) {
+  stack_t current;
+  if (sigaltstack(NULL, &current) == 0 && current.ss_sp == NULL) {
+    size_t size = 65536;
+    void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (stack != MAP_FAILED) {
+      stack_t alternate;
+      memset(&alternate, 0, sizeof alternate);
+      alternate.ss_sp = stack;
+      alternate.ss_size = size;
+      if (sigaltstack(&alternate, NULL) != 0) munmap(stack, size);
+    }
+  }
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = vault_fatal_signal_handler;
+  sigfillset(&action.sa_mask);
+  sigdelset(&action.sa_mask, SIGALRM);
+  action.sa_flags = SA_ONSTACK | SA_RESETHAND;
+  for (size_t i = 0; i < sizeof vault_fatal_signals / sizeof vault_fatal_signals[0]; i++) {
+    if (sigaction(vault_fatal_signals[i], &action, NULL) != 0) return errno;
+  }
+  return 0;
+}
+
+/// Whether `signo`'s handler is ours (for `ProcessHardening.isApplied`).
+static inline int vault_fatal_signal_handler_installed(int signo) {
+  struct sigaction current;
+  if (sigaction(signo, NULL, &current) != 0) return 0;
+  return current.sa_handler == vault_fatal_signal_handler;
+}
+
+#endif

@@ -1,0 +1,77 @@
+// C boundary: getrlimit/setrlimit and pthread_create, to check resource limits at start.
+import Glibc
+
+/// Checks at start that the process can get what the libraries under vault assume it can, so a
+/// tight `ulimit` gives one clear error instead of a trap or a hang later.
+///
+/// Measured here (Swift 6.3, Debian 12): with few file descriptors libdispatch traps creating its
+/// epoll instance and GLib aborts creating D-Bus wake-up pipes; when a thread cannot be created
+/// (`ulimit -v`, `ulimit -u`, a cgroup's pids limit) libdispatch retries `pthread_create` once a
+/// second forever, so `DispatchQueue.async` never returns. Neither can be caught afterwards.
+public enum ProcessResources {
+  /// What is short, with the limit that makes it so.
+  public enum Shortage: Error, Equatable, CustomStringConvertible {
+    /// RLIMIT_NOFILE is below what the process needs, and its hard limit forbids raising it.
+    case openFiles(limit: Int, needed: Int)
+    /// A thread could not be created (`errno`); the address-space and process limits, if any.
+    case threads(errno: Int32, addressSpaceLimit: UInt64?, processLimit: UInt64?)
+
+    public var description: String {
+      switch self {
+      case .openFiles(let limit, let needed):
+        return "the open-file limit is \(limit) (ulimit -n); at least \(needed) are needed (libdispatch, "
+          + "D-Bus and SQLite abort when they cannot open one); raise it (ulimit -n 1024) and run again"
+      case .threads(let code, let addressSpace, let processes):
+        let reason = String(cString: strerror(code))
+        if let addressSpace {
+          return "cannot start a thread (\(reason)) under the address-space limit of \(addressSpace / 1_048_576) MiB "
+            + "(ulimit -v); raise it (ulimit -v unlimited, or at least 512 MiB more) and run again"
+        }
+        if let processes {
+          return "cannot start a thread (\(reason)) under the limit of \(processes) processes (ulimit -u); "
+            + "raise it and run again"
+        }
+        return "cannot start a thread (\(reason)): the system refused it (memory, or a cgroup's pids limit)"
+      }
+    }
+  }
+
+  /// Raises the soft open-file limit to `openFiles` when it is lower (up to the hard limit), then
+  /// checks that `threads` threads can run at once, as libdispatch's pool, GLib's D-Bus worker and
+  /// URLSession's thread need.
+  /// - Throws: `Shortage` when either cannot be had.
+  public static func ensure(openFiles needed: Int = 64, threads: Int = 8) throws(Shortage) {
+    var files = rlimit()
+    if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < rlim_t(needed) {
+      var raised = files
+      raised.rlim_cur = min(files.rlim_max, rlim_t(needed))
+      if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
+      guard files.rlim_cur >= rlim_t(needed) else { throw .openFiles(limit: Int(files.rlim_cur), needed: needed) }
+    }
+    // Threads that end at once but are joined only after all have started, so that `threads`
+    // stacks exist at the same time (glibc keeps them cached for the threads that follow).
+    var started: [pthread_t] = []
+    var failure: Int32 = 0
+    for _ in 0..<threads {
+      var thread = pthread_t()
+      let result = pthread_create(&thread, nil, { _ in nil }, nil)
+      guard result == 0 else {
+        failure = result
+        break
+      }
+      started.append(thread)
+    }
+    for thread in started { pthread_join(thread, nil) }
+    guard failure == 0 else {
+      throw .threads(
+        errno: failure, addressSpaceLimit: finiteLimit(RLIMIT_AS), processLimit: finiteLimit(__RLIMIT_NPROC))
+    }
+  }
+
+  private static func finiteLimit(_ resource: __rlimit_resource) -> UInt64? {
+    var limit = rlimit()
+    // RLIM_INFINITY is all ones (the macro does not import).
+    guard getrlimit(Int32(resource.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return nil }
+    return UInt64(limit.rlim_cur)
+  }
+}
