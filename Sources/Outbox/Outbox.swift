@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 import VaultQueue
 
 /// Send-then-deliver: `send` returns once the message is sealed and committed to disk; delivery
@@ -50,7 +51,9 @@ public final class Outbox: @unchecked Sendable {
   /// Saves `message` durably (the "saved" moment an app uses to clear its editor) and asks the
   /// background loop, if started, to deliver it. Never waits for the network.
   @discardableResult
-  public func send(_ message: [UInt8], id: UUID = UUID()) throws -> Receipt {
+  public func send(_ message: [UInt8], id: UUID? = nil) throws -> Receipt {
+    // Random ids come from the DRBG: Foundation's UUID() repeats itself without /dev/urandom.
+    let id = try id ?? SecureRandom.uuid()
     let outcome = try container.enqueue(message, queue: queue, id: id)
     trigger()
     return Receipt(id: id, duplicate: outcome == .duplicate)

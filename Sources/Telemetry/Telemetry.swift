@@ -1,5 +1,6 @@
 import Foundation
 import Outbox
+import VaultCrypto
 import VaultQueue
 
 /// How telemetry is delivered.
@@ -85,7 +86,9 @@ public final class Telemetry: @unchecked Sendable {
   /// (never for the network). Past the container's byte cap the oldest records are dropped and
   /// counted, never this one.
   @discardableResult
-  public func log(type: String, payload: [String: JSONValue] = [:], id: UUID = UUID()) throws -> UUID {
+  public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
+    // Random ids come from the DRBG: Foundation's UUID() repeats itself without /dev/urandom.
+    let id = try id ?? SecureRandom.uuid()
     guard !type.isEmpty, type.count <= 128 else { throw TelemetryError.invalidType }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     try container.enqueue(try event.encoded(), queue: Self.queueName, id: id)

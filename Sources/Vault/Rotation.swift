@@ -24,9 +24,12 @@ public protocol SealedContainer: AnyObject {
   /// Returns false when that could not be done now (a reader holds an old snapshot): old
   /// envelopes may then still be in the log, and their key must not be deleted yet.
   func checkpointNow() throws -> Bool
-  /// Deletes (or, with `keep`, moves to review) every record whose envelope header names one of
-  /// `versions`. Returns how many. Used only by a rotation after a compromise, after asking.
-  func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int
+  /// How many records do not open with `vault` (tampered, moved, another vault's, or sealed under
+  /// a version whose key is gone). A key that cannot be read right now is an error, not a count.
+  func unopenableRecords(with vault: Vault) throws -> Int
+  /// Deletes (or, with `keep`, moves to review) every record that does not open with `vault`.
+  /// Returns how many. Used only by a rotation after a compromise, after asking.
+  func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int
   /// Rebuilds the file so that no freed page keeps old ciphertext, then empties the log.
   func compact() throws
 }
@@ -152,6 +155,8 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerReplaced(path: String, expected: String, found: String?)
   case duplicateContainer(path: String, other: String)
   case aborted
+  /// After a compromise, some older version could not be retired yet (its key is still present).
+  case compromiseIncomplete(retired: [UInt32], kept: [String])
 
   public var description: String {
     switch self {
@@ -172,6 +177,10 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
         + "restore the registered container before rotating. Nothing was changed"
     case .duplicateContainer(let path, let other):
       "\(path) is a copy of the registered container \(other) (same container id); refusing to register it twice"
+    case .compromiseIncomplete(let retired, let kept):
+      "the rotation after a compromise could not retire every old key yet, so the compromised key still exists"
+        + (retired.isEmpty ? "" : " (retired: \(retired.map(String.init).joined(separator: ", ")))")
+        + "; kept: \(kept.joined(separator: " | ")). Fix that and run `vault rotate --compromised` again"
     case .aborted:
       "the rotation after a compromise was stopped before retiring anything; the new key version is active. "
         + "Run it again to finish"
@@ -247,6 +256,13 @@ extension Vault {
       var keptUnreadable: [String: Int] = [:]
 
       if options.compromised {
+        // Every record is tried, not only those re-sealing skipped: a tampered record under the
+        // new version, or one under a version retired long ago, holds data nobody can read either.
+        unopenable = [:]
+        for registered in manifest.containers {
+          let count = try provider.open(path: registered.path, vault: self).unopenableRecords(with: self)
+          if count > 0 { unopenable[registered.path] = [0: count] }
+        }
         let plan = CompromisePlan(
           unopenable: unopenable.mapValues { $0.values.reduce(0, +) },
           externalSealVersions: manifest.externalSealVersions.filter { candidates.contains($0) }.sorted(),
@@ -256,7 +272,7 @@ extension Vault {
           if decision == .abort { throw RotationError.aborted }
           for registered in manifest.containers where unopenable[registered.path] != nil {
             let container = try provider.open(path: registered.path, vault: self)
-            let count = try container.removeRecords(sealedUnder: Set(candidates), keep: decision == .keep)
+            let count = try container.removeUnopenableRecords(with: self, keep: decision == .keep)
             if decision == .keep { keptUnreadable[registered.path] = count } else { purged[registered.path] = count }
           }
         }
@@ -307,7 +323,10 @@ extension Vault {
           next.versions.sort { $0.version < $1.version }
         }
       }
-      next.resealing = nil
+      // A rotation after a compromise that had to keep an old key is not finished: it stays the
+      // current rotation, so running it again resumes it rather than making yet another version.
+      let incomplete = options.compromised && !kept.isEmpty
+      next.resealing = incomplete ? active : nil
       try save(next)
       var retired: [UInt32] = []
       for version in candidates {
@@ -316,6 +335,11 @@ extension Vault {
       }
       // Forget every cached key that is no longer usable (save already dropped retired ones).
       try adoptVerifiedManifest(heal: true)
+      if incomplete {
+        throw RotationError.compromiseIncomplete(
+          retired: retired.sorted(),
+          kept: kept.keys.sorted().map { "version \($0): " + (kept[$0] ?? []).joined(separator: "; ") })
+      }
       let keptVersions = kept.keys.sorted()
       return RotationReport(
         previousVersion: previous, newVersion: active, resealed: resealed, retired: retired.sorted(),
@@ -409,7 +433,7 @@ extension Vault {
     let directory = (absolutePath(path) as NSString).deletingLastPathComponent
     let resolved = { (path: String) in (path as NSString).resolvingSymlinksInPath }
     if resolved(directory) == resolved(keyfileDirectory) {
-      throw KeyStoreError.keyfileInsideData(path: keyfile, dataDirectory: directory)
+      throw VaultError.containerBesideKeyfile(container: absolutePath(path), keyfile: keyfile)
     }
   }
 

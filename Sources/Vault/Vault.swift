@@ -88,7 +88,7 @@ public final class Vault: Sendable {
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()
     try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
-    let manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()))
+    let manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()), home: home)
     let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)
     do {
       try vault.save(manifest)
@@ -192,10 +192,12 @@ public final class Vault: Sendable {
       return try open(home: home, store: store, clock: clock)
     }
     guard signed.isLegacy else { throw VaultError.integrityKeyMissing(store: store.kind) }
-    // Refuse to upgrade a vault whose active key is not readable: nothing proves it is ours.
-    guard
+    // The unsigned file names the store, so nothing in it is trusted yet: upgrade only when that
+    // store already holds this vault's active key (a key that was sealing records). A forged
+    // format-1 manifest pointing at a new, empty store, or naming a pending version, is refused
+    // instead of being signed with a fresh integrity key.
+    guard signed.manifest.record(signed.manifest.activeVersion)?.state == .active,
       try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) != nil
-        || signed.manifest.record(signed.manifest.activeVersion)?.state == .pending
     else {
       throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
     }
@@ -203,6 +205,7 @@ public final class Vault: Sendable {
     try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
     // Record key-check values for the keys as they are now, so a swapped item is caught from here on.
     var upgraded = signed.manifest
+    upgraded.home = home
     for index in upgraded.versions.indices where upgraded.versions[index].check == nil {
       if let key = try store.loadKey(keyring: keyring, version: upgraded.versions[index].version) {
         upgraded.versions[index].check = try KeyVersionRecord.checkValue(of: key)
@@ -351,6 +354,13 @@ public final class Vault: Sendable {
       // Older than what this process already acted on, and no newer copy anywhere: refuse it.
       throw ManifestFile.Failure.unauthenticated(path: path)
     }
+    // Bound to another directory: a copy of a live home is refused; a home that was moved (the
+    // old directory no longer holds a manifest) is bound to its new place under the lock.
+    var rebind = false
+    if let bound = chosen.manifest.home, !Self.sameDirectory(bound, home) {
+      if ManifestFile.exists(home: bound) { throw ManifestFile.Failure.copiedHome(path: path, home: bound) }
+      rebind = true
+    }
     var stamp = stampBefore
     if heal {
       if mirrorStale {
@@ -372,7 +382,22 @@ public final class Vault: Sendable {
         return record.state == .active || record.state == .decryptOnly
       }
     }
-    return !heal && (superseded || mirrorStale)
+    if rebind, heal {
+      var next = fresh
+      next.home = home
+      try save(next)
+    }
+    return !heal && (superseded || mirrorStale || rebind)
+  }
+
+  /// Whether two paths name one directory (the same inode), so a home reached through a symlink
+  /// is still the same home.
+  static func sameDirectory(_ a: String, _ b: String) -> Bool {
+    if a == b { return true }
+    var first = stat()
+    var second = stat()
+    guard stat(a, &first) == 0, stat(b, &second) == 0 else { return false }
+    return first.st_dev == second.st_dev && first.st_ino == second.st_ino
   }
 
   func activeKey() throws -> (UInt32, AESGCMKey) {
@@ -428,6 +453,7 @@ public final class Vault: Sendable {
       next.versions[index].check = learned[next.versions[index].version]
     }
     next.compactRetiredHistory()
+    if next.home == nil { next.home = home }
     let bytes = try ManifestFile.sign(next, key: integrityKey)
     try bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
     try ManifestFile.write(bytes, home: home)

@@ -15,6 +15,7 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case unexpectedKeyItem(version: UInt32, store: KeyStoreKind)
   case versionsExhausted(highest: UInt32)
   case notAKeyfileVault(home: String)
+  case containerBesideKeyfile(container: String, keyfile: String)
 
   public var description: String {
     switch self {
@@ -44,6 +45,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .unexpectedKeyItem(let version, let store):
       "the \(store.rawValue) store already holds an item for key version \(version) that this vault did not record; "
         + "refusing to adopt it. Remove the stray item (or restore the matching manifest) and retry"
+    case .containerBesideKeyfile(let container, let keyfile):
+      "refusing a container at \(container): it would sit beside the vault's keyfile \(keyfile), so every copy "
+        + "of the data would carry its keys; put the container in another directory (nothing was created)"
     case .notAKeyfileVault(let home):
       "the vault at \(home) does not keep its keys in a keyfile; there is no keyfile to move"
     case .versionsExhausted(let highest):

@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultCrypto
 import VaultKeys
 import VaultQueue
 
@@ -29,6 +30,45 @@ extension VaultCommandLine {
     if action != "resend", !rest.isEmpty {
       throw UsageError(message: "unexpected argument '\(rest[0])'", command: "queue")
     }
+    // Every argument (and a `put`'s input) is checked before the container is opened, so a usage
+    // error or unreadable input never leaves a new container behind.
+    var name = ""
+    var id: UUID?
+    var payload: [UInt8] = []
+    var state: RecordState?
+    var ids: [UUID] = []
+    switch action {
+    case "put":
+      guard let queue = arguments.options["--queue"] else {
+        throw UsageError(message: "missing '--queue NAME'", command: "queue")
+      }
+      name = queue
+      if let text = arguments.options["--id"] {
+        guard let parsed = UUID(uuidString: text) else {
+          throw UsageError(message: "--id must be a UUID", command: "queue")
+        }
+        id = parsed
+      }
+      payload = try readInput()
+    case "list":
+      if let text = arguments.options["--state"] {
+        guard let parsed = RecordState(rawValue: text) else {
+          throw UsageError(message: "--state must be pending, in_flight, parked or review", command: "queue")
+        }
+        state = parsed
+      }
+    case "resend":
+      guard !rest.isEmpty else {
+        throw UsageError(message: "give the ids of parked records to resend", command: "queue")
+      }
+      for text in rest {
+        guard let parsed = UUID(uuidString: text) else {
+          throw UsageError(message: "'\(text)' is not a UUID", command: "queue")
+        }
+        ids.append(parsed)
+      }
+    default: break
+    }
     let vault = try openVault(arguments)
     // Only `put` may create (and register) a container; reading commands never create or register
     // anything, so a mistyped --container is an error, not a new empty container.
@@ -41,17 +81,7 @@ extension VaultCommandLine {
     let container = try QueueContainer(path: defaultContainer(arguments), vault: vault, mode: mode)
     switch action {
     case "put":
-      guard let name = arguments.options["--queue"] else {
-        throw UsageError(message: "missing '--queue NAME'", command: "queue")
-      }
-      var id = UUID()
-      if let text = arguments.options["--id"] {
-        guard let parsed = UUID(uuidString: text) else {
-          throw UsageError(message: "--id must be a UUID", command: "queue")
-        }
-        id = parsed
-      }
-      let payload = try readInput()
+      let id = try id ?? SecureRandom.uuid()
       let outcome = try container.enqueue(payload, queue: name, id: id)
       terminal.print("\(outcome == .stored ? "stored" : "duplicate") \(id.uuidString.lowercased())")
     case "stats":
@@ -72,13 +102,6 @@ extension VaultCommandLine {
         "  dropped:  "
           + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
     case "list":
-      var state: RecordState?
-      if let text = arguments.options["--state"] {
-        guard let parsed = RecordState(rawValue: text) else {
-          throw UsageError(message: "--state must be pending, in_flight, parked or review", command: "queue")
-        }
-        state = parsed
-      }
       let records = try container.list(queue: arguments.options["--queue"], state: state)
       if arguments.flags.contains("--json") {
         terminal.print(try JSON.encode(records))
@@ -90,16 +113,6 @@ extension VaultCommandLine {
             + "v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  \(record.createdAt)")
       }
     default:
-      guard !rest.isEmpty else {
-        throw UsageError(message: "give the ids of parked records to resend", command: "queue")
-      }
-      var ids: [UUID] = []
-      for text in rest {
-        guard let id = UUID(uuidString: text) else {
-          throw UsageError(message: "'\(text)' is not a UUID", command: "queue")
-        }
-        ids.append(id)
-      }
       let moved = try container.resend(ids)
       terminal.print("resent \(moved) of \(ids.count)")
       if moved < ids.count {

@@ -57,6 +57,10 @@ public struct VaultCommandLine {
       return ExitCode.success.rawValue
     }
     guard let command = arguments.command else {
+      if arguments.home != nil, !arguments.wantsHelp {
+        // `vault --home rotate` took "rotate" as the home: say so rather than print the overview.
+        return usage(UsageError(message: "missing subcommand (after --home DIR)", command: nil))
+      }
       terminal.print(Help.root)
       return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
     }
@@ -190,8 +194,15 @@ public struct VaultCommandLine {
       case .secretServiceSkipped(let reason) = try Vault.checkForOrphanedKeys(
         home: homePath(arguments), resolver: keyStores)
     {
+      // The reason's kind only: its usual hint ("use --store keyfile") is no advice for a keyfile init.
+      let why =
+        switch reason {
+        case .noSessionBus: "no D-Bus session bus"
+        case .noProvider: "no Secret Service provider"
+        default: "\(reason)"
+        }
       terminal.note(
-        "vault: skipped the check for keys a lost manifest left in the Secret Service (\(reason)); "
+        "vault: skipped the check for keys a lost manifest left in the Secret Service (\(why)); "
           + "only the keyfile path was checked")
     }
     let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)

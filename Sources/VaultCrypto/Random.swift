@@ -1,4 +1,5 @@
 import COpenSSL
+import Foundation
 import Glibc
 import Synchronization
 
@@ -18,6 +19,20 @@ public enum SecureRandom {
       }
       offset += length
     }
+  }
+
+  /// A random (version 4) UUID from the DRBG. Foundation's `UUID()` must not be used for record
+  /// ids: when it cannot open /dev/urandom (too many open files) it returns the same UUID every
+  /// time, and the queue then drops every later record as a "duplicate".
+  public static func uuid() throws -> UUID {
+    var bytes = try self.bytes(16)
+    bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
+    bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
+    return UUID(
+      uuid: (
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+        bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+      ))
   }
 
   /// Returns `count` random bytes (for identifiers and nonces, not for keys: use `SymmetricKey.generate`).

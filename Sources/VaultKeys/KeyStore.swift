@@ -136,7 +136,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .unsafeKeyfileDirectory(let path, let mode, let owner, let expected):
       Self.unsafeDirectoryText(path: path, mode: mode, owner: owner, expected: expected)
     case .notARegularFile(let path):
-      "\(path) is not a regular file (a symlink, directory or device); point --keyfile at a regular file"
+      "\(path) is not a regular file (a symlink, directory, FIFO, socket or device); point --keyfile at a regular file"
     case .corruptKeyfile(let path, let reason):
       "keyfile \(path) is corrupt (\(reason)); restore it from a backup: no new key was made"
     case .foreignKeyfile(let path, let found, let expected):

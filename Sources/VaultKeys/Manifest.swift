@@ -123,6 +123,9 @@ public struct Manifest: Codable, Sendable, Equatable {
 
   public var format: Int
   public var vaultID: String
+  /// The absolute path of the vault home this manifest belongs to. A copy of the manifest in
+  /// another directory would otherwise act on the same keys under a different lock.
+  public var home: String?
   /// Incremented by every write. A manifest whose epoch is below the newest one the key store has
   /// seen is a stale copy (restored from a backup, or rolled back) and is superseded.
   public var epoch: UInt64
@@ -143,7 +146,7 @@ public struct Manifest: Codable, Sendable, Equatable {
   var unknown: [String: JSONValue] = [:]
 
   enum CodingKeys: String, CodingKey, CaseIterable {
-    case format, store, versions, containers, resealing, epoch
+    case format, store, versions, containers, resealing, epoch, home
     case vaultID = "vault_id"
     case activeVersion = "active_version"
     case highestVersion = "highest_version"
@@ -154,6 +157,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     format = try values.decode(Int.self, forKey: .format)
     vaultID = try values.decode(String.self, forKey: .vaultID)
+    home = try values.decodeIfPresent(String.self, forKey: .home)
     epoch = try values.decodeIfPresent(UInt64.self, forKey: .epoch) ?? 0
     store = try values.decode(StoreDescriptor.self, forKey: .store)
     activeVersion = try values.decode(UInt32.self, forKey: .activeVersion)
@@ -175,6 +179,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(format, forKey: .format)
     try values.encode(vaultID, forKey: .vaultID)
+    try values.encodeIfPresent(home, forKey: .home)
     try values.encode(epoch, forKey: .epoch)
     try values.encode(store, forKey: .store)
     try values.encode(activeVersion, forKey: .activeVersion)
@@ -186,9 +191,10 @@ public struct Manifest: Codable, Sendable, Equatable {
     try JSONValue.encode(unknown, to: encoder)
   }
 
-  public init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String) {
+  public init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String, home: String? = nil) {
     format = Self.currentFormat
     self.vaultID = vaultID.hex
+    self.home = home
     epoch = 0
     self.store = store
     activeVersion = 1
@@ -280,6 +286,8 @@ public enum ManifestFile {
     case unauthenticated(path: String)
     /// The manifest belongs to another vault than the key store's copy.
     case mismatchedMirror(path: String)
+    /// The manifest was written for another vault home, which still holds the vault (a copy).
+    case copiedHome(path: String, home: String)
 
     public var description: String {
       switch self {
@@ -297,6 +305,9 @@ public enum ManifestFile {
         "the vault manifest \(path) fails its integrity check (it was modified, replaced or had its MAC removed "
           + "by something other than vault); nothing was changed. Restore it from a backup: vault then "
           + "supersedes an older copy with the newest one its key store holds"
+      case .copiedHome(let path, let home):
+        "the vault manifest \(path) belongs to the vault home \(home), which still holds that vault; a copied home "
+          + "would act on the same keys under another lock. Use --home \(home) (nothing was changed)"
       case .mismatchedMirror(let path):
         "the vault manifest \(path) and the copy in the key store belong to different vaults; "
           + "check that --home and the key store belong together"

@@ -71,6 +71,7 @@ public final class QueueContainer: @unchecked Sendable {
     case (.notAContainer(let reason), _):
       // A file that is not SQLite at all is most likely a container whose bytes were damaged.
       if reason == Self.notSQLite { throw QueueError.corrupt(path: path) }
+      if reason == Self.notRegular { throw QueueError.notAFile(path: path) }
       throw QueueError.notAQueueContainer(path: path)
     case (.container(let found, let id), _):
       guard found == keyring else { throw QueueError.foreignContainer(path: path, found: found, expected: keyring) }
@@ -88,6 +89,7 @@ public final class QueueContainer: @unchecked Sendable {
   }
 
   static let notSQLite = "not a SQLite database"
+  static let notRegular = "not a regular file"
 
   /// What the file at `path` is, read without creating or changing anything.
   public static func probe(path: String) throws -> ContainerProbe {
@@ -96,7 +98,7 @@ public final class QueueContainer: @unchecked Sendable {
       if errno == ENOENT { return .missing }
       throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
     }
-    guard info.st_mode & S_IFMT == S_IFREG else { return .notAContainer(reason: "not a regular file") }
+    guard info.st_mode & S_IFMT == S_IFREG else { return .notAContainer(reason: notRegular) }
     guard info.st_size > 0 else { return .empty }
     // Only the 16-byte SQLite header is read here; O_NONBLOCK guards against a FIFO swapped in since lstat.
     let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
@@ -174,7 +176,8 @@ public final class QueueContainer: @unchecked Sendable {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
       return try headerCounts(
-        connection.prepare("SELECT substr(envelope, 1, 17) AS header, count(*) FROM records GROUP BY header"),
+        connection.prepare(
+          "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header"),
         keyring: keyring)
     }
   }
@@ -207,11 +210,11 @@ public final class QueueContainer: @unchecked Sendable {
 
   // MARK: - Enqueue
 
-  /// Seals `payload` and stores it durably in `queue` under `id`.
+  /// Seals `payload` and stores it durably in `queue` under `id` (a random id when nil).
   /// - Returns: `.duplicate` (storing nothing) when a record with `id` is already in the container.
   @discardableResult
-  public func enqueue(_ payload: [UInt8], queue: String, id: UUID = UUID()) throws -> EnqueueOutcome {
-    try enqueue(contentsOf: [(id, payload)], queue: queue)[0]
+  public func enqueue(_ payload: [UInt8], queue: String, id: UUID? = nil) throws -> EnqueueOutcome {
+    try enqueue(contentsOf: [(try id ?? SecureRandom.uuid(), payload)], queue: queue)[0]
   }
 
   /// Seals and stores several records in one transaction (one fsync for all of them).

@@ -67,25 +67,45 @@ extension QueueContainer: SealedContainer {
 
   public func checkpointNow() throws -> Bool { try checkpoint() }
 
-  public func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
-    let prefix = Self.headerPrefix(vault.keyringID)
-    return try withStorage { storage in
-      try storage.transaction {
+  public func unopenableRecords(with vault: Vault) throws -> Int {
+    try withStorage { storage in try Self.unopenable(storage, vault).count }
+  }
+
+  public func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int {
+    try withStorage { storage in
+      let victims = try Self.unopenable(storage, vault)
+      guard !victims.isEmpty else { return 0 }
+      return try storage.transaction {
         var count = 0
-        for version in versions {
-          try prefix.withUnsafeBytes { prefix in
-            try Self.versionBytes(version).withUnsafeBytes { target in
-              count += try (keep ? storage.reviewSealedUnder : storage.deleteSealedUnder).run([
-                .blob(prefix), .blob(target),
-              ])
-            }
-          }
+        for seq in victims {
+          count += try (keep ? storage.reviewBySeq : storage.deleteBySeq).run([.integer(seq)])
         }
         if !keep { try storage.countDrop(.undecryptable, count) }
         // Deleted sizes are not tracked row by row here: recompute the total next time.
         storage.forgetCachedBytes()
         return count
       }
+    }
+  }
+
+  /// The rows (by seq) whose envelope does not open with `vault`, read in bounded batches.
+  private static func unopenable(_ storage: Storage, _ vault: Vault) throws -> [Int64] {
+    var victims: [Int64] = []
+    var after: Int64 = 0
+    while true {
+      var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
+      try storage.allAfter.query([.integer(after), .integer(256)]) {
+        rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3)))
+      }
+      guard let last = rows.last?.seq else { return victims }
+      for row in rows {
+        do {
+          _ = try vault.open(row.envelope, context: context(queue: row.queue, id: row.id))
+        } catch is EnvelopeError {
+          victims.append(row.seq)
+        }
+      }
+      after = last
     }
   }
 

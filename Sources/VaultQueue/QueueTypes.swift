@@ -163,6 +163,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case tooManyOpenFiles(path: String)
   case permissionDenied(path: String)
   case cannotOpen(path: String, reason: String)
+  /// The path is a directory, FIFO, socket, device or symlink, not a container file.
+  case notAFile(path: String)
 
   public var description: String {
     switch self {
@@ -177,7 +179,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "the container is at its \(cap)-byte cap and every older record is in flight; nothing was stored: retry after delivery"
     case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
     case .diskFull(let path):
-      "the disk holding \(path) is full; nothing was stored and the queue is unchanged: free space and retry"
+      "the disk holding \(path) is full; the change was not made and the queue is as it was: free space and retry"
     case .readOnly(let path):
       "\(path) (or its directory) is read-only; the queue cannot be changed: check permissions and mounts"
     case .corrupt(let path):
@@ -198,6 +200,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .permissionDenied(let path):
       "permission denied opening \(path) (or its directory); check its owner and mode"
     case .cannotOpen(let path, let reason): "could not open \(path): \(reason)"
+    case .notAFile(let path):
+      "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
+        + "container file (nothing was opened or changed)"
     }
   }
 }

@@ -169,8 +169,8 @@ final class Storage {
   var olderThanVersion: Statement!
   var replaceEnvelope: Statement!
   var countByHeader: Statement!
-  var deleteSealedUnder: Statement!
-  var reviewSealedUnder: Statement!
+  var allAfter: Statement!
+  var reviewBySeq: Statement!
 
   private func prepareStatements() throws {
     insert = try connection.prepare(
@@ -235,24 +235,22 @@ final class Storage {
       "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2")
     // Re-sealing and counting read the version from each envelope's authenticated header (bytes
     // 14–17, big-endian, so blob order is numeric order), never from the plaintext key_version
-    // column, which anyone able to write the file could relabel. ?1 is the 13-byte header prefix
+    // column, which anyone able to write the file could relabel. The value is cast to a BLOB first:
+    // substr() counts characters, not bytes, in a value someone retyped as TEXT. ?1 is the 13-byte header prefix
     // "VLT", format, suite, keyring id of this vault.
     olderThanVersion = try connection.prepare(
       """
       SELECT seq, id, queue, envelope FROM records
-      WHERE substr(envelope, 1, 13) = ?1 AND substr(envelope, 14, 4) < ?2 AND seq > ?3 ORDER BY seq LIMIT ?4
+      WHERE substr(CAST(envelope AS BLOB), 1, 13) = ?1 AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3 ORDER BY seq LIMIT ?4
       """)
     replaceEnvelope = try connection.prepare(
-      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(envelope, 14, 4) < ?")
+      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"
+    )
     countByHeader = try connection.prepare(
-      "SELECT substr(envelope, 1, 17) AS header, count(*) FROM records GROUP BY header")
-    deleteSealedUnder = try connection.prepare(
-      "DELETE FROM records WHERE substr(envelope, 1, 13) = ? AND substr(envelope, 14, 4) = ?")
-    reviewSealedUnder = try connection.prepare(
-      """
-      UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0
-      WHERE substr(envelope, 1, 13) = ? AND substr(envelope, 14, 4) = ? AND state != 'review'
-      """)
+      "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header")
+    allAfter = try connection.prepare("SELECT seq, id, queue, envelope FROM records WHERE seq > ? ORDER BY seq LIMIT ?")
+    reviewBySeq = try connection.prepare(
+      "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0 WHERE seq = ?")
   }
 
   func minimumSealVersion() throws -> UInt32 { UInt32(try readMeta.scalar([.text("min_seal_version")]) ?? 0) }

@@ -37,7 +37,7 @@ final class KeyfileLocationTests: XCTestCase {
       ["--home", home, "queue", "put", "--queue", "outbox", "--container", shared + "/queue.sqlite"],
       input: Array("payload".utf8))
     XCTAssertEqual(put.status, 1, put.error)
-    XCTAssertTrue(put.error.contains("keyfile \(keyfile) is inside \(shared)"), put.error)
+    XCTAssertTrue(put.error.contains("beside the vault's keyfile \(keyfile)"), put.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: shared + "/queue.sqlite"))
     XCTAssertFalse(
       try ManifestFile.read(home: home).manifest.containers.contains { $0.path == shared + "/queue.sqlite" })

@@ -142,3 +142,38 @@ final class ManifestIntegrityCLITests: XCTestCase {
     }
   }
 }
+
+/// Regressions for the outside review of issue 8 through the binary.
+final class CLIReviewRegressionTests: XCTestCase {
+  func testUsageErrorsAndDirectoriesNeverCreateContainersAndErrorsSayWhatIsWrong() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let new = temporary.sub("new.sqlite")
+    let missingQueue = try vault(["--home", home, "queue", "put", "--container", new], input: [1])
+    XCTAssertEqual(missingQueue.status, 64)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: new), "a usage error created nothing")
+    let badID = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--id", "x", "--container", new], input: [1])
+    XCTAssertEqual(badID.status, 64)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: new))
+
+    let directory = temporary.sub("dir")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let onDirectory = try vault(["--home", home, "queue", "stats", "--container", directory])
+    XCTAssertNotEqual(onDirectory.status, 0)
+    XCTAssertTrue(onDirectory.error.contains("is not a regular file"), onDirectory.error)
+    XCTAssertFalse(onDirectory.error.contains("SQLite database"), onDirectory.error)
+
+    let beside = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--container", temporary.sub("k/q.sqlite")], input: [1])
+    XCTAssertEqual(beside.status, 1)
+    XCTAssertTrue(beside.error.contains("put the container in another directory"), beside.error)
+    XCTAssertFalse(beside.error.contains("init --keyfile"), beside.error)
+
+    let swallowed = try vault(["--home", "rotate"])
+    XCTAssertEqual(swallowed.status, 64)
+    XCTAssertTrue(swallowed.error.contains("Error: missing subcommand"), swallowed.error)
+  }
+}

@@ -232,8 +232,9 @@ final class ContainerIdentityTests: XCTestCase {
       }
       func recordCounts() throws -> RecordCounts { try inner.recordCounts() }
       func checkpointNow() throws -> Bool { try inner.checkpointNow() }
-      func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
-        try inner.removeRecords(sealedUnder: versions, keep: keep)
+      func unopenableRecords(with vault: Vault) throws -> Int { try inner.unopenableRecords(with: vault) }
+      func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int {
+        try inner.removeUnopenableRecords(with: vault, keep: keep)
       }
       func compact() throws { try inner.compact() }
     }
@@ -263,5 +264,81 @@ final class ContainerIdentityTests: XCTestCase {
       XCTAssertEqual(error as? QueueError, .tooManyOpenFiles(path: self.temporary.sub("data/new.sqlite")), "\(error)")
     }
     _ = limit
+  }
+}
+
+/// Regressions for the outside review of issue 8.
+final class ContainerReviewRegressionTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+  var vault: Vault!
+  var path: String { temporary.sub("q.sqlite") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+  }
+
+  override func tearDown() {
+    vault = nil
+    temporary = nil
+  }
+
+  /// Retyping the envelope column as TEXT keeps every byte (and the queue still delivers those
+  /// rows), but substr() then counts characters: the rows looked foreign, were neither re-sealed
+  /// nor counted, and rotation deleted the key they need.
+  func testEnvelopesRetypedAsTextAreStillResealedAndCounted() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    for i in 0..<5 { try queue.enqueue([UInt8(i)], queue: "q") }
+    try queue.checkpoint()
+    try sqlite(path, "UPDATE records SET envelope = CAST(envelope AS TEXT)")
+    XCTAssertEqual(try queue.recordCounts(), RecordCounts(byVersion: [1: 5]))
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[path], 5)
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(Set(try queue.claim(queue: "q", maxCount: 10).map(\.payload)), Set((0..<5).map { [UInt8($0)] }))
+  }
+
+  /// Near the open-file limit Foundation's UUID() returns one constant UUID, and every record
+  /// after the first was reported as a duplicate and dropped. Default ids come from the DRBG.
+  func testDefaultIdsStayUniqueWithNoFileDescriptorsLeft() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    var descriptors: [Int32] = []
+    defer { for fd in descriptors { close(fd) } }
+    while descriptors.count < 100_000 {
+      let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+      if fd < 0 { break }
+      descriptors.append(fd)
+    }
+    let outcomes = try (0..<3).map { try queue.enqueue([UInt8($0)], queue: "q") }
+    for fd in descriptors { close(fd) }
+    descriptors = []
+    XCTAssertEqual(outcomes, [.stored, .stored, .stored])
+    XCTAssertEqual(try queue.stats().total, 3)
+  }
+
+  /// After a compromise, records that do not open are purged whatever version their header names
+  /// (here: a restored copy of rows sealed under a version retired long ago).
+  func testACompromiseRotationPurgesRowsUnderVersionsAlreadyRetired() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1], queue: "q")
+    try queue.checkpoint()
+    let backup = try Data(contentsOf: URL(fileURLWithPath: path))
+    _ = try queue.claim(queue: "q").map { try queue.ack([$0.id]) }
+    XCTAssertEqual(try vault.rotate(containers: QueueContainerProvider()).retired, [1])
+    try queue.enqueue([2], queue: "q")
+    try queue.checkpoint()
+    // The old file comes back (same container id, rows under v1, whose key is gone).
+    let current = queue.containerID
+    try backup.write(to: URL(fileURLWithPath: path))
+    unlink(path + "-wal")
+    unlink(path + "-shm")
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault, mode: .readOnly).containerID, current)
+    let options = RotationOptions(compromised: true, confirm: { _ in .purge })
+    let report = try vault.rotate(containers: QueueContainerProvider(), options: options)
+    XCTAssertEqual(report.purged, [path: 1])
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault, mode: .readOnly).stats().total, 0)
   }
 }

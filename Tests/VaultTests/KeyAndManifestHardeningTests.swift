@@ -300,3 +300,81 @@ final class RotationSoakTests: XCTestCase {
     return stat(path, &info) == 0 ? Int(info.st_size) : -1
   }
 }
+
+/// Regressions for the outside review of issue 8 at the vault level.
+final class ManifestReviewRegressionTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  /// A forged format-1 manifest that names a new, empty keyfile (and a pending version) used to be
+  /// "upgraded": new keys and an integrity key were made there and the forgery was signed.
+  func testAForgedUnsignedManifestPointingAtAnotherStoreIsNotUpgraded() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let elsewhere = temporary.sub("keys/attacker.keys")
+    for state in ["pending", "active"] {
+      let forged = """
+        {"format": 1, "vault_id": "\(vault.keyringID.hex)", "store": {"kind": "keyfile", "keyfile": "\(elsewhere)"},
+         "active_version": 1, "containers": [], "external_seal_versions": [],
+         "versions": [{"version": 1, "state": "\(state)", "created_at": "2026-01-01T00:00:00Z"}]}
+        """
+      let path = ManifestFile.path(home: vault.home)
+      unlink(path)
+      XCTAssertTrue(
+        FileManager.default.createFile(
+          atPath: path, contents: Data(forged.utf8), attributes: [.posixPermissions: 0o600]))
+      XCTAssertThrowsError(try Vault.open(home: vault.home), state) {
+        XCTAssertEqual($0 as? VaultError, .keyMissing(version: 1, store: .keyfile), "\(state): \($0)")
+      }
+      XCTAssertFalse(FileManager.default.fileExists(atPath: elsewhere), "\(state): no key store was made there")
+      XCTAssertTrue(try ManifestFile.read(home: vault.home).isLegacy, "\(state): the forgery was not signed")
+    }
+  }
+
+  /// A copy of a live home's manifest would act on the same keys under another lock: refused.
+  /// A home that was moved (the old place is gone) is bound to its new place.
+  func testACopiedHomeIsRefusedAndAMovedHomeIsRebound() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let copy = temporary.sub("copy")
+    try SecureFile.makeDirectory(copy)
+    try FileManager.default.copyItem(atPath: ManifestFile.path(home: vault.home), toPath: ManifestFile.path(home: copy))
+    XCTAssertThrowsError(try Vault.open(home: copy)) {
+      XCTAssertEqual($0 as? ManifestFile.Failure, .copiedHome(path: ManifestFile.path(home: copy), home: vault.home))
+    }
+    XCTAssertNoThrow(try Vault.open(home: vault.home))
+    try FileManager.default.removeItem(atPath: copy)
+    let moved = temporary.sub("moved")
+    XCTAssertEqual(rename(vault.home, moved), 0)
+    let reopened = try Vault.open(home: moved)
+    XCTAssertEqual(try ManifestFile.read(home: moved).manifest.home, moved)
+    XCTAssertEqual(try reopened.open(try reopened.seal([1], context: [1]), context: [1]), [1])
+  }
+
+  /// A rotation after a compromise that has to keep an old key must fail (the compromised key
+  /// still exists), and running it again finishes the same rotation.
+  func testAnIncompleteCompromiseRotationFailsAndResumes() throws {
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.seal([1], context: [1])))
+    container.checkpointSucceeds = false
+    let options = RotationOptions(compromised: true, confirm: { _ in .purge })
+    XCTAssertThrowsError(try vault.rotate([container], options: options)) { error in
+      guard case .compromiseIncomplete(let retired, let kept)? = error as? RotationError else {
+        return XCTFail("\(error)")
+      }
+      XCTAssertEqual(retired, [])
+      XCTAssertTrue(kept.first?.contains("could not be emptied") ?? false, "\(kept)")
+    }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+    XCTAssertEqual(vault.manifest.resealing, 2, "still the current rotation")
+    container.checkpointSucceeds = true
+    let report = try vault.rotate([container], options: options)
+    XCTAssertEqual(report.newVersion, 2, "resumed, not another version")
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+  }
+}

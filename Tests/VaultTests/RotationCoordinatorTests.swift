@@ -45,7 +45,8 @@ final class RotationCoordinatorTests: XCTestCase {
         RecordCounts(byVersion: [try Envelope.header(of: envelope).version: 1])
       }
       func checkpointNow() throws -> Bool { true }
-      func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int { 0 }
+      func unopenableRecords(with vault: Vault) throws -> Int { 0 }
+      func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int { 0 }
       func compact() throws {}
     }
     let stuck = Stuck(try vault.seal([1, 2, 3], context: [0]))
@@ -96,8 +97,9 @@ final class FailingOnceContainer: SealedContainer, @unchecked Sendable {
   }
   func recordCounts() throws -> RecordCounts { try inner.recordCounts() }
   func checkpointNow() throws -> Bool { try inner.checkpointNow() }
-  func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
-    try inner.removeRecords(sealedUnder: versions, keep: keep)
+  func unopenableRecords(with vault: Vault) throws -> Int { try inner.unopenableRecords(with: vault) }
+  func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int {
+    try inner.removeUnopenableRecords(with: vault, keep: keep)
   }
   func compact() throws { try inner.compact() }
 }

@@ -50,11 +50,23 @@ final class RecordingContainer: SealedContainer, @unchecked Sendable {
     return checkpointSucceeds
   }
 
-  func removeRecords(sealedUnder versions: Set<UInt32>, keep: Bool) throws -> Int {
-    let before = records.count
-    if keep { return try records.filter { versions.contains(try Envelope.header(of: $0.envelope).version) }.count }
-    records = try records.filter { !versions.contains(try Envelope.header(of: $0.envelope).version) }
-    return before - records.count
+  func unopenableRecords(with vault: Vault) throws -> Int {
+    try records.filter { !(try opens($0, vault)) }.count
+  }
+
+  func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int {
+    let bad = try records.filter { !(try opens($0, vault)) }.count
+    if !keep { records = try records.filter { try opens($0, vault) } }
+    return bad
+  }
+
+  private func opens(_ record: (context: [UInt8], envelope: [UInt8]), _ vault: Vault) throws -> Bool {
+    do {
+      _ = try vault.open(record.envelope, context: record.context)
+      return true
+    } catch is EnvelopeError {
+      return false
+    }
   }
 
   func compact() throws { calls.append("compact") }
