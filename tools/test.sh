@@ -38,10 +38,11 @@ dbus-run-session -- "$root/tools/with-secret-service.sh" \
   swift test --skip-build --disable-swift-testing "${filter[@]}" 2>&1 | tee "$log" || status=$?
 # XCTest's last "Executed N tests, with K tests skipped and F failures" line is the whole run.
 summary=$(grep -E '^[[:space:]]*Executed [0-9]+ tests?' "$log" | tail -1)
-rm -f "$log"
 executed=$(echo "$summary" | sed -nE 's/.*Executed ([0-9]+) tests?.*/\1/p')
 skipped=$(echo "$summary" | sed -nE 's/.* ([0-9]+) tests? skipped.*/\1/p')
-failed=$(echo "$summary" | sed -nE 's/.* ([0-9]+) failures?.*/\1/p')
+# XCTest's "failures" counts failed assertions; count failed test cases instead.
+failed=$(grep -cE "^Test Case '.*' failed" "$log" || true)
+rm -f "$log"
 executed=${executed:-0} skipped=${skipped:-0} failed=${failed:-0}
 if [ "$executed" -eq 0 ] && [ "$status" -eq 0 ]; then
   echo "test.sh: no test ran" >&2

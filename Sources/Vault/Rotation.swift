@@ -333,6 +333,9 @@ extension Vault {
         _ = try store.deleteKey(keyring: keyringID, version: version)
         retired.append(version)
       }
+      // A keyfile rewrite interrupted by a crash leaves a temporary copy holding keys, retired
+      // ones included: remove such leftovers now that the keys it may hold are gone.
+      if let keyfile = store as? KeyfileStore { try keyfile.removeLeftoverTemporaryFiles() }
       // Forget every cached key that is no longer usable (save already dropped retired ones).
       try adoptVerifiedManifest(heal: true)
       if incomplete {

@@ -189,6 +189,33 @@ public final class KeyfileStore: KeyStore {
     return try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
   }
 
+  /// Removes `<keyfile>.tmp-*` files a crash left behind in the middle of a rewrite: they hold
+  /// keys (perhaps of versions since retired). Runs under the same directory lock as every write,
+  /// so a write in progress is never touched. Returns how many were removed.
+  @discardableResult
+  public func removeLeftoverTemporaryFiles() throws -> Int {
+    try lock.withLock { _ in
+      let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+      if fd < 0, errno == ENOENT { return 0 }
+      guard fd >= 0 else { throw KeyStoreError.io(path: directory, operation: "open directory", errno: errno) }
+      defer { close(fd) }
+      while flock(fd, LOCK_EX) != 0 {
+        guard errno == EINTR else { throw KeyStoreError.io(path: directory, operation: "lock", errno: errno) }
+      }
+      let prefix = (path as NSString).lastPathComponent + ".tmp-"
+      var removed = 0
+      for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+        var info = stat()
+        let leftover = directory + "/" + name
+        // Only regular files of ours (never follow a planted symlink).
+        guard lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() else { continue }
+        if unlink(leftover) == 0 { removed += 1 }
+      }
+      if removed > 0 { try SecureFile.syncDirectory(directory) }
+      return removed
+    }
+  }
+
   /// Reads, lets `body` change the contents (it returns whether it changed anything), and
   /// replaces the file, all under the in-process lock and an exclusive `flock` of the directory.
   private func change(

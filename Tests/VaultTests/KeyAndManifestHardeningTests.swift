@@ -378,3 +378,27 @@ final class ManifestReviewRegressionTests: XCTestCase {
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
   }
 }
+
+final class KeyfileLeftoverTests: XCTestCase {
+  /// A crash mid-rewrite leaves `<keyfile>.tmp-…` holding keys; rotation removes such leftovers
+  /// (and nothing else: not a planted symlink, not other files).
+  func testRotationRemovesLeftoverKeyfileCopies() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let leftover = keyfile + ".tmp-0a1b2c3d4e5f"
+    XCTAssertTrue(
+      FileManager.default.createFile(
+        atPath: leftover, contents: try Data(contentsOf: URL(fileURLWithPath: keyfile)),
+        attributes: [.posixPermissions: 0o600]))
+    let target = temporary.sub("elsewhere")
+    XCTAssertTrue(FileManager.default.createFile(atPath: target, contents: Data([1])))
+    XCTAssertEqual(symlink(target, keyfile + ".tmp-link"), 0)
+    XCTAssertTrue(FileManager.default.createFile(atPath: temporary.sub("keys/other.keys"), contents: Data([2])))
+    try vault.rotate([RecordingContainer(name: "q.db")])
+    XCTAssertFalse(FileManager.default.fileExists(atPath: leftover), "the leftover copy of the keys is gone")
+    XCTAssertEqual(FileManager.default.contents(atPath: target), Data([1]), "a symlink's target is untouched")
+    XCTAssertEqual(FileManager.default.contents(atPath: temporary.sub("keys/other.keys")), Data([2]))
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [2])
+  }
+}
