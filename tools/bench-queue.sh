@@ -55,7 +55,7 @@ for size in 200 2048; do
 done
 printf 'group commit 1000/tx:  vault %8.0f/s  plain %8.0f/s (%sx)\n' "${r[group_1000_vault_per_s]}" \
   "${r[group_1000_plain_per_s]}" "$(ratio "${r[group_1000_vault_per_s]}" "${r[group_1000_plain_per_s]}")"
-printf 'rotation of a full 20 MB queue: %.0f records in %.3f s (%.0f records/s)\n' "${r[rotate_records]}" \
+printf 'rotation with a full 20 MB queue: %.0f records in %.0f containers in %.3f s (%.0f records/s)\n' "${r[rotate_records]}" "${r[rotate_containers]}" \
   "${r[rotate_seconds]}" "${r[rotate_records_per_s]}"
 printf 'memory at the 20 MB cap: RSS %.1f MiB at the cap, %.1f MiB after 3x the cap (%.0f records kept, %.0f dropped)\n' \
   "${r[cap_rss_at_cap_mib]}" "${r[cap_rss_after_3x_cap_mib]}" "${r[cap_records]}" "${r[cap_dropped]}"
