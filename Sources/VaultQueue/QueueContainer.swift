@@ -273,7 +273,14 @@ public final class QueueContainer: @unchecked Sendable {
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
-      try storage.oldestDroppable.query([.integer(lastExisting)]) { row in victims.append((row.int(0), Int(row.int(1))))
+      let queues: Statement.Value =
+        switch configuration.capVictims {
+        case .anyQueue: .null
+        case .only(let names):
+          .text(String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self))
+        }
+      try storage.oldestDroppable.query([.integer(lastExisting), queues]) { row in
+        victims.append((row.int(0), Int(row.int(1))))
       }
       guard !victims.isEmpty else {
         throw QueueError.capExceeded(cap: configuration.byteCap)

@@ -52,8 +52,20 @@ public struct BackoffPolicy: Sendable, Equatable {
 
 /// How a queue container behaves.
 public struct QueueConfiguration: Sendable {
+  /// Which records the byte cap may drop to make room.
+  public enum CapVictims: Sendable, Equatable {
+    /// The oldest records of any queue.
+    case anyQueue
+    /// Only records of these queues (say, telemetry), so that they can never push out records of
+    /// the others (say, messages a user wrote). An enqueue that cannot make room from them fails
+    /// with `QueueError.capExceeded`, storing nothing.
+    case only(Set<String>)
+  }
+
   /// Envelope bytes the container may hold; enqueue drops the oldest records past it.
   public var byteCap: Int
+  /// Which records the cap may drop (default: the oldest of any queue).
+  public var capVictims: CapVictims
   /// Records older than this are dropped (nil: no limit).
   public var maximumAge: TimeInterval?
   /// Delivery attempts before a record is parked.
@@ -66,9 +78,11 @@ public struct QueueConfiguration: Sendable {
 
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
-    backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500
+    backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
+    capVictims: CapVictims = .anyQueue
   ) {
     self.byteCap = byteCap
+    self.capVictims = capVictims
     self.maximumAge = maximumAge
     self.attemptCeiling = attemptCeiling
     self.backoff = backoff

@@ -182,8 +182,12 @@ final class Storage {
     sumSizes = try connection.prepare("SELECT coalesce(sum(size), 0) FROM records")
     begin = try connection.prepare("BEGIN IMMEDIATE")
     commit = try connection.prepare("COMMIT")
+    // ?2 is NULL (any queue) or a JSON array of the queues whose records the cap may drop.
     oldestDroppable = try connection.prepare(
-      "SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ? ORDER BY seq LIMIT 64")
+      """
+      SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ?1
+        AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2))) ORDER BY seq LIMIT 64
+      """)
     maxSeq = try connection.prepare("SELECT coalesce(max(seq), 0) FROM records")
     makeDue = try connection.prepare("UPDATE records SET next_attempt_at = 0 WHERE queue = ? AND state = 'pending'")
     release = try connection.prepare(

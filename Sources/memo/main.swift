@@ -106,7 +106,11 @@ struct RecordingTransport: Transport {
 
 do {
   let vault = try Vault.open(home: home)
-  let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
+  // memo's own telemetry shares the container with the memos, but the byte cap may only drop
+  // telemetry to make room: a memo reported "saved" is never pushed out by events about it.
+  let container = try QueueContainer(
+    path: vault.home + "/queue.sqlite", vault: vault,
+    configuration: QueueConfiguration(capVictims: .only([Telemetry.queueName])))
   let history = History(path: vault.home + "/memo-history.jsonl")
   let telemetryEndpoint = arguments.firstIndex(of: "--telemetry-endpoint").flatMap {
     $0 + 1 < arguments.count ? URL(string: arguments[$0 + 1]) : nil
@@ -120,7 +124,9 @@ do {
     sessionID: "memo-\(getpid())")
   memoTelemetry = telemetry
   // Navigation-like event: which command ran (never its arguments).
-  try telemetry.log(type: "command", payload: ["name": .string(command)])
+  // Telemetry never stops a command: an event refused (say, the container is full of memos,
+  // which the cap may not drop) is simply not logged.
+  _ = try? telemetry.log(type: "command", payload: ["name": .string(command)])
   switch command {
   case "send":
     guard arguments.count <= 2 else { fail("send takes one TEXT argument (or the memo on stdin)", code: 64) }

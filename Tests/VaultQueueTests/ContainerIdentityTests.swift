@@ -342,3 +342,34 @@ final class ContainerReviewRegressionTests: XCTestCase {
     XCTAssertEqual(try QueueContainer(path: path, vault: vault, mode: .readOnly).stats().total, 0)
   }
 }
+
+/// The reviewer's finding: memo's own telemetry, in the same container, pushed saved memos out
+/// through the byte cap. With `capVictims: .only(["telemetry"])` it never can.
+final class CapVictimTests: XCTestCase {
+  func testTelemetryNeverPushesOutRecordsOfOtherQueues() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let queue = try QueueContainer(
+      path: temporary.sub("q.sqlite"), vault: vault,
+      configuration: QueueConfiguration(byteCap: 2000, capVictims: .only(["telemetry"])))
+    let memo = [UInt8](repeating: 7, count: 600)
+    try queue.enqueue(memo, queue: "memos")
+    try queue.enqueue(memo, queue: "memos")
+    // Telemetry fills the rest, then keeps coming: it only ever displaces older telemetry.
+    for _ in 0..<20 { try queue.enqueue([UInt8](repeating: 1, count: 200), queue: "telemetry") }
+    XCTAssertEqual(try queue.count(queue: "memos", state: .pending), 2)
+    // A memo may displace telemetry.
+    try queue.enqueue(memo, queue: "memos")
+    XCTAssertEqual(try queue.count(queue: "memos", state: .pending), 3)
+    // With no telemetry left to drop, telemetry (and memos) are refused, and nothing is lost.
+    while try queue.count(queue: "telemetry", state: .pending) > 0 {
+      _ = try queue.claim(queue: "telemetry", maxCount: 100).map { try queue.ack([$0.id]) }
+    }
+    XCTAssertThrowsError(try queue.enqueue([UInt8](repeating: 1, count: 600), queue: "telemetry")) {
+      XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 2000))
+    }
+    XCTAssertEqual(try queue.count(queue: "memos", state: .pending), 3)
+    XCTAssertGreaterThan(try queue.stats().dropped["cap"] ?? 0, 0, "telemetry was dropped, memos never")
+  }
+}
