@@ -30,7 +30,11 @@ extension Vault {
       throw VaultError.notAKeyfileVault(home: home)
     }
     let keyring = signed.manifest.keyringID!
-    if oldPath == newPath { throw VaultError.keyfileExists(path: newPath) }
+    if oldPath == newPath || sameFile(oldPath, newPath) {
+      // Another name for the keyfile itself (a symlinked directory, a hard link): "moving" it
+      // would end by unlinking the only copy.
+      throw VaultError.keyfileExists(path: newPath)
+    }
     // The old place may be the refused one, so it is read without the location check.
     let oldStore = KeyfileStore(path: oldPath)
     guard let oldBytes = try SecureFile.read(oldPath, requirePrivate: true) else {
@@ -84,4 +88,12 @@ extension Vault {
     try SecureFile.syncDirectory((oldPath as NSString).deletingLastPathComponent)
     return oldPath
   }
+}
+
+/// Whether two paths name the same existing file (same device and inode).
+private func sameFile(_ a: String, _ b: String) -> Bool {
+  var first = stat()
+  var second = stat()
+  guard stat(a, &first) == 0, stat(b, &second) == 0 else { return false }
+  return first.st_dev == second.st_dev && first.st_ino == second.st_ino
 }

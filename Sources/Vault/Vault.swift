@@ -65,13 +65,7 @@ public final class Vault: Sendable {
     {
       throw VaultError.homeNotEmpty(home: home)
     }
-    try SecureFile.makeDirectory(home, mode: 0o700)
-    // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
-    guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
-    let lock = try FileLock(path: home + "/" + lockFileName)
-    defer { lock.release() }
-    if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
-
+    // Every check that can refuse runs before anything is created or changed.
     let keyring = try KeyringID.random()
     var descriptor = descriptor
     if descriptor.kind == .keyfile {
@@ -80,10 +74,23 @@ public final class Vault: Sendable {
           ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
       descriptor.keyfile = path
       if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
+      // Refused before the home is made: keys inside the data travel with every copy of it.
+      let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+      let resolvedHome = (home as NSString).resolvingSymlinksInPath
+      if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {
+        throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
+      }
     }
     let store = try resolver.store(for: descriptor, home: home)
     // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
     _ = try checkForOrphanedKeys(home: home, resolver: resolver)
+
+    try SecureFile.makeDirectory(home, mode: 0o700)
+    // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
+    guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
+    let lock = try FileLock(path: home + "/" + lockFileName)
+    defer { lock.release() }
+    if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()
@@ -95,8 +102,13 @@ public final class Vault: Sendable {
       try vault.completePendingVersion()
     } catch {
       // Nothing was ever sealed under this vault: undo the manifest so `init` can be retried.
-      // The key, if it reached the store, stays there (deleting a key is never a side effect).
+      // The key, if it reached the store, stays there (deleting a key is never a side effect);
+      // a keyfile this init made that holds no key (only the integrity record) is removed, or the
+      // retry would find "a keyfile already exists".
       unlink(ManifestFile.path(home: home))
+      if let keyfile = store as? KeyfileStore, (try? keyfile.storedVersions(keyring: keyring))?.isEmpty == true {
+        unlink(keyfile.path)
+      }
       throw error
     }
     return vault
@@ -192,6 +204,11 @@ public final class Vault: Sendable {
       return try open(home: home, store: store, clock: clock)
     }
     guard signed.isLegacy else { throw VaultError.integrityKeyMissing(store: store.kind) }
+    // A key store that already holds a signed copy of the manifest belongs to an upgraded vault:
+    // its integrity key was removed, and an unsigned file is a downgrade, not an old vault.
+    if try store.loadRecord(.manifestMirror, keyring: keyring) != nil {
+      throw VaultError.integrityKeyMissing(store: store.kind)
+    }
     // The unsigned file names the store, so nothing in it is trusted yet: upgrade only when that
     // store already holds this vault's active key (a key that was sealing records). A forged
     // format-1 manifest pointing at a new, empty store, or naming a pending version, is refused
@@ -323,6 +340,14 @@ public final class Vault: Sendable {
     let signed = try ManifestFile.read(home: home)
     let (integrityKey, knownEpoch) = state.withLock { ($0.integrityKey, $0.epoch) }
     guard !signed.isLegacy, try signed.isAuthentic(under: integrityKey) else {
+      // If the key store's own copy does not verify either, the integrity key is what is wrong
+      // (a stray or replaced item), not the manifest: say so rather than blame the file.
+      if let mirrorBytes = try? store.loadRecord(.manifestMirror, keyring: keyringID),
+        let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path),
+        (try? mirror.isAuthentic(under: integrityKey)) != true
+      {
+        throw VaultError.integrityKeyMismatch(store: store.kind)
+      }
       throw ManifestFile.Failure.unauthenticated(path: path)
     }
     guard signed.manifest.vaultID == keyringID.hex else { throw ManifestFile.Failure.unauthenticated(path: path) }
@@ -333,17 +358,21 @@ public final class Vault: Sendable {
     // already saw (always so when opening): that is what a restored old copy looks like.
     if signed.manifest.epoch <= knownEpoch {
       if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyringID) {
-        let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path + " (key store copy)")
-        guard !mirror.isLegacy, try mirror.isAuthentic(under: integrityKey) else {
-          throw ManifestFile.Failure.unauthenticated(path: path + " (key store copy)")
-        }
-        guard mirror.manifest.vaultID == signed.manifest.vaultID else {
-          throw ManifestFile.Failure.mismatchedMirror(path: path)
-        }
-        if mirror.bytes != signed.bytes, mirror.manifest.epoch >= signed.manifest.epoch {
-          chosen = mirror
-          superseded = true
-        } else if mirror.manifest.epoch < signed.manifest.epoch {
+        // The file verified; a copy in the key store that does not parse or verify is damaged
+        // (the key store is trusted, so this is corruption, not an attack): rewrite it from the file.
+        if let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path),
+          !mirror.isLegacy, (try? mirror.isAuthentic(under: integrityKey)) == true
+        {
+          guard mirror.manifest.vaultID == signed.manifest.vaultID else {
+            throw ManifestFile.Failure.mismatchedMirror(path: path)
+          }
+          if mirror.bytes != signed.bytes, mirror.manifest.epoch >= signed.manifest.epoch {
+            chosen = mirror
+            superseded = true
+          } else if mirror.manifest.epoch < signed.manifest.epoch {
+            mirrorStale = true
+          }
+        } else {
           mirrorStale = true
         }
       } else {
@@ -358,8 +387,19 @@ public final class Vault: Sendable {
     // old directory no longer holds a manifest) is bound to its new place under the lock.
     var rebind = false
     if let bound = chosen.manifest.home, !Self.sameDirectory(bound, home) {
-      if ManifestFile.exists(home: bound) { throw ManifestFile.Failure.copiedHome(path: path, home: bound) }
+      // Only a live home of the same vault makes this a copy; a manifest there that cannot be read
+      // is treated as one too (nobody can tell), while another vault there means this one moved.
+      if ManifestFile.exists(home: bound),
+        (try? ManifestFile.read(home: bound).manifest.vaultID) ?? keyringID.hex == keyringID.hex
+      {
+        throw ManifestFile.Failure.copiedHome(path: path, home: bound)
+      }
       rebind = true
+    }
+    // A process that opened the vault before its keyfile was moved holds the old store: it must
+    // not write a manifest naming the old place.
+    if chosen.manifest.store != state.withLock({ $0.manifest.store }) {
+      throw VaultError.storeMoved(home: home)
     }
     var stamp = stampBefore
     if heal {

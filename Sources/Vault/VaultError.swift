@@ -16,6 +16,8 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case versionsExhausted(highest: UInt32)
   case notAKeyfileVault(home: String)
   case containerBesideKeyfile(container: String, keyfile: String)
+  case integrityKeyMismatch(store: KeyStoreKind)
+  case storeMoved(home: String)
 
   public var description: String {
     switch self {
@@ -45,6 +47,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .unexpectedKeyItem(let version, let store):
       "the \(store.rawValue) store already holds an item for key version \(version) that this vault did not record; "
         + "refusing to adopt it. Remove the stray item (or restore the matching manifest) and retry"
+    case .integrityKeyMismatch(let store):
+      "the \(store.rawValue) store's integrity key verifies neither the vault manifest nor the store's own copy "
+        + "of it: the integrity-key item was replaced or a stray one added; remove the stray item "
+        + "(or restore the key store). The manifest itself was not changed"
+    case .storeMoved(let home):
+      "the keys of the vault at \(home) moved (vault keyfile move) since this process opened it; "
+        + "open the vault again (nothing was written)"
     case .containerBesideKeyfile(let container, let keyfile):
       "refusing a container at \(container): it would sit beside the vault's keyfile \(keyfile), so every copy "
         + "of the data would carry its keys; put the container in another directory (nothing was created)"

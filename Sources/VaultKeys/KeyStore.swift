@@ -102,6 +102,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case duplicateKeyVersion(path: String, version: UInt32)
   /// The keyfile lies inside the data it protects (the vault home, or beside a container).
   case keyfileInsideData(path: String, dataDirectory: String)
+  case hardLinked(path: String, links: Int)
   case ambiguousRecord(record: String, count: Int)
   case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
 
@@ -154,6 +155,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .duplicateKeyVersion(let path, let version):
       "keyfile \(path) lists key version \(version) more than once, so vault cannot tell which key sealed your "
         + "data; restore the keyfile from a backup (nothing was changed)"
+    case .hardLinked(let path, let links):
+      "\(path) has \(links) names (hard links); another name may sit inside the data or outlive a rewrite with "
+        + "retired keys in it: find the others (find / -samefile \(path)) and remove them"
     case .keyfileInsideData(let path, let directory):
       "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
         + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "

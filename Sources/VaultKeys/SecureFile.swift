@@ -67,7 +67,12 @@ public enum SecureFile {
     var info = stat()
     guard fstat(fd, &info) == 0 else { throw KeyStoreError.io(path: path, operation: "stat", errno: errno) }
     guard info.st_mode & S_IFMT == S_IFREG else { throw KeyStoreError.notARegularFile(path: path) }
-    if requirePrivate { try checkPrivate(path, info: info, isDirectory: false) }
+    if requirePrivate {
+      try checkPrivate(path, info: info, isDirectory: false)
+      // Another name for the same bytes may sit anywhere on the file system (inside the data,
+      // say), and would keep retired keys after the next rewrite replaced this one.
+      guard info.st_nlink <= 1 else { throw KeyStoreError.hardLinked(path: path, links: Int(info.st_nlink)) }
+    }
     let size = Int(info.st_size)
     guard size <= readLimit else { throw KeyStoreError.corruptKeyfile(path: path, reason: "larger than 1 MiB") }
     return try SecureBytes(count: size) { buffer in

@@ -402,3 +402,150 @@ final class KeyfileLeftoverTests: XCTestCase {
     XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [2])
   }
 }
+
+/// Regressions for the second outside review of issue 8 (key stores and the manifest).
+final class KeyStoreReviewRegressionTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  private func keyfileVault(_ keyfile: String) throws -> Vault {
+    try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+  }
+
+  /// "Moving" the keyfile onto another name of itself (a symlinked directory) ended by unlinking
+  /// the only copy of the keys, and reported success.
+  func testMovingTheKeyfileOntoItselfIsRefusedAndKeepsTheKeys() throws {
+    try SecureFile.makeDirectory(temporary.sub("real"))
+    XCTAssertEqual(symlink(temporary.sub("real"), temporary.sub("link")), 0)
+    let vault = try keyfileVault(temporary.sub("link/x.keys"))
+    let envelope = try vault.seal([1], context: [1])
+    XCTAssertThrowsError(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("real/x.keys")))
+    XCTAssertThrowsError(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("link/./x.keys")))
+    XCTAssertEqual(try Vault.open(home: vault.home).open(envelope, context: [1]), [1])
+  }
+
+  /// With the integrity-key record gone, an unsigned manifest used to pass for a vault of the
+  /// previous release and be "upgraded": a forged one then drove a retirement.
+  func testAnUnsignedManifestIsNotAnOldVaultWhenTheKeyStoreHoldsASignedCopy() throws {
+    let inner = InMemoryKeyStore()
+    let store = WithoutIntegrityKey(inner)
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(inner))
+    let legacy = """
+      {"format": 1, "vault_id": "\(vault.keyringID.hex)", "store": {"kind": "memory"}, "active_version": 1,
+       "versions": [{"version": 1, "state": "active", "created_at": "2026-01-01T00:00:00Z"}],
+       "containers": [], "external_seal_versions": []}
+      """
+    let path = ManifestFile.path(home: vault.home)
+    unlink(path)
+    XCTAssertTrue(
+      FileManager.default.createFile(atPath: path, contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
+    store.hideIntegrityKey = true
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? VaultError, .integrityKeyMissing(store: .memory))
+    }
+    XCTAssertTrue(try ManifestFile.read(home: vault.home).isLegacy, "nothing was signed")
+  }
+
+  /// A replaced integrity-key item is the key store's problem, not a forged manifest; a damaged
+  /// copy of the manifest in the key store is rebuilt from a manifest that verifies.
+  func testIntegrityKeyAndMirrorDamageAreToldApartFromForgery() throws {
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let garbage = [UInt8](repeating: 0x41, count: 64)
+    try garbage.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: vault.keyringID) }
+    XCTAssertNoThrow(try Vault.open(home: vault.home, resolver: .fixed(store)))
+    let mirror = try XCTUnwrap(try store.loadRecord(.manifestMirror, keyring: vault.keyringID))
+    XCTAssertEqual(mirror.withUnsafeBytes { Array($0) }, try ManifestFile.read(home: vault.home).bytes, "rebuilt")
+
+    let other = try SymmetricKey.generate()
+    try other.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: vault.keyringID) }
+    XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? VaultError, .integrityKeyMismatch(store: .memory))
+    }
+  }
+
+  /// A home moved away, with a new vault made at its old path: the moved one is rebound, not
+  /// refused as a "copy" of the new one.
+  func testAMovedHomeWhoseOldPathHoldsAnotherVaultIsRebound() throws {
+    let vault = try keyfileVault(temporary.sub("keys/a.keys"))
+    let moved = temporary.sub("moved")
+    XCTAssertEqual(rename(vault.home, moved), 0)
+    _ = try Vault.create(
+      home: vault.home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/b.keys")))
+    let reopened = try Vault.open(home: moved)
+    XCTAssertEqual(reopened.keyringID, vault.keyringID)
+    XCTAssertEqual(try ManifestFile.read(home: moved).manifest.home, moved)
+  }
+
+  /// A refused init changes nothing: no home, no lock file, no mode change.
+  func testARefusedInitCreatesAndChangesNothing() throws {
+    let keyfile = temporary.sub("keys/taken.keys")
+    try SecureFile.makeDirectory(temporary.sub("keys"))
+    XCTAssertTrue(
+      FileManager.default.createFile(atPath: keyfile, contents: Data([1]), attributes: [.posixPermissions: 0o600]))
+    let home = temporary.sub("new-home")
+    XCTAssertThrowsError(try Vault.create(home: home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile)))
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home))
+    let shared = temporary.sub("shared")
+    try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+    chmod(shared, 0o755)
+    XCTAssertThrowsError(try Vault.create(home: shared, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile)))
+    var info = stat()
+    XCTAssertEqual(stat(shared, &info), 0)
+    XCTAssertEqual(info.st_mode & 0o777, 0o755, "mode unchanged")
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: shared), [])
+    XCTAssertThrowsError(
+      try Vault.create(
+        home: temporary.sub("h2"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("h2/k.keys"))))
+    XCTAssertFalse(
+      FileManager.default.fileExists(atPath: temporary.sub("h2")), "a keyfile inside the home is refused first")
+  }
+
+  func testAHardLinkedKeyfileIsRefused() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try keyfileVault(keyfile)
+    XCTAssertEqual(link(keyfile, temporary.sub("keys/second-name")), 0)
+    XCTAssertThrowsError(try Vault.open(home: vault.home)) {
+      XCTAssertEqual($0 as? KeyStoreError, .hardLinked(path: keyfile, links: 2))
+    }
+  }
+
+  /// A process that opened the vault before its keyfile moved must not write the old place back.
+  func testALongLivedProcessNoticesThatTheKeyfileMoved() throws {
+    let vault = try keyfileVault(temporary.sub("keys/v.keys"))
+    try Vault.moveKeyfile(home: vault.home, to: temporary.sub("elsewhere/v.keys"))
+    XCTAssertThrowsError(try vault.seal([1], context: [1])) {
+      XCTAssertEqual($0 as? VaultError, .storeMoved(home: vault.home))
+    }
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.store.keyfile, temporary.sub("elsewhere/v.keys"))
+  }
+}
+
+/// Forwards to a memory store but can pretend the integrity-key record was deleted.
+final class WithoutIntegrityKey: KeyStore, @unchecked Sendable {
+  let inner: InMemoryKeyStore
+  var hideIntegrityKey = false
+  init(_ inner: InMemoryKeyStore) { self.inner = inner }
+  var kind: KeyStoreKind { .memory }
+  func checkWritable() throws {}
+  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    try inner.loadKey(keyring: keyring, version: version)
+  }
+  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    try inner.storeKey(key, keyring: keyring, version: version)
+  }
+  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    try inner.deleteKey(keyring: keyring, version: version)
+  }
+  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    if hideIntegrityKey, record == .integrityKey { return nil }
+    return try inner.loadRecord(record, keyring: keyring)
+  }
+  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+  }
+}

@@ -179,6 +179,20 @@ public final class SecretServiceStore: KeyStore {
   /// stores the new item before it removes the older ones) or after a crash in that moment, and
   /// the `generation` attribute says which is newest. Any locked item makes the answer `.locked`.
   public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    // Another process replacing the record deletes the older item between this search and the
+    // secret's transfer ("No such secret item"): search again, a few times, before giving up.
+    var attempt = 0
+    while true {
+      do {
+        return try loadRecordOnce(record, keyring: keyring)
+      } catch KeyStoreError.service where attempt < 4 {
+        attempt += 1
+        usleep(20_000 * UInt32(attempt))
+      }
+    }
+  }
+
+  private func loadRecordOnce(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
     try lock.withLock { _ in
       try withDeadline("load record") { cancellable in
         let service = try connect(cancellable)
@@ -209,7 +223,8 @@ public final class SecretServiceStore: KeyStore {
   }
 
   /// Stores a new item for `record` with the next generation, then removes the older items. A
-  /// reader sees the old value until the new item exists and the new one from then on; an older
+  /// reader sees the old value until the new item exists and the new one from then on (a reader
+  /// whose item is removed under it searches again); an older
   /// item that could not be removed is ignored by `loadRecord` and removed by the next store.
   /// Writers of one record must be serialised (the vault writes its records under its manifest lock).
   public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
@@ -226,7 +241,8 @@ public final class SecretServiceStore: KeyStore {
         let existingItems = Self.items(existing)
         defer { vault_item_list_free(existing) }
         guard existingItems.allSatisfy({ secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
-        let next = (existingItems.map { generation(of: $0) }.max() ?? 0) + 1
+        let (next, overflow) = (existingItems.map { generation(of: $0) }.max() ?? 0).addingReportingOverflow(1)
+        guard !overflow else { throw KeyStoreError.corruptRecord(record: record.rawValue) }
 
         let schema = vault_record_schema_new()
         defer { secret_schema_unref(schema) }
@@ -267,7 +283,9 @@ public final class SecretServiceStore: KeyStore {
         let service = try connect(cancellable)
         defer { g_object_unref(service) }
         var ids: Set<String> = []
-        for makeSchema in [vault_key_schema_new, vault_record_schema_new] {
+        // Keys only: a vault id with records but no key (an `init` that failed before storing its
+        // first key) never sealed anything, and must not block the retry.
+        for makeSchema in [vault_key_schema_new] {
           let schema = makeSchema()
           defer { secret_schema_unref(schema) }
           let attributes = vault_attributes_new(nil, nil, home)
