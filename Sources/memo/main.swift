@@ -135,6 +135,12 @@ do {
       }
     }
     guard !text.isEmpty else { fail("the memo is empty", code: 64) }
+    // A failed allocation traps: a memo the address space cannot seal and store is refused first.
+    guard MemoryHeadroom.availableToSealAndStore(text.count) else {
+      fail(
+        "not enough address space (ulimit -v) to seal and store a memo of \(max(1, text.count >> 20)) MiB; "
+          + "raise the limit and run again (nothing was saved)", code: 2, kind: "resources")
+    }
     let outbox = Outbox(
       container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
     let started = DispatchTime.now().uptimeNanoseconds

@@ -74,6 +74,48 @@ final class ResourceLimitTests: XCTestCase {
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
   }
 
+  /// A memo near the queue's cap (19 MB) read from stdin under address-space limits around where
+  /// memo starts: a clean exit 2 or success, never a failed allocation (which traps). Reading used
+  /// to grow its buffer with no headroom check (`Fatal error: failed to allocate 34078656 bytes`).
+  func testLargeMemoUnderTightMemoryLimitIsAnErrorNotATrap() throws {
+    let memo = temporary.sub("memo")
+    try Data(repeating: 0x6d, count: 19_000_000).write(to: URL(fileURLWithPath: memo))
+    let restore = try snapshotQueue()
+    var outcomes: [Int: Int32] = [:]
+    for megabytes in stride(from: 152, through: 232, by: 8) {
+      // From a file (its size is known) and from a pipe (read until it ends).
+      for source in ["exec \"$MEMO\" send < \"$FILE\"", "cat \"$FILE\" | \"$MEMO\" send"] {
+        try restore()
+        let run = try shell(
+          "ulimit -v \(megabytes * 1024) && \(source)", home: home, extra: ["FILE": memo])
+        let what = "memo send of 19 MB at ulimit -v \(megabytes) MiB: \(source)"
+        outcomes[megabytes] = run.status
+        assertNoTrap(run, what)
+        switch run.status {
+        case 0: XCTAssertTrue(run.outputText.hasPrefix("saved "), "\(what): \(run.outputText)")
+        case 2: XCTAssertTrue(run.error.contains("(ulimit -v)"), "\(what): \(run.error)")
+        default: XCTFail("\(what): exit \(run.status): \(run.error)")
+        }
+      }
+    }
+    XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
+  }
+
+  /// Copies the home's queue container as it is now; the function returned puts that copy back.
+  private func snapshotQueue() throws -> () throws -> Void {
+    let manager = FileManager.default
+    let saved = temporary.sub("saved-queue")
+    try manager.createDirectory(atPath: saved, withIntermediateDirectories: true)
+    let files = try manager.contentsOfDirectory(atPath: home).filter { $0.hasPrefix("queue.sqlite") }
+    for file in files { try manager.copyItem(atPath: home + "/" + file, toPath: saved + "/" + file) }
+    return { [home] in
+      for file in try manager.contentsOfDirectory(atPath: home) where file.hasPrefix("queue.sqlite") {
+        try manager.removeItem(atPath: home + "/" + file)
+      }
+      for file in files { try manager.copyItem(atPath: saved + "/" + file, toPath: home + "/" + file) }
+    }
+  }
+
   /// Keys are locked in RAM only where RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows; with neither they
   /// still load, unlocked, and are still kept out of core dumps (issue 8, item 14).
   func testKeysLoadUnlockedWhenMlockIsNotAllowed() throws {

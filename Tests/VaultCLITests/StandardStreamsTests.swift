@@ -61,6 +61,34 @@ final class StandardStreamsTests: XCTestCase {
     XCTAssertTrue(memo.error.hasPrefix("Error: standard input is closed"), memo.error)
   }
 
+  /// A stdin opened for writing only (`0>FILE`) or a stdout opened for reading only (`1<FILE`)
+  /// is open: read(2) and write(2) fail with EBADF, which is not "closed" (nor is its hint).
+  func testStreamsOpenTheWrongWayAreNotCalledClosed() throws {
+    let file = temporary.sub("write-only")
+    for script in [
+      "exec \"$VAULT\" seal --context c 0>\"$FILE\"", "exec \"$VAULT\" queue put --queue q 0>\"$FILE\"",
+      "exec \"$MEMO\" send 0>\"$FILE\"",
+    ] {
+      let run = try shell(script, home: home, extra: ["FILE": file])
+      assertNoTrap(run, script)
+      XCTAssertEqual(run.status, 2, "\(script): \(run.error)")
+      XCTAssertTrue(run.error.hasPrefix("Error: standard input is not open for reading"), "\(script): \(run.error)")
+      XCTAssertFalse(run.error.contains("closed"), "\(script): \(run.error)")
+    }
+    for script in [
+      "exec \"$VAULT\" seal --context c 1</dev/null", "exec \"$VAULT\" status 1</dev/null",
+      "exec \"$MEMO\" send 'a memo' 1</dev/null",
+    ] {
+      let run = try shell(script, input: Array("a record".utf8), home: home)
+      assertNoTrap(run, script)
+      XCTAssertEqual(run.status, 1, "\(script): \(run.error)")
+      XCTAssertTrue(
+        run.error.hasPrefix("Error: could not write to standard output: it is not open for writing"),
+        "\(script): \(run.error)")
+      XCTAssertFalse(run.error.contains("closed"), "\(script): \(run.error)")
+    }
+  }
+
   func testFullStandardOutputFailsWithTheReason() throws {
     for script in [
       "exec \"$VAULT\" seal --context c > /dev/full", "exec \"$VAULT\" status > /dev/full",
