@@ -106,6 +106,15 @@ static inline int vault_install_fatal_signal_handlers(void) {
   return 0;
 }
 
+/// Ignores SIGXFSZ, so a write past RLIMIT_FSIZE (`ulimit -f`) fails with EFBIG instead of
+/// killing the process without a message. 0 on success, else an errno value.
+static inline int vault_ignore_file_size_signal(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = SIG_IGN;
+  return sigaction(SIGXFSZ, &action, NULL) == 0 ? 0 : errno;
+}
+
 /// Whether `signo`'s handler is ours (for `ProcessHardening.isApplied`).
 static inline int vault_fatal_signal_handler_installed(int signo) {
   struct sigaction current;

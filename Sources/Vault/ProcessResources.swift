@@ -68,6 +68,15 @@ public enum ProcessResources {
     }
   }
 
+  /// A note for storage errors when a file-size limit (`ulimit -f`) is in force, else "". With
+  /// SIGXFSZ ignored (`ProcessHardening`) a write past the limit fails with EFBIG, which SQLite
+  /// reports as a plain "disk I/O error"; the note names the likelier cause.
+  package static var fileSizeNote: String {
+    guard let limit = finiteLimit(RLIMIT_FSIZE) else { return "" }
+    return "; the file-size limit is \(limit) bytes (ulimit -f), and writing past it fails (File too large): "
+      + "raise it (ulimit -f unlimited) and retry"
+  }
+
   private static func finiteLimit(_ resource: __rlimit_resource) -> UInt64? {
     var limit = rlimit()
     // RLIM_INFINITY is all ones (the macro does not import).

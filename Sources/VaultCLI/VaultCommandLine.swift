@@ -137,6 +137,11 @@ public struct VaultCommandLine {
     case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
     case QueueError.noContainer(let path): return (QueueError.noContainer(path: path).description, .couldNotRun)
+    case let failure as QueueError:
+      switch failure {
+      case .storage, .diskFull: return (failure.description + ProcessResources.fileSizeNote, .failure)
+      default: return (failure.description, .failure)
+      }
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
     default:

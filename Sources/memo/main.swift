@@ -200,7 +200,13 @@ do {
   }
 } catch {
   // Library errors describe a kind and a fix, never memo text; the event records only the kind.
-  fail(String(describing: error), kind: String(describing: type(of: error)))
+  // SQLite reports a write past `ulimit -f` as a plain I/O error: name the limit when there is one.
+  let note =
+    switch error {
+    case QueueError.storage, QueueError.diskFull: ProcessResources.fileSizeNote
+    default: ""
+    }
+  fail(String(describing: error) + note, kind: String(describing: type(of: error)))
 }
 
 /// The bearer token for telemetry uploads, from MEMO_TELEMETRY_TOKEN (empty: no Authorization).
