@@ -74,6 +74,29 @@ final class ResourceLimitTests: XCTestCase {
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
   }
 
+  /// The open-file limit is checked against the descriptors actually free: descriptors inherited
+  /// open (a parent that leaks them) count against it. At a limit of 64 with 52 such descriptors,
+  /// memo relay used to pass the check and then trap in libdispatch (EMFILE).
+  func testInheritedDescriptorsCountAgainstTheOpenFileLimit() throws {
+    let inherit = "for fd in $(seq 10 61); do eval \"exec $fd</dev/null\"; done"
+    for command in commands {
+      let run = try shell(
+        "exec bash -c 'ulimit -n 64 && \(inherit) && exec timeout -s KILL 30 \(command)'", input: Array("x".utf8),
+        home: home)
+      assertNoTrap(run, "\(command) with 52 descriptors inherited under ulimit -n 64")
+      XCTAssertEqual(run.status, 2, "\(command): \(run.error)")
+      XCTAssertTrue(
+        run.error.hasPrefix(
+          "Error: the open-file limit is 64 (ulimit -n) and 52 descriptors besides stdin, stdout and stderr are "
+            + "already open; 116 are needed"), "\(command): \(run.error)")
+    }
+    // A hard limit with room: the soft limit is raised past the inherited descriptors.
+    let raised = try shell(
+      "exec bash -c 'ulimit -Sn 64 && ulimit -Hn 256 && \(inherit) && exec \"$MEMO\" send \"a memo\"'", home: home)
+    XCTAssertEqual(raised.status, 0, raised.error)
+    XCTAssertTrue(raised.outputText.hasPrefix("saved "), raised.outputText)
+  }
+
   /// A memo near the queue's cap (19 MB) read from stdin under address-space limits around where
   /// memo starts: a clean exit 2 or success, never a failed allocation (which traps). Reading used
   /// to grow its buffer with no headroom check (`Fatal error: failed to allocate 34078656 bytes`).
