@@ -92,16 +92,26 @@ struct History {
   }
 }
 
-/// Notes each delivered memo in the history before the outbox acks it.
+/// Notes each delivered memo in the history before the outbox acks it, and counts the memos the
+/// transport held back because their request would not fit the address space (`ulimit -v`).
 struct RecordingTransport: Transport {
   let inner: any Transport
   let history: History
+  let heldBack = Counter()
 
   func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
     let result = inner.deliver(id: id, payload: payload)
     if result == .delivered { history.append(id) }
+    if result == .unreachable(kind: "local-memory") { heldBack.increment() }
     return result
   }
+}
+
+final class Counter: @unchecked Sendable {
+  private let lock = NSLock()
+  private var count = 0
+  func increment() { lock.withLock { count += 1 } }
+  var value: Int { lock.withLock { count } }
 }
 
 do {
@@ -159,9 +169,20 @@ do {
     guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
       let endpoint = URL(string: arguments[index + 1])
     else { fail("relay needs --endpoint URL", code: 64) }
-    let outbox = Outbox(
-      container: container, queue: "memo",
-      transport: RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history))
+    let transport = RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history)
+    let outbox = Outbox(container: container, queue: "memo", transport: transport)
+    // Claiming and opening a memo holds its envelope twice (SQLite's and ours) and its text at
+    // once, and the HTTP client's threads start with the first request. A failed allocation traps,
+    // leaving the memo leased until its lease ends; checked first, a limit too tight for the
+    // largest memo waiting is one clear error. (HTTPJSONTransport checks again for the JSON body,
+    // which depends on the text.)
+    let largest = try container.list(queue: "memo", state: .pending).map(\.bytes).max() ?? 0
+    guard MemoryHeadroom.available(3 * largest + (24 << 20)) else {
+      fail(
+        "not enough address space (ulimit -v) to deliver a memo of \(max(1, largest >> 20)) MiB (relaying holds "
+          + "several copies of it at once); raise the limit and run relay again (nothing was claimed: every memo "
+          + "is still queued)", code: 2, kind: "resources")
+    }
     let pass = try outbox.deliverDue()
     say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
@@ -169,6 +190,11 @@ do {
     if telemetryEndpoint != nil {
       let report = try telemetry.flush()
       say("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")
+    }
+    if transport.heldBack.value > 0 {
+      fail(
+        "\(transport.heldBack.value) memo(s) not sent: not enough address space (ulimit -v) for the request; "
+          + "still queued: raise the limit and run relay again", code: 2, kind: "resources")
     }
   case "history":
     let delivered = history.delivered()

@@ -124,6 +124,39 @@ final class ResourceLimitTests: XCTestCase {
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
   }
 
+  /// A 19 MB memo queued normally, then relayed under tight address-space limits: a clean error
+  /// (exit 2, the memo still queued) or a delivery attempt, never a trap while the record is
+  /// claimed, opened or encoded.
+  func testRelayOfALargeMemoUnderTightMemoryLimitIsAnErrorNotATrap() throws {
+    let memo = temporary.sub("memo")
+    try Data(repeating: 0x6d, count: 19_000_000).write(to: URL(fileURLWithPath: memo))
+    let sent = try shell("exec \"$MEMO\" send < \"$FILE\"", home: home, extra: ["FILE": memo])
+    XCTAssertEqual(sent.status, 0, sent.error)
+    // Each run starts from the queue as sent (the memo due), whatever the run before did to it.
+    let restore = try snapshotQueue()
+    var outcomes: [Int: Int32] = [:]
+    for megabytes in stride(from: 152, through: 280, by: 8) {
+      try restore()
+      let run = try shell(
+        "ulimit -v \(megabytes * 1024) && exec timeout -s KILL 60 \"$MEMO\" relay --endpoint http://127.0.0.1:9/relay",
+        home: home)
+      let what = "memo relay of 19 MB at ulimit -v \(megabytes) MiB"
+      outcomes[megabytes] = run.status
+      assertNoTrap(run, what)
+      switch run.status {
+      case 0: XCTAssertTrue(run.outputText.hasPrefix("delivered 0, retrying 1,"), "\(what): \(run.outputText)")
+      case 2: XCTAssertTrue(run.error.contains("(ulimit -v)"), "\(what): \(run.error)")
+      default: XCTFail("\(what): exit \(run.status): \(run.error)")
+      }
+      // Whatever happened, the memo is still queued.
+      let listed = try vault(["--home", home, "queue", "list", "--queue", "memo", "--json"])
+      XCTAssertEqual(listed.status, 0, listed.error)
+      let records = try JSONSerialization.jsonObject(with: Data(listed.output)) as? [[String: Any]] ?? []
+      XCTAssertEqual(records.compactMap { $0["bytes"] as? Int }.filter { $0 > 19_000_000 }.count, 1, what)
+    }
+    XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
+  }
+
   /// Copies the home's queue container as it is now; the function returned puts that copy back.
   private func snapshotQueue() throws -> () throws -> Void {
     let manager = FileManager.default
