@@ -151,17 +151,15 @@ public struct VaultCommandLine {
 
   // MARK: - Commands
 
+  /// `--home`, else the default home (`CommandLineEnvironment.defaultHome`, shared with memo).
   func homePath(_ arguments: Arguments) -> String {
-    if let home = arguments.home { return home }
-    if let home = terminal.environment["VAULT_HOME"], !home.isEmpty { return home }
-    if let data = terminal.environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/vault" }
-    return (terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/vault"
+    arguments.home ?? CommandLineEnvironment.defaultHome(terminal.environment)
   }
 
   /// VAULT_SECRET_SERVICE_TIMEOUT, already checked by `prepare` (5 s when unset).
   var secretServiceTimeout: Double {
-    Self.seconds(terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"], in: Self.secretServiceTimeoutRange, fallback: 5)
-      ?? 5
+    (try? CommandLineEnvironment.secretServiceTimeout(terminal.environment))
+      ?? CommandLineEnvironment.defaultSecretServiceTimeout
   }
 
   var keyStores: KeyStoreResolver { resolver ?? .system(secretServiceTimeout: secretServiceTimeout) }

@@ -21,12 +21,13 @@ let usage = """
          memo [--home DIR] history [--json]
          memo [--home DIR] resend ID
 
-  The home is a vault home made by `vault init` (default: $VAULT_HOME, else
-  $XDG_DATA_HOME/vault, else ~/.local/share/vault). Memos go to the queue "memo" of its
-  default container. memo logs telemetry events (command run, send-to-saved latency,
-  errors) to the container's "telemetry" queue; relay --telemetry-endpoint (or
-  `vault telemetry flush`) delivers them. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
-  shell history) while memo runs: prefer standard input for anything private.
+  The home is a vault home made by `vault init`: --home DIR (or --home=DIR), else
+  $VAULT_HOME, else $XDG_DATA_HOME/vault, else $HOME/.local/share/vault, as for vault.
+  Memos go to the queue "memo" of its default container. memo logs telemetry events
+  (command run, send-to-saved latency, errors) to the container's "telemetry" queue;
+  relay --telemetry-endpoint (or `vault telemetry flush`) delivers them. A TEXT argument is
+  visible to other local users (in /proc/PID/cmdline and shell history) while memo runs:
+  prefer standard input for anything private.
   Exit codes: 0 success, 1 failure (also when standard output cannot be written), 2 could not
   run (unreadable stdin, a memo over the queue's cap, too tight a ulimit), 64 usage error.
   """
@@ -48,18 +49,39 @@ func say(_ line: String, done: String = "") {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let environment = ProcessInfo.processInfo.environment
-var home =
-  environment["VAULT_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-  ?? environment["XDG_DATA_HOME"].map { $0 + "/vault" } ?? (NSHomeDirectory() + "/.local/share/vault")
-if let index = arguments.firstIndex(of: "--home"), index + 1 < arguments.count {
-  home = arguments[index + 1]
-  arguments.removeSubrange(index...(index + 1))
+// `--home DIR` or `--home=DIR`, anywhere on the line, as vault takes it; the default home and
+// VAULT_SECRET_SERVICE_TIMEOUT are read by the same code as vault's (CommandLineEnvironment).
+var givenHome: String?
+var position = 0
+while position < arguments.count {
+  let argument = arguments[position]
+  guard argument == "--home" || argument.hasPrefix("--home=") else {
+    position += 1
+    continue
+  }
+  guard givenHome == nil else { fail("'--home' given more than once\n\(usage)", code: 64) }
+  if argument == "--home" {
+    guard position + 1 < arguments.count else { fail("missing value for '--home'\n\(usage)", code: 64) }
+    givenHome = arguments[position + 1]
+    arguments.removeSubrange(position...(position + 1))
+  } else {
+    givenHome = String(argument.dropFirst("--home=".count))
+    arguments.remove(at: position)
+  }
+  if givenHome == "" { fail(CommandLineEnvironment.emptyHomeMessage, code: 64) }
 }
+let home = givenHome ?? CommandLineEnvironment.defaultHome(environment)
 if arguments.contains("-h") || arguments.contains("--help") {
   say(usage)
   exit(0)
 }
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+let secretServiceTimeout: Double
+do {
+  secretServiceTimeout = try CommandLineEnvironment.secretServiceTimeout(environment)
+} catch {
+  fail(error.message, code: 64)
+}
 // Checked before anything starts a thread or opens a database: a tight ulimit is one clear error,
 // not a trap in libdispatch or a send that saves the memo and then hangs.
 do {
@@ -115,7 +137,7 @@ final class Counter: @unchecked Sendable {
 }
 
 do {
-  let vault = try Vault.open(home: home)
+  let vault = try Vault.open(home: home, resolver: .system(secretServiceTimeout: secretServiceTimeout))
   let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
   let history = History(path: vault.home + "/memo-history.jsonl")
   let telemetryEndpoint = arguments.firstIndex(of: "--telemetry-endpoint").flatMap {
