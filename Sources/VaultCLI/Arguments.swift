@@ -80,6 +80,10 @@ enum ArgumentParser {
           if spec.repeatable.contains(name) {
             result.lists[name, default: []].append(try value(for: name, inline: inline))
           } else if spec.options.contains(name) {
+            // Keeping the last of two values would silently drop the first (`--context a --context b`).
+            guard result.options[name] == nil else {
+              throw UsageError(message: "'\(name)' given more than once", command: result.command)
+            }
             result.options[name] = try value(for: name, inline: inline)
             result.rawOptions[name] = rawValue
           } else if spec.flags.contains(name), inline == nil {
