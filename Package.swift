@@ -25,7 +25,7 @@ let package = Package(
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys", "CProcessHardening"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "CSQLite"], swiftSettings: strict),
-    .target(name: "Outbox", dependencies: ["VaultQueue", "VaultCrypto"], swiftSettings: strict),
+    .target(name: "Outbox", dependencies: ["Vault", "VaultQueue", "VaultCrypto"], swiftSettings: strict),
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),

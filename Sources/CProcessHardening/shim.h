@@ -1,6 +1,6 @@
 // Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift): the
 // fatal-signal handler must be async-signal-safe, so it is C, not Swift (no allocation, no locks,
-// no runtime calls: write(2), sigaction(2), alarm(2), raise(3) only). prctl is variadic, so it needs a
+// no runtime calls: write(2), sigaction(2), sigprocmask(2), alarm(2), raise(3) only). prctl is variadic, so it needs a
 // wrapper to be called from Swift. No library to link: everything here is glibc.
 #ifndef VAULT_CPROCESSHARDENING_SHIM_H
 #define VAULT_CPROCESSHARDENING_SHIM_H
@@ -38,12 +38,20 @@ static inline void vault_crash_write(const char *text) {
 /// same signal. Nothing of the process's state (registers, stack, memory) is read or printed.
 static inline void vault_fatal_signal_handler(int signo) {
   // A stderr that blocks (a full pipe nobody reads) must not keep a crashed process alive:
-  // SIGALRM, left unblocked by the install function and reset to its default action here,
-  // ends it after 5 s.
-  struct sigaction terminate;
-  memset(&terminate, 0, sizeof terminate);
-  terminate.sa_handler = SIG_DFL;
-  sigaction(SIGALRM, &terminate, NULL);
+  // SIGALRM at its default action ends it after 5 s. The signal mask survives exec, so a parent
+  // may have left SIGALRM blocked in this thread: unblock it here (the install function's
+  // sa_mask only keeps the handler itself from adding it). SIG_IGN first discards a SIGALRM
+  // already pending, which would otherwise end the process before the message is written.
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = SIG_IGN;
+  sigaction(SIGALRM, &action, NULL);
+  action.sa_handler = SIG_DFL;
+  sigaction(SIGALRM, &action, NULL);
+  sigset_t alarm_only;
+  sigemptyset(&alarm_only);
+  sigaddset(&alarm_only, SIGALRM);
+  sigprocmask(SIG_UNBLOCK, &alarm_only, NULL);
   alarm(5);
   const char *name = "a fatal signal";
   switch (signo) {
@@ -96,6 +104,15 @@ static inline int vault_install_fatal_signal_handlers(void) {
     if (sigaction(vault_fatal_signals[i], &action, NULL) != 0) return errno;
   }
   return 0;
+}
+
+/// Ignores SIGXFSZ, so a write past RLIMIT_FSIZE (`ulimit -f`) fails with EFBIG instead of
+/// killing the process without a message. 0 on success, else an errno value.
+static inline int vault_ignore_file_size_signal(void) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = SIG_IGN;
+  return sigaction(SIGXFSZ, &action, NULL) == 0 ? 0 : errno;
 }
 
 /// Whether `signo`'s handler is ours (for `ProcessHardening.isApplied`).

@@ -18,6 +18,10 @@ import Synchronization
 ///   SIGSEGV, SIGTRAP) with one that writes a fixed line naming the program and the signal, reads
 ///   nothing else, and lets the process die by that same signal (so exit statuses and service
 ///   managers see the crash as before).
+/// - **A file-size limit is an error, not a death.** Under `ulimit -f` a write past the limit
+///   raises SIGXFSZ, whose default action kills the process without a word (exit 153). It is
+///   ignored, so the write fails with EFBIG and takes the caller's error path. (An ignored signal
+///   stays ignored across exec: a child started from here inherits it.)
 /// - **Standard descriptors held open.** If descriptor 0, 1 or 2 is closed at start, the next
 ///   file opened (a database, the keyfile) would take its number, and output meant for stdout
 ///   would be written into it. They are pointed at /dev/null and reported in
@@ -38,6 +42,8 @@ public enum ProcessHardening {
     public var crashReportsSuppressed: Bool
     /// Standard descriptors (0, 1, 2) that were closed at start and now hold /dev/null.
     public var closedStandardStreams: [Int32]
+    /// SIGXFSZ is ignored: a write past `ulimit -f` fails with EFBIG.
+    public var fileSizeSignalIgnored: Bool
   }
 
   private static let closedMask = Atomic<Int32>(0)
@@ -54,9 +60,10 @@ public enum ProcessHardening {
     let coreDisabled = setrlimit(Int32(RLIMIT_CORE.rawValue), &noCore) == 0
     let nonDumpable = vault_set_nondumpable() == 0 && vault_get_dumpable() == 0
     let handlers = vault_install_fatal_signal_handlers() == 0
+    let fileSize = vault_ignore_file_size_signal() == 0
     return Report(
       nonDumpable: nonDumpable, coreDumpsDisabled: coreDisabled, crashReportsSuppressed: handlers,
-      closedStandardStreams: closedStandardStreams)
+      closedStandardStreams: closedStandardStreams, fileSizeSignalIgnored: fileSize)
   }
 
   /// The standard descriptors `apply()` found closed (ascending); empty before it runs.

@@ -1,4 +1,4 @@
-// C boundary: getrlimit/setrlimit and pthread_create, to check resource limits at start.
+// C boundary: getrlimit/setrlimit, /proc/self/fd and pthread_create, to check resource limits at start.
 import Glibc
 
 /// Checks at start that the process can get what the libraries under vault assume it can, so a
@@ -11,16 +11,23 @@ import Glibc
 public enum ProcessResources {
   /// What is short, with the limit that makes it so.
   public enum Shortage: Error, Equatable, CustomStringConvertible {
-    /// RLIMIT_NOFILE is below what the process needs, and its hard limit forbids raising it.
-    case openFiles(limit: Int, needed: Int)
+    /// RLIMIT_NOFILE leaves fewer free descriptors than the process needs, and its hard limit
+    /// forbids raising it. `alreadyOpen` counts the descriptors other than 0, 1 and 2 that were
+    /// open at the check (inherited from the parent, usually); each takes one from the limit.
+    case openFiles(limit: Int, needed: Int, alreadyOpen: Int)
     /// A thread could not be created (`errno`); the address-space and process limits, if any.
     case threads(errno: Int32, addressSpaceLimit: UInt64?, processLimit: UInt64?)
 
     public var description: String {
       switch self {
-      case .openFiles(let limit, let needed):
+      case .openFiles(let limit, let needed, 0):
         return "the open-file limit is \(limit) (ulimit -n); at least \(needed) are needed (libdispatch, "
           + "D-Bus and SQLite abort when they cannot open one); raise it (ulimit -n 1024) and run again"
+      case .openFiles(let limit, let needed, let open):
+        return "the open-file limit is \(limit) (ulimit -n) and \(open) descriptors besides stdin, stdout and "
+          + "stderr are already open; \(needed + open) are needed: \(needed) (libdispatch, D-Bus and SQLite abort "
+          + "when they cannot open one) plus one for each of those; raise the limit (ulimit -n 1024), or close "
+          + "the descriptors the parent leaves open, and run again"
       case .threads(let code, let addressSpace, let processes):
         let reason = String(cString: strerror(code))
         if let addressSpace {
@@ -36,17 +43,31 @@ public enum ProcessResources {
     }
   }
 
-  /// Raises the soft open-file limit to `openFiles` when it is lower (up to the hard limit), then
-  /// checks that `threads` threads can run at once, as libdispatch's pool, GLib's D-Bus worker and
-  /// URLSession's thread need.
+  /// Makes sure `openFiles` descriptors can be had, counting 0, 1 and 2 among them (so a process
+  /// with only those open needs a limit of `openFiles`, and each other descriptor already open,
+  /// typically inherited, one more), raising the soft open-file limit as far as the hard limit
+  /// allows; then checks that `threads` threads can run at once, as libdispatch's pool, GLib's
+  /// D-Bus worker and URLSession's thread need.
   /// - Throws: `Shortage` when either cannot be had.
   public static func ensure(openFiles needed: Int = 64, threads: Int = 8) throws(Shortage) {
     var files = rlimit()
-    if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < rlim_t(needed) {
-      var raised = files
-      raised.rlim_cur = min(files.rlim_max, rlim_t(needed))
-      if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
-      guard files.rlim_cur >= rlim_t(needed) else { throw .openFiles(limit: Int(files.rlim_cur), needed: needed) }
+    if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 {
+      // Only descriptors below the limit take a slot; one at or above it (opened before the
+      // limit was lowered) does not, but it would if the limit were raised past it.
+      let others = openDescriptors(below: Int(clamping: max(files.rlim_max, files.rlim_cur))).filter { $0 > 2 }
+      func taken(below limit: Int) -> Int { others.count { $0 < limit } }
+      // The smallest limit with `needed` slots for the standard three and everything new.
+      var wanted = needed
+      while needed + taken(below: wanted) > wanted { wanted = needed + taken(below: wanted) }
+      if files.rlim_cur < rlim_t(wanted) {
+        var raised = files
+        raised.rlim_cur = min(files.rlim_max, rlim_t(wanted))
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
+        let limit = Int(files.rlim_cur)
+        guard limit >= wanted else {
+          throw .openFiles(limit: limit, needed: needed, alreadyOpen: taken(below: limit))
+        }
+      }
     }
     // Threads that end at once but are joined only after all have started, so that `threads`
     // stacks exist at the same time (glibc keeps them cached for the threads that follow).
@@ -66,6 +87,31 @@ public enum ProcessResources {
       throw .threads(
         errno: failure, addressSpaceLimit: finiteLimit(RLIMIT_AS), processLimit: finiteLimit(__RLIMIT_NPROC))
     }
+  }
+
+  /// A note for storage errors when a file-size limit (`ulimit -f`) is in force, else "". With
+  /// SIGXFSZ ignored (`ProcessHardening`) a write past the limit fails with EFBIG, which SQLite
+  /// reports as a plain "disk I/O error"; the note names the likelier cause.
+  package static var fileSizeNote: String {
+    guard let limit = finiteLimit(RLIMIT_FSIZE) else { return "" }
+    return "; the file-size limit is \(limit) bytes (ulimit -f), and writing past it fails (File too large): "
+      + "raise it (ulimit -f unlimited) and retry"
+  }
+
+  /// The open descriptors numbered below `limit`, from /proc/self/fd (less the one reading it);
+  /// without /proc, by asking fcntl about each number up to 65536.
+  private static func openDescriptors(below limit: Int) -> [Int32] {
+    if let directory = opendir("/proc/self/fd") {
+      defer { closedir(directory) }
+      let own = dirfd(directory)
+      var found: [Int32] = []
+      while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if let fd = Int32(name), fd != own, fd < limit { found.append(fd) }
+      }
+      return found
+    }
+    return (0..<Int32(clamping: min(limit, 65536))).filter { fcntl($0, F_GETFD) != -1 }
   }
 
   private static func finiteLimit(_ resource: __rlimit_resource) -> UInt64? {

@@ -1,3 +1,5 @@
+import Vault
+
 /// A parsed command line: global `--home`, the subcommand, its options and flags.
 struct Arguments {
   var home: String?
@@ -64,7 +66,11 @@ enum ArgumentParser {
       switch name {
       case "-h", "--help": result.wantsHelp = true
       case "--version" where result.command == nil: result.wantsVersion = true
-      case "--home": result.home = try value(for: name, inline: inline)
+      case "--home":
+        guard result.home == nil else { throw UsageError(message: "'--home' given more than once", command: nil) }
+        let home = try value(for: name, inline: inline)
+        guard !home.isEmpty else { throw UsageError(message: CommandLineEnvironment.emptyHomeMessage, command: nil) }
+        result.home = home
       default:
         if result.command == nil {
           guard !name.hasPrefix("-") else { throw UsageError(message: "unknown option '\(name)'", command: nil) }
@@ -74,6 +80,10 @@ enum ArgumentParser {
           if spec.repeatable.contains(name) {
             result.lists[name, default: []].append(try value(for: name, inline: inline))
           } else if spec.options.contains(name) {
+            // Keeping the last of two values would silently drop the first (`--context a --context b`).
+            guard result.options[name] == nil else {
+              throw UsageError(message: "'\(name)' given more than once", command: result.command)
+            }
             result.options[name] = try value(for: name, inline: inline)
             result.rawOptions[name] = rawValue
           } else if spec.flags.contains(name), inline == nil {

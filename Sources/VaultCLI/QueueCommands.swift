@@ -50,6 +50,10 @@ extension VaultCommandLine {
         id = parsed
       }
       payload = try readInput()
+      // A failed allocation traps: refuse a record the address space cannot seal and store.
+      guard MemoryHeadroom.availableToSealAndStore(payload.count) else {
+        throw StandardInputError.outOfMemory(bytes: 3 * payload.count)
+      }
     case "list":
       if let text = arguments.options["--state"] {
         guard let parsed = RecordState(rawValue: text) else {

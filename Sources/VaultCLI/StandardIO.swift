@@ -1,4 +1,4 @@
-// C boundary: the real standard streams, through read(2), write(2), fstat(2) and mmap(2).
+// The real standard streams, through StandardStreamIO (read(2) and write(2)).
 import Foundation
 import Vault
 
@@ -23,48 +23,15 @@ final class StandardStreams: @unchecked Sendable {
 
   // MARK: - Input
 
-  /// All of standard input, at most `inputLimit` bytes.
+  /// All of standard input, at most `inputLimit` bytes (see `StandardStreamIO.readAll`).
   /// - Throws: `StandardInputError` naming what is wrong (closed, a directory, too large …).
   func readInput() throws(StandardInputError) -> [UInt8] {
     guard !closed.contains(STDIN_FILENO) else { throw .closed }
-    var info = stat()
-    guard fstat(STDIN_FILENO, &info) == 0 else { throw StandardInputError(errno: errno) }
-    if info.st_mode & S_IFMT == S_IFDIR { throw .directory }
-    // A regular file says how big it is: refuse before reading any of it.
-    let known = info.st_mode & S_IFMT == S_IFREG ? Int(info.st_size) : nil
-    if let known, known > Self.inputLimit { throw .tooLarge(limit: VaultCommandLine.maximumRecordSize) }
-    var bytes: [UInt8] = []
-    try reserve(&bytes, known.map { $0 + 1 } ?? 65536)
-    var scratch = [UInt8](repeating: 0, count: 1 << 20)
-    while true {
-      let got = scratch.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
-      if got < 0 {
-        let code = errno
-        if code == EINTR { continue }
-        if code == EAGAIN || code == EWOULDBLOCK {
-          // A non-blocking descriptor from the caller: wait until there is something to read.
-          var poller = pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0)
-          _ = poll(&poller, 1, -1)
-          continue
-        }
-        throw StandardInputError(errno: code)
-      }
-      if got == 0 { return bytes }
-      if bytes.count + got > Self.inputLimit { throw .tooLarge(limit: VaultCommandLine.maximumRecordSize) }
-      if bytes.count + got > bytes.capacity {
-        // Doubling, as Array would, but checked first: an array that cannot be allocated traps.
-        try reserve(&bytes, min(Self.inputLimit, max(bytes.capacity * 2, bytes.count + got)))
-      }
-      bytes.append(contentsOf: scratch[0..<got])
+    do {
+      return try StandardStreamIO.readAll(limit: Self.inputLimit)
+    } catch {
+      throw StandardInputError(error)
     }
-  }
-
-  /// Grows `bytes` to hold `capacity` bytes, first making sure the address space has room for the
-  /// new buffer beside the old one (an array that cannot be allocated traps; this throws).
-  private func reserve(_ bytes: inout [UInt8], _ capacity: Int) throws(StandardInputError) {
-    guard capacity > bytes.capacity else { return }
-    guard MemoryHeadroom.available(capacity + bytes.capacity) else { throw .outOfMemory(bytes: capacity) }
-    bytes.reserveCapacity(capacity)
   }
 
   // MARK: - Output
@@ -76,69 +43,42 @@ final class StandardStreams: @unchecked Sendable {
       lock.withLock { failure = .closed }
       return
     }
-    let code = Self.writeAll(STDOUT_FILENO, bytes)
-    if code != 0 { lock.withLock { failure = code == EBADF ? .closed : .failed(errno: code) } }
+    if let problem = StandardStreamIO.writeAll(STDOUT_FILENO, bytes) {
+      lock.withLock { failure = StandardOutputError(problem) }
+    }
   }
 
   /// Writes `text` to standard error, best effort (there is nowhere to report a failure).
   func writeError(_ text: String) {
-    _ = Self.writeAll(STDERR_FILENO, Array(text.utf8))
-  }
-
-  /// write(2) until done; 0, or the errno that stopped it.
-  private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32 {
-    bytes.withUnsafeBytes { buffer in
-      var offset = 0
-      while offset < buffer.count {
-        let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-        if written >= 0 {
-          offset += written
-          continue
-        }
-        switch errno {
-        case EINTR: continue
-        case EAGAIN, EWOULDBLOCK:
-          var poller = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-          _ = poll(&poller, 1, -1)
-        case let code: return code
-        }
-      }
-      return 0
-    }
-  }
-}
-
-/// Whether the address space has room for `bytes` more, under `ulimit -v`: a probe reservation
-/// that takes no memory (PROT_NONE) and is released at once.
-enum MemoryHeadroom {
-  static func available(_ bytes: Int) -> Bool {
-    guard bytes > 0 else { return true }
-    let probe = mmap(nil, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-    guard let probe, probe != MAP_FAILED else { return false }
-    munmap(probe, bytes)
-    return true
+    _ = StandardStreamIO.writeAll(STDERR_FILENO, Array(text.utf8))
   }
 }
 
 /// Why standard input could not be used (exit 2, could not run).
 enum StandardInputError: Error, Equatable, CustomStringConvertible {
   case closed
+  case notReadable
   case directory
   case tooLarge(limit: Int)
   case outOfMemory(bytes: Int)
   case failed(errno: Int32)
 
-  init(errno code: Int32) {
-    switch code {
-    case EBADF: self = .closed
-    case EISDIR: self = .directory
-    default: self = .failed(errno: code)
+  init(_ failure: StandardStreamIO.ReadFailure) {
+    switch failure {
+    case .closed: self = .closed
+    case .notReadable: self = .notReadable
+    case .directory: self = .directory
+    case .tooLarge: self = .tooLarge(limit: VaultCommandLine.maximumRecordSize)
+    case .outOfMemory(let bytes): self = .outOfMemory(bytes: bytes)
+    case .failed(let code): self = .failed(errno: code)
     }
   }
 
   var description: String {
     switch self {
     case .closed: "standard input is closed; give the input on stdin (< FILE or a pipe)"
+    case .notReadable:
+      "standard input is not open for reading (it was opened for writing, as by 0>FILE); give the input with < FILE or a pipe"
     case .directory: "standard input is a directory; give the input from a file (< FILE) or a pipe"
     case .tooLarge(let limit):
       "the input is larger than \(limit >> 30) GiB, the most one record may hold; split it into smaller records"
@@ -152,11 +92,23 @@ enum StandardInputError: Error, Equatable, CustomStringConvertible {
 /// Why standard output could not be written (exit 1, failure).
 enum StandardOutputError: Error, Equatable, CustomStringConvertible {
   case closed
+  case notWritable
   case failed(errno: Int32)
+
+  init(_ failure: StandardStreamIO.WriteFailure) {
+    switch failure {
+    case .closed: self = .closed
+    case .notWritable: self = .notWritable
+    case .failed(let code): self = .failed(errno: code)
+    }
+  }
 
   var description: String {
     switch self {
     case .closed: "could not write to standard output: it is closed (run without >&-, or redirect it)"
+    case .notWritable:
+      "could not write to standard output: it is not open for writing (it was opened for reading, as by "
+        + "1<FILE); redirect it with > FILE"
     case .failed(let code): "could not write to standard output: \(String(cString: strerror(code)))"
     }
   }

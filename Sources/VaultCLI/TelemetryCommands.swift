@@ -51,7 +51,7 @@ extension VaultCommandLine {
     let tokens: any TokenProvider = arguments.options["--token-file"].map { TokenFile(path: $0) } ?? NoToken()
     let text = arguments.options["--interval"]
     // Finite and bounded: the timer converts it to nanoseconds, where inf or 1e300 trap.
-    guard let interval = Self.seconds(text, in: 0.1...86400, fallback: 60) else {
+    guard let interval = CommandLineEnvironment.seconds(text, in: 0.1...86400, fallback: 60) else {
       throw UsageError(
         message: "--interval must be a number of seconds from 0.1 to 86400 (got '\(text ?? "")')", command: "telemetry")
     }

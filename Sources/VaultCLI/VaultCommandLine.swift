@@ -137,6 +137,11 @@ public struct VaultCommandLine {
     case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
     case QueueError.noContainer(let path): return (QueueError.noContainer(path: path).description, .couldNotRun)
+    case let failure as QueueError:
+      switch failure {
+      case .storage, .diskFull: return (failure.description + ProcessResources.fileSizeNote, .failure)
+      default: return (failure.description, .failure)
+      }
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:
       return (failure.description, .failure)
     default:
@@ -146,17 +151,15 @@ public struct VaultCommandLine {
 
   // MARK: - Commands
 
+  /// `--home`, else the default home (`CommandLineEnvironment.defaultHome`, shared with memo).
   func homePath(_ arguments: Arguments) -> String {
-    if let home = arguments.home { return home }
-    if let home = terminal.environment["VAULT_HOME"], !home.isEmpty { return home }
-    if let data = terminal.environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/vault" }
-    return (terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/vault"
+    arguments.home ?? CommandLineEnvironment.defaultHome(terminal.environment)
   }
 
   /// VAULT_SECRET_SERVICE_TIMEOUT, already checked by `prepare` (5 s when unset).
   var secretServiceTimeout: Double {
-    Self.seconds(terminal.environment["VAULT_SECRET_SERVICE_TIMEOUT"], in: Self.secretServiceTimeoutRange, fallback: 5)
-      ?? 5
+    (try? CommandLineEnvironment.secretServiceTimeout(terminal.environment))
+      ?? CommandLineEnvironment.defaultSecretServiceTimeout
   }
 
   var keyStores: KeyStoreResolver { resolver ?? .system(secretServiceTimeout: secretServiceTimeout) }
@@ -207,7 +210,15 @@ public struct VaultCommandLine {
     }
     let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
     // The default queue container lives in the home and is registered for rotation from the start.
-    _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
+    do {
+      _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
+    } catch {
+      // The vault itself exists now (a second init would refuse): say what is usable and what is not.
+      terminal.note(
+        "vault: created vault \(vault.keyringID) in \(vault.home), but not its default container; "
+          + "`vault queue put` creates it once the cause below is fixed")
+      throw error
+    }
     let manifest = vault.manifest
     terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
     switch manifest.store.kind {

@@ -117,6 +117,10 @@ public final class QueueContainer: @unchecked Sendable {
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
+      // A database with no schema at all (a container whose creation was cut short) holds nothing.
+      var objects = 0
+      try connection.prepare("SELECT count(*) FROM sqlite_master").query { objects = Int($0.int(0)) }
+      guard objects > 0 else { return .empty }
       var tables = 0
       try connection.prepare(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')"
@@ -592,6 +596,7 @@ public final class QueueContainer: @unchecked Sendable {
       case EMFILE, ENFILE: throw QueueError.tooManyOpenFiles(path: path)
       case EACCES, EPERM: throw QueueError.permissionDenied(path: path)
       case ENOSPC, EDQUOT: throw QueueError.diskFull(path: path)
+      case EFBIG: throw QueueError.fileTooLarge(path: path)
       case EROFS: throw QueueError.readOnly(path: path)
       default: break
       }

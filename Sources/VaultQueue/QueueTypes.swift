@@ -179,6 +179,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case cannotOpen(path: String, reason: String)
   /// The path is a directory, FIFO, socket, device or symlink, not a container file.
   case notAFile(path: String)
+  /// A write would pass the process's file-size limit (ulimit -f).
+  case fileTooLarge(path: String)
 
   public var description: String {
     switch self {
@@ -214,6 +216,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .permissionDenied(let path):
       "permission denied opening \(path) (or its directory); check its owner and mode"
     case .cannotOpen(let path, let reason): "could not open \(path): \(reason)"
+    case .fileTooLarge(let path):
+      "\(path) would grow past the file-size limit (ulimit -f); the change was not made: raise the limit and retry"
     case .notAFile(let path):
       "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
         + "container file (nothing was opened or changed)"

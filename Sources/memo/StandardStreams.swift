@@ -1,20 +1,27 @@
-// C boundary for memo: standard streams through read(2) and write(2), and a helper thread made
-// with pthread_create. FileHandle traps on EISDIR, EBADF, ENOSPC and EPIPE; these return errors.
+// memo's standard streams, through vault's StandardStreamIO (read(2) and write(2), with the same
+// headroom checks as vault), and a helper thread made with pthread_create.
 import Foundation
 import Vault
 
 /// Why standard input cannot give a memo (exit 2).
 enum InputProblem: Error, CustomStringConvertible {
   case closed
+  case notReadable
   case directory
   case tooLarge(limit: Int)
+  case outOfMemory(bytes: Int)
   case failed(errno: Int32)
 
   var description: String {
     switch self {
     case .closed: "standard input is closed; give the memo as TEXT or on stdin"
+    case .notReadable:
+      "standard input is not open for reading (it was opened for writing, as by 0>FILE); give the memo as TEXT, "
+        + "from a file (< FILE) or a pipe"
     case .directory: "standard input is a directory; give the memo as TEXT, from a file or a pipe"
     case .tooLarge(let limit): "the memo is larger than \(limit) bytes, the most the queue keeps for one record"
+    case .outOfMemory(let bytes):
+      "not enough address space for a buffer of \(max(1, bytes >> 20)) MiB (ulimit -v); raise the limit and run again"
     case .failed(let code): "could not read standard input: \(String(cString: strerror(code)))"
     }
   }
@@ -25,48 +32,33 @@ enum StandardStreams {
   static func readAll(limit: Int) throws(InputProblem) -> [UInt8] {
     // ProcessHardening put /dev/null on a closed stdin; that is not an empty memo.
     guard !ProcessHardening.closedStandardStreams.contains(STDIN_FILENO) else { throw .closed }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 65536)
-    while true {
-      let count = chunk.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
-      if count < 0 {
-        switch errno {
-        case EINTR: continue
-        case EBADF: throw .closed
-        case EISDIR: throw .directory
-        case let code: throw .failed(errno: code)
-        }
+    do {
+      return try StandardStreamIO.readAll(limit: limit)
+    } catch {
+      switch error {
+      case .closed: throw .closed
+      case .notReadable: throw .notReadable
+      case .directory: throw .directory
+      case .tooLarge: throw .tooLarge(limit: limit)
+      case .outOfMemory(let bytes): throw .outOfMemory(bytes: bytes)
+      case .failed(let code): throw .failed(errno: code)
       }
-      if count == 0 { return bytes }
-      guard bytes.count + count <= limit else { throw .tooLarge(limit: limit) }
-      bytes += chunk[0..<count]
     }
   }
 
   /// Writes `text` to standard output; nil, or why it could not be written.
   static func writeOutput(_ text: String) -> String? {
     if ProcessHardening.closedStandardStreams.contains(STDOUT_FILENO) { return "it is closed" }
-    let code = writeAll(STDOUT_FILENO, Array(text.utf8))
-    return code == 0 ? nil : String(cString: strerror(code))
+    switch StandardStreamIO.writeAll(STDOUT_FILENO, Array(text.utf8)) {
+    case nil: return nil
+    case .closed: return "it is closed"
+    case .notWritable: return "it is not open for writing (it was opened for reading, as by 1<FILE)"
+    case .failed(let code): return String(cString: strerror(code))
+    }
   }
 
   /// Writes `text` to standard error, best effort.
-  static func writeError(_ text: String) { _ = writeAll(STDERR_FILENO, Array(text.utf8)) }
-
-  private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32 {
-    bytes.withUnsafeBytes { buffer in
-      var offset = 0
-      while offset < buffer.count {
-        let written = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-        if written >= 0 {
-          offset += written
-        } else if errno != EINTR {
-          return errno
-        }
-      }
-      return 0
-    }
-  }
+  static func writeError(_ text: String) { _ = StandardStreamIO.writeAll(STDERR_FILENO, Array(text.utf8)) }
 }
 
 /// Runs `body` on a thread of its own and waits for it at most `timeout` seconds; runs it on the

@@ -21,12 +21,13 @@ let usage = """
          memo [--home DIR] history [--json]
          memo [--home DIR] resend ID
 
-  The home is a vault home made by `vault init` (default: $VAULT_HOME, else
-  $XDG_DATA_HOME/vault, else ~/.local/share/vault). Memos go to the queue "memo" of its
-  default container. memo logs telemetry events (command run, send-to-saved latency,
-  errors) to the container's "telemetry" queue; relay --telemetry-endpoint (or
-  `vault telemetry flush`) delivers them. A TEXT argument is visible to other local users (in /proc/PID/cmdline and
-  shell history) while memo runs: prefer standard input for anything private.
+  The home is a vault home made by `vault init`: --home DIR (or --home=DIR), else
+  $VAULT_HOME, else $XDG_DATA_HOME/vault, else $HOME/.local/share/vault, as for vault.
+  Memos go to the queue "memo" of its default container. memo logs telemetry events
+  (command run, send-to-saved latency, errors) to the container's "telemetry" queue;
+  relay --telemetry-endpoint (or `vault telemetry flush`) delivers them. A TEXT argument is
+  visible to other local users (in /proc/PID/cmdline and shell history) while memo runs:
+  prefer standard input for anything private.
   Exit codes: 0 success, 1 failure (also when standard output cannot be written), 2 could not
   run (unreadable stdin, a memo over the queue's cap, too tight a ulimit), 64 usage error.
   """
@@ -48,18 +49,39 @@ func say(_ line: String, done: String = "") {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let environment = ProcessInfo.processInfo.environment
-var home =
-  environment["VAULT_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-  ?? environment["XDG_DATA_HOME"].map { $0 + "/vault" } ?? (NSHomeDirectory() + "/.local/share/vault")
-if let index = arguments.firstIndex(of: "--home"), index + 1 < arguments.count {
-  home = arguments[index + 1]
-  arguments.removeSubrange(index...(index + 1))
+// `--home DIR` or `--home=DIR`, anywhere on the line, as vault takes it; the default home and
+// VAULT_SECRET_SERVICE_TIMEOUT are read by the same code as vault's (CommandLineEnvironment).
+var givenHome: String?
+var position = 0
+while position < arguments.count {
+  let argument = arguments[position]
+  guard argument == "--home" || argument.hasPrefix("--home=") else {
+    position += 1
+    continue
+  }
+  guard givenHome == nil else { fail("'--home' given more than once\n\(usage)", code: 64) }
+  if argument == "--home" {
+    guard position + 1 < arguments.count else { fail("missing value for '--home'\n\(usage)", code: 64) }
+    givenHome = arguments[position + 1]
+    arguments.removeSubrange(position...(position + 1))
+  } else {
+    givenHome = String(argument.dropFirst("--home=".count))
+    arguments.remove(at: position)
+  }
+  if givenHome == "" { fail(CommandLineEnvironment.emptyHomeMessage, code: 64) }
 }
+let home = givenHome ?? CommandLineEnvironment.defaultHome(environment)
 if arguments.contains("-h") || arguments.contains("--help") {
   say(usage)
   exit(0)
 }
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+let secretServiceTimeout: Double
+do {
+  secretServiceTimeout = try CommandLineEnvironment.secretServiceTimeout(environment)
+} catch {
+  fail(error.message, code: 64)
+}
 // Checked before anything starts a thread or opens a database: a tight ulimit is one clear error,
 // not a trap in libdispatch or a send that saves the memo and then hangs.
 do {
@@ -92,20 +114,30 @@ struct History {
   }
 }
 
-/// Notes each delivered memo in the history before the outbox acks it.
+/// Notes each delivered memo in the history before the outbox acks it, and counts the memos the
+/// transport held back because their request would not fit the address space (`ulimit -v`).
 struct RecordingTransport: Transport {
   let inner: any Transport
   let history: History
+  let heldBack = Counter()
 
   func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
     let result = inner.deliver(id: id, payload: payload)
     if result == .delivered { history.append(id) }
+    if result == .unreachable(kind: "local-memory") { heldBack.increment() }
     return result
   }
 }
 
+final class Counter: @unchecked Sendable {
+  private let lock = NSLock()
+  private var count = 0
+  func increment() { lock.withLock { count += 1 } }
+  var value: Int { lock.withLock { count } }
+}
+
 do {
-  let vault = try Vault.open(home: home)
+  let vault = try Vault.open(home: home, resolver: .system(secretServiceTimeout: secretServiceTimeout))
   // memo's own telemetry shares the container with the memos, but the byte cap may only drop
   // telemetry to make room: a memo reported "saved" is never pushed out by events about it.
   let container = try QueueContainer(
@@ -141,6 +173,12 @@ do {
       }
     }
     guard !text.isEmpty else { fail("the memo is empty", code: 64) }
+    // A failed allocation traps: a memo the address space cannot seal and store is refused first.
+    guard MemoryHeadroom.availableToSealAndStore(text.count) else {
+      fail(
+        "not enough address space (ulimit -v) to seal and store a memo of \(max(1, text.count >> 20)) MiB; "
+          + "raise the limit and run again (nothing was saved)", code: 2, kind: "resources")
+    }
     let outbox = Outbox(
       container: container, queue: "memo", transport: RecordingTransport(inner: NoTransport(), history: history))
     let started = DispatchTime.now().uptimeNanoseconds
@@ -159,9 +197,20 @@ do {
     guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
       let endpoint = URL(string: arguments[index + 1])
     else { fail("relay needs --endpoint URL", code: 64) }
-    let outbox = Outbox(
-      container: container, queue: "memo",
-      transport: RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history))
+    let transport = RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history)
+    let outbox = Outbox(container: container, queue: "memo", transport: transport)
+    // Claiming and opening a memo holds its envelope twice (SQLite's and ours) and its text at
+    // once, and the HTTP client's threads start with the first request. A failed allocation traps,
+    // leaving the memo leased until its lease ends; checked first, a limit too tight for the
+    // largest memo waiting is one clear error. (HTTPJSONTransport checks again for the JSON body,
+    // which depends on the text.)
+    let largest = try container.list(queue: "memo", state: .pending).map(\.bytes).max() ?? 0
+    guard MemoryHeadroom.available(3 * largest + (24 << 20)) else {
+      fail(
+        "not enough address space (ulimit -v) to deliver a memo of \(max(1, largest >> 20)) MiB (relaying holds "
+          + "several copies of it at once); raise the limit and run relay again (nothing was claimed: every memo "
+          + "is still queued)", code: 2, kind: "resources")
+    }
     let pass = try outbox.deliverDue()
     say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
@@ -169,6 +218,11 @@ do {
     if telemetryEndpoint != nil {
       let report = try telemetry.flush()
       say("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")
+    }
+    if transport.heldBack.value > 0 {
+      fail(
+        "\(transport.heldBack.value) memo(s) not sent: not enough address space (ulimit -v) for the request; "
+          + "still queued: raise the limit and run relay again", code: 2, kind: "resources")
     }
   case "history":
     let delivered = history.delivered()
@@ -200,7 +254,13 @@ do {
   }
 } catch {
   // Library errors describe a kind and a fix, never memo text; the event records only the kind.
-  fail(String(describing: error), kind: String(describing: type(of: error)))
+  // SQLite reports a write past `ulimit -f` as a plain I/O error: name the limit when there is one.
+  let note =
+    switch error {
+    case QueueError.storage, QueueError.diskFull: ProcessResources.fileSizeNote
+    default: ""
+    }
+  fail(String(describing: error) + note, kind: String(describing: type(of: error)))
 }
 
 /// The bearer token for telemetry uploads, from MEMO_TELEMETRY_TOKEN (empty: no Authorization).

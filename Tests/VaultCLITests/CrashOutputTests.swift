@@ -117,6 +117,38 @@ final class CrashOutputTests: XCTestCase {
     }
   }
 
+  /// A crashed process whose stderr blocks (a full pipe nobody reads) cannot write its line; the
+  /// handler's alarm(5) ends it by SIGALRM, even when the parent left SIGALRM blocked (a signal
+  /// mask survives exec). It used to hang forever then.
+  func testCrashWithBlockedStandardErrorEndsEvenWhenSIGALRMWasBlocked() throws {
+    let home = temporary.sub("home")
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+    for blocked in [[SIGALRM], []] {
+      var full: [Int32] = [0, 0]
+      XCTAssertEqual(pipe(&full), 0)
+      defer {
+        close(full[0])
+        close(full[1])
+      }
+      let flags = fcntl(full[1], F_GETFL)
+      _ = fcntl(full[1], F_SETFL, flags | O_NONBLOCK)
+      let page = [UInt8](repeating: 0x78, count: 4096)
+      while page.withUnsafeBytes({ write(full[1], $0.baseAddress, $0.count) }) > 0 {}
+      _ = fcntl(full[1], F_SETFL, flags)
+      let child = try Spawn.start(
+        vaultBinary(), ["seal", "--context", "c"],
+        environment: environment(["VAULT_HOME": home, "SWIFT_BACKTRACE": nil]), blockedSignals: blocked,
+        standardError: full[1])
+      try waitUntilIgnoring(SIGPIPE, pid: child.pid)
+      child.kill(SIGSEGV)
+      let status = child.exitStatus(within: 20)
+      if status == nil { child.kill(SIGKILL) }
+      _ = child.finish()
+      XCTAssertEqual(status, 128 + SIGALRM, "blocked \(blocked): ended by SIGALRM after 5 s, not hung")
+    }
+  }
+
   private func waitUntilIgnoring(_ signal: Int32, pid: pid_t) throws {
     let deadline = Date().addingTimeInterval(20)
     while Date() < deadline {

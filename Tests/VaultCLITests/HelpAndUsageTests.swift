@@ -68,6 +68,14 @@ final class HelpAndUsageTests: XCTestCase {
         "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"
       ),
       (
+        ["seal", "--context", "a", "--context", "b"],
+        "Error: '--context' given more than once\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+      ),
+      (
+        ["init", "--store=keyfile", "--store", "auto"],
+        "Error: '--store' given more than once\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"
+      ),
+      (
         ["rotate", "extra"],
         "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--compromised [--yes]] [--json]\n  See 'vault help rotate'.\n"
       ),
@@ -78,6 +86,18 @@ final class HelpAndUsageTests: XCTestCase {
       XCTAssertEqual(run.error, expected, "\(arguments)")
       XCTAssertTrue(run.output.isEmpty)
     }
+  }
+
+  /// A single-value option given twice used to keep the last value silently (`--context a
+  /// --context b` sealed under "b"); `--home` too. Repeatable options (`scan --canary`) still repeat.
+  func testRepeatedSingleValueOptionsAreUsageErrors() {
+    let home = runInProcess(["--home", "/nonexistent/a", "--home=/nonexistent/b", "status"])
+    XCTAssertEqual(home.status, 64)
+    XCTAssertEqual(
+      home.error,
+      "Error: '--home' given more than once\nUsage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n")
+    let canaries = runInProcess(["scan", "/nonexistent/scan", "--canary", "abcd", "--canary", "efgh"])
+    XCTAssertNotEqual(canaries.status, 64, canaries.error)
   }
 
   func testHomeComesFromFlagThenEnvironmentThenXDG() {

@@ -74,6 +74,104 @@ final class ResourceLimitTests: XCTestCase {
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
   }
 
+  /// The open-file limit is checked against the descriptors actually free: descriptors inherited
+  /// open (a parent that leaks them) count against it. At a limit of 64 with 52 such descriptors,
+  /// memo relay used to pass the check and then trap in libdispatch (EMFILE).
+  func testInheritedDescriptorsCountAgainstTheOpenFileLimit() throws {
+    let inherit = "for fd in $(seq 10 61); do eval \"exec $fd</dev/null\"; done"
+    for command in commands {
+      let run = try shell(
+        "exec bash -c 'ulimit -n 64 && \(inherit) && exec timeout -s KILL 30 \(command)'", input: Array("x".utf8),
+        home: home)
+      assertNoTrap(run, "\(command) with 52 descriptors inherited under ulimit -n 64")
+      XCTAssertEqual(run.status, 2, "\(command): \(run.error)")
+      XCTAssertTrue(
+        run.error.hasPrefix(
+          "Error: the open-file limit is 64 (ulimit -n) and 52 descriptors besides stdin, stdout and stderr are "
+            + "already open; 116 are needed"), "\(command): \(run.error)")
+    }
+    // A hard limit with room: the soft limit is raised past the inherited descriptors.
+    let raised = try shell(
+      "exec bash -c 'ulimit -Sn 64 && ulimit -Hn 256 && \(inherit) && exec \"$MEMO\" send \"a memo\"'", home: home)
+    XCTAssertEqual(raised.status, 0, raised.error)
+    XCTAssertTrue(raised.outputText.hasPrefix("saved "), raised.outputText)
+  }
+
+  /// A memo near the queue's cap (19 MB) read from stdin under address-space limits around where
+  /// memo starts: a clean exit 2 or success, never a failed allocation (which traps). Reading used
+  /// to grow its buffer with no headroom check (`Fatal error: failed to allocate 34078656 bytes`).
+  func testLargeMemoUnderTightMemoryLimitIsAnErrorNotATrap() throws {
+    let memo = temporary.sub("memo")
+    try Data(repeating: 0x6d, count: 19_000_000).write(to: URL(fileURLWithPath: memo))
+    let restore = try snapshotQueue()
+    var outcomes: [Int: Int32] = [:]
+    for megabytes in stride(from: 152, through: 232, by: 8) {
+      // From a file (its size is known) and from a pipe (read until it ends).
+      for source in ["exec \"$MEMO\" send < \"$FILE\"", "cat \"$FILE\" | \"$MEMO\" send"] {
+        try restore()
+        let run = try shell(
+          "ulimit -v \(megabytes * 1024) && \(source)", home: home, extra: ["FILE": memo])
+        let what = "memo send of 19 MB at ulimit -v \(megabytes) MiB: \(source)"
+        outcomes[megabytes] = run.status
+        assertNoTrap(run, what)
+        switch run.status {
+        case 0: XCTAssertTrue(run.outputText.hasPrefix("saved "), "\(what): \(run.outputText)")
+        case 2: XCTAssertTrue(run.error.contains("(ulimit -v)"), "\(what): \(run.error)")
+        default: XCTFail("\(what): exit \(run.status): \(run.error)")
+        }
+      }
+    }
+    XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
+  }
+
+  /// A 19 MB memo queued normally, then relayed under tight address-space limits: a clean error
+  /// (exit 2, the memo still queued) or a delivery attempt, never a trap while the record is
+  /// claimed, opened or encoded.
+  func testRelayOfALargeMemoUnderTightMemoryLimitIsAnErrorNotATrap() throws {
+    let memo = temporary.sub("memo")
+    try Data(repeating: 0x6d, count: 19_000_000).write(to: URL(fileURLWithPath: memo))
+    let sent = try shell("exec \"$MEMO\" send < \"$FILE\"", home: home, extra: ["FILE": memo])
+    XCTAssertEqual(sent.status, 0, sent.error)
+    // Each run starts from the queue as sent (the memo due), whatever the run before did to it.
+    let restore = try snapshotQueue()
+    var outcomes: [Int: Int32] = [:]
+    for megabytes in stride(from: 152, through: 280, by: 8) {
+      try restore()
+      let run = try shell(
+        "ulimit -v \(megabytes * 1024) && exec timeout -s KILL 60 \"$MEMO\" relay --endpoint http://127.0.0.1:9/relay",
+        home: home)
+      let what = "memo relay of 19 MB at ulimit -v \(megabytes) MiB"
+      outcomes[megabytes] = run.status
+      assertNoTrap(run, what)
+      switch run.status {
+      case 0: XCTAssertTrue(run.outputText.hasPrefix("delivered 0, retrying 1,"), "\(what): \(run.outputText)")
+      case 2: XCTAssertTrue(run.error.contains("(ulimit -v)"), "\(what): \(run.error)")
+      default: XCTFail("\(what): exit \(run.status): \(run.error)")
+      }
+      // Whatever happened, the memo is still queued.
+      let listed = try vault(["--home", home, "queue", "list", "--queue", "memo", "--json"])
+      XCTAssertEqual(listed.status, 0, listed.error)
+      let records = try JSONSerialization.jsonObject(with: Data(listed.output)) as? [[String: Any]] ?? []
+      XCTAssertEqual(records.compactMap { $0["bytes"] as? Int }.filter { $0 > 19_000_000 }.count, 1, what)
+    }
+    XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
+  }
+
+  /// Copies the home's queue container as it is now; the function returned puts that copy back.
+  private func snapshotQueue() throws -> () throws -> Void {
+    let manager = FileManager.default
+    let saved = temporary.sub("saved-queue")
+    try manager.createDirectory(atPath: saved, withIntermediateDirectories: true)
+    let files = try manager.contentsOfDirectory(atPath: home).filter { $0.hasPrefix("queue.sqlite") }
+    for file in files { try manager.copyItem(atPath: home + "/" + file, toPath: saved + "/" + file) }
+    return { [home] in
+      for file in try manager.contentsOfDirectory(atPath: home) where file.hasPrefix("queue.sqlite") {
+        try manager.removeItem(atPath: home + "/" + file)
+      }
+      for file in files { try manager.copyItem(atPath: saved + "/" + file, toPath: home + "/" + file) }
+    }
+  }
+
   /// Keys are locked in RAM only where RLIMIT_MEMLOCK (or CAP_IPC_LOCK) allows; with neither they
   /// still load, unlocked, and are still kept out of core dumps (issue 8, item 14).
   func testKeysLoadUnlockedWhenMlockIsNotAllowed() throws {

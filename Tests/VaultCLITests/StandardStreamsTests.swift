@@ -61,6 +61,60 @@ final class StandardStreamsTests: XCTestCase {
     XCTAssertTrue(memo.error.hasPrefix("Error: standard input is closed"), memo.error)
   }
 
+  /// A stdin opened for writing only (`0>FILE`) or a stdout opened for reading only (`1<FILE`)
+  /// is open: read(2) and write(2) fail with EBADF, which is not "closed" (nor is its hint).
+  func testStreamsOpenTheWrongWayAreNotCalledClosed() throws {
+    let file = temporary.sub("write-only")
+    for script in [
+      "exec \"$VAULT\" seal --context c 0>\"$FILE\"", "exec \"$VAULT\" queue put --queue q 0>\"$FILE\"",
+      "exec \"$MEMO\" send 0>\"$FILE\"",
+    ] {
+      let run = try shell(script, home: home, extra: ["FILE": file])
+      assertNoTrap(run, script)
+      XCTAssertEqual(run.status, 2, "\(script): \(run.error)")
+      XCTAssertTrue(run.error.hasPrefix("Error: standard input is not open for reading"), "\(script): \(run.error)")
+      XCTAssertFalse(run.error.contains("closed"), "\(script): \(run.error)")
+    }
+    for script in [
+      "exec \"$VAULT\" seal --context c 1</dev/null", "exec \"$VAULT\" status 1</dev/null",
+      "exec \"$MEMO\" send 'a memo' 1</dev/null",
+    ] {
+      let run = try shell(script, input: Array("a record".utf8), home: home)
+      assertNoTrap(run, script)
+      XCTAssertEqual(run.status, 1, "\(script): \(run.error)")
+      XCTAssertTrue(
+        run.error.hasPrefix("Error: could not write to standard output: it is not open for writing"),
+        "\(script): \(run.error)")
+      XCTAssertFalse(run.error.contains("closed"), "\(script): \(run.error)")
+    }
+  }
+
+  /// Under `ulimit -f`, a write past the limit fails with EFBIG and is reported like any failed
+  /// write (exit 1, `Error: …`); SIGXFSZ used to kill vault and memo without a word (exit 153).
+  func testFileSizeLimitIsAnErrorNotADeathBySignal() throws {
+    // The first external seal under a key version rewrites the keyfile (SecureFile's path).
+    let keyfile = try shell(
+      "ulimit -f 1 && exec \"$VAULT\" seal --context c > /dev/null", input: Array("a record".utf8), home: home)
+    assertNoTrap(keyfile, "vault seal under ulimit -f 1")
+    XCTAssertEqual(keyfile.status, 1, keyfile.error)
+    XCTAssertTrue(keyfile.error.hasPrefix("Error: write "), keyfile.error)
+    XCTAssertTrue(keyfile.error.hasSuffix("failed: File too large\n"), keyfile.error)
+    // sh's ulimit -f counts 512-byte blocks: 2048 bytes hold the keyfile, not the envelope.
+    let output = temporary.sub("sealed")
+    let sealed = try shell(
+      "ulimit -f 4 && exec \"$VAULT\" seal --context c > \"$OUTPUT\"", input: [UInt8](repeating: 0x61, count: 5000),
+      home: home, extra: ["OUTPUT": output])
+    assertNoTrap(sealed, "vault seal under ulimit -f 4")
+    XCTAssertEqual(sealed.status, 1, sealed.error)
+    XCTAssertEqual(sealed.error, "Error: could not write to standard output: File too large\n")
+    let memo = try shell(
+      "ulimit -f 8 && exec \"$MEMO\" send", input: Array(String(repeating: "a memo ", count: 6000).utf8), home: home)
+    assertNoTrap(memo, "memo send under ulimit -f 8")
+    XCTAssertEqual(memo.status, 1, memo.error)
+    XCTAssertTrue(memo.error.hasPrefix("Error: "), memo.error)
+    XCTAssertTrue(memo.error.contains("file-size limit"), memo.error)
+  }
+
   func testFullStandardOutputFailsWithTheReason() throws {
     for script in [
       "exec \"$VAULT\" seal --context c > /dev/full", "exec \"$VAULT\" status > /dev/full",

@@ -30,8 +30,14 @@ public enum Spawn {
   }
 
   /// Starts a program without waiting; `finish` feeds its input and collects its result.
+  /// - Parameters:
+  ///   - blockedSignals: signals blocked in the child's initial mask (a mask survives exec, so a
+  ///     parent can leave signals blocked); none by default.
+  ///   - standardError: a descriptor to give the child as its stderr instead of a pipe that
+  ///     `finish` drains (its result's `error` is then empty).
   public static func start(
-    _ executable: String, _ arguments: [String], environment: [String: String]? = nil
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+    blockedSignals: [Int32] = [], standardError: Int32? = nil
   ) throws -> Child {
     let stdinPipe = Pipe()
     let stdoutPipe = Pipe()
@@ -41,17 +47,18 @@ public enum Spawn {
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_adddup2(&actions, stdinPipe.fileHandleForReading.fileDescriptor, 0)
     posix_spawn_file_actions_adddup2(&actions, stdoutPipe.fileHandleForWriting.fileDescriptor, 1)
-    posix_spawn_file_actions_adddup2(&actions, stderrPipe.fileHandleForWriting.fileDescriptor, 2)
+    posix_spawn_file_actions_adddup2(&actions, standardError ?? stderrPipe.fileHandleForWriting.fileDescriptor, 2)
     // Close every other inherited descriptor in the child (glibc 2.34 and later).
     _ = spawnCloseFrom(&actions, 3)
 
-    // Threads in the test process may block signals; the child starts with none blocked.
+    // Threads in the test process may block signals; the child starts with only `blockedSignals` blocked.
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    var mask = sigset_t()
+    sigemptyset(&mask)
+    for signal in blockedSignals { sigaddset(&mask, signal) }
+    posix_spawnattr_setsigmask(&attributes, &mask)
     var defaults = sigset_t()
     sigfillset(&defaults)
     posix_spawnattr_setsigdefault(&attributes, &defaults)
@@ -94,6 +101,21 @@ public final class Child: @unchecked Sendable {
   }
 
   public func kill(_ signal: Int32) { _ = Glibc.kill(pid, signal) }
+
+  /// Waits at most `seconds` for the child to end and reaps it: its status as in `Spawned`
+  /// (128 + signal when a signal ended it), or nil if it is still running. After a status,
+  /// `finish` still collects the output (its status is then meaningless).
+  public func exitStatus(within seconds: Double) -> Int32? {
+    let deadline = Date().addingTimeInterval(seconds)
+    var status: Int32 = 0
+    repeat {
+      if waitpid(pid, &status, WNOHANG) == pid {
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+      }
+      Thread.sleep(forTimeInterval: 0.05)
+    } while Date() < deadline
+    return nil
+  }
 
   /// Writes `input`, closes stdin, drains both outputs concurrently (so no pipe fills), and waits.
   public func finish(input: [UInt8] = []) -> Spawned {

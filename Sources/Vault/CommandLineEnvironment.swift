@@ -1,0 +1,61 @@
+import Foundation
+
+/// What `vault` and `memo` take from their environment, read one way for both (package access:
+/// the two command lines share it; apps choose their own home and timeout).
+package enum CommandLineEnvironment {
+  /// The vault home when no `--home` is given: `$VAULT_HOME`, else `$XDG_DATA_HOME/vault`, else
+  /// `$HOME/.local/share/vault`, with the passwd entry's home when HOME is unset. An empty variable
+  /// counts as unset (an empty HOME would make the home `/.local/share/vault`).
+  package static func defaultHome(_ environment: [String: String]) -> String {
+    if let home = environment["VAULT_HOME"], !home.isEmpty { return home }
+    if let data = environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/vault" }
+    return userHome(environment) + "/.local/share/vault"
+  }
+
+  /// `$HOME`, else (unset or empty) the passwd entry's home directory.
+  package static func userHome(_ environment: [String: String]) -> String {
+    if let home = environment["HOME"], !home.isEmpty { return home }
+    return NSHomeDirectory()
+  }
+
+  /// The error for an empty `--home`: it would resolve to the current directory, and `init`
+  /// would turn that into a vault (`--home "$DIR"` with DIR unset gives one).
+  package static let emptyHomeMessage =
+    "--home must not be empty (an unset shell variable?): give the vault's directory, or leave --home out "
+    + "for the default"
+
+  /// The seconds VAULT_SECRET_SERVICE_TIMEOUT may give.
+  package static let secretServiceTimeoutRange: ClosedRange<Double> = 0.1...3600
+  /// The Secret Service timeout when VAULT_SECRET_SERVICE_TIMEOUT is unset or empty.
+  package static let defaultSecretServiceTimeout: Double = 5
+
+  /// VAULT_SECRET_SERVICE_TIMEOUT in seconds.
+  /// - Throws: `InvalidValue` (a usage error, exit 64) for anything but a number in
+  ///   `secretServiceTimeoutRange`: inf, nan, 1e300 or "5s" would trap converting to milliseconds
+  ///   or wait forever.
+  package static func secretServiceTimeout(_ environment: [String: String]) throws(InvalidValue) -> Double {
+    let text = environment["VAULT_SECRET_SERVICE_TIMEOUT"]
+    let range = secretServiceTimeoutRange
+    guard let value = seconds(text, in: range, fallback: defaultSecretServiceTimeout) else {
+      throw InvalidValue(
+        message: "VAULT_SECRET_SERVICE_TIMEOUT must be a number of seconds from \(range.lowerBound) to "
+          + "\(Int(range.upperBound)) (got '\(text ?? "")'); unset it for the default, "
+          + "\(Int(defaultSecretServiceTimeout))")
+    }
+    return value
+  }
+
+  /// Seconds from `text`: a finite number in `range`, or `fallback` when absent or empty. Nil for
+  /// anything else (inf, nan, 1e300, "5s", " 5"), which the caller reports as a usage error.
+  package static func seconds(_ text: String?, in range: ClosedRange<Double>, fallback: Double) -> Double? {
+    guard let text, !text.isEmpty else { return fallback }
+    guard let value = Double(text), value.isFinite, range.contains(value) else { return nil }
+    return value
+  }
+
+  /// A value from the environment that is not what it must be; `message` says what it must be.
+  package struct InvalidValue: Error, Equatable, CustomStringConvertible {
+    package let message: String
+    package var description: String { message }
+  }
+}
