@@ -88,6 +88,22 @@ final class SecretServiceRecordTests: XCTestCase {
     XCTAssertEqual(bytes(try store.loadRecord(.manifestMirror, keyring: keyring)), Array("fresher".utf8))
   }
 
+  /// An item whose generation is already the largest number trapped every later replace (the
+  /// next generation overflowed); it is now a clear error and the item is left as it is.
+  func testAGenerationAtTheTopIsAnErrorNotATrap() throws {
+    try SecretTool.store(
+      secret: "top",
+      [
+        "xdg:schema", "org.vault.Record", "vault-id", keyring.hex, "record", "manifest", "generation",
+        String(UInt64.max),
+      ])
+    let store = SecretServiceStore(timeout: 5)
+    XCTAssertThrowsError(try store.storeRecord(.manifestMirror, bytes: Array("next".utf8), keyring: keyring)) {
+      XCTAssertEqual($0 as? KeyStoreError, .corruptRecord(record: "manifest"))
+    }
+    XCTAssertEqual(bytes(try store.loadRecord(.manifestMirror, keyring: keyring)), Array("top".utf8))
+  }
+
   func testTwoEquallyNewItemsAreRefusedNotPicked() throws {
     for (home, secret) in [("/a", "one"), ("/b", "two")] {
       try SecretTool.store(
