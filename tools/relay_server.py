@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small relay server for memo's tests and demo (Python standard library only).
 
-    relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400]
+    relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400|301|302|303|307|308]
                     [--retry-after SECONDS] [--exit-on-stdin-eof]
 
 POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
@@ -38,7 +38,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path == "/landing":
+            self._landing("GET")
+            return
         self._reply(200 if self.path == "/health" else 404)
+
+    def _landing(self, method):
+        # Where redirect modes point: a client that follows a redirect shows up here.
+        with lock, open(self.record_path, "a") as record:
+            record.write(json.dumps({"landing": method, "authorization": self.headers.get("Authorization")}) + "\n")
+        self._reply(200)
 
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
@@ -47,6 +56,9 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 state.update(json.loads(raw or b"{}"))
             self._reply(204)
+            return
+        if self.path == "/landing":
+            self._landing("POST")
             return
         if self.path != "/relay":
             self._reply(404)
@@ -58,6 +70,12 @@ class Handler(BaseHTTPRequestHandler):
             return
         with lock:
             mode, retry_after = state["mode"], state["retry_after"]
+        if mode in ("301", "302", "303", "307", "308"):
+            with lock, open(self.record_path, "a") as record:
+                record.write(json.dumps({"id": message.get("id"), "status": int(mode)}) + "\n")
+            host, port = self.server.server_address[:2]
+            self._reply(int(mode), {"Location": f"http://{host}:{port}/landing"})
+            return
         status = {"ok": 200, "500": 500, "503": 503, "429": 429, "400": 400}.get(mode, 500)
         with lock, open(self.record_path, "a") as record:
             record.write(json.dumps({"id": message.get("id"), "body": message.get("body"), "status": status}) + "\n")

@@ -28,7 +28,11 @@ public final class EphemeralHTTPClient: Sendable {
     configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
     configuration.timeoutIntervalForRequest = timeout
     configuration.timeoutIntervalForResource = timeout
-    session = URLSession(configuration: configuration)
+    // FoundationNetworking follows redirects by itself (a 301/302/303 turns the POST into a GET of
+    // the new place, a 307 re-sends it with an empty body, and the bearer token goes along to any
+    // host). Only an answer from the configured endpoint may ack a record: refuse every redirect,
+    // so the 3xx itself comes back and is handled as a failure.
+    session = URLSession(configuration: configuration, delegate: RefuseRedirects(), delegateQueue: nil)
   }
 
   /// Sends `request` and waits for the answer, at most the timeout (plus a little).
@@ -50,6 +54,16 @@ public final class EphemeralHTTPClient: Sendable {
       return .unreachable(kind: "timeout")
     }
     return box.value ?? .unreachable(kind: "transport")
+  }
+}
+
+/// Answers every redirect with "do not follow" (the stopgap until the libcurl client of issue 9).
+private final class RefuseRedirects: NSObject, URLSessionTaskDelegate, @unchecked Sendable {
+  func urlSession(
+    _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+    newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+  ) {
+    completionHandler(nil)
   }
 }
 

@@ -26,6 +26,9 @@ public enum HTTPStatusPolicy {
     case 200..<300: return .delivered
     case 429, 503: return .retry(kind: "http-\(status)", after: parseRetryAfter(retryAfter, now: now))
     case 408, 500..<600: return .retry(kind: "http-\(status)", after: nil)
+    // A redirect is never followed (the token and the body stay with the configured endpoint):
+    // the record is kept for review, never acked, never retried blindly at the same place.
+    case 300..<400: return .reject(kind: "http-\(status)-redirect-refused")
     default: return .reject(kind: "http-\(status)")
     }
   }

@@ -216,7 +216,11 @@ extension Vault {
       try preflight(provider)
       let previous = manifest.activeVersion
       let resuming = manifest.resealing != nil && manifest.resealing == manifest.activeVersion
-      if !resuming, !manifest.versions.contains(where: { $0.state == .pending }) {
+      // After a compromise the active key may be the leaked one (an unfinished rotation made it
+      // active long ago and it has sealed since): always a fresh key, never a resumed one. A
+      // pending version is fine to finish: nothing was ever sealed under it.
+      let freshKey = !resuming || options.compromised
+      if freshKey, !manifest.versions.contains(where: { $0.state == .pending }) {
         try addPendingVersion()
       }
       try completePendingVersion(resealing: true)

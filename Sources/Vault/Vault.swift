@@ -422,9 +422,14 @@ public final class Vault: Sendable {
         return record.state == .active || record.state == .decryptOnly
       }
     }
-    if rebind, heal {
+    if rebind, heal, let old = fresh.home {
       var next = fresh
       next.home = home
+      // Containers inside the home moved with it (their paths are absolute): follow them, or the
+      // moved container would look like a copy and the old path like a missing container.
+      for index in next.containers.indices where next.containers[index].path.hasPrefix(old + "/") {
+        next.containers[index].path = home + next.containers[index].path.dropFirst(old.count)
+      }
       try save(next)
     }
     return !heal && (superseded || mirrorStale || rebind)

@@ -85,6 +85,16 @@ public final class QueueContainer: @unchecked Sendable {
       // A container that can hold records must be known to rotation before it holds any, or its
       // keys could be retired.
       try vault.registerContainer(path, id: storage.containerID)
+      // A limit on what the cap may drop is kept in the container, so every writer honours it
+      // (`vault telemetry log` into memo's container must not push out a memo either).
+      if case .only(let names) = configuration.capVictims {
+        let text = String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self)
+        try Self.translating(path) {
+          var stored: String?
+          try storage.readCapVictims.query { stored = $0.text(0) }
+          if stored != text { try storage.transaction { _ = try storage.writeCapVictims.run([.text(text)]) } }
+        }
+      }
     }
   }
 
@@ -277,9 +287,12 @@ public final class QueueContainer: @unchecked Sendable {
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
+      // This writer's limit, else the one a writer stored in the container, else any queue.
+      var stored: String?
+      try storage.readCapVictims.query { stored = $0.text(0) }
       let queues: Statement.Value =
         switch configuration.capVictims {
-        case .anyQueue: .null
+        case .anyQueue: stored.map { .text($0) } ?? .null
         case .only(let names):
           .text(String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self))
         }

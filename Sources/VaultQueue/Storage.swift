@@ -170,6 +170,8 @@ final class Storage {
   var replaceEnvelope: Statement!
   var countByHeader: Statement!
   var allAfter: Statement!
+  var readCapVictims: Statement!
+  var writeCapVictims: Statement!
   var reviewBySeq: Statement!
 
   private func prepareStatements() throws {
@@ -252,6 +254,9 @@ final class Storage {
     )
     countByHeader = try connection.prepare(
       "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header")
+    readCapVictims = try connection.prepare("SELECT value FROM meta WHERE key = 'cap_victims'")
+    writeCapVictims = try connection.prepare(
+      "INSERT INTO meta (key, value) VALUES ('cap_victims', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     allAfter = try connection.prepare("SELECT seq, id, queue, envelope FROM records WHERE seq > ? ORDER BY seq LIMIT ?")
     reviewBySeq = try connection.prepare(
       "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0 WHERE seq = ?")

@@ -172,6 +172,23 @@ final class OutboxTests: XCTestCase {
     XCTAssertTrue(kind.hasPrefix("transport"), kind)
   }
 
+  /// URLSession on Linux followed redirects by itself: a 302 turned the POST into a GET of the
+  /// new place, a 307 re-posted an empty body, the 200 from there acked (deleted) the record, and
+  /// the Authorization header went along. A redirect is now never followed and never acks.
+  func testARedirectIsNeverFollowedAndNeverAcks() throws {
+    let server = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    let transport = HTTPJSONTransport(endpoint: server.endpoint, timeout: 5)
+    for code in ["301", "302", "303", "307", "308"] {
+      try server.setMode(code)
+      XCTAssertEqual(
+        transport.deliver(id: UUID(), payload: Array("hi".utf8)), .reject(kind: "http-\(code)-redirect-refused"), code)
+    }
+    let lines = (try? String(contentsOfFile: server.recordPath, encoding: .utf8)) ?? ""
+    XCTAssertFalse(lines.contains("landing"), "no request ever reached the redirect's target:\n\(lines)")
+    XCTAssertEqual(lines.split(separator: "\n").count, 5)
+  }
+
   private func waitUntil(_ condition: () -> Bool, timeout: TimeInterval = 10) throws {
     let deadline = Date() + timeout
     while !condition() {

@@ -90,7 +90,7 @@ final class RotationCLITests: XCTestCase {
     let done = try vault(["--home", home, "rotate", "--compromised", "--yes", "--json"])
     XCTAssertEqual(done.status, 0, done.error)
     let report = try JSONSerialization.jsonObject(with: Data(done.output)) as? [String: Any]
-    XCTAssertEqual(report?["retired"] as? [Int], [1])
+    XCTAssertEqual(report?["retired"] as? [Int], [1, 2], "the stopped run's key too: every run makes a fresh key")
     XCTAssertEqual(report?["compromised"] as? Bool, true)
     let opened = try vault(["--home", home, "open", "--context", "outside"], input: sealed.output)
     XCTAssertEqual(opened.status, 1, "the pinned external envelope is gone with its key")

@@ -373,3 +373,40 @@ final class CapVictimTests: XCTestCase {
     XCTAssertGreaterThan(try queue.stats().dropped["cap"] ?? 0, 0, "telemetry was dropped, memos never")
   }
 }
+
+/// Regressions for the final outside review of issue 8.
+final class FinalReviewRegressionTests: XCTestCase {
+  /// memo limits the cap to telemetry, but `vault telemetry log` opened the same container with
+  /// the default configuration and pushed a saved memo out. The limit now lives in the container.
+  func testTheCapLimitIsKeptInTheContainerForEveryWriter() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let path = temporary.sub("q.sqlite")
+    let memo = try QueueContainer(
+      path: path, vault: vault, configuration: QueueConfiguration(byteCap: 2000, capVictims: .only(["telemetry"])))
+    try memo.enqueue([UInt8](repeating: 7, count: 900), queue: "memos")
+    let shell = try QueueContainer(path: path, vault: vault, configuration: QueueConfiguration(byteCap: 2000))
+    for _ in 0..<10 { _ = try? shell.enqueue([UInt8](repeating: 1, count: 300), queue: "telemetry") }
+    XCTAssertEqual(try shell.count(queue: "memos", state: .pending), 1, "the memo survived another writer's telemetry")
+  }
+
+  /// A home moved with its container inside: the registered path follows the home, so the moved
+  /// container is not "a copy" and the old path is not "missing" (whose "restore it" advice then
+  /// let rotation retire a key the moved container still needed).
+  func testContainersInsideAMovedHomeMoveWithIt() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("keys/v.keys")
+    let home = temporary.sub("home")
+    let vault = try Vault.create(home: home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    try QueueContainer(path: home + "/queue.sqlite", vault: vault).enqueue([42], queue: "q")
+    let moved = temporary.sub("moved")
+    XCTAssertEqual(rename(home, moved), 0)
+    let reopened = try Vault.open(home: moved)
+    XCTAssertEqual(reopened.manifest.containers.map(\.path), [moved + "/queue.sqlite"])
+    let report = try reopened.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[moved + "/queue.sqlite"], 1)
+    XCTAssertEqual(
+      try QueueContainer(path: moved + "/queue.sqlite", vault: reopened).claim(queue: "q").map(\.payload), [[42]])
+  }
+}

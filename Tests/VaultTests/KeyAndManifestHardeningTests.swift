@@ -235,10 +235,11 @@ final class KeyAndManifestHardeningTests: XCTestCase {
     let purge = RotationOptions(compromised: true, confirm: { _ in .purge })
     let report = try vault.rotate([container], options: purge)
     XCTAssertTrue(report.compromised)
-    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(report.newVersion, 3, "a fresh key, not the one the stopped run made active")
+    XCTAssertEqual(report.retired, [1, 2])
     XCTAssertEqual(report.purged, [container.name: 1])
     XCTAssertTrue(container.calls.contains("compact"))
-    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [3])
     XCTAssertEqual(container.records.count, 1)
     XCTAssertEqual(try vault.open(container.records[0].envelope, context: [1]), [1])
   }
@@ -353,8 +354,8 @@ final class ManifestReviewRegressionTests: XCTestCase {
   }
 
   /// A rotation after a compromise that has to keep an old key must fail (the compromised key
-  /// still exists), and running it again finishes the same rotation.
-  func testAnIncompleteCompromiseRotationFailsAndResumes() throws {
+  /// still exists), and running it again (with yet another fresh key) finishes the job.
+  func testAnIncompleteCompromiseRotationFailsAndTheRerunFinishes() throws {
     let store = InMemoryKeyStore()
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
@@ -370,12 +371,12 @@ final class ManifestReviewRegressionTests: XCTestCase {
       XCTAssertTrue(kept.first?.contains("could not be emptied") ?? false, "\(kept)")
     }
     XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
-    XCTAssertEqual(vault.manifest.resealing, 2, "still the current rotation")
+    XCTAssertEqual(vault.manifest.resealing, 2, "still an unfinished rotation")
     container.checkpointSucceeds = true
     let report = try vault.rotate([container], options: options)
-    XCTAssertEqual(report.newVersion, 2, "resumed, not another version")
-    XCTAssertEqual(report.retired, [1])
-    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+    XCTAssertEqual(report.newVersion, 3)
+    XCTAssertEqual(report.retired, [1, 2])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [3])
   }
 }
 
@@ -547,5 +548,26 @@ final class WithoutIntegrityKey: KeyStore, @unchecked Sendable {
   }
   func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
     try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+  }
+}
+
+final class CompromiseFreshKeyTests: XCTestCase {
+  /// An unfinished ordinary rotation left v2 active (and sealing since); `--compromised` used to
+  /// resume it and keep v2, the possibly leaked key. It always makes a fresh key.
+  func testACompromiseRotationNeverResumesIntoTheActiveKey() throws {
+    let temporary = TemporaryDirectory()
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let records = RecordingContainer(name: "q.db")
+    records.records.append(([1], try vault.seal([1], context: [1])))
+    let failing = FailingOnceContainer(records)
+    XCTAssertThrowsError(try vault.rotate([failing]))
+    XCTAssertEqual(vault.manifest.resealing, 2)
+    let report = try vault.rotate([failing], options: RotationOptions(compromised: true, confirm: { _ in .purge }))
+    XCTAssertEqual(report.newVersion, 3)
+    XCTAssertEqual(vault.activeVersion, 3)
+    XCTAssertEqual(report.retired, [1, 2])
+    XCTAssertEqual(try vault.open(records.records[0].envelope, context: [1]), [1])
   }
 }
