@@ -30,7 +30,7 @@ extension Vault {
       throw VaultError.notAKeyfileVault(home: home)
     }
     let keyring = signed.manifest.keyringID!
-    if oldPath == newPath || sameFile(oldPath, newPath) {
+    if sameFile(oldPath, newPath) {
       // Another name for the keyfile itself (a symlinked directory, a hard link): "moving" it
       // would end by unlinking the only copy.
       throw VaultError.keyfileExists(path: newPath)
@@ -88,12 +88,4 @@ extension Vault {
     try SecureFile.syncDirectory((oldPath as NSString).deletingLastPathComponent)
     return oldPath
   }
-}
-
-/// Whether two paths name the same existing file (same device and inode).
-private func sameFile(_ a: String, _ b: String) -> Bool {
-  var first = stat()
-  var second = stat()
-  guard stat(a, &first) == 0, stat(b, &second) == 0 else { return false }
-  return first.st_dev == second.st_dev && first.st_ino == second.st_ino
 }

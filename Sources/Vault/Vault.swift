@@ -386,7 +386,7 @@ public final class Vault: Sendable {
     // Bound to another directory: a copy of a live home is refused; a home that was moved (the
     // old directory no longer holds a manifest) is bound to its new place under the lock.
     var rebind = false
-    if let bound = chosen.manifest.home, !Self.sameDirectory(bound, home) {
+    if let bound = chosen.manifest.home, !Self.sameFile(bound, home) {
       // Only a live home of the same vault makes this a copy; a manifest there that cannot be read
       // is treated as one too (nobody can tell), while another vault there means this one moved.
       if ManifestFile.exists(home: bound),
@@ -435,9 +435,9 @@ public final class Vault: Sendable {
     return !heal && (superseded || mirrorStale || rebind)
   }
 
-  /// Whether two paths name one directory (the same inode), so a home reached through a symlink
-  /// is still the same home.
-  static func sameDirectory(_ a: String, _ b: String) -> Bool {
+  /// Whether two paths name one existing file or directory (same device and inode), so a home
+  /// reached through a symlink is still the same home and a keyfile under another name is itself.
+  static func sameFile(_ a: String, _ b: String) -> Bool {
     if a == b { return true }
     var first = stat()
     var second = stat()
@@ -623,14 +623,9 @@ public final class Vault: Sendable {
   }
 }
 
-/// Compares two short ASCII strings (hex check values) in time that depends only on their length.
+/// Compares two key-check values (hex strings) with VaultCrypto's constant-time comparison.
 func constantTimeEquals(_ a: String, _ b: String) -> Bool {
-  let x = Array(a.utf8)
-  let y = Array(b.utf8)
-  guard x.count == y.count else { return false }
-  var difference: UInt8 = 0
-  for index in x.indices { difference |= x[index] ^ y[index] }
-  return difference == 0
+  Array(a.utf8).withUnsafeBytes { x in Array(b.utf8).withUnsafeBytes { constantTimeEquals(x, $0) } }
 }
 
 /// The identity of a file as `stat` sees it: a rewrite by rename changes the inode, an in-place

@@ -18,7 +18,7 @@ func cleanse(_ buffer: UnsafeMutableRawBufferPointer) {
 }
 
 /// Compares two buffers in time that depends only on their length.
-func constantTimeEquals(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+package func constantTimeEquals(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
   guard a.count == b.count else { return false }
   guard a.count > 0, let pa = a.baseAddress, let pb = b.baseAddress else { return true }
   return CRYPTO_memcmp(pa, pb, a.count) == 0

@@ -88,7 +88,7 @@ public final class QueueContainer: @unchecked Sendable {
       // A limit on what the cap may drop is kept in the container, so every writer honours it
       // (`vault telemetry log` into memo's container must not push out a memo either).
       if case .only(let names) = configuration.capVictims {
-        let text = String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self)
+        let text = try Self.capVictimsText(names)
         try Self.translating(path) {
           var stored: String?
           try storage.readCapVictims.query { stored = $0.text(0) }
@@ -96,6 +96,11 @@ public final class QueueContainer: @unchecked Sendable {
         }
       }
     }
+  }
+
+  /// How a cap limit is kept in the container's meta (and bound in SQL): a sorted JSON array.
+  static func capVictimsText(_ names: Set<String>) throws -> String {
+    String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self)
   }
 
   static let notSQLite = "not a SQLite database"
@@ -284,18 +289,18 @@ public final class QueueContainer: @unchecked Sendable {
   private func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64) throws {
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
+    // This writer's limit, else the one a writer stored in the container, else any queue.
+    var stored: String?
+    try storage.readCapVictims.query { stored = $0.text(0) }
+    let queues: Statement.Value =
+      switch configuration.capVictims {
+      case .anyQueue: stored.map { .text($0) } ?? .null
+      case .only(let names):
+        .text(try Self.capVictimsText(names))
+      }
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
-      // This writer's limit, else the one a writer stored in the container, else any queue.
-      var stored: String?
-      try storage.readCapVictims.query { stored = $0.text(0) }
-      let queues: Statement.Value =
-        switch configuration.capVictims {
-        case .anyQueue: stored.map { .text($0) } ?? .null
-        case .only(let names):
-          .text(String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self))
-        }
       try storage.oldestDroppable.query([.integer(lastExisting), queues]) { row in
         victims.append((row.int(0), Int(row.int(1))))
       }

@@ -158,7 +158,6 @@ final class Storage {
   var expired: Statement!
   var deleteExpired: Statement!
   var countByState: Statement!
-  var countByVersion: Statement!
   var countByQueue: Statement!
   var drops: Statement!
   var listAll: Statement!
@@ -226,7 +225,6 @@ final class Storage {
     expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")
     deleteExpired = try connection.prepare("DELETE FROM records WHERE created_at < ? AND state != 'in_flight'")
     countByState = try connection.prepare("SELECT state, count(*) FROM records GROUP BY state")
-    countByVersion = try connection.prepare("SELECT key_version, count(*) FROM records GROUP BY key_version")
     countByQueue = try connection.prepare("SELECT queue, count(*) FROM records GROUP BY queue")
     drops = try connection.prepare("SELECT reason, count FROM drops")
     listAll = try connection.prepare(
