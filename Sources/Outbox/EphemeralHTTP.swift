@@ -48,10 +48,18 @@ public final class EphemeralHTTPClient: Sendable {
       }
       done.signal()
     }
+    if HTTPCancellation.isCancelled { return .unreachable(kind: "cancelled") }
     task.resume()
-    if done.wait(timeout: .now() + timeout + 5) == .timedOut {
-      task.cancel()
-      return .unreachable(kind: "timeout")
+    let deadline = DispatchTime.now() + timeout + 5
+    while done.wait(timeout: min(deadline, .now() + 0.1)) == .timedOut {
+      if HTTPCancellation.isCancelled {
+        task.cancel()
+        return .unreachable(kind: "cancelled")
+      }
+      if DispatchTime.now() >= deadline {
+        task.cancel()
+        return .unreachable(kind: "timeout")
+      }
     }
     return box.value ?? .unreachable(kind: "transport")
   }
