@@ -17,6 +17,7 @@ let package = Package(
     .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
     .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+    .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
     .systemLibrary(name: "CNetlink"),
     // glibc only (prctl, sigaction): the async-signal-safe crash handler behind ProcessHardening.
     .systemLibrary(name: "CProcessHardening"),
@@ -25,13 +26,14 @@ let package = Package(
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
     .target(name: "Vault", dependencies: ["VaultCrypto", "VaultKeys", "CProcessHardening"], swiftSettings: strict),
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "CSQLite"], swiftSettings: strict),
-    .target(name: "Outbox", dependencies: ["Vault", "VaultQueue", "VaultCrypto"], swiftSettings: strict),
+    .target(name: "Outbox", dependencies: ["Vault", "VaultQueue", "VaultCrypto", "CCurl"], swiftSettings: strict),
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),
     .target(name: "VaultScan", dependencies: ["VaultCrypto", "CZlib"], swiftSettings: strict),
     .target(
-      name: "VaultCLI", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Telemetry", "VaultScan"],
+      name: "VaultCLI",
+      dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan"],
       swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI", "Vault"], swiftSettings: strict),
     .executableTarget(

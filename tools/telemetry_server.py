@@ -11,7 +11,7 @@ type, an object payload and a string session_id. A batch that breaks any of thes
 recorded as malformed.
 
 Modes: ok (200), 429 and 503 (with Retry-After), 500, 400, 401, 413, hang (never answers), drop
-(closes the connection without answering). POST /control {"mode": ..., "retry_after": ...,
+(closes the connection without answering), slow (200 after --delay seconds, default 5). POST /control {"mode": ..., "retry_after": ...,
 "token": ...} changes them at run time. Every request is appended to --record as a JSON line:
 {"status", "ids", "idempotency_key", "bytes", "malformed"}.
 """
@@ -27,7 +27,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-state = {"mode": "ok", "retry_after": 1, "token": "test-token"}
+state = {"mode": "ok", "retry_after": 1, "token": "test-token", "delay": 5.0}
 lock = threading.Lock()
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -102,6 +102,9 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "hang":
             time.sleep(3600)
             return
+        if mode == "slow":
+            time.sleep(state["delay"])
+            mode = "ok"
         if mode == "drop":
             self.close_connection = True
             self.connection.shutdown(2)
@@ -127,10 +130,11 @@ def main():
     parser.add_argument("--token", default="test-token")
     parser.add_argument("--mode", default="ok")
     parser.add_argument("--retry-after", type=int, default=1)
+    parser.add_argument("--delay", type=float, default=5.0)
     parser.add_argument("--exit-on-stdin-eof", action="store_true")
     args = parser.parse_args()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    state.update(mode=args.mode, retry_after=args.retry_after, token=args.token)
+    state.update(mode=args.mode, retry_after=args.retry_after, token=args.token, delay=args.delay)
     Handler.record_path = args.record
     open(args.record, "a").close()
     ThreadingHTTPServer.daemon_threads = True

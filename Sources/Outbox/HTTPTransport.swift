@@ -1,32 +1,32 @@
 import Foundation
 import Vault
 
-#if canImport(FoundationNetworking)
-  import FoundationNetworking
-#endif
-
 /// POSTs each message as JSON `{"id": "<uuid>", "body": "<UTF-8 text, or base64 when not text>",
-/// "encoding": "utf8"|"base64"}` to `endpoint`, over an ephemeral session (no cookies, no cache,
-/// no stored credentials), and maps the status with `HTTPStatusPolicy`.
+/// "encoding": "utf8"|"base64"}` to `endpoint` through `HTTPClient` (no redirects, one deadline,
+/// bounded responses, nothing kept), and maps the status with `HTTPStatusPolicy`.
 public final class HTTPJSONTransport: Transport {
   public let endpoint: URL
-  private let client: EphemeralHTTPClient
+  private let client: HTTPClient
 
-  public init(endpoint: URL, timeout: TimeInterval = 15) {
+  /// - Parameters:
+  ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
+  ///   - timeout: the deadline of one whole exchange.
+  ///   - allowInsecureHTTP: allow `http://` to other hosts (test networks only).
+  ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust.
+  /// - Throws: `EndpointError` when the endpoint is refused.
+  public init(
+    endpoint: URL, timeout: TimeInterval = 15, allowInsecureHTTP: Bool = false, certificateAuthorities: String? = nil
+  ) throws(EndpointError) {
+    try EndpointPolicy.check(endpoint, allowInsecureHTTP: allowInsecureHTTP)
     self.endpoint = endpoint
-    client = EphemeralHTTPClient(timeout: timeout)
+    client = HTTPClient(timeout: timeout, certificateAuthorities: certificateAuthorities)
   }
 
   public func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
-    // Encoding holds the text (or its base64), the JSON body while it grows, and the HTTP client's
-    // threads start on the first request; a failed allocation traps. A body the address space
-    // (`ulimit -v`) cannot hold is not attempted: the record waits, as for an unreachable server,
-    // which never counts toward parking.
+    // Encoding holds the text (or its base64) and the JSON body while it grows; a failed
+    // allocation traps. A body the address space (`ulimit -v`) cannot hold is not attempted: the
+    // record waits, as for an unreachable server, which never counts toward parking.
     guard MemoryHeadroom.available(Self.encodingBytes(payload)) else { return .unreachable(kind: "local-memory") }
-    var request = URLRequest(url: endpoint, timeoutInterval: client.timeout)
-    request.httpMethod = "POST"
-    request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-    request.setValue(id.uuidString.lowercased(), forHTTPHeaderField: "Idempotency-Key")
     let text = String(validating: payload, as: UTF8.self)
     let body: [String: String] = [
       "id": id.uuidString.lowercased(), "body": text ?? Data(payload).base64EncodedString(),
@@ -35,13 +35,20 @@ public final class HTTPJSONTransport: Transport {
     guard let data = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]) else {
       return .reject(kind: "encode")
     }
-    request.httpBody = data
-    return perform(request)
+    let request = HTTPRequest(
+      url: endpoint,
+      headers: [("Content-Type", "application/json"), ("Idempotency-Key", id.uuidString.lowercased())],
+      body: Array(data))
+    switch client.send(request) {
+    case .status(let status, let retryAfter): return HTTPStatusPolicy.result(status: status, retryAfter: retryAfter)
+    case .unreachable(let kind): return .unreachable(kind: kind)
+    }
   }
 
   /// An upper bound on what `deliver` allocates for `payload`: the larger of its text and base64
   /// forms, three times the largest JSON body it can become (JSONSerialization grows its output by
-  /// doubling, so the old and the new buffer coexist), and 16 MiB for the HTTP client's threads.
+  /// doubling, so the old and the new buffer coexist) plus its copy handed to the client, and
+  /// 16 MiB for the HTTP client (libcurl, OpenSSL's TLS state, a resolver thread).
   /// A JSON string escapes a quote, backslash or slash in 2 bytes and a control character in up to 6.
   static func encodingBytes(_ payload: [UInt8]) -> Int {
     var escaped = 0
@@ -50,13 +57,6 @@ public final class HTTPJSONTransport: Transport {
     }
     let base64 = (payload.count + 2) / 3 * 4
     let json = max(payload.count + escaped, base64 + payload.count / 76 * 2) + 256
-    return max(payload.count, base64) + 3 * json + (16 << 20)
-  }
-
-  func perform(_ request: URLRequest) -> DeliveryResult {
-    switch client.send(request) {
-    case .status(let status, let retryAfter): HTTPStatusPolicy.result(status: status, retryAfter: retryAfter)
-    case .unreachable(let kind): .unreachable(kind: kind)
-    }
+    return max(payload.count, base64) + 4 * json + (16 << 20)
   }
 }

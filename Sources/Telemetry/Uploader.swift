@@ -1,10 +1,6 @@
 import Foundation
 import Outbox
 
-#if canImport(FoundationNetworking)
-  import FoundationNetworking
-#endif
-
 /// Gives the bearer token for uploads. The app implements it; `refresh: true` is asked once after
 /// the server answers 401.
 public protocol TokenProvider: Sendable {
@@ -35,31 +31,43 @@ public protocol BatchSender: Sendable {
   func send(_ batch: TelemetryBatch, token: String) -> SendResult
 }
 
-/// POSTs gzip JSON batches to `/v1/telemetry/batch` over an ephemeral URLSession (no cookies, no
-/// URL cache, no credential storage), with `Content-Type: application/json`,
+/// POSTs gzip JSON batches to `/v1/telemetry/batch` through `HTTPClient` (no redirects, one
+/// deadline, bounded responses, nothing kept), with `Content-Type: application/json`,
 /// `Content-Encoding: gzip`, `Authorization: Bearer …` and `Idempotency-Key`.
 public final class HTTPBatchSender: BatchSender {
   public let endpoint: URL
-  private let client: EphemeralHTTPClient
+  private let client: HTTPClient
 
-  public init(endpoint: URL, timeout: TimeInterval = 20) {
+  /// - Parameters:
+  ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
+  ///   - timeout: the deadline of one whole exchange.
+  ///   - allowInsecureHTTP: allow `http://` to other hosts (test networks only).
+  ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust.
+  /// - Throws: `EndpointError` when the endpoint is refused.
+  public init(
+    endpoint: URL, timeout: TimeInterval = 20, allowInsecureHTTP: Bool = false, certificateAuthorities: String? = nil
+  ) throws(EndpointError) {
+    try EndpointPolicy.check(endpoint, allowInsecureHTTP: allowInsecureHTTP)
     self.endpoint = endpoint
-    client = EphemeralHTTPClient(timeout: timeout)
+    client = HTTPClient(timeout: timeout, certificateAuthorities: certificateAuthorities)
   }
 
   public func send(_ batch: TelemetryBatch, token: String) -> SendResult {
-    var request = URLRequest(url: endpoint, timeoutInterval: client.timeout)
-    request.httpMethod = "POST"
-    request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-    request.setValue("gzip", forHTTPHeaderField: "Content-Encoding")
-    if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-    request.setValue(batch.idempotencyKey, forHTTPHeaderField: "Idempotency-Key")
-    request.httpBody = Data(batch.body)
-    switch client.send(request) {
+    var headers: [(name: String, value: String)] = [("Content-Type", "application/json"), ("Content-Encoding", "gzip")]
+    if !token.isEmpty { headers.append(("Authorization", "Bearer \(token)")) }
+    headers.append(("Idempotency-Key", batch.idempotencyKey))
+    switch client.send(HTTPRequest(url: endpoint, headers: headers, body: batch.body)) {
     case .status(let status, let retryAfter): return .status(status, retryAfter: retryAfter)
     case .unreachable(let kind): return .transport(kind: kind)
     }
   }
+}
+
+/// For processes that only log: a sender that never sends (each attempt is "unreachable", which
+/// never counts toward parking).
+public struct NoBatchSender: BatchSender {
+  public init() {}
+  public func send(_ batch: TelemetryBatch, token: String) -> SendResult { .transport(kind: "not-sending") }
 }
 
 /// Telemetry failures, by kind.

@@ -209,8 +209,10 @@ enum Help {
       Events are sealed into the 'telemetry' queue of the vault's default container.
 
       USAGE: vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID]
-             vault [--home DIR] telemetry flush --endpoint URL [--token-file FILE] [--json]
-             vault [--home DIR] telemetry watch --endpoint URL [--token-file FILE] [--interval SECONDS]
+             vault [--home DIR] telemetry flush --endpoint URL [--token-file FILE] [--ca-file FILE]
+                   [--allow-insecure-http] [--json]
+             vault [--home DIR] telemetry watch --endpoint URL [--token-file FILE] [--ca-file FILE]
+                   [--allow-insecure-http] [--interval SECONDS]
 
       ACTIONS:
         log                     Seal one event durably; prints 'logged ID'.
@@ -229,8 +231,14 @@ enum Help {
       OPTIONS:
         --payload JSON          The event's payload, a JSON object (default {}).
         --session ID            The session id stamped on the event (default 'cli').
-        --endpoint URL          Where batches are POSTed (e.g. http://host/v1/telemetry/batch).
+        --endpoint URL          Where batches are POSTed (https://host/v1/telemetry/batch;
+                                http:// only to a loopback address). Redirects are never
+                                followed: a 3xx answer puts the batch's events in review.
         --token-file FILE       A file holding the bearer token (re-read after a 401).
+        --ca-file FILE          Trust only the certificate authorities in this PEM file
+                                (default: the system's).
+        --allow-insecure-http   Allow a plain http:// endpoint on another machine (test
+                                networks only: the token and events travel unencrypted).
         --interval SECONDS      The period of watch's timer, 0.1 to 86400 (default 60).
         --json                  Print JSON: delivered, retried, parked, rejected, pending,
                                 batches, token_refreshes.

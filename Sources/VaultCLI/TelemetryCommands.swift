@@ -1,4 +1,5 @@
 import Foundation
+import Outbox
 import Telemetry
 import Vault
 import VaultQueue
@@ -16,8 +17,9 @@ extension VaultCommandLine {
       throw UsageError(message: "missing telemetry action (log or flush)", command: "telemetry")
     }
     let allowed: [String: Set<String>] = [
-      "log": ["--payload", "--session"], "flush": ["--endpoint", "--token-file", "--json"],
-      "watch": ["--endpoint", "--token-file", "--interval"],
+      "log": ["--payload", "--session"],
+      "flush": ["--endpoint", "--token-file", "--json", "--ca-file", "--allow-insecure-http"],
+      "watch": ["--endpoint", "--token-file", "--interval", "--ca-file", "--allow-insecure-http"],
     ]
     guard let permitted = allowed[action] else {
       throw UsageError(message: "unknown telemetry action '\(action)'", command: "telemetry")
@@ -42,7 +44,12 @@ extension VaultCommandLine {
     default:
       guard rest.isEmpty else { throw UsageError(message: "unexpected argument '\(rest[0])'", command: "telemetry") }
       guard let text = arguments.options["--endpoint"], let url = URL(string: text), url.scheme != nil else {
-        throw UsageError(message: "flush needs --endpoint URL", command: "telemetry")
+        throw UsageError(message: "\(action) needs --endpoint URL", command: "telemetry")
+      }
+      do {
+        try EndpointPolicy.check(url, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"))
+      } catch {
+        throw UsageError(message: "--endpoint: \(error)", command: "telemetry")
       }
       endpoint = url
     }
@@ -57,7 +64,11 @@ extension VaultCommandLine {
     }
     let client = Telemetry(
       container: container, configuration: TelemetryConfiguration(interval: interval), tokens: tokens,
-      sender: HTTPBatchSender(endpoint: endpoint ?? URL(string: "http://127.0.0.1/")!),
+      sender: try endpoint.map {
+        try HTTPBatchSender(
+          endpoint: $0, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"),
+          certificateAuthorities: arguments.options["--ca-file"])
+      } ?? NoBatchSender(),
       sessionID: arguments.options["--session"] ?? "cli")
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {

@@ -28,8 +28,9 @@ public struct VaultCommandLine {
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(
-      name: "telemetry", options: ["--payload", "--session", "--endpoint", "--token-file", "--interval"],
-      flags: ["--json"],
+      name: "telemetry",
+      options: ["--payload", "--session", "--endpoint", "--token-file", "--interval", "--ca-file"],
+      flags: ["--json", "--allow-insecure-http"],
       takesPositionals: true),
     "scan": CommandSpec(
       name: "scan", options: ["--canary-file"], flags: ["--json", "--verify"], takesPositionals: true,

@@ -17,7 +17,7 @@ nonisolated(unsafe) var memoTelemetry: Telemetry?
 
 let usage = """
   USAGE: memo [--home DIR] send [TEXT]       (without TEXT, or with -, the memo is read from stdin)
-         memo [--home DIR] relay --endpoint URL [--telemetry-endpoint URL]
+         memo [--home DIR] relay --endpoint URL [--telemetry-endpoint URL] [--allow-insecure-http]
          memo [--home DIR] history [--json]
          memo [--home DIR] resend ID
 
@@ -25,7 +25,9 @@ let usage = """
   $VAULT_HOME, else $XDG_DATA_HOME/vault, else $HOME/.local/share/vault, as for vault.
   Memos go to the queue "memo" of its default container. memo logs telemetry events
   (command run, send-to-saved latency, errors) to the container's "telemetry" queue;
-  relay --telemetry-endpoint (or `vault telemetry flush`) delivers them. A TEXT argument is
+  relay --telemetry-endpoint (or `vault telemetry flush`) delivers them. Endpoints are https://
+  (http:// only to a loopback address, or anywhere with --allow-insecure-http, for test
+  networks: memos and events then travel unencrypted). A TEXT argument is
   visible to other local users (in /proc/PID/cmdline and shell history) while memo runs:
   prefer standard input for anything private.
   Exit codes: 0 success, 1 failure (also when standard output cannot be written), 2 could not
@@ -71,6 +73,8 @@ while position < arguments.count {
   if givenHome == "" { fail(CommandLineEnvironment.emptyHomeMessage, code: 64) }
 }
 let home = givenHome ?? CommandLineEnvironment.defaultHome(environment)
+let allowInsecureHTTP = arguments.contains("--allow-insecure-http")
+arguments.removeAll { $0 == "--allow-insecure-http" }
 if arguments.contains("-h") || arguments.contains("--help") {
   say(usage)
   exit(0)
@@ -150,9 +154,16 @@ do {
   if let index = arguments.firstIndex(of: "--telemetry-endpoint") {
     arguments.removeSubrange(index...min(index + 1, arguments.count - 1))
   }
+  let sender: any BatchSender
+  do {
+    sender =
+      try telemetryEndpoint.map { try HTTPBatchSender(endpoint: $0, allowInsecureHTTP: allowInsecureHTTP) }
+      ?? NoBatchSender()
+  } catch {
+    fail("--telemetry-endpoint: \(error)", code: 64)
+  }
   let telemetry = Telemetry(
-    container: container, tokens: EnvironmentToken(),
-    sender: HTTPBatchSender(endpoint: telemetryEndpoint ?? URL(string: "http://127.0.0.1/")!),
+    container: container, tokens: EnvironmentToken(), sender: sender,
     sessionID: "memo-\(getpid())")
   memoTelemetry = telemetry
   // Navigation-like event: which command ran (never its arguments).
@@ -197,7 +208,13 @@ do {
     guard let index = arguments.firstIndex(of: "--endpoint"), index + 1 < arguments.count,
       let endpoint = URL(string: arguments[index + 1])
     else { fail("relay needs --endpoint URL", code: 64) }
-    let transport = RecordingTransport(inner: HTTPJSONTransport(endpoint: endpoint), history: history)
+    let relayTransport: HTTPJSONTransport
+    do {
+      relayTransport = try HTTPJSONTransport(endpoint: endpoint, allowInsecureHTTP: allowInsecureHTTP)
+    } catch {
+      fail("--endpoint: \(error)", code: 64)
+    }
+    let transport = RecordingTransport(inner: relayTransport, history: history)
     let outbox = Outbox(container: container, queue: "memo", transport: transport)
     // Claiming and opening a memo holds its envelope twice (SQLite's and ours) and its text at
     // once, and the HTTP client's threads start with the first request. A failed allocation traps,

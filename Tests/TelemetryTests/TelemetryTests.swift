@@ -332,7 +332,7 @@ final class TelemetryServerTests: XCTestCase {
     defer { server.stop() }
     let telemetry = Telemetry(
       container: container, configuration: TelemetryConfiguration(batchLimit: 4096), tokens: StaticTokens(),
-      sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5))
+      sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 5))
     let logged = Collected()
     DispatchQueue.concurrentPerform(iterations: 4) { worker in
       for i in 0..<50 {
@@ -399,7 +399,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     defer { server.stop() }
     let tokens = CountingTokens()
     let telemetry = Telemetry(
-      container: container, tokens: tokens, sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      container: container, tokens: tokens, sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
       clock: clock.function)
     try telemetry.log(type: "tap")
     let report = try telemetry.flush()
@@ -413,7 +413,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     defer { server.stop() }
     control(server, #"{"retry_after": 30}"#)
     let telemetry = Telemetry(
-      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      container: container, tokens: StaticTokens(), sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
       clock: clock.function)
     try telemetry.log(type: "tap")
     XCTAssertEqual(try telemetry.flush().retried, 1)
@@ -429,7 +429,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     let server = try TelemetryServer(directory: temporary.path, mode: "hang", root: packageRoot())
     defer { server.stop() }
     let telemetry = Telemetry(
-      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 1),
+      container: container, tokens: StaticTokens(), sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 1),
       clock: clock.function)
     try telemetry.log(type: "tap")
     let started = Date()

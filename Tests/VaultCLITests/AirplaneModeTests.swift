@@ -69,6 +69,8 @@ final class AirplaneModeTests: XCTestCase {
     }
     let watch = [
       "--home", home, "telemetry", "watch", "--endpoint", server.endpoint.absoluteString, "--token-file", token,
+      // Plain HTTP between two network namespaces: a test network, on purpose.
+      "--allow-insecure-http",
     ]
     let first = try inClient(watch + ["--interval", "600"])
     Thread.sleep(forTimeInterval: 1.0)

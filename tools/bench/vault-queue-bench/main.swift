@@ -112,7 +112,7 @@ func telemetryBenchmark(endpoint: URL) throws {
 
   let container = try QueueContainer(
     path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
-  let telemetry = Telemetry(container: container, tokens: Token(), sender: HTTPBatchSender(endpoint: endpoint))
+  let telemetry = Telemetry(container: container, tokens: Token(), sender: try HTTPBatchSender(endpoint: endpoint))
   final class Latencies: @unchecked Sendable {
     let lock = NSLock()
     var values: [Double] = []

@@ -1,0 +1,52 @@
+import Foundation
+
+/// Where a transport may send records and tokens: `https://` anywhere, `http://` only to a
+/// loopback address (127.0.0.0/8, ::1, `localhost`) unless the caller opts in to plain HTTP on
+/// purpose (a test network); no other scheme, no credentials inside the URL.
+public enum EndpointPolicy {
+  /// Checks `url` before any transport is built on it.
+  /// - Throws: `EndpointError`, naming the reason and the fix.
+  public static func check(_ url: URL, allowInsecureHTTP: Bool = false) throws(EndpointError) {
+    guard let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http" else {
+      throw .unsupportedScheme
+    }
+    guard let host = url.host, !host.isEmpty else { throw .noHost }
+    guard url.user == nil, url.password == nil else { throw .credentialsInURL }
+    if scheme == "http", !allowInsecureHTTP, !isLoopback(host) { throw .insecureHTTP }
+  }
+
+  /// True for `localhost`, 127.0.0.0/8, ::1 and IPv4-mapped loopback (with or without brackets).
+  public static func isLoopback(_ host: String) -> Bool {
+    var name = host.lowercased()
+    if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
+    if name == "localhost" || name == "localhost." { return true }
+    var v4 = in_addr()
+    if inet_pton(AF_INET, name, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+    var v6 = in6_addr()
+    guard inet_pton(AF_INET6, name, &v6) == 1 else { return false }
+    let bytes = withUnsafeBytes(of: v6) { Array($0) }
+    if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
+    // ::ffff:127.x.y.z
+    return bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff && bytes[12] == 127
+  }
+}
+
+/// Why an endpoint URL was refused. The URL itself is not repeated (it may carry a secret).
+public enum EndpointError: Error, Equatable, Sendable, CustomStringConvertible {
+  case unsupportedScheme
+  case noHost
+  case credentialsInURL
+  case insecureHTTP
+
+  public var description: String {
+    switch self {
+    case .unsupportedScheme: "the endpoint must be an https:// URL (http:// only to a loopback address)"
+    case .noHost: "the endpoint URL has no host"
+    case .credentialsInURL:
+      "the endpoint URL carries a user name or password; remove it (the bearer token is sent separately)"
+    case .insecureHTTP:
+      "plain http:// would send the token and the records unencrypted to another machine; use https://, "
+        + "or opt in for a test network (--allow-insecure-http, allowInsecureHTTP: true)"
+    }
+  }
+}

@@ -1,0 +1,251 @@
+// C boundary: libcurl's easy and multi interfaces (through CCurl's typed wrappers). Nothing else in
+// the package talks to libcurl.
+import CCurl
+import Foundation
+
+/// One HTTP request: a method, the configured endpoint, headers and a body. Nothing in it is ever
+/// logged or put into an error.
+public struct HTTPRequest: Sendable {
+  public var url: URL
+  public var method: String
+  public var headers: [(name: String, value: String)]
+  public var body: [UInt8]
+
+  public init(url: URL, method: String = "POST", headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    self.url = url
+    self.method = method
+    self.headers = headers
+    self.body = body
+  }
+}
+
+/// What one HTTP exchange gave: the server's status (and its Retry-After header), or the kind of
+/// network failure (never the request or its body).
+public enum HTTPOutcome: Sendable, Equatable {
+  case status(Int, retryAfter: String?)
+  case unreachable(kind: String)
+}
+
+/// The HTTP client shared by every transport (the outbox and telemetry cannot drift apart in how
+/// they talk to servers), built on libcurl:
+///
+/// - **No redirects**: a 3xx comes back as a status; the token and the body go only to the URL given.
+/// - **One deadline** (`timeout`) for the whole exchange: resolving, connecting, TLS, sending, the
+///   answer.
+/// - **Bounded responses**: the status line and headers (libcurl's own limit), and at most
+///   `responseLimit` bytes of body, which is read only to be thrown away; nothing is decompressed
+///   (no `Accept-Encoding` is sent, and a compressed body is not inflated).
+/// - **TLS** through OpenSSL with peer and host verification on, TLS 1.2 or later; the system's
+///   certificate authorities, or only those in `certificateAuthorities` (a PEM file) when given.
+/// - **Nothing kept or written**: no cookies, no cache, no stored credentials, no files; HTTP and
+///   HTTPS only. Proxies from the standard environment variables (`https_proxy`, `no_proxy`, …)
+///   are used as libcurl uses them.
+/// - **Waiting costs nothing**: the calling thread sleeps in poll(2) until the network or
+///   `HTTPCancellation` wakes it.
+///
+/// `send` blocks the calling thread; exchanges of one client run one at a time (a client keeps its
+/// connection for the next request). Thread-safe.
+public final class HTTPClient: @unchecked Sendable {
+  /// The deadline of one whole exchange.
+  public let timeout: TimeInterval
+  /// The most response-body bytes read before the exchange is cut short (its status still counts).
+  public let responseLimit: Int
+  /// A PEM file of the only certificate authorities trusted, or nil for the system's.
+  public let certificateAuthorities: String?
+  private let lock = NSLock()
+  private let handles: CurlHandles?
+
+  public init(timeout: TimeInterval, responseLimit: Int = 64 * 1024, certificateAuthorities: String? = nil) {
+    self.timeout = timeout
+    self.responseLimit = responseLimit
+    self.certificateAuthorities = certificateAuthorities
+    handles = CurlHandles()
+  }
+
+  /// Sends `request` and waits for the answer, at most `timeout` seconds (or until
+  /// `HTTPCancellation.cancelAll()`).
+  public func send(_ request: HTTPRequest) -> HTTPOutcome {
+    if HTTPCancellation.isCancelled { return .unreachable(kind: "cancelled") }
+    guard let handles else { return .unreachable(kind: "client-unavailable") }
+    return lock.withLock { perform(request, handles) }
+  }
+
+  private func perform(_ request: HTTPRequest, _ handles: CurlHandles) -> HTTPOutcome {
+    let easy = handles.easy
+    curl_easy_reset(easy)
+    let exchange = Exchange(responseLimit: responseLimit)
+    let context = Unmanaged.passRetained(exchange)
+    defer { context.release() }
+    var headers: UnsafeMutablePointer<curl_slist>?
+    defer { curl_slist_free_all(headers) }
+    // "Expect:" switches off libcurl's wait for a 100-continue before larger bodies.
+    for line in request.headers.map({ "\($0.name): \($0.value)" }) + ["Expect:"] {
+      guard let appended = curl_slist_append(headers, line) else { return .unreachable(kind: "local-memory") }
+      headers = appended
+    }
+    let milliseconds = Int(min(max(timeout, 0.001), 86_400) * 1000)
+    var configured = true
+    func set(_ result: CURLcode) { if result != CURLE_OK { configured = false } }
+    set(vault_curl_set_string(easy, CURLOPT_URL, request.url.absoluteString))
+    set(vault_curl_set_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
+    set(vault_curl_set_long(easy, CURLOPT_FOLLOWLOCATION, 0))
+    set(vault_curl_set_long(easy, CURLOPT_NOSIGNAL, 1))
+    set(vault_curl_set_long(easy, CURLOPT_TIMEOUT_MS, milliseconds))
+    set(vault_curl_set_long(easy, CURLOPT_CONNECTTIMEOUT_MS, milliseconds))
+    set(vault_curl_set_long(easy, CURLOPT_HTTP_CONTENT_DECODING, 0))
+    set(vault_curl_set_long(easy, CURLOPT_SSL_VERIFYPEER, 1))
+    set(vault_curl_set_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
+    set(vault_curl_set_long(easy, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2))
+    if let certificateAuthorities {
+      set(vault_curl_set_string(easy, CURLOPT_CAINFO, certificateAuthorities))
+      set(vault_curl_set_pointer(easy, CURLOPT_CAPATH, nil))
+    }
+    set(vault_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+    set(vault_curl_set_pointer(easy, CURLOPT_HTTPHEADER, headers))
+    set(vault_curl_set_data_callback(easy, CURLOPT_HEADERFUNCTION, headerReceived))
+    set(vault_curl_set_pointer(easy, CURLOPT_HEADERDATA, context.toOpaque()))
+    set(vault_curl_set_data_callback(easy, CURLOPT_WRITEFUNCTION, bodyReceived))
+    set(vault_curl_set_pointer(easy, CURLOPT_WRITEDATA, context.toOpaque()))
+    guard configured else { return .unreachable(kind: "client-configuration") }
+    return request.body.withUnsafeBufferPointer { body -> HTTPOutcome in
+      // The body is sent from our buffer, which outlives the exchange (it ends inside this closure).
+      if request.method != "GET" || !body.isEmpty {
+        set(vault_curl_set_long(easy, CURLOPT_POST, 1))
+        set(vault_curl_set_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)))
+        set(vault_curl_set_pointer(easy, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: body.baseAddress)))
+        // CURLOPT_POST resets the method; the custom one is set again after it.
+        set(vault_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
+      }
+      guard configured else { return .unreachable(kind: "client-configuration") }
+      let code = handles.run()
+      var status = 0
+      if vault_curl_response_code(easy, &status) != CURLE_OK { status = 0 }
+      return Self.outcome(code: code, status: status, exchange: exchange)
+    }
+  }
+
+  /// The status when a complete one arrived (also when we cut an over-long body short on purpose),
+  /// else the failure's kind.
+  static func outcome(code: CURLcode, status: Int, exchange: Exchange) -> HTTPOutcome {
+    if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && exchange.bodyTooLong)) && (100..<600).contains(status) {
+      return .status(status, retryAfter: exchange.retryAfter)
+    }
+    switch code {
+    case CURLE_ABORTED_BY_CALLBACK: return .unreachable(kind: "cancelled")
+    case CURLE_OPERATION_TIMEDOUT: return .unreachable(kind: "timeout")
+    case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: return .unreachable(kind: "resolve")
+    case CURLE_COULDNT_CONNECT: return .unreachable(kind: "connect")
+    case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE:
+      return .unreachable(kind: "tls-verification")
+    case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_USE_SSL_FAILED:
+      return .unreachable(kind: "tls")
+    case CURLE_GOT_NOTHING: return .unreachable(kind: "empty-reply")
+    case CURLE_SEND_ERROR: return .unreachable(kind: "send")
+    case CURLE_RECV_ERROR, CURLE_PARTIAL_FILE: return .unreachable(kind: "receive")
+    case CURLE_OUT_OF_MEMORY: return .unreachable(kind: "local-memory")
+    case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT: return .unreachable(kind: "unsupported-url")
+    case CURLE_WEIRD_SERVER_REPLY: return .unreachable(kind: "malformed-response")
+    default: return .unreachable(kind: "transport-\(code.rawValue)")
+    }
+  }
+}
+
+/// What the callbacks gather during one exchange.
+final class Exchange {
+  let responseLimit: Int
+  var bodyBytes = 0
+  var bodyTooLong = false
+  var retryAfter: String?
+
+  init(responseLimit: Int) { self.responseLimit = responseLimit }
+}
+
+/// Header lines, one per call. A new status line (after a 100 Continue, say) starts over.
+private let headerReceived: vault_curl_data_callback = { data, size, count, context in
+  guard let data, let context else { return 0 }
+  let exchange = Unmanaged<Exchange>.fromOpaque(context).takeUnretainedValue()
+  let length = size * count
+  let line = UnsafeRawBufferPointer(start: data, count: length)
+  if line.starts(with: Array("HTTP/".utf8)) {
+    exchange.retryAfter = nil
+  } else if line.count <= 256, let text = String(validating: line, as: UTF8.self),
+    let colon = text.firstIndex(of: ":"),
+    text[..<colon].trimmingCharacters(in: .whitespaces).lowercased() == "retry-after"
+  {
+    exchange.retryAfter = text[text.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+  }
+  return length
+}
+
+/// Body bytes are counted and dropped; past the limit the exchange ends (returning less than was
+/// given makes libcurl stop with CURLE_WRITE_ERROR).
+private let bodyReceived: vault_curl_data_callback = { _, size, count, context in
+  guard let context else { return 0 }
+  let exchange = Unmanaged<Exchange>.fromOpaque(context).takeUnretainedValue()
+  let length = size * count
+  exchange.bodyBytes += length
+  if exchange.bodyBytes > exchange.responseLimit {
+    exchange.bodyTooLong = true
+    return 0
+  }
+  return length
+}
+
+/// One easy handle (it keeps the connection between requests) driven through a multi handle, so
+/// the wait is curl_multi_poll: asleep until a socket is ready, the deadline passes, or
+/// `HTTPCancellation` wakes it with curl_multi_wakeup.
+final class CurlHandles {
+  let easy: UnsafeMutableRawPointer
+  let multi: UnsafeMutableRawPointer
+
+  init?() {
+    guard CurlLibrary.ready, let easy = curl_easy_init() else { return nil }
+    guard let multi = curl_multi_init() else {
+      curl_easy_cleanup(easy)
+      return nil
+    }
+    self.easy = easy
+    self.multi = multi
+  }
+
+  /// Runs the configured exchange to its end and returns libcurl's result for it.
+  func run() -> CURLcode {
+    guard curl_multi_add_handle(multi, easy) == CURLM_OK else { return CURLE_FAILED_INIT }
+    // curl_multi_wakeup may be called from any thread; the registry calls it only until unregister.
+    let waker = HTTPCancellation.register { [handle = MultiHandle(pointer: multi)] in
+      _ = curl_multi_wakeup(handle.pointer)
+    }
+    defer {
+      HTTPCancellation.unregister(waker)
+      curl_multi_remove_handle(multi, easy)
+    }
+    var running: Int32 = 1
+    while running > 0 {
+      if HTTPCancellation.isCancelled { return CURLE_ABORTED_BY_CALLBACK }
+      guard curl_multi_perform(multi, &running) == CURLM_OK else { return CURLE_FAILED_INIT }
+      if running == 0 { break }
+      // libcurl never sleeps past its own next timeout (the exchange's deadline among them).
+      guard curl_multi_poll(multi, nil, 0, 1000, nil) == CURLM_OK else { return CURLE_FAILED_INIT }
+    }
+    var remaining: Int32 = 0
+    while let message = curl_multi_info_read(multi, &remaining) {
+      if message.pointee.msg == CURLMSG_DONE { return message.pointee.data.result }
+    }
+    return CURLE_FAILED_INIT
+  }
+
+  deinit {
+    curl_multi_cleanup(multi)
+    curl_easy_cleanup(easy)
+  }
+}
+
+/// A multi handle as the cancellation registry holds it (curl_multi_wakeup is thread-safe).
+private struct MultiHandle: @unchecked Sendable {
+  let pointer: UnsafeMutableRawPointer
+}
+
+/// curl_global_init, once per process, before the first handle.
+enum CurlLibrary {
+  static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+}

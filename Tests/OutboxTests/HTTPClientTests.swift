@@ -1,0 +1,160 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import Outbox
+
+/// The HTTP client against hostile servers on loopback: each misbehaviour that FoundationNetworking's
+/// URLSession let through (followed redirects, unbounded and inflated bodies, no overall deadline,
+/// a busy wait) has a test here, over plain HTTP and over TLS with a throwaway authority.
+final class HTTPClientTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var servers: [HostileServer] = []
+
+  override func setUp() { temporary = TemporaryDirectory() }
+
+  override func tearDown() {
+    for server in servers { server.stop() }
+    servers = []
+    temporary = nil
+  }
+
+  private func server(
+    _ mode: String, redirectTo: String? = nil, certificate: (cert: String, key: String)? = nil
+  ) throws -> HostileServer {
+    let server = try HostileServer(
+      directory: temporary.path, mode: mode, redirectTo: redirectTo, certificate: certificate, root: packageRoot())
+    servers.append(server)
+    return server
+  }
+
+  private func post(_ url: URL, token: String? = "secret-token") -> HTTPRequest {
+    HTTPRequest(url: url, headers: token.map { [("Authorization", "Bearer \($0)")] } ?? [], body: Array("{}".utf8))
+  }
+
+  func testRedirectsComeBackAsTheirStatusAndNothingReachesTheTarget() throws {
+    // The target is another origin (another port): what a hostile redirect would point at.
+    let target = try server("ok")
+    let client = HTTPClient(timeout: 5)
+    for code in [301, 302, 303, 307, 308] {
+      let redirector = try server("redirect-\(code)", redirectTo: target.url("/landing").absoluteString)
+      XCTAssertEqual(client.send(post(redirector.url())), .status(code, retryAfter: nil))
+      XCTAssertEqual(redirector.requests.map(\.authorization), [true], "the token went to the configured endpoint")
+    }
+    XCTAssertTrue(target.requests.isEmpty, "no request (and no token) ever reached the redirect's target")
+  }
+
+  func testAnEndlessBodyIsCutShortAndItsStatusStillCounts() throws {
+    let endless = try server("endless")
+    let before = residentBytes()
+    let started = Date()
+    XCTAssertEqual(HTTPClient(timeout: 20).send(post(endless.url())), .status(200, retryAfter: nil))
+    XCTAssertLessThan(Date().timeIntervalSince(started), 15, "the body is not read to its (missing) end")
+    XCTAssertLessThan(residentBytes() - before, 32 << 20, "the body is not buffered")
+  }
+
+  func testACompressedBodyIsNeverInflated() throws {
+    let bomb = try server("gzip-bomb")
+    let before = residentBytes()
+    XCTAssertEqual(HTTPClient(timeout: 20).send(post(bomb.url())), .status(200, retryAfter: nil))
+    XCTAssertLessThan(residentBytes() - before, 32 << 20, "256 KiB of gzip must not become 256 MiB in memory")
+  }
+
+  func testOneDeadlineCoversTheWholeExchangeEvenWhenBytesKeepComing() throws {
+    // A byte every 0.2 s keeps any per-read timeout from firing; the exchange's deadline still does.
+    let trickle = try server("trickle")
+    let started = Date()
+    XCTAssertEqual(HTTPClient(timeout: 1.5).send(post(trickle.url())), .unreachable(kind: "timeout"))
+    XCTAssertLessThan(Date().timeIntervalSince(started), 10)
+    XCTAssertEqual(HTTPClient(timeout: 1).send(post(try server("hang").url())), .unreachable(kind: "timeout"))
+  }
+
+  func testHugeHeadersAreAFailureNotAnAnswer() throws {
+    let huge = try server("huge-headers")
+    guard case .unreachable = HTTPClient(timeout: 20).send(post(huge.url())) else {
+      return XCTFail("5 MB of headers must not be accepted as an answer")
+    }
+  }
+
+  func testWaitingForAnAnswerSleepsInsteadOfPolling() throws {
+    // URLSession on Linux polled ~2,000 times a second while waiting (70 % of a core). The wait
+    // is on this thread, so its CPU time is the client's.
+    let hang = try server("hang")
+    let before = threadCPUSeconds()
+    XCTAssertEqual(HTTPClient(timeout: 3).send(post(hang.url())), .unreachable(kind: "timeout"))
+    let used = threadCPUSeconds() - before
+    XCTAssertLessThan(used, 0.3, "waiting 3 s for a hung server used \(used) s of CPU")
+  }
+
+  func testHTTPSWithTheTrustedAuthorityAndNothingElse() throws {
+    let certificates = try TestCertificates(directory: temporary.path)
+    let good = try server("ok", certificate: certificates.server)
+    let trusted = HTTPClient(timeout: 10, certificateAuthorities: certificates.authority)
+    XCTAssertEqual(trusted.send(post(good.url())), .status(200, retryAfter: nil))
+    XCTAssertEqual(trusted.send(post(good.url(host: "localhost"))), .status(200, retryAfter: nil))
+    // The system's authorities do not know the throwaway one.
+    XCTAssertEqual(HTTPClient(timeout: 10).send(post(good.url())), .unreachable(kind: "tls-verification"))
+    // A certificate from the trusted authority for another name.
+    let elsewhere = try server("ok", certificate: certificates.elsewhere)
+    XCTAssertEqual(trusted.send(post(elsewhere.url())), .unreachable(kind: "tls-verification"))
+    XCTAssertEqual(good.requests.count, 2, "refused handshakes send no request")
+    XCTAssertTrue(elsewhere.requests.isEmpty)
+  }
+
+  func testCancellationEndsAWaitAtOnceAndNewExchangesDoNotStart() throws {
+    let hang = try server("hang")
+    defer { HTTPCancellation.reset() }
+    let client = HTTPClient(timeout: 60)
+    DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { HTTPCancellation.cancelAll() }
+    let started = Date()
+    XCTAssertEqual(client.send(post(hang.url())), .unreachable(kind: "cancelled"))
+    XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+    XCTAssertEqual(client.send(post(hang.url())), .unreachable(kind: "cancelled"))
+    XCTAssertEqual(hang.requests.count, 1, "after cancellation nothing is sent")
+  }
+
+  func testFailuresAreNamedByKind() throws {
+    let client = HTTPClient(timeout: 5)
+    XCTAssertEqual(client.send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connect"))
+    XCTAssertEqual(client.send(post(URL(string: "http://nonexistent.invalid/x")!)), .unreachable(kind: "resolve"))
+    XCTAssertEqual(client.send(post(URL(string: "ftp://127.0.0.1/x")!)), .unreachable(kind: "unsupported-url"))
+  }
+
+  func testEndpointPolicyAllowsHTTPOnlyToLoopbackUnlessAskedTo() {
+    func check(_ text: String, insecure: Bool = false) -> EndpointError? {
+      do {
+        try EndpointPolicy.check(URL(string: text)!, allowInsecureHTTP: insecure)
+        return nil
+      } catch { return error }
+    }
+    for allowed in [
+      "https://collector.example/v1", "http://127.0.0.1:8080/x", "http://127.1.2.3/x", "http://localhost/x",
+      "http://[::1]:9/x", "http://[::ffff:127.0.0.1]/x", "HTTPS://Collector.Example/",
+    ] {
+      XCTAssertNil(check(allowed), allowed)
+    }
+    XCTAssertEqual(check("http://10.0.0.1/x"), .insecureHTTP)
+    XCTAssertEqual(check("http://collector.example/x"), .insecureHTTP)
+    XCTAssertEqual(check("http://127.0.0.1.evil.example/x"), .insecureHTTP)
+    XCTAssertEqual(check("http://[::2]/x"), .insecureHTTP)
+    XCTAssertNil(check("http://10.0.0.1/x", insecure: true))
+    XCTAssertEqual(check("ftp://collector.example/x"), .unsupportedScheme)
+    XCTAssertEqual(check("file:///etc/passwd"), .unsupportedScheme)
+    XCTAssertEqual(check("https://user:pw@collector.example/x"), .credentialsInURL)
+    XCTAssertEqual(check("https:///x"), .noHost)
+    XCTAssertFalse(EndpointError.credentialsInURL.description.contains("pw"))
+    XCTAssertThrowsError(try HTTPJSONTransport(endpoint: URL(string: "http://10.0.0.1/relay")!))
+  }
+
+  private func residentBytes() -> Int {
+    let fields = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
+    return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+  }
+
+  private func threadCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(1), &usage)  // RUSAGE_THREAD (Linux), not imported by Glibc
+    let user = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+    return user + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+  }
+}
