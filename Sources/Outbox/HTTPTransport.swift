@@ -23,40 +23,72 @@ public final class HTTPJSONTransport: Transport {
   }
 
   public func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
-    // Encoding holds the text (or its base64) and the JSON body while it grows; a failed
-    // allocation traps. A body the address space (`ulimit -v`) cannot hold is not attempted: the
-    // record waits, as for an unreachable server, which never counts toward parking.
+    // Encoding holds the base64 form (for binary payloads) and the JSON body; a failed allocation
+    // traps. A body the address space (`ulimit -v`) cannot hold is not attempted: the record
+    // waits, as for an unreachable server, which never counts toward parking.
     guard MemoryHeadroom.available(Self.encodingBytes(payload)) else { return .unreachable(kind: "local-memory") }
-    let text = String(validating: payload, as: UTF8.self)
-    let body: [String: String] = [
-      "id": id.uuidString.lowercased(), "body": text ?? Data(payload).base64EncodedString(),
-      "encoding": text == nil ? "base64" : "utf8",
-    ]
-    guard let data = try? JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]) else {
-      return .reject(kind: "encode")
-    }
     let request = HTTPRequest(
       url: endpoint,
       headers: [("Content-Type", "application/json"), ("Idempotency-Key", id.uuidString.lowercased())],
-      body: Array(data))
+      body: Self.body(id: id, payload: payload))
     switch client.send(request) {
     case .status(let status, let retryAfter): return HTTPStatusPolicy.result(status: status, retryAfter: retryAfter)
     case .unreachable(let kind): return .unreachable(kind: kind)
     }
   }
 
-  /// An upper bound on what `deliver` allocates for `payload`: the larger of its text and base64
-  /// forms, three times the largest JSON body it can become (JSONSerialization grows its output by
-  /// doubling, so the old and the new buffer coexist) plus its copy handed to the client, and
-  /// 16 MiB for the HTTP client (libcurl, OpenSSL's TLS state, a resolver thread).
-  /// A JSON string escapes a quote, backslash or slash in 2 bytes and a control character in up to 6.
-  static func encodingBytes(_ payload: [UInt8]) -> Int {
-    var escaped = 0
-    for byte in payload where byte < 0x20 || byte == 0x22 || byte == 0x5c || byte == 0x2f {
-      escaped += byte < 0x20 ? 5 : 1
+  /// `{"body":…,"encoding":"utf8"|"base64","id":"…"}`, written straight into one buffer of the
+  /// right size (JSONSerialization grew its output by doubling and its result was copied again).
+  static func body(id: UUID, payload: [UInt8]) -> [UInt8] {
+    let text = isText(payload)
+    let content = text ? payload : Array(Data(payload).base64EncodedData())
+    var json: [UInt8] = []
+    json.reserveCapacity(escapedCount(content) + 96)
+    json += Array(#"{"body":""#.utf8)
+    appendEscaped(content, to: &json)
+    json += Array(#"","encoding":""#.utf8) + Array((text ? "utf8" : "base64").utf8)
+    json += Array(#"","id":""#.utf8) + Array(id.uuidString.lowercased().utf8) + Array(#""}"#.utf8)
+    return json
+  }
+
+  /// A JSON string's content: `"` and `\` escaped, control characters as `\u00XX`, the rest
+  /// (valid UTF-8) as it is.
+  static func appendEscaped(_ bytes: [UInt8], to json: inout [UInt8]) {
+    let hex = Array("0123456789abcdef".utf8)
+    for byte in bytes {
+      switch byte {
+      case 0x22, 0x5c: json += [0x5c, byte]
+      case 0..<0x20: json += [0x5c, 0x75, 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+      default: json.append(byte)
+      }
     }
-    let base64 = (payload.count + 2) / 3 * 4
-    let json = max(payload.count + escaped, base64 + payload.count / 76 * 2) + 256
-    return max(payload.count, base64) + 4 * json + (16 << 20)
+  }
+
+  static func escapedCount(_ bytes: [UInt8]) -> Int {
+    var count = bytes.count
+    for byte in bytes where byte < 0x20 || byte == 0x22 || byte == 0x5c { count += byte < 0x20 ? 5 : 1 }
+    return count
+  }
+
+  /// True when `bytes` are valid UTF-8 (checked without building a String).
+  static func isText(_ bytes: [UInt8]) -> Bool {
+    var decoder = UTF8()
+    var iterator = bytes.makeIterator()
+    while true {
+      switch decoder.decode(&iterator) {
+      case .scalarValue: continue
+      case .emptyInput: return true
+      case .error: return false
+      }
+    }
+  }
+
+  /// An upper bound on what `deliver` allocates for `payload`, beyond the payload itself: the
+  /// JSON body of a text payload (sized exactly, once); for a binary one, Foundation's copy, its
+  /// base64 form twice (Data, then bytes) and the body; and 16 MiB for the HTTP client (libcurl,
+  /// OpenSSL's TLS state, a resolver thread).
+  static func encodingBytes(_ payload: [UInt8]) -> Int {
+    let body = isText(payload) ? escapedCount(payload) : payload.count + 3 * ((payload.count + 2) / 3 * 4)
+    return body + 96 + (16 << 20)
   }
 }

@@ -141,6 +141,7 @@ public struct VaultCommandLine {
     case let failure as QueueError:
       switch failure {
       case .storage, .diskFull: return (failure.description + ProcessResources.fileSizeNote, .failure)
+      case .outOfMemory: return (failure.description, .couldNotRun)
       default: return (failure.description, .failure)
       }
     case let failure as CustomStringConvertible where Self.reportable.contains { $0 == type(of: error) }:

@@ -619,6 +619,7 @@ public final class QueueContainer: @unchecked Sendable {
       default: break
       }
       if error.isFull { throw QueueError.diskFull(path: path) }
+      if error.isOutOfMemory { throw QueueError.outOfMemory(path: path) }
       if error.isReadOnly { throw QueueError.readOnly(path: path) }
       if error.isCannotOpen {
         // SQLite's errno is often that of its last fallback (a missing -shm); ask the file system.

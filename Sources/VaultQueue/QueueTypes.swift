@@ -181,6 +181,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case notAFile(path: String)
   /// A write would pass the process's file-size limit (ulimit -f).
   case fileTooLarge(path: String)
+  /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
+  case outOfMemory(path: String)
 
   public var description: String {
     switch self {
@@ -194,6 +196,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .capExceeded(let cap):
       "the container is at its \(cap)-byte cap and every older record is in flight; nothing was stored: retry after delivery"
     case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
+    case .outOfMemory(let path):
+      "SQLite ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "
+        + "was not made and the queue is as it was: raise the limit and retry"
     case .diskFull(let path):
       "the disk holding \(path) is full; the change was not made and the queue is as it was: free space and retry"
     case .readOnly(let path):

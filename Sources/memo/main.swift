@@ -277,6 +277,7 @@ do {
     case QueueError.storage, QueueError.diskFull: ProcessResources.fileSizeNote
     default: ""
     }
+  if case QueueError.outOfMemory = error { fail(String(describing: error), code: 2, kind: "resources") }
   fail(String(describing: error) + note, kind: String(describing: type(of: error)))
 }
 

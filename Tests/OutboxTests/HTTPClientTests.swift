@@ -146,6 +146,27 @@ final class HTTPClientTests: XCTestCase {
     XCTAssertThrowsError(try HTTPJSONTransport(endpoint: URL(string: "http://10.0.0.1/relay")!))
   }
 
+  func testTheRelayBodyIsJSONThatRoundTripsTextAndBinary() throws {
+    let id = UUID()
+    let samples: [[UInt8]] = [
+      Array("plain".utf8), Array("quote \" backslash \\ slash / tab \t nul \u{0} bell \u{7} é 漢 🙂".utf8),
+      [0xff, 0x00, 0x80], [], Array(repeating: 0x1f, count: 300),
+    ]
+    for payload in samples {
+      let body = HTTPJSONTransport.body(id: id, payload: payload)
+      let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(body)) as? [String: String])
+      XCTAssertEqual(object["id"], id.uuidString.lowercased())
+      let decoded: [UInt8]? =
+        switch object["encoding"] {
+        case "utf8": object["body"].map { Array($0.utf8) }
+        case "base64": object["body"].flatMap { Data(base64Encoded: $0) }.map { Array($0) }
+        default: nil
+        }
+      XCTAssertEqual(decoded, payload)
+      XCTAssertLessThanOrEqual(body.count, HTTPJSONTransport.encodingBytes(payload) - (16 << 20))
+    }
+  }
+
   private func residentBytes() -> Int {
     let fields = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
     return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * Int(sysconf(Int32(_SC_PAGESIZE)))

@@ -21,6 +21,7 @@ public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
   public var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
   public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
   public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
+  public var isOutOfMemory: Bool { primaryCode == SQLITE_NOMEM }
 }
 
 /// One connection to one database file; closed on deinit. Not thread-safe: its owner serialises.
