@@ -321,9 +321,14 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// Claims due records of `queue`, oldest first, for delivery: at most `maxCount` records and
   /// about `maxBytes` of envelope (at least one record when any is due). Each claimed record is
-  /// leased for `lease` seconds; if it is neither acked nor failed by then (a crash), it is due
-  /// again. Records that do not open are moved to review (counted as `undecryptable`), and the
+  /// leased for `lease` seconds (at most `configuration.maximumLease`); if it is neither acked nor
+  /// failed by then (a crash), it is due again. A deliverer that works longer keeps its lease with
+  /// a `Claim`. Records that do not open are moved to review (counted as `undecryptable`), and the
   /// rest keep flowing.
+  ///
+  /// Clock steps strand nothing: a pending record due further ahead than `maximumDelay`, or a
+  /// lease ending further ahead than `maximumLease`, was written by a clock that has since been set
+  /// back, and is claimable now.
   ///
   /// With `dueBy`, only records due by then are claimed (a delivery pass uses its start time, so
   /// records it rescheduled with a near-zero jitter are not claimed again in the same pass). When
@@ -333,20 +338,25 @@ public final class QueueContainer: @unchecked Sendable {
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
     try withStorage { storage in
+      let leasedAt = DispatchTime.now().uptimeNanoseconds
       let now = milliseconds(clock())
       // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
       let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
+      let leaseUntil = now + Self.span(min(max(lease, 0), configuration.maximumLease))
       try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
-        try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due)]) { row in
+        try storage.due.query([
+          .text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due),
+          .integer(now + Self.span(configuration.maximumDelay)),
+          .integer(now + Self.span(configuration.maximumLease)),
+        ]) { row in
           let size = Int(row.int(3))
           guard claimed.isEmpty || bytes + size <= maxBytes else { return }
           bytes += size
           claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
         }
-        let leaseUntil = now + Int64(lease * 1000)
         for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
       }
       var opened: [ClaimedRecord] = []
@@ -357,7 +367,8 @@ public final class QueueContainer: @unchecked Sendable {
           opened.append(
             ClaimedRecord(
               id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
-              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000)))
+              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000), leaseToken: leaseUntil,
+              leasedAt: leasedAt))
         } catch is EnvelopeError {
           // The envelope itself is bad (tampered, moved, another keyring, retired key).
           undecryptable.append((record.id, record.version))
@@ -493,15 +504,63 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Returns parked or review records to pending with a fresh attempt count. Returns how many moved.
+  /// Returns parked or review records to pending with a fresh attempt count, and records stranded
+  /// by a clock step too (a lease that ended, or ends further ahead than `maximumLease`; a due time
+  /// further ahead than `maximumDelay`). A record leased by a live deliverer is left alone. Returns
+  /// how many moved.
   @discardableResult
   public func resend(_ ids: [UUID]) throws -> Int {
     try withStorage { storage in
-      try storage.transaction {
-        try ids.reduce(0) { $0 + (try storage.resend.run([.text($1.uuidString.lowercased())])) }
+      let now = milliseconds(clock())
+      let leaseLimit = now + Self.span(configuration.maximumLease)
+      let dueLimit = now + Self.span(configuration.maximumDelay)
+      return try storage.transaction {
+        try ids.reduce(0) {
+          $0
+            + (try storage.resend.run([
+              .text($1.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
+            ]))
+        }
       }
     }
   }
+
+  /// Extends the leases `held` (record id → lease token) to `lease` seconds from now, each only if
+  /// that claim still holds it. Returns the new tokens of the records still held; a record acked,
+  /// failed, released or claimed by another deliverer since is left out.
+  func renew(_ held: [UUID: Int64], lease: TimeInterval) throws -> [UUID: Int64] {
+    guard !held.isEmpty else { return [:] }
+    return try withStorage { storage in
+      var leaseUntil = milliseconds(clock()) + Self.span(min(max(lease, 0), configuration.maximumLease))
+      // The new token must differ from the old ones, or a renewal could not be told from them.
+      while held.values.contains(leaseUntil) { leaseUntil += 1 }
+      return try storage.transaction {
+        var renewed: [UUID: Int64] = [:]
+        for (id, token) in held
+        where try storage.renew.run([.integer(leaseUntil), .text(id.uuidString.lowercased()), .integer(token)]) == 1 {
+          renewed[id] = leaseUntil
+        }
+        return renewed
+      }
+    }
+  }
+
+  /// Gives back the records `held` (record id → lease token) that this claim still holds: pending,
+  /// the claim's attempt not counted. Returns how many went back.
+  @discardableResult
+  func release(held: [UUID: Int64]) throws -> Int {
+    guard !held.isEmpty else { return 0 }
+    return try withStorage { storage in
+      try storage.transaction {
+        try held.reduce(0) {
+          $0 + (try storage.releaseHeld.run([.text($1.key.uuidString.lowercased()), .integer($1.value)]))
+        }
+      }
+    }
+  }
+
+  /// A length of time in the milliseconds the columns hold.
+  static func span(_ interval: TimeInterval) -> Int64 { Int64((interval * 1000).rounded()) }
 
   /// Makes every pending record of `queue` due now (connectivity came back: the backoff restarts).
   /// Attempt counts are kept, so the attempt ceiling still parks what keeps failing.

@@ -70,16 +70,20 @@ public struct QueueConfiguration: Sendable {
   public var maximumAge: TimeInterval?
   /// Delivery attempts before a record is parked.
   public var attemptCeiling: Int
+  /// The delay before a retry; `backoff.cap` is the longest backoff.
   public var backoff: BackoffPolicy
   /// The longest `Retry-After` honoured.
   public var maximumRetryAfter: TimeInterval
+  /// The longest lease `claim` grants (longer requests are shortened to it). Deliverers renew
+  /// their leases while they work, so this bounds only how long a dead deliverer's records wait.
+  public var maximumLease: TimeInterval
   /// Records re-sealed per transaction during rotation.
   public var resealBatch: Int
 
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
     backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
-    capVictims: CapVictims = .anyQueue
+    capVictims: CapVictims = .anyQueue, maximumLease: TimeInterval = 300
   ) {
     self.byteCap = byteCap
     self.capVictims = capVictims
@@ -88,7 +92,13 @@ public struct QueueConfiguration: Sendable {
     self.backoff = backoff
     self.maximumRetryAfter = maximumRetryAfter
     self.resealBatch = resealBatch
+    self.maximumLease = maximumLease
   }
+
+  /// The furthest ahead `fail` can schedule a retry: the longer of the backoff cap and the
+  /// Retry-After cap. A due time further ahead than this was written by a clock that has since
+  /// been set back, and counts as due.
+  public var maximumDelay: TimeInterval { max(backoff.cap, maximumRetryAfter) }
 }
 
 /// A record handed to a deliverer by `claim`, opened.
@@ -99,6 +109,11 @@ public struct ClaimedRecord: Sendable, Equatable {
   /// Attempts including this one.
   public let attempts: Int
   public let createdAt: Date
+  /// The claim's lease end in milliseconds, as stored: it identifies this claim, so a renewal or
+  /// release never touches a record another deliverer has claimed since.
+  let leaseToken: Int64
+  /// When the lease was taken, on this process's monotonic clock (nanoseconds).
+  let leasedAt: UInt64
 }
 
 /// What `enqueue` did with a record.

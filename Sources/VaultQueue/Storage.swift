@@ -155,6 +155,8 @@ final class Storage {
   var setState: Statement!
   var reschedule: Statement!
   var resend: Statement!
+  var renew: Statement!
+  var releaseHeld: Statement!
   var expired: Statement!
   var deleteExpired: Statement!
   var countByState: Statement!
@@ -206,7 +208,9 @@ final class Storage {
     due = try connection.prepare(
       """
       SELECT id, envelope, attempts, size, created_at, key_version FROM records
-      WHERE queue = ?1 AND ((state = 'pending' AND next_attempt_at <= ?4) OR (state = 'in_flight' AND lease_until <= ?2))
+      WHERE queue = ?1 AND (
+        (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
+        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
       ORDER BY seq LIMIT ?3
       """)
     markInFlight = try connection.prepare(
@@ -219,8 +223,19 @@ final class Storage {
       """)
     resend = try connection.prepare(
       """
-      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL
-      WHERE id = ? AND state IN ('parked', 'review')
+      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
+        lease_until = 0
+      WHERE id = ?1 AND (state IN ('parked', 'review')
+        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
+        OR (state = 'pending' AND next_attempt_at > ?4))
+      """)
+    // Only the claim that set `lease_until` (?3) may extend or give back its lease.
+    renew = try connection.prepare(
+      "UPDATE records SET lease_until = ?1 WHERE id = ?2 AND state = 'in_flight' AND lease_until = ?3")
+    releaseHeld = try connection.prepare(
+      """
+      UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
+      WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
       """)
     expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")
     deleteExpired = try connection.prepare("DELETE FROM records WHERE created_at < ? AND state != 'in_flight'")
