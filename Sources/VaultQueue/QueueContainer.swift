@@ -19,6 +19,7 @@ public final class QueueContainer: @unchecked Sendable {
   public let configuration: QueueConfiguration
   let vault: Vault
   let clock: @Sendable () -> Date
+  let monotonic: @Sendable () -> MonotonicReading
   let random: @Sendable () -> Double
   private let lock = NSLock()
   private let storage: Storage
@@ -40,6 +41,8 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// Opens the container at `path` for `vault`.
   ///
+  /// `clock` is the wall clock (times shown, due times, leases); `monotonic` measures records' age
+  /// (see `QueueConfiguration.maximumAge`). Tests replace both.
   /// The file is looked at read-only first, so a file that is not a vault container is refused
   /// without being changed.
   /// - Throws: `QueueError.registeredContainerMissing` / `.registeredContainerReplaced` when a
@@ -49,13 +52,15 @@ public final class QueueContainer: @unchecked Sendable {
   public init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
     mode: OpenMode = .createIfNeeded, clock: @escaping @Sendable () -> Date = Date.init,
-    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
+    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+    monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
     let path = absolutePath(path)
     self.path = path
     self.vault = vault
     self.configuration = configuration
     self.clock = clock
+    self.monotonic = monotonic
     self.random = random
     let keyring = vault.keyringID.hex
     let registered = try vault.registeredContainer(at: path)
@@ -93,6 +98,14 @@ public final class QueueContainer: @unchecked Sendable {
           var stored: String?
           try storage.readCapVictims.query { stored = $0.text(0) }
           if stored != text { try storage.transaction { _ = try storage.writeCapVictims.run([.text(text)]) } }
+        }
+      }
+      // The age clock starts before the first record is stamped with it.
+      try Self.translating(path) {
+        var started = false
+        try storage.readAgeClock.query { if $0.text(0) == "age_clock" { started = true } }
+        if !started {
+          try storage.transaction { _ = try observeAge(storage, wall: milliseconds(clock()), reading: monotonic()) }
         }
       }
     }
@@ -255,6 +268,7 @@ public final class QueueContainer: @unchecked Sendable {
           throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
         }
         let now = milliseconds(clock())
+        let born = try ageNow(storage, wall: now, reading: monotonic())
         // Rows inserted by this transaction are never the cap's victims.
         let lastExisting = try storage.maxSeq.scalar() ?? 0
         var outcomes: [EnqueueOutcome] = []
@@ -266,7 +280,7 @@ public final class QueueContainer: @unchecked Sendable {
           let inserted = try envelope.withUnsafeBytes { bytes in
             try storage.insert.run([
               .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
-              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
+              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
             ])
           }
           guard inserted == 1 else {
@@ -569,12 +583,14 @@ public final class QueueContainer: @unchecked Sendable {
     try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
   }
 
-  /// Deletes pending and parked records older than the maximum age, counting them.
+  /// Deletes pending and parked records older than the maximum age, counting them. Age is read on
+  /// the container's age clock (advanced here), never straight from the wall clock.
   private func expire(_ storage: Storage, now: Int64) throws {
+    let ageClock = try observeAge(storage, wall: now, reading: monotonic())
     guard let age = configuration.maximumAge else { return }
     var freed = 0
     var count = 0
-    let cutoff = now - Int64(age * 1000)
+    let cutoff = ageClock - Self.span(age)
     try storage.expired.query([.integer(cutoff)]) { row in
       freed += Int(row.int(1))
       count += 1
@@ -583,6 +599,40 @@ public final class QueueContainer: @unchecked Sendable {
     try storage.deleteExpired.run([.integer(cutoff)])
     try storage.addBytes(-freed)
     try storage.countDrop(.age, count)
+  }
+
+  // MARK: - Age
+
+  /// The container's age clock now, in milliseconds: the value it had at its last observation plus
+  /// the time that really passed since, by the monotonic clock when the reading is of the same
+  /// boot, else by the wall clock's advance (never negative). Before its first observation, the
+  /// wall clock.
+  private func ageNow(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    var values: [String: String] = [:]
+    try storage.readAgeClock.query { values[$0.text(0) ?? ""] = $0.text(1) }
+    guard let last = values["age_clock"].flatMap({ Int64($0) }),
+      let lastWall = values["age_wall"].flatMap({ Int64($0) })
+    else { return wall }
+    if !reading.boot.isEmpty, values["age_boot"] == reading.boot,
+      let lastMonotonic = values["age_monotonic"].flatMap({ Int64($0) })
+    {
+      return last + max(0, reading.milliseconds - lastMonotonic)
+    }
+    return last + max(0, wall - lastWall)
+  }
+
+  /// Advances the age clock to now and records the readings it was advanced from. Inside a
+  /// transaction.
+  @discardableResult
+  private func observeAge(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    let now = try ageNow(storage, wall: wall, reading: reading)
+    for (key, value) in [
+      ("age_clock", String(now)), ("age_wall", String(wall)), ("age_boot", reading.boot),
+      ("age_monotonic", String(reading.milliseconds)),
+    ] {
+      try storage.writeMetaText.run([.text(key), .text(value)])
+    }
+    return now
   }
 
   // MARK: - Inspection

@@ -66,7 +66,11 @@ public struct QueueConfiguration: Sendable {
   public var byteCap: Int
   /// Which records the cap may drop (default: the oldest of any queue).
   public var capVictims: CapVictims
-  /// Records older than this are dropped (nil: no limit).
+  /// Records older than this are dropped (nil: no limit). Age is time that really passed since
+  /// the enqueue, measured by the container's age clock: within a boot it advances with the
+  /// monotonic clock only, so a wall clock that steps (fast for one pass, or slow and then set
+  /// right by NTP) drops nothing; across a reboot it advances by the wall clock's advance (never
+  /// backwards).
   public var maximumAge: TimeInterval?
   /// Delivery attempts before a record is parked.
   public var attemptCeiling: Int
@@ -99,6 +103,31 @@ public struct QueueConfiguration: Sendable {
   /// Retry-After cap. A due time further ahead than this was written by a clock that has since
   /// been set back, and counts as due.
   public var maximumDelay: TimeInterval { max(backoff.cap, maximumRetryAfter) }
+}
+
+/// A reading of a clock that counts only time that really passes (never a wall-clock step), with
+/// the boot it belongs to: the clock restarts at each boot, so readings of different boots cannot
+/// be compared. The queue measures records' age with it (see `QueueConfiguration.maximumAge`).
+public struct MonotonicReading: Sendable, Equatable {
+  /// The kernel's boot id (empty when unknown: then only the wall clock can measure).
+  public var boot: String
+  public var milliseconds: Int64
+
+  public init(boot: String, milliseconds: Int64) {
+    self.boot = boot
+    self.milliseconds = milliseconds
+  }
+
+  private static let bootID =
+    (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?
+    .trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+
+  /// CLOCK_BOOTTIME (which keeps counting while the machine is suspended) and this boot's id.
+  public static func system() -> MonotonicReading {
+    var time = timespec()
+    clock_gettime(CLOCK_BOOTTIME, &time)
+    return MonotonicReading(boot: bootID, milliseconds: Int64(time.tv_sec) * 1000 + Int64(time.tv_nsec) / 1_000_000)
+  }
 }
 
 /// A record handed to a deliverer by `claim`, opened.

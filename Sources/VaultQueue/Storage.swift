@@ -38,6 +38,12 @@ final class Storage {
     """
     DROP INDEX records_due;
     """,
+    // The container's age clock when the record was enqueued (NULL: enqueued before; its
+    // created_at stands in). maximumAge compares it with the age clock, which counts time that
+    // really passed, so a wall-clock step cannot make a record look old.
+    """
+    ALTER TABLE records ADD COLUMN born INTEGER;
+    """,
   ]
 
   /// How a container file is opened.
@@ -155,6 +161,8 @@ final class Storage {
   var setState: Statement!
   var reschedule: Statement!
   var resend: Statement!
+  var readAgeClock: Statement!
+  var writeMetaText: Statement!
   var renew: Statement!
   var releaseHeld: Statement!
   var expired: Statement!
@@ -178,7 +186,7 @@ final class Storage {
   private func prepareStatements() throws {
     insert = try connection.prepare(
       """
-      INSERT INTO records (id, queue, created_at, size, key_version, envelope) VALUES (?, ?, ?, ?, ?, ?)
+      INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT (id) DO NOTHING
       """)
     dataVersion = try connection.prepare("PRAGMA data_version")
@@ -237,8 +245,14 @@ final class Storage {
       UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
       WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
       """)
-    expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")
-    deleteExpired = try connection.prepare("DELETE FROM records WHERE created_at < ? AND state != 'in_flight'")
+    expired = try connection.prepare(
+      "SELECT seq, size FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
+    deleteExpired = try connection.prepare(
+      "DELETE FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
+    readAgeClock = try connection.prepare(
+      "SELECT key, value FROM meta WHERE key IN ('age_clock', 'age_wall', 'age_boot', 'age_monotonic')")
+    writeMetaText = try connection.prepare(
+      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     countByState = try connection.prepare("SELECT state, count(*) FROM records GROUP BY state")
     countByQueue = try connection.prepare("SELECT queue, count(*) FROM records GROUP BY queue")
     drops = try connection.prepare("SELECT reason, count FROM drops")

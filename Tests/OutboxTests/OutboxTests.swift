@@ -294,3 +294,30 @@ final class OutboxLeaseTests: XCTestCase {
     XCTAssertEqual(Set(ids).count, 20)
   }
 }
+
+extension OutboxLeaseTests {
+  /// maximumAge counts time that really passed, never a clock step: a memo saved while the clock
+  /// ran two days slow (set right since), and one whose pass runs with the clock a day fast, are
+  /// both delivered; a memo that really waits past the maximum age is still dropped.
+  func testAClockStepNeverDropsRecordsForAge() throws {
+    let relay = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { relay.stop() }
+    let aging = try QueueContainer(
+      path: temporary.sub("home/age.sqlite"), vault: vault, configuration: QueueConfiguration(maximumAge: 3600),
+      clock: clock.function, monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
+    let outbox = Outbox(container: aging, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    clock.step(-2 * 86_400)
+    try outbox.send(Array("saved while the clock was two days slow".utf8))
+    clock.step(2 * 86_400)
+    clock.advance(60)
+    try outbox.send(Array("saved with the clock right".utf8))
+    clock.step(86_400)
+    XCTAssertEqual(try outbox.deliverDue().delivered, 2, "a pass with the clock a day fast drops nothing")
+    clock.step(-86_400)
+    try outbox.send(Array("really old".utf8))
+    clock.advance(3601)
+    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try aging.stats().dropped["age"], 1, "an age that really passed still counts")
+    XCTAssertEqual(relay.received.count, 2)
+  }
+}
