@@ -2,12 +2,14 @@
 """A small relay server for memo's tests and demo (Python standard library only).
 
     relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400|301|302|303|307|308]
-                    [--retry-after SECONDS] [--exit-on-stdin-eof]
+                    [--retry-after SECONDS] [--delay SECONDS] [--exit-on-stdin-eof]
 
 POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
 500 -> 500, 503/429 -> that status with Retry-After, 400 -> 400. Every request is appended to the
 --record file as a JSON line {"id", "body", "status"}, so tests can count deliveries and
-duplicates. POST /control with {"mode": ..., "retry_after": ...} switches the mode at run time.
+duplicates. --delay makes every POST /relay wait that long before it is answered and recorded (a
+slow server). POST /control with {"mode": ..., "retry_after": ..., "delay": ...} switches them at
+run time.
 It listens on 127.0.0.1 only, writes its port to --port-file, and with --exit-on-stdin-eof
 exits when its standard input closes (so a test that dies cannot leave it running).
 """
@@ -17,9 +19,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-state = {"mode": "ok", "retry_after": 1}
+state = {"mode": "ok", "retry_after": 1, "delay": 0.0}
 lock = threading.Lock()
 
 
@@ -69,7 +72,9 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(400)
             return
         with lock:
-            mode, retry_after = state["mode"], state["retry_after"]
+            mode, retry_after, delay = state["mode"], state["retry_after"], state["delay"]
+        if delay > 0:
+            time.sleep(delay)
         if mode in ("301", "302", "303", "307", "308"):
             with lock, open(self.record_path, "a") as record:
                 record.write(json.dumps({"id": message.get("id"), "status": int(mode)}) + "\n")
@@ -90,11 +95,12 @@ def main():
     parser.add_argument("--record", required=True)
     parser.add_argument("--mode", default="ok")
     parser.add_argument("--retry-after", type=int, default=1)
+    parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--exit-on-stdin-eof", action="store_true")
     args = parser.parse_args()
     # Foundation.Process passes on a blocked signal mask; make sure TERM and INT work.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    state.update(mode=args.mode, retry_after=args.retry_after)
+    state.update(mode=args.mode, retry_after=args.retry_after, delay=args.delay)
     Handler.record_path = args.record
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     with open(args.port_file + ".tmp", "w") as f:

@@ -96,38 +96,62 @@ public final class Outbox: @unchecked Sendable {
   }
 
   /// One delivery pass on the calling thread: every record that is due is attempted at most once.
+  ///
+  /// Each record is acked as soon as the server has it, and the leases of the records still
+  /// waiting are renewed as the pass goes (see `Claim`), so a slow server cannot make them due
+  /// again under another deliverer. Once `HTTPCancellation.cancelAll()` is called the pass stops
+  /// before the next record, gives back every record it claimed and did not settle (the one whose
+  /// request was cut short too: it may or may not have arrived, and stays queued), and returns.
   public func deliverDue(batch: Int = 50) throws -> Pass {
     var pass = Pass()
     var attempted = Set<UUID>()
     let start = container.now
-    while true {
-      let claimed = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
-        .filter { !attempted.contains($0.id) }
-      if claimed.isEmpty { break }
-      var delivered: [UUID] = []
-      for record in claimed {
-        attempted.insert(record.id)
-        switch transport.deliver(id: record.id, payload: record.payload) {
-        case .delivered:
-          delivered.append(record.id)
-        case .retry(let kind, let after):
-          if try container.fail([record.id], errorKind: kind, retryAfter: after)[record.id] == .parked {
-            pass.parked += 1
-          } else {
-            pass.retrying += 1
-          }
-        case .unreachable(let kind):
-          _ = try container.fail([record.id], errorKind: kind, serverAnswered: false)
-          pass.retrying += 1
-        case .reject(let kind):
-          try container.reject([record.id], errorKind: kind)
-          pass.rejected += 1
-        }
+    while !HTTPCancellation.isCancelled {
+      let records = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
+      if records.isEmpty { break }
+      let claim = Claim(container: container, records: records, lease: lease)
+      // Only records this pass already attempted (a retry due again at once): they go back, and
+      // the pass is over.
+      let fresh = records.contains { !attempted.contains($0.id) }
+      do {
+        if fresh { try deliver(claim, attempted: &attempted, pass: &pass) }
+        try claim.releaseUnsettled()
+      } catch {
+        _ = try? claim.releaseUnsettled()
+        throw error
       }
-      try container.ack(delivered)
-      pass.delivered += delivered.count
+      if !fresh { break }
     }
     pass.pending = try container.count(queue: queue, state: .pending)
     return pass
+  }
+
+  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) throws {
+    for record in claim.records where !attempted.contains(record.id) {
+      if HTTPCancellation.isCancelled { return }
+      // Lost (the process was suspended past the lease and another deliverer took it): not ours.
+      guard try claim.keep().contains(record.id) else { continue }
+      attempted.insert(record.id)
+      switch transport.deliver(id: record.id, payload: record.payload) {
+      case .delivered:
+        try container.ack([record.id])
+        pass.delivered += 1
+      case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
+        // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
+        return
+      case .retry(let kind, let after):
+        if try container.fail([record.id], errorKind: kind, retryAfter: after)[record.id] == .parked {
+          pass.parked += 1
+        } else {
+          pass.retrying += 1
+        }
+      case .unreachable(let kind):
+        _ = try container.fail([record.id], errorKind: kind, serverAnswered: false)
+        pass.retrying += 1
+      case .reject(let kind):
+        try container.reject([record.id], errorKind: kind)
+        pass.rejected += 1
+      }
+    }
   }
 }

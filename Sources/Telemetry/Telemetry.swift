@@ -58,6 +58,8 @@ public final class Telemetry: @unchecked Sendable {
   private var onPass: (@Sendable (FlushReport) -> Void)?
   /// False once `stop()` ran (or before `start()`): no pass or timer is scheduled then.
   private var running = false
+  /// The events the running pass claimed (under `flushLock`), kept leased batch by batch.
+  private var claim: Claim?
 
   public init(
     container: QueueContainer, configuration: TelemetryConfiguration = TelemetryConfiguration(),
@@ -178,6 +180,10 @@ public final class Telemetry: @unchecked Sendable {
   }
 
   /// One delivery pass: every due event is attempted at most once. Leaves retries scheduled.
+  ///
+  /// The leases of claimed events not yet sent are renewed as the pass goes (see `Claim`). Once
+  /// `HTTPCancellation.cancelAll()` is called the pass sends no further batch, gives back every
+  /// event it claimed and did not settle (those of a batch cut short too), and returns.
   public func flush() throws -> FlushReport {
     flushLock.lock()
     defer { flushLock.unlock() }
@@ -186,22 +192,29 @@ public final class Telemetry: @unchecked Sendable {
     var token = try tokens.token(refresh: false)
     var refreshed = false
     let start = container.now
-    pass: while true {
+    pass: while !HTTPCancellation.isCancelled {
       let claimed = try container.claim(
         queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
+      let claim = Claim(container: container, records: claimed, lease: 300)
+      self.claim = claim
+      defer { self.claim = nil }
       do {
         try deliverAll(
           claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed)
+        try claim.releaseUnsettled()
       } catch is AuthenticationRefused {
         // The server refused a fresh token: stop here and give back what was not sent, rather
-        // than parking the whole backlog one batch at a time. (Release touches only records still
-        // in flight: settled ones are acked, rescheduled, parked or in review already.)
-        try container.release(claimed.map(\.id))
+        // than parking the whole backlog one batch at a time. (Release touches only records this
+        // claim still holds: settled ones are acked, rescheduled, parked or in review already.)
+        try claim.releaseUnsettled()
+        break pass
+      } catch is Stopped {
+        try claim.releaseUnsettled()
         break pass
       } catch {
         // Anything else (the token provider failing on refresh, storage): give back the claim.
-        try? container.release(claimed.map(\.id))
+        _ = try? claim.releaseUnsettled()
         throw error
       }
     }
@@ -213,12 +226,23 @@ public final class Telemetry: @unchecked Sendable {
   /// the claimed events that were not settled.
   private struct AuthenticationRefused: Error {}
 
+  /// Thrown inside a pass once `HTTPCancellation.cancelAll()` was called: the pass gives back what
+  /// it did not settle and ends.
+  private struct Stopped: Error {}
+
   /// Packs `events` into batches and delivers them in order.
   private func deliverAll(
     _ events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport, refreshed: inout Bool
   ) throws {
     var remaining = events
     while !remaining.isEmpty {
+      if HTTPCancellation.isCancelled { throw Stopped() }
+      // Renewed before each batch; an event this pass no longer holds (it was suspended past the
+      // lease and another deliverer took it) is not sent.
+      if let held = try claim?.keep() {
+        remaining.removeAll { !held.contains($0.id) }
+        if remaining.isEmpty { return }
+      }
       let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
       if !packed.oversized.isEmpty {
         try container.reject(packed.oversized, errorKind: "too-large")
@@ -281,6 +305,9 @@ public final class Telemetry: @unchecked Sendable {
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
+      case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
+        // Cut short by a stop: the pass gives these back with the rest of its claim.
+        break
       case .unreachable(let kind):
         _ = try container.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
         report.retried += ids.count

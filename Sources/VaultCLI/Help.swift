@@ -226,7 +226,9 @@ enum Help {
                                 (default 60; four times longer in power-saver or on a battery
                                 at 20% or less), and at once when a usable network route
                                 appears (rtnetlink), which also restarts the backoff. Prints
-                                one line of counts per pass.
+                                one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops
+                                it: the request in progress is abandoned, the events it
+                                claimed are given back, and it exits 0.
 
       OPTIONS:
         --payload JSON          The event's payload, a JSON object (default {}).

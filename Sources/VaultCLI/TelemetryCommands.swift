@@ -88,15 +88,21 @@ extension VaultCommandLine {
 }
 
 extension VaultCommandLine {
-  /// Runs the delivery loop until the process is stopped: a pass at start, on the timer, and the
-  /// moment a usable route appears. Prints one line of counts per pass (never contents).
+  /// Runs the delivery loop until SIGTERM, SIGINT or SIGHUP: a pass at start, on the timer, and the
+  /// moment a usable route appears. Prints one line of counts per pass (never contents). A stop
+  /// abandons the request in progress, waits for the pass to give back the events it claimed and
+  /// did not settle, and exits 0 (a clean stop, as systemd expects of a service).
   func watch(_ client: Telemetry, _ arguments: Arguments) throws -> Never {
     let terminal = self.terminal
+    let stopped = DispatchSemaphore(value: 0)
+    StopSignals.handle { _ in stopped.signal() }
     try client.start { report in
       terminal.print(
         "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending)")
     }
-    while true { sleep(3600) }
+    stopped.wait()
+    client.stop()
+    exit(0)
   }
 }

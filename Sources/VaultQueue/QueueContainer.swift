@@ -19,6 +19,7 @@ public final class QueueContainer: @unchecked Sendable {
   public let configuration: QueueConfiguration
   let vault: Vault
   let clock: @Sendable () -> Date
+  let monotonic: @Sendable () -> MonotonicReading
   let random: @Sendable () -> Double
   private let lock = NSLock()
   private let storage: Storage
@@ -40,6 +41,8 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// Opens the container at `path` for `vault`.
   ///
+  /// `clock` is the wall clock (times shown, due times, leases); `monotonic` measures records' age
+  /// (see `QueueConfiguration.maximumAge`). Tests replace both.
   /// The file is looked at read-only first, so a file that is not a vault container is refused
   /// without being changed.
   /// - Throws: `QueueError.registeredContainerMissing` / `.registeredContainerReplaced` when a
@@ -49,13 +52,15 @@ public final class QueueContainer: @unchecked Sendable {
   public init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
     mode: OpenMode = .createIfNeeded, clock: @escaping @Sendable () -> Date = Date.init,
-    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
+    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+    monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
     let path = absolutePath(path)
     self.path = path
     self.vault = vault
     self.configuration = configuration
     self.clock = clock
+    self.monotonic = monotonic
     self.random = random
     let keyring = vault.keyringID.hex
     let registered = try vault.registeredContainer(at: path)
@@ -93,6 +98,14 @@ public final class QueueContainer: @unchecked Sendable {
           var stored: String?
           try storage.readCapVictims.query { stored = $0.text(0) }
           if stored != text { try storage.transaction { _ = try storage.writeCapVictims.run([.text(text)]) } }
+        }
+      }
+      // The age clock starts before the first record is stamped with it.
+      try Self.translating(path) {
+        var started = false
+        try storage.readAgeClock.query { if $0.text(0) == "age_clock" { started = true } }
+        if !started {
+          try storage.transaction { _ = try observeAge(storage, wall: milliseconds(clock()), reading: monotonic()) }
         }
       }
     }
@@ -255,6 +268,7 @@ public final class QueueContainer: @unchecked Sendable {
           throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
         }
         let now = milliseconds(clock())
+        let born = try ageNow(storage, wall: now, reading: monotonic())
         // Rows inserted by this transaction are never the cap's victims.
         let lastExisting = try storage.maxSeq.scalar() ?? 0
         var outcomes: [EnqueueOutcome] = []
@@ -266,7 +280,7 @@ public final class QueueContainer: @unchecked Sendable {
           let inserted = try envelope.withUnsafeBytes { bytes in
             try storage.insert.run([
               .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
-              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes),
+              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
             ])
           }
           guard inserted == 1 else {
@@ -321,9 +335,14 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// Claims due records of `queue`, oldest first, for delivery: at most `maxCount` records and
   /// about `maxBytes` of envelope (at least one record when any is due). Each claimed record is
-  /// leased for `lease` seconds; if it is neither acked nor failed by then (a crash), it is due
-  /// again. Records that do not open are moved to review (counted as `undecryptable`), and the
+  /// leased for `lease` seconds (at most `configuration.maximumLease`); if it is neither acked nor
+  /// failed by then (a crash), it is due again. A deliverer that works longer keeps its lease with
+  /// a `Claim`. Records that do not open are moved to review (counted as `undecryptable`), and the
   /// rest keep flowing.
+  ///
+  /// Clock steps strand nothing: a pending record due further ahead than `maximumDelay`, or a
+  /// lease ending further ahead than `maximumLease`, was written by a clock that has since been set
+  /// back, and is claimable now.
   ///
   /// With `dueBy`, only records due by then are claimed (a delivery pass uses its start time, so
   /// records it rescheduled with a near-zero jitter are not claimed again in the same pass). When
@@ -333,20 +352,25 @@ public final class QueueContainer: @unchecked Sendable {
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
     try withStorage { storage in
+      let leasedAt = DispatchTime.now().uptimeNanoseconds
       let now = milliseconds(clock())
       // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
       let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
+      let leaseUntil = now + Self.span(min(max(lease, 0), configuration.maximumLease))
       try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
-        try storage.due.query([.text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due)]) { row in
+        try storage.due.query([
+          .text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due),
+          .integer(now + Self.span(configuration.maximumDelay)),
+          .integer(now + Self.span(configuration.maximumLease)),
+        ]) { row in
           let size = Int(row.int(3))
           guard claimed.isEmpty || bytes + size <= maxBytes else { return }
           bytes += size
           claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
         }
-        let leaseUntil = now + Int64(lease * 1000)
         for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
       }
       var opened: [ClaimedRecord] = []
@@ -357,7 +381,8 @@ public final class QueueContainer: @unchecked Sendable {
           opened.append(
             ClaimedRecord(
               id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
-              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000)))
+              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000), leaseToken: leaseUntil,
+              leasedAt: leasedAt))
         } catch is EnvelopeError {
           // The envelope itself is bad (tampered, moved, another keyring, retired key).
           undecryptable.append((record.id, record.version))
@@ -493,15 +518,63 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Returns parked or review records to pending with a fresh attempt count. Returns how many moved.
+  /// Returns parked or review records to pending with a fresh attempt count, and records stranded
+  /// by a clock step too (a lease that ended, or ends further ahead than `maximumLease`; a due time
+  /// further ahead than `maximumDelay`). A record leased by a live deliverer is left alone. Returns
+  /// how many moved.
   @discardableResult
   public func resend(_ ids: [UUID]) throws -> Int {
     try withStorage { storage in
-      try storage.transaction {
-        try ids.reduce(0) { $0 + (try storage.resend.run([.text($1.uuidString.lowercased())])) }
+      let now = milliseconds(clock())
+      let leaseLimit = now + Self.span(configuration.maximumLease)
+      let dueLimit = now + Self.span(configuration.maximumDelay)
+      return try storage.transaction {
+        try ids.reduce(0) {
+          $0
+            + (try storage.resend.run([
+              .text($1.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
+            ]))
+        }
       }
     }
   }
+
+  /// Extends the leases `held` (record id → lease token) to `lease` seconds from now, each only if
+  /// that claim still holds it. Returns the new tokens of the records still held; a record acked,
+  /// failed, released or claimed by another deliverer since is left out.
+  func renew(_ held: [UUID: Int64], lease: TimeInterval) throws -> [UUID: Int64] {
+    guard !held.isEmpty else { return [:] }
+    return try withStorage { storage in
+      var leaseUntil = milliseconds(clock()) + Self.span(min(max(lease, 0), configuration.maximumLease))
+      // The new token must differ from the old ones, or a renewal could not be told from them.
+      while held.values.contains(leaseUntil) { leaseUntil += 1 }
+      return try storage.transaction {
+        var renewed: [UUID: Int64] = [:]
+        for (id, token) in held
+        where try storage.renew.run([.integer(leaseUntil), .text(id.uuidString.lowercased()), .integer(token)]) == 1 {
+          renewed[id] = leaseUntil
+        }
+        return renewed
+      }
+    }
+  }
+
+  /// Gives back the records `held` (record id → lease token) that this claim still holds: pending,
+  /// the claim's attempt not counted. Returns how many went back.
+  @discardableResult
+  func release(held: [UUID: Int64]) throws -> Int {
+    guard !held.isEmpty else { return 0 }
+    return try withStorage { storage in
+      try storage.transaction {
+        try held.reduce(0) {
+          $0 + (try storage.releaseHeld.run([.text($1.key.uuidString.lowercased()), .integer($1.value)]))
+        }
+      }
+    }
+  }
+
+  /// A length of time in the milliseconds the columns hold.
+  static func span(_ interval: TimeInterval) -> Int64 { Int64((interval * 1000).rounded()) }
 
   /// Makes every pending record of `queue` due now (connectivity came back: the backoff restarts).
   /// Attempt counts are kept, so the attempt ceiling still parks what keeps failing.
@@ -510,12 +583,14 @@ public final class QueueContainer: @unchecked Sendable {
     try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
   }
 
-  /// Deletes pending and parked records older than the maximum age, counting them.
+  /// Deletes pending and parked records older than the maximum age, counting them. Age is read on
+  /// the container's age clock (advanced here), never straight from the wall clock.
   private func expire(_ storage: Storage, now: Int64) throws {
+    let ageClock = try observeAge(storage, wall: now, reading: monotonic())
     guard let age = configuration.maximumAge else { return }
     var freed = 0
     var count = 0
-    let cutoff = now - Int64(age * 1000)
+    let cutoff = ageClock - Self.span(age)
     try storage.expired.query([.integer(cutoff)]) { row in
       freed += Int(row.int(1))
       count += 1
@@ -524,6 +599,40 @@ public final class QueueContainer: @unchecked Sendable {
     try storage.deleteExpired.run([.integer(cutoff)])
     try storage.addBytes(-freed)
     try storage.countDrop(.age, count)
+  }
+
+  // MARK: - Age
+
+  /// The container's age clock now, in milliseconds: the value it had at its last observation plus
+  /// the time that really passed since, by the monotonic clock when the reading is of the same
+  /// boot, else by the wall clock's advance (never negative). Before its first observation, the
+  /// wall clock.
+  private func ageNow(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    var values: [String: String] = [:]
+    try storage.readAgeClock.query { values[$0.text(0) ?? ""] = $0.text(1) }
+    guard let last = values["age_clock"].flatMap({ Int64($0) }),
+      let lastWall = values["age_wall"].flatMap({ Int64($0) })
+    else { return wall }
+    if !reading.boot.isEmpty, values["age_boot"] == reading.boot,
+      let lastMonotonic = values["age_monotonic"].flatMap({ Int64($0) })
+    {
+      return last + max(0, reading.milliseconds - lastMonotonic)
+    }
+    return last + max(0, wall - lastWall)
+  }
+
+  /// Advances the age clock to now and records the readings it was advanced from. Inside a
+  /// transaction.
+  @discardableResult
+  private func observeAge(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    let now = try ageNow(storage, wall: wall, reading: reading)
+    for (key, value) in [
+      ("age_clock", String(now)), ("age_wall", String(wall)), ("age_boot", reading.boot),
+      ("age_monotonic", String(reading.milliseconds)),
+    ] {
+      try storage.writeMetaText.run([.text(key), .text(value)])
+    }
+    return now
   }
 
   // MARK: - Inspection

@@ -66,20 +66,28 @@ public struct QueueConfiguration: Sendable {
   public var byteCap: Int
   /// Which records the cap may drop (default: the oldest of any queue).
   public var capVictims: CapVictims
-  /// Records older than this are dropped (nil: no limit).
+  /// Records older than this are dropped (nil: no limit). Age is time that really passed since
+  /// the enqueue, measured by the container's age clock: within a boot it advances with the
+  /// monotonic clock only, so a wall clock that steps (fast for one pass, or slow and then set
+  /// right by NTP) drops nothing; across a reboot it advances by the wall clock's advance (never
+  /// backwards).
   public var maximumAge: TimeInterval?
   /// Delivery attempts before a record is parked.
   public var attemptCeiling: Int
+  /// The delay before a retry; `backoff.cap` is the longest backoff.
   public var backoff: BackoffPolicy
   /// The longest `Retry-After` honoured.
   public var maximumRetryAfter: TimeInterval
+  /// The longest lease `claim` grants (longer requests are shortened to it). Deliverers renew
+  /// their leases while they work, so this bounds only how long a dead deliverer's records wait.
+  public var maximumLease: TimeInterval
   /// Records re-sealed per transaction during rotation.
   public var resealBatch: Int
 
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
     backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
-    capVictims: CapVictims = .anyQueue
+    capVictims: CapVictims = .anyQueue, maximumLease: TimeInterval = 300
   ) {
     self.byteCap = byteCap
     self.capVictims = capVictims
@@ -88,6 +96,37 @@ public struct QueueConfiguration: Sendable {
     self.backoff = backoff
     self.maximumRetryAfter = maximumRetryAfter
     self.resealBatch = resealBatch
+    self.maximumLease = maximumLease
+  }
+
+  /// The furthest ahead `fail` can schedule a retry: the longer of the backoff cap and the
+  /// Retry-After cap. A due time further ahead than this was written by a clock that has since
+  /// been set back, and counts as due.
+  public var maximumDelay: TimeInterval { max(backoff.cap, maximumRetryAfter) }
+}
+
+/// A reading of a clock that counts only time that really passes (never a wall-clock step), with
+/// the boot it belongs to: the clock restarts at each boot, so readings of different boots cannot
+/// be compared. The queue measures records' age with it (see `QueueConfiguration.maximumAge`).
+public struct MonotonicReading: Sendable, Equatable {
+  /// The kernel's boot id (empty when unknown: then only the wall clock can measure).
+  public var boot: String
+  public var milliseconds: Int64
+
+  public init(boot: String, milliseconds: Int64) {
+    self.boot = boot
+    self.milliseconds = milliseconds
+  }
+
+  private static let bootID =
+    (try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8))?
+    .trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+
+  /// CLOCK_BOOTTIME (which keeps counting while the machine is suspended) and this boot's id.
+  public static func system() -> MonotonicReading {
+    var time = timespec()
+    clock_gettime(CLOCK_BOOTTIME, &time)
+    return MonotonicReading(boot: bootID, milliseconds: Int64(time.tv_sec) * 1000 + Int64(time.tv_nsec) / 1_000_000)
   }
 }
 
@@ -99,6 +138,11 @@ public struct ClaimedRecord: Sendable, Equatable {
   /// Attempts including this one.
   public let attempts: Int
   public let createdAt: Date
+  /// The claim's lease end in milliseconds, as stored: it identifies this claim, so a renewal or
+  /// release never touches a record another deliverer has claimed since.
+  let leaseToken: Int64
+  /// When the lease was taken, on this process's monotonic clock (nanoseconds).
+  let leasedAt: UInt64
 }
 
 /// What `enqueue` did with a record.

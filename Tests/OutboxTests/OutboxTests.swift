@@ -215,3 +215,109 @@ final class OutboxPassTests: XCTestCase {
     XCTAssertEqual(rows.map(\.attempts), [1])
   }
 }
+
+/// Issue 9 items 5 and 6: leases and due times against a real relay server on loopback.
+final class OutboxLeaseTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var vault: Vault!
+  var clock: TestClock!
+  var container: QueueContainer!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    clock = TestClock(Date())
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    container = try QueueContainer(path: temporary.sub("home/queue.sqlite"), vault: vault, clock: clock.function)
+  }
+
+  override func tearDown() {
+    container = nil
+    vault = nil
+    temporary = nil
+  }
+
+  /// A retry scheduled while the clock ran a day fast is further ahead than any backoff or
+  /// Retry-After can put it, so it is due once the clock is set right, not tomorrow.
+  func testARetryScheduledWithTheClockADayFastIsDeliveredOnceTheClockIsBack() throws {
+    let relay = try RelayServer(directory: temporary.path, mode: "500", root: packageRoot())
+    defer { relay.stop() }
+    let outbox = Outbox(container: container, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    try outbox.send(Array("memo".utf8))
+    clock.advance(86_400)
+    XCTAssertEqual(try outbox.deliverDue().retrying, 1)
+    try relay.setMode("ok")
+    clock.advance(-86_400)
+    XCTAssertEqual(try outbox.deliverDue().delivered, 1, "the retry is not left for tomorrow")
+    XCTAssertEqual(relay.received.map(\.status), [500, 200])
+  }
+
+  /// A deliverer killed while the clock ran a day fast leaves leases ending tomorrow; once the
+  /// clock is right they are further ahead than any lease, so they are claimable (and resendable)
+  /// at once instead of a day later.
+  func testALeaseTakenWithTheClockADayFastIsClaimableAndResendableOnceTheClockIsBack() throws {
+    let relay = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { relay.stop() }
+    let outbox = Outbox(container: container, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    let first = try outbox.send(Array("first".utf8)).id
+    try outbox.send(Array("second".utf8))
+    clock.advance(86_400)
+    XCTAssertEqual(try container.claim(queue: "outbox", lease: 120).count, 2, "then the deliverer dies")
+    clock.advance(-86_400)
+    XCTAssertEqual(try container.resend([first]), 1, "resend can touch a lease stranded in the future")
+    XCTAssertEqual(try outbox.deliverDue().delivered, 2)
+    XCTAssertEqual(relay.received.map(\.status), [200, 200])
+  }
+
+  /// A slow server must not let a lease run out under a deliverer that is still working through
+  /// its batch: a second deliverer polling meanwhile gets nothing, and every memo is posted once.
+  func testASlowServerNeverLetsALeaseRunOutUnderItsDeliverer() throws {
+    let relay = try RelayServer(directory: temporary.path, delay: 0.5, root: packageRoot())
+    defer { relay.stop() }
+    let path = temporary.sub("home/slow.sqlite")
+    let first = Outbox(
+      container: try QueueContainer(path: path, vault: vault), transport: HTTPJSONTransport(endpoint: relay.endpoint),
+      lease: 3)
+    let second = Outbox(
+      container: try QueueContainer(path: path, vault: vault), transport: HTTPJSONTransport(endpoint: relay.endpoint),
+      lease: 3)
+    for index in 0..<20 { try first.send(Array("memo \(index)".utf8)) }
+    let done = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+      _ = try? first.deliverDue()
+      done.signal()
+    }
+    while done.wait(timeout: .now() + 0.3) == .timedOut { _ = try second.deliverDue() }
+    _ = try second.deliverDue()
+    let ids = relay.received.map(\.id)
+    XCTAssertEqual(ids.count, 20, "20 memos, 20 posts")
+    XCTAssertEqual(Set(ids).count, 20)
+  }
+}
+
+extension OutboxLeaseTests {
+  /// maximumAge counts time that really passed, never a clock step: a memo saved while the clock
+  /// ran two days slow (set right since), and one whose pass runs with the clock a day fast, are
+  /// both delivered; a memo that really waits past the maximum age is still dropped.
+  func testAClockStepNeverDropsRecordsForAge() throws {
+    let relay = try RelayServer(directory: temporary.path, root: packageRoot())
+    defer { relay.stop() }
+    let aging = try QueueContainer(
+      path: temporary.sub("home/age.sqlite"), vault: vault, configuration: QueueConfiguration(maximumAge: 3600),
+      clock: clock.function, monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
+    let outbox = Outbox(container: aging, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    clock.step(-2 * 86_400)
+    try outbox.send(Array("saved while the clock was two days slow".utf8))
+    clock.step(2 * 86_400)
+    clock.advance(60)
+    try outbox.send(Array("saved with the clock right".utf8))
+    clock.step(86_400)
+    XCTAssertEqual(try outbox.deliverDue().delivered, 2, "a pass with the clock a day fast drops nothing")
+    clock.step(-86_400)
+    try outbox.send(Array("really old".utf8))
+    clock.advance(3601)
+    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try aging.stats().dropped["age"], 1, "an age that really passed still counts")
+    XCTAssertEqual(relay.received.count, 2)
+  }
+}

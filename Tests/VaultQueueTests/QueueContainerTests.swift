@@ -32,7 +32,8 @@ final class QueueContainerTests: XCTestCase {
     -> QueueContainer
   {
     try QueueContainer(
-      path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random })
+      path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random },
+      monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
   }
 
   func testEnqueueClaimAckRoundTripsAndLeavesNoPlaintext() throws {

@@ -10,14 +10,15 @@ public final class RelayServer {
   public let recordPath: String
   private let child: Child
 
-  public init(directory: String, mode: String = "ok", retryAfter: Int = 1, root: String) throws {
+  /// - Parameter delay: seconds every POST /relay waits before it is answered (a slow server).
+  public init(directory: String, mode: String = "ok", retryAfter: Int = 1, delay: Double = 0, root: String) throws {
     let portFile = directory + "/relay.port"
     recordPath = directory + "/relay.jsonl"
     child = try Spawn.start(
       "/usr/bin/env",
       [
         "python3", root + "/tools/relay_server.py", "--port-file", portFile, "--record", recordPath, "--mode", mode,
-        "--retry-after", String(retryAfter), "--exit-on-stdin-eof",
+        "--retry-after", String(retryAfter), "--delay", String(delay), "--exit-on-stdin-eof",
       ])
     port = try waitForPort(portFile, server: "relay_server.py")
   }
@@ -25,10 +26,11 @@ public final class RelayServer {
   public var endpoint: URL { URL(string: "http://127.0.0.1:\(port)/relay")! }
 
   /// Switches the answer mode (ok, 500, 503, 429, 400).
-  public func setMode(_ mode: String, retryAfter: Int = 1) throws {
+  public func setMode(_ mode: String, retryAfter: Int = 1, delay: Double = 0) throws {
     var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/control")!)
     request.httpMethod = "POST"
-    request.httpBody = Data("{\"mode\": \"\(mode)\", \"retry_after\": \(retryAfter)}".utf8)
+    request.httpBody = Data(
+      "{\"mode\": \"\(mode)\", \"retry_after\": \(retryAfter), \"delay\": \(delay)}".utf8)
     let done = DispatchSemaphore(value: 0)
     URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
     _ = done.wait(timeout: .now() + 10)

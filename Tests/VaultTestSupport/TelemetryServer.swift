@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(FoundationNetworking)
+  import FoundationNetworking
+#endif
+
 /// tools/telemetry_server.py on loopback (or any host address), for tests. It exits when the test
 /// closes its stdin.
 public final class TelemetryServer {
@@ -25,6 +29,16 @@ public final class TelemetryServer {
   }
 
   public var endpoint: URL { URL(string: "http://\(host):\(port)/v1/telemetry/batch")! }
+
+  /// Switches the answer mode (ok, 429, 503, 500, 400, 401, 413, hang, drop).
+  public func setMode(_ mode: String) {
+    var request = URLRequest(url: URL(string: "http://\(host):\(port)/control")!)
+    request.httpMethod = "POST"
+    request.httpBody = Data("{\"mode\": \"\(mode)\"}".utf8)
+    let done = DispatchSemaphore(value: 0)
+    URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
+    _ = done.wait(timeout: .now() + 10)
+  }
 
   /// Each request: its status, the event ids it carried, and what was malformed (nil when nothing).
   public var received: [(status: Int, ids: [String], malformed: String?)] {

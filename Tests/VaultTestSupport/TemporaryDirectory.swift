@@ -18,12 +18,25 @@ public final class TemporaryDirectory {
 public final class TestClock: @unchecked Sendable {
   private let lock = NSLock()
   private var current: Date
+  private var elapsed: TimeInterval = 0
 
   public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) { current = start }
 
   public var now: Date { lock.withLock { current } }
-  public func advance(_ seconds: TimeInterval) { lock.withLock { current += seconds } }
+  /// Time passes: the wall clock and the monotonic clock move together.
+  public func advance(_ seconds: TimeInterval) {
+    lock.withLock {
+      current += seconds
+      elapsed += max(seconds, 0)
+    }
+  }
+  /// The wall clock is set (NTP, a person, a bad RTC): it moves, no time passes.
+  public func step(_ seconds: TimeInterval) { lock.withLock { current += seconds } }
   public var function: @Sendable () -> Date { { [self] in now } }
+  /// Seconds that really passed (`advance`, never `step`), as a monotonic clock sees them.
+  public var monotonic: TimeInterval { lock.withLock { elapsed } }
+  /// `monotonic` in whole milliseconds.
+  public var milliseconds: Int64 { Int64((monotonic * 1000).rounded()) }
 }
 
 /// Reads every file in `directory` (the database, -wal, -shm, -journal) and reports whether

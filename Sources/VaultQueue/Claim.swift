@@ -1,0 +1,56 @@
+import Foundation
+
+/// Records one deliverer claimed together, kept leased while it works through them.
+///
+/// `claim` leases records for a fixed time; a deliverer that takes longer (a slow server, a large
+/// batch) would see its lease run out and another deliverer send the same records again. Before
+/// each send, `keep()` renews the leases of every record still held once half the lease has passed
+/// (measured on the monotonic clock, so a wall-clock step neither hurries nor delays it), and says
+/// which records are still held: a record this claim lost (the process was suspended past its lease
+/// and another deliverer took it) must not be sent. `releaseUnsettled()` gives back whatever is
+/// still held, as when a pass is stopped.
+///
+/// Renewal and release are fenced by the lease each record was given: they never touch a record
+/// that was acked, failed, parked, released or claimed again since. A lease must be longer than
+/// twice the longest single send, so that it cannot end during one. Not thread-safe: one pass uses
+/// it at a time.
+public final class Claim {
+  public let container: QueueContainer
+  /// The records as claimed, oldest first.
+  public let records: [ClaimedRecord]
+  public let lease: TimeInterval
+  private var held: [UUID: Int64]
+  private var renewedAt: UInt64
+
+  public init(container: QueueContainer, records: [ClaimedRecord], lease: TimeInterval) {
+    self.container = container
+    self.records = records
+    self.lease = min(lease, container.configuration.maximumLease)
+    held = Dictionary(records.map { ($0.id, $0.leaseToken) }, uniquingKeysWith: { first, _ in first })
+    renewedAt = records.map(\.leasedAt).min() ?? DispatchTime.now().uptimeNanoseconds
+  }
+
+  /// Renews the leases still held if half the lease has passed since they were taken or last
+  /// renewed, and returns the ids still held (settled records drop out at the next renewal).
+  @discardableResult
+  public func keep() throws -> Set<UUID> {
+    let now = DispatchTime.now().uptimeNanoseconds
+    if Double(now &- renewedAt) / 1e9 >= lease / 2 {
+      held = try container.renew(held, lease: lease)
+      renewedAt = now
+    }
+    return Set(held.keys)
+  }
+
+  /// Whether this claim still holds `id` (as of the last `keep()`).
+  public func holds(_ id: UUID) -> Bool { held[id] != nil }
+
+  /// Gives back every record this claim still holds and has not settled (pending again, the
+  /// claim's attempt not counted). Returns how many went back.
+  @discardableResult
+  public func releaseUnsettled() throws -> Int {
+    let released = try container.release(held: held)
+    held = [:]
+    return released
+  }
+}
