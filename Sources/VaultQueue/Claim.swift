@@ -5,7 +5,8 @@ import Foundation
 /// `claim` leases records for a fixed time; a deliverer that takes longer (a slow server, a large
 /// batch) would see its lease run out and another deliverer send the same records again. Before
 /// each send, `keep()` renews the leases of every record still held once half the lease has passed
-/// (measured on the monotonic clock, so a wall-clock step neither hurries nor delays it), and says
+/// (measured on CLOCK_BOOTTIME, so a wall-clock step neither hurries nor delays it, and a suspend
+/// longer than the lease is noticed), and says
 /// which records are still held: a record this claim lost (the process was suspended past its lease
 /// and another deliverer took it) must not be sent. `releaseUnsettled()` gives back whatever is
 /// still held, as when a pass is stopped.
@@ -27,14 +28,14 @@ public final class Claim {
     self.records = records
     self.lease = min(lease, container.configuration.maximumLease)
     held = Dictionary(records.map { ($0.id, $0.leaseToken) }, uniquingKeysWith: { first, _ in first })
-    renewedAt = records.map(\.leasedAt).min() ?? DispatchTime.now().uptimeNanoseconds
+    renewedAt = records.map(\.leasedAt).min() ?? BootClock.nanoseconds()
   }
 
   /// Renews the leases still held if half the lease has passed since they were taken or last
   /// renewed, and returns the ids still held (settled records drop out at the next renewal).
   @discardableResult
   public func keep() throws -> Set<UUID> {
-    let now = DispatchTime.now().uptimeNanoseconds
+    let now = BootClock.nanoseconds()
     if Double(now &- renewedAt) / 1e9 >= lease / 2 {
       held = try container.renew(held, lease: lease)
       renewedAt = now

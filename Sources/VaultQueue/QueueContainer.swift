@@ -352,7 +352,7 @@ public final class QueueContainer: @unchecked Sendable {
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
     try withStorage { storage in
-      let leasedAt = DispatchTime.now().uptimeNanoseconds
+      let leasedAt = BootClock.nanoseconds()
       let now = milliseconds(clock())
       // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
       let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now

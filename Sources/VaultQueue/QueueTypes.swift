@@ -130,6 +130,17 @@ public struct MonotonicReading: Sendable, Equatable {
   }
 }
 
+/// CLOCK_BOOTTIME in nanoseconds: monotonic, and it keeps counting while the machine is suspended,
+/// so a lease measured with it is known to have run out after a suspend (CLOCK_MONOTONIC, behind
+/// DispatchTime, stops during one).
+enum BootClock {
+  static func nanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_BOOTTIME, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+  }
+}
+
 /// A record handed to a deliverer by `claim`, opened.
 public struct ClaimedRecord: Sendable, Equatable {
   public let id: UUID
@@ -141,7 +152,7 @@ public struct ClaimedRecord: Sendable, Equatable {
   /// The claim's lease end in milliseconds, as stored: it identifies this claim, so a renewal or
   /// release never touches a record another deliverer has claimed since.
   let leaseToken: Int64
-  /// When the lease was taken, on this process's monotonic clock (nanoseconds).
+  /// When the lease was taken, on CLOCK_BOOTTIME (nanoseconds; see `BootClock`).
   let leasedAt: UInt64
 }
 

@@ -242,7 +242,7 @@ final class OutboxLeaseTests: XCTestCase {
   func testARetryScheduledWithTheClockADayFastIsDeliveredOnceTheClockIsBack() throws {
     let relay = try RelayServer(directory: temporary.path, mode: "500", root: packageRoot())
     defer { relay.stop() }
-    let outbox = Outbox(container: container, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    let outbox = Outbox(container: container, transport: try HTTPJSONTransport(endpoint: relay.endpoint))
     try outbox.send(Array("memo".utf8))
     clock.advance(86_400)
     XCTAssertEqual(try outbox.deliverDue().retrying, 1)
@@ -258,7 +258,7 @@ final class OutboxLeaseTests: XCTestCase {
   func testALeaseTakenWithTheClockADayFastIsClaimableAndResendableOnceTheClockIsBack() throws {
     let relay = try RelayServer(directory: temporary.path, root: packageRoot())
     defer { relay.stop() }
-    let outbox = Outbox(container: container, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    let outbox = Outbox(container: container, transport: try HTTPJSONTransport(endpoint: relay.endpoint))
     let first = try outbox.send(Array("first".utf8)).id
     try outbox.send(Array("second".utf8))
     clock.advance(86_400)
@@ -276,10 +276,12 @@ final class OutboxLeaseTests: XCTestCase {
     defer { relay.stop() }
     let path = temporary.sub("home/slow.sqlite")
     let first = Outbox(
-      container: try QueueContainer(path: path, vault: vault), transport: HTTPJSONTransport(endpoint: relay.endpoint),
+      container: try QueueContainer(path: path, vault: vault),
+      transport: try HTTPJSONTransport(endpoint: relay.endpoint),
       lease: 3)
     let second = Outbox(
-      container: try QueueContainer(path: path, vault: vault), transport: HTTPJSONTransport(endpoint: relay.endpoint),
+      container: try QueueContainer(path: path, vault: vault),
+      transport: try HTTPJSONTransport(endpoint: relay.endpoint),
       lease: 3)
     for index in 0..<20 { try first.send(Array("memo \(index)".utf8)) }
     let done = DispatchSemaphore(value: 0)
@@ -305,7 +307,7 @@ extension OutboxLeaseTests {
     let aging = try QueueContainer(
       path: temporary.sub("home/age.sqlite"), vault: vault, configuration: QueueConfiguration(maximumAge: 3600),
       clock: clock.function, monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
-    let outbox = Outbox(container: aging, transport: HTTPJSONTransport(endpoint: relay.endpoint))
+    let outbox = Outbox(container: aging, transport: try HTTPJSONTransport(endpoint: relay.endpoint))
     clock.step(-2 * 86_400)
     try outbox.send(Array("saved while the clock was two days slow".utf8))
     clock.step(2 * 86_400)
