@@ -227,7 +227,9 @@ enum Help {
                                 one line of counts per pass.
 
       OPTIONS:
-        --payload JSON          The event's payload, a JSON object (default {}).
+        --payload JSON          The event's payload, a JSON object (default {}), strict
+                                RFC 8259; numbers are sent exactly as written (no rounding
+                                through a double); duplicate keys are refused.
         --session ID            The session id stamped on the event (default 'cli').
         --endpoint URL          Where batches are POSTed (e.g. http://host/v1/telemetry/batch).
         --token-file FILE       A file holding the bearer token (re-read after a 401).

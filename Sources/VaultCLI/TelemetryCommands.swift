@@ -34,7 +34,15 @@ extension VaultCommandLine {
       guard rest.count == 1 else { throw UsageError(message: "give exactly one event TYPE", command: "telemetry") }
       type = rest[0]
       if let text = arguments.options["--payload"] {
-        guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: Data(text.utf8)) else {
+        // Our own strict parser: numbers stay as written (JSONSerialization and JSONDecoder
+        // would round them through Double), duplicate keys are refused.
+        let parsed: JSONValue
+        do {
+          parsed = try JSONValue(parsing: text)
+        } catch {
+          throw UsageError(message: "--payload must be a JSON object (\(error))", command: "telemetry")
+        }
+        guard case .object(let object) = parsed else {
           throw UsageError(message: "--payload must be a JSON object", command: "telemetry")
         }
         payload = object
