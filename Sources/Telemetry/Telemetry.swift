@@ -107,7 +107,8 @@ public final class Telemetry: @unchecked Sendable {
 
   /// Starts the flush loop: a pass now, then every `configuration.interval` seconds (stretched by
   /// `policy` in power-saver or on a low battery, re-read before each wait), and at once whenever a
-  /// usable route appears (which also restarts the backoff). `onPass` sees each pass's counts.
+  /// network change may let delivery through (see `ConnectivityMonitor`), which also restarts the
+  /// backoff. `onPass` sees each pass's counts.
   public func start(
     power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
     onPass: (@Sendable (FlushReport) -> Void)? = nil

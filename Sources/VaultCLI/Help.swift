@@ -225,9 +225,10 @@ enum Help {
                                 the server refused some batches.
         watch                   Run until stopped: a pass at start, every --interval seconds
                                 (default 60; four times longer in power-saver or on a battery
-                                at 20% or less), and at once when a usable network route
-                                appears (rtnetlink), which also restarts the backoff. Prints
-                                one line of counts per pass.
+                                at 20% or less), and at once when the default route, another
+                                usable route, or an address on their interfaces changes
+                                (rtnetlink), which also restarts the backoff. Prints one line
+                                of counts per pass.
 
       OPTIONS:
         --payload JSON          The event's payload, a JSON object (default {}), strict

@@ -86,7 +86,8 @@ extension VaultCommandLine {
 
 extension VaultCommandLine {
   /// Runs the delivery loop until the process is stopped: a pass at start, on the timer, and the
-  /// moment a usable route appears. Prints one line of counts per pass (never contents).
+  /// moment the network changes (see `ConnectivityMonitor`). Prints one line of counts per pass
+  /// (never contents).
   func watch(_ client: Telemetry, _ arguments: Arguments) throws -> Never {
     let terminal = self.terminal
     try client.start { report in
