@@ -3,6 +3,7 @@
 
     telemetry_server.py --port-file FILE --record FILE [--token TOKEN] [--mode MODE]
                         [--retry-after SECONDS] [--host 127.0.0.1] [--port N] [--exit-on-stdin-eof]
+                        [--record-bodies]
 
 POST /v1/telemetry/batch must carry Content-Type: application/json, Content-Encoding: gzip,
 Authorization: Bearer <TOKEN> and an Idempotency-Key; the body must gunzip to
@@ -13,7 +14,8 @@ recorded as malformed.
 Modes: ok (200), 429 and 503 (with Retry-After), 500, 400, 401, 413, hang (never answers), drop
 (closes the connection without answering), slow (200 after --delay seconds, default 5). POST /control {"mode": ..., "retry_after": ...,
 "token": ...} changes them at run time. Every request is appended to --record as a JSON line:
-{"status", "ids", "idempotency_key", "bytes", "malformed"}.
+{"status", "ids", "idempotency_key", "bytes", "malformed"}, plus "body" (the gunzipped body as
+text, byte for byte) with --record-bodies.
 """
 import argparse
 import gzip
@@ -69,6 +71,7 @@ def check_batch(headers, raw, token):
 
 class Handler(BaseHTTPRequestHandler):
     record_path = None
+    record_bodies = False
 
     def log_message(self, *args):
         pass
@@ -116,8 +119,14 @@ class Handler(BaseHTTPRequestHandler):
             status = 400
         else:
             status = {"ok": 200, "429": 429, "503": 503, "500": 500, "400": 400, "401": 401, "413": 413}.get(mode, 500)
-        self._record({"status": status, "ids": ids, "idempotency_key": self.headers.get("Idempotency-Key"),
-                      "bytes": len(raw), "malformed": problem if problem != "unauthorized" else None})
+        entry = {"status": status, "ids": ids, "idempotency_key": self.headers.get("Idempotency-Key"),
+                 "bytes": len(raw), "malformed": problem if problem != "unauthorized" else None}
+        if self.record_bodies:
+            try:
+                entry["body"] = gzip.decompress(raw).decode("utf-8")
+            except (OSError, ValueError):
+                entry["body"] = None
+        self._record(entry)
         self._reply(status, {"Retry-After": str(retry_after)} if status in (429, 503) else None)
 
 
@@ -132,10 +141,12 @@ def main():
     parser.add_argument("--retry-after", type=int, default=1)
     parser.add_argument("--delay", type=float, default=5.0)
     parser.add_argument("--exit-on-stdin-eof", action="store_true")
+    parser.add_argument("--record-bodies", action="store_true")
     args = parser.parse_args()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     state.update(mode=args.mode, retry_after=args.retry_after, token=args.token, delay=args.delay)
     Handler.record_path = args.record
+    Handler.record_bodies = args.record_bodies
     open(args.record, "a").close()
     ThreadingHTTPServer.daemon_threads = True
     server = ThreadingHTTPServer((args.host, args.port), Handler)

@@ -1,13 +1,26 @@
 import Foundation
 
 /// A JSON value for event payloads: strings, numbers, booleans, null, arrays and objects.
+///
+/// Numbers keep their text (`JSONNumber`), so a payload parsed with `init(parsing:)` and sent with
+/// `serialized()` carries every number exactly as written. Codable is kept for convenience but goes
+/// through Int64, UInt64 or Double, so it may round numbers that do not fit those.
 public indirect enum JSONValue: Codable, Equatable, Sendable {
   case null
   case bool(Bool)
-  case number(Double)
+  case number(JSONNumber)
   case string(String)
   case array([JSONValue])
   case object([String: JSONValue])
+
+  /// A number from a Double (`3` for whole values below 10^15, else the shortest form that reads
+  /// back as the same Double). NaN and infinities, which JSON cannot express, become `null`.
+  public static func number(_ value: Double) -> JSONValue {
+    JSONNumber(value).map(JSONValue.number) ?? .null
+  }
+
+  /// A number from an integer, exactly.
+  public static func number(_ value: Int) -> JSONValue { .number(JSONNumber(value)) }
 
   public init(from decoder: any Decoder) throws {
     let container = try decoder.singleValueContainer()
@@ -15,6 +28,10 @@ public indirect enum JSONValue: Codable, Equatable, Sendable {
       self = .null
     } else if let value = try? container.decode(Bool.self) {
       self = .bool(value)
+    } else if let value = try? container.decode(Int64.self) {
+      self = .number(JSONNumber(value))
+    } else if let value = try? container.decode(UInt64.self) {
+      self = .number(JSONNumber(value))
     } else if let value = try? container.decode(Double.self) {
       self = .number(value)
     } else if let value = try? container.decode(String.self) {
@@ -32,11 +49,12 @@ public indirect enum JSONValue: Codable, Equatable, Sendable {
     case .null: try container.encodeNil()
     case .bool(let value): try container.encode(value)
     case .number(let value):
-      // Whole numbers go out without a fraction, as an integer-minded server expects.
-      if value.rounded() == value, abs(value) < 1e15 {
-        try container.encode(Int64(value))
+      if let integer = Int64(value.text) {
+        try container.encode(integer)
+      } else if let integer = UInt64(value.text) {
+        try container.encode(integer)
       } else {
-        try container.encode(value)
+        try container.encode(value.doubleValue)
       }
     case .string(let value): try container.encode(value)
     case .array(let value): try container.encode(value)
@@ -96,11 +114,13 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
     try values.encode(sessionID, forKey: .sessionID)
   }
 
-  /// The event's JSON, as sealed at rest and sent on the wire.
+  /// The event's JSON, as sealed at rest and sent on the wire: compact, keys sorted, payload
+  /// numbers exactly as held (not through JSONEncoder, which would turn them into Doubles).
   func encoded() throws -> [UInt8] {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-    return Array(try encoder.encode(self))
+    JSONValue.object([
+      "id": .string(id.lowercased), "ts": .string(ts), "type": .string(type), "payload": .object(payload),
+      "session_id": .string(sessionID),
+    ]).serialized()
   }
 }
 

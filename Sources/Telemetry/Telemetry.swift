@@ -11,11 +11,19 @@ public struct TelemetryConfiguration: Sendable {
   public var interval: TimeInterval
   /// Events claimed per round of a flush pass.
   public var claimCount: Int
+  /// Requests one pass may spend re-sending the halves of batches refused with 413, on top of the
+  /// first send of each batch (and the one resend after a token refresh), so a large healthy
+  /// backlog is never held back. Once spent, the pass ends: the events the server refused wait
+  /// with backoff and the rest of the claim goes back to pending, for the next pass.
+  public var requestBudget: Int
 
-  public init(batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000) {
+  public init(
+    batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000, requestBudget: Int = 16
+  ) {
     self.batchLimit = batchLimit
     self.interval = interval
     self.claimCount = claimCount
+    self.requestBudget = requestBudget
   }
 }
 
@@ -101,7 +109,8 @@ public final class Telemetry: @unchecked Sendable {
 
   /// Starts the flush loop: a pass now, then every `configuration.interval` seconds (stretched by
   /// `policy` in power-saver or on a low battery, re-read before each wait), and at once whenever a
-  /// usable route appears (which also restarts the backoff). `onPass` sees each pass's counts.
+  /// network change may let delivery through (see `ConnectivityMonitor`), which also restarts the
+  /// backoff. `onPass` sees each pass's counts.
   public func start(
     power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
     onPass: (@Sendable (FlushReport) -> Void)? = nil
@@ -191,6 +200,7 @@ public final class Telemetry: @unchecked Sendable {
     // The token first: if the provider fails, nothing has been claimed and nothing is stranded.
     var token = try tokens.token(refresh: false)
     var refreshed = false
+    var budget = configuration.requestBudget
     let start = container.now
     pass: while !HTTPCancellation.isCancelled {
       let claimed = try container.claim(
@@ -201,8 +211,15 @@ public final class Telemetry: @unchecked Sendable {
       defer { self.claim = nil }
       do {
         try deliverAll(
-          claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed)
+          claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed,
+          budget: &budget)
         try claim.releaseUnsettled()
+      } catch let spent as RequestBudgetSpent {
+        // 413 after 413: what the server refused waits with backoff, the rest of the claim goes
+        // back untouched, and the pass ends rather than storm the server.
+        settle(.retry(kind: "http-413", after: nil), spent.refused, &report)
+        try claim.releaseUnsettled()
+        break pass
       } catch is AuthenticationRefused {
         // The server refused a fresh token: stop here and give back what was not sent, rather
         // than parking the whole backlog one batch at a time. (Release touches only records this
@@ -230,9 +247,17 @@ public final class Telemetry: @unchecked Sendable {
   /// it did not settle and ends.
   private struct Stopped: Error {}
 
-  /// Packs `events` into batches and delivers them in order.
+  /// Thrown inside a pass when the request budget is spent while splitting: `refused` are the
+  /// unsettled events of batches the server refused with 413.
+  private struct RequestBudgetSpent: Error {
+    var refused: [UUID]
+  }
+
+  /// Packs `events` into batches and delivers them in order. `splitting`: these are part of a
+  /// batch refused with 413, and each send spends one request of `budget`.
   private func deliverAll(
-    _ events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport, refreshed: inout Bool
+    _ events: [(id: UUID, json: [UInt8])], splitting: Bool = false, token: inout String, report: inout FlushReport,
+    refreshed: inout Bool, budget: inout Int
   ) throws {
     var remaining = events
     while !remaining.isEmpty {
@@ -249,20 +274,28 @@ public final class Telemetry: @unchecked Sendable {
         report.rejected += packed.oversized.count
       }
       guard let batch = packed.batch else { return }
+      if splitting {
+        guard budget > 0 else { throw RequestBudgetSpent(refused: batch.ids + packed.rest.map(\.id)) }
+        budget -= 1
+      }
       let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
       try deliver(
-        batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed)
+        batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed,
+        budget: &budget)
       remaining = packed.rest
     }
   }
 
   /// Sends one batch and settles its events. 401: the token is refreshed once per pass and the
-  /// batch retried; a second 401 parks it and ends the pass. 413: split in halves (each half
-  /// packed again). Everything else by `HTTPStatusPolicy`, with one due time for the whole batch
-  /// so that a retry sends the same events together (and so the same `Idempotency-Key`).
+  /// batch retried; a second 401 parks it and ends the pass. 413: more than one event, split in
+  /// halves (each half packed again, each send spending the pass's request budget); one event
+  /// whose batch is at most a quarter of the batch limit, the server's fault: retried with
+  /// backoff; one larger event, too large for this server: review. Everything else by
+  /// `HTTPStatusPolicy`, with one due time for the whole batch so that a retry sends the same
+  /// events together (and so the same `Idempotency-Key`).
   private func deliver(
     _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport,
-    refreshed: inout Bool
+    refreshed: inout Bool, budget: inout Int
   ) throws {
     report.batches += 1
     var result = sender.send(batch, token: token)
@@ -278,15 +311,29 @@ public final class Telemetry: @unchecked Sendable {
       throw AuthenticationRefused()
     }
     switch result {
-    case .status(413, _):
-      guard events.count > 1 else {
+    case .status(413, let retryAfter) where events.count <= 1:
+      // A small event cannot be "too large": a server refusing it has a fault (a 413 storm from
+      // a misconfigured proxy moved thousands of ~200-byte events to review for good).
+      if batch.body.count * 4 <= configuration.batchLimit {
+        settle(
+          .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter, now: clock())), batch.ids,
+          &report)
+      } else {
         try container.reject(batch.ids, errorKind: "http-413")
-        report.rejected += 1
-        return
+        report.rejected += batch.ids.count
       }
+    case .status(413, _):
       let half = events.count / 2
       let parts = [Array(events[..<half]), Array(events[half...])]
-      for part in parts { try deliverAll(part, token: &token, report: &report, refreshed: &refreshed) }
+      for (index, part) in parts.enumerated() {
+        do {
+          try deliverAll(
+            part, splitting: true, token: &token, report: &report, refreshed: &refreshed, budget: &budget)
+        } catch var spent as RequestBudgetSpent {
+          spent.refused += parts[(index + 1)...].flatMap { $0.map(\.id) }
+          throw spent
+        }
+      }
     case .status(let status, let retryAfter):
       settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, &report)
     case .transport(let kind):

@@ -220,18 +220,24 @@ enum Help {
                                 batches of at most 256 KB gzip-compressed, to POST URL. 2xx
                                 delivers; 429/503 wait for Retry-After; 408, 5xx and network
                                 errors retry with backoff; 401 re-reads the token once, then
-                                parks; 413 splits the batch; other 4xx park for review. Exit 0
-                                when the pass ran, even if the server refused some batches.
+                                parks; 413 splits the batch in halves (at most 16 extra
+                                requests a pass), and a single event of 64 KB or less refused
+                                with 413 retries with backoff (a larger one goes to review);
+                                other 4xx go to review. Exit 0 when the pass ran, even if
+                                the server refused some batches.
         watch                   Run until stopped: a pass at start, every --interval seconds
                                 (default 60; four times longer in power-saver or on a battery
-                                at 20% or less), and at once when a usable network route
-                                appears (rtnetlink), which also restarts the backoff. Prints
-                                one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops
-                                it: the request in progress is abandoned, the events it
-                                claimed are given back, and it exits 0.
+                                at 20% or less), and at once when the default route, another
+                                usable route, or an address on their interfaces changes
+                                (rtnetlink), which also restarts the backoff. Prints one line
+                                of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the
+                                request in progress is abandoned, the events it claimed are
+                                given back, and it exits 0.
 
       OPTIONS:
-        --payload JSON          The event's payload, a JSON object (default {}).
+        --payload JSON          The event's payload, a JSON object (default {}), strict
+                                RFC 8259; numbers are sent exactly as written (no rounding
+                                through a double); duplicate keys are refused.
         --session ID            The session id stamped on the event (default 'cli').
         --endpoint URL          Where batches are POSTed (https://host/v1/telemetry/batch;
                                 http:// only to a loopback address). Redirects are never

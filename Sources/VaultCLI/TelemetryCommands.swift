@@ -36,7 +36,15 @@ extension VaultCommandLine {
       guard rest.count == 1 else { throw UsageError(message: "give exactly one event TYPE", command: "telemetry") }
       type = rest[0]
       if let text = arguments.options["--payload"] {
-        guard let object = try? JSONDecoder().decode([String: JSONValue].self, from: Data(text.utf8)) else {
+        // Our own strict parser: numbers stay as written (JSONSerialization and JSONDecoder
+        // would round them through Double), duplicate keys are refused.
+        let parsed: JSONValue
+        do {
+          parsed = try JSONValue(parsing: text)
+        } catch {
+          throw UsageError(message: "--payload must be a JSON object (\(error))", command: "telemetry")
+        }
+        guard case .object(let object) = parsed else {
           throw UsageError(message: "--payload must be a JSON object", command: "telemetry")
         }
         payload = object
@@ -89,9 +97,9 @@ extension VaultCommandLine {
 
 extension VaultCommandLine {
   /// Runs the delivery loop until SIGTERM, SIGINT or SIGHUP: a pass at start, on the timer, and the
-  /// moment a usable route appears. Prints one line of counts per pass (never contents). A stop
-  /// abandons the request in progress, waits for the pass to give back the events it claimed and
-  /// did not settle, and exits 0 (a clean stop, as systemd expects of a service).
+  /// moment the network changes (see `ConnectivityMonitor`). Prints one line of counts per pass
+  /// (never contents). A stop abandons the request in progress, waits for the pass to give back the
+  /// events it claimed and did not settle, and exits 0 (a clean stop, as systemd expects of a service).
   func watch(_ client: Telemetry, _ arguments: Arguments) throws -> Never {
     let terminal = self.terminal
     let stopped = DispatchSemaphore(value: 0)

@@ -61,20 +61,85 @@ final class ConnectivityTests: XCTestCase {
 
   let header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
 
-  func testOnlyANonLoopbackRouteCountsAsOnline() throws {
-    let (a, offline) = try proc(header + "lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n")
-    XCTAssertFalse(ConnectivityMonitor.hasRoute(procRoot: offline))
-    let (b, online) = try proc(header + "eth0\t00000000\t0102A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n")
-    XCTAssertTrue(ConnectivityMonitor.hasRoute(procRoot: online))
-    let v6 =
-      "20010db8000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n"
-    let (c, onlineV6) = try proc(header, v6)
-    XCTAssertTrue(ConnectivityMonitor.hasRoute(procRoot: onlineV6))
-    let linkLocal =
-      "fe800000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n"
-    let (d, onlyLinkLocal) = try proc(header, linkLocal)
-    XCTAssertFalse(ConnectivityMonitor.hasRoute(procRoot: onlyLinkLocal))
-    _ = (a, b, c, d)
+  private func v4(_ iface: String, _ destination: String, _ gateway: String, _ mask: String, metric: Int = 0) -> String
+  {
+    "\(iface)\t\(destination)\t\(gateway)\t\(gateway == "00000000" ? "0001" : "0003")\t0\t0\t\(metric)\t\(mask)\t0\t0\t0\n"
+  }
+
+  private func v6(_ iface: String, _ destination: String, _ prefix: String, flags: String = "00000001") -> String {
+    "\(destination) \(prefix) 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 \(flags)     \(iface)\n"
+  }
+
+  private func snapshot(
+    _ routes: [String], _ ipv6: [String] = [], addresses: [(interface: String, address: String)] = []
+  ) throws -> ConnectivityMonitor.Snapshot {
+    let (root, path) = try proc(header + routes.joined(), ipv6.joined())
+    defer { _ = root }
+    return ConnectivityMonitor.snapshot(procRoot: path, addresses: addresses)
+  }
+
+  /// Online means a usable default route: a bridge's route (docker0, virbr0) alone is not online.
+  func testOnlyAUsableDefaultRouteCountsAsOnline() throws {
+    XCTAssertFalse(try snapshot([v4("lo", "0000007F", "00000000", "000000FF")]).hasDefaultRoute)
+    let bridge = try snapshot([v4("docker0", "000011AC", "00000000", "0000FFFF")])
+    XCTAssertFalse(bridge.hasDefaultRoute, "a bridge is not a way out")
+    XCTAssertFalse(bridge.routes.isEmpty, "but it is a usable route (to the bridge)")
+    XCTAssertTrue(try snapshot([v4("eth0", "00000000", "0102A8C0", "00000000", metric: 100)]).hasDefaultRoute)
+    let zero = String(repeating: "0", count: 32)
+    XCTAssertTrue(try snapshot([], [v6("eth0", zero, "00", flags: "00000003")]).hasDefaultRoute)
+    let prefix = try snapshot([], [v6("eth0", "20010db8000000000000000000000000", "40")])
+    XCTAssertFalse(prefix.hasDefaultRoute)
+    XCTAssertFalse(prefix.routes.isEmpty)
+    // A namespace's unreachable ::/0 through lo, link-local and multicast routes are not usable.
+    let unusable = try snapshot(
+      [],
+      [
+        v6("lo", zero, "00", flags: "00200200"), v6("eth0", "fe800000000000000000000000000000", "40"),
+        v6("eth0", "ff000000000000000000000000000000", "08"), v6("eth0", zero, "00", flags: "00000201"),
+      ])
+    XCTAssertEqual(unusable, ConnectivityMonitor.Snapshot())
+  }
+
+  /// Issue 9 item 9: a bridge that was up all along hid the real link's return. Now any change of
+  /// usable routes, or of the addresses on their interfaces, wakes delivery.
+  func testEveryChangeThatMayLetDeliveryThroughWakes() throws {
+    let bridge = v4("br-x", "00630A0A", "00000000", "00FFFFFF")
+    let wifiDefault = v4("wlan0", "00000000", "0101A8C0", "00000000", metric: 600)
+    let wifiSubnet = v4("wlan0", "0001A8C0", "00000000", "00FFFFFF", metric: 600)
+    let bridgeOnly = try snapshot([bridge])
+    XCTAssertTrue(bridgeOnly.shouldWake(on: try snapshot([bridge, v4("vc0", "0007D50A", "00000000", "00FFFFFF")])))
+    XCTAssertTrue(
+      bridgeOnly.shouldWake(on: try snapshot([bridge, wifiDefault, wifiSubnet])), "a default route appears")
+    let home = try snapshot([wifiDefault, wifiSubnet], addresses: [("wlan0", "192.168.1.23")])
+    XCTAssertTrue(
+      home.shouldWake(on: try snapshot([v4("wlan0", "00000000", "FE01A8C0", "00000000", metric: 600), wifiSubnet])),
+      "another gateway")
+    XCTAssertTrue(
+      home.shouldWake(
+        on: try snapshot([wifiDefault, wifiSubnet, v4("tun0", "00000000", "00000000", "00000000", metric: 50)])),
+      "a VPN's default route")
+    XCTAssertTrue(
+      home.shouldWake(on: try snapshot([wifiDefault, wifiSubnet], addresses: [("wlan0", "192.168.1.77")])),
+      "a new address on the interface with the default route")
+    XCTAssertFalse(
+      home.shouldWake(
+        on: try snapshot([wifiDefault, wifiSubnet], addresses: [("wlan0", "192.168.1.23"), ("eth1", "10.0.0.5")])),
+      "an address on an interface without a route")
+    XCTAssertFalse(
+      home.shouldWake(on: try snapshot([wifiDefault, wifiSubnet], addresses: [("wlan0", "192.168.1.23")])))
+    XCTAssertFalse(home.shouldWake(on: try snapshot([])), "going offline wakes nothing")
+    XCTAssertFalse(
+      home.shouldWake(
+        on: try snapshot(
+          [wifiDefault, wifiSubnet], [v6("wlan0", "fe800000000000000000000000000000", "40")],
+          addresses: [("wlan0", "192.168.1.23")])),
+      "a link-local route appearing leads nowhere new")
+  }
+
+  func testRealAddressesAreListedWithoutLinkLocalOnes() {
+    let addresses = ConnectivityMonitor.interfaceAddresses()
+    XCTAssertTrue(addresses.contains { $0.interface == "lo" && $0.address == "127.0.0.1" }, "\(addresses)")
+    XCTAssertFalse(addresses.contains { $0.address.lowercased().hasPrefix("fe80") })
   }
 
   func testTheMonitorOpensAndClosesARealNetlinkSocket() throws {

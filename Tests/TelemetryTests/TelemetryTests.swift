@@ -294,6 +294,58 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertEqual(sender.sent.map(\.batch.ids.count), [8, 4, 2, 2, 4])
   }
 
+  /// The request budget counts only the re-sent halves of 413 splits: a large healthy backlog
+  /// still goes out in one pass.
+  func testTheRequestBudgetNeverHoldsBackAHealthyBacklog() throws {
+    let sender = ScriptedSender()
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600, requestBudget: 0),
+      tokens: CountingTokens(), sender: sender, clock: clock.function)
+    for i in 0..<60 {
+      try telemetry.log(type: "tap", payload: ["n": .number(i), "pad": .string(UUID().uuidString)])
+    }
+    XCTAssertEqual(try telemetry.flush().delivered, 60)
+    XCTAssertGreaterThan(sender.sent.count, 5)
+  }
+
+  /// Budget spent mid-split: the events the server refused wait with backoff, the rest of the
+  /// claim goes back untouched, and the pass ends.
+  func testASpentBudgetEndsThePassAndOnlyRefusedEventsWait() throws {
+    let sender = ScriptedSender(otherwise: .status(413, retryAfter: nil))
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600, requestBudget: 1),
+      tokens: CountingTokens(), sender: sender, clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(i), "pad": .string(UUID().uuidString)])
+    }
+    let report = try telemetry.flush()
+    XCTAssertEqual(sender.sent.count, 2, "the first batch and one half")
+    let refused = sender.sent[0].batch.ids.count
+    XCTAssertEqual(sender.sent[1].batch.ids.count, refused / 2)
+    XCTAssertEqual(report.retried, refused)
+    XCTAssertEqual(report.rejected, 0)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30)
+    let records = try container.list(queue: Telemetry.queueName)
+    XCTAssertEqual(records.filter { $0.attempts == 0 }.count, 30 - refused, "given back, not counted")
+    XCTAssertEqual(records.filter { $0.errorKind == "http-413" }.count, refused)
+    _ = try telemetry.flush()
+    XCTAssertFalse(
+      sender.sent[2...].contains { !Set($0.batch.ids).isDisjoint(with: sender.sent[0].batch.ids) },
+      "refused events wait for their backoff")
+  }
+
+  func testALargeSingleEventRefusedWith413GoesToReview() throws {
+    let sender = ScriptedSender(otherwise: .status(413, retryAfter: nil))
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 4096), tokens: CountingTokens(),
+      sender: sender, clock: clock.function)
+    let noise = (0..<80).map { _ in UUID().uuidString }.joined()
+    try telemetry.log(type: "big", payload: ["noise": .string(noise)])
+    XCTAssertGreaterThan(try telemetry.flush().rejected, 0)
+    XCTAssertGreaterThan(try XCTUnwrap(sender.sent.first).batch.body.count, 1024, "over a quarter of the limit")
+    XCTAssertEqual(try container.list(queue: Telemetry.queueName, state: .review).map(\.errorKind), ["http-413"])
+  }
+
   func testTransportFailuresKeepEverything() throws {
     let sender = ScriptedSender([.transport(kind: "transport-connection-refused")])
     let telemetry = client(sender)
@@ -423,6 +475,54 @@ final class TelemetryServerStatusTests: XCTestCase {
     clock.advance(2)
     XCTAssertEqual(try telemetry.flush().delivered, 1)
     XCTAssertEqual(server.received.map(\.status), [429, 200])
+  }
+
+  /// Issue 9 item 8: a server answering 413 to everything once turned one pass into ~20,000
+  /// requests and moved every small event to review. Now a pass stays within its request budget,
+  /// and a small event refused with 413 waits with backoff instead of going to review.
+  func testA413EverythingServerGetsAFewRequestsPerPassAndRejectsNothing() throws {
+    let server = try TelemetryServer(directory: temporary.path, mode: "413", root: packageRoot())
+    defer { server.stop() }
+    let count = 10_000
+    let records = try (0..<count).map { index -> (id: UUID, payload: [UInt8]) in
+      let event = TelemetryEvent(
+        date: clock.now, type: "tap",
+        payload: ["n": .number(Double(index)), "pad": .string(String(repeating: "p", count: 60))],
+        sessionID: "s1")
+      return (event.id, try event.encoded())
+    }
+    _ = try container.enqueue(contentsOf: records, queue: Telemetry.queueName)
+    let telemetry = Telemetry(
+      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      clock: clock.function)
+    let started = Date()
+    let report = try telemetry.flush()
+    let requests = server.received.count
+    print(
+      "413 everywhere: \(count) events, \(requests) requests in \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
+    )
+    XCTAssertLessThanOrEqual(requests, 17, "one batch plus the split budget")
+    XCTAssertEqual(report.rejected, 0)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .review), 0, "nothing to review for good")
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), count, "all pending or retrying")
+  }
+
+  /// A single small event refused with 413 is the server's fault: retried later, with backoff.
+  func testASmallEventRefusedWith413WaitsAndIsRetried() throws {
+    let server = try TelemetryServer(directory: temporary.path, mode: "413", root: packageRoot())
+    defer { server.stop() }
+    let telemetry = Telemetry(
+      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      clock: clock.function)
+    try telemetry.log(type: "tap", payload: ["n": .number(1)])
+    let report = try telemetry.flush()
+    XCTAssertEqual(report.retried, 1)
+    XCTAssertEqual(report.rejected, 0)
+    XCTAssertEqual(try telemetry.flush().batches, 0, "it waits for its backoff")
+    control(server, #"{"mode": "ok"}"#)
+    clock.advance(3600)
+    XCTAssertEqual(try telemetry.flush().delivered, 1)
+    XCTAssertEqual(server.received.map(\.status), [413, 200])
   }
 
   func testAHungOrDroppingServerIsATransportFailureAndNothingIsLost() throws {

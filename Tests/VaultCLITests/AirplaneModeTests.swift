@@ -2,9 +2,9 @@ import Foundation
 import VaultTestSupport
 import XCTest
 
-/// Airplane mode for real: the client runs in a network namespace whose only link is down; the
-/// mock telemetry server runs in another namespace, reachable through a veth pair once the link is
-/// up. Events logged offline survive a SIGKILL of the delivering process and arrive soon after the
+/// Airplane mode for real: the client runs in a network namespace whose real link is down (and
+/// whose bridge, like docker0 on a laptop, is up all along); the mock telemetry server runs in
+/// another namespace, reachable through a veth pair once the link is up. Events logged offline survive a SIGKILL of the delivering process and arrive soon after the
 /// link returns, driven by the rtnetlink connectivity monitor.
 final class AirplaneModeTests: XCTestCase {
   let suffix = String(UUID().uuidString.lowercased().prefix(6))
@@ -48,7 +48,16 @@ final class AirplaneModeTests: XCTestCase {
     try sh(["-n", serverNamespace, "link", "set", "lo", "up"])
     try sh(["-n", clientNamespace, "addr", "add", "10.213.7.2/24", "dev", clientLink])
     try sh(["-n", clientNamespace, "link", "set", "lo", "up"])
-    // The client's only link stays down: airplane mode.
+    // A bridge with an address and a port (as docker0 or virbr0 on a laptop with a container
+    // running): a route that is up but leads nowhere. It must not hide the real link's return.
+    try sh(["-n", clientNamespace, "link", "add", "br-x", "type", "bridge"])
+    try sh(["-n", clientNamespace, "link", "add", "bx-a", "type", "veth", "peer", "name", "bx-b"])
+    try sh(["-n", clientNamespace, "link", "set", "bx-a", "master", "br-x"])
+    try sh(["-n", clientNamespace, "link", "set", "bx-a", "up"])
+    try sh(["-n", clientNamespace, "link", "set", "bx-b", "up"])
+    try sh(["-n", clientNamespace, "addr", "add", "10.99.7.1/24", "dev", "br-x"])
+    try sh(["-n", clientNamespace, "link", "set", "br-x", "up"])
+    // The client's real link stays down: airplane mode.
 
     let server = try TelemetryServer(
       directory: temporary.path, host: "10.213.7.1", root: packageRoot(),

@@ -14,7 +14,7 @@ public final class TelemetryServer {
 
   public init(
     directory: String, mode: String = "ok", token: String = "test-token", host: String = "127.0.0.1",
-    root: String, launcher: [String] = []
+    root: String, launcher: [String] = [], recordBodies: Bool = false
   ) throws {
     let portFile = directory + "/telemetry.port"
     recordPath = directory + "/telemetry.jsonl"
@@ -23,7 +23,7 @@ public final class TelemetryServer {
       launcher + [
         "/usr/bin/env", "python3", root + "/tools/telemetry_server.py", "--host", host, "--port-file", portFile,
         "--record", recordPath, "--mode", mode, "--token", token, "--exit-on-stdin-eof",
-      ]
+      ] + (recordBodies ? ["--record-bodies"] : [])
     child = try Spawn.start(command[0], Array(command.dropFirst()))
     port = try waitForPort(portFile, server: "telemetry_server.py")
   }
@@ -46,6 +46,15 @@ public final class TelemetryServer {
     return text.split(separator: "\n").compactMap { line in
       guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
       return (object["status"] as? Int ?? 0, object["ids"] as? [String] ?? [], object["malformed"] as? String)
+    }
+  }
+
+  /// The gunzipped body of each request, byte for byte (only with `recordBodies`).
+  public var bodies: [String] {
+    guard let text = try? String(contentsOfFile: recordPath, encoding: .utf8) else { return [] }
+    return text.split(separator: "\n").compactMap { line in
+      let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+      return object?["body"] as? String
     }
   }
 
