@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A small relay server for memo's tests and demo (Python standard library only).
 
-    relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400|301|302|303|307|308]
+    relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400|413|301|302|303|307|308]
                     [--retry-after SECONDS] [--delay SECONDS] [--exit-on-stdin-eof]
 
 POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
-500 -> 500, 503/429 -> that status with Retry-After, 400 -> 400. Every request is appended to the
+500 -> 500, 503/429 -> that status with Retry-After, 400 -> 400, 413 -> 413. Every request is appended to the
 --record file as a JSON line {"id", "body", "status"}, so tests can count deliveries and
 duplicates. --delay makes every POST /relay wait that long before it is answered and recorded (a
 slow server). POST /control with {"mode": ..., "retry_after": ..., "delay": ...} switches them at
@@ -81,7 +81,7 @@ class Handler(BaseHTTPRequestHandler):
             host, port = self.server.server_address[:2]
             self._reply(int(mode), {"Location": f"http://{host}:{port}/landing"})
             return
-        status = {"ok": 200, "500": 500, "503": 503, "429": 429, "400": 400}.get(mode, 500)
+        status = {"ok": 200, "500": 500, "503": 503, "429": 429, "400": 400, "413": 413}.get(mode, 500)
         with lock, open(self.record_path, "a") as record:
             record.write(json.dumps({"id": message.get("id"), "body": message.get("body"), "status": status}) + "\n")
         headers = {"Retry-After": str(retry_after)} if status in (429, 503) else {}

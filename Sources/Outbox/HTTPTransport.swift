@@ -32,10 +32,18 @@ public final class HTTPJSONTransport: Transport {
       headers: [("Content-Type", "application/json"), ("Idempotency-Key", id.uuidString.lowercased())],
       body: Self.body(id: id, payload: payload))
     switch client.send(request) {
+    case .status(413, let retryAfter) where request.body.count <= Self.smallBody:
+      // A small message cannot really be too large: a server (or proxy) refusing it has a fault,
+      // so it is retried with backoff (counting toward parking) rather than sent to review.
+      return .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter))
     case .status(let status, let retryAfter): return HTTPStatusPolicy.result(status: status, retryAfter: retryAfter)
     case .unreachable(let kind): return .unreachable(kind: kind)
     }
   }
+
+  /// A body at most this large refused with 413 is the server's fault, not the message's (64 KiB,
+  /// as for a telemetry event alone in a batch).
+  static let smallBody = 64 * 1024
 
   /// `{"body":…,"encoding":"utf8"|"base64","id":"…"}`, written straight into one buffer of the
   /// right size (JSONSerialization grew its output by doubling and its result was copied again).

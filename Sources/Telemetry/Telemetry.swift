@@ -159,8 +159,9 @@ public final class Telemetry: @unchecked Sendable {
     }
   }
 
-  /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, waiting
-  /// events become due at once, as when the network comes back.
+  /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, events that
+  /// waited for the network become due at once, as when the network changes (events a server
+  /// answered keep their due time; see `QueueContainer.makeDue`).
   public func trigger(resetBackoff: Bool = false) {
     worker.async { [weak self] in
       guard let self, self.isRunning else { return }

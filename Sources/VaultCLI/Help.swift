@@ -229,8 +229,8 @@ enum Help {
                                 (default 60; four times longer in power-saver or on a battery
                                 at 20% or less), and at once when the default route, another
                                 usable route, or an address on their interfaces changes
-                                (rtnetlink), which also restarts the backoff. Prints one line
-                                of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the
+                                (rtnetlink), which also restarts the backoff of events that
+                                waited for the network. Prints one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the
                                 request in progress is abandoned, the events it claimed are
                                 given back, and it exits 0.
 

@@ -576,8 +576,10 @@ public final class QueueContainer: @unchecked Sendable {
   /// A length of time in the milliseconds the columns hold.
   static func span(_ interval: TimeInterval) -> Int64 { Int64((interval * 1000).rounded()) }
 
-  /// Makes every pending record of `queue` due now (connectivity came back: the backoff restarts).
-  /// Attempt counts are kept, so the attempt ceiling still parks what keeps failing.
+  /// Makes the pending records of `queue` that last failed for want of a network due now (the
+  /// network changed: their backoff restarts). Records a server answered (`http-…`: its
+  /// Retry-After, backoff after a 5xx) keep their due time. Attempt counts are kept, so the
+  /// attempt ceiling still parks what keeps failing.
   @discardableResult
   public func makeDue(queue: String) throws -> Int {
     try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }

@@ -202,7 +202,13 @@ final class Storage {
         AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2))) ORDER BY seq LIMIT 64
       """)
     maxSeq = try connection.prepare("SELECT coalesce(max(seq), 0) FROM records")
-    makeDue = try connection.prepare("UPDATE records SET next_attempt_at = 0 WHERE queue = ? AND state = 'pending'")
+    // Only records whose last failure was the network's (no `http-…` answer): a server that asked
+    // for a wait (Retry-After, backoff after a 5xx) is not hurried by a route change on our side.
+    makeDue = try connection.prepare(
+      """
+      UPDATE records SET next_attempt_at = 0
+      WHERE queue = ? AND state = 'pending' AND (error_kind IS NULL OR error_kind NOT LIKE 'http-%')
+      """)
     release = try connection.prepare(
       "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
     )

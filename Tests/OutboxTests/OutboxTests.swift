@@ -174,6 +174,17 @@ final class OutboxTests: XCTestCase {
 
   /// URLSession on Linux followed redirects by itself: a 302 turned the POST into a GET of the
   /// new place, a 307 re-posted an empty body, the 200 from there acked (deleted) the record, and
+  /// A 413 for a small message is the server's fault (a misconfigured proxy): retried with
+  /// backoff, never sent to review for good; a large message refused with 413 goes to review.
+  func testA413ForASmallMessageIsRetriedAndForALargeOneReviewed() throws {
+    let server = try RelayServer(directory: temporary.path, mode: "413", root: packageRoot())
+    defer { server.stop() }
+    let transport = try HTTPJSONTransport(endpoint: server.endpoint, timeout: 5)
+    XCTAssertEqual(transport.deliver(id: UUID(), payload: Array("hi".utf8)), .retry(kind: "http-413", after: nil))
+    XCTAssertEqual(
+      transport.deliver(id: UUID(), payload: Array(repeating: 0x61, count: 70_000)), .reject(kind: "http-413"))
+  }
+
   /// the Authorization header went along. A redirect is now never followed and never acks.
   func testARedirectIsNeverFollowedAndNeverAcks() throws {
     let server = try RelayServer(directory: temporary.path, root: packageRoot())

@@ -493,7 +493,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     }
     _ = try container.enqueue(contentsOf: records, queue: Telemetry.queueName)
     let telemetry = Telemetry(
-      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      container: container, tokens: StaticTokens(), sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
       clock: clock.function)
     let started = Date()
     let report = try telemetry.flush()
@@ -512,7 +512,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     let server = try TelemetryServer(directory: temporary.path, mode: "413", root: packageRoot())
     defer { server.stop() }
     let telemetry = Telemetry(
-      container: container, tokens: StaticTokens(), sender: HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
+      container: container, tokens: StaticTokens(), sender: try HTTPBatchSender(endpoint: server.endpoint, timeout: 5),
       clock: clock.function)
     try telemetry.log(type: "tap", payload: ["n": .number(1)])
     let report = try telemetry.flush()

@@ -36,6 +36,22 @@ final class QueueContainerTests: XCTestCase {
       monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
   }
 
+  /// A network change makes due what waited for the network, never what a server asked to wait:
+  /// a wake on every route change (docker, a VPN) must not turn a Retry-After into a storm.
+  func testMakeDueHurriesNetworkFailuresButNotServerAnswers() throws {
+    let queue = try container()
+    let offline = UUID()
+    let throttled = UUID()
+    let failing = UUID()
+    for id in [offline, throttled, failing] { try queue.enqueue(Array("x".utf8), queue: "q", id: id) }
+    XCTAssertEqual(try queue.claim(queue: "q", maxCount: 3).count, 3)
+    _ = try queue.fail([offline], errorKind: "connect", serverAnswered: false)
+    _ = try queue.fail([throttled], errorKind: "http-429", retryAfter: 3600)
+    _ = try queue.fail([failing], errorKind: "http-503")
+    XCTAssertEqual(try queue.makeDue(queue: "q"), 1)
+    XCTAssertEqual(try queue.claim(queue: "q", maxCount: 3).map(\.id), [offline])
+  }
+
   func testEnqueueClaimAckRoundTripsAndLeavesNoPlaintext() throws {
     let queue = try container()
     let id = UUID()
