@@ -16,6 +16,9 @@ Modes (each answers every request the same way):
   redirect-301, redirect-302, redirect-303, redirect-307, redirect-308
                  that status with Location: --redirect-to
   huge-headers   200 with 50,000 headers of 100 bytes each
+  truncated-headers  a 200 status line and one header, then the connection closes
+  stray-200      the first request gets 200 and, 50 ms later, a second unasked-for 200 on the
+                 same connection; every later request gets 503
 With --cert/--key the server speaks TLS (HTTPS).
 """
 import argparse
@@ -104,6 +107,24 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_header("Location", settings["redirect_to"])
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+            elif mode == "truncated-headers":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n")
+                self.wfile.flush()
+                self.close_connection = True
+            elif mode == "stray-200":
+                with lock:
+                    settings["count"] = settings.get("count", 0) + 1
+                    first = settings["count"] == 1
+                if first:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    self.wfile.flush()
+                else:
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
             elif mode == "huge-headers":
                 self.send_response(200)
                 for index in range(50000):

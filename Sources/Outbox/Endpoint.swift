@@ -19,7 +19,11 @@ public enum EndpointPolicy {
   public static func isLoopback(_ host: String) -> Bool {
     var name = host.lowercased()
     if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
-    if name == "localhost" || name == "localhost." { return true }
+    // No NUL, percent sign or control character (inet_pton stops at a NUL: "127.0.0.1%00.evil").
+    guard !name.utf8.contains(where: { $0 < 0x21 || $0 == 0x25 || $0 == 0x7f }) else { return false }
+    // Exactly "localhost", which libcurl answers itself with a loopback address; "localhost."
+    // goes to DNS, which may answer anything.
+    if name == "localhost" { return true }
     var v4 = in_addr()
     if inet_pton(AF_INET, name, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
     var v6 = in6_addr()

@@ -78,6 +78,14 @@ public final class HTTPClient: @unchecked Sendable {
     defer { context.release() }
     var headers: UnsafeMutablePointer<curl_slist>?
     defer { curl_slist_free_all(headers) }
+    // A CR, LF or other control character in a header (a token read from a file, say) would
+    // inject headers or a whole second request: such a request is never sent.
+    for header in request.headers {
+      let bytes = Array(header.name.utf8) + Array(header.value.utf8)
+      guard !header.name.isEmpty, !bytes.contains(where: { $0 < 0x20 && $0 != 0x09 || $0 == 0x7f }),
+        !header.name.utf8.contains(where: { $0 == 0x3a || $0 == 0x20 || $0 == 0x09 })
+      else { return .unreachable(kind: "invalid-header") }
+    }
     // "Expect:" switches off libcurl's wait for a 100-continue before larger bodies.
     for line in request.headers.map({ "\($0.name): \($0.value)" }) + ["Expect:"] {
       guard let appended = curl_slist_append(headers, line) else { return .unreachable(kind: "local-memory") }
@@ -89,6 +97,16 @@ public final class HTTPClient: @unchecked Sendable {
     set(vault_curl_set_string(easy, CURLOPT_URL, request.url.absoluteString))
     set(vault_curl_set_string(easy, CURLOPT_PROTOCOLS_STR, "http,https"))
     set(vault_curl_set_long(easy, CURLOPT_FOLLOWLOCATION, 0))
+    // A fresh connection per exchange: libcurl 7.88 reuses a kept-alive connection that still has
+    // unread bytes, so a stray answer to one request acked the next (review finding).
+    set(vault_curl_set_long(easy, CURLOPT_FORBID_REUSE, 1))
+    set(vault_curl_set_long(easy, CURLOPT_FRESH_CONNECT, 1))
+    // Removing a transfer must not wait for a resolver thread stuck on a silent name server
+    // (it held a 20 s deadline and a cancellation for 28 s).
+    set(vault_curl_set_long(easy, CURLOPT_QUICK_EXIT, 1))
+    // Plain HTTP never goes through a proxy: the loopback exception holds only because the bytes
+    // (the token among them) never leave the machine.
+    if request.url.scheme?.lowercased() == "http" { set(vault_curl_set_string(easy, CURLOPT_NOPROXY, "*")) }
     set(vault_curl_set_long(easy, CURLOPT_NOSIGNAL, 1))
     set(vault_curl_set_long(easy, CURLOPT_TIMEOUT_MS, milliseconds))
     set(vault_curl_set_long(easy, CURLOPT_CONNECTTIMEOUT_MS, milliseconds))
@@ -97,6 +115,11 @@ public final class HTTPClient: @unchecked Sendable {
     set(vault_curl_set_long(easy, CURLOPT_SSL_VERIFYHOST, 2))
     set(vault_curl_set_long(easy, CURLOPT_SSLVERSION, CURL_SSLVERSION_TLSv1_2))
     if let certificateAuthorities {
+      // Only a regular file: OpenSSL would block forever reading a FIFO.
+      var info = stat()
+      guard stat(certificateAuthorities, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        return .unreachable(kind: "ca-file-unusable")
+      }
       set(vault_curl_set_string(easy, CURLOPT_CAINFO, certificateAuthorities))
       set(vault_curl_set_pointer(easy, CURLOPT_CAPATH, nil))
     }
@@ -127,7 +150,9 @@ public final class HTTPClient: @unchecked Sendable {
   /// The status when a complete one arrived (also when we cut an over-long body short on purpose),
   /// else the failure's kind.
   static func outcome(code: CURLcode, status: Int, exchange: Exchange) -> HTTPOutcome {
-    if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && exchange.bodyTooLong)) && (100..<600).contains(status) {
+    if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && exchange.bodyTooLong)) && (100..<600).contains(status)
+      && exchange.headersComplete
+    {
       return .status(status, retryAfter: exchange.retryAfter)
     }
     switch code {
@@ -156,6 +181,9 @@ final class Exchange {
   var bodyBytes = 0
   var bodyTooLong = false
   var retryAfter: String?
+  /// The blank line that ends the final header block arrived (a response cut off inside its
+  /// headers never counts as an answer).
+  var headersComplete = false
 
   init(responseLimit: Int) { self.responseLimit = responseLimit }
 }
@@ -168,6 +196,9 @@ private let headerReceived: vault_curl_data_callback = { data, size, count, cont
   let line = UnsafeRawBufferPointer(start: data, count: length)
   if line.starts(with: Array("HTTP/".utf8)) {
     exchange.retryAfter = nil
+    exchange.headersComplete = false
+  } else if line.elementsEqual([0x0d, 0x0a]) || line.elementsEqual([0x0a]) {
+    exchange.headersComplete = true
   } else if line.count <= 256, let text = String(validating: line, as: UTF8.self),
     let colon = text.firstIndex(of: ":"),
     text[..<colon].trimmingCharacters(in: .whitespaces).lowercased() == "retry-after"
@@ -247,5 +278,10 @@ private struct MultiHandle: @unchecked Sendable {
 
 /// curl_global_init, once per process, before the first handle.
 enum CurlLibrary {
-  static let ready: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+  static let ready: Bool = {
+    // OpenSSL (through libcurl) would write every TLS session secret to this file: whoever has
+    // the file and a capture of the traffic reads the token and the records.
+    unsetenv("SSLKEYLOGFILE")
+    return curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+  }()
 }

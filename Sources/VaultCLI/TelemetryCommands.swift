@@ -60,6 +60,17 @@ extension VaultCommandLine {
         throw UsageError(message: "--endpoint: \(error)", command: "telemetry")
       }
       endpoint = url
+      if let authorities = arguments.options["--ca-file"] {
+        // Checked now: a typo would otherwise look like an attack (every attempt a TLS failure).
+        var info = stat()
+        let text =
+          stat(authorities, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_size <= 16 << 20
+          ? (try? String(contentsOfFile: authorities, encoding: .utf8)) : nil
+        guard let text, text.contains("-----BEGIN CERTIFICATE-----") else {
+          throw UsageError(
+            message: "--ca-file must be a readable PEM file of certificates (at most 16 MiB)", command: "telemetry")
+        }
+      }
     }
     let vault = try openVault(arguments)
     let container = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)

@@ -120,6 +120,53 @@ final class HTTPClientTests: XCTestCase {
     XCTAssertEqual(client.send(post(URL(string: "ftp://127.0.0.1/x")!)), .unreachable(kind: "unsupported-url"))
   }
 
+  // Regressions from the outside review of the libcurl client.
+
+  func testAStrayAnswerOnAKeptConnectionNeverAcksTheNextRequest() throws {
+    let stray = try server("stray-200")
+    let client = HTTPClient(timeout: 5)
+    XCTAssertEqual(client.send(post(stray.url())), .status(200, retryAfter: nil))
+    Thread.sleep(forTimeInterval: 0.2)
+    XCTAssertEqual(client.send(post(stray.url())), .status(503, retryAfter: nil))
+  }
+
+  func testAnAnswerCutOffInsideItsHeadersIsNotAnAnswer() throws {
+    let truncated = try server("truncated-headers")
+    guard case .unreachable = HTTPClient(timeout: 5).send(post(truncated.url())) else {
+      return XCTFail("a 200 without the end of its headers must not ack")
+    }
+  }
+
+  func testHeadersWithLineBreaksAreNeverSent() throws {
+    let target = try server("ok")
+    let injected = post(target.url(), token: "test-token\r\nX-Injected: yes\r\n\r\nDELETE /all HTTP/1.1")
+    XCTAssertEqual(HTTPClient(timeout: 5).send(injected), .unreachable(kind: "invalid-header"))
+    XCTAssertTrue(target.requests.isEmpty)
+  }
+
+  func testPlainHTTPNeverGoesThroughAProxy() throws {
+    let proxy = try server("ok")
+    setenv("http_proxy", proxy.url("/").absoluteString, 1)
+    setenv("ALL_PROXY", proxy.url("/").absoluteString, 1)
+    defer {
+      unsetenv("http_proxy")
+      unsetenv("ALL_PROXY")
+    }
+    XCTAssertEqual(
+      HTTPClient(timeout: 5).send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connect"))
+    XCTAssertTrue(proxy.requests.isEmpty, "the token went to a proxy in plain text")
+  }
+
+  func testACertificateAuthorityFileThatIsNotARegularFileIsRefusedAtOnce() throws {
+    let fifo = temporary.sub("ca.fifo")
+    XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+    let started = Date()
+    XCTAssertEqual(
+      HTTPClient(timeout: 5, certificateAuthorities: fifo).send(post(URL(string: "https://127.0.0.1:9/x")!)),
+      .unreachable(kind: "ca-file-unusable"))
+    XCTAssertLessThan(Date().timeIntervalSince(started), 3)
+  }
+
   func testEndpointPolicyAllowsHTTPOnlyToLoopbackUnlessAskedTo() {
     func check(_ text: String, insecure: Bool = false) -> EndpointError? {
       do {
@@ -137,6 +184,9 @@ final class HTTPClientTests: XCTestCase {
     XCTAssertEqual(check("http://collector.example/x"), .insecureHTTP)
     XCTAssertEqual(check("http://127.0.0.1.evil.example/x"), .insecureHTTP)
     XCTAssertEqual(check("http://[::2]/x"), .insecureHTTP)
+    // "localhost." is resolved by DNS, not by libcurl; a NUL ended inet_pton's reading early.
+    XCTAssertEqual(check("http://localhost./x"), .insecureHTTP)
+    XCTAssertEqual(check("http://127.0.0.1%00.evil.example/x"), .insecureHTTP)
     XCTAssertNil(check("http://10.0.0.1/x", insecure: true))
     XCTAssertEqual(check("ftp://collector.example/x"), .unsupportedScheme)
     XCTAssertEqual(check("file:///etc/passwd"), .unsupportedScheme)

@@ -48,9 +48,12 @@ final class DeliveryEndpointCLITests: XCTestCase {
     defer { server.stop() }
     let endpoint = server.url("/v1/telemetry/batch").absoluteString
     XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "tap"]).status, 0)
-    let trusted = try vault([
-      "--home", home, "telemetry", "flush", "--endpoint", endpoint, "--ca-file", certificates.authority, "--json",
-    ])
+    // OpenSSL would write the session secrets to SSLKEYLOGFILE: it is ignored.
+    let keyLog = temporary.sub("tls-keys.log")
+    let trusted = try vault(
+      ["--home", home, "telemetry", "flush", "--endpoint", endpoint, "--ca-file", certificates.authority, "--json"],
+      environment: environment(["SSLKEYLOGFILE": keyLog]))
+    XCTAssertFalse(FileManager.default.fileExists(atPath: keyLog), "TLS secrets were written")
     XCTAssertEqual(trusted.status, 0, trusted.error)
     XCTAssertEqual(report(trusted.outputText)["delivered"], 1, trusted.outputText)
     XCTAssertEqual(server.requests.count, 1)
@@ -58,7 +61,14 @@ final class DeliveryEndpointCLITests: XCTestCase {
     // The system's authorities do not know the private one: nothing is sent, the event waits
     // with the failure named by kind.
     XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "tap"]).status, 0)
-    let untrusted = try vault(["--home", home, "telemetry", "flush", "--endpoint", endpoint, "--json"])
+    let untrusted = try vault(
+      ["--home", home, "telemetry", "flush", "--endpoint", endpoint, "--json"],
+      environment: environment(["SSLKEYLOGFILE": keyLog]))
+    XCTAssertFalse(FileManager.default.fileExists(atPath: keyLog))
+    for bad in [temporary.sub("missing.pem"), temporary.path, temporary.sub("tls/ca.key")] {
+      let refused = try vault(["--home", home, "telemetry", "flush", "--endpoint", endpoint, "--ca-file", bad])
+      XCTAssertEqual(refused.status, 64, "\(bad): \(refused.error)")
+    }
     XCTAssertEqual(untrusted.status, 0, untrusted.error)
     XCTAssertEqual(report(untrusted.outputText)["delivered"], 0, untrusted.outputText)
     XCTAssertEqual(report(untrusted.outputText)["pending"], 1, untrusted.outputText)
