@@ -26,11 +26,15 @@ public final class HTTPJSONTransport: Transport {
     // Encoding holds the base64 form (for binary payloads) and the JSON body; a failed allocation
     // traps. A body the address space (`ulimit -v`) cannot hold is not attempted: the record
     // waits, as for an unreachable server, which never counts toward parking.
-    guard MemoryHeadroom.available(Self.encodingBytes(payload)) else { return .unreachable(kind: "local-memory") }
+    // One scan of the payload decides text or base64, for the bound and for the body alike.
+    let text = Self.isText(payload)
+    guard MemoryHeadroom.available(Self.encodingBytes(payload, isText: text)) else {
+      return .unreachable(kind: "local-memory")
+    }
     let request = HTTPRequest(
       url: endpoint,
       headers: [("Content-Type", "application/json"), ("Idempotency-Key", id.uuidString.lowercased())],
-      body: Self.body(id: id, payload: payload))
+      body: Self.body(id: id, payload: payload, isText: text))
     switch client.send(request) {
     case .status(413, let retryAfter) where request.body.count <= Self.smallBody:
       // A small message cannot really be too large: a server (or proxy) refusing it has a fault,
@@ -47,8 +51,7 @@ public final class HTTPJSONTransport: Transport {
 
   /// `{"body":…,"encoding":"utf8"|"base64","id":"…"}`, written straight into one buffer of the
   /// right size (JSONSerialization grew its output by doubling and its result was copied again).
-  static func body(id: UUID, payload: [UInt8]) -> [UInt8] {
-    let text = isText(payload)
+  static func body(id: UUID, payload: [UInt8], isText text: Bool) -> [UInt8] {
     let content = text ? payload : Array(Data(payload).base64EncodedData())
     var json: [UInt8] = []
     json.reserveCapacity(escapedCount(content) + 96)
@@ -95,8 +98,8 @@ public final class HTTPJSONTransport: Transport {
   /// JSON body of a text payload (sized exactly, once); for a binary one, Foundation's copy, its
   /// base64 form twice (Data, then bytes) and the body; and 16 MiB for the HTTP client (libcurl,
   /// OpenSSL's TLS state, a resolver thread).
-  static func encodingBytes(_ payload: [UInt8]) -> Int {
-    let body = isText(payload) ? escapedCount(payload) : payload.count + 3 * ((payload.count + 2) / 3 * 4)
+  static func encodingBytes(_ payload: [UInt8], isText: Bool) -> Int {
+    let body = isText ? escapedCount(payload) : payload.count + 3 * ((payload.count + 2) / 3 * 4)
     return body + 96 + (16 << 20)
   }
 }

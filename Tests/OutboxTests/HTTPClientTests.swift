@@ -203,7 +203,8 @@ final class HTTPClientTests: XCTestCase {
       [0xff, 0x00, 0x80], [], Array(repeating: 0x1f, count: 300),
     ]
     for payload in samples {
-      let body = HTTPJSONTransport.body(id: id, payload: payload)
+      let text = HTTPJSONTransport.isText(payload)
+      let body = HTTPJSONTransport.body(id: id, payload: payload, isText: text)
       let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(body)) as? [String: String])
       XCTAssertEqual(object["id"], id.uuidString.lowercased())
       let decoded: [UInt8]? =
@@ -213,7 +214,7 @@ final class HTTPClientTests: XCTestCase {
         default: nil
         }
       XCTAssertEqual(decoded, payload)
-      XCTAssertLessThanOrEqual(body.count, HTTPJSONTransport.encodingBytes(payload) - (16 << 20))
+      XCTAssertLessThanOrEqual(body.count, HTTPJSONTransport.encodingBytes(payload, isText: text) - (16 << 20))
     }
   }
 
