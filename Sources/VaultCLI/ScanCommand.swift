@@ -81,6 +81,9 @@ extension VaultCommandLine {
             + (finding.encoding.map { " (\($0))" } ?? "") + "  \(finding.excerpt)")
       }
       for skipped in report.skipped { terminal.print("  skipped \(skipped.path): \(skipped.reason)") }
+      for incomplete in report.incomplete {
+        terminal.print("  not fully inspected \(incomplete.path): \(incomplete.reason)")
+      }
       if let verify {
         terminal.print(
           "Verified \(verify.opened + verify.failed) envelopes: \(verify.opened) open, \(verify.failed) do not")
@@ -90,12 +93,16 @@ extension VaultCommandLine {
         }
       }
     }
-    // An audit that could not read a container has not proven anything about it.
-    if let verify, verify.unreadable > 0 {
-      terminal.note("Error: \(verify.unreadable) container(s) could not be verified; see 'skipped'")
-      return report.clean ? ExitCode.couldNotRun.rawValue : ExitCode.failure.rawValue
+    // Findings come first (exit 1); otherwise an audit that could not read everything has not
+    // proven anything about what it missed (exit 2), and only a complete one is clean (exit 0).
+    if !report.clean { return ExitCode.failure.rawValue }
+    if !report.complete {
+      terminal.note(
+        "Error: the audit is incomplete: \(report.incomplete.count) path(s) not fully inspected"
+          + (arguments.flags.contains("--json") ? " (see \"incomplete\")" : " (listed above)"))
+      return ExitCode.couldNotRun.rawValue
     }
-    return (report.clean ? ExitCode.success : ExitCode.failure).rawValue
+    return ExitCode.success.rawValue
   }
 }
 
@@ -130,7 +137,7 @@ extension VaultCommandLine {
         try checkContainer(file, report: &report)
       } catch {
         // A corrupt or unreadable database must not hide what the rest of the scan found.
-        report.skipped.append(Skipped(path: file, reason: "envelope columns not checked: \(Self.describe(error).0)"))
+        report.incomplete.append(Skipped(path: file, reason: "envelope columns not checked: \(Self.describe(error).0)"))
       }
     }
   }
@@ -188,7 +195,7 @@ extension VaultCommandLine {
           }
         }
       } catch let error as QueueError {
-        report.skipped.append(Skipped(path: file, reason: "envelopes not verified: \(error)"))
+        report.incomplete.append(Skipped(path: file, reason: "envelopes not verified: \(error)"))
         result.unreadable += 1
         continue
       }

@@ -135,3 +135,23 @@ enum TextDetectors {
     "create table ", "create index ", "create unique index ", "create view ", "create trigger ",
   ].map { Array($0.utf8) }
 }
+
+extension Scanner {
+  /// Runs of printable text that look like JSON objects: `{"` followed by `":` within the run,
+  /// at least 16 bytes long, with two or more keys.
+  func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
+    var found: [(Int, Int)] = []
+    var index = 0
+    let opening: [UInt8] = [0x7b, 0x22]  // {"
+    for hit in Patterns.occurrences(of: opening, in: bytes) where hit >= index {
+      var end = hit
+      while end < bytes.count, bytes[end] >= 0x20, bytes[end] < 0x7f { end += 1 }
+      let run = UnsafeRawBufferPointer(rebasing: bytes[hit..<end])
+      if end - hit >= 16, Patterns.occurrences(of: [0x22, 0x3a], in: run).count >= 2 {
+        found.append((hit, end))
+      }
+      index = end
+    }
+    return found
+  }
+}

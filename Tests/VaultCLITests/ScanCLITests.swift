@@ -96,7 +96,7 @@ final class ScanCLITests: XCTestCase {
     try Data(bytes).write(to: URL(fileURLWithPath: path))
     let run = try vault(["--home", home, "scan", home, "--verify"])
     XCTAssertEqual(run.status, 2, run.outputText + run.error)
-    XCTAssertTrue(run.error.contains("could not be verified"), run.error)
+    XCTAssertTrue(run.error.contains("the audit is incomplete"), run.error)
   }
 
   private func sqlite3(_ path: String, _ sql: String) throws {
@@ -129,7 +129,7 @@ final class ScanCLITests: XCTestCase {
   }
 
   /// A corrupt database next to a leak: the leak is still reported (exit 1), the database is listed
-  /// as skipped; and scanning a quiet container creates no -wal or -shm files.
+  /// as not fully inspected (exit 2 when it is all there is); and scanning a quiet container creates no -wal or -shm files.
   func testACorruptDatabaseDoesNotHideOtherFindingsAndScanningWritesNothing() throws {
     let temporary = TemporaryDirectory()
     let home = try makeHome(temporary)
@@ -144,7 +144,14 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual(run.status, 1, run.error)
     let report = try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any]
     XCTAssertEqual((report["findings"] as! [[String: Any]]).compactMap { $0["file"] as? String }, [home + "/debug.log"])
-    XCTAssertTrue((report["skipped"] as! [[String: Any]]).contains { ($0["path"] as? String) == home + "/corrupt.db" })
+    XCTAssertTrue(
+      (report["incomplete"] as! [[String: Any]]).contains { ($0["path"] as? String) == home + "/corrupt.db" })
+    XCTAssertEqual(report["complete"] as? Bool, false)
+    // Without the leak (and without --verify) the corrupt database alone makes the audit incomplete.
+    try FileManager.default.removeItem(atPath: home + "/debug.log")
+    let alone = try vault(["scan", home, "--canary", "corrupt-neighbour-canary"])
+    XCTAssertEqual(alone.status, 2, alone.outputText + alone.error)
+    XCTAssertTrue(alone.outputText.contains("not fully inspected \(home)/corrupt.db"), alone.outputText)
   }
 
   func testProgressOnlyOnATerminal() throws {
