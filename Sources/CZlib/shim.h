@@ -9,9 +9,10 @@ static inline int vault_deflate_init_gzip(z_stream *stream, int level) {
   return deflateInit2_(stream, level, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION, (int)sizeof(z_stream));
 }
 
-// inflateInit2 is a macro too; windowBits 47 (32 + 15) accepts both gzip and zlib headers.
-static inline int vault_inflate_init_auto(z_stream *stream) {
-  return inflateInit2_(stream, 47, ZLIB_VERSION, (int)sizeof(z_stream));
+// inflateInit2 is a macro too.
+// windowBits 31: gzip only; 15: zlib with any window up to 32 KiB; -15: raw deflate (ZIP entries).
+static inline int vault_inflate_init(z_stream *stream, int windowBits) {
+  return inflateInit2_(stream, windowBits, ZLIB_VERSION, (int)sizeof(z_stream));
 }
 
 #endif

@@ -1,82 +1,275 @@
 import CZlib
 import Foundation
 
+/// How much inflating one file may cost. A compressed stream is inflated to its end unless the
+/// file's budget runs out first; then the rest of that file's compressed data is not inspected and
+/// the file is reported as incomplete, never as clean.
+public struct InflateBudget: Sendable, Equatable {
+  /// Inflated bytes allowed per file: `baseBytes` plus `ratio` times the file's size. Ordinary
+  /// compressed logs and blobs expand 3–20 times; a decompression bomb expands 1,000 times.
+  public var baseBytes: Int
+  public var ratio: Int
+  /// Time allowed per file for inflating, in seconds (measured on the monotonic clock).
+  public var seconds: Double
+
+  /// 512 MiB plus 64 times the file's size, and 60 seconds, per file.
+  public init(baseBytes: Int = 512 << 20, ratio: Int = 64, seconds: Double = 60) {
+    self.baseBytes = baseBytes
+    self.ratio = ratio
+    self.seconds = seconds
+  }
+
+  func bytes(forFileOfSize size: Int) -> Int {
+    let (scaled, overflow) = size.multipliedReportingOverflow(by: ratio)
+    return overflow ? Int.max : baseBytes.addingReportingOverflow(scaled).overflow ? Int.max : baseBytes + scaled
+  }
+}
+
+/// A compressed stream's wrapper: gzip (RFC 1952), zlib (RFC 1950) or raw deflate inside a ZIP entry.
+enum StreamFormat {
+  case gzip, zlib, zipDeflate
+
+  /// zlib's windowBits for each: gzip only, zlib of any window (8–15), raw deflate.
+  var windowBits: Int32 {
+    switch self {
+    case .gzip: 31
+    case .zlib: 15
+    case .zipDeflate: -15
+    }
+  }
+
+  /// Random bytes pass a 2-byte zlib header check now and then; a real stream inflates to something.
+  var minimumOutput: Int { self == .zlib ? 16 : 1 }
+}
+
+/// Where a stream's compressed bytes come from: the file itself, or a payload reassembled in memory.
+enum CompressedInput {
+  case file(fd: Int32, size: Int)
+  case memory([UInt8])
+
+  var count: Int {
+    switch self {
+    case .file(_, let size): size
+    case .memory(let bytes): bytes.count
+    }
+  }
+
+  func read(at offset: Int, count: Int) -> [UInt8] {
+    switch self {
+    case .file(let fd, _): RegionMap.read(fd, at: offset, count: count)
+    case .memory(let bytes):
+      offset < bytes.count ? Array(bytes[offset..<min(bytes.count, offset + count)]) : []
+    }
+  }
+}
+
+/// zlib's inflate state, reset for each candidate stream of a file instead of allocated anew: most
+/// candidates are false starts that fail within a few bytes, so their cost is mostly this set-up.
+final class Inflater {
+  var stream = z_stream()
+  private var ready = false
+
+  /// Prepares for a new stream of `format`; false if zlib could not allocate its state.
+  func reset(_ format: StreamFormat) -> Bool {
+    if ready { return inflateReset2(&stream, format.windowBits) == Z_OK }
+    ready = vault_inflate_init(&stream, format.windowBits) == Z_OK
+    return ready
+  }
+
+  deinit { if ready { inflateEnd(&stream) } }
+}
+
+/// What is left of one file's inflate budget while it is scanned (and the zlib state its streams share).
+struct InflateAllowance {
+  let inflater = Inflater()
+  private(set) var remainingBytes: Int
+  private let deadline: UInt64
+  /// Why inflating stopped early, once it has: the file is then reported as incomplete.
+  private(set) var exhausted: String?
+
+  init(_ budget: InflateBudget, fileSize: Int) {
+    remainingBytes = budget.bytes(forFileOfSize: fileSize)
+    let nanoseconds = budget.seconds >= 1e9 ? UInt64.max / 2 : UInt64(max(0, budget.seconds) * 1e9)
+    deadline = Self.now() &+ nanoseconds
+  }
+
+  static func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+  }
+
+  /// Takes `count` inflated bytes from the budget; false (and `exhausted` set) when it ran out.
+  mutating func spend(_ count: Int) -> Bool {
+    guard exhausted == nil else { return false }
+    remainingBytes -= count
+    if remainingBytes < 0 {
+      exhausted = "compressed data beyond the per-file inflate budget (bytes) was not inspected"
+    } else if Self.now() > deadline {
+      exhausted = "compressed data beyond the per-file inflate budget (time) was not inspected"
+    }
+    return exhausted == nil
+  }
+}
+
+/// How a stream ended.
+enum InflateEnd: Equatable {
+  /// The stream's end marker was reached after `consumed` compressed bytes.
+  case ended(consumed: Int)
+  /// The input ended (end of file or payload) before the stream did.
+  case truncated(consumed: Int)
+  /// Not valid deflate data from some point on (or never: a false start).
+  case corrupt(consumed: Int)
+  /// The file's budget ran out.
+  case budget(consumed: Int)
+
+  var consumed: Int {
+    switch self {
+    case .ended(let count), .truncated(let count), .corrupt(let count), .budget(let count): count
+    }
+  }
+}
+
 extension Scanner {
-  /// Offsets where a gzip member starts (1f 8b 08).
-  /// Offsets where a gzip member (1f 8b 08) or a zlib stream starts: 0x78 then a flag byte that
-  /// makes the 16-bit header a multiple of 31 (RFC 1950), with no preset dictionary.
-  func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, isGzip: Bool)] {
-    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes).map { (start: $0, isGzip: true) }
-    for offset in Patterns.occurrences(of: [0x78], in: bytes) where offset + 2 < bytes.count {
-      let flags = bytes[offset + 1]
-      if (0x7800 | Int(flags)) % 31 == 0, flags & 0x20 == 0 { starts.append((offset, false)) }
+  /// Every valid zlib header as a 65,536-bit set: method 8, window 2^8–2^15, CMF·256+FLG a multiple
+  /// of 31, no preset dictionary (RFC 1950 §2.2).
+  static let zlibHeaders: [UInt64] = {
+    var bits = [UInt64](repeating: 0, count: 1024)
+    for header in 0..<65536 where header >> 8 & 0x8f == 0x08 && header % 31 == 0 && header & 0x20 == 0 {
+      bits[header >> 6] |= 1 << (header & 63)
+    }
+    return bits
+  }()
+
+  /// Offsets where a compressed stream may start: a gzip member (1f 8b 08); a zlib header of any
+  /// window size (CMF = CINFO 0–7 with method 8, the 16-bit header a multiple of 31, no preset
+  /// dictionary; RFC 1950 §2.2); a ZIP local file header (50 4b 03 04, APPNOTE §4.3.7) whose entry is
+  /// deflated and not encrypted, at its data.
+  func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, format: StreamFormat)] {
+    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes).map { (start: $0, format: StreamFormat.gzip) }
+    // One pass over the bytes with a table of the valid 2-byte headers (eight memchr searches, one
+    // per CMF value, cost more than the check; a branch per byte mispredicts).
+    if bytes.count > 2, let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) {
+      Self.zlibHeaders.withUnsafeBufferPointer { table in
+        for offset in 0..<(bytes.count - 2) {
+          let header = Int(base[offset]) << 8 | Int(base[offset + 1])
+          if table[header >> 6] & (1 << (header & 63)) != 0 { starts.append((offset, .zlib)) }
+        }
+      }
+    }
+    for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
+      func le16(_ at: Int) -> Int { Int(bytes[header + at]) | Int(bytes[header + at + 1]) << 8 }
+      guard le16(8) == 8, le16(6) & 1 == 0 else { continue }
+      // The data start may lie past this buffer; the stream is read from the input, not from here.
+      starts.append((header + 30 + le16(26) + le16(28), .zipDeflate))
     }
     return starts
   }
 
-  /// Inflates a stream (up to 64 MiB out) and searches it for canaries and JSON text.
-  /// Inflates a stream (up to 64 MiB out) and searches it. It starts from the chunk in memory; a
-  /// stream that runs past the chunk's end is inflated again from the file (up to 64 MiB in).
+  /// Inflates the stream at `start` of `input` to its end (or until the file's budget runs out),
+  /// searching the output as it comes, 256 KiB at a time, for canaries and JSON text. Findings carry
+  /// the stream's offset in the file, `fileOffset`.
   func scanCompressed(
-    _ input: UnsafeRawBufferPointer, fd: Int32, fileSize: Int, path: String, fileOffset: Int, minimumOutput: Int
-  ) -> [Finding] {
-    guard var result = Self.inflate(input, limit: 64 << 20) else { return [] }
-    if result.ranOutOfInput, fileOffset + input.count < fileSize {
-      let window = RegionMap.read(fd, at: fileOffset, count: min(64 << 20, fileSize - fileOffset))
-      if let longer = window.withUnsafeBytes({ Self.inflate($0, limit: 64 << 20) }) { result = longer }
-    }
-    // Random data passes a 2-byte zlib header check now and then; a real stream inflates to something.
-    let inflated = result.output
-    guard inflated.count >= minimumOutput else { return [] }
+    _ input: CompressedInput, at start: Int, format: StreamFormat, path: String, fileOffset: Int,
+    allowance: inout InflateAllowance
+  ) -> (findings: [Finding], end: InflateEnd) {
     var findings: [Finding] = []
-    inflated.withUnsafeBytes { bytes in
-      var reported = Set<Int>()
-      searcher.search(bytes) { _, index in
-        guard reported.insert(index).inserted else { return }
-        findings.append(
-          Finding(
-            file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
-            encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
+    var reportedPatterns = Set<Int>()
+    var reportedJSON = false
+    // Each window holds the end of the previous one, so text that straddles two is seen whole.
+    let overlap = max(longestPattern, 64) - 1
+    var carry: [UInt8] = []
+    let end = Self.inflate(input, at: start, format: format, allowance: &allowance) { output in
+      let window = carry + output
+      window.withUnsafeBytes { bytes in
+        searcher.search(bytes) { _, index in
+          guard reportedPatterns.insert(index).inserted else { return }
+          findings.append(
+            Finding(
+              file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
+              encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
+        }
+        if !reportedJSON, let first = jsonText(bytes).first {
+          reportedJSON = true
+          findings.append(
+            Finding(
+              file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
+              excerpt: redact(window[first.start..<first.end])))
+        }
       }
-      if let first = jsonText(bytes).first {
-        findings.append(
-          Finding(
-            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
-            excerpt: redact(inflated[first.start..<first.end])))
-      }
+      carry = Array(window.suffix(overlap))
     }
-    return findings
+    return (findings, end)
   }
 
-  /// Inflates a gzip or zlib stream read straight from `input` (no copy): zlib consumes only what
-  /// the stream needs, so a false start fails after a few bytes. Nil when nothing valid came out.
-  /// `ranOutOfInput` says the stream had not ended when `input` did.
-  static func inflate(_ input: UnsafeRawBufferPointer, limit: Int) -> (
-    output: [UInt8], ranOutOfInput: Bool, consumed: Int
-  )? {
-    guard let base = input.baseAddress, !input.isEmpty else { return nil }
-    var stream = z_stream()
-    guard vault_inflate_init_auto(&stream) == Z_OK else { return nil }
-    defer { inflateEnd(&stream) }
-    var output: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16_384)
-    stream.next_in = UnsafeMutablePointer(mutating: base.assumingMemoryBound(to: UInt8.self))
-    stream.avail_in = UInt32(min(input.count, Int(UInt32.max)))
-    while output.count < limit {
-      let (result, produced) = chunk.withUnsafeMutableBufferPointer { out -> (Int32, Int) in
-        stream.next_out = out.baseAddress
-        stream.avail_out = UInt32(out.count)
-        let result = CZlib.inflate(&stream, Z_NO_FLUSH)
-        return (result, out.count - Int(stream.avail_out))
+  /// Inflates one stream incrementally: up to 64 KiB of input at a time, output handed to `body` in pieces
+  /// of up to 256 KiB (the first only once it holds the format's minimum output, so false starts
+  /// reach nobody). Memory stays bounded whatever the stream's size.
+  static func inflate(
+    _ input: CompressedInput, at start: Int, format: StreamFormat, allowance: inout InflateAllowance,
+    _ body: ([UInt8]) -> Void
+  ) -> InflateEnd {
+    let inflater = allowance.inflater
+    guard inflater.reset(format) else { return .corrupt(consumed: 0) }
+    // The output buffer grows too (4 KiB to 256 KiB): a false start must cost almost nothing.
+    var output = [UInt8](repeating: 0, count: 4 << 10)
+    var filled = 0
+    var delivered = 0
+    var position = start
+    var pendingInput: [UInt8] = []
+    var inputUsed = 0
+    // Most candidate starts are false (random bytes that pass a header check) and fail within a few
+    // bytes: read 512 bytes first, then more as the stream proves real.
+    var readSize = 512
+    func flush(force: Bool) {
+      if filled == output.count, output.count < 256 << 10 {
+        output += [UInt8](repeating: 0, count: output.count)
+        if !force { return }
       }
-      output += chunk[0..<produced]
-      let consumed = Int(stream.total_in)
-      if result == Z_STREAM_END { return (output, false, consumed) }
-      if result == Z_BUF_ERROR || (result == Z_OK && produced == 0 && stream.avail_in == 0) {
-        return output.isEmpty ? nil : (output, stream.avail_in == 0, consumed)
-      }
-      if result != Z_OK { return output.isEmpty ? nil : (output, false, consumed) }
+      guard filled > 0, force || filled == output.count, delivered + filled >= format.minimumOutput else { return }
+      body(Array(output[0..<filled]))
+      delivered += filled
+      filled = 0
     }
-    return (output, false, Int(stream.total_in))
+    while true {
+      if inputUsed == pendingInput.count {
+        pendingInput = input.read(at: position, count: readSize)
+        position += pendingInput.count
+        readSize = min(readSize * 2, 64 << 10)
+        inputUsed = 0
+        if pendingInput.isEmpty {
+          flush(force: true)
+          return .truncated(consumed: Int(inflater.stream.total_in))
+        }
+      }
+      let before = filled
+      let result = pendingInput.withUnsafeMutableBufferPointer { inBuffer in
+        output.withUnsafeMutableBufferPointer { outBuffer in
+          inflater.stream.next_in = inBuffer.baseAddress! + inputUsed
+          inflater.stream.avail_in = UInt32(inBuffer.count - inputUsed)
+          inflater.stream.next_out = outBuffer.baseAddress! + filled
+          inflater.stream.avail_out = UInt32(outBuffer.count - filled)
+          let result = CZlib.inflate(&inflater.stream, Z_NO_FLUSH)
+          inputUsed = inBuffer.count - Int(inflater.stream.avail_in)
+          filled = outBuffer.count - Int(inflater.stream.avail_out)
+          return result
+        }
+      }
+      let consumed = Int(inflater.stream.total_in)
+      guard allowance.spend(filled - before) else {
+        flush(force: true)
+        return .budget(consumed: consumed)
+      }
+      switch result {
+      case Z_STREAM_END:
+        flush(force: true)
+        return .ended(consumed: consumed)
+      case Z_OK, Z_BUF_ERROR:
+        flush(force: false)
+      default:
+        flush(force: true)
+        return .corrupt(consumed: consumed)
+      }
+    }
   }
 }

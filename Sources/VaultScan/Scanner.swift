@@ -10,8 +10,13 @@ public struct Scanner {
   public let canaries: [String]
   let patterns: [Pattern]
   let searcher: MultiSearcher
+  /// The longest canary form, in bytes (what consecutive windows must overlap by).
+  let longestPattern: Int
   /// Called after each chunk with files and bytes done so far (for a progress line).
   public var progress: ((_ files: Int, _ bytes: Int) -> Void)?
+  /// What inflating compressed streams may cost per file; a file that exceeds it is reported as
+  /// incomplete (`ScanReport.incomplete`), with what was inflated up to then still searched.
+  public var inflateBudget = InflateBudget()
   static let chunk = 4 << 20
 
   /// - Parameter canaries: strings that must not appear; each must be at least 4 bytes of UTF-8
@@ -20,6 +25,7 @@ public struct Scanner {
     self.canaries = canaries.filter { $0.utf8.count >= 4 }
     patterns = self.canaries.enumerated().flatMap { Patterns.variants(of: $0.element, index: $0.offset) }
     searcher = MultiSearcher(patterns.map(\.bytes))
+    longestPattern = patterns.map(\.bytes.count).max() ?? 1
     precondition(searcher.patterns.count == patterns.count, "every canary form is at least 4 bytes")
   }
 
@@ -79,7 +85,8 @@ public struct Scanner {
     let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
     let textFile =
       regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
-    let overlap = max(patterns.map(\.bytes.count).max() ?? 1, 64) - 1
+    let overlap = max(longestPattern, 64) - 1
+    var allowance = InflateAllowance(inflateBudget, fileSize: size)
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
     var seen = Set<[Int]>()
@@ -115,26 +122,30 @@ public struct Scanner {
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
         for stream in compressedStreams(bytes) where seen.insert([offset + stream.start, -3]).inserted {
-          for finding in scanCompressed(
-            UnsafeRawBufferPointer(rebasing: bytes[stream.start...]), fd: fd, fileSize: size, path: path,
-            fileOffset: offset + stream.start, minimumOutput: stream.isGzip ? 1 : 16)
-          {
-            report.findings.append(finding)
-          }
+          report.findings +=
+            scanCompressed(
+              .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, path: path,
+              fileOffset: offset + stream.start, allowance: &allowance
+            ).findings
         }
       }
       progress?(report.filesScanned, report.bytesScanned - size + min(size, offset + count))
       if offset + count >= size { break }
       offset += Self.chunk
     }
-    if regions.kind == .database { scanOverflowPayloads(regions, fd: fd, path: path, report: &report) }
+    if regions.kind == .database {
+      scanOverflowPayloads(regions, fd: fd, path: path, allowance: &allowance, report: &report)
+    }
+    if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
   }
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so
   /// the chunk pass cannot see a canary or a compressed stream that crosses a page. Payloads are
   /// reassembled and searched again; only what crosses a page boundary (or sits in a compressed
   /// stream) is reported here, the rest was found already.
-  private func scanOverflowPayloads(_ regions: RegionMap, fd: Int32, path: String, report: inout ScanReport) {
+  private func scanOverflowPayloads(
+    _ regions: RegionMap, fd: Int32, path: String, allowance: inout InflateAllowance, report: inout ScanReport
+  ) {
     var seen = Set<[Int]>()
     regions.forEachOverflowPayload { payload, segments in
       func fileOffset(_ payloadOffset: Int) -> Int {
@@ -155,15 +166,12 @@ public struct Scanner {
               excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
         }
         for stream in compressedStreams(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
-          let input = UnsafeRawBufferPointer(rebasing: bytes[stream.start...])
+          let (findings, end) = scanCompressed(
+            .memory(payload), at: stream.start, format: stream.format, path: path,
+            fileOffset: fileOffset(stream.start), allowance: &allowance)
           // A stream that ends inside one page was inflated whole by the chunk pass already.
-          guard let trial = Self.inflate(input, limit: 64 << 20), crossesPages(stream.start, trial.consumed) else {
-            continue
-          }
-          for var finding in scanCompressed(
-            input, fd: fd, fileSize: 0, path: path, fileOffset: fileOffset(stream.start),
-            minimumOutput: stream.isGzip ? 1 : 16)
-          {
+          guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
+          for var finding in findings {
             finding.region = "overflow-page"
             if !report.findings.contains(finding) { report.findings.append(finding) }
           }

@@ -1,0 +1,112 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import VaultScan
+
+/// Compressed streams are inflated to their end, whatever their window size or wrapper, within a
+/// per-file budget that makes the file "incomplete" rather than silently clean (issue 10 item 3).
+final class CompressedStreamTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  /// A rotated log: 70 MiB of ordinary lines, a canary past the 64 MiB mark, in one gzip member.
+  /// (Before: inflation stopped at 64 MiB of output and the scan said clean.)
+  func testACanaryDeepInsideAGzipMemberIsFound() throws {
+    let path = temporary.sub("app.log.1.gz")
+    try python(
+      """
+      import gzip,sys
+      line = b'2026-12-01T10:00:00Z INFO request served in 3 ms\\n'
+      filler = line * (70 * 1024 * 1024 // len(line))
+      cut = 66 * 1024 * 1024
+      data = filler[:cut] + b'user note: deep-gzip-canary-31\\n' + filler[cut:]
+      open(sys.argv[1], 'wb').write(gzip.compress(data, compresslevel=1))
+      """, [path])
+    let report = try Scanner(canaries: ["deep-gzip-canary-31"]).scan([path])
+    XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"], "\(report.findings)")
+    XCTAssertEqual(report.findings.first?.offset, 0)
+    XCTAssertTrue(report.complete, "\(report.incomplete)")
+  }
+
+  /// zlib streams written with every window size zlib allows (windowBits 9–15: CMF bytes 0x18–0x78).
+  /// (Before: only CMF 0x78, a 32 KiB window, was recognised.)
+  func testZlibStreamsOfEveryWindowSizeAreInflated() throws {
+    for bits in 9...15 {
+      let path = temporary.sub("window-\(bits).bin")
+      try python(
+        """
+        import os,sys,zlib
+        c = zlib.compressobj(6, zlib.DEFLATED, int(sys.argv[2]))
+        stream = c.compress(b'a note that says window-canary-%s and more text' % sys.argv[2].encode()) + c.flush()
+        open(sys.argv[1], 'wb').write(os.urandom(300) + stream + os.urandom(300))
+        """, [path, String(bits)])
+      let report = try Scanner(canaries: ["window-canary-\(bits)"]).scan([path])
+      XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"], "windowBits \(bits): \(report.findings)")
+    }
+  }
+
+  /// A deflated entry of a ZIP archive (an export, a .docx) is raw deflate behind a local header.
+  func testADeflatedZipEntryIsInflated() throws {
+    let path = temporary.sub("export.zip")
+    try python(
+      """
+      import sys,zipfile
+      with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr('readme.txt', 'nothing here ' * 50)
+        z.writestr('notes/today.txt', 'remember zip-entry-canary-8 ' * 20)
+      """, [path])
+    let report = try Scanner(canaries: ["zip-entry-canary-8"]).scan([path])
+    XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"], "\(report.findings)")
+  }
+
+  /// A file of decompression bombs (gzip members of zeros, about 1,000:1) stops at the budget, is
+  /// reported as incomplete, and still reports what it found before the budget ran out.
+  func testDecompressionBombsStopAtTheBudgetAndMakeTheFileIncomplete() throws {
+    let path = temporary.sub("bombs.bin")
+    try python(
+      """
+      import gzip,sys
+      first = gzip.compress(b'bomb-canary-77 ' + bytes(4 * 1024 * 1024))
+      bomb = gzip.compress(bytes(16 * 1024 * 1024))
+      open(sys.argv[1], 'wb').write(first + bomb * 40)
+      """, [path])
+    var scanner = Scanner(canaries: ["bomb-canary-77"])
+    scanner.inflateBudget = InflateBudget(baseBytes: 64 << 20, ratio: 0, seconds: 60)
+    let started = Date()
+    let report = try scanner.scan([path])
+    XCTAssertLessThan(Date().timeIntervalSince(started), 30, "bounded by the budget, not by the 640 MiB inside")
+    XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"])
+    XCTAssertEqual(report.incomplete.map(\.path), [path])
+    XCTAssertTrue(report.incomplete.first?.reason.contains("inflate budget (bytes)") ?? false, "\(report.incomplete)")
+    XCTAssertFalse(report.complete)
+
+    // The time budget: nothing may be inflated after the deadline.
+    scanner.inflateBudget = InflateBudget(baseBytes: 1 << 40, ratio: 0, seconds: 0)
+    let timed = try scanner.scan([path])
+    XCTAssertTrue(timed.incomplete.first?.reason.contains("inflate budget (time)") ?? false, "\(timed.incomplete)")
+  }
+
+  /// The default budget lets an ordinary compressed file through whole: complete, nothing to report.
+  func testAnOrdinaryCompressedFileIsCompleteUnderTheDefaultBudget() throws {
+    let path = temporary.sub("changelog.gz")
+    try python(
+      """
+      import gzip,sys
+      text = b''.join(b'  * Fix number %d in the parser, with a longer line of prose.\\n' % i for i in range(200000))
+      open(sys.argv[1], 'wb').write(gzip.compress(text))
+      """, [path])
+    let report = try Scanner(canaries: ["never-written-canary"]).scan([path])
+    XCTAssertTrue(report.complete, "\(report.incomplete)")
+    XCTAssertEqual(report.findings.filter { $0.detector == "canary" }, [])
+  }
+
+  /// The allowance arithmetic: base plus ratio times size, saturating instead of overflowing.
+  func testTheBudgetScalesWithTheFileAndSaturates() {
+    XCTAssertEqual(InflateBudget(baseBytes: 100, ratio: 3, seconds: 1).bytes(forFileOfSize: 10), 130)
+    XCTAssertEqual(InflateBudget(baseBytes: 100, ratio: Int.max, seconds: 1).bytes(forFileOfSize: 10), Int.max)
+    XCTAssertEqual(InflateBudget(baseBytes: Int.max, ratio: 1, seconds: 1).bytes(forFileOfSize: 10), Int.max)
+  }
+}
