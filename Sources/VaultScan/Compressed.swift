@@ -293,3 +293,41 @@ extension Scanner {
     }
   }
 }
+
+extension Scanner {
+  /// Compressed formats the scanner does not decode, by the magic number a file starts with: such a
+  /// file is scanned as raw bytes (which finds nothing inside), so it is reported as incomplete.
+  /// Magic numbers from each format's specification: xz (6 bytes, xz file format §2.1.1.1), zstd
+  /// (RFC 8878 §3.1.1), bzip2 ("BZh", a level, the block magic 0x314159265359), LZ4 frames (LZ4
+  /// frame format), 7z (its signature header) and lzip ("LZIP").
+  static func undecodedCompression(_ head: [UInt8]) -> String? {
+    let signatures: [(name: String, bytes: [UInt8])] = [
+      ("xz", [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]),
+      ("zstd", [0x28, 0xb5, 0x2f, 0xfd]),
+      ("lz4", [0x04, 0x22, 0x4d, 0x18]),
+      ("7z", [0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c]),
+      ("lzip", Array("LZIP".utf8)),
+    ]
+    for signature in signatures where head.starts(with: signature.bytes) {
+      return "compressed with \(signature.name), which the scanner does not decode"
+    }
+    if head.count >= 10, head.starts(with: Array("BZh".utf8)), (0x31...0x39).contains(head[3]),
+      head[4..<10].elementsEqual([0x31, 0x41, 0x59, 0x26, 0x53, 0x59])
+    {
+      return "compressed with bzip2, which the scanner does not decode"
+    }
+    return nil
+  }
+
+  /// A ZIP entry compressed with a method other than stored (0) or deflate (8), and not encrypted
+  /// (an encrypted entry is ciphertext, not a leak): its content cannot be inspected.
+  static func undecodedZipEntries(_ bytes: UnsafeRawBufferPointer) -> Int? {
+    for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
+      let method = Int(bytes[header + 8]) | Int(bytes[header + 9]) << 8
+      let flags = Int(bytes[header + 6]) | Int(bytes[header + 7]) << 8
+      // Methods from APPNOTE §4.4.5: 12 bzip2, 14 LZMA, 93 zstd, 95 xz, 98 PPMd.
+      if flags & 1 == 0, [12, 14, 93, 95, 98].contains(method) { return header }
+    }
+    return nil
+  }
+}

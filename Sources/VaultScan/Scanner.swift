@@ -82,11 +82,15 @@ public struct Scanner {
       report.findings.append(keyFinding)
       return
     }
+    if let reason = Self.undecodedCompression(RegionMap.read(fd, at: 0, count: 16)) {
+      report.incomplete.append(Skipped(path: path, reason: reason))
+    }
     let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
     let textFile =
       regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
     let overlap = max(longestPattern, 64) - 1
     var allowance = InflateAllowance(inflateBudget, fileSize: size)
+    var undecodedZipEntry = false
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
     var seen = Set<[Int]>()
@@ -121,6 +125,9 @@ public struct Scanner {
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
+        if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -4]).inserted {
+          undecodedZipEntry = true
+        }
         for stream in compressedStreams(bytes) where seen.insert([offset + stream.start, -3]).inserted {
           report.findings +=
             scanCompressed(
@@ -137,6 +144,10 @@ public struct Scanner {
       scanOverflowPayloads(regions, fd: fd, path: path, allowance: &allowance, report: &report)
     }
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
+    if undecodedZipEntry {
+      report.incomplete.append(
+        Skipped(path: path, reason: "holds ZIP entries compressed with a method the scanner does not decode"))
+    }
   }
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so

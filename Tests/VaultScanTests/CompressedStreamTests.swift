@@ -109,4 +109,25 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(InflateBudget(baseBytes: 100, ratio: Int.max, seconds: 1).bytes(forFileOfSize: 10), Int.max)
     XCTAssertEqual(InflateBudget(baseBytes: Int.max, ratio: 1, seconds: 1).bytes(forFileOfSize: 10), Int.max)
   }
+
+  /// A rotated log compressed with xz, zstd-like or bzip2 cannot be read by the scanner: the file is
+  /// listed as incomplete, never passed as clean. (Before: scanned raw, nothing found, exit 0.)
+  func testFilesInFormatsTheScannerCannotDecodeAreIncomplete() throws {
+    try python(
+      """
+      import bz2,lzma,sys,zipfile
+      text = b'the user wrote undecoded-canary-5 here\\n' * 100
+      open(sys.argv[1] + '/log.xz', 'wb').write(lzma.compress(text))
+      open(sys.argv[1] + '/log.bz2', 'wb').write(bz2.compress(text))
+      with zipfile.ZipFile(sys.argv[1] + '/export.zip', 'w', zipfile.ZIP_LZMA) as z:
+        z.writestr('notes.txt', text)
+      with zipfile.ZipFile(sys.argv[1] + '/stored.zip', 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr('readme.txt', b'nothing to see ' * 40)
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["undecoded-canary-5"]).scan([temporary.path])
+    XCTAssertEqual(
+      report.incomplete.map { ($0.path as NSString).lastPathComponent }.sorted(), ["export.zip", "log.bz2", "log.xz"])
+    XCTAssertTrue(report.incomplete.allSatisfy { $0.reason.contains("does not decode") }, "\(report.incomplete)")
+    XCTAssertEqual(report.findings.filter { $0.detector == "canary" }, [])
+  }
 }
