@@ -17,6 +17,7 @@ let package = Package(
     .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
     .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+    .systemLibrary(name: "CCompression", providers: [.apt(["liblzma-dev", "libbz2-dev", "libzstd-dev"])]),
     .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
     .systemLibrary(name: "CNetlink"),
     // glibc only (prctl, sigaction): the async-signal-safe crash handler behind ProcessHardening.
@@ -30,7 +31,7 @@ let package = Package(
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),
-    .target(name: "VaultScan", dependencies: ["VaultCrypto", "CZlib"], swiftSettings: strict),
+    .target(name: "VaultScan", dependencies: ["VaultCrypto", "CZlib", "CCompression"], swiftSettings: strict),
     .target(
       name: "VaultCLI",
       dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan"],

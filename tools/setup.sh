@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  libssl-dev libsqlite3-dev zlib1g-dev libcurl4-openssl-dev pkg-config libsecret-1-dev
+  libssl-dev libsqlite3-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev libcurl4-openssl-dev pkg-config libsecret-1-dev
   gnome-keyring dbus libglib2.0-bin libsecret-tools openssl procps python3
 )
 missing=()

@@ -25,23 +25,6 @@ public struct InflateBudget: Sendable, Equatable {
   }
 }
 
-/// A compressed stream's wrapper: gzip (RFC 1952), zlib (RFC 1950) or raw deflate inside a ZIP entry.
-enum StreamFormat {
-  case gzip, zlib, zipDeflate
-
-  /// zlib's windowBits for each: gzip only, zlib of any window (8–15), raw deflate.
-  var windowBits: Int32 {
-    switch self {
-    case .gzip: 31
-    case .zlib: 15
-    case .zipDeflate: -15
-    }
-  }
-
-  /// Random bytes pass a 2-byte zlib header check now and then; a real stream inflates to something.
-  var minimumOutput: Int { self == .zlib ? 16 : 1 }
-}
-
 /// Where a stream's compressed bytes come from: the file itself, or a payload reassembled in memory.
 enum CompressedInput {
   case file(fd: Int32, size: Int)
@@ -63,29 +46,15 @@ enum CompressedInput {
   }
 }
 
-/// zlib's inflate state, reset for each candidate stream of a file instead of allocated anew: most
-/// candidates are false starts that fail within a few bytes, so their cost is mostly this set-up.
-final class Inflater {
-  var stream = z_stream()
-  private var ready = false
-
-  /// Prepares for a new stream of `format`; false if zlib could not allocate its state.
-  func reset(_ format: StreamFormat) -> Bool {
-    if ready { return inflateReset2(&stream, format.windowBits) == Z_OK }
-    ready = vault_inflate_init(&stream, format.windowBits) == Z_OK
-    return ready
-  }
-
-  deinit { if ready { inflateEnd(&stream) } }
-}
-
 /// What is left of one file's inflate budget while it is scanned (and the zlib state its streams share).
 struct InflateAllowance {
-  let inflater = Inflater()
+  let decoder = StreamDecoder()
   private(set) var remainingBytes: Int
   private let deadline: UInt64
   /// Why inflating stopped early, once it has: the file is then reported as incomplete.
   private(set) var exhausted: String?
+  /// A valid stream that was not decoded (beyond a memory limit): the file is then incomplete too.
+  var unsupported: String?
 
   init(_ budget: InflateBudget, fileSize: Int) {
     remainingBytes = budget.bytes(forFileOfSize: fileSize)
@@ -122,10 +91,14 @@ enum InflateEnd: Equatable {
   case corrupt(consumed: Int)
   /// The file's budget ran out.
   case budget(consumed: Int)
+  /// A valid stream the scanner will not decode (`reason` names the limit): the file is incomplete.
+  case unsupported(reason: String, consumed: Int)
 
   var consumed: Int {
     switch self {
-    case .ended(let count), .truncated(let count), .corrupt(let count), .budget(let count): count
+    case .ended(let count), .truncated(let count), .corrupt(let count), .budget(let count),
+      .unsupported(_, let count):
+      count
     }
   }
 }
@@ -143,8 +116,10 @@ extension Scanner {
 
   /// Offsets where a compressed stream may start: a gzip member (1f 8b 08); a zlib header of any
   /// window size (CMF = CINFO 0–7 with method 8, the 16-bit header a multiple of 31, no preset
-  /// dictionary; RFC 1950 §2.2); a ZIP local file header (50 4b 03 04, APPNOTE §4.3.7) whose entry is
-  /// deflated and not encrypted, at its data.
+  /// dictionary; RFC 1950 §2.2); an xz stream, a zstd frame or a bzip2 stream by its magic number;
+  /// a ZIP local file header (50 4b 03 04, APPNOTE §4.3.7) whose entry is deflated and not
+  /// encrypted, at its data. (ZIP entries compressed with bzip2, xz or zstd hold a whole stream of
+  /// that format, found by its magic number.)
   func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, format: StreamFormat)] {
     var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes).map { (start: $0, format: StreamFormat.gzip) }
     // One pass over the bytes: eight at a time, only bytes that can be a CMF (low nibble 8, high
@@ -175,6 +150,18 @@ extension Scanner {
           check(offset)
           offset += 1
         }
+      }
+    }
+    // xz (xz file format §2.1.1.1), zstd frames (RFC 8878 §3.1.1; 4 bytes, so found with memmem:
+    // its first byte is '(' and common in text), bzip2 ("BZh", a level 1-9, then the first block's
+    // magic 0x314159265359).
+    starts += Patterns.occurrences(of: [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], in: bytes).map { ($0, .xz) }
+    starts += Patterns.occurrences(of: [0x28, 0xb5, 0x2f, 0xfd], in: bytes, longNeedle: true).map { ($0, .zstd) }
+    for block in Patterns.occurrences(of: [0x31, 0x41, 0x59, 0x26, 0x53, 0x59], in: bytes) where block >= 4 {
+      if bytes[block - 4] == 0x42, bytes[block - 3] == 0x5a, bytes[block - 2] == 0x68,
+        (0x31...0x39).contains(bytes[block - 1])
+      {
+        starts.append((block - 4, .bzip2))
       }
     }
     for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
@@ -229,8 +216,8 @@ extension Scanner {
     _ input: CompressedInput, at start: Int, format: StreamFormat, allowance: inout InflateAllowance,
     _ body: ([UInt8]) -> Void
   ) -> InflateEnd {
-    let inflater = allowance.inflater
-    guard inflater.reset(format) else { return .corrupt(consumed: 0) }
+    let decoder = allowance.decoder
+    guard decoder.reset(format) else { return .corrupt(consumed: 0) }
     // The output buffer grows too (4 KiB to 256 KiB): a false start must cost almost nothing.
     var output = [UInt8](repeating: 0, count: 4 << 10)
     var filled = 0
@@ -238,6 +225,7 @@ extension Scanner {
     var position = start
     var pendingInput: [UInt8] = []
     var inputUsed = 0
+    var consumed = 0
     // Most candidate starts are false (random bytes that pass a header check) and fail within a few
     // bytes: read 512 bytes first, then more as the stream proves real.
     var readSize = 512
@@ -259,36 +247,37 @@ extension Scanner {
         inputUsed = 0
         if pendingInput.isEmpty {
           flush(force: true)
-          return .truncated(consumed: Int(inflater.stream.total_in))
+          return .truncated(consumed: consumed)
         }
       }
-      let before = filled
-      let result = pendingInput.withUnsafeMutableBufferPointer { inBuffer in
-        output.withUnsafeMutableBufferPointer { outBuffer in
-          inflater.stream.next_in = inBuffer.baseAddress! + inputUsed
-          inflater.stream.avail_in = UInt32(inBuffer.count - inputUsed)
-          inflater.stream.next_out = outBuffer.baseAddress! + filled
-          inflater.stream.avail_out = UInt32(outBuffer.count - filled)
-          let result = CZlib.inflate(&inflater.stream, Z_NO_FLUSH)
-          inputUsed = inBuffer.count - Int(inflater.stream.avail_in)
-          filled = outBuffer.count - Int(inflater.stream.avail_out)
-          return result
+      let (read, written, state) = pendingInput.withUnsafeMutableBytes { inBuffer in
+        output.withUnsafeMutableBytes { outBuffer in
+          decoder.step(
+            UnsafeMutableRawBufferPointer(rebasing: inBuffer[inputUsed...]),
+            UnsafeMutableRawBufferPointer(rebasing: outBuffer[filled...]))
         }
       }
-      let consumed = Int(inflater.stream.total_in)
-      guard allowance.spend(filled - before) else {
+      inputUsed += read
+      filled += written
+      consumed += read
+      guard allowance.spend(written) else {
         flush(force: true)
         return .budget(consumed: consumed)
       }
-      switch result {
-      case Z_STREAM_END:
+      switch state {
+      case .end:
         flush(force: true)
         return .ended(consumed: consumed)
-      case Z_OK, Z_BUF_ERROR:
+      case .more where read > 0 || written > 0 || filled == output.count:
         flush(force: false)
-      default:
+      case .more, .corrupt:
+        // (A step that neither read nor wrote with room on both sides would never end.)
         flush(force: true)
         return .corrupt(consumed: consumed)
+      case .unsupported(let reason):
+        flush(force: true)
+        allowance.unsupported = reason
+        return .unsupported(reason: reason, consumed: consumed)
       }
     }
   }
@@ -297,13 +286,10 @@ extension Scanner {
 extension Scanner {
   /// Compressed formats the scanner does not decode, by the magic number a file starts with: such a
   /// file is scanned as raw bytes (which finds nothing inside), so it is reported as incomplete.
-  /// Magic numbers from each format's specification: xz (6 bytes, xz file format §2.1.1.1), zstd
-  /// (RFC 8878 §3.1.1), bzip2 ("BZh", a level, the block magic 0x314159265359), LZ4 frames (LZ4
-  /// frame format), 7z (its signature header) and lzip ("LZIP").
+  /// Magic numbers from each format's specification: LZ4 frames (LZ4 frame format), 7z (its
+  /// signature header) and lzip ("LZIP").
   static func undecodedCompression(_ head: [UInt8]) -> String? {
     let signatures: [(name: String, bytes: [UInt8])] = [
-      ("xz", [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00]),
-      ("zstd", [0x28, 0xb5, 0x2f, 0xfd]),
       ("lz4", [0x04, 0x22, 0x4d, 0x18]),
       ("7z", [0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c]),
       ("lzip", Array("LZIP".utf8)),
@@ -311,22 +297,18 @@ extension Scanner {
     for signature in signatures where head.starts(with: signature.bytes) {
       return "compressed with \(signature.name), which the scanner does not decode"
     }
-    if head.count >= 10, head.starts(with: Array("BZh".utf8)), (0x31...0x39).contains(head[3]),
-      head[4..<10].elementsEqual([0x31, 0x41, 0x59, 0x26, 0x53, 0x59])
-    {
-      return "compressed with bzip2, which the scanner does not decode"
-    }
     return nil
   }
 
-  /// A ZIP entry compressed with a method other than stored (0) or deflate (8), and not encrypted
-  /// (an encrypted entry is ciphertext, not a leak): its content cannot be inspected.
+  /// A ZIP entry compressed with a method the scanner does not decode, and not encrypted (an
+  /// encrypted entry is ciphertext, not a leak): its content cannot be inspected.
   static func undecodedZipEntries(_ bytes: UnsafeRawBufferPointer) -> Int? {
     for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
       let method = Int(bytes[header + 8]) | Int(bytes[header + 9]) << 8
       let flags = Int(bytes[header + 6]) | Int(bytes[header + 7]) << 8
-      // Methods from APPNOTE §4.4.5: 12 bzip2, 14 LZMA, 93 zstd, 95 xz, 98 PPMd.
-      if flags & 1 == 0, [12, 14, 93, 95, 98].contains(method) { return header }
+      // Methods from APPNOTE §4.4.5: 0 stored, 8 deflate, 12 bzip2, 93 zstd and 95 xz are read
+      // (the last three hold a whole stream with its magic number); 99 is AES encryption.
+      if flags & 1 == 0, ![0, 8, 12, 93, 95, 99].contains(method) { return header }
     }
     return nil
   }

@@ -68,11 +68,12 @@ enum Patterns {
   }
 
   /// Finds every occurrence of `needle` in `haystack`, as offsets. Short needles (up to 4 bytes)
-  /// use memchr on the first byte, which is vectorised; longer ones use memmem.
-  static func occurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer) -> [Int] {
+  /// use memchr on the first byte, which is vectorised; longer ones use memmem, as do short ones
+  /// whose first byte is common (`longNeedle`).
+  static func occurrences(of needle: [UInt8], in haystack: UnsafeRawBufferPointer, longNeedle: Bool = false) -> [Int] {
     guard !needle.isEmpty, haystack.count >= needle.count, let base = haystack.baseAddress else { return [] }
     var found: [Int] = []
-    if needle.count <= 4 {
+    if needle.count <= 4, !longNeedle {
       var position = 0
       let last = haystack.count - needle.count
       while position <= last {

@@ -144,6 +144,7 @@ public struct Scanner {
       scanOverflowPayloads(regions, fd: fd, path: path, allowance: &allowance, report: &report)
     }
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
+    if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if undecodedZipEntry {
       report.incomplete.append(
         Skipped(path: path, reason: "holds ZIP entries compressed with a method the scanner does not decode"))

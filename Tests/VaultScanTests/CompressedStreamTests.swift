@@ -1,3 +1,4 @@
+import CCompression
 import Foundation
 import VaultTestSupport
 import XCTest
@@ -110,24 +111,52 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(InflateBudget(baseBytes: Int.max, ratio: 1, seconds: 1).bytes(forFileOfSize: 10), Int.max)
   }
 
-  /// A rotated log compressed with xz, zstd-like or bzip2 cannot be read by the scanner: the file is
-  /// listed as incomplete, never passed as clean. (Before: scanned raw, nothing found, exit 0.)
-  func testFilesInFormatsTheScannerCannotDecodeAreIncomplete() throws {
+  /// logrotate's other compressors: xz, bzip2 and zstd streams are decoded to their end and searched,
+  /// as files and inside other files. (Before: scanned raw, nothing found, exit 0.)
+  func testXzBzip2AndZstdStreamsAreDecoded() throws {
     try python(
       """
-      import bz2,lzma,sys,zipfile
-      text = b'the user wrote undecoded-canary-5 here\\n' * 100
-      open(sys.argv[1] + '/log.xz', 'wb').write(lzma.compress(text))
-      open(sys.argv[1] + '/log.bz2', 'wb').write(bz2.compress(text))
+      import bz2,lzma,os,sys
+      text = b'2026-12-01 INFO the user wrote other-codec-canary-5 here\\n' * 2000
+      open(sys.argv[1] + '/log.1.xz', 'wb').write(lzma.compress(text))
+      open(sys.argv[1] + '/log.2.bz2', 'wb').write(bz2.compress(text))
+      open(sys.argv[1] + '/blob.bin', 'wb').write(os.urandom(5000) + lzma.compress(text) + os.urandom(5000))
+      """, [temporary.path])
+    let text = Array(String(repeating: "2026-12-01 INFO the user wrote other-codec-canary-5 here\n", count: 2000).utf8)
+    var frame = [UInt8](repeating: 0, count: ZSTD_compressBound(text.count))
+    let size = ZSTD_compress(&frame, frame.count, text, text.count, 3)
+    XCTAssertEqual(ZSTD_isError(size), 0)
+    try Data(frame.prefix(size)).write(to: URL(fileURLWithPath: temporary.sub("log.3.zst")))
+    let report = try Scanner(canaries: ["other-codec-canary-5"]).scan([temporary.path])
+    XCTAssertEqual(
+      report.findings.filter { $0.encoding == "inflated+utf8" }.map { ($0.file as NSString).lastPathComponent }
+        .sorted(),
+      ["blob.bin", "log.1.xz", "log.2.bz2", "log.3.zst"], "\(report.findings)")
+    XCTAssertTrue(report.complete, "\(report.incomplete)")
+  }
+
+  /// What the scanner will not decode makes the file incomplete, never clean: an xz stream whose
+  /// dictionary needs more than 128 MiB, a ZIP entry compressed with LZMA (method 14), an lzip file.
+  func testStreamsTheScannerWillNotDecodeMakeTheFileIncomplete() throws {
+    try python(
+      """
+      import lzma,sys,zipfile
+      text = b'the user wrote undecoded-canary-6 here\\n' * 100
+      big = [{'id': lzma.FILTER_LZMA2, 'dict_size': 192 << 20, 'mf': lzma.MF_HC3, 'nice_len': 8}]
+      open(sys.argv[1] + '/huge-dictionary.xz', 'wb').write(lzma.compress(text, filters=big))
       with zipfile.ZipFile(sys.argv[1] + '/export.zip', 'w', zipfile.ZIP_LZMA) as z:
         z.writestr('notes.txt', text)
-      with zipfile.ZipFile(sys.argv[1] + '/stored.zip', 'w', zipfile.ZIP_DEFLATED) as z:
+      with zipfile.ZipFile(sys.argv[1] + '/plain.zip', 'w', zipfile.ZIP_DEFLATED) as z:
         z.writestr('readme.txt', b'nothing to see ' * 40)
+      open(sys.argv[1] + '/log.lz', 'wb').write(b'LZIP\\x01\\x0c' + bytes(40))
       """, [temporary.path])
-    let report = try Scanner(canaries: ["undecoded-canary-5"]).scan([temporary.path])
+    let report = try Scanner(canaries: ["undecoded-canary-6"]).scan([temporary.path])
     XCTAssertEqual(
-      report.incomplete.map { ($0.path as NSString).lastPathComponent }.sorted(), ["export.zip", "log.bz2", "log.xz"])
-    XCTAssertTrue(report.incomplete.allSatisfy { $0.reason.contains("does not decode") }, "\(report.incomplete)")
+      report.incomplete.map { ($0.path as NSString).lastPathComponent }.sorted(),
+      ["export.zip", "huge-dictionary.xz", "log.lz"], "\(report.incomplete)")
+    XCTAssertTrue(
+      report.incomplete.contains { $0.reason.contains("more than 128 MiB") }
+        && report.incomplete.contains { $0.reason.contains("does not decode") }, "\(report.incomplete)")
     XCTAssertEqual(report.findings.filter { $0.detector == "canary" }, [])
   }
 }
