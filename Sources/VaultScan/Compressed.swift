@@ -46,15 +46,20 @@ enum CompressedInput {
   }
 }
 
-/// What is left of one file's inflate budget while it is scanned (and the zlib state its streams share).
-struct InflateAllowance {
-  let decoder = StreamDecoder()
+/// One file's decoding state while it is scanned: what is left of its budget, why decoding stopped
+/// short (the file is then incomplete), and the decoders its streams reuse.
+final class InflateAllowance {
   private(set) var remainingBytes: Int
   private let deadline: UInt64
   /// Why inflating stopped early, once it has: the file is then reported as incomplete.
   private(set) var exhausted: String?
   /// A valid stream that was not decoded (beyond a memory limit): the file is then incomplete too.
   var unsupported: String?
+  /// Streams being decoded at once, nested ones included: each holds a decoder (an xz one up to
+  /// 128 MiB), so beyond this a further nested stream is not decoded and the file is incomplete.
+  static let maximumLive = 6
+  private var spareDecoders: [StreamDecoder] = []
+  private var live = 0
 
   init(_ budget: InflateBudget, fileSize: Int) {
     remainingBytes = budget.bytes(forFileOfSize: fileSize)
@@ -68,8 +73,8 @@ struct InflateAllowance {
     return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
   }
 
-  /// Takes `count` inflated bytes from the budget; false (and `exhausted` set) when it ran out.
-  mutating func spend(_ count: Int) -> Bool {
+  /// Takes `count` decoded bytes from the budget; false (and `exhausted` set) when it ran out.
+  func spend(_ count: Int) -> Bool {
     guard exhausted == nil else { return false }
     remainingBytes -= count
     if remainingBytes < 0 {
@@ -78,6 +83,27 @@ struct InflateAllowance {
       exhausted = "compressed data beyond the per-file inflate budget (time) was not inspected"
     }
     return exhausted == nil
+  }
+
+  /// A decoder ready for `format`, or nil (and the file marked incomplete) when too many are live.
+  func decoder(for format: StreamFormat) -> StreamDecoder? {
+    guard live < Self.maximumLive else {
+      unsupported = "more nested compressed streams at once than the scanner decodes"
+      return nil
+    }
+    let decoder = spareDecoders.popLast() ?? StreamDecoder()
+    guard decoder.reset(format) else {
+      spareDecoders.append(decoder)
+      return nil
+    }
+    live += 1
+    return decoder
+  }
+
+  /// Gives a decoder back once its stream has ended.
+  func release(_ decoder: StreamDecoder) {
+    live -= 1
+    spareDecoders.append(decoder)
   }
 }
 
@@ -104,182 +130,117 @@ enum InflateEnd: Equatable {
 }
 
 extension Scanner {
-  /// Every valid zlib header as a 65,536-bit set: method 8, window 2^8–2^15, CMF·256+FLG a multiple
-  /// of 31, no preset dictionary (RFC 1950 §2.2).
-  static let zlibHeaders: [UInt64] = {
+  /// The 2-byte beginnings worth a closer look, as a 65,536-bit set: every valid zlib header
+  /// (method 8, window 2^8–2^15, CMF·256+FLG a multiple of 31, no preset dictionary; RFC 1950
+  /// §2.2), and the first two bytes of every other magic number and base64 prefix below.
+  static let startTable: [UInt64] = {
     var bits = [UInt64](repeating: 0, count: 1024)
-    for header in 0..<65536 where header >> 8 & 0x8f == 0x08 && header % 31 == 0 && header & 0x20 == 0 {
-      bits[header >> 6] |= 1 << (header & 63)
-    }
+    func set(_ header: Int) { bits[header >> 6] |= 1 << (header & 63) }
+    for header in 0..<65536 where isZlibHeader(header) { set(header) }
+    for magic in binaryMagic.map(\.bytes) + base64Prefixes.map(\.bytes) { set(Int(magic[0]) << 8 | Int(magic[1])) }
     return bits
   }()
 
-  /// Offsets where a compressed stream may start: a gzip member (1f 8b 08); a zlib header of any
-  /// window size (CMF = CINFO 0–7 with method 8, the 16-bit header a multiple of 31, no preset
-  /// dictionary; RFC 1950 §2.2); an xz stream, a zstd frame or a bzip2 stream by its magic number;
-  /// a ZIP local file header (50 4b 03 04, APPNOTE §4.3.7) whose entry is deflated and not
-  /// encrypted, at its data. (ZIP entries compressed with bzip2, xz or zstd hold a whole stream of
-  /// that format, found by its magic number.)
-  func compressedStreams(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, format: StreamFormat)] {
-    var starts = Patterns.occurrences(of: [0x1f, 0x8b, 0x08], in: bytes).map { (start: $0, format: StreamFormat.gzip) }
-    // One pass over the bytes: eight at a time, only bytes that can be a CMF (low nibble 8, high
-    // bit clear: 1 in 16 of random bytes) are looked up, with the FLG byte after them, in a table of
-    // the valid 2-byte headers. (Eight memchr searches, one per CMF value, cost twice as much.)
-    if bytes.count > 2, let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) {
-      let last = bytes.count - 2
-      Self.zlibHeaders.withUnsafeBufferPointer { table in
-        func check(_ offset: Int) {
-          let header = Int(base[offset]) << 8 | Int(base[offset + 1])
-          if table[header >> 6] & (1 << (header & 63)) != 0 { starts.append((offset, .zlib)) }
-        }
-        var offset = 0
-        while offset + 8 <= last {
-          let word = UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)
-          // A byte of `candidate` is zero exactly where `word` has a possible CMF; the high bit of
-          // each zero byte is then set in `zeros` (exact, no carries between bytes).
-          let candidate = (word & 0x8f8f_8f8f_8f8f_8f8f) ^ 0x0808_0808_0808_0808
-          let low = 0x7f7f_7f7f_7f7f_7f7f as UInt64
-          var zeros = ~(((candidate & low) &+ low) | candidate | low)
-          while zeros != 0 {
-            check(offset + zeros.trailingZeroBitCount >> 3)
-            zeros &= zeros - 1
-          }
-          offset += 8
-        }
-        while offset < last {
-          check(offset)
-          offset += 1
+  static func isZlibHeader(_ header: Int) -> Bool {
+    header >> 8 & 0x8f == 0x08 && header % 31 == 0 && header & 0x20 == 0
+  }
+
+  /// Magic numbers, from each format's specification: gzip (RFC 1952 §2.3.1, with method 8), xz
+  /// (xz file format §2.1.1.1), zstd frames (RFC 8878 §3.1.1), bzip2 ("BZh", checked further below),
+  /// ZIP local file headers (APPNOTE §4.3.7).
+  private static let binaryMagic: [(bytes: [UInt8], format: StreamFormat)] = [
+    ([0x1f, 0x8b, 0x08], .gzip), ([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], .xz), ([0x28, 0xb5, 0x2f, 0xfd], .zstd),
+    (Array("BZh".utf8), .bzip2), ([0x50, 0x4b, 0x03, 0x04], .zipDeflate),
+  ]
+
+  /// What base64 text of a compressed stream starts with: gzip `H4sI`, zlib `eJ` (0x78 0x9c) and
+  /// `eN` (0x78 0xda), xz `/Td6WFo`, zstd `KLUv`, bzip2 `Qlpo` ("BZh").
+  private static let base64Prefixes: [(bytes: [UInt8], format: StreamFormat)] = [
+    (Array("H4sI".utf8), .gzip), (Array("eJ".utf8), .zlib), (Array("eN".utf8), .zlib),
+    (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
+  ]
+
+  private static func isBase64(_ byte: UInt8) -> Bool {
+    (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte) || (0x30...0x39).contains(byte)
+      || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
+  }
+
+  /// Offsets where a compressed stream may start, in one pass over the bytes with `startTable`:
+  /// a zlib header of any window size; a gzip member, an xz stream, a zstd frame or a bzip2 stream
+  /// (BZh, a level 1–9, then the first block's magic 0x314159265359) by its magic number; the data
+  /// of a deflated, unencrypted ZIP entry (ZIP entries compressed with bzip2, xz or zstd hold a
+  /// whole stream of that format, found by its magic number); and base64 text of any of these
+  /// (`base64`: one of the prefixes above where the byte before is not base64, so the run is
+  /// aligned there, and at least 16 base64 characters follow).
+  func streamStarts(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, format: StreamFormat, base64: Bool)] {
+    guard bytes.count > 2, let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return [] }
+    var starts: [(start: Int, format: StreamFormat, base64: Bool)] = []
+    func matches(_ magic: [UInt8], at offset: Int) -> Bool {
+      offset + magic.count <= bytes.count && memcmp(base + offset, magic, magic.count) == 0
+    }
+    func examine(_ offset: Int, _ header: Int) {
+      if Self.isZlibHeader(header) { starts.append((offset, .zlib, false)) }
+      for (magic, format) in Self.binaryMagic where matches(magic, at: offset) {
+        switch format {
+        case .bzip2:
+          guard offset + 10 <= bytes.count, (0x31...0x39).contains(base[offset + 3]),
+            matches([0x31, 0x41, 0x59, 0x26, 0x53, 0x59], at: offset + 4)
+          else { continue }
+          starts.append((offset, .bzip2, false))
+        case .zipDeflate:
+          guard offset + 30 <= bytes.count else { continue }
+          func le16(_ at: Int) -> Int { Int(base[offset + at]) | Int(base[offset + at + 1]) << 8 }
+          guard le16(8) == 8, le16(6) & 1 == 0 else { continue }
+          // The data may start past this buffer; the stream is read from the input, not from here.
+          starts.append((offset + 30 + le16(26) + le16(28), .zipDeflate, false))
+        default:
+          starts.append((offset, format, false))
         }
       }
-    }
-    // xz (xz file format §2.1.1.1), zstd frames (RFC 8878 §3.1.1; 4 bytes, so found with memmem:
-    // its first byte is '(' and common in text), bzip2 ("BZh", a level 1-9, then the first block's
-    // magic 0x314159265359).
-    starts += Patterns.occurrences(of: [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], in: bytes).map { ($0, .xz) }
-    starts += Patterns.occurrences(of: [0x28, 0xb5, 0x2f, 0xfd], in: bytes, longNeedle: true).map { ($0, .zstd) }
-    for block in Patterns.occurrences(of: [0x31, 0x41, 0x59, 0x26, 0x53, 0x59], in: bytes) where block >= 4 {
-      if bytes[block - 4] == 0x42, bytes[block - 3] == 0x5a, bytes[block - 2] == 0x68,
-        (0x31...0x39).contains(bytes[block - 1])
-      {
-        starts.append((block - 4, .bzip2))
+      for (prefix, format) in Self.base64Prefixes where matches(prefix, at: offset) {
+        guard offset == 0 || !Self.isBase64(base[offset - 1]), offset + 16 <= bytes.count,
+          (offset..<(offset + 16)).allSatisfy({ Self.isBase64(base[$0]) })
+        else { continue }
+        starts.append((offset, format, true))
       }
     }
-    for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
-      func le16(_ at: Int) -> Int { Int(bytes[header + at]) | Int(bytes[header + at + 1]) << 8 }
-      guard le16(8) == 8, le16(6) & 1 == 0 else { continue }
-      // The data start may lie past this buffer; the stream is read from the input, not from here.
-      starts.append((header + 30 + le16(26) + le16(28), .zipDeflate))
+    Self.startTable.withUnsafeBufferPointer { table in
+      for offset in 0..<(bytes.count - 1) {
+        let header = Int(base[offset]) << 8 | Int(base[offset + 1])
+        if table[header >> 6] & (1 << (header & 63)) != 0 { examine(offset, header) }
+      }
     }
     return starts
   }
 
-  /// Inflates the stream at `start` of `input` to its end (or until the file's budget runs out),
-  /// searching the output as it comes, 256 KiB at a time, for canaries and JSON text. Findings carry
-  /// the stream's offset in the file, `fileOffset`.
+  /// Decodes the stream at `start` of `input` to its end (or until the file's budget runs out),
+  /// searching the output as it comes for canaries and JSON text, and decoding the streams nested in
+  /// it. Input is read 512 bytes first, then up to 64 KiB at a time as the stream proves real (most
+  /// candidates are false starts that fail within a few bytes). Findings carry `fileOffset`.
   func scanCompressed(
-    _ input: CompressedInput, at start: Int, format: StreamFormat, path: String, fileOffset: Int,
-    allowance: inout InflateAllowance
+    _ input: CompressedInput, at start: Int, format: StreamFormat, base64: Bool, path: String, fileOffset: Int,
+    allowance: InflateAllowance
   ) -> (findings: [Finding], end: InflateEnd) {
-    var findings: [Finding] = []
-    var reportedPatterns = Set<Int>()
-    var reportedJSON = false
-    // Each window holds the end of the previous one, so text that straddles two is seen whole.
-    let overlap = max(longestPattern, 64) - 1
-    var carry: [UInt8] = []
-    let end = Self.inflate(input, at: start, format: format, allowance: &allowance) { output in
-      let window = carry + output
-      window.withUnsafeBytes { bytes in
-        searcher.search(bytes) { _, index in
-          guard reportedPatterns.insert(index).inserted else { return }
-          findings.append(
-            Finding(
-              file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
-              encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
-        }
-        if !reportedJSON, let first = jsonText(bytes).first {
-          reportedJSON = true
-          findings.append(
-            Finding(
-              file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
-              excerpt: redact(window[first.start..<first.end])))
-        }
-      }
-      carry = Array(window.suffix(overlap))
+    let context = DecodeContext(scanner: self, path: path, fileOffset: fileOffset, allowance: allowance)
+    guard let (chain, stream) = makeChain(format, base64: base64, context: context, scanner: self, depth: 1) else {
+      return ([], .corrupt(consumed: 0))
     }
-    return (findings, end)
-  }
-
-  /// Inflates one stream incrementally: up to 64 KiB of input at a time, output handed to `body` in pieces
-  /// of up to 256 KiB (the first only once it holds the format's minimum output, so false starts
-  /// reach nobody). Memory stays bounded whatever the stream's size.
-  static func inflate(
-    _ input: CompressedInput, at start: Int, format: StreamFormat, allowance: inout InflateAllowance,
-    _ body: ([UInt8]) -> Void
-  ) -> InflateEnd {
-    let decoder = allowance.decoder
-    guard decoder.reset(format) else { return .corrupt(consumed: 0) }
-    // The output buffer grows too (4 KiB to 256 KiB): a false start must cost almost nothing.
-    var output = [UInt8](repeating: 0, count: 4 << 10)
-    var filled = 0
-    var delivered = 0
     var position = start
-    var pendingInput: [UInt8] = []
-    var inputUsed = 0
-    var consumed = 0
-    // Most candidate starts are false (random bytes that pass a header check) and fail within a few
-    // bytes: read 512 bytes first, then more as the stream proves real.
     var readSize = 512
-    func flush(force: Bool) {
-      if filled == output.count, output.count < 256 << 10 {
-        output += [UInt8](repeating: 0, count: output.count)
-        if !force { return }
-      }
-      guard filled > 0, force || filled == output.count, delivered + filled >= format.minimumOutput else { return }
-      body(Array(output[0..<filled]))
-      delivered += filled
-      filled = 0
-    }
     while true {
-      if inputUsed == pendingInput.count {
-        pendingInput = input.read(at: position, count: readSize)
-        position += pendingInput.count
-        readSize = min(readSize * 2, 64 << 10)
-        inputUsed = 0
-        if pendingInput.isEmpty {
-          flush(force: true)
-          return .truncated(consumed: consumed)
-        }
+      let bytes = input.read(at: position, count: readSize)
+      position += bytes.count
+      readSize = min(readSize * 2, 64 << 10)
+      if bytes.isEmpty {
+        chain.finish()
+        break
       }
-      let (read, written, state) = pendingInput.withUnsafeMutableBytes { inBuffer in
-        output.withUnsafeMutableBytes { outBuffer in
-          decoder.step(
-            UnsafeMutableRawBufferPointer(rebasing: inBuffer[inputUsed...]),
-            UnsafeMutableRawBufferPointer(rebasing: outBuffer[filled...]))
-        }
-      }
-      inputUsed += read
-      filled += written
-      consumed += read
-      guard allowance.spend(written) else {
-        flush(force: true)
-        return .budget(consumed: consumed)
-      }
-      switch state {
-      case .end:
-        flush(force: true)
-        return .ended(consumed: consumed)
-      case .more where read > 0 || written > 0 || filled == output.count:
-        flush(force: false)
-      case .more, .corrupt:
-        // (A step that neither read nor wrote with room on both sides would never end.)
-        flush(force: true)
-        return .corrupt(consumed: consumed)
-      case .unsupported(let reason):
-        flush(force: true)
-        allowance.unsupported = reason
-        return .unsupported(reason: reason, consumed: consumed)
-      }
+      if !bytes.withUnsafeBytes({ chain.push($0) }) { break }
     }
+    let end = stream.end ?? .truncated(consumed: stream.consumed)
+    // Through a base64 layer the stream's own count is of decoded bytes; the text read is what the
+    // caller locates in the file.
+    return (context.findings, base64 ? .truncated(consumed: position - start) : end)
   }
 }
 

@@ -89,7 +89,7 @@ public struct Scanner {
     let textFile =
       regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
     let overlap = max(longestPattern, 64) - 1
-    var allowance = InflateAllowance(inflateBudget, fileSize: size)
+    let allowance = InflateAllowance(inflateBudget, fileSize: size)
     var undecodedZipEntry = false
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
@@ -128,11 +128,11 @@ public struct Scanner {
         if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -4]).inserted {
           undecodedZipEntry = true
         }
-        for stream in compressedStreams(bytes) where seen.insert([offset + stream.start, -3]).inserted {
+        for stream in streamStarts(bytes) where seen.insert([offset + stream.start, -3]).inserted {
           report.findings +=
             scanCompressed(
-              .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, path: path,
-              fileOffset: offset + stream.start, allowance: &allowance
+              .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
+              path: path, fileOffset: offset + stream.start, allowance: allowance
             ).findings
         }
       }
@@ -141,7 +141,7 @@ public struct Scanner {
       offset += Self.chunk
     }
     if regions.kind == .database {
-      scanOverflowPayloads(regions, fd: fd, path: path, allowance: &allowance, report: &report)
+      scanOverflowPayloads(regions, fd: fd, path: path, allowance: allowance, report: &report)
     }
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
@@ -156,7 +156,7 @@ public struct Scanner {
   /// reassembled and searched again; only what crosses a page boundary (or sits in a compressed
   /// stream) is reported here, the rest was found already.
   private func scanOverflowPayloads(
-    _ regions: RegionMap, fd: Int32, path: String, allowance: inout InflateAllowance, report: inout ScanReport
+    _ regions: RegionMap, fd: Int32, path: String, allowance: InflateAllowance, report: inout ScanReport
   ) {
     var seen = Set<[Int]>()
     regions.forEachOverflowPayload { payload, segments in
@@ -177,10 +177,10 @@ public struct Scanner {
               encoding: pattern.encoding,
               excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
         }
-        for stream in compressedStreams(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
+        for stream in streamStarts(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(
-            .memory(payload), at: stream.start, format: stream.format, path: path,
-            fileOffset: fileOffset(stream.start), allowance: &allowance)
+            .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
+            fileOffset: fileOffset(stream.start), allowance: allowance)
           // A stream that ends inside one page was inflated whole by the chunk pass already.
           guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
           for var finding in findings {

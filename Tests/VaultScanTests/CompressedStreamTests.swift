@@ -159,4 +159,64 @@ final class CompressedStreamTests: XCTestCase {
         && report.incomplete.contains { $0.reason.contains("does not decode") }, "\(report.incomplete)")
     XCTAssertEqual(report.findings.filter { $0.detector == "canary" }, [])
   }
+
+  /// Streams inside streams: a .gz inside a .tar.gz, a deflated .gz entry inside a .zip, a zlib blob
+  /// inside an xz stream; and base64 text of a compressed stream in a log line, in JSON and in a
+  /// MIME-wrapped mail, as files and inside a gzip. (Before: only the outer layer was decoded.)
+  func testNestedAndBase64EncodedStreamsAreDecoded() throws {
+    try python(
+      """
+      import base64,gzip,io,lzma,os,sys,tarfile,zipfile,zlib
+      d = sys.argv[1]
+      def secret(n): return b'the user typed nested-canary-%d into the form ' % n * 30
+      inner = gzip.compress(secret(1), mtime=0)
+      buffer = io.BytesIO()
+      with tarfile.open(fileobj=buffer, mode='w:gz') as t:
+        info = tarfile.TarInfo('logs/app.log.1.gz'); info.size = len(inner); t.addfile(info, io.BytesIO(inner))
+      open(d + '/backup.tar.gz', 'wb').write(buffer.getvalue())
+      with zipfile.ZipFile(d + '/export.zip', 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr('app.log.2.gz', gzip.compress(secret(2), mtime=0))
+      open(d + '/blob.xz', 'wb').write(lzma.compress(os.urandom(100) + zlib.compress(secret(3)) + os.urandom(100)))
+      line = b'2026-12-01 DEBUG body=' + base64.b64encode(gzip.compress(secret(4))) + b' status=200\\n'
+      open(d + '/debug.log', 'wb').write(b'2026-12-01 INFO started\\n' * 50 + line)
+      open(d + '/event.json', 'wb').write(b'{"payload": "' + base64.b64encode(zlib.compress(secret(5))) + b'"}')
+      mail = base64.encodebytes(gzip.compress(secret(6) * 20))
+      open(d + '/mail.eml', 'wb').write(b'Content-Transfer-Encoding: base64\\n\\n' + mail)
+      open(d + '/rotated.log.gz', 'wb').write(gzip.compress(b'INFO ok\\n' * 100 + line.replace(b'4 into', b'4 into')))
+      """, [temporary.path])
+    let canaries = (1...6).map { "nested-canary-\($0)" }
+    let report = try Scanner(canaries: canaries).scan([temporary.path])
+    let found = Set(
+      report.findings.filter { $0.encoding == "inflated+utf8" }.map { ($0.file as NSString).lastPathComponent })
+    XCTAssertEqual(
+      found, ["backup.tar.gz", "export.zip", "blob.xz", "debug.log", "event.json", "mail.eml", "rotated.log.gz"],
+      "\(report.findings)")
+    XCTAssertTrue(report.complete, "\(report.incomplete)")
+  }
+
+  /// Base64 decoding stops at the first byte that is not base64, and short final groups decode
+  /// (2 characters are 1 byte, 3 are 2), unpadded or padded, in either alphabet.
+  func testTheBase64LayerDecodesExactly() {
+    final class Collector: ByteSink {
+      var bytes: [UInt8] = []
+      var finished = false
+      func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        self.bytes += bytes
+        return true
+      }
+      func finish() { finished = true }
+    }
+    for text in ["aGVsbG8gd29ybGQ=", "aGVsbG8gd29ybGQ", "aGVs\nbG8g\r\nd29y bGQ", "-_-_"] {
+      let collector = Collector()
+      let layer = Base64Layer(collector)
+      // Pushed a byte at a time, as a stream would arrive.
+      var alive = true
+      for byte in Array(text.utf8) where alive { alive = [byte].withUnsafeBytes { layer.push($0) } }
+      layer.finish()
+      XCTAssertTrue(collector.finished)
+      let expected: [UInt8] =
+        text == "-_-_" ? [0xfb, 0xff, 0xbf] : text.contains(" ") ? Array("hello wor".utf8) : Array("hello world".utf8)
+      XCTAssertEqual(collector.bytes, expected, text)
+    }
+  }
 }

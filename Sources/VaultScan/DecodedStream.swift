@@ -1,0 +1,260 @@
+import Foundation
+
+/// Something that takes bytes as they come: a decoder, a base64 layer in front of one.
+protocol ByteSink: AnyObject {
+  /// Takes the next bytes; false once the sink wants no more (its stream ended or is not valid).
+  func push(_ bytes: UnsafeRawBufferPointer) -> Bool
+  /// No more bytes will come.
+  func finish()
+}
+
+/// What one compressed stream found in the file shares with the streams nested inside it: the
+/// findings so far (one per canary form, and the first JSON text), the budget, reusable decoders.
+final class DecodeContext {
+  static let maximumDepth = 3
+  let searcher: MultiSearcher
+  let patterns: [Pattern]
+  let overlap: Int
+  let path: String
+  let fileOffset: Int
+  let allowance: InflateAllowance
+  private(set) var findings: [Finding] = []
+  private var reportedPatterns = Set<Int>()
+  private var reportedJSON = false
+
+  init(scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance) {
+    searcher = scanner.searcher
+    patterns = scanner.patterns
+    overlap = max(scanner.longestPattern, 64) - 1
+    self.path = path
+    self.fileOffset = fileOffset
+    self.allowance = allowance
+  }
+
+  /// Searches decoded bytes for canaries and JSON text.
+  func search(_ window: [UInt8], scanner: Scanner) {
+    window.withUnsafeBytes { bytes in
+      searcher.search(bytes) { _, index in
+        guard reportedPatterns.insert(index).inserted else { return }
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
+            encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
+      }
+      if !reportedJSON, let first = scanner.jsonText(bytes).first {
+        reportedJSON = true
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
+            excerpt: redact(window[first.start..<first.end])))
+      }
+    }
+  }
+}
+
+/// Receives one stream's decoded bytes in pieces: searches them (each window overlapping the last,
+/// so text across two pieces is seen whole), and decodes the streams that start inside them, to
+/// `DecodeContext.maximumDepth` layers (a .gz inside a .zip inside a .gz; base64 of a gzip in a log).
+final class DecodedSink {
+  private let context: DecodeContext
+  private let scanner: Scanner
+  private let depth: Int
+  private var carry: [UInt8] = []
+  private var children: [any ByteSink] = []
+  /// Output offsets (of this stream) where a nested stream was already tried.
+  private var tried = Set<Int>()
+  private var received = 0
+
+  init(context: DecodeContext, scanner: Scanner, depth: Int) {
+    self.context = context
+    self.scanner = scanner
+    self.depth = depth
+  }
+
+  func receive(_ piece: [UInt8]) {
+    let window = carry + piece
+    let windowStart = received - carry.count
+    context.search(window, scanner: scanner)
+    piece.withUnsafeBytes { bytes in children = children.filter { $0.push(bytes) } }
+    if depth < DecodeContext.maximumDepth {
+      window.withUnsafeBytes { bytes in
+        for candidate in scanner.streamStarts(bytes) where candidate.start < bytes.count {
+          guard tried.insert(windowStart + candidate.start).inserted,
+            let (child, _) = makeChain(
+              candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1)
+          else { continue }
+          if child.push(UnsafeRawBufferPointer(rebasing: bytes[candidate.start...])) { children.append(child) }
+        }
+      }
+    }
+    received += piece.count
+    tried = tried.filter { $0 >= received - context.overlap }
+    carry = Array(window.suffix(context.overlap))
+  }
+
+  func finish() {
+    for child in children { child.finish() }
+    children = []
+  }
+}
+
+/// Builds decoder → sink (and a base64 layer in front when the stream is base64 text): what to push
+/// bytes into, and the decoder itself; nil when no decoder can be had.
+func makeChain(
+  _ format: StreamFormat, base64: Bool, context: DecodeContext, scanner: Scanner, depth: Int
+) -> (any ByteSink, PushDecoder)? {
+  guard let decoder = context.allowance.decoder(for: format) else { return nil }
+  let sink = DecodedSink(context: context, scanner: scanner, depth: depth)
+  let stream = PushDecoder(format: format, decoder: decoder, sink: sink, context: context)
+  return (base64 ? Base64Layer(stream) : stream, stream)
+}
+
+/// Feeds one stream's compressed bytes, as they come, to its decoder, and hands what comes out to
+/// its sink in pieces of up to 256 KiB (the first only once it holds the format's minimum output,
+/// so false starts reach nobody).
+final class PushDecoder: ByteSink {
+  let format: StreamFormat
+  private var decoder: StreamDecoder?
+  private let sink: DecodedSink
+  private let context: DecodeContext
+  // The output buffer grows (4 KiB to 256 KiB): a false start must cost almost nothing.
+  private var output = [UInt8](repeating: 0, count: 4 << 10)
+  private var filled = 0
+  private var delivered = 0
+  private(set) var consumed = 0
+  /// How the stream ended, once it has.
+  private(set) var end: InflateEnd?
+
+  init(format: StreamFormat, decoder: StreamDecoder, sink: DecodedSink, context: DecodeContext) {
+    self.format = format
+    self.decoder = decoder
+    self.sink = sink
+    self.context = context
+  }
+
+  func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    guard end == nil, let decoder else { return false }
+    var used = 0
+    while true {
+      let (read, written, state) = output.withUnsafeMutableBytes { outBuffer in
+        decoder.step(
+          UnsafeMutableRawBufferPointer(mutating: UnsafeRawBufferPointer(rebasing: bytes[used...])),
+          UnsafeMutableRawBufferPointer(rebasing: outBuffer[filled...]))
+      }
+      used += read
+      consumed += read
+      filled += written
+      guard context.allowance.spend(written) else { return stop(.budget(consumed: consumed)) }
+      switch state {
+      case .end: return stop(.ended(consumed: consumed))
+      case .unsupported(let reason):
+        context.allowance.unsupported = reason
+        return stop(.unsupported(reason: reason, consumed: consumed))
+      case .corrupt: return stop(.corrupt(consumed: consumed))
+      case .more:
+        let full = filled == output.count
+        if full { flush(force: false) }
+        if used == bytes.count && !full { return true }
+        // (A step that neither read nor wrote with room on both sides would never end.)
+        if read == 0 && written == 0 && !full { return stop(.corrupt(consumed: consumed)) }
+      }
+    }
+  }
+
+  func finish() { _ = stop(.truncated(consumed: consumed)) }
+
+  private func flush(force: Bool) {
+    if filled == output.count, output.count < 256 << 10 {
+      output += [UInt8](repeating: 0, count: output.count)
+      if !force { return }
+    }
+    guard filled > 0, force || filled == output.count, delivered + filled >= format.minimumOutput else { return }
+    sink.receive(Array(output[0..<filled]))
+    delivered += filled
+    filled = 0
+  }
+
+  private func stop(_ how: InflateEnd) -> Bool {
+    guard end == nil else { return false }
+    end = how
+    flush(force: true)
+    sink.finish()
+    if let decoder { context.allowance.release(decoder) }
+    decoder = nil
+    return false
+  }
+}
+
+/// Base64 text in front of a stream (standard or URL-safe alphabet, line breaks skipped): decodes
+/// as the text comes and ends the stream at the first byte that is not base64.
+final class Base64Layer: ByteSink {
+  private let target: any ByteSink
+  private var bits: UInt32 = 0
+  private var count = 0
+  private var ended = false
+  private static let values: [Int8] = (0..<256).map { byte in
+    switch UInt8(byte) {
+    case 0x41...0x5a: Int8(byte - 0x41)
+    case 0x61...0x7a: Int8(byte - 0x61 + 26)
+    case 0x30...0x39: Int8(byte - 0x30 + 52)
+    case 0x2b, 0x2d: 62  // '+' and URL-safe '-'
+    case 0x2f, 0x5f: 63  // '/' and URL-safe '_'
+    case 0x0a, 0x0d: -2  // line breaks inside wrapped base64
+    default: -1
+    }
+  }
+
+  init(_ target: any ByteSink) { self.target = target }
+
+  func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    guard !ended else { return false }
+    var decoded: [UInt8] = []
+    decoded.reserveCapacity(bytes.count / 4 * 3 + 3)
+    var stopped = false
+    for byte in bytes {
+      let value = Self.values[Int(byte)]
+      if value == -2 { continue }
+      if value < 0 {
+        stopped = true
+        break
+      }
+      bits = bits << 6 | UInt32(value)
+      count += 1
+      if count == 4 {
+        decoded += [
+          UInt8(truncatingIfNeeded: bits >> 16), UInt8(truncatingIfNeeded: bits >> 8), UInt8(truncatingIfNeeded: bits),
+        ]
+        bits = 0
+        count = 0
+      }
+    }
+    if stopped { decoded += shortGroup() }
+    let alive = decoded.withUnsafeBytes { decoded.isEmpty || target.push($0) }
+    if stopped || !alive {
+      finish()
+      return false
+    }
+    return true
+  }
+
+  func finish() {
+    guard !ended else { return }
+    ended = true
+    let last = shortGroup()
+    if !last.isEmpty { _ = last.withUnsafeBytes { target.push($0) } }
+    target.finish()
+  }
+
+  /// The last group may be short (padding or not): 2 characters are 1 byte, 3 are 2.
+  private func shortGroup() -> [UInt8] {
+    defer {
+      bits = 0
+      count = 0
+    }
+    switch count {
+    case 2: return [UInt8(truncatingIfNeeded: bits >> 4)]
+    case 3: return [UInt8(truncatingIfNeeded: bits >> 10), UInt8(truncatingIfNeeded: bits >> 2)]
+    default: return []
+    }
+  }
+}
