@@ -693,7 +693,9 @@ public final class QueueContainer: @unchecked Sendable {
   // MARK: - Plumbing
 
   /// The AAD context binding a record to its place: "vault.queue.v1", NUL, queue name, NUL, record id.
-  static func context(queue: String, id: String) -> [UInt8] {
+  /// Every envelope in a container is sealed with it; an audit that opens envelopes (`vault scan
+  /// --verify`) rebuilds it from here, never by hand.
+  package static func context(queue: String, id: String) -> [UInt8] {
     Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
   }
 
