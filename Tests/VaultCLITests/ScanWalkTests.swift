@@ -216,6 +216,18 @@ final class ScanWalkTests: XCTestCase {
     let incomplete = paths(report, "incomplete")
     XCTAssertEqual(incomplete.count, 1, "\(incomplete)")
     XCTAssertTrue(incomplete.values.first?.hasPrefix("directory nested deeper than") ?? false, "\(incomplete)")
+    // Wide is not deep: every file and every container is closed after it is read.
+    let home = try makeHome(temporary, records: 2)
+    let container = try Data(contentsOf: URL(fileURLWithPath: home + "/queue.sqlite"))
+    let wide = temporary.sub("wide")
+    try make(Array(wide.utf8), directory: true)
+    for index in 0..<150 {
+      try container.write(to: URL(fileURLWithPath: wide + "/c\(index).sqlite"))
+      try make(Array((wide + "/f\(index).log").utf8), contents: "nothing here \(index)")
+    }
+    guard let all = try scan([wide, "--canary", "deep-canary", "--json"], prefix: limited) else { return }
+    XCTAssertEqual(all.status, 0, all.outputText + all.error)
+    XCTAssertEqual(try json(all)["files_scanned"] as? Int, 300)
     // Without the finding, the same tree is an incomplete audit.
     XCTAssertEqual(unlink(temporary.sub("deep/d/d/d/d/d/shallow.log")), 0)
     guard let alone = try scan([temporary.sub("deep"), "--canary", "deep-canary"], prefix: limited) else { return }

@@ -70,6 +70,15 @@ final class WalkerTests: XCTestCase {
     thread.start()
     XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "opening the FIFO waited for a writer")
     XCTAssertEqual(report.filesScanned, 0)
+    // And one swapped for a symlink is not followed (O_NOFOLLOW): listed, not read.
+    XCTAssertEqual(symlink("/etc/hostname", temporary.sub("relinked")), 0)
+    try Scanner(canaries: []).readFile(
+      in: directory, name: Array("relinked".utf8), shown: "relinked", report: &report)
+    XCTAssertEqual(report.filesScanned, 0)
+    XCTAssertEqual(
+      report.incomplete.last,
+      Skipped(path: "relinked", reason: "not readable (changed while being scanned (now a symlink))"))
+    report.incomplete.removeLast()
     XCTAssertEqual(
       report.incomplete,
       [Skipped(path: "swapped", reason: "not read (changed while being scanned: no longer a regular file)")])
