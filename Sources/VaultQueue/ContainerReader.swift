@@ -1,16 +1,16 @@
 import Foundation
 
 /// One database file opened read-only to audit it as a vault queue container (`vault scan`), over
-/// a single SQLite connection that creates nothing and changes nothing.
+/// a single SQLite connection that creates nothing and changes nothing. Package API: VaultScan's.
 ///
 /// The file is the one behind a descriptor the caller opened (and keeps open and closes): SQLite is
 /// given `/proc/self/fd/N` and resolves it to the file's path, so names that are not UTF-8 work and
 /// its WAL is found next to it. The descriptor and the file SQLite opened are compared (device and
 /// inode) after the read; a file replaced in between is an error, not an audit of another file.
-public final class ContainerReader {
+package final class ContainerReader {
   /// The keyring id (hex) recorded in the container; nil when the database is not a vault queue
   /// container (no `records` and `meta` tables, or no keyring id), and then it holds no records.
-  public let keyringID: String?
+  package let keyringID: String?
   private let connection: Connection
   private let descriptor: Int32
   /// The path the descriptor resolved to when it was opened, as raw bytes (NUL-terminated).
@@ -26,7 +26,7 @@ public final class ContainerReader {
   ///     otherwise the file is opened `immutable` and no -wal or -shm file is created.
   /// - Throws: `QueueError` (`.corrupt`, `.busy`, `.permissionDenied`, `.cannotOpen`…) when the
   ///   file cannot be read as a database.
-  public init(descriptor: Int32, path: String, live: Bool) throws {
+  package init(descriptor: Int32, path: String, live: Bool) throws {
     self.descriptor = descriptor
     self.path = path
     let link = "/proc/self/fd/\(descriptor)"
@@ -58,7 +58,7 @@ public final class ContainerReader {
   /// stored; calls nothing when the file is not a vault queue container.
   /// - Throws: `QueueError` when the read fails part way (the records before were passed on), or
   ///   what `body` throws.
-  public func forEachEnvelope(
+  package func forEachEnvelope(
     _ body: (_ id: String, _ queue: String, _ version: UInt32, _ envelope: [UInt8]) throws -> Void
   ) throws {
     guard keyringID != nil else { return }
