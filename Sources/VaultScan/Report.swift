@@ -74,8 +74,7 @@ public struct ScanReport: Codable, Equatable, Sendable {
   public var skipped: [Skipped] = []
   /// What could not be read, or not read to the end: unreadable files and directories, files that
   /// changed type while being opened, directories nested too deep, containers that could not be
-  /// checked, compressed streams cut off by the per-file budget. Any entry means the audit is
-  /// incomplete and proves nothing about these paths.
+  /// checked. Any entry means the audit is incomplete and proves nothing about these paths.
   public var incomplete: [Skipped] = []
   /// With a vault to verify against (`Scanner(canaries:verifyingWith:)`): what opening every
   /// envelope found. Nil otherwise.
