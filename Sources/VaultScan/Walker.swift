@@ -79,8 +79,8 @@ extension Scanner {
     return max(8, min(256, soft / 2 - 16))
   }
 
-  /// Walks one path given to `scan`: a directory recursively, a file, or a symlink or special file
-  /// (reported only).
+  /// Walks one path given to `scan`: a directory recursively, a file, a special file (reported in
+  /// `skipped`) or a symlink (not followed, and listed as incomplete: nothing of that path was read).
   /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
   ///   `audit` throws.
   func walk(root path: String, depthLimit: Int, report: inout ScanReport) throws {
@@ -99,6 +99,11 @@ extension Scanner {
       try walkDirectory(fd, shown: shown, ancestors: &ancestors, depthLimit: depthLimit, report: &report)
     case S_IFREG:
       try readFile(in: AT_FDCWD, name: bytes, shown: shown, report: &report)
+    case S_IFLNK:
+      // Not followed here either; but a PATH that is a symlink was asked for and nothing of it was
+      // read, so the audit cannot say it is clean (inside a tree a symlink holds no data of its own).
+      report.incomplete.append(
+        Skipped(path: shown, reason: "symlink given as a path (not followed: scan what it points to)"))
     default:
       report.skipped.append(Skipped(path: shown, reason: Self.notRead(info)))
     }

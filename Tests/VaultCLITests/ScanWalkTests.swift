@@ -173,6 +173,24 @@ final class ScanWalkTests: XCTestCase {
     if expected.contains("null") { XCTAssertEqual(skipped[tree + "/null"], "character device (never opened)") }
   }
 
+  /// A PATH that is itself a symlink is not followed either, and since nothing of it was read the
+  /// audit is incomplete (it said clean, exit 0, having read nothing).
+  func testAPathThatIsASymlinkIsNotFollowedAndNotClean() throws {
+    let temporary = TemporaryDirectory()
+    try make(Array(temporary.sub("real").utf8), directory: true)
+    try make(Array(temporary.sub("real/leak.log").utf8), contents: "root-link-canary")
+    XCTAssertEqual(symlink(temporary.sub("real"), temporary.sub("link")), 0)
+    guard let run = try scan([temporary.sub("link"), "--canary", "root-link-canary", "--json"]) else { return }
+    XCTAssertEqual(run.status, 2, run.outputText + run.error)
+    let report = try json(run)
+    XCTAssertEqual(report["files_scanned"] as? Int, 0)
+    XCTAssertEqual(
+      paths(report, "incomplete"),
+      [temporary.sub("link"): "symlink given as a path (not followed: scan what it points to)"])
+    guard let real = try scan([temporary.sub("real"), "--canary", "root-link-canary"]) else { return }
+    XCTAssertEqual(real.status, 1, real.outputText + real.error)
+  }
+
   /// A directory bind-mounted inside itself is the same directory (device and inode) as one on the
   /// path to it: reported, not walked again (each file was scanned twice, each leak found twice).
   func testADirectoryLoopIsSkippedNotWalkedAgain() throws {
