@@ -85,9 +85,9 @@ extension Scanner {
   ///   `audit` throws.
   func walk(root path: String, depthLimit: Int, report: inout ScanReport) throws {
     let bytes = Array(path.utf8)
-    var info = stat()
-    guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: path, errno: errno) }
     let shown = PathText.display(bytes)
+    var info = stat()
+    guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: shown, errno: errno) }
     switch info.st_mode & S_IFMT {
     case S_IFDIR:
       let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
