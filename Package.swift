@@ -31,7 +31,10 @@ let package = Package(
     .target(
       name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),
-    .target(name: "VaultScan", dependencies: ["VaultCrypto", "CZlib", "CCompression"], swiftSettings: strict),
+    // The scan audits vault's containers itself (one walk, one reader): it reads them through VaultQueue.
+    .target(
+      name: "VaultScan", dependencies: ["Vault", "VaultQueue", "VaultCrypto", "CZlib", "CCompression"],
+      swiftSettings: strict),
     .target(
       name: "VaultCLI",
       dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan"],

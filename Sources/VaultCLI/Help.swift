@@ -258,7 +258,8 @@ enum Help {
       """
       OVERVIEW: Look through files for plaintext that should not be on disk.
 
-      Walks the given files and directories (symlinks are reported, not followed) and reports:
+      Walks the given files and directories once (symlinks are reported, never followed; FIFOs,
+      sockets and devices are reported, never opened) and reports:
       canaries (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped, also inside
       gzip and zlib streams; JSON text; vault keyfiles and bare 32-byte keys. Each finding names
       the file, the offset and the region: for SQLite files live-cell, free-block, unallocated,
@@ -283,13 +284,15 @@ enum Help {
         --verify                Open every envelope in vault containers (needs the vault's keys).
         --json                  Print JSON: files_scanned, bytes_scanned, findings (file,
                                 offset, region, detector, encoding, excerpt), skipped (path,
-                                reason), and with --verify: verify (containers: key version ->
-                                records, opened, failed).
+                                reason), incomplete (path, reason), complete, and with
+                                --verify: verify (containers: key version -> records, opened,
+                                failed).
         -h, --help              Show help information.
 
       EXIT CODES:
-        0 nothing found, 1 findings, 2 could not scan (a path or the canary file is unreadable,
-        or --verify could not open the vault or read a container).
+        0 nothing found and everything read, 1 findings, 2 could not scan or the audit is
+        incomplete (a path, a directory or the canary file is unreadable, a container cannot be
+        read, or --verify could not open the vault); what was not read is listed.
       """
     ),
     "help": (

@@ -164,41 +164,6 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Calls `body` with every record's id, queue, key version and envelope in the container at
-  /// `path`, read-only and without any key (for `vault scan --verify`). Returns false, calling
-  /// nothing, when the file is not a vault queue container.
-  /// The keyring id recorded in the container at `path` (nil when it is not a vault container).
-  public static func keyringID(path: String) throws -> String? {
-    try translating(path) {
-      let connection = try Connection(path: path, readOnly: true)
-      try connection.execute("PRAGMA busy_timeout = 10000")
-      var hasMeta = false
-      try connection.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'")
-        .query { hasMeta = $0.int(0) == 1 }
-      guard hasMeta else { return nil }
-      var found: String?
-      try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { found = $0.text(0) }
-      return found
-    }
-  }
-
-  public static func forEachEnvelope(
-    path: String, _ body: (_ id: String, _ queue: String, _ version: UInt32, _ envelope: [UInt8]) throws -> Void
-  ) throws -> Bool {
-    try translating(path) {
-      let connection = try Connection(path: path, readOnly: true)
-      try connection.execute("PRAGMA busy_timeout = 10000")
-      var isContainer = false
-      try connection.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')")
-        .query { isContainer = $0.int(0) == 2 }
-      guard isContainer else { return false }
-      try connection.prepare("SELECT id, queue, key_version, envelope FROM records ORDER BY seq").query { row in
-        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(clamping: row.int(2)), row.blob(3))
-      }
-      return true
-    }
-  }
-
   /// Records per key version in the container at `path`, from each envelope's header, read without
   /// any key (for `vault status`, which must work while the keyring is locked). Nil when the file
   /// does not exist.
@@ -693,7 +658,9 @@ public final class QueueContainer: @unchecked Sendable {
   // MARK: - Plumbing
 
   /// The AAD context binding a record to its place: "vault.queue.v1", NUL, queue name, NUL, record id.
-  static func context(queue: String, id: String) -> [UInt8] {
+  /// Every envelope in a container is sealed with it; an audit that opens envelopes (`vault scan
+  /// --verify`) rebuilds it from here, never by hand.
+  package static func context(queue: String, id: String) -> [UInt8] {
     Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
   }
 

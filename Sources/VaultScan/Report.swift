@@ -2,13 +2,15 @@ import Foundation
 
 /// One place where data that should not be on disk was found.
 public struct Finding: Codable, Equatable, Sendable {
+  /// The file, as `PathText.display` shows paths: valid UTF-8 whatever bytes the name holds.
   public var file: String
+  /// Where in the file (0 for findings about a container's records, which name the record instead).
   public var offset: Int
   /// live-cell, free-block, unallocated, freelist-page, overflow-page, other-page, page-header,
   /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream.
   public var region: String
-  /// canary, json-text, key-value-text, natural-language, key-material (and, from the CLI,
-  /// envelope-column and envelope-verify).
+  /// canary, json-text, key-value-text, natural-language, key-material, and for vault's own
+  /// containers envelope-column (checked without keys) and envelope-verify (with `--verify`).
   public var detector: String
   /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "inflated+" when found
   /// inside a compressed stream).
@@ -16,6 +18,7 @@ public struct Finding: Codable, Equatable, Sendable {
   /// A redacted excerpt: never the full text.
   public var excerpt: String
 
+  /// A finding; `excerpt` must already be redacted.
   public init(file: String, offset: Int, region: String, detector: String, encoding: String?, excerpt: String) {
     self.file = file
     self.offset = offset
@@ -28,36 +31,65 @@ public struct Finding: Codable, Equatable, Sendable {
 
 /// A path the scanner did not read, and why.
 public struct Skipped: Codable, Equatable, Sendable {
+  /// The path, shown as `PathText.display` shows it.
   public var path: String
+  /// Why it was not read: a kind ("symlink (not followed)", "FIFO (never opened)", "not readable
+  /// (Permission denied)"…), never anything read from the file.
   public var reason: String
 
+  /// A path and why it was not read.
   public init(path: String, reason: String) {
     self.path = path
     self.reason = reason
   }
 }
 
+/// What `--verify` found in vault's own containers: records per key version per container (the
+/// audit before retiring a key) and how many envelopes opened.
+public struct VerifyReport: Codable, Equatable, Sendable {
+  /// For each container (by path): records per key version ("1": 40, "2": 3).
+  public var containers: [String: [String: Int]] = [:]
+  /// Envelopes that opened with the vault.
+  public var opened = 0
+  /// Envelopes that did not (each is an `envelope-verify` finding).
+  public var failed = 0
+  /// Containers that could not be read (corrupt, unreadable): each is listed as incomplete.
+  public var unreadable = 0
+
+  /// An empty report, before any container was read.
+  public init() {}
+}
+
 /// The result of a scan; its JSON form is `vault scan --json`.
 public struct ScanReport: Codable, Equatable, Sendable {
+  /// Regular files opened and read.
   public var filesScanned = 0
+  /// Their bytes.
   public var bytesScanned = 0
+  /// What should not be on disk, sorted by file and offset.
   public var findings: [Finding] = []
-  /// Paths that hold no data of their own and were reported, not read: symlinks (never followed)
-  /// and special files (FIFOs, sockets, devices are never opened).
+  /// Paths that hold no data of their own and were reported, not read: symlinks (never followed),
+  /// special files (FIFOs, sockets, devices are never opened), and a directory that is one already
+  /// being walked (a bind-mount loop).
   public var skipped: [Skipped] = []
-  /// What could not be read, or not read to the end: unreadable files and directories, containers
-  /// that could not be checked, compressed streams cut off by the per-file budget. Any entry means
-  /// the audit is incomplete and proves nothing about these paths.
+  /// What could not be read, or not read to the end: unreadable files and directories, files that
+  /// changed type while being opened, directories nested too deep, containers that could not be
+  /// checked. Any entry means the audit is incomplete and proves nothing about these paths.
   public var incomplete: [Skipped] = []
+  /// With a vault to verify against (`Scanner(canaries:verifyingWith:)`): what opening every
+  /// envelope found. Nil otherwise.
+  public var verify: VerifyReport?
 
   enum CodingKeys: String, CodingKey {
-    case findings, skipped, incomplete, complete
+    case findings, skipped, incomplete, complete, verify
     case filesScanned = "files_scanned"
     case bytesScanned = "bytes_scanned"
   }
 
+  /// An empty report, before anything was scanned.
   public init() {}
 
+  /// Reads the JSON form (`complete` is derived, and ignored when read).
   public init(from decoder: any Decoder) throws {
     let container = try decoder.container(keyedBy: CodingKeys.self)
     filesScanned = try container.decode(Int.self, forKey: .filesScanned)
@@ -65,8 +97,11 @@ public struct ScanReport: Codable, Equatable, Sendable {
     findings = try container.decode([Finding].self, forKey: .findings)
     skipped = try container.decode([Skipped].self, forKey: .skipped)
     incomplete = try container.decode([Skipped].self, forKey: .incomplete)
+    verify = try container.decodeIfPresent(VerifyReport.self, forKey: .verify)
   }
 
+  /// Writes the JSON form: files_scanned, bytes_scanned, findings, skipped, incomplete, complete,
+  /// and verify when there is one.
   public func encode(to encoder: any Encoder) throws {
     var container = encoder.container(keyedBy: CodingKeys.self)
     try container.encode(filesScanned, forKey: .filesScanned)
@@ -75,6 +110,7 @@ public struct ScanReport: Codable, Equatable, Sendable {
     try container.encode(skipped, forKey: .skipped)
     try container.encode(incomplete, forKey: .incomplete)
     try container.encode(complete, forKey: .complete)
+    try container.encodeIfPresent(verify, forKey: .verify)
   }
 
   /// No findings (says nothing about completeness: see `complete`).
@@ -85,8 +121,10 @@ public struct ScanReport: Codable, Equatable, Sendable {
 
 /// Why a scan could not run at all.
 public enum ScanError: Error, Equatable, CustomStringConvertible {
+  /// A path given to `Scanner.scan` does not exist or cannot be looked at.
   case unreadable(path: String, errno: Int32)
 
+  /// What happened, naming the path and the system's reason.
   public var description: String {
     switch self {
     case .unreadable(let path, let code): "cannot read \(path): \(String(cString: strerror(code)))"

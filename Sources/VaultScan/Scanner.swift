@@ -1,13 +1,22 @@
 import CZlib
 import Foundation
+import Vault
 import VaultCrypto
 
 /// Looks through files for plaintext that should not be on disk: known canaries in many encodings
 /// (also inside gzip/zlib streams), JSON text, and key material outside the key store. Knows the
 /// structure of SQLite databases, WAL files and rollback journals, so each finding names the kind
-/// of region it sits in. Files are streamed, never loaded whole.
+/// of region it sits in. Files are streamed, never loaded whole. vault's own containers are also
+/// audited record by record (`ContainerAudit.swift`).
+///
+/// One walk (`Walker.swift`) chooses every file that is read, by every pass: symlinks are never
+/// followed, FIFOs, sockets and devices never opened, and what cannot be read is listed in
+/// `ScanReport.incomplete`.
 public struct Scanner {
+  /// The canaries searched for (those of at least 4 bytes).
   public let canaries: [String]
+  /// The vault whose envelopes are opened (`--verify`); nil to check containers without keys only.
+  public let vault: Vault?
   let patterns: [Pattern]
   let searcher: MultiSearcher
   /// The longest canary form, in bytes (what consecutive windows must overlap by).
@@ -19,9 +28,13 @@ public struct Scanner {
   public var inflateBudget = InflateBudget()
   static let chunk = 4 << 20
 
-  /// - Parameter canaries: strings that must not appear; each must be at least 4 bytes of UTF-8
-  ///   (shorter ones match too much to mean anything and are ignored).
-  public init(canaries: [String]) {
+  /// - Parameters:
+  ///   - canaries: strings that must not appear; each must be at least 4 bytes of UTF-8 (shorter
+  ///     ones match too much to mean anything and are ignored).
+  ///   - vault: when given, every envelope in every vault container scanned is opened with it, and
+  ///     the report's `verify` counts them.
+  public init(canaries: [String], verifyingWith vault: Vault? = nil) {
+    self.vault = vault
     self.canaries = canaries.filter { $0.utf8.count >= 4 }
     patterns = self.canaries.enumerated().flatMap { Patterns.variants(of: $0.element, index: $0.offset) }
     searcher = MultiSearcher(patterns.map(\.bytes))
@@ -29,58 +42,31 @@ public struct Scanner {
     precondition(searcher.patterns.count == patterns.count, "every canary form is at least 4 bytes")
   }
 
-  /// Scans files and directories (recursively). Symlinks are reported and not followed.
-  /// - Throws: `ScanError.unreadable` when a path given on the command line cannot be read.
+  /// Scans files and directories (recursively), each path as `walk(root:)` describes: symlinks
+  /// and special files are reported in `skipped` and never opened; what cannot be read is listed in
+  /// `incomplete`. Paths in the report are shown as `PathText.display` shows them.
+  /// - Throws: `ScanError.unreadable` when a path given cannot be looked at; with a vault, a key
+  ///   store error that stops envelopes from being opened.
   public func scan(_ paths: [String]) throws -> ScanReport {
     var report = ScanReport()
-    for path in paths {
-      var info = stat()
-      guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: path, errno: errno) }
-      try walk(path, info: info, report: &report)
-    }
+    if vault != nil { report.verify = VerifyReport() }
+    let depthLimit = Self.depthLimit()
+    for path in paths { try walk(root: path, depthLimit: depthLimit, report: &report) }
     report.findings.sort { ($0.file, $0.offset) < ($1.file, $1.offset) }
     return report
   }
 
-  private func walk(_ path: String, info: stat, report: inout ScanReport) throws {
-    switch info.st_mode & S_IFMT {
-    case S_IFLNK:
-      report.skipped.append(Skipped(path: path, reason: "symlink (not followed)"))
-    case S_IFDIR:
-      guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
-        report.incomplete.append(Skipped(path: path, reason: "directory not readable"))
-        return
-      }
-      for name in names.sorted() {
-        let child = path.hasSuffix("/") ? path + name : path + "/" + name
-        var childInfo = stat()
-        guard lstat(child, &childInfo) == 0 else {
-          report.incomplete.append(Skipped(path: child, reason: "vanished or unreadable"))
-          continue
-        }
-        try walk(child, info: childInfo, report: &report)
-      }
-    case S_IFREG:
-      scanFile(path, size: Int(info.st_size), report: &report)
-    default:
-      report.skipped.append(Skipped(path: path, reason: "not a regular file"))
-    }
-  }
-
-  private func scanFile(_ path: String, size: Int, report: inout ScanReport) {
-    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-    guard fd >= 0 else {
-      report.incomplete.append(Skipped(path: path, reason: "not readable"))
-      return
-    }
-    defer { close(fd) }
+  /// Runs the detectors over the regular file open at `fd` (the walker opened it and closes it),
+  /// shown as `path`, whose last component is `name`.
+  /// - Returns: what kind of file it is, from its first bytes.
+  @discardableResult
+  func scanFile(_ fd: Int32, size: Int, path: String, name: String, report: inout ScanReport) -> FileKind {
     report.filesScanned += 1
     report.bytesScanned += size
-    let name = (path as NSString).lastPathComponent
     let regions = RegionMap(fd: fd, size: size, name: name)
     if let keyFinding = keyMaterial(fd: fd, size: size, path: path) {
       report.findings.append(keyFinding)
-      return
+      return regions.kind
     }
     if let reason = Self.undecodedCompression(RegionMap.read(fd, at: 0, count: 16)) {
       report.incomplete.append(Skipped(path: path, reason: reason))
@@ -149,6 +135,7 @@ public struct Scanner {
       report.incomplete.append(
         Skipped(path: path, reason: "holds ZIP entries compressed with a method the scanner does not decode"))
     }
+    return regions.kind
   }
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so

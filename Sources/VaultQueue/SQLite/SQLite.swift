@@ -33,7 +33,10 @@ final class Connection {
   ///   connection is or was live) the file is opened `immutable`: no files are created, no locks
   ///   taken. Otherwise it is opened read-only through its WAL and shared memory, with locks, so
   ///   committed records in the WAL are read and a concurrent checkpoint cannot tear the read.
-  init(path: String, readOnly: Bool = false, create: Bool = true) throws {
+  /// - Parameter live: for `readOnly`, whether a -wal or -shm file sits next to the database, when
+  ///   the caller knows better than `path` can tell (a `/proc/self/fd` path has no siblings);
+  ///   nil looks for `path`-wal and `path`-shm.
+  init(path: String, readOnly: Bool = false, create: Bool = true, live: Bool? = nil) throws {
     if !readOnly, create {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
       // usually 0644), and make a file that was already there (an empty one made by `touch`) 0600
@@ -59,7 +62,7 @@ final class Connection {
       // immutable only when no connection is or was live: a -shm file means one may be writing,
       // and a lock-free read could then see pages a checkpoint is rewriting.
       var info = stat()
-      let live = stat(path + "-wal", &info) == 0 || stat(path + "-shm", &info) == 0
+      let live = live ?? (stat(path + "-wal", &info) == 0 || stat(path + "-shm", &info) == 0)
       name = "file:\(escaped)?mode=ro" + (live ? "" : "&immutable=1")
     }
     let result = sqlite3_open_v2(name, &handle, flags, nil)

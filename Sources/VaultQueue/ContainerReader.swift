@@ -1,0 +1,82 @@
+import Foundation
+
+/// One database file opened read-only to audit it as a vault queue container (`vault scan`), over
+/// a single SQLite connection that creates nothing and changes nothing. Package API: VaultScan's.
+///
+/// The file is the one behind a descriptor the caller opened (and keeps open and closes): SQLite is
+/// given `/proc/self/fd/N` and resolves it to the file's path, so names that are not UTF-8 work and
+/// its WAL is found next to it. The descriptor and the file SQLite opened are compared (device and
+/// inode) after the read; a file replaced in between is an error, not an audit of another file.
+package final class ContainerReader {
+  /// The keyring id (hex) recorded in the container; nil when the database is not a vault queue
+  /// container (no `records` and `meta` tables, or no keyring id), and then it holds no records.
+  package let keyringID: String?
+  private let connection: Connection
+  private let descriptor: Int32
+  /// The path the descriptor resolved to when it was opened, as raw bytes (NUL-terminated).
+  private let resolved: [CChar]
+  private let path: String
+
+  /// Opens the database file behind `descriptor`.
+  /// - Parameters:
+  ///   - descriptor: an open, readable descriptor of a regular file; not closed here.
+  ///   - path: how errors name the file (the caller's display path).
+  ///   - live: whether a -wal or -shm file sits next to the file (a connection is or was live):
+  ///     then the read goes through the WAL with locks, so committed records there are read;
+  ///     otherwise the file is opened `immutable` and no -wal or -shm file is created.
+  /// - Throws: `QueueError` (`.corrupt`, `.busy`, `.permissionDenied`, `.cannotOpen`…) when the
+  ///   file cannot be read as a database.
+  package init(descriptor: Int32, path: String, live: Bool) throws {
+    self.descriptor = descriptor
+    self.path = path
+    let link = "/proc/self/fd/\(descriptor)"
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = readlink(link, &buffer, buffer.count - 1)
+    guard count > 0 else {
+      throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
+    }
+    resolved = Array(buffer.prefix(count)) + [0]
+    let (connection, keyring) = try QueueContainer.translating(path) {
+      let connection = try Connection(path: link, readOnly: true, live: live)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      var tables = 0
+      try connection.prepare(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')"
+      ).query { tables = Int($0.int(0)) }
+      var keyring: String?
+      if tables == 2 {
+        try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { keyring = $0.text(0) }
+      }
+      return (connection, keyring)
+    }
+    self.connection = connection
+    keyringID = keyring
+    try checkSameFile()
+  }
+
+  /// Calls `body` with every record's id, queue, key version and envelope, in the order they were
+  /// stored; calls nothing when the file is not a vault queue container.
+  /// - Throws: `QueueError` when the read fails part way (the records before were passed on), or
+  ///   what `body` throws.
+  package func forEachEnvelope(
+    _ body: (_ id: String, _ queue: String, _ version: UInt32, _ envelope: [UInt8]) throws -> Void
+  ) throws {
+    guard keyringID != nil else { return }
+    try QueueContainer.translating(path) {
+      try connection.prepare("SELECT id, queue, key_version, envelope FROM records ORDER BY seq").query { row in
+        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(clamping: row.int(2)), row.blob(3))
+      }
+    }
+    try checkSameFile()
+  }
+
+  /// SQLite opened the file by the path the descriptor resolved to: if another file was put there
+  /// in between, what was read is not the file the caller opened.
+  private func checkSameFile() throws {
+    var mine = stat()
+    var theirs = stat()
+    guard fstat(descriptor, &mine) == 0, stat(resolved, &theirs) == 0, mine.st_dev == theirs.st_dev,
+      mine.st_ino == theirs.st_ino
+    else { throw QueueError.cannotOpen(path: path, reason: "the file was replaced while it was read") }
+  }
+}

@@ -1,0 +1,90 @@
+import Foundation
+import Vault
+import VaultQueue
+
+/// The container half of a scan: every SQLite database the walker reads is also read as a vault
+/// queue container, on the descriptor the walker opened, over one read-only connection.
+///
+/// Without keys, each value in the envelope column must be a format-1 envelope of the container's
+/// own keyring whose ciphertext looks random; one that is not (plaintext written there, a truncated
+/// or foreign record) is an `envelope-column` finding. With a vault (`--verify`), every envelope is
+/// also opened with the context the queue sealed it with, and each one that does not open is an
+/// `envelope-verify` finding. A database that cannot be read this way leaves the audit incomplete.
+extension Scanner {
+  /// Audits the database open at `fd` (shown as `path`); `live` says whether a -wal or -shm file
+  /// sits next to it.
+  /// - Throws: what the vault throws opening an envelope other than `EnvelopeError` (a key store
+  ///   that cannot be read): the audit cannot go on without it.
+  func audit(_ fd: Int32, path: String, live: Bool, report: inout ScanReport) throws {
+    var counts: [String: Int] = [:]
+    var fatal: (any Error)?
+    do {
+      let reader = try ContainerReader(descriptor: fd, path: path, live: live)
+      guard let keyring = reader.keyringID else { return }
+      try reader.forEachEnvelope { id, queue, version, envelope in
+        if let problem = Self.columnProblem(envelope, keyring: keyring) {
+          report.findings.append(
+            Finding(
+              file: path, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
+              excerpt: "record \(id) in queue \(queue)"))
+        }
+        guard let vault else { return }
+        counts[String(version), default: 0] += 1
+        do {
+          _ = try vault.open(envelope, context: QueueContainer.context(queue: queue, id: id))
+          report.verify?.opened += 1
+        } catch let error as EnvelopeError {
+          report.verify?.failed += 1
+          report.findings.append(
+            Finding(
+              file: path, offset: 0, region: "live-cell", detector: "envelope-verify",
+              encoding: String(describing: error).components(separatedBy: ":").first,
+              excerpt: "record \(id) in queue \(queue), key version \(version)"))
+        } catch {
+          fatal = error
+          throw error
+        }
+      }
+      if vault != nil { report.verify?.containers[path] = counts }
+    } catch {
+      if let fatal { throw fatal }
+      // A corrupt or unreadable database must not hide what the rest of the scan found.
+      report.incomplete.append(Skipped(path: path, reason: "envelope columns not checked: \(Self.kind(of: error))"))
+      if vault != nil { report.verify?.unreadable += 1 }
+    }
+  }
+
+  /// Why a value in the envelope column is not what a sealed record of `keyring` looks like, or nil.
+  static func columnProblem(_ envelope: [UInt8], keyring: String) -> String? {
+    do {
+      let header = try Envelope.header(of: envelope)
+      if header.keyring.hex != keyring { return "foreign-keyring" }
+      return looksLowEntropy(envelope.dropFirst(Envelope.headerCount)) ? "low-entropy" : nil
+    } catch let error as EnvelopeError {
+      return error == .truncated ? "truncated" : "not-an-envelope"
+    } catch {
+      return "not-an-envelope"
+    }
+  }
+
+  /// Ciphertext has about as many distinct byte values as random data; text and padding do not.
+  static func looksLowEntropy(_ bytes: ArraySlice<UInt8>) -> Bool {
+    guard bytes.count >= 32 else { return false }
+    let expected = 256 * (1 - pow(255.0 / 256.0, Double(bytes.count)))
+    return Double(Set(bytes).count) < expected * 0.6
+  }
+
+  /// A container that could not be read, by kind (the path is listed beside it).
+  static func kind(of error: any Error) -> String {
+    switch error {
+    case QueueError.corrupt: "corrupt (not a readable SQLite database)"
+    case QueueError.busy: "locked by another process past the busy timeout"
+    case QueueError.permissionDenied: "permission denied"
+    case QueueError.tooManyOpenFiles: "too many open files"
+    case QueueError.outOfMemory: "out of memory"
+    case QueueError.cannotOpen(_, let reason): "cannot open (\(reason))"
+    case QueueError.storage(_, let detail): "storage failure (\(detail))"
+    default: "unreadable (\(type(of: error)))"
+    }
+  }
+}

@@ -1,0 +1,235 @@
+// C boundary: open, openat, fstatat, fdopendir and readdir, for the scan's one walk of the tree.
+import Foundation
+
+/// How the scan shows a path that is raw bytes: as valid UTF-8 that names it exactly.
+///
+/// A backslash is shown as `\\`; each byte that is not part of valid UTF-8, or belongs to a control
+/// character (U+0000–U+001F, U+007F–U+009F), as `\xHH` (two lowercase hex digits); every other
+/// character as itself. Replacing each `\\` by `\` and each `\xHH` by the byte HH gives back the
+/// name's bytes, so two different names never show the same, and a name cannot start a new line
+/// or send a terminal escape.
+public enum PathText {
+  /// `bytes` (a path or a name) shown as described above.
+  public static func display(_ bytes: [UInt8]) -> String {
+    var shown = ""
+    shown.reserveCapacity(bytes.count)
+    var index = 0
+    while index < bytes.count {
+      let byte = bytes[index]
+      if byte == 0x5c {
+        shown += "\\\\"
+        index += 1
+      } else if byte < 0x80 {
+        if byte < 0x20 || byte == 0x7f { shown += hex(byte) } else { shown.unicodeScalars.append(Unicode.Scalar(byte)) }
+        index += 1
+      } else if let scalar = scalar(in: bytes, at: index) {
+        let width = UTF8.width(scalar)
+        if scalar.value <= 0x9f {
+          for byte in bytes[index..<(index + width)] { shown += hex(byte) }
+        } else {
+          shown.unicodeScalars.append(scalar)
+        }
+        index += width
+      } else {
+        shown += hex(byte)
+        index += 1
+      }
+    }
+    return shown
+  }
+
+  /// The scalar whose valid UTF-8 starts at `index`, or nil (a byte that starts no valid sequence:
+  /// a stray continuation, an overlong form, a surrogate, a sequence cut short).
+  private static func scalar(in bytes: [UInt8], at index: Int) -> Unicode.Scalar? {
+    var iterator = bytes[index..<min(bytes.count, index + 4)].makeIterator()
+    var decoder = UTF8()
+    if case .scalarValue(let scalar) = decoder.decode(&iterator) { return scalar }
+    return nil
+  }
+
+  private static func hex(_ byte: UInt8) -> String {
+    let digits = Array("0123456789abcdef".unicodeScalars)
+    return "\\x" + String(digits[Int(byte >> 4)]) + String(digits[Int(byte & 0xf)])
+  }
+}
+
+/// The scan's one walk: the only code that chooses which files are read. Names stay bytes; every
+/// child is looked at (`fstatat`) and opened (`openat`) relative to its parent's open descriptor,
+/// never by a path that could be swapped under it, and never through a symlink.
+extension Scanner {
+  /// A directory by device and inode: the same directory reached twice (a bind mount of an
+  /// ancestor inside itself) has the same identity.
+  struct DirectoryIdentity: Equatable {
+    let device: UInt64
+    let inode: UInt64
+
+    init(_ info: stat) {
+      device = UInt64(info.st_dev)
+      inode = UInt64(info.st_ino)
+    }
+  }
+
+  /// How deep directories are walked: each level holds one descriptor, so a tree deeper than the
+  /// open-file limit allows is cut (and listed as incomplete) instead of failing at random. 256,
+  /// or half the soft limit less 16 when that is lower (at least 8).
+  static func depthLimit() -> Int {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
+    let soft = Int(clamping: limit.rlim_cur)
+    return max(8, min(256, soft / 2 - 16))
+  }
+
+  /// Walks one path given to `scan`: a directory recursively, a file, a special file (reported in
+  /// `skipped`) or a symlink (not followed, and listed as incomplete: nothing of that path was read).
+  /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
+  ///   `audit` throws.
+  func walk(root path: String, depthLimit: Int, report: inout ScanReport) throws {
+    let bytes = Array(path.utf8)
+    let shown = PathText.display(bytes)
+    var info = stat()
+    guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: shown, errno: errno) }
+    switch info.st_mode & S_IFMT {
+    case S_IFDIR:
+      let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+      guard fd >= 0 else {
+        report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
+        return
+      }
+      var ancestors: [DirectoryIdentity] = []
+      try walkDirectory(fd, shown: shown, ancestors: &ancestors, depthLimit: depthLimit, report: &report)
+    case S_IFREG:
+      try readFile(in: AT_FDCWD, name: bytes, shown: shown, report: &report)
+    case S_IFLNK:
+      // Not followed here either; but a PATH that is a symlink was asked for and nothing of it was
+      // read, so the audit cannot say it is clean (inside a tree a symlink holds no data of its own).
+      report.incomplete.append(
+        Skipped(path: shown, reason: "symlink given as a path (not followed: scan what it points to)"))
+    default:
+      report.skipped.append(Skipped(path: shown, reason: Self.notRead(info)))
+    }
+  }
+
+  /// Why a path that is not a directory or a regular file was not read.
+  static func notRead(_ info: stat) -> String {
+    switch info.st_mode & S_IFMT {
+    case S_IFLNK: "symlink (not followed)"
+    case S_IFIFO: "FIFO (never opened)"
+    case S_IFSOCK: "socket (never opened)"
+    case S_IFCHR: "character device (never opened)"
+    case S_IFBLK: "block device (never opened)"
+    default: "not a regular file (never opened)"
+    }
+  }
+
+  /// The system's name for an error (a kind, never anything read from a file).
+  static func reason(_ code: Int32) -> String { String(cString: strerror(code)) }
+
+  /// Walks the directory open at `fd` (taking it over and closing it): lists every name, then
+  /// looks at each one in byte order. `ancestors` are the directories on the path to it.
+  private func walkDirectory(
+    _ fd: Int32, shown: String, ancestors: inout [DirectoryIdentity], depthLimit: Int, report: inout ScanReport
+  ) throws {
+    var info = stat()
+    guard fstat(fd, &info) == 0, let stream = fdopendir(fd) else {
+      report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
+      close(fd)
+      return
+    }
+    defer { closedir(stream) }
+    ancestors.append(DirectoryIdentity(info))
+    defer { ancestors.removeLast() }
+    var names: [[UInt8]] = []
+    while true {
+      errno = 0
+      guard let entry = readdir(stream) else {
+        if errno != 0 {
+          report.incomplete.append(
+            Skipped(path: shown, reason: "directory not fully listed (\(Self.reason(errno)))"))
+        }
+        break
+      }
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+      if name != [0x2e], name != [0x2e, 0x2e] { names.append(name) }
+    }
+    names.sort { $0.lexicographicallyPrecedes($1) }
+    let prefix = shown.hasSuffix("/") ? shown : shown + "/"
+    for name in names {
+      let childShown = prefix + PathText.display(name)
+      var child = stat()
+      guard Self.withCString(name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+        report.incomplete.append(Skipped(path: childShown, reason: "vanished or unreadable (\(Self.reason(errno)))"))
+        continue
+      }
+      switch child.st_mode & S_IFMT {
+      case S_IFDIR:
+        if ancestors.contains(DirectoryIdentity(child)) {
+          report.skipped.append(Skipped(path: childShown, reason: "directory loop (already being scanned above)"))
+          continue
+        }
+        guard ancestors.count < depthLimit else {
+          report.incomplete.append(
+            Skipped(path: childShown, reason: "directory nested deeper than \(depthLimit) levels: not read"))
+          continue
+        }
+        let childFD = Self.withCString(name) { openat(fd, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        guard childFD >= 0 else {
+          let code = errno
+          let reason = code == ELOOP || code == ENOTDIR ? "changed while being scanned" : Self.reason(code)
+          report.incomplete.append(Skipped(path: childShown, reason: "directory not readable (\(reason))"))
+          continue
+        }
+        var opened = stat()
+        guard fstat(childFD, &opened) == 0, DirectoryIdentity(opened) == DirectoryIdentity(child) else {
+          close(childFD)
+          report.incomplete.append(
+            Skipped(path: childShown, reason: "directory not read (changed while being scanned)"))
+          continue
+        }
+        try walkDirectory(childFD, shown: childShown, ancestors: &ancestors, depthLimit: depthLimit, report: &report)
+      case S_IFREG:
+        try readFile(in: fd, name: name, shown: childShown, report: &report)
+      default:
+        report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
+      }
+    }
+  }
+
+  /// Opens the regular file `name` in the directory open at `directory` (or a path, with
+  /// `AT_FDCWD`) without following a symlink or waiting on a FIFO swapped in since it was looked
+  /// at, checks it is still a regular file, and reads it: the detectors, then the container audit
+  /// for a SQLite database, both on this one descriptor.
+  func readFile(in directory: Int32, name: [UInt8], shown: String, report: inout ScanReport) throws {
+    let fd = Self.withCString(name) { openat(directory, $0, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC) }
+    guard fd >= 0 else {
+      let code = errno
+      let reason = code == ELOOP ? "changed while being scanned (now a symlink)" : Self.reason(code)
+      report.incomplete.append(Skipped(path: shown, reason: "not readable (\(reason))"))
+      return
+    }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+      report.incomplete.append(
+        Skipped(path: shown, reason: "not read (changed while being scanned: no longer a regular file)"))
+      return
+    }
+    let baseName = Array(name.split(separator: 0x2f, omittingEmptySubsequences: false).last ?? [])
+    let kind = scanFile(
+      fd, size: Int(info.st_size), path: shown, name: String(decoding: baseName, as: UTF8.self), report: &report)
+    if kind == .database {
+      // A -wal or -shm file next to it means a connection is or was live: read through the WAL.
+      let live = [Array("-wal".utf8), Array("-shm".utf8)].contains { suffix in
+        var sidecar = stat()
+        return Self.withCString(name + suffix) { fstatat(directory, $0, &sidecar, AT_SYMLINK_NOFOLLOW) } == 0
+      }
+      try audit(fd, path: shown, live: live, report: &report)
+    }
+  }
+
+  /// Calls `body` with `bytes` as a NUL-terminated C string.
+  static func withCString<T>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) -> T) -> T {
+    (bytes + [0]).withUnsafeBufferPointer { buffer in
+      buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { body($0) }
+    }
+  }
+}
