@@ -76,9 +76,10 @@ public struct Scanner {
       report.findings.append(keyFinding)
       return
     }
-    let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
-    let textFile =
-      regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
+    // What the file is decides which heuristics mean something in it (ContentKind).
+    let content = ContentKind.of(
+      head: RegionMap.read(fd, at: 0, count: 65536), fileKind: regions.kind,
+      vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
     let overlap = max(patterns.map(\.bytes.count).max() ?? 1, 64) - 1
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
@@ -96,7 +97,7 @@ public struct Scanner {
               file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
               encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
-        if !knownMetadata {
+        if content.judgesJSON {
           for hit in jsonText(bytes) where seen.insert([offset + hit.start, -1]).inserted {
             report.findings.append(
               Finding(
@@ -104,11 +105,7 @@ public struct Scanner {
                 detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
-        // Text files are judged line by line; anything else by its runs of printable bytes.
-        // (vault's own metadata files are neither: they hold paths and states, not user data.)
-        let textHits =
-          knownMetadata ? [] : textFile ? TextDetectors.findings(bytes) : TextDetectors.runFindings(bytes)
-        for hit in textHits where seen.insert([offset + hit.start, -2]).inserted {
+        for hit in content.textFindings(bytes) where seen.insert([offset + hit.start, -2]).inserted {
           report.findings.append(
             Finding(
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
@@ -179,12 +176,5 @@ public struct Scanner {
     let text = String(decoding: RegionMap.read(fd, at: 0, count: size), as: UTF8.self)
     if name == "manifest.json" { return text.contains("\"vault_id\"") && text.contains("\"versions\"") }
     return text.split(separator: "\n").allSatisfy { $0.hasPrefix("{\"id\":\"") && $0.contains("\"delivered_at\"") }
-  }
-
-  /// A file whose first 4 KiB are at least 95% printable text (logs, dumps, CSV).
-  static func looksLikeText(_ head: [UInt8]) -> Bool {
-    guard head.count >= 64 else { return false }
-    let printable = head.filter { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 || $0 >= 0x80 }
-    return Double(printable.count) >= Double(head.count) * 0.95
   }
 }
