@@ -97,6 +97,12 @@ public struct Scanner {
               file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
               encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
+        for key in KeyMaterial.armouredKeys(bytes) where seen.insert([offset + key.start, -4]).inserted {
+          report.findings.append(
+            Finding(
+              file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
+              detector: "key-material", encoding: "pem", excerpt: redact(chunk[key.start..<key.end])))
+        }
         if content.judgesJSON {
           for hit in jsonText(bytes) where seen.insert([offset + hit.start, -1]).inserted {
             report.findings.append(
