@@ -73,12 +73,38 @@ enum ContentKind: String {
     return nil
   }
 
-  /// At least 95% printable (UTF-8 counts as printable); a file shorter than 64 bytes must be all
-  /// printable, so a short key or record is not mistaken for binary, nor a short binary for text.
+  /// At least 95% printable: ASCII text, tabs, line breaks and well-formed UTF-8 sequences (random
+  /// high bytes are not text). A file shorter than 64 bytes must be all printable, so a short key
+  /// or record is not mistaken for binary, nor a short binary for text.
   static func isText(_ head: ArraySlice<UInt8>) -> Bool {
     guard !head.isEmpty else { return false }
-    let printable = head.filter { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 || $0 >= 0x80 }
-    return head.count < 64 ? printable.count == head.count : Double(printable.count) >= Double(head.count) * 0.95
+    let bytes = Array(head)
+    var printable = 0
+    var index = 0
+    while index < bytes.count {
+      let byte = bytes[index]
+      if (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09 {
+        printable += 1
+        index += 1
+        continue
+      }
+      let length =
+        byte >= 0xc2 && byte <= 0xdf ? 2 : byte >= 0xe0 && byte <= 0xef ? 3 : byte >= 0xf0 && byte <= 0xf4 ? 4 : 0
+      var valid = length > 0
+      var next = index + 1
+      // A sequence cut off by the end of the head counts as text.
+      while valid, next < min(index + length, bytes.count) {
+        valid = bytes[next] & 0xc0 == 0x80
+        next += 1
+      }
+      if valid {
+        printable += next - index
+        index = next
+      } else {
+        index += 1
+      }
+    }
+    return bytes.count < 64 ? printable == bytes.count : Double(printable) >= Double(bytes.count) * 0.95
   }
 
   /// At least 30% of the lines (of 16 bytes or more) carry a date (`2026-11-30`, `2026/11/30`) or a
