@@ -114,6 +114,7 @@ final class GeneratedLeakCorpusTests: XCTestCase {
     let temporary = TemporaryDirectory()
     let log = (0..<40).map {
       "2026-11-30 10:00:\(String(format: "%02d", $0)) the connection to the upstream server was closed by the remote side"
+        + " before the reply came back"
     }
     try log.joined(separator: "\n").write(toFile: temporary.sub("prose.log"), atomically: true, encoding: .utf8)
     XCTAssertEqual(try Scanner(canaries: []).scan([temporary.path]).findings, [])
