@@ -98,7 +98,9 @@ enum KeyMaterial {
     if named, value.hasPrefix("export ") { value = value.dropFirst(7).drop { $0 == " " } }
     if named {
       guard let separator = value.firstIndex(where: { $0 == "=" || $0 == ":" }) else { return nil }
-      let name = value[..<separator].trimmingCharacters(in: .whitespaces)
+      // Shell and .env syntax put nothing between the name and '=', YAML nothing before ':';
+      // `xs = "…"` is source code (a test vector, a curve point) as often as a secret.
+      let name = value[..<separator]
       let isName =
         !name.isEmpty && name.first.map { $0.isLetter || $0 == "_" } == true
         && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "." || $0 == "-") }

@@ -180,6 +180,8 @@ final class KeyMaterialTests: XCTestCase {
   func testDigestsAndPublicArmourAreNotKeys() throws {
     let hex = (0..<32).map { String(format: "%02x", UInt8(truncatingIfNeeded: $0 &* 97 &+ 31)) }.joined()
     XCTAssertEqual(try finding(Array("sha256sum=\(hex)\n".utf8)), [])
+    // Source code assigning a test vector: spaces around '=' are not shell or .env syntax.
+    XCTAssertEqual(try finding(Array("int main() {\n  xs = \"\(hex.uppercased())\";\n}\n".utf8)), [])
     let body = Data((0..<600).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 5) }).base64EncodedString(
       options: .lineLength64Characters)
     for label in ["CERTIFICATE", "PUBLIC KEY", "PGP PUBLIC KEY BLOCK"] {
