@@ -14,7 +14,8 @@ enum ContentKind: String {
   /// An ELF core dump: a process's memory, where records sit as printable runs between binary data.
   case memoryImage
   /// Machine code or bytecode (ELF executables, libraries and objects, `ar` archives, Python
-  /// bytecode, Java classes, WebAssembly, Mach-O): its strings are the program's own literals.
+  /// bytecode, Java classes, WebAssembly, Mach-O) and compiled resources (gettext catalogs, GObject
+  /// typelibs): its strings are the program's own literals and translations.
   case compiledCode
   /// Text whose lines mostly start with a date or a time: a log. Sentences and key=value pairs are
   /// judged there when they are rare in it (a typed note between machine records stands out).
@@ -61,10 +62,13 @@ enum ContentKind: String {
       return type == 4 ? .memoryImage : .compiledCode
     }
     if head.starts(with: Array("!<arch>\n".utf8)) { return .compiledCode }
-    // Java class (also a Mach-O fat binary), WebAssembly, Mach-O 32/64 in both byte orders.
-    if [0xcafe_babe, 0x0061_736d, 0xfeed_face, 0xfeed_facf, 0xcefa_edfe, 0xcffa_edfe].contains(magic) {
-      return .compiledCode
-    }
+    // Java class (also a Mach-O fat binary), WebAssembly, Mach-O 32/64 in both byte orders, and
+    // compiled resources made of the program's own strings: gettext message catalogs (msgfmt's
+    // .mo, both byte orders) and GObject typelibs.
+    let compiled: [UInt32] = [
+      0xcafe_babe, 0x0061_736d, 0xfeed_face, 0xfeed_facf, 0xcefa_edfe, 0xcffa_edfe, 0x9504_12de, 0xde12_0495,
+    ]
+    if compiled.contains(magic) || head.starts(with: Array("GOBJ\nMETADATA\r\n\u{1a}".utf8)) { return .compiledCode }
     // Python bytecode: a two-byte little-endian version magic, then "\r\n".
     let python = Int(head[0]) | Int(head[1]) << 8
     if head[2] == 0x0d, head[3] == 0x0a, (2900...4000).contains(python) || (60000...62300).contains(python) {
@@ -107,9 +111,10 @@ enum ContentKind: String {
     return bytes.count < 64 ? printable == bytes.count : Double(printable) >= Double(bytes.count) * 0.95
   }
 
-  /// At least 30% of the lines (of 16 bytes or more) carry a date (`2026-11-30`, `2026/11/30`) or a
-  /// time (`10:00:01`) in their first 40 bytes, as log records do; multi-line records (stack
-  /// traces) leave room for the rest.
+  /// At least two lines, and 30% of the lines (of 16 bytes or more), carry a date (`2026-11-30`,
+  /// `2026/11/30`) or a time (`10:00:01`) in their first 40 bytes, as log records do; multi-line
+  /// records (stack traces) leave room for the rest. (A script whose one `$Id: … 2005-07-03 …$`
+  /// line is a third of it is no log.)
   static func isLog(_ head: [UInt8]) -> Bool {
     var lines = 0
     var stamped = 0
@@ -122,7 +127,7 @@ enum ContentKind: String {
       }
       start = end + 1
     }
-    return lines > 0 && stamped * 10 >= lines * 3
+    return stamped >= 2 && stamped * 10 >= lines * 3
   }
 
   private static func hasTimestamp(_ prefix: ArraySlice<UInt8>) -> Bool {

@@ -131,7 +131,11 @@ final class GeneratedLeakCorpusTests: XCTestCase {
     XCTAssertEqual(kind(Array("!<arch>\n".utf8) + [UInt8](repeating: 0x20, count: 60)), .compiledCode)
     XCTAssertEqual(kind(Array("Zürich, Genève: a letter to Ana about the garden and the plumber".utf8)), .text)
     XCTAssertEqual(kind((0..<200).map { UInt8(truncatingIfNeeded: $0 &* 151) | 0x80 }), .binary)
-    XCTAssertEqual(kind(Array("2026-11-30 10:00:01 started\n2026-11-30 10:00:02 stopped\n".utf8)), .textLog)
+    let log = "2026-11-30 10:00:01 started\n2026-11-30 10:00:02 stopped\n"
+    XCTAssertEqual(kind(Array(log.utf8)), .textLog)
+    XCTAssertEqual(
+      kind(Array("# $Id: start 305 2005-07-03 18:51:43Z $\n\nexec $STARTUP # sourced by Xsession\n".utf8)), .text)
+    XCTAssertEqual(kind([0xde, 0x12, 0x04, 0x95] + [UInt8](repeating: 0, count: 60)), .compiledCode)  // gettext .mo
     XCTAssertEqual(kind(Array("plain words here".utf8), .journal), .sqlite)
   }
 }
