@@ -6,23 +6,26 @@ extension Scanner {
   /// bytes (optionally with a newline), or a small text file with a line that is, apart from an
   /// optional `NAME=` / `NAME:` / `export NAME=` and quotes, 32 random-looking bytes in hex or base64
   /// (standard or URL-safe, padded or not): a key file or an `.env` file. Armoured (PEM) keys are
-  /// found anywhere, chunk by chunk, by `KeyMaterial.armouredKeys`.
-  func keyMaterial(fd: Int32, size: Int, path: String) -> Finding? {
+  /// found anywhere, chunk by chunk, by `KeyMaterial.armouredKeys`. `wholeFile` says the key is all
+  /// the file holds (nothing else to search); a key line leaves the rest of its file to search.
+  func keyMaterial(fd: Int32, size: Int, path: String) -> (finding: Finding, wholeFile: Bool)? {
     guard size >= 32, size <= 1 << 20 else { return nil }
     let bytes = RegionMap.read(fd, at: 0, count: min(size, 65536))
     if size == 32 || (size == 33 && bytes.last == 0x0a), bytes.count >= 32,
       KeyMaterial.looksRandom(bytes[0..<32]), !KeyMaterial.isSQLiteHeader(bytes)
     {
-      return Finding(
+      let finding = Finding(
         file: path, offset: 0, region: "file", detector: "key-material", encoding: "raw-32-bytes",
         excerpt: "32 random-looking bytes (possible raw key, redacted)")
+      return (finding, true)
     }
     // (Armour is the PEM detector's: a certificate's base64 lines are not keys.)
     let armoured = bytes.withUnsafeBytes { !Patterns.occurrences(of: Array("-----BEGIN ".utf8), in: $0).isEmpty }
     if size <= 65536, !armoured, ContentKind.isText(bytes[...]), let line = KeyMaterial.encodedKeyLine(bytes) {
-      return Finding(
+      let finding = Finding(
         file: path, offset: line.offset, region: "file", detector: "key-material", encoding: line.encoding,
         excerpt: redact(bytes[line.offset..<line.end]))
+      return (finding, line.wholeFile)
     }
     guard size >= 48 else { return nil }
     let whole = size <= bytes.count ? bytes : RegionMap.read(fd, at: 0, count: size)
@@ -32,9 +35,10 @@ extension Scanner {
     }
     let body = Array(whole[0..<(size - 32)])
     guard let digest = try? SHA256.hash(body), digest == Array(whole[(size - 32)...]) else { return nil }
-    return Finding(
+    let finding = Finding(
       file: path, offset: 0, region: "file", detector: "key-material", encoding: "vault-keyfile",
       excerpt: "a vault keyfile (redacted); keys belong outside the data directory")
+    return (finding, true)
   }
 }
 
@@ -64,16 +68,17 @@ enum KeyMaterial {
   }
 
   /// The encoded 32-byte key in `text` (see `Scanner.keyMaterial`), with where its line starts and
-  /// ends and its encoding (hex, base64 or base64url): the whole file is the key (and white space),
+  /// ends, its encoding (hex, base64 or base64url) and whether it is all the file holds: the whole
+  /// file is the key (and white space),
   /// or a line assigns it to a name (`NAME=…`, `export NAME="…"`, `name: …`). A bare line of hex in
   /// a larger file is a test vector or a digest as often as a key, and is not judged.
-  static func encodedKeyLine(_ text: [UInt8]) -> (offset: Int, end: Int, encoding: String)? {
+  static func encodedKeyLine(_ text: [UInt8]) -> (offset: Int, end: Int, encoding: String, wholeFile: Bool)? {
     let first = text.firstIndex { $0 > 0x20 } ?? text.count
     let last = (text.lastIndex { $0 > 0x20 } ?? -1) + 1
     if first < last, last - first <= 66,
       let encoding = keyToken(String(decoding: text[first..<last], as: UTF8.self), named: false)
     {
-      return (first, last, encoding)
+      return (first, last, encoding, true)
     }
     var start = 0
     while start < text.count {
@@ -82,7 +87,7 @@ enum KeyMaterial {
       if end - start >= 43, end - start <= 256,
         let encoding = keyToken(String(decoding: text[start..<end], as: UTF8.self), named: true)
       {
-        return (start, end, encoding)
+        return (start, end, encoding, false)
       }
       start = end + 1
     }

@@ -72,9 +72,10 @@ public struct Scanner {
     report.bytesScanned += size
     let name = (path as NSString).lastPathComponent
     let regions = RegionMap(fd: fd, size: size, name: name)
-    if let keyFinding = keyMaterial(fd: fd, size: size, path: path) {
-      report.findings.append(keyFinding)
-      return
+    if let key = keyMaterial(fd: fd, size: size, path: path) {
+      report.findings.append(key.finding)
+      // A file that is only a key holds nothing else; an .env file with a key line may.
+      if key.wholeFile { return }
     }
     // What the file is decides which heuristics mean something in it (ContentKind).
     let content = ContentKind.of(

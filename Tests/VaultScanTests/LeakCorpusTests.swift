@@ -181,6 +181,17 @@ final class KeyMaterialTests: XCTestCase {
     }
   }
 
+  /// A key line does not end the search: the rest of an .env file is still read (a key file alone
+  /// holds nothing else).
+  func testAFileWithAKeyLineIsStillSearchedForCanaries() throws {
+    let temporary = TemporaryDirectory()
+    let key = Data((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 97 &+ 31) }).base64EncodedString()
+    try "VAULT_KEY=\(key)\nGREETING=env-canary-31\n".write(
+      toFile: temporary.sub("app.env"), atomically: true, encoding: .utf8)
+    let report = try Scanner(canaries: ["env-canary-31"]).scan([temporary.sub("app.env")])
+    XCTAssertEqual(Set(report.findings.map(\.detector)), ["key-material", "canary"])
+  }
+
   func testDigestsAndPublicArmourAreNotKeys() throws {
     let hex = (0..<32).map { String(format: "%02x", UInt8(truncatingIfNeeded: $0 &* 97 &+ 31)) }.joined()
     XCTAssertEqual(try finding(Array("sha256sum=\(hex)\n".utf8)), [])
