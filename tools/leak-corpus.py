@@ -12,7 +12,8 @@ given. A clean entry is a file on which that detector must not fire (near misses
 digest, a short text). Heuristic cases hold no canary: they must be found without one.
 
 Random bytes come from random.Random(seed) and SQLite is written by Python's sqlite3, so the
-corpus is the same on every run (SQLite's own salts in WAL headers aside).
+corpus is byte for byte the same on every run, except what SQLite randomises itself: the WAL's
+salts (and its -shm index) and the rollback journal's nonce.
 """
 import argparse
 import base64
