@@ -64,16 +64,18 @@ public struct Scanner {
     report.filesScanned += 1
     report.bytesScanned += size
     let regions = RegionMap(fd: fd, size: size, name: name)
-    if let keyFinding = keyMaterial(fd: fd, size: size, path: path) {
-      report.findings.append(keyFinding)
-      return regions.kind
+    if let key = keyMaterial(fd: fd, size: size, path: path) {
+      report.findings.append(key.finding)
+      // A file that is only a key holds nothing else; an .env file with a key line may.
+      if key.wholeFile { return regions.kind }
     }
     if let reason = Self.undecodedCompression(RegionMap.read(fd, at: 0, count: 16)) {
       report.incomplete.append(Skipped(path: path, reason: reason))
     }
-    let knownMetadata = Self.isVaultMetadata(fd: fd, size: size, name: name)
-    let textFile =
-      regions.kind == .other && !knownMetadata && Self.looksLikeText(RegionMap.read(fd, at: 0, count: 4096))
+    // What the file is decides which heuristics mean something in it (ContentKind).
+    let content = ContentKind.of(
+      head: RegionMap.read(fd, at: 0, count: 65536), fileKind: regions.kind,
+      vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
     let overlap = max(longestPattern, 64) - 1
     let allowance = InflateAllowance(inflateBudget, fileSize: size)
     var undecodedZipEntry = false
@@ -93,7 +95,13 @@ public struct Scanner {
               file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
               encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
-        if !knownMetadata {
+        for key in KeyMaterial.armouredKeys(bytes) where seen.insert([offset + key.start, -4]).inserted {
+          report.findings.append(
+            Finding(
+              file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
+              detector: "key-material", encoding: "pem", excerpt: redact(chunk[key.start..<key.end])))
+        }
+        if content.judgesJSON {
           for hit in jsonText(bytes) where seen.insert([offset + hit.start, -1]).inserted {
             report.findings.append(
               Finding(
@@ -101,17 +109,13 @@ public struct Scanner {
                 detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
-        // Text files are judged line by line; anything else by its runs of printable bytes.
-        // (vault's own metadata files are neither: they hold paths and states, not user data.)
-        let textHits =
-          knownMetadata ? [] : textFile ? TextDetectors.findings(bytes) : TextDetectors.runFindings(bytes)
-        for hit in textHits where seen.insert([offset + hit.start, -2]).inserted {
+        for hit in content.textFindings(bytes) where seen.insert([offset + hit.start, -2]).inserted {
           report.findings.append(
             Finding(
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
-        if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -4]).inserted {
+        if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -5]).inserted {
           undecodedZipEntry = true
         }
         for stream in streamStarts(bytes) where seen.insert([offset + stream.start, -3]).inserted {
@@ -186,12 +190,5 @@ public struct Scanner {
     let text = String(decoding: RegionMap.read(fd, at: 0, count: size), as: UTF8.self)
     if name == "manifest.json" { return text.contains("\"vault_id\"") && text.contains("\"versions\"") }
     return text.split(separator: "\n").allSatisfy { $0.hasPrefix("{\"id\":\"") && $0.contains("\"delivered_at\"") }
-  }
-
-  /// A file whose first 4 KiB are at least 95% printable text (logs, dumps, CSV).
-  static func looksLikeText(_ head: [UInt8]) -> Bool {
-    guard head.count >= 64 else { return false }
-    let printable = head.filter { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 || $0 >= 0x80 }
-    return Double(printable.count) >= Double(head.count) * 0.95
   }
 }

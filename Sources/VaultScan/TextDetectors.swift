@@ -1,8 +1,8 @@
 import Foundation
 
-/// Detectors for plain-text files (the scanner runs them only on files that are mostly printable):
-/// key=value records and long natural-language lines. Binary containers are covered by the canary,
-/// JSON and envelope-column checks instead.
+/// Heuristic detectors for an app's plaintext records: key=value records and long natural-language
+/// lines, judged line by line in text or in printable runs inside binary data. Which of them run
+/// on a file depends on what the file is (`ContentKind`).
 enum TextDetectors {
   struct Hit {
     let start: Int
@@ -29,9 +29,80 @@ enum TextDetectors {
   /// Lines with two or more `key=value` pairs (`user=ana&card=4111`, `token=… scope=…`), and lines
   /// of at least eight words of two or more letters that are at least 80% letters and spaces
   /// (sentences someone typed).
-  static func findings(_ bytes: UnsafeRawBufferPointer) -> [Hit] {
-    guard let base = bytes.baseAddress else { return [] }
+  static func findings(_ bytes: UnsafeRawBufferPointer) -> [Hit] { judgeLines(bytes).hits }
+
+  /// The lines `findings` would report in a log, per detector only while they are rare there: at
+  /// most two, or one line in twenty (of 16 bytes or more). A typed note or a form post between
+  /// machine records stands out; a log whose every message reads like prose, or is all
+  /// `key=value` pairs (logfmt), says nothing by that.
+  static func rareLineFindings(_ bytes: UnsafeRawBufferPointer) -> [Hit] {
+    let (hits, lines) = judgeLines(bytes)
+    let allowed = max(2, lines / 20)
+    var kept: [Hit] = []
+    for detector in ["key-value-text", "natural-language"] {
+      let these = hits.filter { $0.detector == detector }
+      if these.count <= allowed { kept += these }
+    }
+    return kept.sorted { $0.start < $1.start }
+  }
+
+  /// Lines that are an HTTP form body and nothing else: two or more `key=value` pairs joined by
+  /// `&`, no spaces (`user=ana&card=4111&amount=90`), as an app's request records are. In documents
+  /// and source code, pairs come with spaces, quotes, a URL or a command line around them.
+  static func formBodies(_ bytes: UnsafeRawBufferPointer) -> [Hit] {
     var hits: [Hit] = []
+    var lineStart = 0
+    while lineStart < bytes.count {
+      var lineEnd = lineStart
+      while lineEnd < bytes.count, bytes[lineEnd] != 0x0a { lineEnd += 1 }
+      var end = lineEnd
+      if end > lineStart, bytes[end - 1] == 0x0d { end -= 1 }
+      if end - lineStart >= 16, isFormBody(UnsafeRawBufferPointer(rebasing: bytes[lineStart..<end])) {
+        hits.append(Hit(start: lineStart, end: end, detector: "key-value-text"))
+      }
+      lineStart = lineEnd + 1
+    }
+    return hits
+  }
+
+  private static func isFormBody(_ line: UnsafeRawBufferPointer) -> Bool {
+    var pairs = 0
+    var filledValues = 0
+    var keyLength = 0
+    var valueLength = 0
+    var inValue = false
+    for byte in line {
+      let isKeyByte = classes[Int(byte)] & word != 0 || byte == 0x2e || byte == 0x25 || byte == 0x5b || byte == 0x5d
+      if !inValue {
+        if byte == 0x3d, keyLength > 0 {
+          inValue = true
+          valueLength = 0
+        } else if isKeyByte {
+          keyLength += 1
+        } else {
+          return false
+        }
+      } else if byte == 0x26 {
+        pairs += 1
+        if valueLength > 0 { filledValues += 1 }
+        inValue = false
+        keyLength = 0
+      } else if byte <= 0x20 || byte == 0x3d || byte == 0x7f {
+        return false
+      } else {
+        valueLength += 1
+      }
+    }
+    guard inValue else { return false }
+    pairs += 1
+    if valueLength > 0 { filledValues += 1 }
+    return pairs >= 2 && filledValues >= 2
+  }
+
+  private static func judgeLines(_ bytes: UnsafeRawBufferPointer) -> (hits: [Hit], lines: Int) {
+    guard let base = bytes.baseAddress else { return ([], 0) }
+    var hits: [Hit] = []
+    var lines = 0
     classes.withUnsafeBufferPointer { table in
       var lineStart = 0
       // Lines are found with memchr (vectorised); each byte of a line is classified once.
@@ -40,6 +111,7 @@ enum TextDetectors {
           memchr(base + lineStart, 0x0a, bytes.count - lineStart).map { base.distance(to: UnsafeRawPointer($0)) }
           ?? bytes.count
         if lineEnd - lineStart >= 16 {
+          lines += 1
           var letters = 0
           var spaces = 0
           var words = 0
@@ -81,7 +153,7 @@ enum TextDetectors {
         lineStart = lineEnd + 1
       }
     }
-    return hits
+    return (hits, lines)
   }
 
   /// Runs of at least `minimum` printable bytes (32: eight short words) inside binary data, judged like text lines. Only
