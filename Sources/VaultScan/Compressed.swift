@@ -60,6 +60,8 @@ final class InflateAllowance {
   static let maximumLive = 6
   private var spareDecoders: [StreamDecoder] = []
   private var live = 0
+  /// Screens deflate candidates before a decoder is set up for them.
+  let probe = DeflateProbe()
 
   init(_ budget: InflateBudget, fileSize: Int) {
     remainingBytes = budget.bytes(forFileOfSize: fileSize)
@@ -129,6 +131,60 @@ enum InflateEnd: Equatable {
   }
 }
 
+/// Where a compressed stream may start: its signature (magic number, header or base64 prefix), where
+/// its data begins (after a ZIP local header; the same place otherwise), and how to decode it.
+struct StreamStart {
+  let signature: Int
+  let start: Int
+  let format: StreamFormat
+  let base64: Bool
+  /// How far past a signature `streamStarts` may look (a ZIP local header is 30 bytes): a caller
+  /// whose next buffer repeats the last `lookahead` bytes passes `from` so none is examined twice.
+  static let lookahead = 48
+}
+
+/// A quick test of deflate candidates before a stream is set up for them: zlib inflates the first
+/// 64 bytes into scratch space, and a candidate it rejects there is no stream. Random bytes behind a
+/// valid 2-byte header fail within them 99.9 % of the time (a back-reference further than what was
+/// output, an impossible code table, a stored length whose complement does not match).
+final class DeflateProbe {
+  private var stream = z_stream()
+  private var ready = false
+  private var scratch = [UInt8](repeating: 0, count: 4096)
+
+  func plausible(_ format: StreamFormat, _ bytes: UnsafeRawBufferPointer) -> Bool {
+    // Half of all candidates fail on the first block header (RFC 1951 §3.2.3), checked here without
+    // zlib: block type 3 is reserved, and a stored block's length is followed by its complement.
+    if format == .zlib, bytes.count >= 7 {
+      let type = bytes[2] >> 1 & 3
+      if type == 3 { return false }
+      if type == 0, bytes[3] != ~bytes[5] || bytes[4] != ~bytes[6] { return false }
+    }
+    let bits: Int32 = format == .gzip ? 31 : format == .zlib ? 15 : -15
+    if ready {
+      guard inflateReset2(&stream, bits) == Z_OK else { return true }
+    } else {
+      guard vault_inflate_init(&stream, bits) == Z_OK else { return true }
+      ready = true
+    }
+    let input = UnsafeRawBufferPointer(rebasing: bytes.prefix(64))
+    var result = Z_OK
+    scratch.withUnsafeMutableBytes { out in
+      stream.next_in = UnsafeMutablePointer(mutating: input.baseAddress!.assumingMemoryBound(to: UInt8.self))
+      stream.avail_in = UInt32(input.count)
+      // 64 bytes of deflate can describe far more than 4 KiB: output is overwritten, only errors matter.
+      while result == Z_OK, stream.avail_in > 0 {
+        stream.next_out = out.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        stream.avail_out = UInt32(out.count)
+        result = CZlib.inflate(&stream, Z_NO_FLUSH)
+      }
+    }
+    return result == Z_OK || result == Z_STREAM_END || result == Z_BUF_ERROR
+  }
+
+  deinit { if ready { inflateEnd(&stream) } }
+}
+
 extension Scanner {
   /// The 2-byte beginnings worth a closer look, as a 65,536-bit set: every valid zlib header
   /// (method 8, window 2^8–2^15, CMF·256+FLG a multiple of 31, no preset dictionary; RFC 1950
@@ -172,40 +228,57 @@ extension Scanner {
   /// whole stream of that format, found by its magic number); and base64 text of any of these
   /// (`base64`: one of the prefixes above where the byte before is not base64, so the run is
   /// aligned there, and at least 16 base64 characters follow).
-  func streamStarts(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, format: StreamFormat, base64: Bool)] {
+  ///
+  /// Only signatures at `from` or later are examined (what came before was examined with the
+  /// previous buffer), and deflate candidates must pass `probe` (a 2-byte zlib header turns up
+  /// every few hundred bytes of x86 code: `48 89` is a valid one).
+  ///
+  /// Bare zlib headers (2 bytes, so weak) are left out with `zlibHeaders: false`: inside what a
+  /// zlib candidate decoded, which may be garbage from a false start that zlib has not rejected yet.
+  func streamStarts(
+    _ bytes: UnsafeRawBufferPointer, from: Int = 0, zlibHeaders: Bool = true, probe: DeflateProbe
+  ) -> [StreamStart] {
     guard bytes.count > 2, let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return [] }
-    var starts: [(start: Int, format: StreamFormat, base64: Bool)] = []
+    var starts: [StreamStart] = []
+    func append(_ signature: Int, _ start: Int, _ format: StreamFormat, base64: Bool = false) {
+      if !base64, start < bytes.count, format == .zlib || format == .gzip || format == .zipDeflate,
+        !probe.plausible(format, UnsafeRawBufferPointer(rebasing: bytes[start...]))
+      {
+        return
+      }
+      starts.append(StreamStart(signature: signature, start: start, format: format, base64: base64))
+    }
     func matches(_ magic: [UInt8], at offset: Int) -> Bool {
       offset + magic.count <= bytes.count && memcmp(base + offset, magic, magic.count) == 0
     }
     func examine(_ offset: Int, _ header: Int) {
-      if Self.isZlibHeader(header) { starts.append((offset, .zlib, false)) }
+      if zlibHeaders, Self.isZlibHeader(header) { append(offset, offset, .zlib) }
       for (magic, format) in Self.binaryMagic where matches(magic, at: offset) {
         switch format {
         case .bzip2:
           guard offset + 10 <= bytes.count, (0x31...0x39).contains(base[offset + 3]),
             matches([0x31, 0x41, 0x59, 0x26, 0x53, 0x59], at: offset + 4)
           else { continue }
-          starts.append((offset, .bzip2, false))
+          append(offset, offset, .bzip2)
         case .zipDeflate:
           guard offset + 30 <= bytes.count else { continue }
           func le16(_ at: Int) -> Int { Int(base[offset + at]) | Int(base[offset + at + 1]) << 8 }
           guard le16(8) == 8, le16(6) & 1 == 0 else { continue }
           // The data may start past this buffer; the stream is read from the input, not from here.
-          starts.append((offset + 30 + le16(26) + le16(28), .zipDeflate, false))
+          append(offset, offset + 30 + le16(26) + le16(28), .zipDeflate)
         default:
-          starts.append((offset, format, false))
+          append(offset, offset, format)
         }
       }
       for (prefix, format) in Self.base64Prefixes where matches(prefix, at: offset) {
         guard offset == 0 || !Self.isBase64(base[offset - 1]), offset + 16 <= bytes.count,
           (offset..<(offset + 16)).allSatisfy({ Self.isBase64(base[$0]) })
         else { continue }
-        starts.append((offset, format, true))
+        append(offset, offset, format, base64: true)
       }
     }
     Self.startTable.withUnsafeBufferPointer { table in
-      for offset in 0..<(bytes.count - 1) {
+      for offset in min(max(0, from), bytes.count - 1)..<(bytes.count - 1) {
         let header = Int(base[offset]) << 8 | Int(base[offset + 1])
         if table[header >> 6] & (1 << (header & 63)) != 0 { examine(offset, header) }
       }
@@ -267,9 +340,14 @@ extension Scanner {
     for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
       let method = Int(bytes[header + 8]) | Int(bytes[header + 9]) << 8
       let flags = Int(bytes[header + 6]) | Int(bytes[header + 7]) << 8
-      // Methods from APPNOTE §4.4.5: 0 stored, 8 deflate, 12 bzip2, 93 zstd and 95 xz are read
-      // (the last three hold a whole stream with its magic number); 99 is AES encryption.
-      if flags & 1 == 0, ![0, 8, 12, 93, 95, 99].contains(method) { return header }
+      let version = Int(bytes[header + 4]) | Int(bytes[header + 5]) << 8
+      let nameLength = Int(bytes[header + 26]) | Int(bytes[header + 27]) << 8
+      // Methods APPNOTE §4.4.5 defines that the scanner does not decode (it reads 0 stored, 8
+      // deflate, and 12 bzip2, 93 zstd and 95 xz, which hold a whole stream with its magic number;
+      // 99 is AES encryption). A plausible header also needs a version and a name: a table of
+      // magic numbers (libmagic's) holds "PK\3\4" followed by anything.
+      let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
+      if flags & 1 == 0, undecoded.contains(method), version <= 63, (1...4096).contains(nameLength) { return header }
     }
     return nil
   }

@@ -59,16 +59,19 @@ final class DecodedSink {
   private let context: DecodeContext
   private let scanner: Scanner
   private let depth: Int
+  /// The format of the stream whose output this is.
+  private let format: StreamFormat
   private var carry: [UInt8] = []
   private var children: [any ByteSink] = []
-  /// Output offsets (of this stream) where a nested stream was already tried.
-  private var tried = Set<Int>()
+  /// Output offset (of this stream) before which every signature was examined already.
+  private var examinedUpTo = 0
   private var received = 0
 
-  init(context: DecodeContext, scanner: Scanner, depth: Int) {
+  init(context: DecodeContext, scanner: Scanner, depth: Int, format: StreamFormat) {
     self.context = context
     self.scanner = scanner
     self.depth = depth
+    self.format = format
   }
 
   func receive(_ piece: [UInt8]) {
@@ -78,8 +81,10 @@ final class DecodedSink {
     piece.withUnsafeBytes { bytes in children = children.filter { $0.push(bytes) } }
     if depth < DecodeContext.maximumDepth {
       window.withUnsafeBytes { bytes in
-        for candidate in scanner.streamStarts(bytes) where candidate.start < bytes.count {
-          guard tried.insert(windowStart + candidate.start).inserted,
+        let candidates = scanner.streamStarts(
+          bytes, from: examinedUpTo - windowStart, zlibHeaders: format != .zlib, probe: context.allowance.probe)
+        for candidate in candidates where candidate.start < bytes.count {
+          guard
             let (child, _) = makeChain(
               candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1)
           else { continue }
@@ -88,7 +93,8 @@ final class DecodedSink {
       }
     }
     received += piece.count
-    tried = tried.filter { $0 >= received - context.overlap }
+    // (The carry is longer than the lookahead, so those bytes are examined with the next piece.)
+    examinedUpTo = received - StreamStart.lookahead
     carry = Array(window.suffix(context.overlap))
   }
 
@@ -104,7 +110,7 @@ func makeChain(
   _ format: StreamFormat, base64: Bool, context: DecodeContext, scanner: Scanner, depth: Int
 ) -> (any ByteSink, PushDecoder)? {
   guard let decoder = context.allowance.decoder(for: format) else { return nil }
-  let sink = DecodedSink(context: context, scanner: scanner, depth: depth)
+  let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format)
   let stream = PushDecoder(format: format, decoder: decoder, sink: sink, context: context)
   return (base64 ? Base64Layer(stream) : stream, stream)
 }

@@ -79,6 +79,7 @@ public struct Scanner {
     let overlap = max(longestPattern, 64) - 1
     let allowance = InflateAllowance(inflateBudget, fileSize: size)
     var undecodedZipEntry = false
+    var examinedUpTo = 0
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
     var seen = Set<[Int]>()
@@ -118,13 +119,15 @@ public struct Scanner {
         if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -5]).inserted {
           undecodedZipEntry = true
         }
-        for stream in streamStarts(bytes) where seen.insert([offset + stream.start, -3]).inserted {
+        // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
+        for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
           report.findings +=
             scanCompressed(
               .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
               path: path, fileOffset: offset + stream.start, allowance: allowance
             ).findings
         }
+        examinedUpTo = offset + count - StreamStart.lookahead
       }
       progress?(report.filesScanned, report.bytesScanned - size + min(size, offset + count))
       if offset + count >= size { break }
@@ -168,7 +171,8 @@ public struct Scanner {
               encoding: pattern.encoding,
               excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
         }
-        for stream in streamStarts(bytes) where seen.insert([fileOffset(stream.start), -3]).inserted {
+        for stream in streamStarts(bytes, probe: allowance.probe)
+        where seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(
             .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
             fileOffset: fileOffset(stream.start), allowance: allowance)
