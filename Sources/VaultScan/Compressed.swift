@@ -216,7 +216,7 @@ extension Scanner {
     (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
   ]
 
-  private static func isBase64(_ byte: UInt8) -> Bool {
+  static func isBase64(_ byte: UInt8) -> Bool {
     (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte) || (0x30...0x39).contains(byte)
       || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
   }
@@ -283,7 +283,49 @@ extension Scanner {
         if table[header >> 6] & (1 << (header & 63)) != 0 { examine(offset, header) }
       }
     }
+    for line in Self.wrappedBase64Blocks(bytes, from: from) {
+      starts.append(StreamStart(signature: line, start: line, format: .plain, base64: true))
+    }
     return starts
+  }
+
+  /// Where line-wrapped base64 begins (MIME bodies wrap at 76 characters, PEM at 64): the first of
+  /// two or more lines of 60–80 base64 characters. Its decoded bytes are searched like a stream's,
+  /// since a wrap inside a canary's base64 form hides it from the encoded patterns.
+  static func wrappedBase64Blocks(_ bytes: UnsafeRawBufferPointer, from: Int) -> [Int] {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return [] }
+    /// The length of the base64 line at `start` if it is 60–80 characters ended by a line break.
+    func lineLength(_ start: Int) -> Int? {
+      var end = start
+      while end < bytes.count, end - start <= 80, isBase64(base[end]) { end += 1 }
+      guard (60...80).contains(end - start), end < bytes.count, base[end] == 0x0a || base[end] == 0x0d else {
+        return nil
+      }
+      return end - start
+    }
+    /// Whether the line ending at `end` (its line feed) is a base64 line of the same block.
+    func previousLineIsBase64(_ end: Int) -> Bool {
+      var before = end
+      if before > 0, base[before - 1] == 0x0d { before -= 1 }
+      var start = before
+      while start > 0, before - start <= 80, isBase64(base[start - 1]) { start -= 1 }
+      return (60...80).contains(before - start) && (start == 0 || base[start - 1] == 0x0a)
+    }
+    var blocks: [Int] = []
+    var lineStarts = from <= 0 ? [0] : []
+    var position = max(0, from)
+    while position < bytes.count, let newline = memchr(base + position, 0x0a, bytes.count - position) {
+      position = base.distance(to: newline.assumingMemoryBound(to: UInt8.self)) + 1
+      lineStarts.append(position)
+    }
+    for start in lineStarts where start < bytes.count && isBase64(base[start]) {
+      // Only a block's first line, and a block is two lines or more.
+      guard let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1) else { continue }
+      var next = start + length
+      if next < bytes.count, base[next] == 0x0d { next += 1 }
+      if next + 1 < bytes.count, base[next] == 0x0a, isBase64(base[next + 1]) { blocks.append(start) }
+    }
+    return blocks
   }
 
   /// Decodes the stream at `start` of `input` to its end (or until the file's budget runs out),
@@ -292,10 +334,15 @@ extension Scanner {
   /// candidates are false starts that fail within a few bytes). Findings carry `fileOffset`.
   func scanCompressed(
     _ input: CompressedInput, at start: Int, format: StreamFormat, base64: Bool, path: String, fileOffset: Int,
-    allowance: InflateAllowance
+    allowance: InflateAllowance, reportsCorruption: Bool, outerKind: ContentKind
   ) -> (findings: [Finding], end: InflateEnd) {
-    let context = DecodeContext(scanner: self, path: path, fileOffset: fileOffset, allowance: allowance)
-    guard let (chain, stream) = makeChain(format, base64: base64, context: context, scanner: self, depth: 1) else {
+    let context = DecodeContext(
+      scanner: self, path: path, fileOffset: fileOffset, allowance: allowance, reportsCorruption: reportsCorruption,
+      outerKind: outerKind)
+    guard
+      let (chain, stream) = makeChain(
+        format, base64: base64, context: context, scanner: self, depth: 1, parentKind: outerKind)
+    else {
       return ([], .corrupt(consumed: 0))
     }
     var position = start
@@ -334,21 +381,28 @@ extension Scanner {
     return nil
   }
 
-  /// A ZIP entry compressed with a method the scanner does not decode, and not encrypted (an
-  /// encrypted entry is ciphertext, not a leak): its content cannot be inspected.
-  static func undecodedZipEntries(_ bytes: UnsafeRawBufferPointer) -> Int? {
+  /// A ZIP entry whose content the scanner cannot read: compressed with a method it does not decode,
+  /// or encrypted (ZipCrypto is broken, so an encrypted entry is no proof that nothing leaked).
+  /// Returns where its local header is and why.
+  static func unreadableZipEntry(_ bytes: UnsafeRawBufferPointer) -> (offset: Int, reason: String)? {
     for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
-      let method = Int(bytes[header + 8]) | Int(bytes[header + 9]) << 8
-      let flags = Int(bytes[header + 6]) | Int(bytes[header + 7]) << 8
-      let version = Int(bytes[header + 4]) | Int(bytes[header + 5]) << 8
-      let nameLength = Int(bytes[header + 26]) | Int(bytes[header + 27]) << 8
-      // Methods APPNOTE §4.4.5 defines that the scanner does not decode (it reads 0 stored, 8
-      // deflate, and 12 bzip2, 93 zstd and 95 xz, which hold a whole stream with its magic number;
-      // 99 is AES encryption). A plausible header also needs a version and a name: a table of
-      // magic numbers (libmagic's) holds "PK\3\4" followed by anything.
+      func le16(_ at: Int) -> Int { Int(bytes[header + at]) | Int(bytes[header + at + 1]) << 8 }
+      let (version, flags, method, nameLength) = (le16(4), le16(6), le16(8), le16(26))
+      // Methods APPNOTE §4.4.5 defines: the scanner reads 0 stored, 8 deflate, and 12 bzip2, 93
+      // zstd and 95 xz, which hold a whole stream with its magic number; 99 marks AES encryption.
+      // A plausible header also needs a version and a name: a table of magic numbers (libmagic's)
+      // holds "PK\3\4" followed by anything.
+      let read: Set<Int> = [0, 8, 12, 93, 95]
       let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
-      if flags & 1 == 0, undecoded.contains(method), version <= 63, (1...4096).contains(nameLength) { return header }
+      guard version <= 63, (1...4096).contains(nameLength) else { continue }
+      if flags & 1 != 0 || method == 99, read.union(undecoded).union([99]).contains(method) {
+        return (header, "holds encrypted ZIP entries, which the scanner cannot read")
+      }
+      if undecoded.contains(method) {
+        return (header, "holds ZIP entries compressed with a method the scanner does not decode")
+      }
     }
     return nil
   }
+
 }

@@ -20,7 +20,7 @@ enum ContentKind: String {
   /// Text whose lines mostly start with a date or a time: a log. Sentences and key=value pairs are
   /// judged there when they are rare in it (a typed note between machine records stands out).
   case textLog
-  /// Any other text: documents, source code, configuration. Prose and `key=value` pairs are what
+  /// Any other text: documents (PDF and PostScript too), source code, configuration. Prose and `key=value` pairs are what
   /// such files are made of; only JSON objects and HTTP form bodies (`a=1&b=2` alone on a line)
   /// are judged.
   case text
@@ -34,6 +34,9 @@ enum ContentKind: String {
     if vaultMetadata { return .vaultMetadata }
     if fileKind != .other { return .sqlite }
     if let code = codeOrCore(head) { return code }
+    // PDF and PostScript documents (their magic numbers): prose and drawing operators, also in
+    // the compressed page streams a PDF holds.
+    if head.starts(with: Array("%PDF-".utf8)) || head.starts(with: Array("%!PS".utf8)) { return .text }
     guard isText(head.prefix(4096)) else { return .binary }
     return isLog(head) ? .textLog : .text
   }

@@ -18,11 +18,21 @@ final class DecodeContext {
   let path: String
   let fileOffset: Int
   let allowance: InflateAllowance
+  /// Whether a stream that breaks after decoding something makes the file incomplete: not in SQLite
+  /// files, where pages interrupt what was written whole (their overflow pass reassembles it).
+  let reportsCorruption: Bool
+  /// What the file holding the stream is.
+  let outerKind: ContentKind
   private(set) var findings: [Finding] = []
   private var reportedPatterns = Set<Int>()
-  private var reportedJSON = false
+  private var reportedDetectors = Set<String>()
 
-  init(scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance) {
+  init(
+    scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance, reportsCorruption: Bool,
+    outerKind: ContentKind
+  ) {
+    self.reportsCorruption = reportsCorruption
+    self.outerKind = outerKind
     searcher = scanner.searcher
     patterns = scanner.patterns
     overlap = max(scanner.longestPattern, 64) - 1
@@ -31,8 +41,11 @@ final class DecodeContext {
     self.allowance = allowance
   }
 
-  /// Searches decoded bytes for canaries and JSON text.
-  func search(_ window: [UInt8], scanner: Scanner) {
+  /// Searches decoded bytes for canaries (one finding per canary form for the whole stream, at its
+  /// offset in the file), and returns what the heuristics that mean something in `kind` found (the
+  /// sink decides whether they stand).
+  func search(_ window: [UInt8], kind: ContentKind, judged: Bool, scanner: Scanner) -> [Finding] {
+    var heuristic: [Finding] = []
     window.withUnsafeBytes { bytes in
       searcher.search(bytes) { _, index in
         guard reportedPatterns.insert(index).inserted else { return }
@@ -41,14 +54,25 @@ final class DecodeContext {
             file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
             encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
       }
-      if !reportedJSON, let first = scanner.jsonText(bytes).first {
-        reportedJSON = true
-        findings.append(
+      guard judged else { return }
+      var hits: [TextDetectors.Hit] = []
+      if kind.judgesJSON, let first = scanner.jsonText(bytes).first {
+        hits.append(TextDetectors.Hit(start: first.start, end: first.end, detector: "json-text"))
+      }
+      hits += kind.textFindings(bytes)
+      for hit in hits where !reportedDetectors.contains(hit.detector) {
+        heuristic.append(
           Finding(
-            file: path, offset: fileOffset, region: "compressed-stream", detector: "json-text", encoding: "inflated",
-            excerpt: redact(window[first.start..<first.end])))
+            file: path, offset: fileOffset, region: "compressed-stream", detector: hit.detector, encoding: "inflated",
+            excerpt: redact(window[hit.start..<hit.end])))
       }
     }
+    return heuristic
+  }
+
+  /// Adds heuristic findings that stand (one per detector for the whole stream).
+  func keep(_ heuristic: [Finding]) {
+    for finding in heuristic where reportedDetectors.insert(finding.detector).inserted { findings.append(finding) }
   }
 }
 
@@ -61,13 +85,19 @@ final class DecodedSink {
   private let depth: Int
   /// The format of the stream whose output this is.
   private let format: StreamFormat
+  /// What holds the stream: the file's kind, or what the stream around this one decoded to.
+  private let parentKind: ContentKind
   private var carry: [UInt8] = []
+  /// What the decoded content is, judged from its first piece (a text log, a document, a database…).
+  private var kind: ContentKind?
+  private var pendingHeuristics: [Finding] = []
   private var children: [any ByteSink] = []
   /// Output offset (of this stream) before which every signature was examined already.
   private var examinedUpTo = 0
   private var received = 0
 
-  init(context: DecodeContext, scanner: Scanner, depth: Int, format: StreamFormat) {
+  init(context: DecodeContext, scanner: Scanner, depth: Int, format: StreamFormat, parentKind: ContentKind) {
+    self.parentKind = parentKind
     self.context = context
     self.scanner = scanner
     self.depth = depth
@@ -77,7 +107,15 @@ final class DecodedSink {
   func receive(_ piece: [UInt8]) {
     let window = carry + piece
     let windowStart = received - carry.count
-    context.search(window, scanner: scanner)
+    let kind = self.kind ?? judgedKind(of: piece)
+    self.kind = kind
+    pendingHeuristics += context.search(window, kind: kind, judged: Self.judges(inside: parentKind), scanner: scanner)
+    // A stream with a strong signature is real: what it decodes to is judged at once. A bare zlib
+    // header may be a false start decoding garbage until zlib rejects it: its findings wait.
+    if format != .zlib {
+      context.keep(pendingHeuristics)
+      pendingHeuristics = []
+    }
     piece.withUnsafeBytes { bytes in children = children.filter { $0.push(bytes) } }
     if depth < DecodeContext.maximumDepth {
       window.withUnsafeBytes { bytes in
@@ -86,7 +124,8 @@ final class DecodedSink {
         for candidate in candidates where candidate.start < bytes.count {
           guard
             let (child, _) = makeChain(
-              candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1)
+              candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1,
+              parentKind: kind)
           else { continue }
           if child.push(UnsafeRawBufferPointer(rebasing: bytes[candidate.start...])) { children.append(child) }
         }
@@ -98,7 +137,37 @@ final class DecodedSink {
     carry = Array(window.suffix(context.overlap))
   }
 
-  func finish() {
+  /// What the decoded content is judged as, from its first piece: a compressed file (the stream that
+  /// starts the file, or a ZIP entry) by what it decodes to, as if it were the file; a blob embedded in a database,
+  /// a memory image or a binary file as that binary data (a compressed note in a row is a record,
+  /// even when it is a page of prose), unless it decodes to compiled code.
+  private func judgedKind(of piece: [UInt8]) -> ContentKind {
+    let own = ContentKind.of(
+      head: Array(piece.prefix(65536)),
+      fileKind: piece.starts(with: Array("SQLite format 3".utf8) + [0]) ? .database : .other, vaultMetadata: false)
+    let wholeFile = (depth == 1 && context.fileOffset == 0) || format == .zipDeflate
+    switch (parentKind, own) {
+    case (_, .compiledCode), (_, .vaultMetadata), (_, .sqlite): return own
+    case (.sqlite, _), (.memoryImage, _), (.binary, _): return wholeFile ? own : .binary
+    default: return own
+    }
+  }
+
+  /// Whether what a stream decodes to is judged by the heuristics, from what holds it: yes where a
+  /// compressed blob stands for records (a database, a memory image, an unknown binary, a log line,
+  /// a compressed file, which is binary to look at); not in documents, source and configuration
+  /// (a certificate's base64, a PDF's page streams), nor in compiled code or vault's metadata.
+  static func judges(inside parent: ContentKind) -> Bool {
+    switch parent {
+    case .sqlite, .memoryImage, .binary, .textLog: true
+    case .text, .compiledCode, .vaultMetadata: false
+    }
+  }
+
+  /// The stream ended: `valid` unless its decoder rejected what followed.
+  func finish(valid: Bool = true) {
+    if valid { context.keep(pendingHeuristics) }
+    pendingHeuristics = []
     for child in children { child.finish() }
     children = []
   }
@@ -107,10 +176,11 @@ final class DecodedSink {
 /// Builds decoder → sink (and a base64 layer in front when the stream is base64 text): what to push
 /// bytes into, and the decoder itself; nil when no decoder can be had.
 func makeChain(
-  _ format: StreamFormat, base64: Bool, context: DecodeContext, scanner: Scanner, depth: Int
+  _ format: StreamFormat, base64: Bool, context: DecodeContext, scanner: Scanner, depth: Int,
+  parentKind: ContentKind
 ) -> (any ByteSink, PushDecoder)? {
   guard let decoder = context.allowance.decoder(for: format) else { return nil }
-  let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format)
+  let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format, parentKind: parentKind)
   let stream = PushDecoder(format: format, decoder: decoder, sink: sink, context: context)
   return (base64 ? Base64Layer(stream) : stream, stream)
 }
@@ -156,7 +226,15 @@ final class PushDecoder: ByteSink {
       case .unsupported(let reason):
         context.allowance.unsupported = reason
         return stop(.unsupported(reason: reason, consumed: consumed))
-      case .corrupt: return stop(.corrupt(consumed: consumed))
+      case .corrupt:
+        // A stream with a strong signature that decoded something and then broke (a flipped bit
+        // on disk) keeps the rest of its data where it cannot be read. A bare zlib header may be a
+        // false start, and inside SQLite files a page boundary cuts what the page pass reassembles.
+        if context.reportsCorruption, delivered + filled > 0, format != .zlib {
+          context.allowance.unsupported =
+            "a \(format.name) stream is corrupt after its first bytes; the rest of it was not read"
+        }
+        return stop(.corrupt(consumed: consumed))
       case .more:
         let full = filled == output.count
         if full { flush(force: false) }
@@ -184,7 +262,7 @@ final class PushDecoder: ByteSink {
     guard end == nil else { return false }
     end = how
     flush(force: true)
-    sink.finish()
+    if case .corrupt = how { sink.finish(valid: false) } else { sink.finish() }
     if let decoder { context.allowance.release(decoder) }
     decoder = nil
     return false

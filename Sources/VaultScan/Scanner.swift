@@ -78,7 +78,7 @@ public struct Scanner {
       vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
     let overlap = max(longestPattern, 64) - 1
     let allowance = InflateAllowance(inflateBudget, fileSize: size)
-    var undecodedZipEntry = false
+    var unreadableZipEntry: String?
     var examinedUpTo = 0
     var offset = 0
     // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
@@ -116,15 +116,16 @@ public struct Scanner {
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
-        if let entry = Self.undecodedZipEntries(bytes), seen.insert([offset + entry, -5]).inserted {
-          undecodedZipEntry = true
+        if let entry = Self.unreadableZipEntry(bytes), seen.insert([offset + entry.offset, -5]).inserted {
+          unreadableZipEntry = unreadableZipEntry ?? entry.reason
         }
         // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
         for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
           report.findings +=
             scanCompressed(
               .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
-              path: path, fileOffset: offset + stream.start, allowance: allowance
+              path: path, fileOffset: offset + stream.start, allowance: allowance,
+              reportsCorruption: regions.kind == .other, outerKind: content
             ).findings
         }
         examinedUpTo = offset + count - StreamStart.lookahead
@@ -138,10 +139,7 @@ public struct Scanner {
     }
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
-    if undecodedZipEntry {
-      report.incomplete.append(
-        Skipped(path: path, reason: "holds ZIP entries compressed with a method the scanner does not decode"))
-    }
+    if let reason = unreadableZipEntry { report.incomplete.append(Skipped(path: path, reason: reason)) }
     return regions.kind
   }
 
@@ -175,7 +173,7 @@ public struct Scanner {
         where seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(
             .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
-            fileOffset: fileOffset(stream.start), allowance: allowance)
+            fileOffset: fileOffset(stream.start), allowance: allowance, reportsCorruption: true, outerKind: .sqlite)
           // A stream that ends inside one page was inflated whole by the chunk pass already.
           guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
           for var finding in findings {

@@ -6,6 +6,21 @@ import Foundation
 /// (APPNOTE §4.4.5 method 8), xz, bzip2 or zstd (RFC 8878).
 enum StreamFormat: Equatable {
   case gzip, zlib, zipDeflate, xz, bzip2, zstd
+  /// Not compressed: the bytes a base64 layer decoded, searched as they are.
+  case plain
+
+  /// How the format is named in a report.
+  var name: String {
+    switch self {
+    case .gzip: "gzip"
+    case .zlib: "zlib"
+    case .zipDeflate: "ZIP entry's deflate"
+    case .xz: "xz"
+    case .bzip2: "bzip2"
+    case .zstd: "zstd"
+    case .plain: "base64"
+    }
+  }
 
   /// Random bytes pass a 2-byte zlib header check now and then; a real stream decodes to something.
   /// Every other format starts with a magic number of 3 bytes or more.
@@ -56,6 +71,8 @@ final class StreamDecoder {
       bzip = bz_stream()
       bzipReady = BZ2_bzDecompressInit(&bzip, 0, 0) == BZ_OK
       return bzipReady
+    case .plain:
+      return true
     case .zstd:
       if zstd == nil { zstd = ZSTD_createDStream() }
       guard let zstd else { return false }
@@ -111,6 +128,10 @@ final class StreamDecoder {
         default: .corrupt
         }
       return (input.count - Int(bzip.avail_in), output.count - Int(bzip.avail_out), state)
+    case .plain:
+      let count = min(input.count, output.count)
+      output.baseAddress!.copyMemory(from: input.baseAddress!, byteCount: count)
+      return (count, count, .more)
     case .zstd:
       var source = ZSTD_inBuffer(src: input.baseAddress, size: input.count, pos: 0)
       var target = ZSTD_outBuffer(dst: output.baseAddress, size: output.count, pos: 0)

@@ -45,7 +45,10 @@ final class CompressedStreamTests: XCTestCase {
         open(sys.argv[1], 'wb').write(os.urandom(300) + stream + os.urandom(300))
         """, [path, String(bits)])
       let report = try Scanner(canaries: ["window-canary-\(bits)"]).scan([path])
-      XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"], "windowBits \(bits): \(report.findings)")
+      // (The sentence is also a natural-language finding: a blob in a binary file is a record.)
+      XCTAssertEqual(
+        report.findings.filter { $0.detector == "canary" }.map(\.encoding), ["inflated+utf8"],
+        "windowBits \(bits): \(report.findings)")
     }
   }
 
@@ -218,5 +221,90 @@ final class CompressedStreamTests: XCTestCase {
         text == "-_-_" ? [0xfb, 0xff, 0xbf] : text.contains(" ") ? Array("hello wor".utf8) : Array("hello world".utf8)
       XCTAssertEqual(collector.bytes, expected, text)
     }
+  }
+
+  /// A gzip member with a flipped byte in its middle keeps the rest of its data unreadable: the file is
+  /// incomplete. A bare zlib candidate that breaks is not (it may be a false start), and neither is a
+  /// stream cut by SQLite's page boundaries (the overflow pass reads it whole).
+  func testAStreamThatBreaksAfterDecodingMakesTheFileIncomplete() throws {
+    try python(
+      """
+      import gzip,os,random,sqlite3,sys
+      random.seed(7)
+      text = b''.join(b'line %d: ' % i + bytes(random.choice(b'abcdefgh ') for _ in range(60)) + b'\\n' for i in range(4000))
+      member = bytearray(gzip.compress(text))
+      member[len(member) // 2] ^= 0xff
+      open(sys.argv[1] + '/flipped.log.gz', 'wb').write(bytes(member))
+      open(sys.argv[1] + '/whole.log.gz', 'wb').write(gzip.compress(text))
+      c = sqlite3.connect(sys.argv[1] + '/blobs.db'); c.execute('create table t(b)')
+      c.execute('insert into t values (?)', (gzip.compress(text),)); c.commit(); c.close()
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["never-written-canary"]).scan([temporary.path])
+    XCTAssertEqual(report.incomplete.map { ($0.path as NSString).lastPathComponent }, ["flipped.log.gz"])
+    XCTAssertTrue(report.incomplete.first?.reason.contains("gzip stream is corrupt") ?? false, "\(report.incomplete)")
+  }
+
+  /// An encrypted ZIP entry cannot be read (and ZipCrypto proves nothing): the file is incomplete.
+  func testAnEncryptedZipEntryMakesTheFileIncomplete() throws {
+    // A local file header (APPNOTE §4.3.7) with the encryption flag, method 8, a 9-byte name.
+    var header: [UInt8] = [0x50, 0x4b, 0x03, 0x04, 20, 0, 1, 0, 8, 0] + [UInt8](repeating: 0, count: 16)
+    header += [9, 0, 0, 0] + Array("notes.txt".utf8) + (0..<64).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+    try Data(header).write(to: URL(fileURLWithPath: temporary.sub("locked.zip")))
+    let report = try Scanner(canaries: []).scan([temporary.sub("locked.zip")])
+    XCTAssertEqual(report.incomplete.map(\.reason), ["holds encrypted ZIP entries, which the scanner cannot read"])
+  }
+
+  /// What a stream decodes to is judged by what it is, as a file would be: a form body in a
+  /// compressed blob beside the data, a typed sentence in a gzipped log of machine records.
+  func testHeuristicsRunOnDecodedContentByItsKind() throws {
+    try python(
+      """
+      import gzip,os,sys
+      open(sys.argv[1] + '/spill.bin', 'wb').write(os.urandom(200) + gzip.compress(b'user=ana&card=4111111111111111&cvv=123\\n') + os.urandom(200))
+      log = b''.join(b'2026-12-01T10:%02d:%02dZ INFO request id=%d served in 3 ms\\n' % (i // 60 % 60, i % 60, i) for i in range(300))
+      log += b'2026-12-01T11:00:00Z DEBUG note from the user: please call my sister about the surgery on Friday morning\\n'
+      open(sys.argv[1] + '/app.log.1.gz', 'wb').write(gzip.compress(log))
+      """, [temporary.path])
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    let found = Set(report.findings.map { "\(($0.file as NSString).lastPathComponent) \($0.detector)" })
+    XCTAssertTrue(found.contains("spill.bin key-value-text"), "\(report.findings)")
+    XCTAssertTrue(found.contains("app.log.1.gz natural-language"), "\(report.findings)")
+    XCTAssertTrue(report.findings.allSatisfy { $0.region == "compressed-stream" })
+  }
+
+  /// MIME bodies wrap base64 every 76 characters, PEM every 64: a wrap inside a canary's base64
+  /// form hides it from the encoded patterns, so wrapped blocks are decoded and searched.
+  func testLineWrappedBase64IsDecodedAndSearched() throws {
+    try python(
+      """
+      import base64,sys
+      for name, width, eol in (('mail.eml', 76, b'\\r\\n'), ('blob.pem', 64, b'\\n')):
+        # The canary's base64 form crosses the first line break (53 bytes of 'A' fill 70.7 characters).
+        encoded = base64.b64encode(b'A' * 53 + b'wrapped-canary-44 was typed here' + b'B' * 90)
+        body = eol.join(encoded[i:i + width] for i in range(0, len(encoded), width))
+        open(sys.argv[1] + '/' + name, 'wb').write(b'Content-Transfer-Encoding: base64' + eol + eol + body + eol)
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["wrapped-canary-44"]).scan([temporary.path])
+    XCTAssertEqual(
+      Set(report.findings.filter { $0.detector == "canary" }.map { ($0.file as NSString).lastPathComponent }),
+      ["mail.eml", "blob.pem"], "\(report.findings)")
+  }
+
+  /// What a stream inside a document, source or configuration decodes to is not judged by the
+  /// heuristics (a certificate's base64, a PDF's page streams hold text by design); canaries still
+  /// are searched. Inside a binary spill file the same content is judged.
+  func testDecodedContentInsideDocumentsIsNotJudgedByHeuristics() throws {
+    try python(
+      """
+      import base64,gzip,os,sys
+      prose = b'The committee met on Tuesday to discuss the budget for the coming year and agreed on it. ' * 8
+      block = base64.encodebytes(prose + b'doc-canary-12')
+      open(sys.argv[1] + '/notes.txt', 'wb').write(b'Attached, as agreed:\\n\\n' + block)
+      open(sys.argv[1] + '/manual.pdf', 'wb').write(b'%PDF-1.4\\n1 0 obj\\n<< /Filter /FlateDecode >>\\nstream\\n' + gzip.compress(prose) + b'\\nendstream\\n')
+      open(sys.argv[1] + '/spill.bin', 'wb').write(os.urandom(100) + gzip.compress(prose) + os.urandom(100))
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["doc-canary-12"]).scan([temporary.path])
+    let found = Set(report.findings.map { "\(($0.file as NSString).lastPathComponent) \($0.detector)" })
+    XCTAssertEqual(found, ["notes.txt canary", "spill.bin natural-language"], "\(report.findings)")
   }
 }

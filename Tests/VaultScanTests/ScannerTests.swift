@@ -371,7 +371,8 @@ final class TextAndZlibDetectorTests: XCTestCase {
       "import zlib,sys; open(sys.argv[1],'wb').write(b'\\x00' * 100 + zlib.compress(b'the zlib-canary-55 was here' * 3) + b'\\x00' * 100)",
       [temporary.sub("z.bin")])
     let report = try Scanner(canaries: ["zlib-canary-55"]).scan([temporary.sub("z.bin")])
-    XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"])
+    // (The repeated sentence is a natural-language finding too: a blob in a binary file is a record.)
+    XCTAssertEqual(report.findings.filter { $0.detector == "canary" }.map(\.encoding), ["inflated+utf8"])
     XCTAssertEqual(report.findings.first?.region, "compressed-stream")
   }
 }
