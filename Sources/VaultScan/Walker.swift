@@ -70,13 +70,13 @@ extension Scanner {
   }
 
   /// How deep directories are walked: each level holds one descriptor, so a tree deeper than the
-  /// open-file limit allows is cut (and listed as incomplete) instead of failing at random. 256,
+  /// open-file limit allows is cut (and listed as incomplete) instead of failing at random. 4,096,
   /// or half the soft limit less 16 when that is lower (at least 8).
   static func depthLimit() -> Int {
     var limit = rlimit()
     guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 64 }
     let soft = Int(clamping: limit.rlim_cur)
-    return max(8, min(256, soft / 2 - 16))
+    return max(8, min(4096, soft / 2 - 16))
   }
 
   /// Walks one path given to `scan`: a directory recursively, a file, a special file (reported in
@@ -95,8 +95,7 @@ extension Scanner {
         report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
         return
       }
-      var ancestors: [DirectoryIdentity] = []
-      try walkDirectory(fd, shown: shown, ancestors: &ancestors, depthLimit: depthLimit, report: &report)
+      try walkDirectory(fd, shown: shown, depthLimit: depthLimit, report: &report)
     case S_IFREG:
       try readFile(in: AT_FDCWD, name: bytes, shown: shown, report: &report)
     case S_IFLNK:
@@ -124,37 +123,36 @@ extension Scanner {
   /// The system's name for an error (a kind, never anything read from a file).
   static func reason(_ code: Int32) -> String { String(cString: strerror(code)) }
 
+  /// A directory being walked: its descriptor and stream, how it is shown, its names in byte
+  /// order and which comes next.
+  private struct DirectoryFrame {
+    let fd: Int32
+    let stream: OpaquePointer
+    let shown: String
+    let identity: DirectoryIdentity
+    let names: [[UInt8]]
+    var next = 0
+  }
+
   /// Walks the directory open at `fd` (taking it over and closing it): lists every name, then
-  /// looks at each one in byte order. `ancestors` are the directories on the path to it.
-  private func walkDirectory(
-    _ fd: Int32, shown: String, ancestors: inout [DirectoryIdentity], depthLimit: Int, report: inout ScanReport
-  ) throws {
-    var info = stat()
-    guard fstat(fd, &info) == 0, let stream = fdopendir(fd) else {
-      report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
-      close(fd)
-      return
-    }
-    defer { closedir(stream) }
-    ancestors.append(DirectoryIdentity(info))
-    defer { ancestors.removeLast() }
-    var names: [[UInt8]] = []
-    while true {
-      errno = 0
-      guard let entry = readdir(stream) else {
-        if errno != 0 {
-          report.incomplete.append(
-            Skipped(path: shown, reason: "directory not fully listed (\(Self.reason(errno)))"))
-        }
-        break
+  /// looks at each one in byte order, depth first. The walk keeps its own stack of open
+  /// directories (not the thread's: a tree thousands of levels deep must not overflow it); the
+  /// directories on that stack are also what a directory loop is checked against.
+  private func walkDirectory(_ fd: Int32, shown: String, depthLimit: Int, report: inout ScanReport) throws {
+    var stack: [DirectoryFrame] = []
+    defer { for frame in stack { closedir(frame.stream) } }
+    guard let root = Self.openFrame(fd, shown: shown, report: &report) else { return }
+    stack.append(root)
+    while let top = stack.indices.last {
+      guard stack[top].next < stack[top].names.count else {
+        closedir(stack.removeLast().stream)
+        continue
       }
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
-      if name != [0x2e], name != [0x2e, 0x2e] { names.append(name) }
-    }
-    names.sort { $0.lexicographicallyPrecedes($1) }
-    let prefix = shown.hasSuffix("/") ? shown : shown + "/"
-    for name in names {
-      let childShown = prefix + PathText.display(name)
+      let name = stack[top].names[stack[top].next]
+      stack[top].next += 1
+      let fd = stack[top].fd
+      let shown = stack[top].shown
+      let childShown = (shown.hasSuffix("/") ? shown : shown + "/") + PathText.display(name)
       var child = stat()
       guard Self.withCString(name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else {
         report.incomplete.append(Skipped(path: childShown, reason: "vanished or unreadable (\(Self.reason(errno)))"))
@@ -162,11 +160,11 @@ extension Scanner {
       }
       switch child.st_mode & S_IFMT {
       case S_IFDIR:
-        if ancestors.contains(DirectoryIdentity(child)) {
+        if stack.contains(where: { $0.identity == DirectoryIdentity(child) }) {
           report.skipped.append(Skipped(path: childShown, reason: "directory loop (already being scanned above)"))
           continue
         }
-        guard ancestors.count < depthLimit else {
+        guard stack.count < depthLimit else {
           report.incomplete.append(
             Skipped(path: childShown, reason: "directory nested deeper than \(depthLimit) levels: not read"))
           continue
@@ -185,13 +183,38 @@ extension Scanner {
             Skipped(path: childShown, reason: "directory not read (changed while being scanned)"))
           continue
         }
-        try walkDirectory(childFD, shown: childShown, ancestors: &ancestors, depthLimit: depthLimit, report: &report)
+        if let frame = Self.openFrame(childFD, shown: childShown, report: &report) { stack.append(frame) }
       case S_IFREG:
         try readFile(in: fd, name: name, shown: childShown, report: &report)
       default:
         report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
       }
     }
+  }
+
+  /// Takes over the directory open at `fd` and lists its names (closing it when it cannot be read).
+  private static func openFrame(_ fd: Int32, shown: String, report: inout ScanReport) -> DirectoryFrame? {
+    var info = stat()
+    guard fstat(fd, &info) == 0, let stream = fdopendir(fd) else {
+      report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
+      close(fd)
+      return nil
+    }
+    var names: [[UInt8]] = []
+    while true {
+      errno = 0
+      guard let entry = readdir(stream) else {
+        if errno != 0 {
+          report.incomplete.append(
+            Skipped(path: shown, reason: "directory not fully listed (\(Self.reason(errno)))"))
+        }
+        break
+      }
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+      if name != [0x2e], name != [0x2e, 0x2e] { names.append(name) }
+    }
+    names.sort { $0.lexicographicallyPrecedes($1) }
+    return DirectoryFrame(fd: fd, stream: stream, shown: shown, identity: DirectoryIdentity(info), names: names)
   }
 
   /// Opens the regular file `name` in the directory open at `directory` (or a path, with

@@ -252,6 +252,28 @@ final class ScanWalkTests: XCTestCase {
     XCTAssertEqual(alone.status, 2, alone.outputText + alone.error)
   }
 
+  /// A tree 2,000 levels deep (its path far longer than PATH_MAX) is read to the bottom: the CLI
+  /// raises the soft open-file limit to the hard one, and the walk goes as deep as that allows.
+  /// (Before: cut at 256 levels, exit 2 with the canary at the bottom unread.)
+  func testATreeTwoThousandLevelsDeepIsReadToTheBottom() throws {
+    let temporary = TemporaryDirectory()
+    let script = """
+      import os,sys
+      os.chdir(sys.argv[1])
+      for _ in range(2000):
+        os.mkdir('d'); os.chdir('d')
+      open('bottom.log', 'w').write('bottom-canary-2000')
+      """
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, temporary.path]).status, 0)
+    let limited = ["/bin/bash", "-c", "ulimit -S -n 1024 && exec \"$@\"", "bash"]
+    guard let run = try scan([temporary.path, "--canary", "bottom-canary-2000", "--json"], prefix: limited) else {
+      return
+    }
+    XCTAssertEqual(run.status, 1, run.outputText + run.error)
+    XCTAssertEqual((try json(run)["findings"] as? [[String: Any]])?.count, 1)
+    XCTAssertEqual(try json(run)["complete"] as? Bool, true)
+  }
+
   /// The container audit reads the files the walker chose, so a container whose name is not UTF-8
   /// is audited too (plaintext in its envelope column, and `--verify` counts its records).
   func testContainersWithNamesThatAreNotUTF8AreAudited() throws {
