@@ -254,34 +254,42 @@ enum Help {
       """
     ),
     "scan": (
-      "vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]",
+      "vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--inflate-limit MIB] [--inflate-seconds S] [--json]",
       """
       OVERVIEW: Look through files for plaintext that should not be on disk.
 
       Walks the given files and directories once (symlinks are reported, never followed; FIFOs,
-      sockets and devices are reported, never opened) and reports:
-      canaries (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped, also inside
-      gzip and zlib streams; JSON text; vault keyfiles and bare 32-byte keys. Each finding names
-      the file, the offset and the region: for SQLite files live-cell, free-block, unallocated,
-      freelist-page, overflow-page or other-page; wal-frame or stale-wal-frame; journal. Excerpts
-      are redacted. vault's own manifest and memo history are not JSON findings.
+      sockets and devices are reported, never opened; names are bytes, shown with \\xHH escapes)
+      and reports:
+      canaries (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped; key material
+      (vault keyfiles, PEM private keys, and files or NAME= lines that hold 32 random-looking
+      bytes raw, in hex or in base64); and, judged by what a file is, an app's plaintext records
+      where only ciphertext belongs: JSON text, key=value records and sentences in SQLite pages,
+      WAL frames, journals, core dumps and unknown binary files, and as rare lines in logs.
+      Compressed data is decoded to its end and searched the same way: gzip, zlib (any window),
+      deflated ZIP entries, xz, bzip2 and zstd, nested up to three layers, and base64 text of
+      them; line-wrapped base64 is decoded too. Each finding names the file, the offset and the
+      region: for SQLite files live-cell, free-block, unallocated, freelist-page, overflow-page
+      or other-page; wal-frame or stale-wal-frame; journal; compressed-stream. Excerpts are
+      redacted.
 
       With --verify, every envelope in vault's queue containers among the scanned files is
       opened with the vault of the home: each one that does not open is a finding (tampered,
       another keyring, unknown or retired key), and records are counted per key version per
-      container - the audit before retiring a key.
+      container - the audit before retiring a key. Without --verify, envelope columns are
+      still checked without keys: each value must be an envelope of the container's keyring
+      whose ciphertext looks random.
 
-      Without --verify, envelope columns are still checked without keys: each value must be an
-      envelope of the container's keyring whose ciphertext looks random. key=value records and
-      sentences are findings too: line by line in text files, and in runs of 32 or more
-      printable bytes inside binary files. Data on SQLite overflow pages is reassembled first.
-
-      USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify] [--json]
+      USAGE: vault [--home DIR] scan PATH... [--canary TEXT]... [--canary-file FILE] [--verify]
+                   [--inflate-limit MIB] [--inflate-seconds S] [--json]
 
       OPTIONS:
         --canary TEXT           A string that must not appear (repeatable; at least 4 bytes).
         --canary-file FILE      One canary per line (LF or CRLF).
         --verify                Open every envelope in vault containers (needs the vault's keys).
+        --inflate-limit MIB     Decompressed bytes allowed per file, in MiB, on top of 64 times
+                                the file's size (1 to 1048576, default 512).
+        --inflate-seconds S     Time allowed per file for decompressing (1 to 86400, default 60).
         --json                  Print JSON: files_scanned, bytes_scanned, findings (file,
                                 offset, region, detector, encoding, excerpt), skipped (path,
                                 reason), incomplete (path, reason), complete, and with
@@ -291,8 +299,10 @@ enum Help {
 
       EXIT CODES:
         0 nothing found and everything read, 1 findings, 2 could not scan or the audit is
-        incomplete (a path, a directory or the canary file is unreadable, a container cannot be
-        read, or --verify could not open the vault); what was not read is listed.
+        incomplete: a path, a directory or the canary file is unreadable, a container cannot be
+        read, a compressed stream is cut off by the budget, corrupt, encrypted or in a format
+        not decoded (LZ4, 7z, lzip), or --verify could not open the vault. What was not read is
+        listed.
       """
     ),
     "help": (

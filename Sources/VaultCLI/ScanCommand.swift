@@ -26,6 +26,22 @@ extension VaultCommandLine {
     if let short = canaries.first(where: { $0.utf8.count < 4 }) {
       throw UsageError(message: "canaries must be at least 4 bytes (got one of \(short.utf8.count))", command: "scan")
     }
+    // The per-file decompression budget: MiB on top of 64 times the file's size, and seconds.
+    var budget = InflateBudget()
+    if let text = arguments.options["--inflate-limit"] {
+      guard let mebibytes = Int(text), (1...1_048_576).contains(mebibytes) else {
+        throw UsageError(
+          message: "--inflate-limit must be a number of MiB from 1 to 1048576 (got '\(text)')", command: "scan")
+      }
+      budget.baseBytes = mebibytes << 20
+    }
+    let secondsText = arguments.options["--inflate-seconds"]
+    guard let seconds = CommandLineEnvironment.seconds(secondsText, in: 1...86400, fallback: budget.seconds) else {
+      throw UsageError(
+        message: "--inflate-seconds must be a number of seconds from 1 to 86400 (got '\(secondsText ?? "")')",
+        command: "scan")
+    }
+    budget.seconds = seconds
     // With --verify, the vault is opened first: a home that cannot be opened scans nothing.
     let vault = arguments.flags.contains("--verify") ? try openVault(arguments) : nil
     var report: ScanReport
@@ -38,6 +54,7 @@ extension VaultCommandLine {
     }
     do {
       var scanner = Scanner(canaries: canaries, verifyingWith: vault)
+      scanner.inflateBudget = budget
       if terminal.isInteractive {
         // A progress line on stderr, redrawn at most four times a second; silent when not a terminal.
         var last = Date.distantPast

@@ -33,7 +33,8 @@ public struct VaultCommandLine {
       flags: ["--json", "--allow-insecure-http"],
       takesPositionals: true),
     "scan": CommandSpec(
-      name: "scan", options: ["--canary-file"], flags: ["--json", "--verify"], takesPositionals: true,
+      name: "scan", options: ["--canary-file", "--inflate-limit", "--inflate-seconds"], flags: ["--json", "--verify"],
+      takesPositionals: true,
       repeatable: ["--canary"]),
     "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),

@@ -154,6 +154,21 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(alone.outputText.contains("not fully inspected \(home)/corrupt.db"), alone.outputText)
   }
 
+  /// The decompression budget is the operator's to set: a file that needs more than it allows is
+  /// listed as incomplete (exit 2), and nonsense values are usage errors.
+  func testTheInflateBudgetCanBeSetAndNamesWhatItCut() throws {
+    let temporary = TemporaryDirectory()
+    let script = "import gzip,sys; open(sys.argv[1],'wb').write(gzip.compress(bytes(4 * 1024 * 1024)))"
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, temporary.sub("zeros.gz")]).status, 0)
+    XCTAssertEqual(try vault(["scan", temporary.sub("zeros.gz")]).status, 0)
+    let cut = try vault(["scan", temporary.sub("zeros.gz"), "--inflate-limit", "1"])
+    XCTAssertEqual(cut.status, 2, cut.outputText + cut.error)
+    XCTAssertTrue(cut.outputText.contains("inflate budget (bytes)"), cut.outputText)
+    for bad in [["--inflate-limit", "0"], ["--inflate-limit", "lots"], ["--inflate-seconds", "0"]] {
+      XCTAssertEqual(try vault(["scan", temporary.sub("zeros.gz")] + bad).status, 64, "\(bad)")
+    }
+  }
+
   func testProgressOnlyOnATerminal() throws {
     let temporary = TemporaryDirectory()
     try Data(repeating: 0x41, count: 1 << 20).write(to: URL(fileURLWithPath: temporary.sub("a.bin")))
