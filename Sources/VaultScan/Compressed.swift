@@ -334,14 +334,14 @@ extension Scanner {
   /// candidates are false starts that fail within a few bytes). Findings carry `fileOffset`.
   func scanCompressed(
     _ input: CompressedInput, at start: Int, format: StreamFormat, base64: Bool, path: String, fileOffset: Int,
-    allowance: InflateAllowance, reportsCorruption: Bool, outerKind: ContentKind
+    allowance: InflateAllowance, reportsCorruption: Bool, holder: Holder
   ) -> (findings: [Finding], end: InflateEnd) {
     let context = DecodeContext(
       scanner: self, path: path, fileOffset: fileOffset, allowance: allowance, reportsCorruption: reportsCorruption,
-      outerKind: outerKind)
+      outerKind: holder.kind)
     guard
       let (chain, stream) = makeChain(
-        format, base64: base64, context: context, scanner: self, depth: 1, parentKind: outerKind)
+        format, base64: base64, context: context, scanner: self, depth: 1, parent: holder)
     else {
       return ([], .corrupt(consumed: 0))
     }

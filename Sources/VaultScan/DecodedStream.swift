@@ -76,6 +76,25 @@ final class DecodeContext {
   }
 }
 
+/// What holds a compressed stream: what it is, and whether it is an archive whose members are files
+/// in their own right (their streams are judged as the files they hold, not as records).
+struct Holder {
+  let kind: ContentKind
+  let isArchive: Bool
+
+  /// Archives by their first bytes: a git pack ("PACK", version 2 or 3; git's pack format), a tar
+  /// ("ustar" at offset 257, POSIX.1-1988), a ZIP (a local file header at offset 0).
+  static func isArchive(_ head: [UInt8]) -> Bool {
+    if head.count >= 8, head.starts(with: Array("PACK".utf8)), head[4...6].allSatisfy({ $0 == 0 }),
+      head[7] == 2 || head[7] == 3
+    {
+      return true
+    }
+    if head.count >= 262, head[257..<262].elementsEqual("ustar".utf8) { return true }
+    return head.starts(with: [0x50, 0x4b, 0x03, 0x04])
+  }
+}
+
 /// Receives one stream's decoded bytes in pieces: searches them (each window overlapping the last,
 /// so text across two pieces is seen whole), and decodes the streams that start inside them, to
 /// `DecodeContext.maximumDepth` layers (a .gz inside a .zip inside a .gz; base64 of a gzip in a log).
@@ -85,8 +104,11 @@ final class DecodedSink {
   private let depth: Int
   /// The format of the stream whose output this is.
   private let format: StreamFormat
-  /// What holds the stream: the file's kind, or what the stream around this one decoded to.
-  private let parentKind: ContentKind
+  /// What holds the stream: the file, or what the stream around this one decoded to.
+  private let parent: Holder
+  private var parentKind: ContentKind { parent.kind }
+  /// Whether this stream's own output is an archive (set with its kind, from its first piece).
+  private var isArchive = false
   private var carry: [UInt8] = []
   /// What the decoded content is, judged from its first piece (a text log, a document, a database…).
   private var kind: ContentKind?
@@ -96,8 +118,8 @@ final class DecodedSink {
   private var examinedUpTo = 0
   private var received = 0
 
-  init(context: DecodeContext, scanner: Scanner, depth: Int, format: StreamFormat, parentKind: ContentKind) {
-    self.parentKind = parentKind
+  init(context: DecodeContext, scanner: Scanner, depth: Int, format: StreamFormat, parent: Holder) {
+    self.parent = parent
     self.context = context
     self.scanner = scanner
     self.depth = depth
@@ -107,6 +129,7 @@ final class DecodedSink {
   func receive(_ piece: [UInt8]) {
     let window = carry + piece
     let windowStart = received - carry.count
+    if self.kind == nil { isArchive = Holder.isArchive(Array(piece.prefix(512))) }
     let kind = self.kind ?? judgedKind(of: piece)
     self.kind = kind
     pendingHeuristics += context.search(window, kind: kind, judged: Self.judges(inside: parentKind), scanner: scanner)
@@ -125,7 +148,7 @@ final class DecodedSink {
           guard
             let (child, _) = makeChain(
               candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1,
-              parentKind: kind)
+              parent: Holder(kind: kind, isArchive: isArchive))
           else { continue }
           if child.push(UnsafeRawBufferPointer(rebasing: bytes[candidate.start...])) { children.append(child) }
         }
@@ -138,19 +161,30 @@ final class DecodedSink {
   }
 
   /// What the decoded content is judged as, from its first piece: a compressed file (the stream that
-  /// starts the file, or a ZIP entry) by what it decodes to, as if it were the file; a blob embedded in a database,
+  /// starts the file, a ZIP entry, an object in a git pack or a member of a tar) by what it decodes to, as if it were the file; a blob embedded in a database,
   /// a memory image or a binary file as that binary data (a compressed note in a row is a record,
   /// even when it is a page of prose), unless it decodes to compiled code.
   private func judgedKind(of piece: [UInt8]) -> ContentKind {
     let own = ContentKind.of(
-      head: Array(piece.prefix(65536)),
+      head: Array(Self.withoutGitHeader(piece).prefix(65536)),
       fileKind: piece.starts(with: Array("SQLite format 3".utf8) + [0]) ? .database : .other, vaultMetadata: false)
-    let wholeFile = (depth == 1 && context.fileOffset == 0) || format == .zipDeflate
+    let wholeFile = (depth == 1 && context.fileOffset == 0) || format == .zipDeflate || parent.isArchive
     switch (parentKind, own) {
     case (_, .compiledCode), (_, .vaultMetadata), (_, .sqlite): return own
     case (.sqlite, _), (.memoryImage, _), (.binary, _): return wholeFile ? own : .binary
     default: return own
     }
+  }
+
+  /// A git loose object is zlib of "<type> <size>\0" and then the content (git's object storage
+  /// format): the content is what the object is judged by, as the file it was in the work tree.
+  static func withoutGitHeader(_ piece: [UInt8]) -> ArraySlice<UInt8> {
+    for type in ["blob ", "tree ", "commit ", "tag "] where piece.starts(with: Array(type.utf8)) {
+      let digits = piece.dropFirst(type.utf8.count).prefix { (0x30...0x39).contains($0) }
+      let end = type.utf8.count + digits.count
+      if !digits.isEmpty, end < piece.count, piece[end] == 0 { return piece[(end + 1)...] }
+    }
+    return piece[...]
   }
 
   /// Whether what a stream decodes to is judged by the heuristics, from what holds it: yes where a
@@ -177,10 +211,10 @@ final class DecodedSink {
 /// bytes into, and the decoder itself; nil when no decoder can be had.
 func makeChain(
   _ format: StreamFormat, base64: Bool, context: DecodeContext, scanner: Scanner, depth: Int,
-  parentKind: ContentKind
+  parent: Holder
 ) -> (any ByteSink, PushDecoder)? {
   guard let decoder = context.allowance.decoder(for: format) else { return nil }
-  let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format, parentKind: parentKind)
+  let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format, parent: parent)
   let stream = PushDecoder(format: format, decoder: decoder, sink: sink, context: context)
   return (base64 ? Base64Layer(stream) : stream, stream)
 }

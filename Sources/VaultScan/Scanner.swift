@@ -73,9 +73,10 @@ public struct Scanner {
       report.incomplete.append(Skipped(path: path, reason: reason))
     }
     // What the file is decides which heuristics mean something in it (ContentKind).
+    let head = RegionMap.read(fd, at: 0, count: 65536)
     let content = ContentKind.of(
-      head: RegionMap.read(fd, at: 0, count: 65536), fileKind: regions.kind,
-      vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
+      head: head, fileKind: regions.kind, vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
+    let holder = Holder(kind: content, isArchive: Holder.isArchive(Array(head.prefix(512))))
     let overlap = max(longestPattern, 64) - 1
     let allowance = InflateAllowance(inflateBudget, fileSize: size)
     var unreadableZipEntry: String?
@@ -125,7 +126,7 @@ public struct Scanner {
             scanCompressed(
               .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
               path: path, fileOffset: offset + stream.start, allowance: allowance,
-              reportsCorruption: regions.kind == .other, outerKind: content
+              reportsCorruption: regions.kind == .other, holder: holder
             ).findings
         }
         examinedUpTo = offset + count - StreamStart.lookahead
@@ -173,7 +174,8 @@ public struct Scanner {
         where seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(
             .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
-            fileOffset: fileOffset(stream.start), allowance: allowance, reportsCorruption: true, outerKind: .sqlite)
+            fileOffset: fileOffset(stream.start), allowance: allowance, reportsCorruption: true,
+            holder: Holder(kind: .sqlite, isArchive: false))
           // A stream that ends inside one page was inflated whole by the chunk pass already.
           guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
           for var finding in findings {

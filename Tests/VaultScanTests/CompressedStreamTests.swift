@@ -307,4 +307,31 @@ final class CompressedStreamTests: XCTestCase {
     let found = Set(report.findings.map { "\(($0.file as NSString).lastPathComponent) \($0.detector)" })
     XCTAssertEqual(found, ["notes.txt canary", "spill.bin natural-language"], "\(report.findings)")
   }
+
+  /// Members of an archive are files in their own right: a gzipped document inside a tar, or an
+  /// object in a git pack, is judged as the document it holds (prose there is not a record), where
+  /// the same stream embedded in an unknown binary is a record. (Before: a gc'd git repository of
+  /// source code was flagged as natural language.)
+  func testStreamsInsideArchivesAreJudgedAsTheFilesTheyHold() throws {
+    try python(
+      """
+      import gzip,io,os,subprocess,sys,tarfile
+      d = sys.argv[1]
+      prose = b'The committee met on Tuesday to discuss the budget for the coming year and agreed on it.\\n' * 40
+      member = gzip.compress(prose, mtime=0)
+      with tarfile.open(d + '/docs.tar', 'w') as t:
+        info = tarfile.TarInfo('minutes.txt.gz'); info.size = len(member); t.addfile(info, io.BytesIO(member))
+      os.mkdir(d + '/repo')
+      env = dict(os.environ, GIT_AUTHOR_NAME='A', GIT_AUTHOR_EMAIL='a@example.org', GIT_COMMITTER_NAME='A',
+                 GIT_COMMITTER_EMAIL='a@example.org', HOME=d)
+      open(d + '/repo/minutes.txt', 'wb').write(prose)
+      for command in (['init', '-q'], ['add', '.'], ['commit', '-qm', 'Add the minutes of the meeting'], ['gc', '-q']):
+        subprocess.run(['git', '-C', d + '/repo'] + command, env=env, check=True)
+      os.remove(d + '/repo/minutes.txt')
+      open(d + '/spill.bin', 'wb').write(os.urandom(100) + member + os.urandom(100))
+      """, [temporary.path])
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    XCTAssertEqual(
+      Set(report.findings.map { ($0.file as NSString).lastPathComponent }), ["spill.bin"], "\(report.findings)")
+  }
 }
