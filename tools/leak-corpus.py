@@ -17,15 +17,20 @@ salts (and its -shm index) and the rollback journal's nonce.
 """
 import argparse
 import base64
+import bz2
 import gzip
 import hashlib
+import io
 import json
+import lzma
 import os
 import random
 import sqlite3
 import struct
 import subprocess
 import sys
+import tarfile
+import zipfile
 import zlib
 
 CANARY = "leak-canary/Qx7 Zürich"
@@ -273,6 +278,48 @@ def key_material(corpus):
     corpus.must_not("server.crt", "key-material", "a certificate is public")
 
 
+def compressed(corpus):
+    """Canaries and records inside every compressed form the scanner decodes, and near misses: a
+    compressed document is judged as the document (prose there is not a record)."""
+    raw = CANARY.encode()
+    note = b"note: " + raw + b" " + SENTENCE.encode() + b"\n"
+    wrap = lambda data: corpus.bytes(300) + data + corpus.bytes(300)
+    small = zlib.compressobj(6, zlib.DEFLATED, 9)
+    forms = {
+        "xz": wrap(lzma.compress(note)),
+        "bzip2": wrap(bz2.compress(note)),
+        "zlib-window-9": wrap(small.compress(note) + small.flush()),
+        "gzip-member-3": wrap(b"".join(gzip.compress(p, mtime=0) for p in (b"first\n" * 50, b"second\n" * 50, note))),
+    }
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("notes/today.txt", note * 3)
+    forms["zip-deflate"] = buffer.getvalue()
+    inner = gzip.compress(note, mtime=0)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as t:
+        info = tarfile.TarInfo("logs/app.log.1.gz")
+        info.size = len(inner)
+        t.addfile(info, io.BytesIO(inner))
+    forms["gz-in-tar-gz"] = buffer.getvalue()
+    forms["base64-gzip-in-log"] = b"2026-12-01T10:00:00Z DEBUG body=" + base64.b64encode(gzip.compress(note, mtime=0)) + b"\n"
+    encoded = base64.b64encode(b"A" * 53 + note * 2)
+    forms["mime-wrapped-base64"] = b"Content-Transfer-Encoding: base64\r\n\r\n" + b"\r\n".join(
+        encoded[i:i + 76] for i in range(0, len(encoded), 76)) + b"\r\n"
+    for name, data in forms.items():
+        corpus.write(f"compressed-{name}.bin", data)
+        corpus.case("canary-decoded", f"compressed-{name}.bin", "canary", encoding="inflated+utf8")
+    # A record compressed into a blob of a binary file is judged as a record there.
+    corpus.write("compressed-json-blob.bin", wrap(zlib.compress(JSON.encode())))
+    corpus.case("record-decoded", "compressed-json-blob.bin", "json-text", region="compressed-stream")
+    corpus.write("compressed-sentence-blob.bin", wrap(gzip.compress(SENTENCE.encode(), mtime=0)))
+    corpus.case("record-decoded", "compressed-sentence-blob.bin", "natural-language", region="compressed-stream")
+    # Near miss: a gzipped document is a document.
+    document = (b"The library reads the configuration at start-up and keeps it for the life of the process. " * 30)
+    corpus.write("manual.txt.gz", gzip.compress(document, mtime=0))
+    corpus.must_not("manual.txt.gz", "natural-language", "a compressed document is judged as the document")
+
+
 def generate(root, seed):
     os.makedirs(root, exist_ok=True)
     if os.listdir(root):
@@ -281,6 +328,7 @@ def generate(root, seed):
     plaintext_in_sqlite(corpus)
     plaintext_beside_the_data(corpus)
     canaries(corpus)
+    compressed(corpus)
     key_material(corpus)
     manifest = {"seed": seed, "canaries": [CANARY], "cases": corpus.cases, "clean": corpus.clean}
     with open(os.path.join(root, "manifest.json"), "w") as f:
