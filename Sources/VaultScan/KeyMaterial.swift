@@ -102,6 +102,14 @@ enum KeyMaterial {
     var value = Substring(line.trimmingCharacters(in: .whitespacesAndNewlines))
     if named, value.hasPrefix("export ") { value = value.dropFirst(7).drop { $0 == " " } }
     if named {
+      // A JSON (or Python, JavaScript) member `"name": "value",` is a name and its value too.
+      if let quote = value.first, quote == "\"" || quote == "'", let close = value.dropFirst().firstIndex(of: quote) {
+        let rest = value[value.index(after: close)...].drop { $0 == " " }
+        guard rest.first == ":" else { return nil }
+        let name = value[value.index(after: value.startIndex)..<close]
+        value = name + rest
+        if value.last == "," { value = value.dropLast() }
+      }
       guard let separator = value.firstIndex(where: { $0 == "=" || $0 == ":" }) else { return nil }
       // Shell and .env syntax put nothing between the name and '=', YAML nothing before ':';
       // `xs = "…"` is source code (a test vector, a curve point) as often as a secret.
