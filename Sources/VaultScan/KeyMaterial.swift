@@ -96,6 +96,9 @@ enum KeyMaterial {
 
   /// Names that say the value is a digest (a checksum of something public), not a key.
   private static let digestNames = ["sha1", "sha2", "sha256", "sha384", "sha512", "md5", "hash", "digest", "checksum"]
+  /// Words of a name (split at `_`, `-`, `.`) that say the value authenticates something (vault's
+  /// own manifest ends in `"mac": "<64 hex>"`): the output of a key, not one.
+  private static let authenticatorNames: Set = ["mac", "hmac", "tag", "signature", "sig"]
 
   /// The encoding of the key `line` holds, if any; `named`: only as the value of `NAME=` or `NAME:`.
   private static func keyToken(_ line: String, named: Bool) -> String? {
@@ -120,6 +123,8 @@ enum KeyMaterial {
       guard isName else { return nil }
       let lowered = name.lowercased()
       if digestNames.contains(where: { lowered.contains($0) }) { return nil }
+      let words = lowered.split { $0 == "_" || $0 == "-" || $0 == "." }
+      if words.contains(where: { authenticatorNames.contains(String($0)) }) { return nil }
       value = value[value.index(after: separator)...].drop { $0 == " " }
     }
     if let quote = value.first, quote == "\"" || quote == "'", value.count >= 2, value.last == quote {

@@ -129,11 +129,13 @@ final class RecordSyntaxTests: XCTestCase {
     XCTAssertEqual(report.findings.map { "\($0.detector)/\($0.region)" }, ["natural-language/live-cell"])
   }
 
-  func testAKeyInAJSONConfigIsKeyMaterialButADigestIsNot() throws {
+  func testAKeyInAJSONConfigIsKeyMaterialButADigestOrAMACIsNot() throws {
     let hex = (0..<32).map { String(format: "%02x", ($0 &* 73 &+ 11) & 0xff) }.joined()
     try "{\n  \"key\": \"\(hex)\"\n}\n".write(toFile: temporary.sub("config.json"), atomically: true, encoding: .utf8)
     try "{\n  \"sha256\": \"\(hex)\",\n  \"name\": \"x\"\n}\n".write(
       toFile: temporary.sub("digest.json"), atomically: true, encoding: .utf8)
+    try "{\n  \"format\" : 2,\n  \"mac\" : \"\(hex)\"\n}\n".write(
+      toFile: temporary.sub("manifest.json"), atomically: true, encoding: .utf8)
     let report = try Scanner(canaries: []).scan([temporary.path])
     let keys = report.findings.filter { $0.detector == "key-material" }
     XCTAssertEqual(keys.map { ($0.file as NSString).lastPathComponent }, ["config.json"])
