@@ -34,6 +34,10 @@ enum RecordSyntax {
     guard let base = bytes.baseAddress else { return [] }
     var found: [Object] = []
     var index = 0
+    // Nested values are matched bracket by bracket; an object that never closes would otherwise
+    // be measured again from every brace inside it (quadratic in `{"a":[{"a":[…`). Past this
+    // many bytes per buffer, nested values are not measured and end the object where they start.
+    var budget = 4 * bytes.count + 65536
     while index < bytes.count {
       guard let brace = memchr(base + index, 0x7b, bytes.count - index) else { break }
       let start = base.distance(to: UnsafeRawPointer(brace))
@@ -41,7 +45,7 @@ enum RecordSyntax {
       var first = index
       while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
       guard first < bytes.count, bytes[first] == quote,
-        let object = parseObject(bytes, at: start, quote: quote)
+        let object = parseObject(bytes, at: start, quote: quote, budget: &budget)
       else { continue }
       found.append(object)
       index = max(index, object.end)
@@ -50,7 +54,7 @@ enum RecordSyntax {
   }
 
   /// Parses the object opening at `start`.
-  static func parseObject(_ bytes: UnsafeRawBufferPointer, at start: Int, quote: UInt8) -> Object? {
+  static func parseObject(_ bytes: UnsafeRawBufferPointer, at start: Int, quote: UInt8, budget: inout Int) -> Object? {
     var at = start + 1
     var members = 0
     var flat = true
@@ -81,7 +85,7 @@ enum RecordSyntax {
         longest = max(longest, end - at - 2)
         at = end
       } else if byte == 0x7b || byte == 0x5b {
-        guard let end = structureEnd(bytes, at: at, quote: quote) else { break }
+        guard let end = structureEnd(bytes, at: at, quote: quote, budget: &budget) else { break }
         flat = false
         at = end
       } else if let end = scalarEnd(bytes, at: at) {
@@ -147,11 +151,15 @@ enum RecordSyntax {
   }
 
   /// After the object or array opening at `at`, brackets matched outside strings; nil when it
-  /// does not close within 64 KiB or holds a control byte.
-  private static func structureEnd(_ bytes: UnsafeRawBufferPointer, at: Int, quote: UInt8) -> Int? {
+  /// does not close within 64 KiB, holds a control byte, or the budget is spent.
+  private static func structureEnd(
+    _ bytes: UnsafeRawBufferPointer, at: Int, quote: UInt8, budget: inout Int
+  ) -> Int? {
+    guard budget > 0 else { return nil }
     var depth = 0
     var index = at
     let limit = min(bytes.count, at + 65536)
+    defer { budget -= index - at }
     while index < limit {
       let byte = bytes[index]
       if byte == quote {

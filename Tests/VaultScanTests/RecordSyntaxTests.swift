@@ -141,4 +141,13 @@ final class RecordSyntaxTests: XCTestCase {
     XCTAssertEqual(keys.map { ($0.file as NSString).lastPathComponent }, ["config.json"])
     XCTAssertEqual(keys.first?.encoding, "hex")
   }
+
+  /// An object that never closes is measured once, not again from every brace inside it.
+  func testUnclosedNestedObjectsCostLinearTime() throws {
+    let text = Array(String(repeating: "{\"a\":[", count: 10000).utf8)
+    let started = Date()
+    let found = text.withUnsafeBytes { RecordSyntax.objects($0, quote: 0x22) }
+    XCTAssertLessThan(Date().timeIntervalSince(started), 1)
+    XCTAssertTrue(found.allSatisfy { $0.members == 0 || !$0.closed })
+  }
 }
