@@ -6,6 +6,8 @@ import Foundation
 enum RecordSyntax {
   /// An object (`{…}`) parsed from its opening brace, as far as it is well formed.
   struct Object {
+    /// The quote its strings use: `"` (JSON) or `'` (a Python repr).
+    let quote: UInt8
     let start: Int
     /// Where the well-formed part ends: after the closing brace, or where parsing stopped.
     let end: Int
@@ -27,10 +29,10 @@ enum RecordSyntax {
     byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09
   }
 
-  /// Objects whose first key is quoted with `quote` (`"` for JSON, `'` for a Python repr), each
-  /// judged once: parsing resumes after an object, so the objects nested in one are not judged
-  /// again on their own.
-  static func objects(_ bytes: UnsafeRawBufferPointer, quote: UInt8) -> [Object] {
+  /// Objects whose first key is quoted with one of `quotes` (`"` for JSON, `'` for a Python
+  /// repr), each judged once: parsing resumes after an object, so the objects nested in one are
+  /// not judged again on their own.
+  static func objects(_ bytes: UnsafeRawBufferPointer, quotes: [UInt8]) -> [Object] {
     guard let base = bytes.baseAddress else { return [] }
     var found: [Object] = []
     var index = 0
@@ -44,8 +46,8 @@ enum RecordSyntax {
       index = start + 1
       var first = index
       while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
-      guard first < bytes.count, bytes[first] == quote,
-        let object = parseObject(bytes, at: start, quote: quote, budget: &budget)
+      guard first < bytes.count, quotes.contains(bytes[first]),
+        let object = parseObject(bytes, at: start, quote: bytes[first], budget: &budget)
       else { continue }
       found.append(object)
       index = max(index, object.end)
@@ -113,7 +115,7 @@ enum RecordSyntax {
     var after = lastGood
     while after < bytes.count, isWhitespace(bytes[after]) { after += 1 }
     return Object(
-      start: start, end: lastGood, members: members, flat: flat, multiLine: multiLine, closed: closed,
+      quote: quote, start: start, end: lastGood, members: members, flat: flat, multiLine: multiLine, closed: closed,
       longestString: longest, alone: (before < 0 || bom) && after == bytes.count)
   }
 

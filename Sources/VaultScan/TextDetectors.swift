@@ -252,7 +252,8 @@ enum TextDetectors {
   static func structuredFindings(_ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false) -> [Hit] {
     var hits: [Hit] = []
     var objects: [(start: Int, end: Int)] = []
-    for object in RecordSyntax.objects(bytes, quote: 0x22) {
+    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27])
+    for object in parsed where object.quote == 0x22 {
       objects.append((object.start, object.end))
       let record = isJSONRecord(object)
       let substantive = object.closed && (object.longestString >= 8 || !object.flat)
@@ -264,7 +265,7 @@ enum TextDetectors {
     where !objects.contains(where: { $0.start <= array.start && array.end <= $0.end }) {
       hits.append(Hit(start: array.start, end: array.end, detector: "json-text"))
     }
-    for object in RecordSyntax.objects(bytes, quote: 0x27) where object.members >= 2 {
+    for object in parsed where object.quote == 0x27 && object.members >= 2 {
       hits.append(Hit(start: object.start, end: object.end, detector: "key-value-text"))
     }
     return hits
@@ -273,8 +274,8 @@ enum TextDetectors {
   /// Runs of at least `minimum` UTF-16 characters (little or big endian) that are printable ASCII,
   /// white space or Latin-1 letters, inside binary data (Windows and Java heaps, a SQLite database
   /// in UTF-16): transcoded to one byte per character and judged as `runFindings` and
-  /// `structuredFindings` judge text. Every `minimum`-th byte is looked at until one could be half
-  /// of such a character.
+  /// `structuredFindings` judge text. Every (2 × `minimum` - 2)-th byte is looked at until one
+  /// could be half of such a character, so random data costs about one check per 62 bytes.
   static func utf16Findings(_ bytes: UnsafeRawBufferPointer, minimum: Int = 32) -> [Hit] {
     guard bytes.count >= 2 * minimum else { return [] }
     @inline(__always) func character(_ at: Int, _ littleEndian: Bool) -> UInt8? {
@@ -284,6 +285,8 @@ enum TextDetectors {
       return (low >= 0x20 && low < 0x7f) || low == 0x0a || low == 0x0d || low == 0x09 || low >= 0xa0 ? low : nil
     }
     var hits: [Hit] = []
+    // Any 2 × `minimum` - 1 bytes of such a run hold a byte this lands on and its neighbour.
+    let step = 2 * minimum - 2
     var position = minimum
     var scannedUpTo = 0
     while position < bytes.count {
@@ -302,7 +305,7 @@ enum TextDetectors {
         }
       }
       guard let run = best, (run.end - run.first) / 2 >= minimum else {
-        position += minimum
+        position += step
         continue
       }
       let text = stride(from: run.first, to: run.end, by: 2).map { character($0, run.littleEndian) ?? 0x20 }
@@ -312,7 +315,7 @@ enum TextDetectors {
         }
       }
       scannedUpTo = run.end
-      position = run.end + minimum
+      position = run.end + step
     }
     return hits
   }
@@ -339,6 +342,6 @@ extension Scanner {
   /// JSON objects that are records (`TextDetectors.isJSONRecord`): compact, pretty-printed or with
   /// `"key" : value` spacing, after a BOM or anything else, with where each starts and ends.
   func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
-    RecordSyntax.objects(bytes, quote: 0x22).filter(TextDetectors.isJSONRecord).map { ($0.start, $0.end) }
+    RecordSyntax.objects(bytes, quotes: [0x22]).filter(TextDetectors.isJSONRecord).map { ($0.start, $0.end) }
   }
 }

@@ -146,7 +146,7 @@ final class RecordSyntaxTests: XCTestCase {
   func testUnclosedNestedObjectsCostLinearTime() throws {
     let text = Array(String(repeating: "{\"a\":[", count: 10000).utf8)
     let started = Date()
-    let found = text.withUnsafeBytes { RecordSyntax.objects($0, quote: 0x22) }
+    let found = text.withUnsafeBytes { RecordSyntax.objects($0, quotes: [0x22]) }
     XCTAssertLessThan(Date().timeIntervalSince(started), 1)
     XCTAssertTrue(found.allSatisfy { $0.members == 0 || !$0.closed })
   }
