@@ -47,7 +47,8 @@ enum ContentKind: String {
   /// The `key-value-text` and `natural-language` findings in one chunk of a file of this kind.
   func textFindings(_ bytes: UnsafeRawBufferPointer) -> [TextDetectors.Hit] {
     switch self {
-    case .sqlite, .memoryImage, .binary: TextDetectors.runFindings(bytes)
+    case .sqlite, .memoryImage, .binary:
+      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes) + TextDetectors.utf16Findings(bytes)
     case .textLog: TextDetectors.rareLineFindings(bytes)
     case .text: TextDetectors.formBodies(bytes)
     case .compiledCode, .vaultMetadata: []

@@ -96,12 +96,23 @@ enum KeyMaterial {
 
   /// Names that say the value is a digest (a checksum of something public), not a key.
   private static let digestNames = ["sha1", "sha2", "sha256", "sha384", "sha512", "md5", "hash", "digest", "checksum"]
+  /// Words of a name (split at `_`, `-`, `.`) that say the value authenticates something (vault's
+  /// own manifest ends in `"mac": "<64 hex>"`): the output of a key, not one.
+  private static let authenticatorNames: Set = ["mac", "hmac", "tag", "signature", "sig"]
 
   /// The encoding of the key `line` holds, if any; `named`: only as the value of `NAME=` or `NAME:`.
   private static func keyToken(_ line: String, named: Bool) -> String? {
     var value = Substring(line.trimmingCharacters(in: .whitespacesAndNewlines))
     if named, value.hasPrefix("export ") { value = value.dropFirst(7).drop { $0 == " " } }
     if named {
+      // A JSON (or Python, JavaScript) member `"name": "value",` is a name and its value too.
+      if let quote = value.first, quote == "\"" || quote == "'", let close = value.dropFirst().firstIndex(of: quote) {
+        let rest = value[value.index(after: close)...].drop { $0 == " " }
+        guard rest.first == ":" else { return nil }
+        let name = value[value.index(after: value.startIndex)..<close]
+        value = name + rest
+        if value.last == "," { value = value.dropLast() }
+      }
       guard let separator = value.firstIndex(where: { $0 == "=" || $0 == ":" }) else { return nil }
       // Shell and .env syntax put nothing between the name and '=', YAML nothing before ':';
       // `xs = "…"` is source code (a test vector, a curve point) as often as a secret.
@@ -112,6 +123,8 @@ enum KeyMaterial {
       guard isName else { return nil }
       let lowered = name.lowercased()
       if digestNames.contains(where: { lowered.contains($0) }) { return nil }
+      let words = lowered.split { $0 == "_" || $0 == "-" || $0 == "." }
+      if words.contains(where: { authenticatorNames.contains(String($0)) }) { return nil }
       value = value[value.index(after: separator)...].drop { $0 == " " }
     }
     if let quote = value.first, quote == "\"" || quote == "'", value.count >= 2, value.last == quote {

@@ -156,14 +156,18 @@ enum TextDetectors {
     return (hits, lines)
   }
 
-  /// Runs of at least `minimum` printable bytes (32: eight short words) inside binary data, judged like text lines. Only
-  /// every `minimum`-th byte is looked at until one is printable; the run around it is then
-  /// measured and skipped, so random data costs about one check per `minimum` bytes.
-  /// SQL schema text (SQLite's own `CREATE TABLE …`) is not a finding.
+  /// Runs of at least `minimum` bytes of printable text and white space (32: eight short words)
+  /// inside binary data, judged like text lines and as records (`recordFindings`). Only every
+  /// `minimum`-th byte is looked at until one is printable; the run around it is then measured and
+  /// skipped, so random data costs about one check per `minimum` bytes. Line breaks belong to the
+  /// run, so a pretty-printed or one-field-per-line record is judged whole. SQL schema text
+  /// (SQLite's own `CREATE TABLE …`) is not a finding.
   static func runFindings(_ bytes: UnsafeRawBufferPointer, minimum: Int = 32) -> [Hit] {
     guard let base = bytes.baseAddress, bytes.count >= minimum else { return [] }
     let data = base.assumingMemoryBound(to: UInt8.self)
-    @inline(__always) func printable(_ byte: UInt8) -> Bool { byte >= 0x20 && byte < 0x7f }
+    @inline(__always) func printable(_ byte: UInt8) -> Bool {
+      (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09
+    }
     var hits: [Hit] = []
     var position = minimum - 1
     var scannedUpTo = 0
@@ -178,14 +182,140 @@ enum TextDetectors {
       while end < bytes.count, printable(data[end]) { end += 1 }
       if end - start >= minimum {
         let run = UnsafeRawBufferPointer(start: base + start, count: end - start)
-        if !isSchemaText(run) {
-          for hit in findings(run) {
-            hits.append(Hit(start: start + hit.start, end: start + hit.end, detector: hit.detector))
-          }
+        for hit in judgeRun(run) {
+          hits.append(Hit(start: start + hit.start, end: start + hit.end, detector: hit.detector))
         }
       }
       scannedUpTo = end
       position = end + minimum
+    }
+    return hits
+  }
+
+  /// A run of text found inside binary data, judged line by line and as records; schema text is not.
+  private static func judgeRun(_ run: UnsafeRawBufferPointer) -> [Hit] {
+    isSchemaText(run) ? [] : findings(run) + recordFindings(run)
+  }
+
+  /// Records in a run of text inside binary data that are neither sentences nor `key=value`
+  /// pairs, all reported as `key-value-text`: three or more consecutive YAML `key: value` lines,
+  /// CSV rows (`RecordSyntax.isDelimitedRow`) and two or more XML leaf elements with text. In a
+  /// document these are configuration, tables and markup; where only ciphertext should be, they
+  /// are an app's records.
+  static func recordFindings(_ run: UnsafeRawBufferPointer) -> [Hit] {
+    var hits: [Hit] = []
+    var fieldLines = 0
+    var fieldsStart = 0
+    var lineStart = 0
+    while lineStart <= run.count {
+      var lineEnd = lineStart
+      while lineEnd < run.count, run[lineEnd] != 0x0a { lineEnd += 1 }
+      var end = lineEnd
+      if end > lineStart, run[end - 1] == 0x0d { end -= 1 }
+      let line = Array(run[lineStart..<end])[...]
+      if RecordSyntax.isColonField(line) {
+        if fieldLines == 0 { fieldsStart = lineStart }
+        fieldLines += 1
+      } else {
+        if fieldLines >= 3 { hits.append(Hit(start: fieldsStart, end: lineStart, detector: "key-value-text")) }
+        fieldLines = 0
+      }
+      if line.count >= 16, RecordSyntax.isDelimitedRow(line) {
+        hits.append(Hit(start: lineStart, end: end, detector: "key-value-text"))
+      }
+      lineStart = lineEnd + 1
+    }
+    if fieldLines >= 3 { hits.append(Hit(start: fieldsStart, end: run.count, detector: "key-value-text")) }
+    if hits.isEmpty, RecordSyntax.hasXMLFields(run) {
+      hits.append(Hit(start: 0, end: run.count, detector: "key-value-text"))
+    }
+    return hits
+  }
+
+  /// Whether a JSON object is a record wherever it is found (`Scanner.jsonText`): two or more
+  /// members, on one line (a JSON-lines log, a payload in a log line), or pretty-printed when it
+  /// is the whole text (a request or state dump: `json.dumps(indent=2)`, Foundation's
+  /// `.prettyPrinted`) and one flat record (every value a string, number or literal, the closing
+  /// brace found). A nested document written over many lines (API documentation, a package
+  /// manifest, a configuration tree) and a JSON example inside a document are not records.
+  static func isJSONRecord(_ object: RecordSyntax.Object) -> Bool {
+    guard object.members >= 2, object.end - object.start >= 16 else { return false }
+    return !object.multiLine || (object.flat && object.closed && object.alone)
+  }
+
+  /// Structured records inside binary data beyond what `Scanner.jsonText` reports anywhere: JSON
+  /// objects of any layout and nesting with two or more members, a closed one-member object with
+  /// a substantive value (a string of 8 bytes or more, or a nested value) and closed arrays of two
+  /// or more strings, as `json-text`; Python dict reprs (`{'user': 'ana', …}`, two or more
+  /// members) as `key-value-text`. `includeJSONRecords` also reports what `jsonText` would (for
+  /// text this scanner decoded itself, such as UTF-16).
+  static func structuredFindings(_ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false) -> [Hit] {
+    var hits: [Hit] = []
+    var objects: [(start: Int, end: Int)] = []
+    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27])
+    for object in parsed where object.quote == 0x22 {
+      objects.append((object.start, object.end))
+      let record = isJSONRecord(object)
+      let substantive = object.closed && (object.longestString >= 8 || !object.flat)
+      if record ? includeJSONRecords : object.members >= 2 || substantive {
+        hits.append(Hit(start: object.start, end: object.end, detector: "json-text"))
+      }
+    }
+    for array in RecordSyntax.stringArrays(bytes)
+    where !objects.contains(where: { $0.start <= array.start && array.end <= $0.end }) {
+      hits.append(Hit(start: array.start, end: array.end, detector: "json-text"))
+    }
+    for object in parsed where object.quote == 0x27 && object.members >= 2 {
+      hits.append(Hit(start: object.start, end: object.end, detector: "key-value-text"))
+    }
+    return hits
+  }
+
+  /// Runs of at least `minimum` UTF-16 characters (little or big endian) that are printable ASCII,
+  /// white space or Latin-1 letters, inside binary data (Windows and Java heaps, a SQLite database
+  /// in UTF-16): transcoded to one byte per character and judged as `runFindings` and
+  /// `structuredFindings` judge text. Every (2 × `minimum` - 2)-th byte is looked at until one
+  /// could be half of such a character, so random data costs about one check per 62 bytes.
+  static func utf16Findings(_ bytes: UnsafeRawBufferPointer, minimum: Int = 32) -> [Hit] {
+    guard bytes.count >= 2 * minimum else { return [] }
+    @inline(__always) func character(_ at: Int, _ littleEndian: Bool) -> UInt8? {
+      guard at >= 0, at + 1 < bytes.count else { return nil }
+      let (low, high) = littleEndian ? (bytes[at], bytes[at + 1]) : (bytes[at + 1], bytes[at])
+      guard high == 0 else { return nil }
+      return (low >= 0x20 && low < 0x7f) || low == 0x0a || low == 0x0d || low == 0x09 || low >= 0xa0 ? low : nil
+    }
+    var hits: [Hit] = []
+    // Any 2 × `minimum` - 1 bytes of such a run hold a byte this lands on and its neighbour.
+    let step = 2 * minimum - 2
+    var position = minimum
+    var scannedUpTo = 0
+    while position < bytes.count {
+      // Text in one byte order also reads as text in the other, one byte later and one character
+      // short: of the runs through this byte, the one that starts first is the real one.
+      var best: (first: Int, end: Int, littleEndian: Bool)?
+      for start in [position - 1, position] where start >= scannedUpTo {
+        for littleEndian in [true, false] where character(start, littleEndian) != nil {
+          var first = start
+          while first - 2 >= scannedUpTo, character(first - 2, littleEndian) != nil { first -= 2 }
+          var end = start
+          while character(end, littleEndian) != nil { end += 2 }
+          if best.map({ first < $0.first || (first == $0.first && end > $0.end) }) ?? true {
+            best = (first, end, littleEndian)
+          }
+        }
+      }
+      guard let run = best, (run.end - run.first) / 2 >= minimum else {
+        position += step
+        continue
+      }
+      let text = stride(from: run.first, to: run.end, by: 2).map { character($0, run.littleEndian) ?? 0x20 }
+      text.withUnsafeBytes { bytes in
+        for hit in judgeRun(bytes) + structuredFindings(bytes, includeJSONRecords: true) {
+          hits.append(Hit(start: run.first + 2 * hit.start, end: run.first + 2 * hit.end, detector: hit.detector))
+        }
+      }
+      scannedUpTo = run.end
+      position = run.end + step
     }
     return hits
   }
@@ -209,21 +339,9 @@ enum TextDetectors {
 }
 
 extension Scanner {
-  /// Runs of printable text that look like JSON objects: `{"` followed by `":` within the run,
-  /// at least 16 bytes long, with two or more keys.
+  /// JSON objects that are records (`TextDetectors.isJSONRecord`): compact, pretty-printed or with
+  /// `"key" : value` spacing, after a BOM or anything else, with where each starts and ends.
   func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
-    var found: [(Int, Int)] = []
-    var index = 0
-    let opening: [UInt8] = [0x7b, 0x22]  // {"
-    for hit in Patterns.occurrences(of: opening, in: bytes) where hit >= index {
-      var end = hit
-      while end < bytes.count, bytes[end] >= 0x20, bytes[end] < 0x7f { end += 1 }
-      let run = UnsafeRawBufferPointer(rebasing: bytes[hit..<end])
-      if end - hit >= 16, Patterns.occurrences(of: [0x22, 0x3a], in: run).count >= 2 {
-        found.append((hit, end))
-      }
-      index = end
-    }
-    return found
+    RecordSyntax.objects(bytes, quotes: [0x22]).filter(TextDetectors.isJSONRecord).map { ($0.start, $0.end) }
   }
 }

@@ -1,0 +1,289 @@
+import Foundation
+
+/// The syntaxes programs write records in, recognised by their structure: JSON objects and arrays
+/// (compact, pretty-printed, `"k" : v`), Python dict reprs, YAML `key: value` lines, CSV rows and
+/// XML elements. `TextDetectors` decides where each of them is a finding.
+enum RecordSyntax {
+  /// An object (`{…}`) parsed from its opening brace, as far as it is well formed.
+  struct Object {
+    /// The quote its strings use: `"` (JSON) or `'` (a Python repr).
+    let quote: UInt8
+    let start: Int
+    /// Where the well-formed part ends: after the closing brace, or where parsing stopped.
+    let end: Int
+    /// Members of the object itself (not of nested values) whose value parsed whole.
+    let members: Int
+    /// Every member's value is a string, a number or a literal (no nested object or array).
+    let flat: Bool
+    /// A line break sits between the braces (pretty-printed).
+    let multiLine: Bool
+    let closed: Bool
+    /// The longest string value, in bytes.
+    let longestString: Int
+    /// Nothing but white space (and a UTF-8 byte order mark) sits before and after the object in
+    /// the buffer: it is all the text there is.
+    let alone: Bool
+  }
+
+  @inline(__always) static func isWhitespace(_ byte: UInt8) -> Bool {
+    byte == 0x20 || byte == 0x0a || byte == 0x0d || byte == 0x09
+  }
+
+  /// Objects whose first key is quoted with one of `quotes` (`"` for JSON, `'` for a Python
+  /// repr), each judged once: parsing resumes after an object, so the objects nested in one are
+  /// not judged again on their own.
+  static func objects(_ bytes: UnsafeRawBufferPointer, quotes: [UInt8]) -> [Object] {
+    guard let base = bytes.baseAddress else { return [] }
+    var found: [Object] = []
+    var index = 0
+    // Nested values are matched bracket by bracket; an object that never closes would otherwise
+    // be measured again from every brace inside it (quadratic in `{"a":[{"a":[…`). Past this
+    // many bytes per buffer, nested values are not measured and end the object where they start.
+    var budget = 4 * bytes.count + 65536
+    while index < bytes.count {
+      guard let brace = memchr(base + index, 0x7b, bytes.count - index) else { break }
+      let start = base.distance(to: UnsafeRawPointer(brace))
+      index = start + 1
+      var first = index
+      while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
+      guard first < bytes.count, quotes.contains(bytes[first]),
+        let object = parseObject(bytes, at: start, quote: bytes[first], budget: &budget)
+      else { continue }
+      found.append(object)
+      index = max(index, object.end)
+    }
+    return found
+  }
+
+  /// Parses the object opening at `start`.
+  static func parseObject(_ bytes: UnsafeRawBufferPointer, at start: Int, quote: UInt8, budget: inout Int) -> Object? {
+    var at = start + 1
+    var members = 0
+    var flat = true
+    var multiLine = false
+    var closed = false
+    var longest = 0
+    var lastGood = start + 1
+    func skipSpace() {
+      while at < bytes.count, isWhitespace(bytes[at]) {
+        if bytes[at] == 0x0a { multiLine = true }
+        at += 1
+      }
+    }
+    loop: while true {
+      skipSpace()
+      guard at < bytes.count, bytes[at] == quote, let keyEnd = stringEnd(bytes, at: at, quote: quote),
+        keyEnd - at > 2
+      else { break }
+      at = keyEnd
+      skipSpace()
+      guard at < bytes.count, bytes[at] == 0x3a else { break }
+      at += 1
+      skipSpace()
+      guard at < bytes.count else { break }
+      let byte = bytes[at]
+      if byte == quote {
+        guard let end = stringEnd(bytes, at: at, quote: quote) else { break }
+        longest = max(longest, end - at - 2)
+        at = end
+      } else if byte == 0x7b || byte == 0x5b {
+        guard let end = structureEnd(bytes, at: at, quote: quote, budget: &budget) else { break }
+        flat = false
+        at = end
+      } else if let end = scalarEnd(bytes, at: at) {
+        at = end
+      } else {
+        break
+      }
+      members += 1
+      lastGood = at
+      skipSpace()
+      guard at < bytes.count else { break }
+      switch bytes[at] {
+      case 0x2c: at += 1
+      case 0x7d:
+        closed = true
+        lastGood = at + 1
+        break loop
+      default: break loop
+      }
+    }
+    guard members > 0 else { return nil }
+    var before = start - 1
+    while before >= 0, isWhitespace(bytes[before]) { before -= 1 }
+    let bom = before == 2 && bytes[0] == 0xef && bytes[1] == 0xbb && bytes[2] == 0xbf
+    var after = lastGood
+    while after < bytes.count, isWhitespace(bytes[after]) { after += 1 }
+    return Object(
+      quote: quote, start: start, end: lastGood, members: members, flat: flat, multiLine: multiLine, closed: closed,
+      longestString: longest, alone: (before < 0 || bom) && after == bytes.count)
+  }
+
+  /// After the closing quote of the string opening at `at`; nil when a control byte or the end
+  /// comes first (or after 4 KiB: a record's field is shorter).
+  static func stringEnd(_ bytes: UnsafeRawBufferPointer, at: Int, quote: UInt8) -> Int? {
+    var index = at + 1
+    let limit = min(bytes.count, at + 4096)
+    while index < limit {
+      let byte = bytes[index]
+      if byte == quote { return index + 1 }
+      if byte < 0x20 || byte == 0x7f { return nil }
+      index += byte == 0x5c ? 2 : 1
+    }
+    return nil
+  }
+
+  /// After a number or a literal (`true`, `null`, Python's `None`…).
+  private static func scalarEnd(_ bytes: UnsafeRawBufferPointer, at: Int) -> Int? {
+    var end = at
+    let byte = bytes[at]
+    if byte == 0x2d || (byte >= 0x30 && byte <= 0x39) {
+      end += 1
+      while end < bytes.count,
+        (bytes[end] >= 0x30 && bytes[end] <= 0x39) || bytes[end] == 0x2e || bytes[end] == 0x65 || bytes[end] == 0x45
+          || bytes[end] == 0x2b || bytes[end] == 0x2d
+      {
+        end += 1
+      }
+      return end
+    }
+    while end < bytes.count, end - at < 6, (bytes[end] | 0x20) >= 0x61, (bytes[end] | 0x20) <= 0x7a { end += 1 }
+    let word = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[at..<end]), as: UTF8.self)
+    return ["true", "false", "null", "True", "False", "None"].contains(word) ? end : nil
+  }
+
+  /// After the object or array opening at `at`, brackets matched outside strings; nil when it
+  /// does not close within 64 KiB, holds a control byte, or the budget is spent.
+  private static func structureEnd(
+    _ bytes: UnsafeRawBufferPointer, at: Int, quote: UInt8, budget: inout Int
+  ) -> Int? {
+    guard budget > 0 else { return nil }
+    var depth = 0
+    var index = at
+    let limit = min(bytes.count, at + 65536)
+    defer { budget -= index - at }
+    while index < limit {
+      let byte = bytes[index]
+      if byte == quote {
+        guard let end = stringEnd(bytes, at: index, quote: quote) else { return nil }
+        index = end
+        continue
+      }
+      if byte < 0x20 && !isWhitespace(byte) || byte == 0x7f { return nil }
+      if byte == 0x7b || byte == 0x5b { depth += 1 }
+      if byte == 0x7d || byte == 0x5d {
+        depth -= 1
+        if depth == 0 { return index + 1 }
+      }
+      index += 1
+    }
+    return nil
+  }
+
+  /// Closed arrays of two or more strings (`["ana","4111…"]`), with where they start and end.
+  static func stringArrays(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
+    guard let base = bytes.baseAddress else { return [] }
+    var found: [(Int, Int)] = []
+    var index = 0
+    while index < bytes.count {
+      guard let bracket = memchr(base + index, 0x5b, bytes.count - index) else { break }
+      let start = base.distance(to: UnsafeRawPointer(bracket))
+      index = start + 1
+      var at = start + 1
+      var strings = 0
+      var closed = false
+      while true {
+        while at < bytes.count, isWhitespace(bytes[at]) { at += 1 }
+        guard at < bytes.count, bytes[at] == 0x22, let end = stringEnd(bytes, at: at, quote: 0x22) else { break }
+        strings += 1
+        at = end
+        while at < bytes.count, isWhitespace(bytes[at]) { at += 1 }
+        guard at < bytes.count else { break }
+        if bytes[at] == 0x2c {
+          at += 1
+        } else {
+          closed = bytes[at] == 0x5d
+          break
+        }
+      }
+      if closed, strings >= 2, at + 1 - start >= 24 {
+        found.append((start, at + 1))
+        index = at + 1
+      }
+    }
+    return found
+  }
+
+  /// Whether `line` is a YAML (or mail-header) field: a name of letters, digits, `_`, `.`, `-`
+  /// (starting with a letter or `_`, optionally indented), `: ` and a value.
+  static func isColonField(_ line: ArraySlice<UInt8>) -> Bool {
+    var index = line.startIndex
+    while index < line.endIndex, line[index] == 0x20 { index += 1 }
+    let nameStart = index
+    guard index < line.endIndex, isLetter(line[index]) || line[index] == 0x5f else { return false }
+    while index < line.endIndex, index - nameStart <= 40,
+      isLetter(line[index]) || isDigit(line[index]) || line[index] == 0x5f || line[index] == 0x2e
+        || line[index] == 0x2d
+    {
+      index += 1
+    }
+    guard index + 2 < line.endIndex, line[index] == 0x3a, line[index + 1] == 0x20 else { return false }
+    return line[(index + 2)...].contains { $0 > 0x20 }
+  }
+
+  /// Whether `line` is a CSV row: five or more non-empty fields split by `,`, `;`, `|` or a tab,
+  /// with no space after a separator (prose lists put one there), one field of letters and one of
+  /// three or more digits.
+  static func isDelimitedRow(_ line: ArraySlice<UInt8>) -> Bool {
+    for separator: UInt8 in [0x2c, 0x3b, 0x7c, 0x09] {
+      let fields = line.split(separator: separator, omittingEmptySubsequences: false)
+      guard fields.count >= 5, fields.allSatisfy({ !$0.isEmpty && $0.count <= 64 }) else { continue }
+      if fields.dropFirst().contains(where: { $0.first == 0x20 }) { continue }
+      let lettered = fields.contains { field in field.filter(isLetter).count >= 2 }
+      let numeric = fields.contains { field in field.count >= 3 && field.allSatisfy(isDigit) }
+      if lettered && numeric { return true }
+    }
+    return false
+  }
+
+  /// Whether `run` holds two or more XML leaf elements with text (`<card>4111</card>`). Names with
+  /// a namespace prefix (`<exif:PixelXDimension>`) are the metadata images and PDFs carry (XMP),
+  /// not records, and do not count.
+  static func hasXMLFields(_ run: UnsafeRawBufferPointer) -> Bool {
+    var fields = 0
+    var index = 0
+    while index < run.count {
+      guard run[index] == 0x3c else {
+        index += 1
+        continue
+      }
+      var nameEnd = index + 1
+      while nameEnd < run.count, nameEnd - index <= 40,
+        isLetter(run[nameEnd]) || isDigit(run[nameEnd]) || run[nameEnd] == 0x5f || run[nameEnd] == 0x2d
+      {
+        nameEnd += 1
+      }
+      guard nameEnd > index + 1, nameEnd < run.count, run[nameEnd] == 0x3e else {
+        index += 1
+        continue
+      }
+      let name = Array(run[(index + 1)..<nameEnd])
+      var textEnd = nameEnd + 1
+      while textEnd < run.count, run[textEnd] != 0x3c { textEnd += 1 }
+      let closing = [0x3c, 0x2f] + name + [0x3e]
+      if textEnd > nameEnd + 1, textEnd + closing.count <= run.count,
+        run[textEnd..<(textEnd + closing.count)].elementsEqual(closing)
+      {
+        fields += 1
+        if fields >= 2 { return true }
+        index = textEnd + closing.count
+      } else {
+        index = textEnd
+      }
+    }
+    return false
+  }
+
+  @inline(__always) static func isLetter(_ byte: UInt8) -> Bool { (byte | 0x20) >= 0x61 && (byte | 0x20) <= 0x7a }
+  @inline(__always) static func isDigit(_ byte: UInt8) -> Bool { byte >= 0x30 && byte <= 0x39 }
+}
