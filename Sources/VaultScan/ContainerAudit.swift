@@ -23,7 +23,7 @@ extension Scanner {
       guard let keyring = reader.keyringID else { return }
       try reader.forEachEnvelope { id, queue, version, envelope in
         if let problem = Self.columnProblem(envelope, keyring: keyring) {
-          report.findings.append(
+          report.add(
             Finding(
               file: path, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
               excerpt: "record \(id) in queue \(queue)"))
@@ -35,7 +35,7 @@ extension Scanner {
           report.verify?.opened += 1
         } catch let error as EnvelopeError {
           report.verify?.failed += 1
-          report.findings.append(
+          report.add(
             Finding(
               file: path, offset: 0, region: "live-cell", detector: "envelope-verify",
               encoding: String(describing: error).components(separatedBy: ":").first,

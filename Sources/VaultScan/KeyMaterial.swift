@@ -217,11 +217,12 @@ enum KeyMaterial {
         }
         if !closed { at = lineEnd + 1 }
       }
-      if base64 >= 64, closed || cut {
-        at = min(at, bytes.count)
-        found.append((start, at))
-        resumeAt = at
-      }
+      at = min(at, bytes.count)
+      if base64 >= 64, closed || cut { found.append((start, at)) }
+      // Whatever this attempt read is not read again: a BEGIN inside a header line it passed over
+      // is no block's start (a real BEGIN line has no colon, so the attempt stops before it), and
+      // rescanning would make a file of such lines quadratic (a 768 KB file took over a minute).
+      resumeAt = max(resumeAt, at)
     }
     return found
   }

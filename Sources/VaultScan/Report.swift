@@ -113,6 +113,35 @@ public struct ScanReport: Codable, Equatable, Sendable {
     try container.encodeIfPresent(verify, forKey: .verify)
   }
 
+  /// At most this many findings of one detector are listed per file; the rest are counted in one
+  /// closing finding for that file and detector (a file of a million JSON lines is one leak, and
+  /// listing each would make memory grow with the file).
+  public static let findingsPerDetectorPerFile = 100
+  /// Findings per detector in the file being scanned.
+  private var fileCounts: [String: Int] = [:]
+
+  /// Whether a finding of `detector` would still be listed for the file being scanned.
+  func admits(_ detector: String) -> Bool { fileCounts[detector, default: 0] < Self.findingsPerDetectorPerFile }
+
+  /// Lists `finding`, or only counts it once its detector has reached the limit for this file.
+  mutating func add(_ finding: Finding) {
+    let count = fileCounts[finding.detector, default: 0]
+    fileCounts[finding.detector] = count + 1
+    if count < Self.findingsPerDetectorPerFile { findings.append(finding) }
+  }
+
+  /// Closes the file being scanned: one finding per detector that had more than the limit says how
+  /// many more there were.
+  mutating func finishFile(_ path: String) {
+    for (detector, count) in fileCounts.sorted(by: { $0.key < $1.key }) where count > Self.findingsPerDetectorPerFile {
+      findings.append(
+        Finding(
+          file: path, offset: 0, region: "file", detector: detector, encoding: nil,
+          excerpt: "\(count - Self.findingsPerDetectorPerFile) more \(detector) findings in this file, not listed"))
+    }
+    fileCounts = [:]
+  }
+
   /// No findings (says nothing about completeness: see `complete`).
   public var clean: Bool { findings.isEmpty }
   /// Every path under the scan was read to the end.

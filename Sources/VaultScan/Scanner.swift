@@ -65,7 +65,7 @@ public struct Scanner {
     report.bytesScanned += size
     let regions = RegionMap(fd: fd, size: size, name: name)
     if let key = keyMaterial(fd: fd, size: size, path: path) {
-      report.findings.append(key.finding)
+      report.add(key.finding)
       // A file that is only a key holds nothing else; an .env file with a key line may.
       if key.wholeFile { return regions.kind }
     }
@@ -82,52 +82,54 @@ public struct Scanner {
     var unreadableZipEntry: String?
     var examinedUpTo = 0
     var offset = 0
-    // One finding per offset and detector (and per pattern for canaries): the chunks overlap.
-    var seen = Set<[Int]>()
     while offset < size {
       let count = min(Self.chunk + overlap, size - offset)
       let chunk = RegionMap.read(fd, at: offset, count: count)
       if chunk.isEmpty { break }
+      // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
+      // whole (one finding per place, with nothing remembered across chunks).
+      let reportBelow = offset + count >= size ? Int.max : offset + Self.chunk
       chunk.withUnsafeBytes { bytes in
         searcher.search(bytes) { hit, index in
-          guard seen.insert([offset + hit, index]).inserted else { return }
+          guard offset + hit < reportBelow else { return }
           let pattern = patterns[index]
-          report.findings.append(
+          report.add(
             Finding(
               file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
               encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
         }
-        for key in KeyMaterial.armouredKeys(bytes) where seen.insert([offset + key.start, -4]).inserted {
-          report.findings.append(
+        for key in KeyMaterial.armouredKeys(bytes) where offset + key.start < reportBelow {
+          report.add(
             Finding(
               file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
               detector: "key-material", encoding: "pem", excerpt: redact(chunk[key.start..<key.end])))
         }
         if content.judgesJSON {
-          for hit in jsonText(bytes) where seen.insert([offset + hit.start, -1]).inserted {
-            report.findings.append(
+          for hit in jsonText(bytes) where offset + hit.start < reportBelow {
+            report.add(
               Finding(
                 file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
                 detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
           }
         }
-        for hit in content.textFindings(bytes) where seen.insert([offset + hit.start, -2]).inserted {
-          report.findings.append(
+        for hit in content.textFindings(bytes) where offset + hit.start < reportBelow {
+          report.add(
             Finding(
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
-        if let entry = Self.unreadableZipEntry(bytes), seen.insert([offset + entry.offset, -5]).inserted {
+        if let entry = Self.unreadableZipEntry(bytes), offset + entry.offset < reportBelow {
           unreadableZipEntry = unreadableZipEntry ?? entry.reason
         }
         // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
         for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
-          report.findings +=
-            scanCompressed(
-              .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
-              path: path, fileOffset: offset + stream.start, allowance: allowance,
-              reportsCorruption: regions.kind == .other, holder: holder
-            ).findings
+          for finding in scanCompressed(
+            .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
+            path: path, fileOffset: offset + stream.start, allowance: allowance,
+            reportsCorruption: regions.kind == .other, holder: holder
+          ).findings {
+            report.add(finding)
+          }
         }
         examinedUpTo = offset + count - StreamStart.lookahead
       }
@@ -164,7 +166,7 @@ public struct Scanner {
         searcher.search(bytes) { hit, index in
           let pattern = patterns[index]
           guard crossesPages(hit, pattern.bytes.count), seen.insert([fileOffset(hit), index]).inserted else { return }
-          report.findings.append(
+          report.add(
             Finding(
               file: path, offset: fileOffset(hit), region: "overflow-page", detector: "canary",
               encoding: pattern.encoding,
@@ -180,7 +182,7 @@ public struct Scanner {
           guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
           for var finding in findings {
             finding.region = "overflow-page"
-            if !report.findings.contains(finding) { report.findings.append(finding) }
+            if !report.findings.contains(finding) { report.add(finding) }
           }
         }
       }

@@ -247,6 +247,7 @@ extension Scanner {
       }
       try audit(fd, path: shown, live: live, report: &report)
     }
+    report.finishFile(shown)
   }
 
   /// Calls `body` with `bytes` as a NUL-terminated C string.

@@ -334,4 +334,17 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(
       Set(report.findings.map { ($0.file as NSString).lastPathComponent }), ["spill.bin"], "\(report.findings)")
   }
+
+  /// A file of a million leaks lists 100 per detector and counts the rest: memory does not grow with
+  /// the number of findings (before: 1.08 GB for 20 MB of JSON lines). Each place is reported once
+  /// although chunks overlap.
+  func testFindingsPerFileAreCappedAndCounted() throws {
+    let line = Array(#"{"user":"ana","card":"4111"}"#.utf8) + [0]
+    let count = (5 << 20) / line.count
+    try Data((0..<count).flatMap { _ in line }).write(to: URL(fileURLWithPath: temporary.sub("many.bin")))
+    let report = try Scanner(canaries: []).scan([temporary.sub("many.bin")])
+    XCTAssertEqual(report.findings.count, ScanReport.findingsPerDetectorPerFile + 1)
+    let summary = report.findings.first { $0.excerpt.hasSuffix("not listed") }
+    XCTAssertEqual(summary?.excerpt, "\(count - 100) more json-text findings in this file, not listed")
+  }
 }
