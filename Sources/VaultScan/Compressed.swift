@@ -87,25 +87,35 @@ final class InflateAllowance {
     return exhausted == nil
   }
 
+  /// xz and zstd decoders hold up to 128 MiB each: at most two at once, and never kept for reuse.
+  static let maximumLiveLarge = 2
+  private var liveLarge = 0
+
   /// A decoder ready for `format`, or nil (and the file marked incomplete) when too many are live.
   func decoder(for format: StreamFormat) -> StreamDecoder? {
-    guard live < Self.maximumLive else {
+    let large = format == .xz || format == .zstd
+    guard live < Self.maximumLive, !large || liveLarge < Self.maximumLiveLarge else {
       unsupported = "more nested compressed streams at once than the scanner decodes"
       return nil
     }
-    let decoder = spareDecoders.popLast() ?? StreamDecoder()
+    let decoder = large ? StreamDecoder() : spareDecoders.popLast() ?? StreamDecoder()
     guard decoder.reset(format) else {
-      spareDecoders.append(decoder)
+      if !large { spareDecoders.append(decoder) }
       return nil
     }
     live += 1
+    if large { liveLarge += 1 }
     return decoder
   }
 
-  /// Gives a decoder back once its stream has ended.
-  func release(_ decoder: StreamDecoder) {
+  /// Gives a decoder back once its stream has ended (an xz or zstd one is freed with its window).
+  func release(_ decoder: StreamDecoder, format: StreamFormat) {
     live -= 1
-    spareDecoders.append(decoder)
+    if format == .xz || format == .zstd {
+      liveLarge -= 1
+    } else {
+      spareDecoders.append(decoder)
+    }
   }
 }
 
@@ -140,7 +150,8 @@ struct StreamStart {
   let base64: Bool
   /// How far past a signature `streamStarts` may look (a ZIP local header is 30 bytes): a caller
   /// whose next buffer repeats the last `lookahead` bytes passes `from` so none is examined twice.
-  static let lookahead = 48
+  /// (Two lines of line-wrapped base64, up to 80 characters each, are looked at.)
+  static let lookahead = 192
 }
 
 /// A quick test of deflate candidates before a stream is set up for them: zlib inflates the first
@@ -263,7 +274,13 @@ extension Scanner {
         case .zipDeflate:
           guard offset + 30 <= bytes.count else { continue }
           func le16(_ at: Int) -> Int { Int(base[offset + at]) | Int(base[offset + at + 1]) << 8 }
-          guard le16(8) == 8, le16(6) & 1 == 0 else { continue }
+          // Deflated, not encrypted, and a name of printable bytes (a copied magic number in a
+          // table or in random bytes has none).
+          let nameLength = le16(26)
+          guard le16(8) == 8, le16(6) & 1 == 0, (1...1024).contains(nameLength),
+            offset + 30 + nameLength > bytes.count
+              || (offset + 30..<offset + 30 + nameLength).allSatisfy({ base[$0] >= 0x20 && base[$0] != 0x7f })
+          else { continue }
           // The data may start past this buffer; the stream is read from the input, not from here.
           append(offset, offset + 30 + le16(26) + le16(28), .zipDeflate)
         default:
@@ -365,18 +382,26 @@ extension Scanner {
 }
 
 extension Scanner {
-  /// Compressed formats the scanner does not decode, by the magic number a file starts with: such a
-  /// file is scanned as raw bytes (which finds nothing inside), so it is reported as incomplete.
-  /// Magic numbers from each format's specification: LZ4 frames (LZ4 frame format), 7z (its
-  /// signature header) and lzip ("LZIP").
-  static func undecodedCompression(_ head: [UInt8]) -> String? {
-    let signatures: [(name: String, bytes: [UInt8])] = [
-      ("lz4", [0x04, 0x22, 0x4d, 0x18]),
-      ("7z", [0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c]),
-      ("lzip", Array("LZIP".utf8)),
-    ]
-    for signature in signatures where head.starts(with: signature.bytes) {
-      return "compressed with \(signature.name), which the scanner does not decode"
+  /// Compressed formats the scanner does not decode, by their magic numbers anywhere in `bytes` (a
+  /// file, a tar member, a decoded stream): what they hold is not read, so the file is incomplete.
+  /// From each format's specification: LZ4 frames (04 22 4d 18 and a valid frame descriptor), 7z
+  /// (its 6-byte signature header),
+  /// lzip ("LZIP", version 1, a dictionary-size byte of 12–29 as a power of two).
+  static func undecodableSignature(_ bytes: UnsafeRawBufferPointer) -> String? {
+    if !Patterns.occurrences(of: [0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c], in: bytes).isEmpty {
+      return "holds 7z data, which the scanner does not decode"
+    }
+    // An LZ4 frame descriptor follows its magic: FLG with version 01 and its reserved bit clear,
+    // BD with its reserved bits clear and a block size code of 4–7 (the LZ4 frame format).
+    for start in Patterns.occurrences(of: [0x04, 0x22, 0x4d, 0x18], in: bytes, longNeedle: true)
+    where start + 6 <= bytes.count && bytes[start + 4] & 0xc2 == 0x40 && bytes[start + 5] & 0x8f == 0
+      && bytes[start + 5] >> 4 >= 4
+    {
+      return "holds LZ4 data, which the scanner does not decode"
+    }
+    for start in Patterns.occurrences(of: Array("LZIP".utf8), in: bytes, longNeedle: true)
+    where start + 6 <= bytes.count && bytes[start + 4] == 1 && (12...29).contains(bytes[start + 5] & 0x1f) {
+      return "holds lzip data, which the scanner does not decode"
     }
     return nil
   }
@@ -387,14 +412,16 @@ extension Scanner {
   static func unreadableZipEntry(_ bytes: UnsafeRawBufferPointer) -> (offset: Int, reason: String)? {
     for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
       func le16(_ at: Int) -> Int { Int(bytes[header + at]) | Int(bytes[header + at + 1]) << 8 }
-      let (version, flags, method, nameLength) = (le16(4), le16(6), le16(8), le16(26))
+      let (flags, method, nameLength) = (le16(6), le16(8), le16(26))
       // Methods APPNOTE §4.4.5 defines: the scanner reads 0 stored, 8 deflate, and 12 bzip2, 93
       // zstd and 95 xz, which hold a whole stream with its magic number; 99 marks AES encryption.
-      // A plausible header also needs a version and a name: a table of magic numbers (libmagic's)
-      // holds "PK\3\4" followed by anything.
+      // A plausible header also needs a name of printable bytes (not the version field, which
+      // unzip ignores): a table of magic numbers (libmagic's) holds "PK\3\4" followed by anything.
       let read: Set<Int> = [0, 8, 12, 93, 95]
       let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
-      guard version <= 63, (1...4096).contains(nameLength) else { continue }
+      guard (1...1024).contains(nameLength), header + 30 + nameLength <= bytes.count,
+        bytes[(header + 30)..<(header + 30 + nameLength)].allSatisfy({ $0 >= 0x20 && $0 != 0x7f })
+      else { continue }
       if flags & 1 != 0 || method == 99, read.union(undecoded).union([99]).contains(method) {
         return (header, "holds encrypted ZIP entries, which the scanner cannot read")
       }
@@ -404,5 +431,4 @@ extension Scanner {
     }
     return nil
   }
-
 }

@@ -11,7 +11,9 @@ protocol ByteSink: AnyObject {
 /// What one compressed stream found in the file shares with the streams nested inside it: the
 /// findings so far (one per canary form, and the first JSON text), the budget, reusable decoders.
 final class DecodeContext {
-  static let maximumDepth = 3
+  /// Layers decoded (a ZIP in a ZIP in a ZIP in a ZIP); a strong signature found deeper makes the
+  /// file incomplete rather than being passed over.
+  static let maximumDepth = 4
   let searcher: MultiSearcher
   let patterns: [Pattern]
   let overlap: Int
@@ -35,7 +37,7 @@ final class DecodeContext {
     self.outerKind = outerKind
     searcher = scanner.searcher
     patterns = scanner.patterns
-    overlap = max(scanner.longestPattern, 64) - 1
+    overlap = max(scanner.longestPattern, Scanner.minimumOverlap) - 1
     self.path = path
     self.fileOffset = fileOffset
     self.allowance = allowance
@@ -134,24 +136,41 @@ final class DecodedSink {
     self.kind = kind
     pendingHeuristics += context.search(window, kind: kind, judged: Self.judges(inside: parentKind), scanner: scanner)
     // A stream with a strong signature is real: what it decodes to is judged at once. A bare zlib
-    // header may be a false start decoding garbage until zlib rejects it: its findings wait.
-    if format != .zlib {
+    // header (or a ZIP header's raw deflate, where random bytes follow a copied magic) may be a
+    // false start decoding garbage until zlib rejects it: its findings wait.
+    if format != .zlib && format != .zipDeflate {
       context.keep(pendingHeuristics)
       pendingHeuristics = []
     }
     piece.withUnsafeBytes { bytes in children = children.filter { $0.push(bytes) } }
-    if depth < DecodeContext.maximumDepth {
-      window.withUnsafeBytes { bytes in
-        let candidates = scanner.streamStarts(
-          bytes, from: examinedUpTo - windowStart, zlibHeaders: format != .zlib, probe: context.allowance.probe)
-        for candidate in candidates where candidate.start < bytes.count {
-          guard
-            let (child, _) = makeChain(
-              candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1,
-              parent: Holder(kind: kind, isArchive: isArchive))
-          else { continue }
-          if child.push(UnsafeRawBufferPointer(rebasing: bytes[candidate.start...])) { children.append(child) }
+    window.withUnsafeBytes { bytes in
+      // What cannot be read inside decoded data makes the file incomplete, as in the file itself.
+      if kind != .compiledCode,
+        let reason = Scanner.unreadableZipEntry(bytes)?.reason ?? Scanner.undecodableSignature(bytes)
+      {
+        context.allowance.unsupported = reason
+      }
+      let candidates = scanner.streamStarts(
+        bytes, from: examinedUpTo - windowStart, zlibHeaders: format != .zlib, probe: context.allowance.probe)
+      guard depth < DecodeContext.maximumDepth else {
+        if candidates.contains(where: { !$0.base64 && $0.format != .zlib && $0.format != .plain }) {
+          context.allowance.unsupported =
+            "compressed data nested more than \(DecodeContext.maximumDepth) layers deep was not decoded"
         }
+        return
+      }
+      for candidate in candidates {
+        guard
+          let (chain, _) = makeChain(
+            candidate.format, base64: candidate.base64, context: context, scanner: scanner, depth: depth + 1,
+            parent: Holder(kind: kind, isArchive: isArchive))
+        else { continue }
+        // A ZIP entry's data may start past this window (a long extra field): its bytes are
+        // skipped as they come.
+        let child: any ByteSink =
+          candidate.start < bytes.count ? chain : SkipLayer(candidate.start - bytes.count, then: chain)
+        let first = UnsafeRawBufferPointer(rebasing: bytes[min(candidate.start, bytes.count)...])
+        if first.isEmpty || child.push(first) { children.append(child) }
       }
     }
     received += piece.count
@@ -216,7 +235,7 @@ func makeChain(
   guard let decoder = context.allowance.decoder(for: format) else { return nil }
   let sink = DecodedSink(context: context, scanner: scanner, depth: depth, format: format, parent: parent)
   let stream = PushDecoder(format: format, decoder: decoder, sink: sink, context: context)
-  return (base64 ? Base64Layer(stream) : stream, stream)
+  return (base64 ? Base64Layer(stream, stream: stream, allowance: context.allowance) : stream, stream)
 }
 
 /// Feeds one stream's compressed bytes, as they come, to its decoder, and hands what comes out to
@@ -281,12 +300,16 @@ final class PushDecoder: ByteSink {
 
   func finish() { _ = stop(.truncated(consumed: consumed)) }
 
-  private func flush(force: Bool) {
+  /// Hands decoded bytes to the sink; the minimum output that keeps false starts out does not apply
+  /// to a stream that `ended` with its checksum (a 9-byte password compressed with zlib is real).
+  private func flush(force: Bool, ended: Bool = false) {
     if filled == output.count, output.count < 256 << 10 {
       output += [UInt8](repeating: 0, count: output.count)
       if !force { return }
     }
-    guard filled > 0, force || filled == output.count, delivered + filled >= format.minimumOutput else { return }
+    guard filled > 0, force || filled == output.count, ended || delivered + filled >= format.minimumOutput else {
+      return
+    }
     sink.receive(Array(output[0..<filled]))
     delivered += filled
     filled = 0
@@ -295,21 +318,27 @@ final class PushDecoder: ByteSink {
   private func stop(_ how: InflateEnd) -> Bool {
     guard end == nil else { return false }
     end = how
-    flush(force: true)
+    if case .ended = how { flush(force: true, ended: true) } else { flush(force: true) }
     if case .corrupt = how { sink.finish(valid: false) } else { sink.finish() }
-    if let decoder { context.allowance.release(decoder) }
+    if let decoder { context.allowance.release(decoder, format: format) }
     decoder = nil
     return false
   }
 }
 
-/// Base64 text in front of a stream (standard or URL-safe alphabet, line breaks skipped): decodes
-/// as the text comes and ends the stream at the first byte that is not base64.
+/// Base64 text in front of a stream (standard or URL-safe alphabet; line breaks, spaces, tabs and
+/// JSON's `\n` `\r` `\t` escapes skipped, `\/` read as `/`): decodes as the text comes and ends the
+/// stream at the first byte that is not base64. A gzip, xz, zstd or bzip2 stream whose base64 text
+/// stops before the stream does makes the file incomplete (its rest may follow a separator the
+/// scanner does not know).
 final class Base64Layer: ByteSink {
   private let target: any ByteSink
+  private let stream: PushDecoder?
+  private let allowance: InflateAllowance?
   private var bits: UInt32 = 0
   private var count = 0
   private var ended = false
+  private var escaped = false
   private static let values: [Int8] = (0..<256).map { byte in
     switch UInt8(byte) {
     case 0x41...0x5a: Int8(byte - 0x41)
@@ -317,12 +346,17 @@ final class Base64Layer: ByteSink {
     case 0x30...0x39: Int8(byte - 0x30 + 52)
     case 0x2b, 0x2d: 62  // '+' and URL-safe '-'
     case 0x2f, 0x5f: 63  // '/' and URL-safe '_'
-    case 0x0a, 0x0d: -2  // line breaks inside wrapped base64
+    case 0x0a, 0x0d, 0x20, 0x09: -2  // line breaks and spaces inside wrapped base64
+    case 0x5c: -3  // a JSON escape: \n, \r, \t, \/
     default: -1
     }
   }
 
-  init(_ target: any ByteSink) { self.target = target }
+  init(_ target: any ByteSink, stream: PushDecoder? = nil, allowance: InflateAllowance? = nil) {
+    self.target = target
+    self.stream = stream
+    self.allowance = allowance
+  }
 
   func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
     guard !ended else { return false }
@@ -330,8 +364,22 @@ final class Base64Layer: ByteSink {
     decoded.reserveCapacity(bytes.count / 4 * 3 + 3)
     var stopped = false
     for byte in bytes {
-      let value = Self.values[Int(byte)]
+      var value = Self.values[Int(byte)]
+      if escaped {
+        escaped = false
+        switch byte {
+        case 0x6e, 0x72, 0x74: continue
+        case 0x2f: value = 63
+        default:
+          stopped = true
+        }
+        if stopped { break }
+      }
       if value == -2 { continue }
+      if value == -3 {
+        escaped = true
+        continue
+      }
       if value < 0 {
         stopped = true
         break
@@ -349,6 +397,9 @@ final class Base64Layer: ByteSink {
     if stopped { decoded += shortGroup() }
     let alive = decoded.withUnsafeBytes { decoded.isEmpty || target.push($0) }
     if stopped || !alive {
+      if stopped, alive, let stream, stream.end == nil, stream.format != .zlib, stream.format != .plain {
+        allowance?.unsupported = "base64 text of a \(stream.format.name) stream ends before the stream does"
+      }
       finish()
       return false
     }
@@ -375,4 +426,25 @@ final class Base64Layer: ByteSink {
     default: return []
     }
   }
+}
+
+/// Drops the first `count` bytes pushed, then passes the rest on: a ZIP entry's data that starts
+/// past the window its header was found in.
+final class SkipLayer: ByteSink {
+  private var remaining: Int
+  private let target: any ByteSink
+
+  init(_ count: Int, then target: any ByteSink) {
+    remaining = count
+    self.target = target
+  }
+
+  func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    guard remaining > 0 else { return target.push(bytes) }
+    let skipped = min(remaining, bytes.count)
+    remaining -= skipped
+    return skipped == bytes.count || target.push(UnsafeRawBufferPointer(rebasing: bytes[skipped...]))
+  }
+
+  func finish() { target.finish() }
 }

@@ -27,6 +27,9 @@ public struct Scanner {
   /// incomplete (`ScanReport.incomplete`), with what was inflated up to then still searched.
   public var inflateBudget = InflateBudget()
   static let chunk = 4 << 20
+  /// Consecutive chunks (and windows of decoded output) share at least this many bytes, more than
+  /// `StreamStart.lookahead`, so nothing that starts near an edge is missed.
+  static let minimumOverlap = 256
 
   /// - Parameters:
   ///   - canaries: strings that must not appear; each must be at least 4 bytes of UTF-8 (shorter
@@ -69,22 +72,21 @@ public struct Scanner {
       // A file that is only a key holds nothing else; an .env file with a key line may.
       if key.wholeFile { return regions.kind }
     }
-    if let reason = Self.undecodedCompression(RegionMap.read(fd, at: 0, count: 16)) {
-      report.incomplete.append(Skipped(path: path, reason: reason))
-    }
     // What the file is decides which heuristics mean something in it (ContentKind).
     let head = RegionMap.read(fd, at: 0, count: 65536)
     let content = ContentKind.of(
       head: head, fileKind: regions.kind, vaultMetadata: Self.isVaultMetadata(fd: fd, size: size, name: name))
     let holder = Holder(kind: content, isArchive: Holder.isArchive(Array(head.prefix(512))))
-    let overlap = max(longestPattern, 64) - 1
+    let overlap = max(longestPattern, Self.minimumOverlap) - 1
     let allowance = InflateAllowance(inflateBudget, fileSize: size)
-    var unreadableZipEntry: String?
+    var unreadable: String?
+    var shortRead = false
     var examinedUpTo = 0
     var offset = 0
     while offset < size {
       let count = min(Self.chunk + overlap, size - offset)
       let chunk = RegionMap.read(fd, at: offset, count: count)
+      if chunk.count < count { shortRead = true }
       if chunk.isEmpty { break }
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
       // whole (one finding per place, with nothing remembered across chunks).
@@ -119,8 +121,10 @@ public struct Scanner {
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
         if let entry = Self.unreadableZipEntry(bytes), offset + entry.offset < reportBelow {
-          unreadableZipEntry = unreadableZipEntry ?? entry.reason
+          unreadable = unreadable ?? entry.reason
         }
+        // (A program's own constants hold these magic numbers: liblz4, libmagic.)
+        if content != .compiledCode, let reason = Self.undecodableSignature(bytes) { unreadable = unreadable ?? reason }
         // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
         for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
           for finding in scanCompressed(
@@ -142,7 +146,13 @@ public struct Scanner {
     }
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
-    if let reason = unreadableZipEntry { report.incomplete.append(Skipped(path: path, reason: reason)) }
+    if let reason = unreadable { report.incomplete.append(Skipped(path: path, reason: reason)) }
+    // A file that shrank or grew while it was read, or whose size says less than it holds (procfs),
+    // was not read as it is.
+    if shortRead || !RegionMap.read(fd, at: size, count: 1).isEmpty {
+      report.incomplete.append(
+        Skipped(path: path, reason: "changed size while being scanned (or its size is not its content)"))
+    }
     return regions.kind
   }
 

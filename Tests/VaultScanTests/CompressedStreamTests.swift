@@ -197,8 +197,9 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertTrue(report.complete, "\(report.incomplete)")
   }
 
-  /// Base64 decoding stops at the first byte that is not base64, and short final groups decode
-  /// (2 characters are 1 byte, 3 are 2), unpadded or padded, in either alphabet.
+  /// Base64 decoding skips line breaks, spaces, tabs and JSON's `\n` escapes (reading `\/` as `/`),
+  /// stops at the first other byte that is not base64, and decodes short final groups (2
+  /// characters are 1 byte, 3 are 2), unpadded or padded, in either alphabet.
   func testTheBase64LayerDecodesExactly() {
     final class Collector: ByteSink {
       var bytes: [UInt8] = []
@@ -209,7 +210,13 @@ final class CompressedStreamTests: XCTestCase {
       }
       func finish() { finished = true }
     }
-    for text in ["aGVsbG8gd29ybGQ=", "aGVsbG8gd29ybGQ", "aGVs\nbG8g\r\nd29y bGQ", "-_-_"] {
+    let cases: [(String, [UInt8])] = [
+      ("aGVsbG8gd29ybGQ=", Array("hello world".utf8)), ("aGVsbG8gd29ybGQ", Array("hello world".utf8)),
+      ("aGVs\nbG8g\r\nd29y bG\tQ", Array("hello world".utf8)),
+      (#"aGVs\nbG8g\r\nd29ybGQ"#, Array("hello world".utf8)), (#"P\/8A"#, [0x3f, 0xff, 0x00]),
+      ("aGVsbG8g!d29ybGQ", Array("hello ".utf8)), (#"aGVs\qbG8g"#, Array("hel".utf8)), ("-_-_", [0xfb, 0xff, 0xbf]),
+    ]
+    for (text, expected) in cases {
       let collector = Collector()
       let layer = Base64Layer(collector)
       // Pushed a byte at a time, as a stream would arrive.
@@ -217,8 +224,6 @@ final class CompressedStreamTests: XCTestCase {
       for byte in Array(text.utf8) where alive { alive = [byte].withUnsafeBytes { layer.push($0) } }
       layer.finish()
       XCTAssertTrue(collector.finished)
-      let expected: [UInt8] =
-        text == "-_-_" ? [0xfb, 0xff, 0xbf] : text.contains(" ") ? Array("hello wor".utf8) : Array("hello world".utf8)
       XCTAssertEqual(collector.bytes, expected, text)
     }
   }
@@ -346,5 +351,90 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(report.findings.count, ScanReport.findingsPerDetectorPerFile + 1)
     let summary = report.findings.first { $0.excerpt.hasSuffix("not listed") }
     XCTAssertEqual(summary?.excerpt, "\(count - 100) more json-text findings in this file, not listed")
+  }
+
+  /// From the second outside review: shapes that were read as clean with a secret inside.
+  func testShapesTheReviewFoundMissedAreFoundOrIncomplete() throws {
+    try python(
+      """
+      import base64,gzip,io,lzma,os,random,sys,tarfile,zipfile,zlib
+      d = sys.argv[1]; random.seed(11)
+      secret = b'the note says review-canary-9 ' * 20
+      # base64 of gzip in JSON, wrapped with \\n escapes; and in 64-character pieces split by spaces
+      b = base64.encodebytes(gzip.compress(secret)).decode().replace('\\n', '\\\\n')
+      open(d + '/escaped.json', 'w').write('{"blob": "' + b + '"}')
+      b = base64.b64encode(gzip.compress(secret)).decode()
+      open(d + '/spaced.txt', 'w').write('data: ' + ' '.join(b[i:i + 64] for i in range(0, len(b), 64)) + '\\n')
+      # a 9-byte secret compressed with zlib: a stream that ends with its checksum is real
+      open(d + '/short.bin', 'wb').write(random.randbytes(200) + zlib.compress(b'pw=tok-9Xq2') + random.randbytes(200))
+      # a ZIP four deep
+      data = b'inner ' + secret
+      for level in range(4):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_DEFLATED) as z: z.writestr('level%d' % level, data)
+        data = buffer.getvalue()
+      open(d + '/deep.zip', 'wb').write(data)
+      # a ZIP entry whose data starts 60,000 bytes after its header (a long extra field), inside gzip
+      buffer = io.BytesIO()
+      with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_DEFLATED) as z:
+        z.writestr('pad.bin', random.randbytes(250000), compress_type=zipfile.ZIP_STORED)
+        info = zipfile.ZipInfo('note.txt'); info.extra = b'\\xfe\\xca' + (59996).to_bytes(2, 'little') + bytes(59996)
+        z.writestr(info, secret, compress_type=zipfile.ZIP_DEFLATED)
+      open(d + '/extra.zip.gz', 'wb').write(gzip.compress(buffer.getvalue()))
+      # MIME base64 whose block starts 10 bytes before the 4 MiB chunk edge
+      encoded = base64.b64encode(b'A' * 53 + secret)
+      block = b'\\n'.join(encoded[i:i + 76] for i in range(0, len(encoded), 76)) + b'\\n'
+      head = b'x' * ((4 << 20) - 11) + b'\\n'
+      open(d + '/edge.eml', 'wb').write(head + block)
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["review-canary-9", "tok-9Xq2"]).scan([temporary.path])
+    let found = Set(report.findings.filter { $0.detector == "canary" }.map { ($0.file as NSString).lastPathComponent })
+    XCTAssertEqual(
+      found, ["escaped.json", "spaced.txt", "short.bin", "deep.zip", "extra.zip.gz", "edge.eml"], "\(report.findings)")
+  }
+
+  /// What cannot be read inside decoded data makes the file incomplete as in the file itself: an
+  /// encrypted ZIP inside gzip, a 7z member in a tar, gzip nested five deep; a file whose size is
+  /// not its content (procfs) is not passed as clean either.
+  func testWhatCannotBeReadInsideDecodedDataIsIncomplete() throws {
+    try python(
+      """
+      import gzip,io,os,sys,tarfile
+      d = sys.argv[1]
+      # A local file header with the encryption flag (APPNOTE 4.3.7), method 8, a 9-byte name.
+      entry = b'PK\\x03\\x04' + bytes([20, 0, 1, 0, 8, 0]) + bytes(16) + bytes([9, 0, 0, 0]) + b'notes.txt' + os.urandom(64)
+      open(d + '/locked.zip.gz', 'wb').write(gzip.compress(entry))
+      member = b'7z\\xbc\\xaf\\x27\\x1c' + os.urandom(200)
+      with tarfile.open(d + '/archive.tar', 'w') as t:
+        info = tarfile.TarInfo('backup.7z'); info.size = len(member); t.addfile(info, io.BytesIO(member))
+      data = b'five layers ' * 100
+      for _ in range(5): data = gzip.compress(data)
+      open(d + '/five.gz', 'wb').write(data)
+      """, [temporary.path])
+    let report = try Scanner(canaries: []).scan([temporary.path, "/proc/self/cmdline"])
+    let incomplete = Dictionary(
+      report.incomplete.map { (($0.path as NSString).lastPathComponent, $0.reason) }, uniquingKeysWith: { a, _ in a })
+    XCTAssertEqual(
+      Set(incomplete.keys), ["locked.zip.gz", "archive.tar", "five.gz", "cmdline"], "\(report.incomplete)")
+    XCTAssertTrue(incomplete["five.gz"]?.contains("nested more than 4 layers") ?? false, "\(incomplete)")
+    XCTAssertTrue(incomplete["archive.tar"]?.contains("7z") ?? false, "\(incomplete)")
+  }
+
+  /// Random bytes behind copied ZIP headers decode to garbage as raw deflate: no heuristic finding
+  /// comes of it (they wait until the entry ends valid); and a file of PEM-like header lines takes
+  /// linear time (it was quadratic: 768 KB took over a minute).
+  func testGarbageBehindMagicNumbersAndPEMLikeLinesCostNothing() throws {
+    try python(
+      """
+      import random,sys
+      random.seed(5)
+      header = b'PK\\x03\\x04' + bytes([20, 0, 0, 0, 8, 0]) + bytes(16) + bytes([4, 0, 0, 0]) + b'a.tx'
+      open(sys.argv[1] + '/junk.bin', 'wb').write(b''.join(header + random.randbytes(3000) for _ in range(300)))
+      open(sys.argv[1] + '/armour.txt', 'wb').write(b'-----BEGIN A KEY-----\\n' + b'h:-----BEGIN A KEY-----\\n' * 32000 + b'!\\n')
+      """, [temporary.path])
+    let started = Date()
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    XCTAssertLessThan(Date().timeIntervalSince(started), 20)
+    XCTAssertEqual(report.findings, [], "\(report.findings)")
   }
 }
