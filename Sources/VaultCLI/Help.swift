@@ -267,7 +267,7 @@ enum Help {
       where only ciphertext belongs: JSON text, key=value records and sentences in SQLite pages,
       WAL frames, journals, core dumps and unknown binary files, and as rare lines in logs.
       Compressed data is decoded to its end and searched the same way: gzip, zlib (any window),
-      deflated ZIP entries, xz, bzip2 and zstd, nested up to three layers, and base64 text of
+      deflated ZIP entries, xz, bzip2 and zstd, nested up to four layers, and base64 text of
       them; line-wrapped base64 is decoded too. Each finding names the file, the offset and the
       region: for SQLite files live-cell, free-block, unallocated, freelist-page, overflow-page
       or other-page; wal-frame or stale-wal-frame; journal; compressed-stream. Excerpts are
@@ -300,9 +300,9 @@ enum Help {
       EXIT CODES:
         0 nothing found and everything read, 1 findings, 2 could not scan or the audit is
         incomplete: a path, a directory or the canary file is unreadable, a container cannot be
-        read, a compressed stream is cut off by the budget, corrupt, encrypted or in a format
-        not decoded (LZ4, 7z, lzip), or --verify could not open the vault. What was not read is
-        listed.
+        read, a compressed stream is cut off by the budget, corrupt, encrypted, too deep or in a
+        format not decoded (LZ4, 7z, lzip), a file changed size while read, or --verify could not
+        open the vault. What was not read is listed.
       """
     ),
     "help": (
