@@ -27,19 +27,12 @@ public struct InflateBudget: Sendable, Equatable {
 
 /// Where a stream's compressed bytes come from: the file itself, or a payload reassembled in memory.
 enum CompressedInput {
-  case file(fd: Int32, size: Int)
+  case file(fd: Int32)
   case memory([UInt8])
-
-  var count: Int {
-    switch self {
-    case .file(_, let size): size
-    case .memory(let bytes): bytes.count
-    }
-  }
 
   func read(at offset: Int, count: Int) -> [UInt8] {
     switch self {
-    case .file(let fd, _): RegionMap.read(fd, at: offset, count: count)
+    case .file(let fd): RegionMap.read(fd, at: offset, count: count)
     case .memory(let bytes):
       offset < bytes.count ? Array(bytes[offset..<min(bytes.count, offset + count)]) : []
     }

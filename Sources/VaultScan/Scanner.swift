@@ -1,13 +1,14 @@
-import CZlib
 import Foundation
 import Vault
 import VaultCrypto
 
-/// Looks through files for plaintext that should not be on disk: known canaries in many encodings
-/// (also inside gzip/zlib streams), JSON text, and key material outside the key store. Knows the
-/// structure of SQLite databases, WAL files and rollback journals, so each finding names the kind
-/// of region it sits in. Files are streamed, never loaded whole. vault's own containers are also
-/// audited record by record (`ContainerAudit.swift`).
+/// Looks through files for plaintext that should not be on disk: known canaries in many encodings,
+/// key material outside the key store, and records where only ciphertext belongs, judged by what a
+/// file is (`ContentKind`). Compressed data (gzip, zlib, ZIP, xz, bzip2, zstd, and base64 of them)
+/// is decoded to its end and searched the same way (`Compressed.swift`, `DecodedStream.swift`).
+/// Knows the structure of SQLite databases, WAL files and rollback journals, so each finding names
+/// the kind of region it sits in. Files are streamed, never loaded whole. vault's own containers
+/// are also audited record by record (`ContainerAudit.swift`).
 ///
 /// One walk (`Walker.swift`) chooses every file that is read, by every pass: symlinks are never
 /// followed, FIFOs, sockets and devices never opened, and what cannot be read is listed in
@@ -128,7 +129,7 @@ public struct Scanner {
         // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
         for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
           for finding in scanCompressed(
-            .file(fd: fd, size: size), at: offset + stream.start, format: stream.format, base64: stream.base64,
+            .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
             path: path, fileOffset: offset + stream.start, allowance: allowance,
             reportsCorruption: regions.kind == .other, holder: holder
           ).findings {
