@@ -1,3 +1,4 @@
+import Foundation
 import VaultKeys
 
 /// What `vault status` reports; its JSON form is part of the command-line contract.
@@ -6,6 +7,8 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     public var version: UInt32
     public var state: KeyState
     public var createdAt: String
+    /// Days since it was created (nil when the manifest's time cannot be read).
+    public var ageDays: Double?
     public var retiredAt: String?
     /// Records sealed under this version across all registered containers.
     public var records: Int
@@ -13,7 +16,19 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey {
       case version, state, records
       case createdAt = "created_at"
+      case ageDays = "age_days"
       case retiredAt = "retired_at"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+      var container = encoder.container(keyedBy: CodingKeys.self)
+      try container.encode(version, forKey: .version)
+      try container.encode(state, forKey: .state)
+      try container.encode(createdAt, forKey: .createdAt)
+      // Absent is null, never omitted.
+      try container.encode(ageDays, forKey: .ageDays)
+      try container.encode(retiredAt, forKey: .retiredAt)
+      try container.encode(records, forKey: .records)
     }
   }
 
@@ -57,13 +72,13 @@ extension Vault {
   /// The vault's state from its manifest, with `counts` (records per version, per container path;
   /// nil for a container whose file is missing).
   public func status(counts: [String: [UInt32: Int]?] = [:]) -> VaultStatus {
-    Self.describe(home: home, manifest: manifest, counts: counts, integrity: "verified")
+    Self.describe(home: home, manifest: manifest, counts: counts, integrity: "verified", now: clock())
   }
 
   /// The status of a vault from its manifest alone, without touching the key store (so it works
   /// while the keyring is locked).
   public static func describe(
-    home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], integrity: String
+    home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], integrity: String, now: Date = Date()
   ) -> VaultStatus {
     var totals: [UInt32: Int] = [:]
     for case let perVersion? in counts.values {
@@ -77,7 +92,8 @@ extension Vault {
       vaultID: manifest.vaultID, home: home, store: manifest.store.kind, activeVersion: manifest.activeVersion,
       versions: manifest.versions.map {
         .init(
-          version: $0.version, state: $0.state, createdAt: $0.createdAt, retiredAt: $0.retiredAt,
+          version: $0.version, state: $0.state, createdAt: $0.createdAt,
+          ageDays: RotationSchedule.ageDays(of: $0.createdAt, now: now), retiredAt: $0.retiredAt,
           records: totals[$0.version] ?? 0)
       },
       integrity: integrity, keyfile: keyfile,

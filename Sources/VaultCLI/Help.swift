@@ -68,7 +68,7 @@ enum Help {
 
       OPTIONS:
         --json                  Print JSON: vault_id, home, store, active_version, versions
-                                (version, state, created_at, retired_at, records), keyfile
+                                (version, state, created_at, age_days, retired_at, records), keyfile
                                 (path, mode), containers (path, records per key version) and
                                 external_seal_versions.
         -h, --help              Show help information.
@@ -107,7 +107,7 @@ enum Help {
       """
     ),
     "rotate": (
-      "vault [--home DIR] rotate [--compromised [--yes]] [--json]",
+      "vault [--home DIR] rotate [--compromised [--yes] | --if-due [--max-age DAYS]] [--json]",
       """
       OVERVIEW: Make a new key version active and re-seal every queued record.
 
@@ -121,9 +121,13 @@ enum Help {
       'vault seal'; otherwise it is kept and the report says why. Crash-safe: if it is
       interrupted, running it again finishes the same rotation.
 
-      USAGE: vault [--home DIR] rotate [--compromised [--yes]] [--json]
+      USAGE: vault [--home DIR] rotate [--compromised [--yes] | --if-due [--max-age DAYS]] [--json]
 
       OPTIONS:
+        --if-due                Rotate only when the active version is older than the policy
+                                (for a daily timer); otherwise say so and change nothing.
+        --max-age DAYS          The policy for --if-due: 0 to 36500 days (default 90; 0 rotates
+                                every time).
         --compromised           The old key leaked: retire every older version even when
                                 'vault seal' envelopes need it (they become unreadable), purge
                                 or keep records that do not open (asks first), and rebuild every
@@ -133,7 +137,9 @@ enum Help {
         --json                  Print JSON: previous_version, new_version, resealed
                                 (container -> records), retired, kept_versions, kept_because
                                 (version -> reasons), compromised, purged, kept_unreadable,
-                                seconds.
+                                seconds. With --if-due: rotated, schedule (active_version,
+                                active_since, age_days, max_age_days, due) and rotation (the
+                                report above, or null when not due).
         -h, --help              Show help information.
       """
     ),

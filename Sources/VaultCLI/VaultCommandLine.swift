@@ -23,7 +23,8 @@ public struct VaultCommandLine {
     "seal": CommandSpec(name: "seal", options: ["--context"], flags: [], takesPositionals: false),
     "open": CommandSpec(name: "open", options: ["--context"], flags: [], takesPositionals: false),
     "rotate": CommandSpec(
-      name: "rotate", options: [], flags: ["--json", "--compromised", "--yes"], takesPositionals: false),
+      name: "rotate", options: ["--max-age"], flags: ["--json", "--compromised", "--yes", "--if-due"],
+      takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
@@ -262,7 +263,9 @@ public struct VaultCommandLine {
     terminal.print("  versions:")
     for version in vault.versions {
       let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
-      terminal.print("    \(version.version)  \(state) created \(version.createdAt)  records \(version.records)")
+      terminal.print(
+        "    \(version.version)  \(state) created \(version.createdAt) (\(Self.days(version.ageDays)) ago)  "
+          + "records \(version.records)")
     }
     terminal.print("  manifest: \(vault.integrity)")
     terminal.print("  containers:")
@@ -326,7 +329,37 @@ public struct VaultCommandLine {
     if arguments.flags.contains("--yes"), !compromised {
       throw UsageError(message: "--yes goes with --compromised", command: "rotate")
     }
+    let ifDue = arguments.flags.contains("--if-due")
+    if ifDue, compromised {
+      throw UsageError(
+        message: "--if-due cannot go with --compromised (a leaked key is rotated now)", command: "rotate")
+    }
+    let maxAgeText = arguments.options["--max-age"]
+    if maxAgeText != nil, !ifDue { throw UsageError(message: "--max-age goes with --if-due", command: "rotate") }
+    var maxAge = RotationSchedule.defaultMaxAgeDays
+    if let maxAgeText {
+      guard let days = Double(maxAgeText), days.isFinite, (0...36500).contains(days) else {
+        throw UsageError(
+          message: "--max-age must be a number of days from 0 to 36500 (got '\(maxAgeText)')", command: "rotate")
+      }
+      maxAge = days
+    }
     let vault = try openVault(arguments)
+    var schedule: RotationSchedule?
+    if ifDue {
+      let due = vault.rotationSchedule(maxAgeDays: maxAge)
+      schedule = due
+      guard due.due else {
+        if arguments.flags.contains("--json") {
+          terminal.print(try JSON.encode(DueRotation(rotated: false, schedule: due, rotation: nil)))
+        } else {
+          terminal.print(
+            "Not due: version \(due.activeVersion) is \(Self.days(due.ageDays)) old; the policy rotates after "
+              + "\(Self.days(due.maxAgeDays)) (--max-age)")
+        }
+        return
+      }
+    }
     let assumeYes = arguments.flags.contains("--yes")
     let terminal = self.terminal
     let options = RotationOptions(
@@ -335,8 +368,17 @@ public struct VaultCommandLine {
     // The containers are checked, then opened one at a time, under the manifest lock.
     let report = try vault.rotate(containers: QueueContainerProvider(), options: options)
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(report))
+      if let schedule {
+        terminal.print(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))
+      } else {
+        terminal.print(try JSON.encode(report))
+      }
       return
+    }
+    if let schedule {
+      terminal.print(
+        "Due: version \(schedule.activeVersion) is \(Self.days(schedule.ageDays)) old; the policy rotates after "
+          + "\(Self.days(schedule.maxAgeDays))")
     }
     terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
     for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
@@ -356,6 +398,32 @@ public struct VaultCommandLine {
       terminal.print("Kept version \(version) as decrypt-only: " + reasons.joined(separator: "; "))
     }
     terminal.print(String(format: "Took %.3f s", report.seconds))
+  }
+
+  /// What `rotate --if-due --json` prints: whether it rotated, the schedule it judged by, and the
+  /// rotation's report when it did.
+  struct DueRotation: Encodable {
+    let rotated: Bool
+    let schedule: RotationSchedule
+    let rotation: RotationReport?
+
+    func encode(to encoder: any Encoder) throws {
+      var container = encoder.container(keyedBy: Key.self)
+      try container.encode(rotated, forKey: .rotated)
+      try container.encode(schedule, forKey: .schedule)
+      // Absent is null, never omitted.
+      try container.encode(rotation, forKey: .rotation)
+    }
+
+    enum Key: String, CodingKey { case rotated, schedule, rotation }
+  }
+
+  /// "12.5 days", "1 day", or "an unknown time" for an age the manifest does not give.
+  static func days(_ value: Double?) -> String {
+    guard let value else { return "an unknown time" }
+    var text = String(format: "%.1f", value)
+    if text.hasSuffix(".0") { text.removeLast(2) }
+    return text == "1" ? "1 day" : "\(text) days"
   }
 
   /// Asks before a rotation after a compromise destroys anything; without a terminal only `--yes`
