@@ -77,7 +77,7 @@ final class HelpAndUsageTests: XCTestCase {
       ),
       (
         ["rotate", "extra"],
-        "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--compromised [--yes]] [--json]\n  See 'vault help rotate'.\n"
+        "Error: unexpected argument 'extra'\nUsage: vault [--home DIR] rotate [--compromised [--yes] | --if-due [--max-age DAYS]] [--json]\n  See 'vault help rotate'.\n"
       ),
     ]
     for (arguments, expected) in cases {
