@@ -61,6 +61,8 @@ public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
   case unknownKeyVersion(UInt32)
   case retiredKeyVersion(UInt32)
   case authenticationFailed
+  /// `seal` was given an empty context: every record must be bound to what it is for.
+  case emptyContext
 
   public var description: String {
     switch self {
@@ -75,6 +77,8 @@ public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
       "key version \(version) was retired and its key deleted; this record cannot be opened"
     case .authenticationFailed:
       "authentication failed: the envelope was modified, or the context does not match the one it was sealed with"
+    case .emptyContext:
+      "a context is required to seal: it binds the record to what it is for (an empty one would let any use of this key open it)"
     }
   }
 }

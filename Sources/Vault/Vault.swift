@@ -252,6 +252,9 @@ public final class Vault: Sendable {
   /// reloads it, so a long-lived process never seals under a version that was rotated away.
   /// - Returns: an envelope of `plaintext.count + 45` bytes.
   public func seal(_ plaintext: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
+    // An empty context is refused here as by the CLI. `open` still accepts one: an envelope sealed
+    // with it before this check must stay readable.
+    guard !context.isEmpty else { throw EnvelopeError.emptyContext }
     try refreshIfChanged()
     let (version, key) = try activeKey()
     let count = plaintext.count + Envelope.overhead

@@ -18,6 +18,20 @@ final class VaultLifecycleTests: XCTestCase {
     return (vault, keyfile)
   }
 
+  /// The library refuses an empty context on seal, as the CLI does (issue 11 item 2): a record must
+  /// be bound to what it is for. sealExternal goes through the same check.
+  func testSealingWithAnEmptyContextIsRefused() throws {
+    let (vault, _) = try keyfileVault()
+    XCTAssertThrowsError(try vault.seal(Array("note".utf8), context: [])) { error in
+      XCTAssertEqual(error as? EnvelopeError, .emptyContext)
+    }
+    XCTAssertThrowsError(try vault.sealExternal(Array("note".utf8), context: [])) { error in
+      XCTAssertEqual(error as? EnvelopeError, .emptyContext)
+    }
+    let sealed = try vault.seal(Array("note".utf8), context: [0])
+    XCTAssertEqual(try vault.open(sealed, context: [0]), Array("note".utf8))
+  }
+
   func testCreateWritesA0600ManifestWithOneActiveVersion() throws {
     let (vault, keyfile) = try keyfileVault()
     let manifest = try ManifestFile.read(home: vault.home).manifest
