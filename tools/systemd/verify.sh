@@ -13,7 +13,8 @@ mkdir -p "$work/home/.config/vault" "$work/bin"
 printf 'VAULT_TELEMETRY_ENDPOINT=http://127.0.0.1:9/v1/telemetry/batch\nVAULT_TELEMETRY_TOKEN_FILE=%s\n' "$work/token" \
   >"$work/home/.config/vault/telemetry.env"
 # verify wants ExecStart's binary to exist: check against a copy of the units pointing at a stand-in.
-for unit in vault-telemetry-flush.service vault-telemetry-flush.timer; do
+units=(vault-telemetry-flush.service vault-telemetry-flush.timer vault-rotate.service vault-rotate.timer)
+for unit in "${units[@]}"; do
   sed "s|/usr/local/bin/vault|$work/bin/vault|; s|%h|$work/home|g" "$here/$unit" >"$work/$unit"
 done
 printf '#!/bin/sh\nexit 0\n' >"$work/bin/vault"
@@ -22,7 +23,7 @@ mkdir -p "$work/runtime" && chmod 700 "$work/runtime"
 # systemd-analyze exits 0 on some problems (an unparseable timer value is only a warning), so any
 # message at all counts as a failure.
 output=$(HOME="$work/home" XDG_RUNTIME_DIR="$work/runtime" systemd-analyze --user verify \
-  "$work/vault-telemetry-flush.service" "$work/vault-telemetry-flush.timer" 2>&1) || { echo "$output" >&2; exit 1; }
+  "${units[@]/#/$work/}" 2>&1) || { echo "$output" >&2; exit 1; }
 if [ -n "$output" ]; then
   echo "$output" >&2
   exit 1
