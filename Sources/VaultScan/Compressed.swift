@@ -141,6 +141,8 @@ struct StreamStart {
   let start: Int
   let format: StreamFormat
   let base64: Bool
+  /// Set for a signature of data the scanner cannot read (nothing to decode): why.
+  var unreadable: String? = nil
   /// How far past a signature `streamStarts` may look (a ZIP local header is 30 bytes): a caller
   /// whose next buffer repeats the last `lookahead` bytes passes `from` so none is examined twice.
   /// (Two lines of line-wrapped base64, up to 80 characters each, are looked at.)
@@ -197,7 +199,9 @@ extension Scanner {
     var bits = [UInt64](repeating: 0, count: 1024)
     func set(_ header: Int) { bits[header >> 6] |= 1 << (header & 63) }
     for header in 0..<65536 where isZlibHeader(header) { set(header) }
-    for magic in binaryMagic.map(\.bytes) + base64Prefixes.map(\.bytes) { set(Int(magic[0]) << 8 | Int(magic[1])) }
+    for magic in binaryMagic.map(\.bytes) + base64Prefixes.map(\.bytes) + unreadableMagic {
+      set(Int(magic[0]) << 8 | Int(magic[1]))
+    }
     return bits
   }()
 
@@ -212,6 +216,9 @@ extension Scanner {
     ([0x1f, 0x8b, 0x08], .gzip), ([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], .xz), ([0x28, 0xb5, 0x2f, 0xfd], .zstd),
     (Array("BZh".utf8), .bzip2), ([0x50, 0x4b, 0x03, 0x04], .zipDeflate),
   ]
+
+  /// Signatures of what the scanner cannot read, besides a ZIP header (see `unreadable(at:in:)`).
+  private static let unreadableMagic: [[UInt8]] = [[0x37, 0x7a], [0x04, 0x22], Array("LZ".utf8)]
 
   /// What base64 text of a compressed stream starts with: gzip `H4sI`, zlib `eJ` (0x78 0x9c) and
   /// `eN` (0x78 0xda), xz `/Td6WFo`, zstd `KLUv`, bzip2 `Qlpo` ("BZh").
@@ -256,6 +263,9 @@ extension Scanner {
       offset + magic.count <= bytes.count && memcmp(base + offset, magic, magic.count) == 0
     }
     func examine(_ offset: Int, _ header: Int) {
+      if let reason = Self.unreadable(at: offset, in: bytes) {
+        starts.append(StreamStart(signature: offset, start: offset, format: .plain, base64: false, unreadable: reason))
+      }
       if zlibHeaders, Self.isZlibHeader(header) { append(offset, offset, .zlib) }
       for (magic, format) in Self.binaryMagic where matches(magic, at: offset) {
         switch format {
@@ -375,53 +385,42 @@ extension Scanner {
 }
 
 extension Scanner {
-  /// Compressed formats the scanner does not decode, by their magic numbers anywhere in `bytes` (a
-  /// file, a tar member, a decoded stream): what they hold is not read, so the file is incomplete.
-  /// From each format's specification: LZ4 frames (04 22 4d 18 and a valid frame descriptor), 7z
-  /// (its 6-byte signature header),
-  /// lzip ("LZIP", version 1, a dictionary-size byte of 12–29 as a power of two).
-  static func undecodableSignature(_ bytes: UnsafeRawBufferPointer) -> String? {
-    if !Patterns.occurrences(of: [0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c], in: bytes).isEmpty {
-      return "holds 7z data, which the scanner does not decode"
+  /// What cannot be read at `offset` of `bytes` (a file, a tar member, a decoded stream), by its
+  /// signature: 7z (its 6-byte signature header), LZ4 frames (04 22 4d 18, then a frame descriptor
+  /// with version 01 and its reserved bits clear and a block size code of 4–7), lzip ("LZIP",
+  /// version 1, a dictionary-size byte of 12–29 as a power of two), and a ZIP local file header
+  /// (APPNOTE §4.3.7) whose entry is encrypted (ZipCrypto is broken, so it proves nothing) or
+  /// compressed with a method the scanner does not decode. Nil when there is none.
+  static func unreadable(at offset: Int, in bytes: UnsafeRawBufferPointer) -> String? {
+    let available = bytes.count - offset
+    func matches(_ magic: [UInt8]) -> Bool {
+      available >= magic.count && zip(magic.indices, magic).allSatisfy { bytes[offset + $0] == $1 }
     }
-    // An LZ4 frame descriptor follows its magic: FLG with version 01 and its reserved bit clear,
-    // BD with its reserved bits clear and a block size code of 4–7 (the LZ4 frame format).
-    for start in Patterns.occurrences(of: [0x04, 0x22, 0x4d, 0x18], in: bytes, longNeedle: true)
-    where start + 6 <= bytes.count && bytes[start + 4] & 0xc2 == 0x40 && bytes[start + 5] & 0x8f == 0
-      && bytes[start + 5] >> 4 >= 4
+    if matches([0x37, 0x7a, 0xbc, 0xaf, 0x27, 0x1c]) { return "holds 7z data, which the scanner does not decode" }
+    if matches([0x04, 0x22, 0x4d, 0x18]), available >= 6, bytes[offset + 4] & 0xc2 == 0x40,
+      bytes[offset + 5] & 0x8f == 0, bytes[offset + 5] >> 4 >= 4
     {
       return "holds LZ4 data, which the scanner does not decode"
     }
-    for start in Patterns.occurrences(of: Array("LZIP".utf8), in: bytes, longNeedle: true)
-    where start + 6 <= bytes.count && bytes[start + 4] == 1 && (12...29).contains(bytes[start + 5] & 0x1f) {
+    if matches(Array("LZIP".utf8)), available >= 6, bytes[offset + 4] == 1, (12...29).contains(bytes[offset + 5] & 0x1f)
+    {
       return "holds lzip data, which the scanner does not decode"
     }
-    return nil
-  }
-
-  /// A ZIP entry whose content the scanner cannot read: compressed with a method it does not decode,
-  /// or encrypted (ZipCrypto is broken, so an encrypted entry is no proof that nothing leaked).
-  /// Returns where its local header is and why.
-  static func unreadableZipEntry(_ bytes: UnsafeRawBufferPointer) -> (offset: Int, reason: String)? {
-    for header in Patterns.occurrences(of: [0x50, 0x4b, 0x03, 0x04], in: bytes) where header + 30 <= bytes.count {
-      func le16(_ at: Int) -> Int { Int(bytes[header + at]) | Int(bytes[header + at + 1]) << 8 }
-      let (flags, method, nameLength) = (le16(6), le16(8), le16(26))
-      // Methods APPNOTE §4.4.5 defines: the scanner reads 0 stored, 8 deflate, and 12 bzip2, 93
-      // zstd and 95 xz, which hold a whole stream with its magic number; 99 marks AES encryption.
-      // A plausible header also needs a name of printable bytes (not the version field, which
-      // unzip ignores): a table of magic numbers (libmagic's) holds "PK\3\4" followed by anything.
-      let read: Set<Int> = [0, 8, 12, 93, 95]
-      let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
-      guard (1...1024).contains(nameLength), header + 30 + nameLength <= bytes.count,
-        bytes[(header + 30)..<(header + 30 + nameLength)].allSatisfy({ $0 >= 0x20 && $0 != 0x7f })
-      else { continue }
-      if flags & 1 != 0 || method == 99, read.union(undecoded).union([99]).contains(method) {
-        return (header, "holds encrypted ZIP entries, which the scanner cannot read")
-      }
-      if undecoded.contains(method) {
-        return (header, "holds ZIP entries compressed with a method the scanner does not decode")
-      }
+    guard matches([0x50, 0x4b, 0x03, 0x04]), available >= 30 else { return nil }
+    func le16(_ at: Int) -> Int { Int(bytes[offset + at]) | Int(bytes[offset + at + 1]) << 8 }
+    let (flags, method, nameLength) = (le16(6), le16(8), le16(26))
+    // Methods APPNOTE §4.4.5 defines: the scanner reads 0 stored, 8 deflate, and 12 bzip2, 93
+    // zstd and 95 xz, which hold a whole stream with its magic number; 99 marks AES encryption.
+    // A plausible header also needs a name of printable bytes (not the version field, which
+    // unzip ignores): a table of magic numbers (libmagic's) holds "PK\3\4" followed by anything.
+    let read: Set<Int> = [0, 8, 12, 93, 95]
+    let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
+    guard (1...1024).contains(nameLength), available >= 30 + nameLength,
+      (offset + 30..<offset + 30 + nameLength).allSatisfy({ bytes[$0] >= 0x20 && bytes[$0] != 0x7f })
+    else { return nil }
+    if flags & 1 != 0 || method == 99, read.union(undecoded).union([99]).contains(method) {
+      return "holds encrypted ZIP entries, which the scanner cannot read"
     }
-    return nil
+    return undecoded.contains(method) ? "holds ZIP entries compressed with a method the scanner does not decode" : nil
   }
 }

@@ -144,14 +144,13 @@ final class DecodedSink {
     }
     piece.withUnsafeBytes { bytes in children = children.filter { $0.push(bytes) } }
     window.withUnsafeBytes { bytes in
+      var candidates = scanner.streamStarts(
+        bytes, from: examinedUpTo - windowStart, zlibHeaders: format != .zlib, probe: context.allowance.probe)
       // What cannot be read inside decoded data makes the file incomplete, as in the file itself.
-      if kind != .compiledCode,
-        let reason = Scanner.unreadableZipEntry(bytes)?.reason ?? Scanner.undecodableSignature(bytes)
-      {
+      if kind != .compiledCode, let reason = candidates.lazy.compactMap(\.unreadable).first {
         context.allowance.unsupported = reason
       }
-      let candidates = scanner.streamStarts(
-        bytes, from: examinedUpTo - windowStart, zlibHeaders: format != .zlib, probe: context.allowance.probe)
+      candidates.removeAll { $0.unreadable != nil }
       guard depth < DecodeContext.maximumDepth else {
         if candidates.contains(where: { !$0.base64 && $0.format != .zlib && $0.format != .plain }) {
           context.allowance.unsupported =

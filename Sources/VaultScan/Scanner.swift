@@ -121,13 +121,13 @@ public struct Scanner {
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
         }
-        if let entry = Self.unreadableZipEntry(bytes), offset + entry.offset < reportBelow {
-          unreadable = unreadable ?? entry.reason
-        }
-        // (A program's own constants hold these magic numbers: liblz4, libmagic.)
-        if content != .compiledCode, let reason = Self.undecodableSignature(bytes) { unreadable = unreadable ?? reason }
         // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
         for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
+          if let reason = stream.unreadable {
+            // (A program's own constants hold these magic numbers: liblz4, libmagic.)
+            if content != .compiledCode { unreadable = unreadable ?? reason }
+            continue
+          }
           for finding in scanCompressed(
             .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
             path: path, fileOffset: offset + stream.start, allowance: allowance,
@@ -184,7 +184,7 @@ public struct Scanner {
               excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
         }
         for stream in streamStarts(bytes, probe: allowance.probe)
-        where seen.insert([fileOffset(stream.start), -3]).inserted {
+        where stream.unreadable == nil && seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(
             .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
             fileOffset: fileOffset(stream.start), allowance: allowance, reportsCorruption: true,
