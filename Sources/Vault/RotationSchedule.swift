@@ -29,7 +29,7 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
     activeVersion = manifest.activeVersion
     activeSince = active?.createdAt ?? ""
     self.maxAgeDays = maxAgeDays
-    ageDays = Self.date(activeSince).map { max(0, now.timeIntervalSince($0) / 86_400) }
+    ageDays = Self.ageDays(of: activeSince, now: now)
     due = ageDays.map { $0 >= maxAgeDays } ?? true
   }
 

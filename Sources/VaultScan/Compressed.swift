@@ -275,17 +275,12 @@ extension Scanner {
           else { continue }
           append(offset, offset, .bzip2)
         case .zipDeflate:
-          guard offset + 30 <= bytes.count else { continue }
-          func le16(_ at: Int) -> Int { Int(base[offset + at]) | Int(base[offset + at + 1]) << 8 }
-          // Deflated, not encrypted, and a name of printable bytes (a copied magic number in a
-          // table or in random bytes has none).
-          let nameLength = le16(26)
-          guard le16(8) == 8, le16(6) & 1 == 0, (1...1024).contains(nameLength),
-            offset + 30 + nameLength > bytes.count
-              || (offset + 30..<offset + 30 + nameLength).allSatisfy({ base[$0] >= 0x20 && base[$0] != 0x7f })
+          // Deflated and not encrypted. The data may start past this buffer; the stream is read from
+          // the input, not from here.
+          guard let entry = Self.zipLocalHeader(at: offset, in: bytes, wholeName: false), entry.method == 8,
+            entry.flags & 1 == 0
           else { continue }
-          // The data may start past this buffer; the stream is read from the input, not from here.
-          append(offset, offset + 30 + le16(26) + le16(28), .zipDeflate)
+          append(offset, entry.dataStart, .zipDeflate)
         default:
           append(offset, offset, format)
         }
@@ -357,8 +352,7 @@ extension Scanner {
     allowance: InflateAllowance, reportsCorruption: Bool, holder: Holder
   ) -> (findings: [Finding], end: InflateEnd) {
     let context = DecodeContext(
-      scanner: self, path: path, fileOffset: fileOffset, allowance: allowance, reportsCorruption: reportsCorruption,
-      outerKind: holder.kind)
+      scanner: self, path: path, fileOffset: fileOffset, allowance: allowance, reportsCorruption: reportsCorruption)
     guard
       let (chain, stream) = makeChain(
         format, base64: base64, context: context, scanner: self, depth: 1, parent: holder)
@@ -406,21 +400,36 @@ extension Scanner {
     {
       return "holds lzip data, which the scanner does not decode"
     }
-    guard matches([0x50, 0x4b, 0x03, 0x04]), available >= 30 else { return nil }
-    func le16(_ at: Int) -> Int { Int(bytes[offset + at]) | Int(bytes[offset + at + 1]) << 8 }
-    let (flags, method, nameLength) = (le16(6), le16(8), le16(26))
+    guard let (flags, method, _) = zipLocalHeader(at: offset, in: bytes, wholeName: true) else { return nil }
     // Methods APPNOTE §4.4.5 defines: the scanner reads 0 stored, 8 deflate, and 12 bzip2, 93
     // zstd and 95 xz, which hold a whole stream with its magic number; 99 marks AES encryption.
-    // A plausible header also needs a name of printable bytes (not the version field, which
-    // unzip ignores): a table of magic numbers (libmagic's) holds "PK\3\4" followed by anything.
     let read: Set<Int> = [0, 8, 12, 93, 95]
     let undecoded: Set<Int> = [1, 2, 3, 4, 5, 6, 9, 10, 14, 18, 19, 20, 96, 97, 98]
-    guard (1...1024).contains(nameLength), available >= 30 + nameLength,
-      (offset + 30..<offset + 30 + nameLength).allSatisfy({ bytes[$0] >= 0x20 && bytes[$0] != 0x7f })
-    else { return nil }
     if flags & 1 != 0 || method == 99, read.union(undecoded).union([99]).contains(method) {
       return "holds encrypted ZIP entries, which the scanner cannot read"
     }
     return undecoded.contains(method) ? "holds ZIP entries compressed with a method the scanner does not decode" : nil
+  }
+
+  /// A plausible ZIP local file header at `offset` (APPNOTE §4.3.7): its 30 bytes, then a name of
+  /// 1–1,024 printable bytes (not the version field, which unzip ignores: a table of magic numbers,
+  /// libmagic's, holds "PK\3\4" followed by anything). With `wholeName` false a name that runs past
+  /// `bytes` is taken on trust (it is read with the data). Its flags, method, and where its data starts.
+  static func zipLocalHeader(
+    at offset: Int, in bytes: UnsafeRawBufferPointer, wholeName: Bool
+  ) -> (flags: Int, method: Int, dataStart: Int)? {
+    guard offset + 30 <= bytes.count, bytes[offset..<(offset + 4)].elementsEqual([0x50, 0x4b, 0x03, 0x04]) else {
+      return nil
+    }
+    func le16(_ at: Int) -> Int { Int(bytes[offset + at]) | Int(bytes[offset + at + 1]) << 8 }
+    let nameLength = le16(26)
+    let nameEnd = offset + 30 + nameLength
+    guard (1...1024).contains(nameLength) else { return nil }
+    if nameEnd <= bytes.count {
+      guard (offset + 30..<nameEnd).allSatisfy({ bytes[$0] >= 0x20 && bytes[$0] != 0x7f }) else { return nil }
+    } else if wholeName {
+      return nil
+    }
+    return (le16(6), le16(8), nameEnd + le16(28))
   }
 }

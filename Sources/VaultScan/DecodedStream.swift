@@ -23,18 +23,12 @@ final class DecodeContext {
   /// Whether a stream that breaks after decoding something makes the file incomplete: not in SQLite
   /// files, where pages interrupt what was written whole (their overflow pass reassembles it).
   let reportsCorruption: Bool
-  /// What the file holding the stream is.
-  let outerKind: ContentKind
   private(set) var findings: [Finding] = []
   private var reportedPatterns = Set<Int>()
   private var reportedDetectors = Set<String>()
 
-  init(
-    scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance, reportsCorruption: Bool,
-    outerKind: ContentKind
-  ) {
+  init(scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance, reportsCorruption: Bool) {
     self.reportsCorruption = reportsCorruption
-    self.outerKind = outerKind
     searcher = scanner.searcher
     patterns = scanner.patterns
     overlap = max(scanner.longestPattern, Scanner.minimumOverlap) - 1
@@ -131,9 +125,12 @@ final class DecodedSink {
   func receive(_ piece: [UInt8]) {
     let window = carry + piece
     let windowStart = received - carry.count
-    if self.kind == nil { isArchive = Holder.isArchive(Array(piece.prefix(512))) }
-    let kind = self.kind ?? judgedKind(of: piece)
-    self.kind = kind
+    // What the content is, and whether it is an archive, are judged once, from its first piece.
+    if self.kind == nil {
+      self.kind = judgedKind(of: piece)
+      isArchive = Holder.isArchive(Array(piece.prefix(512)))
+    }
+    let kind = self.kind!
     pendingHeuristics += context.search(window, kind: kind, judged: Self.judges(inside: parentKind), scanner: scanner)
     // A stream with a strong signature is real: what it decodes to is judged at once. A bare zlib
     // header (or a ZIP header's raw deflate, where random bytes follow a copied magic) may be a
