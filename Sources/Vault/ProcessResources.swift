@@ -43,6 +43,20 @@ public enum ProcessResources {
     }
   }
 
+  /// Raises the soft open-file limit to `target`, or as far towards it as the hard limit allows
+  /// (never lowers it). Returns the soft limit now.
+  @discardableResult
+  public static func raiseOpenFileLimit(to target: Int) -> Int {
+    var files = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 else { return 0 }
+    if files.rlim_cur < rlim_t(target) {
+      var raised = files
+      raised.rlim_cur = min(files.rlim_max, rlim_t(target))
+      if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
+    }
+    return Int(clamping: files.rlim_cur)
+  }
+
   /// Makes sure `openFiles` descriptors can be had, counting 0, 1 and 2 among them (so a process
   /// with only those open needs a limit of `openFiles`, and each other descriptor already open,
   /// typically inherited, one more), raising the soft open-file limit as far as the hard limit
@@ -60,10 +74,7 @@ public enum ProcessResources {
       var wanted = needed
       while needed + taken(below: wanted) > wanted { wanted = needed + taken(below: wanted) }
       if files.rlim_cur < rlim_t(wanted) {
-        var raised = files
-        raised.rlim_cur = min(files.rlim_max, rlim_t(wanted))
-        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
-        let limit = Int(files.rlim_cur)
+        let limit = raiseOpenFileLimit(to: wanted)
         guard limit >= wanted else {
           throw .openFiles(limit: limit, needed: needed, alreadyOpen: taken(below: limit))
         }

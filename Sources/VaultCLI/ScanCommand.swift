@@ -47,11 +47,7 @@ extension VaultCommandLine {
     var report: ScanReport
     // Each directory level of the walk holds a descriptor: the soft open-file limit (often 1,024)
     // is raised to the hard one, so deep trees are read rather than cut at half the soft limit.
-    var files = rlimit()
-    if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
-      files.rlim_cur = min(files.rlim_max, 1 << 16)
-      _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
-    }
+    ProcessResources.raiseOpenFileLimit(to: 1 << 16)
     do {
       var scanner = Scanner(canaries: canaries, verifyingWith: vault)
       scanner.inflateBudget = budget
