@@ -81,7 +81,8 @@ let package = Package(
       dependencies: ["VaultScan", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
-      name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultTestSupport"], exclude: ["Golden"],
+      name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultQueue", "VaultTestSupport"],
+      exclude: ["Golden", "Fixtures"],
       swiftSettings: strict),
   ],
   swiftLanguageModes: [.v6]

@@ -8,6 +8,8 @@
 #include <openssl/hmac.h>
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
+// getrandom(2), for the per-seal nonces (glibc 2.25+; not in Swift's Glibc module).
+#include <sys/random.h>
 
 // EVP_CIPHER_CTX_ctrl takes a void pointer for the tag; these name the two GCM uses.
 static inline int vault_gcm_get_tag(EVP_CIPHER_CTX *ctx, unsigned char *tag, int length) {

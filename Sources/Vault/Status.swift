@@ -12,9 +12,12 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     public var retiredAt: String?
     /// Records sealed under this version across all registered containers.
     public var records: Int
+    /// The envelope suite the version seals and opens: 2 (format 2), or 1 for a version made
+    /// before format 2 (SECURITY.md, "Envelopes").
+    public var suite: UInt8
 
     enum CodingKeys: String, CodingKey {
-      case version, state, records
+      case version, state, records, suite
       case createdAt = "created_at"
       case ageDays = "age_days"
       case retiredAt = "retired_at"
@@ -29,6 +32,7 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       try container.encode(ageDays, forKey: .ageDays)
       try container.encode(retiredAt, forKey: .retiredAt)
       try container.encode(records, forKey: .records)
+      try container.encode(suite, forKey: .suite)
     }
   }
 
@@ -59,9 +63,11 @@ public struct VaultStatus: Codable, Sendable, Equatable {
   public var keyfile: Keyfile?
   public var containers: [Container]
   public var externalSealVersions: [UInt32]
+  /// What the operator should act on (today: an active version that still seals format 1).
+  public var warnings: [String]
 
   enum CodingKeys: String, CodingKey {
-    case home, store, versions, keyfile, containers, integrity
+    case home, store, versions, keyfile, containers, integrity, warnings
     case vaultID = "vault_id"
     case activeVersion = "active_version"
     case externalSealVersions = "external_seal_versions"
@@ -94,7 +100,7 @@ extension Vault {
         .init(
           version: $0.version, state: $0.state, createdAt: $0.createdAt,
           ageDays: RotationSchedule.ageDays(of: $0.createdAt, now: now), retiredAt: $0.retiredAt,
-          records: totals[$0.version] ?? 0)
+          records: totals[$0.version] ?? 0, suite: $0.effectiveSuite)
       },
       integrity: integrity, keyfile: keyfile,
       containers: manifest.containers.map { container in
@@ -103,6 +109,17 @@ extension Vault {
           path: container.path, id: container.id,
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
-      externalSealVersions: manifest.externalSealVersions)
+      externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest))
+  }
+
+  /// The warnings `status` and `doctor` show for `manifest`.
+  public static func warnings(_ manifest: Manifest) -> [String] {
+    guard let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM
+    else { return [] }
+    return [
+      "key version \(active.version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
+        + "2^32 records per key, no key commitment, contexts without container ids); run `vault rotate` to "
+        + "make a format-2 key and re-seal every container record under it"
+    ]
   }
 }

@@ -14,12 +14,11 @@ public final class Vault: Sendable {
   public let keyringID: KeyringID
   let store: any KeyStore
   let clock: @Sendable () -> Date
-  private let nonces = NonceSource()
   private let state: Mutex<State>
 
   struct State {
     var manifest: Manifest
-    var keys: [UInt32: AESGCMKey] = [:]
+    var keys: [UInt32: VersionKey] = [:]
     /// Key-check values computed for versions whose record has none yet (written on the next save).
     var learnedChecks: [UInt32: String] = [:]
     var integrityKey: SymmetricKey
@@ -246,58 +245,62 @@ public final class Vault: Sendable {
 
   // MARK: - Seal and open
 
-  /// Seals `plaintext` under the active key, bound to `context` (which must be given again to open).
+  /// Seals `plaintext` under the active key, bound to the application context `context` (which
+  /// must be given again to open): `EnvelopeContext.app(context)`.
   ///
   /// Before sealing it checks whether another process changed the manifest (one `stat`), and if so
   /// reloads it, so a long-lived process never seals under a version that was rotated away.
-  /// - Returns: an envelope of `plaintext.count + 45` bytes.
+  /// - Returns: an envelope of `plaintext.count + 89` bytes (format 2), or `+ 45` while the active
+  ///   version is one made before format 2 (suite 1; the next rotation ends that).
+  /// - Throws: `EnvelopeError.emptyContext` for an empty context.
   public func seal(_ plaintext: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
-    // An empty context is refused here as by the CLI. `open` still accepts one: an envelope sealed
-    // with it before this check must stay readable.
+    try seal(plaintext, context: .app(Array(context)))
+  }
+
+  /// Seals `plaintext` under the active key, bound to `context`, in the format of the active
+  /// version's suite.
+  package func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext) throws -> [UInt8] {
     guard !context.isEmpty else { throw EnvelopeError.emptyContext }
     try refreshIfChanged()
     let (version, key) = try activeKey()
-    let count = plaintext.count + Envelope.overhead
-    return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-      let out = UnsafeMutableRawBufferPointer(buffer)
-      out.copyBytes(from: Envelope.magic)
-      out[3] = Envelope.format
-      out[4] = Envelope.suiteAES256GCM
-      UnsafeMutableRawBufferPointer(rebasing: out[5..<13]).copyBytes(from: keyringID.bytes)
-      for i in 0..<4 { out[13 + i] = UInt8(truncatingIfNeeded: version >> (24 - 8 * UInt32(i))) }
-      let nonce = UnsafeMutableRawBufferPointer(rebasing: out[17..<Envelope.headerCount])
-      try nonces.next(into: nonce)
-      try key.seal(
-        plaintext, nonce: UnsafeRawBufferPointer(nonce),
-        authenticating: UnsafeRawBufferPointer(rebasing: out[0..<Envelope.authenticatedHeaderCount]), context,
-        into: UnsafeMutableRawBufferPointer(rebasing: out[Envelope.headerCount...]))
-      initialized = count
+    switch key.suite {
+    case Envelope.suiteAES256GCM:
+      return try context.format1Bytes.withUnsafeBytes {
+        try Envelope.sealFormat1(plaintext, key: key, keyring: keyringID, version: version, context: $0)
+      }
+    default:
+      var random = [UInt8](repeating: 0, count: Envelope.randomByteCount)
+      try random.withUnsafeMutableBytes { try KernelRandom.fill($0) }
+      return try random.withUnsafeBytes { random in
+        try Envelope.sealFormat2(
+          plaintext, key: key, keyring: keyringID, version: version, random: random, context: context)
+      }
     }
   }
 
-  /// Opens an envelope sealed by this vault with the same `context`.
+  /// Opens an envelope sealed by this vault with the same application context (format 1 or 2).
   /// - Throws: `EnvelopeError` (distinct cases for each reason), or a key store error when the
   ///   needed key cannot be read.
   public func open(_ envelope: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
+    try open(envelope, context: .app(Array(context)))
+  }
+
+  /// Opens an envelope sealed by this vault with the same `context`, in either format. The
+  /// envelope's suite must be its key version's.
+  package func open(_ envelope: UnsafeRawBufferPointer, context: EnvelopeContext) throws -> [UInt8] {
     let header = try Envelope.header(of: envelope)
     guard header.keyring == keyringID else {
       throw EnvelopeError.wrongKeyring(found: header.keyring, expected: keyringID)
     }
     try refreshIfChanged()
     let key = try key(for: header.version)
-    let body = UnsafeRawBufferPointer(rebasing: envelope[Envelope.headerCount...])
-    let count = body.count - AESGCMKey.tagByteCount
-    do {
-      return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-        try key.open(
-          body, nonce: UnsafeRawBufferPointer(rebasing: envelope[17..<Envelope.headerCount]),
-          authenticating: UnsafeRawBufferPointer(rebasing: envelope[0..<Envelope.authenticatedHeaderCount]), context,
-          into: UnsafeMutableRawBufferPointer(buffer))
-        initialized = count
-      }
-    } catch CryptoError.authenticationFailed {
-      throw EnvelopeError.authenticationFailed
+    guard key.suite == header.suite else {
+      throw EnvelopeError.suiteMismatch(version: header.version, envelope: header.suite, key: key.suite)
     }
+    if header.format == Envelope.format1 {
+      return try context.format1Bytes.withUnsafeBytes { try Envelope.openFormat1(envelope, key: key, context: $0) }
+    }
+    return try Envelope.openFormat2(envelope, key: key, context: context)
   }
 
   public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
@@ -306,6 +309,14 @@ public final class Vault: Sendable {
 
   public func open(_ envelope: [UInt8], context: [UInt8]) throws -> [UInt8] {
     try envelope.withUnsafeBytes { e in try context.withUnsafeBytes { try open(e, context: $0) } }
+  }
+
+  package func seal(_ plaintext: [UInt8], context: EnvelopeContext) throws -> [UInt8] {
+    try plaintext.withUnsafeBytes { try seal($0, context: context) }
+  }
+
+  package func open(_ envelope: [UInt8], context: EnvelopeContext) throws -> [UInt8] {
+    try envelope.withUnsafeBytes { try open($0, context: context) }
   }
 
   // MARK: - Keys
@@ -448,7 +459,7 @@ public final class Vault: Sendable {
     return first.st_dev == second.st_dev && first.st_ino == second.st_ino
   }
 
-  func activeKey() throws -> (UInt32, AESGCMKey) {
+  func activeKey() throws -> (UInt32, VersionKey) {
     let (version, record) = state.withLock {
       ($0.manifest.activeVersion, $0.manifest.record($0.manifest.activeVersion))
     }
@@ -459,7 +470,7 @@ public final class Vault: Sendable {
   /// The key for `version`, from the cache or the store, checked against the manifest's key-check
   /// value. An unknown version triggers one manifest reload, since another process may have
   /// rotated since this one loaded it.
-  func key(for version: UInt32) throws -> AESGCMKey {
+  func key(for version: UInt32) throws -> VersionKey {
     if let cached = state.withLock({ $0.keys[version] }) { return cached }
     var record = state.withLock { $0.manifest.record(version) }
     if record == nil {
@@ -478,7 +489,7 @@ public final class Vault: Sendable {
     if let expected = record.check {
       guard constantTimeEquals(check, expected) else { throw VaultError.keyCheckFailed(version: version) }
     }
-    let key = AESGCMKey(material)
+    let key = try VersionKey(material, suite: record.effectiveSuite)
     state.withLock {
       $0.keys[version] = key
       if record.check == nil { $0.learnedChecks[version] = check }
@@ -539,7 +550,7 @@ public final class Vault: Sendable {
     next.versions.append(
       KeyVersionRecord(
         version: version, state: .pending, createdAt: timestamp(clock()),
-        check: try KeyVersionRecord.checkValue(of: material)))
+        check: try KeyVersionRecord.checkValue(of: material), suite: KeyVersionRecord.currentSuite))
     try requireStoredKeysForLiveVersions()
     try save(next)
     try store.storeKey(material, keyring: keyringID, version: version)
@@ -587,7 +598,7 @@ public final class Vault: Sendable {
     guard let stored = try store.loadKey(keyring: keyringID, version: pending), stored == material else {
       throw VaultError.keyMissing(version: pending, store: store.kind)
     }
-    let key = AESGCMKey(stored)
+    let key = try VersionKey(stored, suite: pendingRecord.effectiveSuite)
     try selfTest(key, version: pending)
 
     var next = manifest
@@ -601,28 +612,29 @@ public final class Vault: Sendable {
     state.withLock { $0.keys[pending] = key }
   }
 
-  private func selfTest(_ key: AESGCMKey, version: UInt32) throws {
+  /// Seals and opens a probe under `key` in its suite's format before the version may seal records.
+  private func selfTest(_ key: VersionKey, version: UInt32) throws {
     let probe: [UInt8] = Array("vault self-test".utf8)
-    let nonce = try SecureRandom.bytes(AESGCMKey.nonceByteCount)
-    var sealed = [UInt8](repeating: 0, count: probe.count + AESGCMKey.tagByteCount)
-    var opened = [UInt8](repeating: 0, count: probe.count)
+    let context = EnvelopeContext(domain: "self-test", parts: [Array("version".utf8)], format1Bytes: [])
     do {
-      try probe.withUnsafeBytes { p in
-        try nonce.withUnsafeBytes { n in
-          try sealed.withUnsafeMutableBytes {
-            try key.seal(p, nonce: n, authenticating: .init(start: nil, count: 0), into: $0)
-          }
-          try sealed.withUnsafeBytes { s in
-            try opened.withUnsafeMutableBytes {
-              try key.open(s, nonce: n, authenticating: .init(start: nil, count: 0), into: $0)
-            }
+      let opened = try probe.withUnsafeBytes { probe -> [UInt8] in
+        if key.suite == Envelope.suiteAES256GCM {
+          let sealed = try Envelope.sealFormat1(
+            probe, key: key, keyring: keyringID, version: version, context: .init(start: nil, count: 0))
+          return try sealed.withUnsafeBytes {
+            try Envelope.openFormat1($0, key: key, context: .init(start: nil, count: 0))
           }
         }
+        let random = try SecureRandom.bytes(Envelope.randomByteCount)
+        let sealed = try random.withUnsafeBytes {
+          try Envelope.sealFormat2(probe, key: key, keyring: keyringID, version: version, random: $0, context: context)
+        }
+        return try sealed.withUnsafeBytes { try Envelope.openFormat2($0, key: key, context: context) }
       }
+      guard opened == probe else { throw VaultError.roundTripFailed(version: version) }
     } catch {
       throw VaultError.roundTripFailed(version: version)
     }
-    guard opened == probe else { throw VaultError.roundTripFailed(version: version) }
   }
 }
 

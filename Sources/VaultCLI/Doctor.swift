@@ -34,6 +34,11 @@ extension VaultCommandLine {
       (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
       terminal.print(
         "  manifest:        ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), \(integrity))")
+      let warnings = Vault.warnings(manifest)
+      if warnings.isEmpty {
+        terminal.print("  envelopes:       format 2 (key version \(manifest.activeVersion), suite 2)")
+      }
+      for warning in warnings { terminal.print("  envelopes:       warning: \(warning)") }
     } catch {
       let (message, _) = Self.describe(error)
       terminal.print("  manifest:        \(message)")

@@ -68,9 +68,9 @@ enum Help {
 
       OPTIONS:
         --json                  Print JSON: vault_id, home, store, active_version, versions
-                                (version, state, created_at, age_days, retired_at, records), keyfile
-                                (path, mode), containers (path, records per key version) and
-                                external_seal_versions.
+                                (version, state, created_at, age_days, retired_at, records, suite),
+                                keyfile (path, mode), containers (path, records per key version),
+                                external_seal_versions and warnings.
         -h, --help              Show help information.
       """
     ),

@@ -265,9 +265,10 @@ public struct VaultCommandLine {
       let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
       terminal.print(
         "    \(version.version)  \(state) created \(version.createdAt) (\(Self.days(version.ageDays)) ago)  "
-          + "records \(version.records)")
+          + "suite \(version.suite)  records \(version.records)")
     }
     terminal.print("  manifest: \(vault.integrity)")
+    for warning in vault.warnings { terminal.print("  warning:  \(warning)") }
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"

@@ -26,18 +26,9 @@ public final class AESGCMKey: Sendable {
     into output: UnsafeMutableRawBufferPointer
   ) throws {
     try Self.require(nonce.count, Self.nonceByteCount, "nonce")
-    try Self.require(output.count, plaintext.count + Self.tagByteCount, "output")
     let context = try borrow(sealers, encrypt: true)
     defer { giveBack(context, to: sealers) }
-    let ctx = context.pointer
-    try check(EVP_EncryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_EncryptInit_ex")
-    try feedAAD(ctx, aad)
-    try feedAAD(ctx, moreAAD)
-    let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
-    let written = try Self.update(ctx, plaintext, into: out, "EVP_CipherUpdate(encrypt)")
-    var final: Int32 = 0
-    try check(EVP_EncryptFinal_ex(ctx, out + written, &final), "EVP_EncryptFinal_ex")
-    try check(vault_gcm_get_tag(ctx, out + plaintext.count, Int32(Self.tagByteCount)), "EVP_CTRL_GCM_GET_TAG")
+    try GCM.seal(context.pointer, key: nil, plaintext, nonce: nonce, aad, moreAAD, into: output)
   }
 
   /// Decrypts `ciphertextAndTag` (ciphertext followed by the 16-byte tag) into `output`, which must
@@ -49,24 +40,76 @@ public final class AESGCMKey: Sendable {
     into output: UnsafeMutableRawBufferPointer
   ) throws {
     try Self.require(nonce.count, Self.nonceByteCount, "nonce")
-    guard ciphertextAndTag.count >= Self.tagByteCount else { throw CryptoError.authenticationFailed }
-    let length = ciphertextAndTag.count - Self.tagByteCount
-    try Self.require(output.count, length, "output")
     let context = try borrow(openers, encrypt: false)
     defer { giveBack(context, to: openers) }
-    let ctx = context.pointer
+    try GCM.open(context.pointer, key: nil, ciphertextAndTag, nonce: nonce, aad, moreAAD, into: output)
+  }
+
+  private func borrow(_ pool: borrowing Mutex<[CipherContext]>, encrypt: Bool) throws -> CipherContext {
+    if let pooled = pool.withLock({ $0.popLast() }) { return pooled }
+    guard let cipher = aes256GCMCipher else { throw CryptoError.library(call: "EVP_CIPHER_fetch(AES-256-GCM)") }
+    let context = try CipherContext()
+    try key.withUnsafeBytes { (keyBytes) in
+      try check(
+        EVP_CipherInit_ex(context.pointer, cipher, nil, keyBytes.bytes, nil, encrypt ? 1 : 0), "EVP_CipherInit_ex")
+    }
+    return context
+  }
+
+  private func giveBack(_ context: CipherContext, to pool: borrowing Mutex<[CipherContext]>) {
+    pool.withLock { contexts in
+      if contexts.count < Self.poolLimit { contexts.append(context) }
+    }
+  }
+
+  static func require(_ actual: Int, _ expected: Int, _ what: String) throws {
+    guard actual == expected else { throw CryptoError.invalidLength(what: what, expected: expected, actual: actual) }
+  }
+}
+
+/// The GCM steps shared by `AESGCMKey` (a context keyed once) and `XAESKey` (a context re-keyed
+/// with each record's derived key).
+enum GCM {
+  /// Seals into `output` (`plaintext.count + 16` bytes: ciphertext, then tag). `key` is nil when
+  /// `ctx` already holds the key schedule.
+  static func seal(
+    _ ctx: OpaquePointer, key: UnsafeRawBufferPointer?, _ plaintext: UnsafeRawBufferPointer,
+    nonce: UnsafeRawBufferPointer, _ aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer,
+    into output: UnsafeMutableRawBufferPointer
+  ) throws {
+    try AESGCMKey.require(output.count, plaintext.count + AESGCMKey.tagByteCount, "output")
+    try check(EVP_EncryptInit_ex(ctx, nil, nil, key?.bytes, nonce.bytes), "EVP_EncryptInit_ex")
+    try feedAAD(ctx, aad)
+    try feedAAD(ctx, moreAAD)
+    let out = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
+    let written = try update(ctx, plaintext, into: out, "EVP_CipherUpdate(encrypt)")
+    var final: Int32 = 0
+    try check(EVP_EncryptFinal_ex(ctx, out + written, &final), "EVP_EncryptFinal_ex")
+    try check(vault_gcm_get_tag(ctx, out + plaintext.count, Int32(AESGCMKey.tagByteCount)), "EVP_CTRL_GCM_GET_TAG")
+  }
+
+  /// Opens `ciphertextAndTag` into `output` (16 bytes shorter); on any failure `output` is zeroed.
+  /// - Throws: `CryptoError.authenticationFailed` when the tag does not verify.
+  static func open(
+    _ ctx: OpaquePointer, key: UnsafeRawBufferPointer?, _ ciphertextAndTag: UnsafeRawBufferPointer,
+    nonce: UnsafeRawBufferPointer, _ aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer,
+    into output: UnsafeMutableRawBufferPointer
+  ) throws {
+    guard ciphertextAndTag.count >= AESGCMKey.tagByteCount else { throw CryptoError.authenticationFailed }
+    let length = ciphertextAndTag.count - AESGCMKey.tagByteCount
+    try AESGCMKey.require(output.count, length, "output")
     do {
-      try check(EVP_DecryptInit_ex(ctx, nil, nil, nil, nonce.bytes), "EVP_DecryptInit_ex")
+      try check(EVP_DecryptInit_ex(ctx, nil, nil, key?.bytes, nonce.bytes), "EVP_DecryptInit_ex")
       try feedAAD(ctx, aad)
       try feedAAD(ctx, moreAAD)
       let out = output.baseAddress?.assumingMemoryBound(to: UInt8.self)
       var written = 0
       if let out {
-        written = try Self.update(
+        written = try update(
           ctx, UnsafeRawBufferPointer(rebasing: ciphertextAndTag[0..<length]), into: out, "EVP_CipherUpdate(decrypt)")
       }
       try check(
-        vault_gcm_set_tag(ctx, ciphertextAndTag.bytes! + length, Int32(Self.tagByteCount)),
+        vault_gcm_set_tag(ctx, ciphertextAndTag.bytes! + length, Int32(AESGCMKey.tagByteCount)),
         "EVP_CTRL_GCM_SET_TAG")
       var final: Int32 = 0
       // GCM's final step writes no bytes; it only checks the tag. It still wants a valid pointer.
@@ -91,7 +134,7 @@ public final class AESGCMKey: Sendable {
 
   /// Encrypts or decrypts `input` into `out` in slices OpenSSL's `int` lengths can express, and
   /// returns the bytes written (GCM writes exactly as many as it is given).
-  private static func update(
+  static func update(
     _ ctx: OpaquePointer, _ input: UnsafeRawBufferPointer, into out: UnsafeMutablePointer<UInt8>, _ call: StaticString
   ) throws -> Int {
     var offset = 0
@@ -105,7 +148,7 @@ public final class AESGCMKey: Sendable {
     return offset
   }
 
-  private func feedAAD(_ ctx: OpaquePointer, _ aad: UnsafeRawBufferPointer) throws {
+  private static func feedAAD(_ ctx: OpaquePointer, _ aad: UnsafeRawBufferPointer) throws {
     var offset = 0
     while offset < aad.count {
       let length = min(Self.sliceLimit, aad.count - offset)
@@ -113,27 +156,6 @@ public final class AESGCMKey: Sendable {
       try check(EVP_CipherUpdate(ctx, nil, &ignored, aad.bytes! + offset, Int32(length)), "EVP_CipherUpdate(aad)")
       offset += length
     }
-  }
-
-  private func borrow(_ pool: borrowing Mutex<[CipherContext]>, encrypt: Bool) throws -> CipherContext {
-    if let pooled = pool.withLock({ $0.popLast() }) { return pooled }
-    guard let cipher = aes256GCMCipher else { throw CryptoError.library(call: "EVP_CIPHER_fetch(AES-256-GCM)") }
-    let context = try CipherContext()
-    try key.withUnsafeBytes { (keyBytes) in
-      try check(
-        EVP_CipherInit_ex(context.pointer, cipher, nil, keyBytes.bytes, nil, encrypt ? 1 : 0), "EVP_CipherInit_ex")
-    }
-    return context
-  }
-
-  private func giveBack(_ context: CipherContext, to pool: borrowing Mutex<[CipherContext]>) {
-    pool.withLock { contexts in
-      if contexts.count < Self.poolLimit { contexts.append(context) }
-    }
-  }
-
-  private static func require(_ actual: Int, _ expected: Int, _ what: String) throws {
-    guard actual == expected else { throw CryptoError.invalidLength(what: what, expected: expected, actual: actual) }
   }
 }
 

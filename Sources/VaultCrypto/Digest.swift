@@ -18,6 +18,24 @@ public enum SHA256 {
   public static func hash(_ data: [UInt8]) throws -> [UInt8] {
     try data.withUnsafeBytes { (buffer) in try hash(buffer) }
   }
+
+  /// Hashes the concatenation of `parts` into `output` (32 bytes) without copying them together.
+  public static func hash(_ parts: [UnsafeRawBufferPointer], into output: UnsafeMutableRawBufferPointer) throws {
+    guard let md = sha256Digest else { throw CryptoError.library(call: "EVP_MD_fetch(SHA256)") }
+    guard output.count == byteCount else {
+      throw CryptoError.invalidLength(what: "digest output", expected: byteCount, actual: output.count)
+    }
+    guard let context = EVP_MD_CTX_new() else { throw CryptoError.library(call: "EVP_MD_CTX_new") }
+    defer { EVP_MD_CTX_free(context) }
+    try check(EVP_DigestInit_ex(context, md, nil), "EVP_DigestInit_ex")
+    for part in parts where part.count > 0 {
+      try check(EVP_DigestUpdate(context, part.baseAddress, part.count), "EVP_DigestUpdate")
+    }
+    var length: UInt32 = 0
+    try check(
+      EVP_DigestFinal_ex(context, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &length),
+      "EVP_DigestFinal_ex")
+  }
 }
 
 /// HKDF with SHA-256 (RFC 5869), extract-then-expand.

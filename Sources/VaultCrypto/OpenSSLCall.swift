@@ -40,4 +40,5 @@ final class CipherContext: @unchecked Sendable {
 /// The AES-256-GCM implementation, fetched from the default provider once per process
 /// (fetching it on every call costs more than sealing a small record).
 nonisolated(unsafe) let aes256GCMCipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
+nonisolated(unsafe) let aes256ECBCipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-ECB", nil)
 nonisolated(unsafe) let sha256Digest: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)

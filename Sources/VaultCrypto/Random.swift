@@ -1,7 +1,6 @@
 import COpenSSL
 import Foundation
 import Glibc
-import Synchronization
 
 /// Cryptographically secure random bytes from OpenSSL's DRBG (seeded by the kernel).
 public enum SecureRandom {
@@ -43,44 +42,30 @@ public enum SecureRandom {
   }
 }
 
-/// Random 96-bit GCM nonces, drawn from OpenSSL's DRBG in 4 KiB blocks.
+/// Random bytes straight from the kernel, one `getrandom(2)` call per use, for envelope nonces.
 ///
-/// One `RAND_bytes` call costs about as much as sealing a 1 KiB record, so nonces are fetched in
-/// bulk and handed out once each. The block is discarded when the process id changes, so a forked
-/// child never reuses its parent's nonces. Thread-safe.
-public final class NonceSource: Sendable {
-  public static let nonceByteCount = 12
-  private static let blockByteCount = 4092  // 341 nonces
+/// No user-space state is kept between calls, so nothing a process holds can be replayed by a
+/// copy of it (a fork, a CRIU restore, a VM snapshot started twice): a repeat would need the
+/// kernel's own generator to repeat.
+public enum KernelRandom {
+  /// The most `fill` draws in one call: getrandom(2) never returns fewer bytes for requests of up
+  /// to 256 bytes once the generator is initialised.
+  public static let maximumByteCount = 256
 
-  private struct Block {
-    var bytes = [UInt8](repeating: 0, count: NonceSource.blockByteCount)
-    var offset = NonceSource.blockByteCount
-    var owner: pid_t = 0
-  }
-
-  private let block = Mutex(Block())
-
-  public init() {}
-
-  /// Writes a fresh random nonce into `nonce` (exactly 12 bytes).
-  public func next(into nonce: UnsafeMutableRawBufferPointer) throws {
-    guard nonce.count == Self.nonceByteCount else {
-      throw CryptoError.invalidLength(what: "nonce", expected: Self.nonceByteCount, actual: nonce.count)
+  /// Fills `buffer` (at most 256 bytes) with one blocking `getrandom(2)` call, retried only when a
+  /// signal interrupted it.
+  /// - Throws: `CryptoError.randomUnavailable` when the kernel refuses or returns fewer bytes.
+  public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
+    guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+    guard buffer.count <= maximumByteCount else {
+      throw CryptoError.invalidLength(what: "kernel random request", expected: maximumByteCount, actual: buffer.count)
     }
-    try block.withLock { block in
-      let pid = getpid()
-      if block.offset + Self.nonceByteCount > block.bytes.count || block.owner != pid {
-        try block.bytes.withUnsafeMutableBytes { try SecureRandom.fill($0) }
-        block.offset = 0
-        block.owner = pid
-      }
-      block.bytes.withUnsafeBytes { bytes in
-        nonce.copyMemory(
-          from: UnsafeRawBufferPointer(rebasing: bytes[block.offset..<(block.offset + Self.nonceByteCount)]))
-      }
-      // Each nonce is handed out once: overwrite it in the block as it leaves.
-      for i in block.offset..<(block.offset + Self.nonceByteCount) { block.bytes[i] = 0 }
-      block.offset += Self.nonceByteCount
+    while true {
+      let got = getrandom(base, buffer.count, 0)
+      if got == buffer.count { return }
+      if got < 0, errno == EINTR { continue }
+      cleanse(buffer)
+      throw CryptoError.randomUnavailable
     }
   }
 }

@@ -23,21 +23,34 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   /// A key store item whose key does not produce it is not this version's key. Nil only for
   /// versions made by a release before key-check values (filled in when the key is next loaded).
   public var check: String?
+  /// The envelope suite this version seals and opens (SECURITY.md, "Envelopes"): 2 for versions
+  /// made by this release, nil for versions made before suites were recorded, which are suite 1.
+  /// Fixed when the version is made; an envelope of another suite is refused under it.
+  public var suite: UInt8?
   /// Fields written by a newer release, kept as they are on every rewrite.
   var unknown: [String: JSONValue] = [:]
 
   enum CodingKeys: String, CodingKey, CaseIterable {
-    case version, state, check
+    case version, state, check, suite
     case createdAt = "created_at"
     case retiredAt = "retired_at"
   }
 
-  public init(version: UInt32, state: KeyState, createdAt: String, check: String? = nil) {
+  /// The suite versions made by this release use.
+  public static let currentSuite: UInt8 = 2
+  /// The suites this release can seal and open under.
+  public static let knownSuites: ClosedRange<UInt8> = 1...2
+
+  public init(version: UInt32, state: KeyState, createdAt: String, check: String? = nil, suite: UInt8? = currentSuite) {
     self.version = version
     self.state = state
     self.createdAt = createdAt
     self.check = check
+    self.suite = suite
   }
+
+  /// The suite in effect: the recorded one, or 1 for a version from before suites were recorded.
+  public var effectiveSuite: UInt8 { suite ?? 1 }
 
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
@@ -46,6 +59,7 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
     createdAt = try values.decode(String.self, forKey: .createdAt)
     retiredAt = try values.decodeIfPresent(String.self, forKey: .retiredAt)
     check = try values.decodeIfPresent(String.self, forKey: .check)
+    suite = try values.decodeIfPresent(UInt8.self, forKey: .suite)
     unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
   }
 
@@ -56,6 +70,7 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
     try values.encode(createdAt, forKey: .createdAt)
     try values.encodeIfPresent(retiredAt, forKey: .retiredAt)
     try values.encodeIfPresent(check, forKey: .check)
+    try values.encodeIfPresent(suite, forKey: .suite)
     try JSONValue.encode(unknown, to: encoder)
   }
 
@@ -114,8 +129,18 @@ public struct StoreDescriptor: Codable, Sendable, Equatable {
 /// in the vault home, authenticated with the vault's integrity key (see `ManifestFile`).
 public struct Manifest: Codable, Sendable, Equatable {
   /// Format 2 adds the MAC, the epoch, container ids, key-check values and compacted history.
-  /// A reader refuses any other format except 1, which it upgrades.
-  public static let currentFormat = 2
+  /// Format 3 is format 2 with a version of suite 2 in it: it is written as soon as one exists, so
+  /// a release that knows only suite 1 (and reads only formats 1 and 2) refuses the manifest
+  /// instead of sealing format-1 envelopes under a suite-2 key. A reader refuses any other format
+  /// except 1, which it upgrades.
+  public static let currentFormat = 3
+  /// The format of a manifest whose versions are all suite 1: what the release before suites reads.
+  public static let suiteOneFormat = 2
+
+  /// The format this manifest is written in: 3 once any version is suite 2, else 2.
+  public var writtenFormat: Int {
+    versions.contains { $0.effectiveSuite >= 2 } ? Self.currentFormat : Self.suiteOneFormat
+  }
   public static let fileName = "manifest.json"
   /// Retired versions listed individually; older retired versions are only implied by
   /// `highestVersion`, so the manifest stays small however often the vault rotates.
@@ -199,7 +224,9 @@ public struct Manifest: Codable, Sendable, Equatable {
     self.store = store
     activeVersion = 1
     highestVersion = 1
-    versions = [KeyVersionRecord(version: 1, state: .pending, createdAt: createdAt)]
+    versions = [
+      KeyVersionRecord(version: 1, state: .pending, createdAt: createdAt, suite: KeyVersionRecord.currentSuite)
+    ]
     containers = []
     externalSealVersions = []
   }
@@ -241,6 +268,9 @@ public struct Manifest: Codable, Sendable, Equatable {
       guard seen.insert(record.version).inserted else { return "key version \(record.version) is listed twice" }
       guard record.version <= highestVersion else {
         return "key version \(record.version) is above highest_version \(highestVersion)"
+      }
+      guard KeyVersionRecord.knownSuites.contains(record.effectiveSuite) else {
+        return "key version \(record.version) has unknown suite \(record.effectiveSuite)"
       }
     }
     guard let active = record(activeVersion) else { return "active version \(activeVersion) is not listed" }
@@ -364,8 +394,8 @@ public enum ManifestFile {
       throw Failure.corrupt(path: path, reason: "not valid manifest JSON")
     }
     switch (manifest.format, mac) {
-    case (Manifest.currentFormat, .some): break
-    case (Manifest.currentFormat, nil): throw Failure.unauthenticated(path: path)
+    case (Manifest.suiteOneFormat...Manifest.currentFormat, .some): break
+    case (Manifest.suiteOneFormat...Manifest.currentFormat, nil): throw Failure.unauthenticated(path: path)
     case (1, nil): break
     case (1, .some): throw Failure.corrupt(path: path, reason: "a format-1 manifest cannot carry a MAC")
     default: throw Failure.unsupportedFormat(path: path, format: manifest.format)
@@ -377,7 +407,7 @@ public enum ManifestFile {
   /// The file bytes of `manifest` (made current-format) signed with `key`.
   public static func sign(_ manifest: Manifest, key: SymmetricKey) throws -> [UInt8] {
     var manifest = manifest
-    manifest.format = Manifest.currentFormat
+    manifest.format = manifest.writtenFormat
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     let body = [UInt8](try encoder.encode(manifest))

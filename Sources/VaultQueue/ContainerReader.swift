@@ -11,6 +11,10 @@ package final class ContainerReader {
   /// The keyring id (hex) recorded in the container; nil when the database is not a vault queue
   /// container (no `records` and `meta` tables, or no keyring id), and then it holds no records.
   package let keyringID: String?
+  /// The container id recorded in the container (part of every format-2 record's context); nil
+  /// when absent (not a container, or one made by a release before container ids that was never
+  /// opened for writing since).
+  package let containerID: String?
   private let connection: Connection
   private let descriptor: Int32
   /// The path the descriptor resolved to when it was opened, as raw bytes (NUL-terminated).
@@ -36,7 +40,7 @@ package final class ContainerReader {
       throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
     }
     resolved = Array(buffer.prefix(count)) + [0]
-    let (connection, keyring) = try QueueContainer.translating(path) {
+    let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")
       var tables = 0
@@ -44,13 +48,17 @@ package final class ContainerReader {
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('records', 'meta')"
       ).query { tables = Int($0.int(0)) }
       var keyring: String?
+      var containerID: String?
       if tables == 2 {
-        try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { keyring = $0.text(0) }
+        try connection.prepare("SELECT key, value FROM meta WHERE key IN ('keyring_id', 'container_id')").query {
+          if $0.text(0) == "keyring_id" { keyring = $0.text(1) } else { containerID = $0.text(1) }
+        }
       }
-      return (connection, keyring)
+      return (connection, keyring, containerID)
     }
     self.connection = connection
     keyringID = keyring
+    self.containerID = containerID
     try checkSameFile()
   }
 

@@ -182,11 +182,11 @@ public final class QueueContainer: @unchecked Sendable {
   /// Sorts the grouped 17-byte envelope headers into versions of `keyring` and foreign rows.
   static func headerCounts(_ statement: Statement, keyring: KeyringID) throws -> RecordCounts {
     var counts = RecordCounts(byVersion: [:])
-    let prefix = headerPrefix(keyring)
+    let prefixes = headerPrefixes(keyring)
     try statement.query { row in
       let header = row.blob(0)
       let count = Int(row.int(1))
-      guard header.count == 17, header.prefix(13).elementsEqual(prefix) else {
+      guard header.count == 17, prefixes.contains(where: { header.prefix(13).elementsEqual($0) }) else {
         counts.foreign += count
         return
       }
@@ -196,9 +196,12 @@ public final class QueueContainer: @unchecked Sendable {
     return counts
   }
 
-  /// The first 13 header bytes every envelope of `keyring` in format 1 starts with.
-  static func headerPrefix(_ keyring: KeyringID) -> [UInt8] {
-    Envelope.magic + [Envelope.format, Envelope.suiteAES256GCM] + keyring.bytes
+  /// The first 13 header bytes an envelope of `keyring` starts with: in format 1, then format 2.
+  static func headerPrefixes(_ keyring: KeyringID) -> [[UInt8]] {
+    [
+      Envelope.magic + [Envelope.format1, Envelope.suiteAES256GCM] + keyring.bytes,
+      Envelope.magic + [Envelope.format2, Envelope.suiteXAES256GCMCommitted] + keyring.bytes,
+    ]
   }
 
   static func versionBytes(_ version: UInt32) -> [UInt8] {
@@ -240,7 +243,7 @@ public final class QueueContainer: @unchecked Sendable {
         var added = 0
         for record in records {
           let idText = record.id.uuidString.lowercased()
-          let envelope = try vault.seal(record.payload, context: Self.context(queue: queue, id: idText))
+          let envelope = try vault.seal(record.payload, context: context(queue: queue, id: idText))
           // The unique id decides: an existing record is kept as it is and reported as a duplicate.
           let inserted = try envelope.withUnsafeBytes { bytes in
             try storage.insert.run([
@@ -342,7 +345,7 @@ public final class QueueContainer: @unchecked Sendable {
       var undecryptable: [(id: String, version: Int64)] = []
       for record in claimed {
         do {
-          let payload = try vault.open(record.envelope, context: Self.context(queue: queue, id: record.id))
+          let payload = try vault.open(record.envelope, context: context(queue: queue, id: record.id))
           opened.append(
             ClaimedRecord(
               id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
@@ -657,11 +660,17 @@ public final class QueueContainer: @unchecked Sendable {
 
   // MARK: - Plumbing
 
-  /// The AAD context binding a record to its place: "vault.queue.v1", NUL, queue name, NUL, record id.
+  /// The context binding a record to its place: the `queue` domain with the container id, queue
+  /// name and record id (format 1 used "vault.queue.v1", NUL, queue, NUL, id, without the container).
   /// Every envelope in a container is sealed with it; an audit that opens envelopes (`vault scan
   /// --verify`) rebuilds it from here, never by hand.
-  package static func context(queue: String, id: String) -> [UInt8] {
-    Array("vault.queue.v1".utf8) + [0] + Array(queue.utf8) + [0] + Array(id.utf8)
+  package static func context(containerID: String, queue: String, id: String) -> EnvelopeContext {
+    .queue(containerID: containerID, queue: queue, id: id)
+  }
+
+  /// This container's context for a record.
+  func context(queue: String, id: String) -> EnvelopeContext {
+    Self.context(containerID: storage.containerID, queue: queue, id: id)
   }
 
   /// ISO 8601 UTC with milliseconds, as `queue list` shows times.

@@ -15,7 +15,7 @@ extension QueueContainer: SealedContainer {
   /// that error, since an unavailable key is not a broken record.
   /// Idempotent: a record already at `version` is never touched, so a crash and a rerun finish the job.
   public func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult {
-    let prefix = Self.headerPrefix(vault.keyringID)
+    let prefixes = Self.headerPrefixes(vault.keyringID)
     let target = Self.versionBytes(version)
     return try withStorage { storage in
       var result = ResealResult(resealed: 0)
@@ -23,24 +23,27 @@ extension QueueContainer: SealedContainer {
       while true {
         let last = try storage.transaction { () -> Int64? in
           var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
-          try prefix.withUnsafeBytes { prefix in
-            try target.withUnsafeBytes { target in
-              try storage.olderThanVersion.query([
-                .blob(prefix), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
-              ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
+          try prefixes[0].withUnsafeBytes { format1 in
+            try prefixes[1].withUnsafeBytes { format2 in
+              try target.withUnsafeBytes { target in
+                try storage.olderThanVersion.query([
+                  .blob(format1), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
+                  .blob(format2),
+                ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
+              }
             }
           }
           for row in rows {
-            let context = Self.context(queue: row.queue, id: row.id)
+            let recordContext = context(queue: row.queue, id: row.id)
             let payload: [UInt8]
             do {
-              payload = try vault.open(row.envelope, context: context)
+              payload = try vault.open(row.envelope, context: recordContext)
             } catch is EnvelopeError {
               let version = (try? Envelope.header(of: row.envelope).version) ?? 0
               result.unopenable[version, default: 0] += 1
               continue
             }
-            let envelope = try vault.seal(payload, context: context)
+            let envelope = try vault.seal(payload, context: recordContext)
             let sealedVersion = try Envelope.header(of: envelope).version
             try envelope.withUnsafeBytes { bytes in
               try target.withUnsafeBytes { target in
@@ -100,7 +103,8 @@ extension QueueContainer: SealedContainer {
       guard let last = rows.last?.seq else { return victims }
       for row in rows {
         do {
-          _ = try vault.open(row.envelope, context: context(queue: row.queue, id: row.id))
+          _ = try vault.open(
+            row.envelope, context: .queue(containerID: storage.containerID, queue: row.queue, id: row.id))
         } catch is EnvelopeError {
           victims.append(row.seq)
         }

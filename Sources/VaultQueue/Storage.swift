@@ -282,7 +282,8 @@ final class Storage {
     olderThanVersion = try connection.prepare(
       """
       SELECT seq, id, queue, envelope FROM records
-      WHERE substr(CAST(envelope AS BLOB), 1, 13) = ?1 AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3 ORDER BY seq LIMIT ?4
+      WHERE substr(CAST(envelope AS BLOB), 1, 13) IN (?1, ?5) AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3
+      ORDER BY seq LIMIT ?4
       """)
     replaceEnvelope = try connection.prepare(
       "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"

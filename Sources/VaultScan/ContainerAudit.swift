@@ -5,7 +5,7 @@ import VaultQueue
 /// The container half of a scan: every SQLite database the walker reads is also read as a vault
 /// queue container, on the descriptor the walker opened, over one read-only connection.
 ///
-/// Without keys, each value in the envelope column must be a format-1 envelope of the container's
+/// Without keys, each value in the envelope column must be an envelope (format 1 or 2) of the container's
 /// own keyring whose ciphertext looks random; one that is not (plaintext written there, a truncated
 /// or foreign record) is an `envelope-column` finding. With a vault (`--verify`), every envelope is
 /// also opened with the context the queue sealed it with, and each one that does not open is an
@@ -31,7 +31,8 @@ extension Scanner {
         guard let vault else { return }
         counts[String(version), default: 0] += 1
         do {
-          _ = try vault.open(envelope, context: QueueContainer.context(queue: queue, id: id))
+          _ = try vault.open(
+            envelope, context: QueueContainer.context(containerID: reader.containerID ?? "", queue: queue, id: id))
           report.verify?.opened += 1
         } catch let error as EnvelopeError {
           report.verify?.failed += 1
@@ -59,9 +60,9 @@ extension Scanner {
     do {
       let header = try Envelope.header(of: envelope)
       if header.keyring.hex != keyring { return "foreign-keyring" }
-      return looksLowEntropy(envelope.dropFirst(Envelope.headerCount)) ? "low-entropy" : nil
-    } catch let error as EnvelopeError {
-      return error == .truncated ? "truncated" : "not-an-envelope"
+      return looksLowEntropy(envelope.dropFirst(Envelope.headerCount(format: header.format))) ? "low-entropy" : nil
+    } catch EnvelopeError.truncated {
+      return "truncated"
     } catch {
       return "not-an-envelope"
     }

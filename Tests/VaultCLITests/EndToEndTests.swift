@@ -22,7 +22,7 @@ final class EndToEndTests: XCTestCase {
   func testSealOpenRotateOpenOldStatus() throws {
     let sealed = try vault(["--home", home, "seal", "--context", "memo:1"], input: secret)
     XCTAssertEqual(sealed.status, 0, sealed.error)
-    XCTAssertEqual(sealed.output.count, secret.count + 45)
+    XCTAssertEqual(sealed.output.count, secret.count + 89)
     XCTAssertNil(sealed.outputText.range(of: "north gate"), "the envelope hides the plaintext")
 
     let opened = try vault(["--home", home, "open", "--context", "memo:1"], input: sealed.output)
@@ -71,7 +71,9 @@ final class EndToEndTests: XCTestCase {
   func testBadInputToOpenGetsDistinctErrorsAndNoOutput() throws {
     let sealed = try vault(["--home", home, "seal", "--context", "memo:1"], input: secret).output
     var tampered = sealed
-    tampered[40] ^= 0x01
+    tampered[80] ^= 0x01
+    var tamperedRandom = sealed
+    tamperedRandom[40] ^= 0x01
     let other = TemporaryDirectory()
     try vault(["--home", other.sub("h"), "init", "--store", "keyfile", "--keyfile", other.sub("k/k.keys")])
     let foreign = try vault(["--home", other.sub("h"), "seal", "--context", "memo:1"], input: secret).output
@@ -82,6 +84,7 @@ final class EndToEndTests: XCTestCase {
       ("plain text", secret, "not a vault envelope", 1),
       ("truncated", Array(sealed.prefix(30)), "truncated", 1),
       ("tampered", tampered, "authentication failed", 1),
+      ("tampered random value", tamperedRandom, "key commitment mismatch", 1),
       ("another vault", foreign, "belongs to vault", 1),
     ]
     for (name, input, message, code) in cases {
@@ -94,7 +97,7 @@ final class EndToEndTests: XCTestCase {
     }
     let wrongContext = try vault(["--home", home, "open", "--context", "memo:2"], input: sealed)
     XCTAssertEqual(wrongContext.status, 1)
-    XCTAssertTrue(wrongContext.error.contains("authentication failed"))
+    XCTAssertTrue(wrongContext.error.contains("the context differs from the one it was sealed with"))
     XCTAssertTrue(wrongContext.output.isEmpty)
   }
 

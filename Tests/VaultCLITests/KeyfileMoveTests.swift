@@ -39,7 +39,10 @@ final class KeyfileMoveTests: XCTestCase {
     // A record sealed by the previous release under version 1 (the independent implementation).
     let sealed = try Spawn.run(
       "/usr/bin/env",
-      ["python3", packageRoot() + "/tools/interop/vault_envelope.py", "seal", "--keyfile", inside, "--context", "c"],
+      [
+        "python3", packageRoot() + "/tools/interop/vault_envelope.py", "seal", "--keyfile", inside, "--context", "c",
+        "--format", "1",
+      ],
       input: Array("sealed before the upgrade".utf8))
     XCTAssertEqual(sealed.status, 0, sealed.error)
 

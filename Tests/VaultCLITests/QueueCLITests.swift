@@ -40,7 +40,7 @@ final class QueueCLITests: XCTestCase {
     XCTAssertEqual(stats["by_version"] as? [String: Int], ["1": 5])
     XCTAssertEqual(stats["by_queue"] as? [String: Int], ["outbox": 1, "telemetry": 4])
     XCTAssertEqual((stats["dropped"] as? [String: Int])?.values.reduce(0, +), 0)
-    XCTAssertEqual(stats["bytes"] as? Int, 9 + 45 + 4 * (2 + 45))
+    XCTAssertEqual(stats["bytes"] as? Int, 9 + 89 + 4 * (2 + 89))
     XCTAssertFalse(directoryContains(home, "canary-q1"), "the payload is sealed on disk")
 
     let rotated = try json(["rotate", "--json"])

@@ -49,8 +49,8 @@ final class ScanCLITests: XCTestCase {
     XCTAssertEqual((verify["containers"] as? [String: [String: Int]])?[home + "/queue.sqlite"], ["1": 5])
     try sqlite3(
       home + "/queue.sqlite",
-      "UPDATE records SET envelope = substr(envelope, 1, 40) || "
-        + "(CASE WHEN substr(envelope, 41, 1) = x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) "
+      "UPDATE records SET envelope = substr(envelope, 1, 80) || "
+        + "(CASE WHEN substr(envelope, 81, 1) = x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 82) "
         + "WHERE seq = (SELECT min(seq) FROM records)"
     )
     let bad = try vault(["--home", home, "scan", home, "--verify"])
@@ -69,7 +69,7 @@ final class ScanCLITests: XCTestCase {
       home + "/queue.sqlite",
       """
       UPDATE records SET envelope = CAST('a memo written in plain text by a buggy writer' AS BLOB) WHERE seq = 1;
-      UPDATE records SET envelope = substr(envelope, 1, 29) || zeroblob(64) WHERE seq = 2;
+      UPDATE records SET envelope = substr(envelope, 1, 73) || zeroblob(64) WHERE seq = 2;
       """)
     let run = try vault(["scan", home, "--json"])
     XCTAssertEqual(run.status, 1)

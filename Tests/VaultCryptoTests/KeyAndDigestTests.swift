@@ -61,57 +61,34 @@ final class KeyAndDigestTests: XCTestCase {
   }
 }
 
-final class NonceSourceTests: XCTestCase {
-  func testNoncesAreDistinctAcrossManyBlocks() throws {
-    let source = NonceSource()
+final class KernelRandomTests: XCTestCase {
+  func testEachDrawIsFresh() throws {
     var seen = Set<[UInt8]>()
-    var nonce = [UInt8](repeating: 0, count: 12)
-    for _ in 0..<5_000 {  // about 15 blocks
-      try nonce.withUnsafeMutableBytes { try source.next(into: $0) }
-      XCTAssertNotEqual(nonce, [UInt8](repeating: 0, count: 12))
-      seen.insert(nonce)
+    var value = [UInt8](repeating: 0, count: 24)
+    for _ in 0..<5_000 {
+      try value.withUnsafeMutableBytes { try KernelRandom.fill($0) }
+      seen.insert(value)
     }
     XCTAssertEqual(seen.count, 5_000)
   }
 
-  func testNoncesAreDistinctAcrossThreads() throws {
-    let source = NonceSource()
+  func testDrawsAreDistinctAcrossThreads() throws {
     let collected = NonceBag()
     DispatchQueue.concurrentPerform(iterations: 4) { _ in
       var local: [[UInt8]] = []
       for _ in 0..<1_000 {
-        var nonce = [UInt8](repeating: 0, count: 12)
-        try? nonce.withUnsafeMutableBytes { try source.next(into: $0) }
-        local.append(nonce)
+        var value = [UInt8](repeating: 0, count: 24)
+        try? value.withUnsafeMutableBytes { try KernelRandom.fill($0) }
+        local.append(value)
       }
       collected.add(local)
     }
     XCTAssertEqual(Set(collected.all).count, 4_000)
   }
 
-  /// A forked child must not hand out the nonces its parent already holds in its block.
-  func testForkedChildDrawsANewBlock() throws {
-    let source = NonceSource()
-    var first = [UInt8](repeating: 0, count: 12)
-    try first.withUnsafeMutableBytes { try source.next(into: $0) }
-    var pipeEnds: [Int32] = [0, 0]
-    XCTAssertEqual(pipe(&pipeEnds), 0)
-    let pid = fork()
-    if pid == 0 {
-      var nonce = [UInt8](repeating: 0, count: 12)
-      try? nonce.withUnsafeMutableBytes { try source.next(into: $0) }
-      _ = nonce.withUnsafeBytes { write(pipeEnds[1], $0.baseAddress, 12) }
-      _exit(0)
-    }
-    close(pipeEnds[1])
-    var childNonce = [UInt8](repeating: 0, count: 12)
-    XCTAssertEqual(childNonce.withUnsafeMutableBytes { read(pipeEnds[0], $0.baseAddress, 12) }, 12)
-    close(pipeEnds[0])
-    var status: Int32 = 0
-    waitpid(pid, &status, 0)
-    var parentNext = [UInt8](repeating: 0, count: 12)
-    try parentNext.withUnsafeMutableBytes { try source.next(into: $0) }
-    XCTAssertNotEqual(childNonce, parentNext, "the child did not reuse the parent's next nonce")
+  func testMoreThanOneCallCanGiveIsRefused() throws {
+    var big = [UInt8](repeating: 0, count: 257)
+    XCTAssertThrowsError(try big.withUnsafeMutableBytes { try KernelRandom.fill($0) })
   }
 }
 

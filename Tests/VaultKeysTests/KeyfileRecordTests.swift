@@ -210,7 +210,10 @@ final class KeyfileRecordTests: XCTestCase {
       .manifestMirror, bytes: [UInt8](repeating: 4, count: KeyStoreRecord.maximumByteCount), keyring: keyring)
     let script = packageRoot() + "/tools/interop/vault_envelope.py"
     let sealed = try Spawn.run(
-      "/usr/bin/env", ["python3", script, "seal", "--keyfile", store.path, "--context", "ctx", "--version", "1"],
+      "/usr/bin/env",
+      [
+        "python3", script, "seal", "--keyfile", store.path, "--context", "ctx", "--version", "1", "--format", "1",
+      ],
       input: Array("hello".utf8))
     XCTAssertEqual(sealed.status, 0, sealed.error)
     let envelope = sealed.output

@@ -28,8 +28,26 @@ final class ManifestTests: XCTestCase {
     XCTAssertEqual(info.st_mode & 0o777, 0o600)
     // The file stays JSON an older release can read far enough to see the format.
     let object = try JSONSerialization.jsonObject(with: Data(read.bytes)) as? [String: Any]
-    XCTAssertEqual(object?["format"] as? Int, 2)
+    XCTAssertEqual(object?["format"] as? Int, 3, "a version of suite 2 makes it format 3")
     XCTAssertEqual((object?["mac"] as? String)?.count, 64)
+  }
+
+  /// Until a version of suite 2 exists the manifest stays format 2, which the release before
+  /// suites reads; from then on format 3, which that release refuses rather than seal format 1
+  /// under a suite-2 key.
+  func testTheFormatFollowsTheSuitesInIt() throws {
+    let key = try SymmetricKey.generate()
+    var manifest = try sample()
+    for index in manifest.versions.indices { manifest.versions[index].suite = nil }
+    let old = try ManifestFile.parse(try ManifestFile.sign(manifest, key: key), path: "m")
+    XCTAssertEqual(old.manifest.format, 2)
+    XCTAssertEqual(old.manifest.versions.map(\.effectiveSuite), manifest.versions.map { _ in 1 })
+    manifest.versions[0].suite = 2
+    XCTAssertEqual(try ManifestFile.parse(try ManifestFile.sign(manifest, key: key), path: "m").manifest.format, 3)
+    manifest.versions[0].suite = 7
+    XCTAssertThrowsError(try ManifestFile.parse(try ManifestFile.sign(manifest, key: key), path: "m")) {
+      XCTAssertEqual($0 as? ManifestFile.Failure, .corrupt(path: "m", reason: "key version 1 has unknown suite 7"))
+    }
   }
 
   func testAnyChangedByteFailsTheMAC() throws {
@@ -63,7 +81,7 @@ final class ManifestTests: XCTestCase {
     let key = try SymmetricKey.generate()
     var text = String(decoding: try ManifestFile.sign(try sample(), key: key), as: UTF8.self)
     text = text.replacingOccurrences(
-      of: "\"format\" : 2,", with: "\"format\" : 2,\n  \"future_guard\" : {\"keep\" : [1, 2]},")
+      of: "\"format\" : 3,", with: "\"format\" : 3,\n  \"future_guard\" : {\"keep\" : [1, 2]},")
     text = text.replacingOccurrences(of: "\"version\" : 1", with: "\"version\" : 1, \"future_flag\" : true")
     let parsed = try ManifestFile.parse(Array(text.utf8), path: "m")
     let rewritten = String(decoding: try ManifestFile.sign(parsed.manifest, key: key), as: UTF8.self)

@@ -353,7 +353,7 @@ final class CapVictimTests: XCTestCase {
     let queue = try QueueContainer(
       path: temporary.sub("q.sqlite"), vault: vault,
       configuration: QueueConfiguration(byteCap: 2000, capVictims: .only(["telemetry"])))
-    let memo = [UInt8](repeating: 7, count: 600)
+    let memo = [UInt8](repeating: 7, count: 560)  // 649 bytes sealed: three fit under the cap
     try queue.enqueue(memo, queue: "memos")
     try queue.enqueue(memo, queue: "memos")
     // Telemetry fills the rest, then keeps coming: it only ever displaces older telemetry.

@@ -166,7 +166,7 @@ final class QueueContainerTests: XCTestCase {
   }
 
   func testByteCapDropsTheOldestInsideTheEnqueueAndCountsThem() throws {
-    let record = [UInt8](repeating: 0xAA, count: 955)  // 1000 bytes sealed
+    let record = [UInt8](repeating: 0xAA, count: 911)  // 1000 bytes sealed
     let queue = try container(QueueConfiguration(byteCap: 10_000))
     var ids: [UUID] = []
     for _ in 0..<25 {
@@ -181,14 +181,14 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(stats.dropped["cap"], 15)
     XCTAssertEqual(try queue.list().map(\.id), ids.suffix(10).map { $0.uuidString.lowercased() }, "the newest are kept")
     XCTAssertThrowsError(try queue.enqueue([UInt8](repeating: 0, count: 20_000), queue: "q")) {
-      XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 20_045, cap: 10_000))
+      XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 20_089, cap: 10_000))
     }
   }
 
   /// The byte total is cached per connection; writes through another connection (another
   /// process) must still be counted exactly.
   func testByteCapHoldsAcrossTwoConnections() throws {
-    let record = [UInt8](repeating: 0xAB, count: 955)  // 1000 bytes sealed
+    let record = [UInt8](repeating: 0xAB, count: 911)  // 1000 bytes sealed
     let first = try container(QueueConfiguration(byteCap: 10_000))
     let second = try container(QueueConfiguration(byteCap: 10_000))
     for round in 0..<30 {

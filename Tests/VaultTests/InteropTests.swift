@@ -28,6 +28,7 @@ final class InteropTests: XCTestCase {
       let plaintext = (0..<size).map { UInt8(truncatingIfNeeded: $0 * 7) }
       let context = "queue:outbox|id:\(size)"
       let envelope = try vault.seal(plaintext, context: Array(context.utf8))
+      XCTAssertEqual(envelope[3], 2, "format 2")
       let opened = try Spawn.run(
         "/usr/bin/env", ["python3", script, "open", "--keyfile", keyfile, "--context", context], input: envelope)
       XCTAssertEqual(opened.status, 0, opened.error)
@@ -42,6 +43,50 @@ final class InteropTests: XCTestCase {
     }
   }
 
+  /// Queue records: the structured context with the container id, both ways.
+  func testQueueContextsAgreeBothWays() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let (container, queue, id) = ("89abcdef01234567", "outbox", "0f8e4c2a-9b1d-4e3f-8a7b-6c5d4e3f2a1b")
+    let context = EnvelopeContext.queue(containerID: container, queue: queue, id: id)
+    let plaintext = Array(#"{"to":"ops"}"#.utf8)
+    let arguments = ["--keyfile", keyfile, "--queue-context", container, queue, id]
+    let opened = try Spawn.run(
+      "/usr/bin/env", ["python3", script, "open"] + arguments, input: try vault.seal(plaintext, context: context))
+    XCTAssertEqual(opened.status, 0, opened.error)
+    XCTAssertEqual(opened.output, plaintext)
+    let sealed = try Spawn.run("/usr/bin/env", ["python3", script, "seal"] + arguments, input: plaintext)
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertEqual(try vault.open(sealed.output, context: context), plaintext)
+    // The same record claimed by another container of this vault does not open.
+    XCTAssertThrowsError(
+      try vault.open(sealed.output, context: .queue(containerID: "0000000000000000", queue: queue, id: id)))
+  }
+
+  /// A format-1 envelope made with a suite-2 version's key (by a tool that ignores the suite) is
+  /// refused by vault, whose manifest binds each version to one suite.
+  func testAFormatOneEnvelopeUnderASuiteTwoVersionIsRefused() throws {
+    let temporary = TemporaryDirectory()
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    let sealed = try Spawn.run(
+      "/usr/bin/env", ["python3", script, "seal", "--keyfile", keyfile, "--context", "c", "--format", "1"],
+      input: Array("x".utf8))
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertThrowsError(try vault.open(sealed.output, context: Array("c".utf8))) {
+      XCTAssertEqual($0 as? EnvelopeError, .suiteMismatch(version: 1, envelope: 1, key: 2))
+    }
+  }
+
+  /// The independent implementation checks C2SP's XAES-256-GCM vectors and the published format-2
+  /// vectors (which EnvelopeVectorTests checks vault against), every bit flip included.
+  func testTheIndependentImplementationPassesItsSelfTest() throws {
+    let run = try Spawn.run("/usr/bin/env", ["python3", script, "selftest"])
+    XCTAssertEqual(run.status, 0, run.outputText + run.error)
+    XCTAssertTrue(run.outputText.contains("checks passed"), run.outputText)
+  }
+
   func testPythonRejectsAWrongContextToo() throws {
     let temporary = TemporaryDirectory()
     let keyfile = temporary.sub("keys/v.keys")
@@ -50,6 +95,7 @@ final class InteropTests: XCTestCase {
     let opened = try Spawn.run(
       "/usr/bin/env", ["python3", script, "open", "--keyfile", keyfile, "--context", "b"], input: envelope)
     XCTAssertEqual(opened.status, 1)
+    XCTAssertTrue(opened.error.contains("key commitment mismatch"), opened.error)
     XCTAssertTrue(opened.output.isEmpty)
   }
 }

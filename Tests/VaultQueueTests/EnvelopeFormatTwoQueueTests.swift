@@ -1,0 +1,96 @@
+import Foundation
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import Vault
+@testable import VaultQueue
+
+/// Format 2 in queue containers: contexts carry the container id, and a vault whose key versions
+/// are from before format 2 seals format 1 until its next rotation, which converts every record.
+final class EnvelopeFormatTwoQueueTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var store: InMemoryKeyStore!
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    store = InMemoryKeyStore()
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func makeVault(suiteOne: Bool) throws -> Vault {
+    let home = temporary.sub("home")
+    let vault = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    guard suiteOne else { return vault }
+    // What the release before format 2 wrote: versions without a suite (suite 1), manifest format 2.
+    try vault.withManifestLock {
+      var manifest = vault.manifest
+      manifest.versions[0].suite = nil
+      try vault.save(manifest)
+    }
+    let reopened = try Vault.open(home: home, resolver: .fixed(store))
+    XCTAssertEqual(try ManifestFile.read(home: home).manifest.format, 2)
+    return reopened
+  }
+
+  private func sqlite(_ path: String, _ sql: String) throws {
+    let run = try Spawn.run("/usr/bin/sqlite3", [path, sql])
+    XCTAssertEqual(run.status, 0, run.error)
+  }
+
+  func testARowCopiedIntoAnotherContainerOfTheSameVaultDoesNotOpenThere() throws {
+    let vault = try makeVault(suiteOne: false)
+    let first = try QueueContainer(path: temporary.sub("a.sqlite"), vault: vault)
+    let second = try QueueContainer(path: temporary.sub("b.sqlite"), vault: vault)
+    XCTAssertNotEqual(first.containerID, second.containerID)
+    let id = UUID()
+    try first.enqueue(Array("moved record".utf8), queue: "outbox", id: id)
+    try sqlite(
+      temporary.sub("b.sqlite"),
+      "ATTACH '\(temporary.sub("a.sqlite"))' AS a; INSERT INTO records SELECT * FROM a.records;")
+    XCTAssertEqual(try second.claim(queue: "outbox"), [], "the copied row is not handed out")
+    XCTAssertEqual(try second.stats().byState["review"], 1, "it is kept for review, counted undecryptable")
+    XCTAssertEqual(try first.claim(queue: "outbox").map(\.payload), [Array("moved record".utf8)])
+  }
+
+  func testAVaultFromBeforeFormatTwoSealsFormatOneUntilRotationConvertsEveryRecord() throws {
+    let vault = try makeVault(suiteOne: true)
+    XCTAssertFalse(Vault.warnings(vault.manifest).isEmpty, "status and doctor say to rotate")
+    let path = temporary.sub("queue.sqlite")
+    let queue = try QueueContainer(path: path, vault: vault, configuration: QueueConfiguration(resealBatch: 3))
+    var ids: [UUID] = []
+    for i in 0..<10 {
+      let id = UUID()
+      ids.append(id)
+      try queue.enqueue(Array("record \(i)".utf8), queue: i % 2 == 0 ? "outbox" : "telemetry", id: id)
+    }
+    let external = try vault.sealExternal(Array("outside".utf8), context: Array("file|1".utf8))
+    XCTAssertEqual(external[3], 1)
+    XCTAssertEqual(try formats(path), Array(repeating: 1, count: 10))
+
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[path], 10)
+    XCTAssertEqual(vault.manifest.record(2)?.suite, 2)
+    XCTAssertTrue(Vault.warnings(vault.manifest).isEmpty)
+    XCTAssertEqual(try formats(path), Array(repeating: 2, count: 10))
+    XCTAssertEqual(try queue.recordCounts().byVersion, [2: 10])
+    var payloads: [UUID: [UInt8]] = [:]
+    for name in ["outbox", "telemetry"] {
+      for record in try queue.claim(queue: name) { payloads[record.id] = record.payload }
+    }
+    XCTAssertEqual(
+      payloads, Dictionary(uniqueKeysWithValues: ids.enumerated().map { ($1, Array("record \($0)".utf8)) }))
+    XCTAssertEqual(try vault.open(external, context: Array("file|1".utf8)), Array("outside".utf8), "version 1 kept")
+    XCTAssertEqual(try vault.seal(Array("new".utf8), context: Array("c".utf8))[3], 2)
+  }
+
+  private func formats(_ path: String) throws -> [UInt8] {
+    let fd = open(path, O_RDONLY)
+    defer { close(fd) }
+    let reader = try ContainerReader(descriptor: fd, path: path, live: true)
+    var formats: [UInt8] = []
+    try reader.forEachEnvelope { _, _, _, envelope in formats.append(envelope[3]) }
+    return formats
+  }
+}
