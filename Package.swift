@@ -33,7 +33,7 @@ let package = Package(
       swiftSettings: strict),
     // The scan audits vault's containers itself (one walk, one reader): it reads them through VaultQueue.
     .target(
-      name: "VaultScan", dependencies: ["Vault", "VaultQueue", "VaultCrypto", "CZlib", "CCompression"],
+      name: "VaultScan", dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression"],
       swiftSettings: strict),
     .target(
       name: "VaultCLI",

@@ -5,8 +5,8 @@
 #   tools/bench-crypto.sh [SECONDS]      (default 2 seconds per measurement)
 #
 # Targets (issue 2): seal and open ≥ 0.8× OpenSSL at 16 KiB and ≥ 0.5× at 1 KiB.
-# OpenSSL's figure is raw EVP encryption of a buffer; vault's includes the random nonce, the
-# 29-byte header, the output allocation and the tag.
+# OpenSSL's figure is raw EVP encryption of a buffer; vault's is a format-2 seal: a getrandom(2) call, two
+# SHA-256 hashes, the XAES key derivation and a GCM re-key, the 89-byte overhead and the allocation.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -123,10 +123,10 @@ public enum Envelope {
     let count = body.count - AESGCMKey.tagByteCount
     return try encoded.withUnsafeBytes { encoded in
       try withNonce(random: random, context: encoded) { nonce in
-        var expected = [UInt8](repeating: 0, count: commitmentByteCount)
-        try expected.withUnsafeMutableBytes { try commitment(key: key, nonce: nonce, into: $0) }
-        let matches = expected.withUnsafeBytes {
-          constantTimeEquals($0, UnsafeRawBufferPointer(rebasing: envelope[41..<73]))
+        let matches = try withUnsafeTemporaryAllocation(byteCount: commitmentByteCount, alignment: 1) { expected in
+          try commitment(key: key, nonce: nonce, into: expected)
+          return constantTimeEquals(
+            UnsafeRawBufferPointer(expected), UnsafeRawBufferPointer(rebasing: envelope[41..<73]))
         }
         guard matches else { throw EnvelopeError.keyCommitmentMismatch }
         do {
@@ -147,11 +147,10 @@ public enum Envelope {
   static func withNonce<T>(
     random: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> T
   ) throws -> T {
-    var digest = [UInt8](repeating: 0, count: SHA256.byteCount)
-    try nonceLabel.withUnsafeBytes { label in
-      try digest.withUnsafeMutableBytes { try SHA256.hash([label, random, context], into: $0) }
+    try withUnsafeTemporaryAllocation(byteCount: SHA256.byteCount, alignment: 1) { digest in
+      try nonceLabel.withUnsafeBytes { label in try SHA256.hash(label, random, context, into: digest) }
+      return try body(UnsafeRawBufferPointer(rebasing: digest[0..<XAESKey.nonceByteCount]))
     }
-    return try digest.withUnsafeBytes { try body(UnsafeRawBufferPointer(rebasing: $0[0..<XAESKey.nonceByteCount])) }
   }
 
   /// C = SHA-256(label ‖ K ‖ N), into `output` (32 bytes).
@@ -159,7 +158,7 @@ public enum Envelope {
     throws
   {
     try commitmentLabel.withUnsafeBytes { label in
-      try key.material.withUnsafeBytes { material in try SHA256.hash([label, material, nonce], into: output) }
+      try key.material.withUnsafeBytes { material in try SHA256.hash(label, material, nonce, into: output) }
     }
   }
 
@@ -280,14 +279,16 @@ public struct EnvelopeContext: Sendable, Equatable {
 
   /// E: the domain's length (1 byte) and bytes, then each part's length (4 bytes, big-endian) and bytes.
   package var encoded: [UInt8] {
-    var out: [UInt8] = [UInt8(domain.utf8.count)] + Array(domain.utf8)
-    out.reserveCapacity(out.count + parts.reduce(0) { $0 + 4 + $1.count })
+    var out: [UInt8] = []
+    out.reserveCapacity(1 + domain.utf8.count + parts.reduce(0) { $0 + 4 + $1.count })
+    out.append(UInt8(domain.utf8.count))
+    out.append(contentsOf: domain.utf8)
     for part in parts {
       // Four bytes of length: a context part of 4 GiB or more cannot be encoded (nor held sensibly).
       precondition(part.count <= Int(UInt32.max), "context part too large to encode")
       let length = UInt32(part.count)
-      out += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
-      out += part
+      for shift in [24, 16, 8, 0] as [UInt32] { out.append(UInt8(truncatingIfNeeded: length >> shift)) }
+      out.append(contentsOf: part)
     }
     return out
   }
@@ -314,7 +315,7 @@ public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
 
   public var description: String {
     switch self {
-    case .notAnEnvelope: "input is not a vault envelope (no VLT header)"
+    case .notAnEnvelope: "input is not a vault envelope (no complete VLT header)"
     case .truncated(let format):
       "the envelope is truncated (shorter than the \(Envelope.overhead(format: format))-byte minimum of format \(format))"
     case .unsupportedFormat(let format): "envelope format \(format) is not supported by this version of vault"

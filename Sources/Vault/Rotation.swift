@@ -52,10 +52,14 @@ public struct RecordCounts: Sendable, Equatable {
   /// Rows whose envelope is not one of this vault's (no header, another keyring): no key of this
   /// vault can open them, so they do not keep any version alive.
   public var foreign: Int
+  /// The envelope suites seen per version (from each header's suite byte): what a version that
+  /// was compacted out of the manifest is listed again with when its records still need it.
+  public var suitesByVersion: [UInt32: Set<UInt8>]
 
-  public init(byVersion: [UInt32: Int], foreign: Int = 0) {
+  public init(byVersion: [UInt32: Int], foreign: Int = 0, suitesByVersion: [UInt32: Set<UInt8>] = [:]) {
     self.byVersion = byVersion
     self.foreign = foreign
+    self.suitesByVersion = suitesByVersion
   }
 }
 
@@ -235,6 +239,7 @@ extension Vault {
       var resealed: [String: Int] = [:]
       var unopenable: [String: [UInt32: Int]] = [:]
       var inUse: [UInt32: [String]] = [:]
+      var suitesInUse: [UInt32: Set<UInt8>] = [:]
       var logNotEmptied: [String] = []
       for registered in manifest.containers {
         let container = try provider.open(path: registered.path, vault: self)
@@ -244,8 +249,10 @@ extension Vault {
         resealed[registered.path] = result.resealed
         if !result.unopenable.isEmpty { unopenable[registered.path] = result.unopenable }
         if try !checkpointWithRetries(container) { logNotEmptied.append(registered.path) }
-        for (version, count) in try container.recordCounts().byVersion where count > 0 && version != active {
+        let counts = try container.recordCounts()
+        for (version, count) in counts.byVersion where count > 0 && version != active {
           inUse[version, default: []].append(registered.path)
+          suitesInUse[version, default: []].formUnion(counts.suitesByVersion[version] ?? [])
         }
       }
 
@@ -322,8 +329,13 @@ extension Vault {
           next.versions[index].state = .decryptOnly
           next.versions[index].retiredAt = nil
         } else {
-          // Compacted away, yet its key is present and needed: list it again.
-          next.versions.append(KeyVersionRecord(version: version, state: .decryptOnly, createdAt: now))
+          // Compacted away, yet its key is present and needed: list it again, with the suite its
+          // envelopes were sealed in (a version from before suites, suite 1, stays suite 1).
+          let seen = suitesInUse[version] ?? []
+          next.versions.append(
+            KeyVersionRecord(
+              version: version, state: .decryptOnly, createdAt: now,
+              suite: seen == [Envelope.suiteXAES256GCMCommitted] ? Envelope.suiteXAES256GCMCommitted : nil))
           next.versions.sort { $0.version < $1.version }
         }
       }

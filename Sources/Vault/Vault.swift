@@ -12,6 +12,8 @@ import VaultKeys
 public final class Vault: Sendable {
   public let home: String
   public let keyringID: KeyringID
+  /// `manifest.json` in the home, made once: every `seal` and `open` looks at it.
+  private let manifestPath: String
   let store: any KeyStore
   let clock: @Sendable () -> Date
   private let state: Mutex<State>
@@ -38,6 +40,7 @@ public final class Vault: Sendable {
     clock: @escaping @Sendable () -> Date
   ) {
     self.home = home
+    self.manifestPath = ManifestFile.path(home: home)
     self.keyringID = manifest.keyringID!
     self.store = store
     self.clock = clock
@@ -269,11 +272,11 @@ public final class Vault: Sendable {
         try Envelope.sealFormat1(plaintext, key: key, keyring: keyringID, version: version, context: $0)
       }
     default:
-      var random = [UInt8](repeating: 0, count: Envelope.randomByteCount)
-      try random.withUnsafeMutableBytes { try KernelRandom.fill($0) }
-      return try random.withUnsafeBytes { random in
-        try Envelope.sealFormat2(
-          plaintext, key: key, keyring: keyringID, version: version, random: random, context: context)
+      return try withUnsafeTemporaryAllocation(byteCount: Envelope.randomByteCount, alignment: 1) { random in
+        try KernelRandom.fill(random)
+        return try Envelope.sealFormat2(
+          plaintext, key: key, keyring: keyringID, version: version, random: UnsafeRawBufferPointer(random),
+          context: context)
       }
     }
   }
@@ -337,7 +340,7 @@ public final class Vault: Sendable {
 
   /// Reloads when the manifest file is not the one this process last saw.
   func refreshIfChanged() throws {
-    let current = FileStamp(ManifestFile.path(home: home))
+    let current = FileStamp(manifestPath)
     if current != state.withLock({ $0.stamp }) { try reload() }
   }
 

@@ -43,17 +43,26 @@ enum ArgumentParser {
     var index = 0
     var rawValue: [UInt8] = []
     func value(for name: String, inline: String?) throws(UsageError) -> String {
+      let text: String
       if let inline {
         // The name and "=" are ASCII, so they are the same bytes in the raw argument.
         rawValue = Array(raw[index].dropFirst(name.utf8.count + 1))
-        return inline
+        text = inline
+      } else {
+        index += 1
+        guard index < argv.count else {
+          throw UsageError(message: "missing value for '\(name)'", command: result.command)
+        }
+        rawValue = raw[index]
+        text = argv[index]
       }
-      index += 1
-      guard index < argv.count else {
-        throw UsageError(message: "missing value for '\(name)'", command: result.command)
+      // Only --context is taken as bytes. Any other value that is not UTF-8 would reach vault
+      // repaired (invalid bytes become U+FFFD), so two different names (queues, paths) would
+      // become one: refuse it instead.
+      guard name == "--context" || Array(text.utf8) == rawValue else {
+        throw UsageError(message: "the value of '\(name)' is not valid UTF-8", command: result.command)
       }
-      rawValue = raw[index]
-      return argv[index]
+      return text
     }
     while index < argv.count {
       let argument = argv[index]

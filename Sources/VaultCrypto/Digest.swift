@@ -1,5 +1,6 @@
 // C boundary: SHA-256 and HKDF-SHA256 through OpenSSL EVP.
 import COpenSSL
+import Synchronization
 
 /// SHA-256 (FIPS 180-4).
 public enum SHA256 {
@@ -19,23 +20,41 @@ public enum SHA256 {
     try data.withUnsafeBytes { (buffer) in try hash(buffer) }
   }
 
-  /// Hashes the concatenation of `parts` into `output` (32 bytes) without copying them together.
-  public static func hash(_ parts: [UnsafeRawBufferPointer], into output: UnsafeMutableRawBufferPointer) throws {
+  /// Hashes `a ‖ b ‖ c` into `output` (32 bytes) without copying them together. Digest contexts
+  /// are pooled: one per call would cost more than hashing a short input.
+  public static func hash(
+    _ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer,
+    into output: UnsafeMutableRawBufferPointer
+  ) throws {
     guard let md = sha256Digest else { throw CryptoError.library(call: "EVP_MD_fetch(SHA256)") }
     guard output.count == byteCount else {
       throw CryptoError.invalidLength(what: "digest output", expected: byteCount, actual: output.count)
     }
-    guard let context = EVP_MD_CTX_new() else { throw CryptoError.library(call: "EVP_MD_CTX_new") }
-    defer { EVP_MD_CTX_free(context) }
-    try check(EVP_DigestInit_ex(context, md, nil), "EVP_DigestInit_ex")
-    for part in parts where part.count > 0 {
-      try check(EVP_DigestUpdate(context, part.baseAddress, part.count), "EVP_DigestUpdate")
+    let context = try digestContexts.withLock { $0.popLast() } ?? DigestContext()
+    defer { digestContexts.withLock { if $0.count < 8 { $0.append(context) } } }
+    try check(EVP_DigestInit_ex(context.pointer, md, nil), "EVP_DigestInit_ex")
+    for part in [a, b, c] where part.count > 0 {
+      try check(EVP_DigestUpdate(context.pointer, part.baseAddress, part.count), "EVP_DigestUpdate")
     }
     var length: UInt32 = 0
     try check(
-      EVP_DigestFinal_ex(context, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &length),
+      EVP_DigestFinal_ex(context.pointer, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &length),
       "EVP_DigestFinal_ex")
   }
+
+  private static let digestContexts = Mutex<[DigestContext]>([])
+}
+
+/// An owned `EVP_MD_CTX`, freed on deinit; used by one thread at a time.
+final class DigestContext: @unchecked Sendable {
+  let pointer: OpaquePointer
+
+  init() throws {
+    guard let pointer = EVP_MD_CTX_new() else { throw CryptoError.library(call: "EVP_MD_CTX_new") }
+    self.pointer = pointer
+  }
+
+  deinit { EVP_MD_CTX_free(pointer) }
 }
 
 /// HKDF with SHA-256 (RFC 5869), extract-then-expand.

@@ -20,11 +20,14 @@ public enum SecureRandom {
     }
   }
 
-  /// A random (version 4) UUID from the DRBG. Foundation's `UUID()` must not be used for record
+  /// A random (version 4) UUID from `getrandom(2)`. Foundation's `UUID()` must not be used for record
   /// ids: when it cannot open /dev/urandom (too many open files) it returns the same UUID every
   /// time, and the queue then drops every later record as a "duplicate".
   public static func uuid() throws -> UUID {
-    var bytes = try self.bytes(16)
+    // From the kernel, like envelope nonces: record ids are part of queue contexts, and nothing a
+    // cloned process holds should make two records share one.
+    var bytes = [UInt8](repeating: 0, count: 16)
+    try bytes.withUnsafeMutableBytes { try KernelRandom.fill($0) }
     bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
     bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
     return UUID(

@@ -42,19 +42,23 @@ public final class XAESKey: Sendable {
   public func deriveKey(nonce: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws {
     try AESGCMKey.require(nonce.count, Self.nonceByteCount, "nonce")
     try AESGCMKey.require(output.count, SymmetricKey.byteCount, "derived key")
-    var blocks = [UInt8](repeating: 0, count: 32)
-    defer { blocks.withUnsafeMutableBytes { cleanse($0) } }
-    subkey.withUnsafeBytes { k1 in
-      for (index, counter) in [(0, UInt8(1)), (16, UInt8(2))] {
-        blocks[index + 1] = counter
-        blocks[index + 2] = 0x58  // "X"
-        for i in 0..<12 { blocks[index + 4 + i] = nonce[i] }
-        for i in 0..<16 { blocks[index + i] ^= k1[i] }
+    try withUnsafeTemporaryAllocation(byteCount: 32, alignment: 16) { blocks in
+      defer { cleanse(blocks) }
+      subkey.withUnsafeBytes { k1 in
+        // M1 = 00 01 'X' 00 ‖ N[0..<12], M2 = 00 02 'X' 00 ‖ N[0..<12], each XOR K1.
+        for (index, counter) in [(0, UInt8(1)), (16, UInt8(2))] {
+          blocks[index] = 0
+          blocks[index + 1] = counter
+          blocks[index + 2] = 0x58  // "X"
+          blocks[index + 3] = 0
+          for i in 0..<12 { blocks[index + 4 + i] = nonce[i] }
+          for i in 0..<16 { blocks[index + i] ^= k1[i] }
+        }
       }
+      let context = try borrow(blockEncrypters) { try Self.blockEncrypter(key) }
+      defer { giveBack(context, to: blockEncrypters) }
+      try Self.encryptBlocks(context, UnsafeRawBufferPointer(blocks), into: output)
     }
-    let context = try borrow(blockEncrypters) { try Self.blockEncrypter(key) }
-    defer { giveBack(context, to: blockEncrypters) }
-    try blocks.withUnsafeBytes { try Self.encryptBlocks(context, $0, into: output) }
   }
 
   /// Encrypts `plaintext` into `output` (`plaintext.count + 16` bytes: ciphertext, then tag) under
@@ -92,10 +96,11 @@ public final class XAESKey: Sendable {
   }
 
   private func withDerivedKey(_ nonce: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
-    var derived = [UInt8](repeating: 0, count: SymmetricKey.byteCount)
-    defer { derived.withUnsafeMutableBytes { cleanse($0) } }
-    try derived.withUnsafeMutableBytes { try deriveKey(nonce: nonce, into: $0) }
-    try derived.withUnsafeBytes { try body($0) }
+    try withUnsafeTemporaryAllocation(byteCount: SymmetricKey.byteCount, alignment: 16) { derived in
+      defer { cleanse(derived) }
+      try deriveKey(nonce: nonce, into: derived)
+      try body(UnsafeRawBufferPointer(derived))
+    }
   }
 
   private static func blockEncrypter(_ key: SymmetricKey) throws -> CipherContext {

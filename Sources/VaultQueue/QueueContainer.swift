@@ -192,6 +192,7 @@ public final class QueueContainer: @unchecked Sendable {
       }
       let version = header[13..<17].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
       counts.byVersion[version, default: 0] += count
+      counts.suitesByVersion[version, default: []].insert(header[header.startIndex + 4])
     }
     return counts
   }

@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultKeys
 import VaultQueue
 
 /// The container half of a scan: every SQLite database the walker reads is also read as a vault
@@ -21,6 +22,19 @@ extension Scanner {
     do {
       let reader = try ContainerReader(descriptor: fd, path: path, live: live)
       guard let keyring = reader.keyringID else { return }
+      // A file at a registered container's path must hold that container: the records of another
+      // (a file swapped in, its meta edited to claim the id) are not what the vault registered,
+      // however well they open, and rotation and the queue refuse such a file too.
+      if let vault, let registered = Self.registration(of: fd, in: vault.manifest), let expected = registered.id,
+        reader.containerID != expected
+      {
+        report.add(
+          Finding(
+            file: path, offset: 0, region: "live-cell", detector: "envelope-verify", encoding: "replaced-container",
+            excerpt: "registered as container \(expected), holds \(reader.containerID ?? "none")"))
+        report.verify?.failed += 1
+        return
+      }
       try reader.forEachEnvelope { id, queue, version, envelope in
         if let problem = Self.columnProblem(envelope, keyring: keyring) {
           report.add(
@@ -52,6 +66,17 @@ extension Scanner {
       // A corrupt or unreadable database must not hide what the rest of the scan found.
       report.incomplete.append(Skipped(path: path, reason: "envelope columns not checked: \(Self.kind(of: error))"))
       if vault != nil { report.verify?.unreadable += 1 }
+    }
+  }
+
+  /// The registered container whose path is the file open at `fd` (same device and inode), if any.
+  static func registration(of fd: Int32, in manifest: Manifest) -> ContainerRecord? {
+    var file = stat()
+    guard fstat(fd, &file) == 0 else { return nil }
+    return manifest.containers.first { container in
+      var registered = stat()
+      return stat(container.path, &registered) == 0 && registered.st_dev == file.st_dev
+        && registered.st_ino == file.st_ino
     }
   }
 

@@ -132,4 +132,17 @@ final class QueueCLITests: XCTestCase {
       (status["versions"] as! [[String: Any]]).map { $0["state"] as? String },
       ["retired", "retired", "retired", "active"])
   }
+
+  /// Option values are text: bytes that are not UTF-8 would be repaired into U+FFFD, and two
+  /// different queue names (or paths) would become one. Only --context is taken as bytes.
+  func testAnOptionValueThatIsNotUTF8IsRefused() throws {
+    for name in ["\\377", "\\376"] {
+      let run = try Spawn.run(
+        "/bin/sh",
+        ["-c", "printf p | \"$0\" --home \"$1\" queue put --queue \"$(printf '\(name)')\"", vaultBinary(), home])
+      XCTAssertEqual(run.status, 64, run.error)
+      XCTAssertTrue(run.error.contains("the value of '--queue' is not valid UTF-8"), run.error)
+    }
+    XCTAssertEqual(try json(["queue", "stats", "--json"])["total"] as? Int, 0, "nothing was stored")
+  }
 }

@@ -99,6 +99,31 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(run.error.contains("the audit is incomplete"), run.error)
   }
 
+  /// A registered container whose file was swapped for another that claims its id (the outside
+  /// review's case: rows copied in, `meta.container_id` edited) is not vouched for by `--verify`,
+  /// however well the copied rows open.
+  func testVerifyRefusesAFileThatIsNotTheRegisteredContainer() throws {
+    let temporary = TemporaryDirectory()
+    let home = try makeHome(temporary)
+    let first = home + "/queue.sqlite"
+    let second = temporary.sub("other.sqlite")
+    try vault(["--home", home, "queue", "put", "--queue", "outbox"], input: Array("one".utf8))
+    try vault(["--home", home, "queue", "put", "--queue", "outbox", "--container", second], input: Array("two".utf8))
+    XCTAssertEqual(try vault(["--home", home, "scan", second, "--verify"]).status, 0)
+    try sqlite3(
+      second,
+      """
+      ATTACH '\(first)' AS a;
+      DELETE FROM records;
+      INSERT INTO records (id, queue, created_at, size, key_version, state, envelope)
+        SELECT id, queue, created_at, size, key_version, state, envelope FROM a.records;
+      UPDATE meta SET value = (SELECT value FROM a.meta WHERE key = 'container_id') WHERE key = 'container_id';
+      """)
+    let run = try vault(["--home", home, "scan", second, "--verify"])
+    XCTAssertEqual(run.status, 1, run.outputText)
+    XCTAssertTrue(run.outputText.contains("envelope-verify (replaced-container)"), run.outputText)
+  }
+
   private func sqlite3(_ path: String, _ sql: String) throws {
     let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"
     XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)

@@ -294,7 +294,8 @@ final class ContainerReviewRegressionTests: XCTestCase {
     for i in 0..<5 { try queue.enqueue([UInt8(i)], queue: "q") }
     try queue.checkpoint()
     try sqlite(path, "UPDATE records SET envelope = CAST(envelope AS TEXT)")
-    XCTAssertEqual(try queue.recordCounts(), RecordCounts(byVersion: [1: 5]))
+    XCTAssertEqual(try queue.recordCounts().byVersion, [1: 5])
+    XCTAssertEqual(try queue.recordCounts().foreign, 0)
     let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[path], 5)
     XCTAssertEqual(report.retired, [1])
@@ -302,7 +303,7 @@ final class ContainerReviewRegressionTests: XCTestCase {
   }
 
   /// Near the open-file limit Foundation's UUID() returns one constant UUID, and every record
-  /// after the first was reported as a duplicate and dropped. Default ids come from the DRBG.
+  /// after the first was reported as a duplicate and dropped. Default ids come from getrandom(2).
   func testDefaultIdsStayUniqueWithNoFileDescriptorsLeft() throws {
     let queue = try QueueContainer(path: path, vault: vault)
     var descriptors: [Int32] = []

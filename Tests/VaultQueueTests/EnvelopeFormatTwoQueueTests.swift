@@ -85,6 +85,33 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
     XCTAssertEqual(try vault.seal(Array("new".utf8), context: Array("c".utf8))[3], 2)
   }
 
+  /// A suite-1 version compacted out of the manifest whose key is still stored and whose record a
+  /// container still holds is listed again as suite 1 (what its envelopes say), never as the
+  /// current suite: then the record opens and the next rotation re-seals it.
+  func testAVersionListedAgainKeepsTheSuiteItsEnvelopesUse() throws {
+    let vault = try makeVault(suiteOne: true)
+    let path = temporary.sub("queue.sqlite")
+    let queue = try QueueContainer(path: path, vault: vault)
+    let id = UUID()
+    try queue.enqueue(Array("sealed under version 1".utf8), queue: "outbox", id: id)
+    // A new active version without re-sealing, then version 1 compacted away (as after many
+    // rotations) while its key stays in the store and its record in a restored container.
+    try vault.withManifestLock {
+      try vault.addPendingVersion()
+      try vault.completePendingVersion()
+      var manifest = vault.manifest
+      manifest.versions.removeAll { $0.version == 1 }
+      try vault.save(manifest)
+    }
+    XCTAssertNil(vault.manifest.record(1))
+    let first = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(first.keptBecause["1"]?.isEmpty, false, "version 1 is kept: a record needs it")
+    XCTAssertEqual(vault.manifest.record(1)?.effectiveSuite, 1)
+    let second = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(second.resealed[path], 1)
+    XCTAssertEqual(try queue.claim(queue: "outbox").map(\.payload), [Array("sealed under version 1".utf8)])
+  }
+
   private func formats(_ path: String) throws -> [UInt8] {
     let fd = open(path, O_RDONLY)
     defer { close(fd) }

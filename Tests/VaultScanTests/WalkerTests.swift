@@ -109,6 +109,6 @@ final class WalkerTests: XCTestCase {
     XCTAssertEqual(verified.verify?.failed, 1)
     XCTAssertEqual(
       verified.findings.filter { $0.detector == "envelope-verify" }.map { $0.encoding ?? "" },
-      ["input is not a vault envelope (no VLT header)"])
+      ["input is not a vault envelope (no complete VLT header)"])
   }
 }

@@ -145,6 +145,42 @@ final class EnvelopeTests: XCTestCase {
     XCTAssertThrowsError(try vault.open(envelope + [0], context: context))
   }
 
+  /// Random mutations (bytes replaced, inserted or removed, runs spliced in from another envelope
+  /// of the same vault, headers grafted onto other bodies): never a crash, and never anything
+  /// opened but the unchanged envelope.
+  func testRandomMutationsNeverOpen() throws {
+    let plaintext = Array("a record worth forging".utf8)
+    let envelope = try vault.seal(plaintext, context: context)
+    let other = try vault.seal(Array("another record entirely".utf8), context: context)
+    var generator = SystemRandomNumberGenerator()
+    var opened = 0
+    for _ in 0..<20_000 {
+      var mutated = envelope
+      for _ in 0..<Int.random(in: 1...4, using: &generator) {
+        let index = Int.random(in: 0..<max(mutated.count, 1), using: &generator)
+        switch Int.random(in: 0..<5, using: &generator) {
+        case 0 where !mutated.isEmpty: mutated[index] = UInt8.random(in: 0...255, using: &generator)
+        case 1: mutated.insert(UInt8.random(in: 0...255, using: &generator), at: min(index, mutated.count))
+        case 2 where !mutated.isEmpty: mutated.remove(at: index)
+        case 3:
+          let start = Int.random(in: 0..<other.count, using: &generator)
+          let end = min(other.count, start + Int.random(in: 1...40, using: &generator))
+          let at = min(index, mutated.count)
+          mutated.replaceSubrange(at..<min(mutated.count, at + (end - start)), with: other[start..<end])
+        default: mutated = Array(mutated.prefix(index))
+        }
+      }
+      do {
+        let result = try vault.open(mutated, context: context)
+        XCTAssertEqual(result, plaintext)
+        XCTAssertEqual(mutated, envelope, "only the unchanged envelope opens")
+        opened += 1
+      } catch is EnvelopeError {
+      }
+    }
+    XCTAssertLessThan(opened, 20_000)
+  }
+
   /// An envelope sealed under another key that claims this vault's keyring and version is a
   /// commitment mismatch, found before decrypting.
   func testAnotherKeyUnderTheSameVersionIsACommitmentMismatch() throws {
