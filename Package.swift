@@ -7,7 +7,12 @@ let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 let package = Package(
   name: "vault",
   products: [
+    // One library product per capability an app uses; each is one `import`.
     .library(name: "Vault", targets: ["Vault"]),
+    .library(name: "VaultQueue", targets: ["VaultQueue"]),
+    .library(name: "Outbox", targets: ["Outbox"]),
+    .library(name: "Telemetry", targets: ["Telemetry"]),
+    .library(name: "VaultScan", targets: ["VaultScan"]),
     .executable(name: "vault", targets: ["vault"]),
     .executable(name: "memo", targets: ["memo"]),
   ],

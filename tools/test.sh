@@ -49,4 +49,6 @@ if [ "$executed" -eq 0 ] && [ "$status" -eq 0 ]; then
   status=1
 fi
 echo "tests: $((executed - skipped - failed)) passed, $failed failed, $skipped skipped"
+# The whole run also proves the library products from outside: a package depending on this one.
+if [ $# -eq 0 ]; then tools/check-consumer.sh "$VAULT_BINARY" || status=1; fi
 exit "$status"

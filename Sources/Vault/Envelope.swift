@@ -254,16 +254,16 @@ package final class VersionKey: Sendable {
 /// A domain (`app`, `queue`, …) and one or more parts, encoded for format 2 as a length-prefixed
 /// tuple (SECURITY.md, "Contexts"), so no two different contexts encode alike and an app's context
 /// can never be taken for a queue record's.
-public struct EnvelopeContext: Sendable, Equatable {
-  public let domain: String
-  public let parts: [[UInt8]]
+package struct EnvelopeContext: Sendable, Equatable {
+  package let domain: String
+  package let parts: [[UInt8]]
   /// The context bytes format 1 used for the same record (opened only; sealed only by a suite-1
   /// version that was never rotated away).
   let format1Bytes: [UInt8]
 
   /// The context of a record an application seals (`Vault.seal`, `vault seal`): one part, the
   /// caller's bytes, which must not be empty.
-  public static func app(_ bytes: [UInt8]) -> EnvelopeContext {
+  package static func app(_ bytes: [UInt8]) -> EnvelopeContext {
     EnvelopeContext(domain: "app", parts: [bytes], format1Bytes: bytes)
   }
 
@@ -333,6 +333,25 @@ public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
       "authentication failed: the envelope was modified, or the context does not match the one it was sealed with"
     case .emptyContext:
       "a context is required to seal: it binds the record to what it is for (an empty one would let any use of this key open it)"
+    }
+  }
+}
+
+extension EnvelopeError: CodedError {
+  /// `envelope.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .notAnEnvelope: "envelope.not-an-envelope"
+    case .truncated: "envelope.truncated"
+    case .unsupportedFormat: "envelope.unsupported-format"
+    case .unsupportedSuite: "envelope.unsupported-suite"
+    case .wrongKeyring: "envelope.wrong-keyring"
+    case .unknownKeyVersion: "envelope.unknown-key-version"
+    case .retiredKeyVersion: "envelope.retired-key-version"
+    case .suiteMismatch: "envelope.suite-mismatch"
+    case .keyCommitmentMismatch: "envelope.key-commitment-mismatch"
+    case .authenticationFailed: "envelope.authentication-failed"
+    case .emptyContext: "envelope.empty-context"
     }
   }
 }

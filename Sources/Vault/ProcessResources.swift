@@ -132,3 +132,13 @@ public enum ProcessResources {
     return UInt64(limit.rlim_cur)
   }
 }
+
+extension ProcessResources.Shortage: CodedError {
+  /// `resources.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .openFiles: "resources.open-files"
+    case .threads: "resources.threads"
+    }
+  }
+}

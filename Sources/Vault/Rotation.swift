@@ -184,7 +184,7 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
     case .compromiseIncomplete(let retired, let kept):
       "the rotation after a compromise could not retire every old key yet, so the compromised key still exists"
         + (retired.isEmpty ? "" : " (retired: \(retired.map(String.init).joined(separator: ", ")))")
-        + "; kept: \(kept.joined(separator: " | ")). Fix that and run `vault rotate --compromised` again"
+        + "; kept: \(kept.joined(separator: " | ")). Fix that and run the rotation after a compromise again"
     case .aborted:
       "the rotation after a compromise was stopped before retiring anything; the new key version is active. "
         + "Run it again to finish"
@@ -205,7 +205,7 @@ extension Vault {
   ///    envelopes' headers;
   /// 4. retires (deletes the key of) an older version only when this run proved it unused: zero
   ///    records in every registered container, every container's log emptied, and no envelope
-  ///    sealed outside containers under it (`sealExternal`). A version the manifest already calls
+  ///    sealed outside containers under it (`seal`). A version the manifest already calls
   ///    retired whose key is still present gets exactly the same proof before its key is deleted.
   ///
   /// - Throws: `RotationError` when a registered container is not what was registered;
@@ -461,21 +461,20 @@ extension Vault {
     try refreshIfChanged()
     return manifest.container(at: absolutePath(path))
   }
+}
 
-  /// Seals a record that will live outside any container (a file, another database): under the
-  /// manifest lock, records the active version as used outside containers, so rotation never
-  /// retires it, and seals under exactly that version. Use this, not `seal`, for such records.
-  public func sealExternal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
-    try withManifestLock {
-      let version = manifest.activeVersion
-      if !manifest.externalSealVersions.contains(version) {
-        var next = manifest
-        next.externalSealVersions.append(version)
-        try save(next)
-      }
-      let envelope = try seal(plaintext, context: context)
-      guard try Envelope.header(of: envelope).version == version else { throw VaultError.noActiveKey }
-      return envelope
+extension RotationError: CodedError {
+  /// `rotation.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .containerMissing: "rotation.container-missing"
+    case .containerEmpty: "rotation.container-empty"
+    case .notAContainer: "rotation.not-a-container"
+    case .foreignContainer: "rotation.foreign-container"
+    case .containerReplaced: "rotation.container-replaced"
+    case .duplicateContainer: "rotation.duplicate-container"
+    case .aborted: "rotation.aborted"
+    case .compromiseIncomplete: "rotation.compromise-incomplete"
     }
   }
 }

@@ -118,7 +118,7 @@ extension Vault {
     else { return [] }
     return [
       "key version \(active.version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
-        + "2^32 records per key, no key commitment, contexts without container ids); run `vault rotate` to "
+        + "2^32 records per key, no key commitment, contexts without container ids); rotate the vault to "
         + "make a format-2 key and re-seal every container record under it"
     ]
   }

@@ -31,6 +31,9 @@ public final class Vault: Sendable {
     var epoch: UInt64
     /// Set when the manifest in the home was older than the key store's copy and was superseded.
     var supersededStaleManifest = false
+    /// The thread inside `withManifestLock`, if any (the flock is per open file, so the same
+    /// thread taking it again would wait for itself).
+    var lockHolder: pthread_t?
   }
 
   static let lockFileName = "vault.lock"
@@ -248,24 +251,104 @@ public final class Vault: Sendable {
 
   // MARK: - Seal and open
 
-  /// Seals `plaintext` under the active key, bound to the application context `context` (which
-  /// must be given again to open): `EnvelopeContext.app(context)`.
+  /// Seals `plaintext`, a record your application keeps itself (in a file, its own database,
+  /// anywhere but a vault container), bound to `context`.
   ///
-  /// Before sealing it checks whether another process changed the manifest (one `stat`), and if so
-  /// reloads it, so a long-lived process never seals under a version that was rotated away.
-  /// - Returns: an envelope of `plaintext.count + 89` bytes (format 2), or `+ 45` while the active
-  ///   version is one made before format 2 (suite 1; the next rotation ends that).
-  /// - Throws: `EnvelopeError.emptyContext` for an empty context.
-  public func seal(_ plaintext: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
-    try seal(plaintext, context: .app(Array(context)))
+  /// The context says what the record is for (`"notes/42"`); the same context must be given to
+  /// `open(_:context:)`, and a record never opens under another. It is bound as the `app` domain
+  /// of envelope format 2 (SECURITY.md, "Contexts"), so no app context can be taken for a queue
+  /// record's.
+  ///
+  /// Safe across rotation: the first seal under a key version records that version in the
+  /// manifest as used outside containers, so `rotate()` never deletes a key such a record may
+  /// need (only a rotation after a compromise does, and says so). A seal waits while a rotation
+  /// holds the vault's lock.
+  ///
+  /// - Parameters:
+  ///   - plaintext: the record, any size up to the memory available (it is held twice).
+  ///   - context: what the record is for; must not be empty.
+  /// - Returns: the envelope: `plaintext.count + 89` bytes (format 2), or `+ 45` while the
+  ///   active key version is one made before format 2 (`status` then says to rotate).
+  /// - Throws: `EnvelopeError.emptyContext`; `KeyStoreError` when the key store cannot be read
+  ///   (a locked keyring, a timeout); `VaultError` when the active key is missing or wrong.
+  public func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
+    Data(try Self.withBytes(of: plaintext) { try sealPinned($0, context: .app(Array(context.utf8))) })
   }
 
-  /// Seals `plaintext` under the active key, bound to `context`, in the format of the active
-  /// version's suite.
+  /// Seals `plaintext` bound to a context given as bytes (not necessarily UTF-8; compared byte for
+  /// byte), both as byte arrays. Otherwise the same as `seal(_:context:)` with a `String` context.
+  public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
+    try plaintext.withUnsafeBytes { try sealPinned($0, context: .app(context)) }
+  }
+
+  /// Opens an envelope made by `seal(_:context:)` (or by `vault seal`) with the same context.
+  ///
+  /// - Parameters:
+  ///   - envelope: the bytes `seal` returned, unchanged.
+  ///   - context: the context it was sealed with.
+  /// - Returns: the plaintext. Nothing is returned unless every check passed.
+  /// - Throws: `EnvelopeError`, a distinct case for each reason (not an envelope, truncated,
+  ///   another vault's, a retired or unknown key version, a context or key that does not match,
+  ///   a modified byte), never saying anything about the contents; `KeyStoreError` when the key
+  ///   store cannot be read right now.
+  public func open(_ envelope: some DataProtocol, context: String) throws -> Data {
+    Data(try Self.withBytes(of: envelope) { try open($0, context: .app(Array(context.utf8))) })
+  }
+
+  /// Opens an envelope sealed with a context given as bytes, both as byte arrays.
+  public func open(_ envelope: [UInt8], context: [UInt8]) throws -> [UInt8] {
+    try envelope.withUnsafeBytes { try open($0, context: .app(context)) }
+  }
+
+  /// Calls `body` with the bytes of `data`, copying only when they are not contiguous.
+  private static func withBytes<T>(of data: some DataProtocol, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows
+    -> T
+  {
+    if let result = try data.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) {
+      return result
+    }
+    return try Array(data).withUnsafeBytes(body)
+  }
+
+  /// Seals under the active version after making sure the manifest pins it as used outside
+  /// containers. Under the lock's shared mode no rotation can run meanwhile, so the version sealed
+  /// under is the one found pinned; the first seal under a version pins it under the exclusive lock.
+  private func sealPinned(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext) throws -> [UInt8] {
+    guard !context.isEmpty else { throw EnvelopeError.emptyContext }
+    if !holdsManifestLock {
+      let lock = try FileLock(path: home + "/" + Self.lockFileName, shared: true)
+      defer { lock.release() }
+      try refreshIfChanged()
+      let (version, pinned) = state.withLock { ($0.manifest.activeVersion, $0.manifest.externalSealVersions) }
+      if pinned.contains(version) { return try seal(plaintext, context: context, under: version) }
+    }
+    return try withManifestLock {
+      let version = manifest.activeVersion
+      if !manifest.externalSealVersions.contains(version) {
+        var next = manifest
+        next.externalSealVersions.append(version)
+        try save(next)
+      }
+      return try seal(plaintext, context: context, under: version)
+    }
+  }
+
+  /// Seals a container record under the active key, bound to `context`, in the format of the
+  /// active version's suite. Records nothing: the container's own records are counted by
+  /// rotation, which re-seals them.
   package func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext) throws -> [UInt8] {
     guard !context.isEmpty else { throw EnvelopeError.emptyContext }
     try refreshIfChanged()
-    let (version, key) = try activeKey()
+    return try seal(plaintext, context: context, under: activeVersion)
+  }
+
+  /// Seals under `version`, which must be the active version or one kept decrypt-only.
+  private func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext, under version: UInt32) throws
+    -> [UInt8]
+  {
+    let state = manifest.record(version)?.state
+    guard state == .active || state == .decryptOnly else { throw VaultError.noActiveKey }
+    let key = try key(for: version)
     switch key.suite {
     case Envelope.suiteAES256GCM:
       return try context.format1Bytes.withUnsafeBytes {
@@ -279,13 +362,6 @@ public final class Vault: Sendable {
           context: context)
       }
     }
-  }
-
-  /// Opens an envelope sealed by this vault with the same application context (format 1 or 2).
-  /// - Throws: `EnvelopeError` (distinct cases for each reason), or a key store error when the
-  ///   needed key cannot be read.
-  public func open(_ envelope: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer) throws -> [UInt8] {
-    try open(envelope, context: .app(Array(context)))
   }
 
   /// Opens an envelope sealed by this vault with the same `context`, in either format. The
@@ -304,14 +380,6 @@ public final class Vault: Sendable {
       return try context.format1Bytes.withUnsafeBytes { try Envelope.openFormat1(envelope, key: key, context: $0) }
     }
     return try Envelope.openFormat2(envelope, key: key, context: context)
-  }
-
-  public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
-    try plaintext.withUnsafeBytes { p in try context.withUnsafeBytes { try seal(p, context: $0) } }
-  }
-
-  public func open(_ envelope: [UInt8], context: [UInt8]) throws -> [UInt8] {
-    try envelope.withUnsafeBytes { e in try context.withUnsafeBytes { try open(e, context: $0) } }
   }
 
   package func seal(_ plaintext: [UInt8], context: EnvelopeContext) throws -> [UInt8] {
@@ -532,12 +600,23 @@ public final class Vault: Sendable {
   }
 
   /// Runs `body` holding the home's exclusive lock, with the manifest freshly read, verified and
-  /// (if a stale copy was found) healed.
+  /// (if a stale copy was found) healed. Re-entrant on the thread that holds it: a container's
+  /// re-seal that seals inside a rotation must not wait for its own lock.
   func withManifestLock<T>(_ body: () throws -> T) throws -> T {
+    if holdsManifestLock { return try body() }
     let lock = try FileLock(path: home + "/" + Self.lockFileName)
-    defer { lock.release() }
+    state.withLock { $0.lockHolder = pthread_self() }
+    defer {
+      state.withLock { $0.lockHolder = nil }
+      lock.release()
+    }
     try adoptVerifiedManifest(heal: true)
     return try body()
+  }
+
+  /// Whether the calling thread is inside `withManifestLock`.
+  var holdsManifestLock: Bool {
+    state.withLock { state in state.lockHolder.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
   }
 
   /// Adds the next version as pending: generates its key, records its key-check value in the
@@ -671,14 +750,14 @@ struct FileStamp: Equatable, Sendable {
 }
 
 /// `path` made absolute (against the working directory) and standardised.
-public func absolutePath(_ path: String) -> String {
+package func absolutePath(_ path: String) -> String {
   let expanded = (path as NSString).expandingTildeInPath
   let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
   return (absolute as NSString).standardizingPath
 }
 
 /// ISO 8601 in UTC with seconds, as the manifest and `status --json` show times.
-public func timestamp(_ date: Date) -> String {
+package func timestamp(_ date: Date) -> String {
   let formatter = ISO8601DateFormatter()
   formatter.formatOptions = [.withInternetDateTime]
   formatter.timeZone = TimeZone(identifier: "UTC")

@@ -22,13 +22,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .alreadyExists(let home):
-      "a vault already exists at \(home); nothing was changed (use `vault status` to inspect it)"
+      "a vault already exists at \(home); nothing was changed"
     case .homeNotEmpty(let home):
       "\(home) is not empty and holds no vault manifest; if a vault lived here, restore its manifest.json "
         + "from a backup instead of creating a new vault over its data"
     case .keyfileExists(let path):
       "a keyfile already exists at \(path) and may hold the only copy of another vault's keys; "
-        + "nothing was changed (choose another --keyfile, or restore that vault's manifest)"
+        + "nothing was changed (choose another keyfile path, or restore that vault's manifest)"
     case .orphanedKeys(let home, let ids):
       "the Secret Service already holds keys for a vault at \(home) (vault id \(ids.joined(separator: ", "))) "
         + "but its manifest is missing; restore manifest.json from a backup rather than creating a new vault"
@@ -52,7 +52,7 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
         + "of it: the integrity-key item was replaced or a stray one added; remove the stray item "
         + "(or restore the key store). The manifest itself was not changed"
     case .storeMoved(let home):
-      "the keys of the vault at \(home) moved (vault keyfile move) since this process opened it; "
+      "the keys of the vault at \(home) moved (its keyfile was moved) since this process opened it; "
         + "open the vault again (nothing was written)"
     case .containerBesideKeyfile(let container, let keyfile):
       "refusing a container at \(container): it would sit beside the vault's keyfile \(keyfile), so every copy "
@@ -62,6 +62,29 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .versionsExhausted(let highest):
       "key versions are exhausted (highest is \(highest)); this vault cannot rotate again. "
         + "Move its records to a new vault"
+    }
+  }
+}
+
+extension VaultError: CodedError {
+  /// `vault.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .alreadyExists: "vault.already-exists"
+    case .homeNotEmpty: "vault.home-not-empty"
+    case .keyfileExists: "vault.keyfile-exists"
+    case .orphanedKeys: "vault.orphaned-keys"
+    case .keyMissing: "vault.key-missing"
+    case .roundTripFailed: "vault.round-trip-failed"
+    case .noActiveKey: "vault.no-active-key"
+    case .integrityKeyMissing: "vault.integrity-key-missing"
+    case .keyCheckFailed: "vault.key-check-failed"
+    case .unexpectedKeyItem: "vault.unexpected-key-item"
+    case .versionsExhausted: "vault.versions-exhausted"
+    case .notAKeyfileVault: "vault.not-a-keyfile-vault"
+    case .containerBesideKeyfile: "vault.container-beside-keyfile"
+    case .integrityKeyMismatch: "vault.integrity-key-mismatch"
+    case .storeMoved: "vault.store-moved"
     }
   }
 }

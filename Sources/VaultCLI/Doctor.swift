@@ -38,7 +38,7 @@ extension VaultCommandLine {
       if warnings.isEmpty {
         terminal.print("  envelopes:       format 2 (key version \(manifest.activeVersion), suite 2)")
       }
-      for warning in warnings { terminal.print("  envelopes:       warning: \(warning)") }
+      for warning in warnings { terminal.print("  envelopes:       warning: \(warning) (`vault rotate`)") }
     } catch {
       let (message, _) = Self.describe(error)
       terminal.print("  manifest:        \(message)")

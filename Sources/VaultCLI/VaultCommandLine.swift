@@ -131,6 +131,11 @@ public struct VaultCommandLine {
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {
+    let (message, code) = describeWithoutAdvice(error)
+    return (message + Advice.suffix(for: error), code)
+  }
+
+  private static func describeWithoutAdvice(_ error: any Error) -> (String, ExitCode) {
     switch error {
     case let failure as ManifestFile.Failure:
       if case .missing = failure { return (failure.description, .couldNotRun) }
@@ -268,7 +273,7 @@ public struct VaultCommandLine {
           + "suite \(version.suite)  records \(version.records)")
     }
     terminal.print("  manifest: \(vault.integrity)")
-    for warning in vault.warnings { terminal.print("  warning:  \(warning)") }
+    for warning in vault.warnings { terminal.print("  warning:  \(warning) (`vault rotate`)") }
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"
@@ -310,7 +315,7 @@ public struct VaultCommandLine {
       throw StandardInputError.outOfMemory(bytes: plaintext.count)
     }
     // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
-    terminal.writeOutput(try vault.sealExternal(plaintext, context: context))
+    terminal.writeOutput(try vault.seal(plaintext, context: context))
   }
 
   private func open(_ arguments: Arguments) throws {

@@ -7,20 +7,20 @@ import Synchronization
 /// Thread-safe: any number of threads may seal and open at once. Each call borrows an
 /// `EVP_CIPHER_CTX` that already holds the key schedule from a small pool, so a call costs one
 /// IV reset rather than a context allocation and key expansion.
-public final class AESGCMKey: Sendable {
-  public static let nonceByteCount = 12
-  public static let tagByteCount = 16
+package final class AESGCMKey: Sendable {
+  package static let nonceByteCount = 12
+  package static let tagByteCount = 16
 
   private let key: SymmetricKey
   private let sealers = Mutex<[CipherContext]>([])
   private let openers = Mutex<[CipherContext]>([])
   private static let poolLimit = 8
 
-  public init(_ key: SymmetricKey) { self.key = key }
+  package init(_ key: SymmetricKey) { self.key = key }
 
   /// Encrypts `plaintext` into `output`, which must be exactly `plaintext.count + 16` bytes:
   /// the ciphertext followed by the tag. `aad` and `moreAAD` are authenticated in that order.
-  public func seal(
+  package func seal(
     _ plaintext: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
     authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
     into output: UnsafeMutableRawBufferPointer
@@ -34,7 +34,7 @@ public final class AESGCMKey: Sendable {
   /// Decrypts `ciphertextAndTag` (ciphertext followed by the 16-byte tag) into `output`, which must
   /// be exactly 16 bytes shorter. On any failure `output` is zeroed and nothing is returned.
   /// - Throws: `CryptoError.authenticationFailed` if the tag does not verify.
-  public func open(
+  package func open(
     _ ciphertextAndTag: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
     authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
     into output: UnsafeMutableRawBufferPointer
@@ -160,8 +160,8 @@ enum GCM {
 }
 
 /// One-shot AES-256-GCM over arrays, for tests, vectors and callers that seal rarely.
-public enum AESGCM {
-  public static func seal(
+package enum AESGCM {
+  package static func seal(
     _ plaintext: [UInt8], using key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8] = []
   ) throws -> (ciphertext: [UInt8], tag: [UInt8]) {
     var output = [UInt8](repeating: 0, count: plaintext.count + AESGCMKey.tagByteCount)
@@ -171,7 +171,7 @@ public enum AESGCM {
     return (Array(output.prefix(plaintext.count)), Array(output.suffix(AESGCMKey.tagByteCount)))
   }
 
-  public static func open(
+  package static func open(
     ciphertext: [UInt8], tag: [UInt8], using key: SymmetricKey, nonce: [UInt8], authenticating aad: [UInt8] = []
   ) throws -> [UInt8] {
     guard tag.count == AESGCMKey.tagByteCount else { throw CryptoError.authenticationFailed }

@@ -18,3 +18,15 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     }
   }
 }
+
+extension CryptoError: CodedError {
+  /// `crypto.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .authenticationFailed: "crypto.authentication-failed"
+    case .invalidLength: "crypto.invalid-length"
+    case .randomUnavailable: "crypto.random-unavailable"
+    case .library: "crypto.library"
+    }
+  }
+}

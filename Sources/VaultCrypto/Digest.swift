@@ -58,9 +58,9 @@ final class DigestContext: @unchecked Sendable {
 }
 
 /// HKDF with SHA-256 (RFC 5869), extract-then-expand.
-public enum HKDF {
+package enum HKDF {
   /// Derives `length` bytes (at most 255 × 32) into zeroizing storage.
-  public static func deriveKey(
+  package static func deriveKey(
     inputKeyMaterial ikm: UnsafeRawBufferPointer, salt: [UInt8], info: [UInt8], length: Int
   ) throws -> SecureBytes {
     guard length > 0, length <= 255 * SHA256.byteCount else {

@@ -9,9 +9,9 @@ import Synchronization
 ///
 /// Thread-safe. The AES-256 key schedule of the main key and the derivation subkey are made once;
 /// each call borrows pooled contexts and re-keys a GCM context with the derived key.
-public final class XAESKey: Sendable {
-  public static let nonceByteCount = 24
-  public static let tagByteCount = AESGCMKey.tagByteCount
+package final class XAESKey: Sendable {
+  package static let nonceByteCount = 24
+  package static let tagByteCount = AESGCMKey.tagByteCount
 
   /// K1 of the derivation: AES-256_K(0^128) doubled in GF(2^128), as CMAC's first subkey.
   private let subkey: SecureBytes
@@ -21,7 +21,7 @@ public final class XAESKey: Sendable {
   private let openers = Mutex<[CipherContext]>([])
   private static let poolLimit = 8
 
-  public init(_ key: SymmetricKey) throws {
+  package init(_ key: SymmetricKey) throws {
     self.key = key
     var zero = [UInt8](repeating: 0, count: 16)
     var l = [UInt8](repeating: 0, count: 16)
@@ -39,7 +39,7 @@ public final class XAESKey: Sendable {
   }
 
   /// Writes the 32-byte key XAES-256-GCM uses for `nonce` (24 bytes) into `output`.
-  public func deriveKey(nonce: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws {
+  package func deriveKey(nonce: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) throws {
     try AESGCMKey.require(nonce.count, Self.nonceByteCount, "nonce")
     try AESGCMKey.require(output.count, SymmetricKey.byteCount, "derived key")
     try withUnsafeTemporaryAllocation(byteCount: 32, alignment: 16) { blocks in
@@ -63,7 +63,7 @@ public final class XAESKey: Sendable {
 
   /// Encrypts `plaintext` into `output` (`plaintext.count + 16` bytes: ciphertext, then tag) under
   /// `nonce` (24 bytes); `aad` and `moreAAD` are authenticated in that order.
-  public func seal(
+  package func seal(
     _ plaintext: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
     authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
     into output: UnsafeMutableRawBufferPointer
@@ -77,7 +77,7 @@ public final class XAESKey: Sendable {
 
   /// Decrypts `ciphertextAndTag` into `output` (16 bytes shorter); on any failure `output` is
   /// zeroed. - Throws: `CryptoError.authenticationFailed` if the tag does not verify.
-  public func open(
+  package func open(
     _ ciphertextAndTag: UnsafeRawBufferPointer, nonce: UnsafeRawBufferPointer,
     authenticating aad: UnsafeRawBufferPointer, _ moreAAD: UnsafeRawBufferPointer = .init(start: nil, count: 0),
     into output: UnsafeMutableRawBufferPointer

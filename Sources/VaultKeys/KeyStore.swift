@@ -109,9 +109,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .noSessionBus(let detail):
-      "no D-Bus session bus (\(detail)); run inside a desktop session or dbus-run-session, or use --store keyfile"
+      "no D-Bus session bus (\(detail)); run inside a desktop session or dbus-run-session, or use a keyfile store"
     case .noProvider:
-      "no Secret Service provider on the session bus (org.freedesktop.secrets); start gnome-keyring-daemon or use --store keyfile"
+      "no Secret Service provider on the session bus (org.freedesktop.secrets); start gnome-keyring-daemon or use a keyfile store"
     case .noDefaultCollection:
       "the Secret Service has no default collection; create one with your keyring manager"
     case .locked:
@@ -129,19 +129,19 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
         + "run: chmod \(isDirectory ? "700" : "600") \(path)   (then check nobody else copied it)"
     case .wrongOwner(let path, let owner, let expected) where expected == 0:
       // Never tell root to take a user's file: that would lock the user out of their own keys.
-      "keyfile \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
-        + "(e.g. sudo -u '#\(owner)' vault …), or give root a keyfile of its own with --keyfile"
+      "keyfile \(path) belongs to uid \(owner), not root; run as uid \(owner), its owner, "
+        + "or give root a keyfile of its own"
     case .wrongOwner(let path, let owner, let expected):
       "keyfile \(path) is owned by uid \(owner), not by you (uid \(expected)); if it is yours (made by vault run "
         + "with sudo), run: sudo chown \(expected) \(path); otherwise use a keyfile of your own"
     case .unsafeKeyfileDirectory(let path, let mode, let owner, let expected):
       Self.unsafeDirectoryText(path: path, mode: mode, owner: owner, expected: expected)
     case .notARegularFile(let path):
-      "\(path) is not a regular file (a symlink, directory, FIFO, socket or device); point --keyfile at a regular file"
+      "\(path) is not a regular file (a symlink, directory, FIFO, socket or device); use a regular file as the keyfile"
     case .corruptKeyfile(let path, let reason):
       "keyfile \(path) is corrupt (\(reason)); restore it from a backup: no new key was made"
     case .foreignKeyfile(let path, let found, let expected):
-      "keyfile \(path) belongs to vault \(found), not \(expected); point --keyfile at this vault's keyfile"
+      "keyfile \(path) belongs to vault \(found), not \(expected); use this vault's keyfile"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
     case .recordTooLarge(let record, let byteCount, let limit):
@@ -161,14 +161,13 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileInsideData(let path, let directory):
       "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
         + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "
-        + "~/.config/vault-keys/<vault id>.keys, is): for an existing vault run "
-        + "`vault keyfile move ~/.config/vault-keys/NAME.keys`, for a new one `init --keyfile` there"
+        + "~/.config/vault-keys/<vault id>.keys, is)"
     case .ambiguousRecord(let record, let count):
       "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
         + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"
     case .keyfileTooLarge(let path, let byteCount, let limit):
       "keyfile \(path) would grow to \(byteCount) bytes, more than the \(limit) vault reads back; nothing was "
-        + "written (retire unused key versions with `vault rotate`)"
+        + "written (rotate to retire unused key versions)"
     }
   }
 }
@@ -181,14 +180,14 @@ extension KeyStoreError {
   static func unsafeDirectoryText(path: String, mode: UInt32, owner: UInt32, expected: UInt32) -> String {
     let privateDirectory =
       "keep the keyfile in a private directory of your own (mkdir -m 700 DIR; the default, "
-      + "~/.config/vault-keys, is made that way) and give init --keyfile DIR/NAME.keys"
+      + "~/.config/vault-keys, is made that way) and put the keyfile there (DIR/NAME.keys)"
     if isShared(directoryMode: mode) {
       return "keyfile directory \(path) is shared with other users (mode \(octal(mode))), so they could read, "
         + "replace or delete keys there; do not change its mode: \(privateDirectory)"
     }
     if expected == 0 {
-      return "keyfile directory \(path) belongs to uid \(owner), not root; run vault as uid \(owner), its owner "
-        + "(e.g. sudo -u '#\(owner)' vault …), rather than handing their directory to root, or \(privateDirectory)"
+      return "keyfile directory \(path) belongs to uid \(owner), not root; run as uid \(owner), its owner, "
+        + "rather than handing their directory to root, or \(privateDirectory)"
     }
     return "keyfile directory \(path) belongs to uid \(owner), not to you (uid \(expected)), who could read or "
       + "replace keys there: \(privateDirectory)"
@@ -199,4 +198,35 @@ func octal(_ mode: UInt32) -> String { "0" + String(mode & 0o7777, radix: 8) }
 
 func formatSeconds(_ seconds: Double) -> String {
   seconds == seconds.rounded() ? String(Int(seconds)) : String(format: "%.1f", seconds)
+}
+
+extension KeyStoreError: CodedError {
+  /// `key-store.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .noSessionBus: "key-store.no-session-bus"
+    case .noProvider: "key-store.no-provider"
+    case .noDefaultCollection: "key-store.no-default-collection"
+    case .locked: "key-store.locked"
+    case .timedOut: "key-store.timed-out"
+    case .service: "key-store.service"
+    case .keyExists: "key-store.key-exists"
+    case .corruptKey: "key-store.corrupt-key"
+    case .insecurePermissions: "key-store.insecure-permissions"
+    case .wrongOwner: "key-store.wrong-owner"
+    case .unsafeKeyfileDirectory: "key-store.unsafe-keyfile-directory"
+    case .notARegularFile: "key-store.not-a-regular-file"
+    case .corruptKeyfile: "key-store.corrupt-keyfile"
+    case .foreignKeyfile: "key-store.foreign-keyfile"
+    case .io: "key-store.io"
+    case .recordTooLarge: "key-store.record-too-large"
+    case .corruptRecord: "key-store.corrupt-record"
+    case .ambiguousKey: "key-store.ambiguous-key"
+    case .duplicateKeyVersion: "key-store.duplicate-key-version"
+    case .keyfileInsideData: "key-store.keyfile-inside-data"
+    case .hardLinked: "key-store.hard-linked"
+    case .ambiguousRecord: "key-store.ambiguous-record"
+    case .keyfileTooLarge: "key-store.keyfile-too-large"
+    }
+  }
 }

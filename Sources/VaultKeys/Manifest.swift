@@ -216,7 +216,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     try JSONValue.encode(unknown, to: encoder)
   }
 
-  public init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String, home: String? = nil) {
+  package init(vaultID: KeyringID, store: StoreDescriptor, createdAt: String, home: String? = nil) {
     format = Self.currentFormat
     self.vaultID = vaultID.hex
     self.home = home
@@ -305,7 +305,7 @@ public struct Manifest: Codable, Sendable, Equatable {
 /// no canonical re-encoding is needed to verify it.
 public enum ManifestFile {
   /// The largest manifest accepted; compaction keeps real ones to a few kilobytes.
-  public static let byteLimit = 256 * 1024
+  package static let byteLimit = 256 * 1024
 
   public enum Failure: Error, Equatable, Sendable, CustomStringConvertible {
     case missing(home: String)
@@ -322,7 +322,7 @@ public enum ManifestFile {
     public var description: String {
       switch self {
       case .missing(let home):
-        "no vault at \(home) (\(Manifest.fileName) is missing); run `vault init` to create one, "
+        "no vault at \(home) (\(Manifest.fileName) is missing); create one, "
           + "or restore \(Manifest.fileName) from a backup if this vault existed"
       case .corrupt(let path, let reason):
         "the vault manifest \(path) is corrupt (\(reason)); restore it from a backup. Nothing was changed and no key was made"
@@ -346,7 +346,7 @@ public enum ManifestFile {
   }
 
   /// A manifest as read from disk, with what is needed to verify it.
-  public struct Signed: Sendable {
+  package struct Signed: Sendable {
     public let manifest: Manifest
     /// The body bytes and MAC; nil for a format-1 manifest, which has none.
     let body: [UInt8]?
@@ -363,9 +363,9 @@ public enum ManifestFile {
     }
   }
 
-  public static func path(home: String) -> String { home + "/" + Manifest.fileName }
+  package static func path(home: String) -> String { home + "/" + Manifest.fileName }
 
-  public static func exists(home: String) -> Bool {
+  package static func exists(home: String) -> Bool {
     var info = stat()
     return lstat(path(home: home), &info) == 0
   }
@@ -373,14 +373,14 @@ public enum ManifestFile {
   /// Reads and parses the manifest in `home` without verifying its MAC (the key store may be
   /// locked). Refuses a file that is not a regular file owned by the user with mode 0600 or
   /// stricter, or larger than `byteLimit`.
-  public static func read(home: String) throws -> Signed {
+  package static func read(home: String) throws -> Signed {
     let path = path(home: home)
     guard let bytes = try readPrivate(path) else { throw Failure.missing(home: home) }
     return try parse(bytes, path: path)
   }
 
   /// Parses manifest file bytes (from disk or from the key store's mirror).
-  public static func parse(_ bytes: [UInt8], path: String) throws -> Signed {
+  package static func parse(_ bytes: [UInt8], path: String) throws -> Signed {
     var body = bytes
     var mac: [UInt8]?
     if let split = splitMAC(bytes) {
@@ -405,7 +405,7 @@ public enum ManifestFile {
   }
 
   /// The file bytes of `manifest` (made current-format) signed with `key`.
-  public static func sign(_ manifest: Manifest, key: SymmetricKey) throws -> [UInt8] {
+  package static func sign(_ manifest: Manifest, key: SymmetricKey) throws -> [UInt8] {
     var manifest = manifest
     manifest.format = manifest.writtenFormat
     let encoder = JSONEncoder()
@@ -421,7 +421,7 @@ public enum ManifestFile {
   }
 
   /// Replaces the manifest in `home` with `bytes` atomically (0600, fsynced, directory fsynced).
-  public static func write(_ bytes: [UInt8], home: String) throws {
+  package static func write(_ bytes: [UInt8], home: String) throws {
     try bytes.withUnsafeBytes { try SecureFile.atomicWrite(path(home: home), bytes: $0, mode: 0o600) }
   }
 
@@ -579,11 +579,12 @@ enum JSONValue: Codable, Sendable, Equatable {
 package final class FileLock {
   private var fd: Int32
 
-  /// Blocks until the lock on `path` is taken (the file is created 0600 if needed).
-  package init(path: String) throws {
+  /// Blocks until the lock on `path` is taken (the file is created 0600 if needed): exclusive, or
+  /// `shared` with other shared holders (and never with an exclusive one).
+  package init(path: String, shared: Bool = false) throws {
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "open lock", errno: errno) }
-    while flock(fd, LOCK_EX) != 0 {
+    while flock(fd, shared ? LOCK_SH : LOCK_EX) != 0 {
       if errno == EINTR { continue }
       let code = errno
       close(fd)
@@ -599,4 +600,19 @@ package final class FileLock {
   }
 
   deinit { release() }
+}
+
+extension ManifestFile.Failure: CodedError {
+  /// `manifest.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .missing: "manifest.missing"
+    case .corrupt: "manifest.corrupt"
+    case .unsupportedFormat: "manifest.unsupported-format"
+    case .tooLarge: "manifest.too-large"
+    case .unauthenticated: "manifest.unauthenticated"
+    case .mismatchedMirror: "manifest.mismatched-mirror"
+    case .copiedHome: "manifest.copied-home"
+    }
+  }
 }

@@ -4,12 +4,12 @@ import Foundation
 import VaultCrypto
 
 /// File operations with the durability and permission rules that key material needs.
-public enum SecureFile {
+package enum SecureFile {
   /// The largest file `read` will load; keyfiles and manifests are far smaller.
   static let readLimit = 1 << 20
 
   /// Creates `path` (and missing parents) as directories with `mode`; an existing directory is kept as is.
-  public static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
+  package static func makeDirectory(_ path: String, mode: mode_t = 0o700) throws {
     var info = stat()
     if stat(path, &info) == 0 {
       guard info.st_mode & S_IFMT == S_IFDIR else {
@@ -31,7 +31,7 @@ public enum SecureFile {
   /// belongs to someone else is refused as `unsafeKeyfileDirectory`, whose hint is a private
   /// directory of the user's own: changing such a directory's mode or owner would break it for
   /// the others who use it.
-  public static func checkPrivate(_ path: String, info: stat, isDirectory: Bool) throws {
+  package static func checkPrivate(_ path: String, info: stat, isDirectory: Bool) throws {
     let me = geteuid()
     let mode = UInt32(info.st_mode)
     if isDirectory, KeyStoreError.isShared(directoryMode: mode) || info.st_uid != me {
@@ -47,7 +47,7 @@ public enum SecureFile {
 
   /// Reads a whole file into zeroizing memory. Returns nil when the file does not exist.
   /// With `requirePrivate`, the file and its directory must pass `checkPrivate`, and symlinks are refused.
-  public static func read(_ path: String, requirePrivate: Bool) throws -> SecureBytes? {
+  package static func read(_ path: String, requirePrivate: Bool) throws -> SecureBytes? {
     if requirePrivate {
       let directory = (path as NSString).deletingLastPathComponent
       var dirInfo = stat()
@@ -88,7 +88,7 @@ public enum SecureFile {
 
   /// Replaces `path` atomically with `bytes`: write a temporary file with `mode` beside it, fsync it,
   /// rename it over `path`, then fsync the directory so the rename itself is durable.
-  public static func atomicWrite(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws {
+  package static func atomicWrite(_ path: String, bytes: UnsafeRawBufferPointer, mode: mode_t = 0o600) throws {
     let directory = (path as NSString).deletingLastPathComponent
     let suffix = (try? SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()) ?? "\(getpid())"
     let temporary = path + ".tmp-" + suffix
@@ -117,7 +117,7 @@ public enum SecureFile {
   }
 
   /// fsyncs a directory so that entries created, renamed or removed in it survive a crash.
-  public static func syncDirectory(_ path: String) throws {
+  package static func syncDirectory(_ path: String) throws {
     let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "open directory", errno: errno) }
     defer { close(fd) }

@@ -136,3 +136,25 @@ public struct QueueContainerProvider: ContainerProvider {
     try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .existing)
   }
 }
+
+extension Vault {
+  /// What `vault rotate` does: makes a new key version active, opens every container registered
+  /// with this vault (queue containers), re-seals their records under the new key, and retires
+  /// (deletes the keys of) older versions only when this run proved nothing needs them.
+  ///
+  /// The report says, for each version kept, why: records sealed with `seal(_:context:)` outside
+  /// containers, records left in a container, a container that could not be emptied. Nothing is
+  /// retired when a registered container is missing or is not the one registered: the rotation
+  /// refuses first and changes nothing.
+  ///
+  /// - Parameter options: `RotationOptions()` (the default) as `vault rotate`;
+  ///   `RotationOptions(compromised: true, confirm:)` as `vault rotate --compromised`.
+  /// - Returns: what was re-sealed, retired and kept, and why.
+  /// - Throws: `RotationError` when a registered container is missing or replaced, `QueueError`
+  ///   when a container cannot be read or written, `KeyStoreError` when the key store cannot take
+  ///   a new key (a locked keyring), `VaultError` for a vault whose keys are not as recorded.
+  @discardableResult
+  public func rotate(options: RotationOptions = RotationOptions()) throws -> RotationReport {
+    try rotate(containers: QueueContainerProvider(), options: options)
+  }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 import VaultKeys
 
 /// Where a record is in its life. Stored as text in the container's `state` column.
@@ -269,8 +270,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) is registered as container \(expected) but holds container \(found ?? "without an id"); "
         + "restore the registered container (nothing was changed)"
     case .noContainer(let path):
-      "there is no vault container at \(path); nothing was created (check the path, or run `vault queue put` "
-        + "to create one there)"
+      "there is no vault container at \(path); nothing was created (check the path; opening it for writing "
+        + "creates one there)"
     case .tooManyOpenFiles(let path):
       "could not open \(path): the process has too many open files; raise the limit (ulimit -n) and retry"
     case .permissionDenied(let path):
@@ -281,6 +282,34 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .notAFile(let path):
       "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
         + "container file (nothing was opened or changed)"
+    }
+  }
+}
+
+extension QueueError: CodedError {
+  /// `queue.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .foreignContainer: "queue.foreign-container"
+    case .notAQueueContainer: "queue.not-a-queue-container"
+    case .newerSchema: "queue.newer-schema"
+    case .recordTooLarge: "queue.record-too-large"
+    case .capExceeded: "queue.cap-exceeded"
+    case .invalidQueueName: "queue.invalid-queue-name"
+    case .diskFull: "queue.disk-full"
+    case .readOnly: "queue.read-only"
+    case .corrupt: "queue.corrupt"
+    case .busy: "queue.busy"
+    case .storage: "queue.storage"
+    case .registeredContainerMissing: "queue.registered-container-missing"
+    case .registeredContainerReplaced: "queue.registered-container-replaced"
+    case .noContainer: "queue.no-container"
+    case .tooManyOpenFiles: "queue.too-many-open-files"
+    case .permissionDenied: "queue.permission-denied"
+    case .cannotOpen: "queue.cannot-open"
+    case .notAFile: "queue.not-a-file"
+    case .fileTooLarge: "queue.file-too-large"
+    case .outOfMemory: "queue.out-of-memory"
     }
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 
 /// One place where data that should not be on disk was found.
 public struct Finding: Codable, Equatable, Sendable {
@@ -159,6 +160,15 @@ public enum ScanError: Error, Equatable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .unreadable(let path, let code): "cannot read \(path): \(String(cString: strerror(code)))"
+    }
+  }
+}
+
+extension ScanError: CodedError {
+  /// `scan.` and the case, in kebab case: stable across releases.
+  public var code: String {
+    switch self {
+    case .unreadable: "scan.unreadable"
     }
   }
 }

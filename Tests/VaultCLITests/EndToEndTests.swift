@@ -134,7 +134,7 @@ final class EndToEndTests: XCTestCase {
     XCTAssertEqual(run.status, 1)
     XCTAssertTrue(run.error.contains("belongs to uid 4242"), run.error)
     // Root is told to run as the owner, never to take the user's keyfile (issue 8, item 17).
-    XCTAssertTrue(run.error.contains("run vault as uid 4242"), run.error)
+    XCTAssertTrue(run.error.contains("run as uid 4242"), run.error)
     XCTAssertFalse(run.error.contains("chown"), run.error)
   }
 

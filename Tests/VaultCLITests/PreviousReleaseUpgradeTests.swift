@@ -47,7 +47,7 @@ final class PreviousReleaseUpgradeTests: XCTestCase {
     let before = try json(try vault(["--home", home, "status", "--json"]))
     XCTAssertEqual((before["versions"] as? [[String: Any]])?.compactMap { $0["suite"] as? Int }, [1, 1])
     XCTAssertEqual((before["warnings"] as? [String])?.count, 1)
-    XCTAssertTrue((before["warnings"] as? [String])?.first?.contains("vault rotate") == true)
+    XCTAssertTrue((before["warnings"] as? [String])?.first?.contains("rotate the vault") == true)
     let doctor = try vault(["--home", home, "doctor"])
     XCTAssertTrue(doctor.outputText.contains("envelopes:       warning: key version 2 seals envelope format 1"))
     let text = try vault(["--home", home, "status"])

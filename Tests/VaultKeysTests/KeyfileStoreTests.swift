@@ -106,7 +106,7 @@ final class KeyfileStoreTests: XCTestCase {
     XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
       XCTAssertEqual(error as? KeyStoreError, .wrongOwner(path: store.path, owner: 4242, expected: 0))
       // Root is told to run as the owner, never to take the user's file (PermissionHintTests).
-      XCTAssertTrue(String(describing: error).contains("run vault as uid 4242"))
+      XCTAssertTrue(String(describing: error).contains("run as uid 4242"))
     }
   }
 

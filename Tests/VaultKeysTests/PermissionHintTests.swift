@@ -77,7 +77,7 @@ final class PermissionHintTests: XCTestCase {
     XCTAssertEqual(chown(theirs, 4242, 4242), 0)
     let text = refusal(theirs + "/v.keys")
     XCTAssertFalse(text.contains("chown"), text)
-    XCTAssertTrue(text.contains("run vault as uid 4242"), text)
+    XCTAssertTrue(text.contains("run as uid 4242"), text)
   }
 
   func testRootIsNeverToldToTakeAnotherUsersKeyfile() throws {
@@ -88,7 +88,7 @@ final class PermissionHintTests: XCTestCase {
     XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
       let text = String(describing: error)
       XCTAssertFalse(text.contains("chown"), text)
-      XCTAssertTrue(text.contains("run vault as uid 4242"), text)
+      XCTAssertTrue(text.contains("run as uid 4242"), text)
     }
   }
 }

@@ -65,7 +65,7 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
       ids.append(id)
       try queue.enqueue(Array("record \(i)".utf8), queue: i % 2 == 0 ? "outbox" : "telemetry", id: id)
     }
-    let external = try vault.sealExternal(Array("outside".utf8), context: Array("file|1".utf8))
+    let external = try vault.seal(Array("outside".utf8), context: Array("file|1".utf8))
     XCTAssertEqual(external[3], 1)
     XCTAssertEqual(try formats(path), Array(repeating: 1, count: 10))
 

@@ -31,7 +31,7 @@ final class ReviewRegressionTests: XCTestCase {
   func testSealExternalRecordsTheVersionItSealsUnder() throws {
     let stale = try Vault.open(home: vault.home, resolver: .fixed(store))
     _ = try vault.rotate(containers: QueueContainerProvider())
-    let envelope = try stale.sealExternal(Array("file".utf8), context: [1])
+    let envelope = try stale.seal(Array("file".utf8), context: [1])
     XCTAssertEqual(try Envelope.header(of: envelope).version, 2)
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.externalSealVersions, [2])
     let queue = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)

@@ -32,7 +32,7 @@ final class KeyAndManifestHardeningTests: XCTestCase {
   func testAVersionMarkedRetiredIsNotDeletedWhileRecordsStillNeedIt() throws {
     let vault = try memoryVault()
     let container = RecordingContainer(name: "q.db")
-    container.records.append(([1], try vault.seal([42], context: [1])))
+    container.records.append(([1], try vault.sealRecord([42], context: [1])))
     // v1 marked retired (a crash between marking and deleting, or a restored container): its key
     // is still in the store and a record still needs it.
     var manifest = vault.manifest
@@ -77,7 +77,7 @@ final class KeyAndManifestHardeningTests: XCTestCase {
     let keyfile = temporary.sub("keys/v.keys")
     let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
     let longLived = try Vault.open(home: vault.home)
-    let old = try longLived.seal([1], context: [1])
+    let old = try longLived.sealRecord([1], context: [1])
     // Another process rotates and retires v1 (one empty container proves it unused).
     let other = try Vault.open(home: vault.home)
     let report = try other.rotate([RecordingContainer(name: "q.db")])
@@ -161,7 +161,7 @@ final class KeyAndManifestHardeningTests: XCTestCase {
     let container = RecordingContainer(name: "late.db")
     container.records.append(([7], try vault.seal([7], context: [7])))
     let containers = try InMemoryContainers(vault, [container])
-    let outside = try vault.sealExternal([9], context: [9])
+    let outside = try vault.seal([9], context: [9])
     try backup.write(to: URL(fileURLWithPath: ManifestFile.path(home: vault.home)))
 
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
@@ -221,7 +221,7 @@ final class KeyAndManifestHardeningTests: XCTestCase {
     var broken = try vault.seal([2], context: [2])
     broken[30] ^= 1
     container.records.append(([2], broken))
-    _ = try vault.sealExternal([3], context: [3])
+    _ = try vault.seal([3], context: [3])
 
     let asked = Asked()
     let stop = RotationOptions(compromised: true, confirm: { plan in asked.add(plan) ?? .abort })
@@ -265,7 +265,7 @@ final class RotationSoakTests: XCTestCase {
     let keyfile = temporary.sub("keys/v.keys")
     let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
     let container = RecordingContainer(name: "q.db")
-    container.records.append(([1], try vault.seal([42], context: [1])))
+    container.records.append(([1], try vault.sealRecord([42], context: [1])))
     let containers = try InMemoryContainers(vault, [container])
     let rounds = 2000
     var sizes: [Int] = []

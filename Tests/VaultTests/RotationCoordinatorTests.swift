@@ -14,7 +14,7 @@ final class RotationCoordinatorTests: XCTestCase {
     let container = RecordingContainer(name: "queue.db")
     for i in 0..<10 {
       container.records.append(
-        (Array("id \(i)".utf8), try vault.seal(Array("body \(i)".utf8), context: Array("id \(i)".utf8))))
+        (Array("id \(i)".utf8), try vault.sealRecord(Array("body \(i)".utf8), context: Array("id \(i)".utf8))))
     }
     let report = try vault.rotate([container])
     XCTAssertEqual(container.calls, ["raise 2", "reseal 2", "checkpoint", "count"])
@@ -49,7 +49,7 @@ final class RotationCoordinatorTests: XCTestCase {
       func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int { 0 }
       func compact() throws {}
     }
-    let stuck = Stuck(try vault.seal([1, 2, 3], context: [0]))
+    let stuck = Stuck(try vault.sealRecord([1, 2, 3], context: [0]))
     let report = try vault.rotate([stuck])
     XCTAssertEqual(report.retired, [])
     XCTAssertEqual(report.keptVersions, [1])
@@ -72,11 +72,28 @@ final class RotationCoordinatorTests: XCTestCase {
     let store = InMemoryKeyStore()
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
-    let outside = try vault.seal(Array("kept outside any container".utf8), context: [5])
+    // A record sealed the way a container seals (nothing pinned) that no container counts: its
+    // version is retired, and opening it says so.
+    let lost = try vault.sealRecord(Array("held by no container".utf8), context: [5])
     _ = try vault.rotate([RecordingContainer(name: "empty.db")])
-    XCTAssertThrowsError(try vault.open(outside, context: [5])) {
+    XCTAssertThrowsError(try vault.open(lost, context: [5])) {
       XCTAssertEqual($0 as? EnvelopeError, .retiredKeyVersion(1))
     }
+  }
+
+  /// The public `seal` is safe by default: a record kept outside any container keeps its key
+  /// through any number of rotations (the danger the test above shows needs the package API).
+  func testAPublicSealKeepsItsKeyThroughRotations() throws {
+    let temporary = TemporaryDirectory()
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let outside = try vault.seal(Data("kept outside any container".utf8), context: "notes/1")
+    let container = RecordingContainer(name: "empty.db")
+    for _ in 0..<3 { _ = try vault.rotate([container]) }
+    XCTAssertEqual(try vault.open(outside, context: "notes/1"), Data("kept outside any container".utf8))
+    XCTAssertEqual(vault.manifest.record(1)?.state, .decryptOnly)
+    XCTAssertEqual(vault.manifest.externalSealVersions, [1])
   }
 }
 
@@ -111,7 +128,7 @@ final class RotationResumeTests: XCTestCase {
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     let records = RecordingContainer(name: "q.db")
-    records.records.append((Array("a".utf8), try vault.seal(Array("body".utf8), context: Array("a".utf8))))
+    records.records.append((Array("a".utf8), try vault.sealRecord(Array("body".utf8), context: Array("a".utf8))))
     let container = FailingOnceContainer(records)
     XCTAssertThrowsError(try vault.rotate([container]))
     XCTAssertEqual(vault.manifest.resealing, 2)

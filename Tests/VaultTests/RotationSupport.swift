@@ -29,7 +29,7 @@ final class RecordingContainer: SealedContainer, @unchecked Sendable {
     for index in records.indices where try Envelope.header(of: records[index].envelope).version < version {
       do {
         let plaintext = try vault.open(records[index].envelope, context: records[index].context)
-        records[index].envelope = try vault.seal(plaintext, context: records[index].context)
+        records[index].envelope = try vault.sealRecord(plaintext, context: records[index].context)
         result.resealed += 1
       } catch is EnvelopeError {
         result.unopenable[try Envelope.header(of: records[index].envelope).version, default: 0] += 1
@@ -107,5 +107,13 @@ extension Vault {
     -> RotationReport
   {
     try rotate(containers: try InMemoryContainers(self, containers), options: options)
+  }
+}
+
+extension Vault {
+  /// Seals as a container does (package API): nothing is pinned, so rotation may retire the
+  /// version once no container counts the record. The fakes above hold their records this way.
+  func sealRecord(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
+    try seal(plaintext, context: EnvelopeContext.app(context))
   }
 }

@@ -25,7 +25,7 @@ final class VaultLifecycleTests: XCTestCase {
     XCTAssertThrowsError(try vault.seal(Array("note".utf8), context: [])) { error in
       XCTAssertEqual(error as? EnvelopeError, .emptyContext)
     }
-    XCTAssertThrowsError(try vault.sealExternal(Array("note".utf8), context: [])) { error in
+    XCTAssertThrowsError(try vault.seal(Array("note".utf8), context: [])) { error in
       XCTAssertEqual(error as? EnvelopeError, .emptyContext)
     }
     let sealed = try vault.seal(Array("note".utf8), context: [0])

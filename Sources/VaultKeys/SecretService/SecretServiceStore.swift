@@ -32,7 +32,7 @@ public enum SecretTransfer: String, Equatable, Sendable {
     case .plain:
       "the Secret Service offers only a plain transfer session: keys cross the session bus unencrypted, "
         + "readable by any process that can watch the bus; use a provider that supports encrypted sessions "
-        + "(gnome-keyring, KWallet) or --store keyfile"
+        + "(gnome-keyring, KWallet) or a keyfile store"
     }
   }
 }

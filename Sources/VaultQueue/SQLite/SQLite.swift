@@ -4,7 +4,7 @@ import Foundation
 
 /// A SQLite failure: the result code, SQLite's message and what vault was doing.
 /// Bound values never appear in it (they may be user data).
-public struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
+package struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible {
   public let code: Int32
   public let message: String
   public let operation: String

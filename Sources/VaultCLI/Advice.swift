@@ -1,0 +1,29 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
+
+/// What the command line adds to a library error: the `vault` command or option that does what the
+/// error asks for. The library's own texts name no command (an app has none of them); the CLI
+/// prints the library's text followed by this.
+enum Advice {
+  /// The command-line advice for `error`, starting with its separator, or "" when there is none.
+  static func suffix(for error: any Error) -> String {
+    switch error {
+    case VaultError.alreadyExists: return " (use `vault status` to inspect it)"
+    case ManifestFile.Failure.missing: return "; `vault init` creates one"
+    case KeyStoreError.noSessionBus, KeyStoreError.noProvider: return " (`vault init --store keyfile`)"
+    case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,
+      KeyStoreError.unsafeKeyfileDirectory(_, _, let owner, let expected) where expected == 0 && owner != 0:
+      return " (e.g. sudo -u '#\(owner)' vault …, or `vault init --keyfile PATH`)"
+    case KeyStoreError.keyfileInsideData:
+      return
+        ": for an existing vault run `vault keyfile move ~/.config/vault-keys/NAME.keys`, for a new one "
+        + "`init --keyfile` there"
+    case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
+    case QueueError.noContainer: return " (`vault queue put` creates one there)"
+    case RotationError.compromiseIncomplete: return " (`vault rotate --compromised`)"
+    default: return ""
+    }
+  }
+}

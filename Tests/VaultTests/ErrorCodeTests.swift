@@ -1,0 +1,50 @@
+import Foundation
+import VaultKeys
+import XCTest
+
+@testable import Vault
+
+/// Library errors read as sentences through `localizedDescription`, carry stable codes, and give
+/// no command-line advice (the CLI adds its own; see VaultCLI's Advice).
+final class ErrorCodeTests: XCTestCase {
+  let samples: [any CodedError] = [
+    EnvelopeError.authenticationFailed, EnvelopeError.keyCommitmentMismatch, EnvelopeError.truncated(format: 2),
+    EnvelopeError.emptyContext, VaultError.alreadyExists(home: "/h"),
+    VaultError.keyMissing(version: 1, store: .keyfile),
+    KeyStoreError.locked, KeyStoreError.noProvider, KeyStoreError.noSessionBus(detail: "d"),
+    KeyStoreError.keyfileInsideData(path: "/h/k", dataDirectory: "/h"),
+    KeyStoreError.keyfileTooLarge(path: "/k", byteCount: 2, limit: 1),
+    KeyStoreError.wrongOwner(path: "/k", owner: 1000, expected: 0), CryptoError.randomUnavailable,
+    RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
+    ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
+  ]
+
+  func testLocalizedDescriptionIsTheDescription() {
+    for error in samples {
+      XCTAssertEqual(error.localizedDescription, error.description, error.code)
+      XCTAssertFalse(error.localizedDescription.contains("The operation could not be completed"))
+    }
+    XCTAssertEqual(
+      (EnvelopeError.authenticationFailed as any Error).localizedDescription,
+      EnvelopeError.authenticationFailed.description)
+  }
+
+  func testCodesAreStableDomainAndKind() {
+    XCTAssertEqual(EnvelopeError.authenticationFailed.code, "envelope.authentication-failed")
+    XCTAssertEqual(EnvelopeError.truncated(format: 1).code, "envelope.truncated")
+    XCTAssertEqual(KeyStoreError.locked.code, "key-store.locked")
+    XCTAssertEqual(VaultError.keyMissing(version: 3, store: .secretService).code, "vault.key-missing")
+    XCTAssertEqual(ManifestFile.Failure.missing(home: "/x").code, "manifest.missing")
+    let codes = samples.map(\.code)
+    XCTAssertEqual(Set(codes).count, codes.count, "one code per case")
+    for code in codes { XCTAssertNotNil(code.range(of: #"^[a-z-]+\.[a-z0-9-]+$"#, options: .regularExpression), code) }
+  }
+
+  func testLibraryTextsNameNoCommand() {
+    for error in samples {
+      for advice in ["`vault ", "--keyfile", "--store", "vault init", "vault rotate", "vault keyfile"] {
+        XCTAssertFalse(error.description.contains(advice), "\(error.code): \(error.description)")
+      }
+    }
+  }
+}
