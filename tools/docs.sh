@@ -158,6 +158,13 @@ if [ -e "$out" ]; then
 fi
 mkdir -p "$(dirname "$out")"
 mv "$work/vault.doccarchive" "$out"
+# docc's app has no page at "/": send the site root to the combined landing page.
+cat >"$out/index.html" <<'HTML'
+<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>vault documentation</title>
+<meta http-equiv="refresh" content="0; url=documentation/"></head>
+<body><a href="documentation/">vault documentation</a></body></html>
+HTML
 touch "$out/.vault-docs"
 
 echo "docs: built in $((SECONDS - started)) s: $out" >&2
