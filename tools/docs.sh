@@ -101,7 +101,7 @@ for module in "${modules[@]}"; do
   graphs="$work/symbol-graphs/$module"
   mkdir -p "$graphs"
   "$extract" -module-name "$module" -target "$triple" "${search[@]}" \
-    -minimum-access-level public -skip-inherited-docs -output-dir "$graphs" >"$work/extract-$module.log" 2>&1 || {
+    -minimum-access-level public -output-dir "$graphs" >"$work/extract-$module.log" 2>&1 || {
     cat "$work/extract-$module.log" >&2
     echo "docs: swift-symbolgraph-extract failed for $module" >&2
     exit 1
