@@ -51,4 +51,6 @@ fi
 echo "tests: $((executed - skipped - failed)) passed, $failed failed, $skipped skipped"
 # The whole run also proves the library products from outside: a package depending on this one.
 if [ $# -eq 0 ]; then tools/check-consumer.sh "$VAULT_BINARY" || status=1; fi
+# And the API documentation builds without a docc warning (a broken symbol link fails it).
+if [ $# -eq 0 ]; then tools/docs.sh >/dev/null || { echo "test.sh: tools/docs.sh failed" >&2; status=1; }; fi
 exit "$status"
