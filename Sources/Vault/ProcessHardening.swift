@@ -1,5 +1,5 @@
 // C boundary: prctl, setrlimit, sigaction and the standard descriptors, through CProcessHardening.
-import CProcessHardening
+internal import CProcessHardening
 import Glibc
 import Synchronization
 

@@ -1,5 +1,5 @@
 // C boundary: AES-256-GCM through OpenSSL EVP.
-import COpenSSL
+internal import COpenSSL
 import Synchronization
 
 /// AES-256-GCM with a 96-bit nonce and a 128-bit tag, bound to one key.

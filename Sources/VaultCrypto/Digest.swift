@@ -1,5 +1,5 @@
 // C boundary: SHA-256 and HKDF-SHA256 through OpenSSL EVP.
-import COpenSSL
+internal import COpenSSL
 import Synchronization
 
 /// SHA-256 (FIPS 180-4).

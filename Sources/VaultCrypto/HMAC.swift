@@ -1,5 +1,5 @@
 // C boundary: HMAC-SHA256 through OpenSSL's one-shot HMAC().
-import COpenSSL
+internal import COpenSSL
 
 /// HMAC with SHA-256 (RFC 2104, FIPS 198-1).
 public enum HMACSHA256 {

@@ -1,5 +1,5 @@
 // C boundary: every OpenSSL return code in VaultCrypto goes through `check`.
-import COpenSSL
+internal import COpenSSL
 
 /// Checks an OpenSSL return code (1 is success); anything else clears OpenSSL's error queue
 /// and throws `CryptoError.library` naming the call, never any data.

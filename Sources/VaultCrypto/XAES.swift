@@ -1,5 +1,5 @@
 // C boundary: XAES-256-GCM (AES-256 in ECB for the derivation, GCM for the record) through OpenSSL EVP.
-import COpenSSL
+internal import COpenSSL
 import Synchronization
 
 /// XAES-256-GCM, as specified by C2SP (https://c2sp.org/XAES-256-GCM): AES-256-GCM under a key

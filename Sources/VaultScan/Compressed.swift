@@ -1,4 +1,4 @@
-import CZlib
+internal import CZlib
 import Foundation
 
 /// How much inflating one file may cost. A compressed stream is inflated to its end unless the

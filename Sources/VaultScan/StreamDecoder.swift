@@ -1,5 +1,5 @@
-import CCompression
-import CZlib
+internal import CCompression
+internal import CZlib
 import Foundation
 
 /// A compressed stream's format: gzip (RFC 1952), zlib (RFC 1950), raw deflate inside a ZIP entry

@@ -1,5 +1,5 @@
 // C boundary: libsecret and GIO. Every GError in VaultKeys is turned into a KeyStoreError here.
-import CLibSecret
+internal import CLibSecret
 import Dispatch
 import Foundation
 import Synchronization

@@ -1,5 +1,5 @@
 // C boundary: every SQLite call in vault goes through this file, and every result code through `check`.
-import CSQLite
+internal import CSQLite
 import Foundation
 
 /// A SQLite failure: the result code, SQLite's message and what vault was doing.

@@ -1,0 +1,319 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+
+/// Delivery: claiming due records under a lease and settling them (ack, retry, park, reject, resend), and the age clock that expires records.
+extension QueueContainer {
+
+  /// Claims due records of `queue`, oldest first, for delivery: at most `maxCount` records and
+  /// about `maxBytes` of envelope (at least one record when any is due). Each claimed record is
+  /// leased for `lease` seconds (at most `configuration.maximumLease`); if it is neither acked nor
+  /// failed by then (a crash), it is due again. A deliverer that works longer keeps its lease with
+  /// a `Claim`. Records that do not open are moved to review (counted as `undecryptable`), and the
+  /// rest keep flowing.
+  ///
+  /// Clock steps strand nothing: a pending record due further ahead than `maximumDelay`, or a
+  /// lease ending further ahead than `maximumLease`, was written by a clock that has since been set
+  /// back, and is claimable now.
+  ///
+  /// With `dueBy`, only records due by then are claimed (a delivery pass uses its start time, so
+  /// records it rescheduled with a near-zero jitter are not claimed again in the same pass). When
+  /// a key cannot be read (locked keyring, timeout), the claimed records are released and the
+  /// error is thrown: an unavailable key is not a broken record.
+  public func claim(
+    queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
+  ) throws -> [ClaimedRecord] {
+    try withStorage { storage in
+      let leasedAt = BootClock.nanoseconds()
+      let now = milliseconds(clock())
+      // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
+      let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
+      var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
+      let leaseUntil = now + Self.span(min(max(lease, 0), configuration.maximumLease))
+      try storage.transaction {
+        try expire(storage, now: now)
+        var bytes = 0
+        try storage.due.query([
+          .text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due),
+          .integer(now + Self.span(configuration.maximumDelay)),
+          .integer(now + Self.span(configuration.maximumLease)),
+        ]) { row in
+          let size = Int(row.int(3))
+          guard claimed.isEmpty || bytes + size <= maxBytes else { return }
+          bytes += size
+          claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
+        }
+        for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
+      }
+      var opened: [ClaimedRecord] = []
+      var undecryptable: [(id: String, version: Int64)] = []
+      for record in claimed {
+        do {
+          let payload = try vault.open(record.envelope, context: context(queue: queue, id: record.id))
+          opened.append(
+            ClaimedRecord(
+              id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
+              createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000), leaseToken: leaseUntil,
+              leasedAt: leasedAt))
+        } catch is EnvelopeError {
+          // The envelope itself is bad (tampered, moved, another keyring, retired key).
+          undecryptable.append((record.id, record.version))
+        } catch {
+          // The key could not be read right now: give every claimed record back and report it.
+          try storage.transaction { for record in claimed { try storage.release.run([.text(record.id)]) } }
+          throw error
+        }
+      }
+      if !undecryptable.isEmpty {
+        try storage.transaction {
+          var moved = 0
+          for record in undecryptable {
+            // Only if the row still holds the envelope that failed (a rotation may have re-sealed it).
+            moved += try storage.quarantine.run([.text("undecryptable"), .text(record.id), .integer(record.version)])
+          }
+          try storage.countDrop(.undecryptable, moved)
+        }
+      }
+      return opened
+    }
+  }
+
+  /// Deletes delivered records, then checkpoints the WAL so their frames do not linger.
+  public func ack(_ ids: [UUID]) throws {
+    guard !ids.isEmpty else { return }
+    try withStorage { storage in
+      try storage.transaction {
+        var freed = 0
+        for id in ids {
+          if let size = try storage.sizeOf.scalar([.text(id.uuidString.lowercased())]) {
+            try storage.deleteByID.run([.text(id.uuidString.lowercased())])
+            freed += Int(size)
+          }
+        }
+        try storage.addBytes(-freed)
+      }
+      storage.checkpoint()
+    }
+  }
+
+  /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter
+  /// over all attempts, or `retryAfter` when the server gave one, capped), or parks the record when
+  /// the server has refused it `attemptCeiling` times.
+  ///
+  /// - Parameters:
+  ///   - ids: the claimed records that failed.
+  ///   - errorKind: what failed, by kind (`http-503`, `connection-refused`), never a content.
+  ///   - retryAfter: the server's Retry-After, if it gave one: the next attempt is then (within
+  ///     the cap).
+  ///   - serverAnswered: false for network failures (no route, refused connection, timeout).
+  ///     Those never count toward the ceiling: a record is not parked because the device was
+  ///     offline for a day.
+  ///   - sharedDelay: draw one jittered delay for all `ids` (from the highest attempt count among
+  ///     them), so records sent together are retried together (a telemetry batch keeps its events
+  ///     and its Idempotency-Key).
+  /// - Returns: for each id, whether it was rescheduled (and when) or parked.
+  /// - Throws: `QueueError` when the container cannot be written.
+  @discardableResult
+  public func fail(
+    _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
+    sharedDelay: Bool = false
+  ) throws -> [UUID: FailOutcome] {
+    try withStorage { storage in
+      let now = clock()
+      var outcomes: [UUID: FailOutcome] = [:]
+      var shared: TimeInterval?
+      if sharedDelay, retryAfter == nil {
+        var most: Int64 = 0
+        for id in ids {
+          try storage.attemptsOf.query([.text(id.uuidString.lowercased())]) { most = max(most, $0.int(0)) }
+        }
+        shared = configuration.backoff.delay(afterAttempts: Int(most), unit: random())
+      }
+      try storage.transaction {
+        var parked = 0
+        for id in ids {
+          let idText = id.uuidString.lowercased()
+          var attempts: Int64?
+          var failures: Int64 = 0
+          try storage.attemptsOf.query([.text(idText)]) { row in
+            attempts = row.int(0)
+            failures = row.int(1)
+          }
+          guard let attempts else { continue }
+          if serverAnswered { failures += 1 }
+          if serverAnswered, failures >= configuration.attemptCeiling {
+            try storage.park.run([.text(errorKind), .integer(failures), .text(idText)])
+            outcomes[id] = .parked
+            parked += 1
+          } else {
+            let delay =
+              retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
+              ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
+            let due = now.addingTimeInterval(delay)
+            try storage.reschedule.run([
+              .integer(milliseconds(due)), .text(errorKind), .integer(failures), .text(idText),
+            ])
+            outcomes[id] = .retryAt(due)
+          }
+        }
+        try storage.countDrop(.parked, parked)
+      }
+      return outcomes
+    }
+  }
+
+  /// Parks records at once (for example after a refused token refresh): kept, listable,
+  /// resendable, never retried automatically.
+  public func park(_ ids: [UUID], errorKind: String) throws {
+    try move(ids, to: .parked, errorKind: errorKind, counting: .parked)
+  }
+
+  /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
+  /// pass ends before sending them.
+  public func release(_ ids: [UUID]) throws {
+    guard !ids.isEmpty else { return }
+    try withStorage { storage in
+      try storage.transaction { for id in ids { try storage.release.run([.text(id.uuidString.lowercased())]) } }
+    }
+  }
+
+  /// Moves records the server refused to review; they are kept and never retried automatically.
+  public func reject(_ ids: [UUID], errorKind: String) throws {
+    try move(ids, to: .review, errorKind: errorKind, counting: .rejected)
+  }
+
+  /// Moves records out of the delivery flow in one transaction and counts them in the ledger.
+  func move(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws {
+    try withStorage { storage in
+      try storage.transaction {
+        var moved = 0
+        for id in ids {
+          moved += try storage.setState.run([
+            .text(state.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
+          ])
+        }
+        try storage.countDrop(reason, moved)
+      }
+    }
+  }
+
+  /// Returns parked or review records to pending with a fresh attempt count, and records stranded
+  /// by a clock step too (a lease that ended, or ends further ahead than `maximumLease`; a due time
+  /// further ahead than `maximumDelay`). A record leased by a live deliverer is left alone. Returns
+  /// how many moved.
+  @discardableResult
+  public func resend(_ ids: [UUID]) throws -> Int {
+    try withStorage { storage in
+      let now = milliseconds(clock())
+      let leaseLimit = now + Self.span(configuration.maximumLease)
+      let dueLimit = now + Self.span(configuration.maximumDelay)
+      return try storage.transaction {
+        try ids.reduce(0) {
+          $0
+            + (try storage.resend.run([
+              .text($1.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
+            ]))
+        }
+      }
+    }
+  }
+
+  /// Extends the leases `held` (record id → lease token) to `lease` seconds from now, each only if
+  /// that claim still holds it. Returns the new tokens of the records still held; a record acked,
+  /// failed, released or claimed by another deliverer since is left out.
+  func renew(_ held: [UUID: Int64], lease: TimeInterval) throws -> [UUID: Int64] {
+    guard !held.isEmpty else { return [:] }
+    return try withStorage { storage in
+      var leaseUntil = milliseconds(clock()) + Self.span(min(max(lease, 0), configuration.maximumLease))
+      // The new token must differ from the old ones, or a renewal could not be told from them.
+      while held.values.contains(leaseUntil) { leaseUntil += 1 }
+      return try storage.transaction {
+        var renewed: [UUID: Int64] = [:]
+        for (id, token) in held
+        where try storage.renew.run([.integer(leaseUntil), .text(id.uuidString.lowercased()), .integer(token)]) == 1 {
+          renewed[id] = leaseUntil
+        }
+        return renewed
+      }
+    }
+  }
+
+  /// Gives back the records `held` (record id → lease token) that this claim still holds: pending,
+  /// the claim's attempt not counted. Returns how many went back.
+  @discardableResult
+  func release(held: [UUID: Int64]) throws -> Int {
+    guard !held.isEmpty else { return 0 }
+    return try withStorage { storage in
+      try storage.transaction {
+        try held.reduce(0) {
+          $0 + (try storage.releaseHeld.run([.text($1.key.uuidString.lowercased()), .integer($1.value)]))
+        }
+      }
+    }
+  }
+
+  /// A length of time in the milliseconds the columns hold.
+  static func span(_ interval: TimeInterval) -> Int64 { Int64((interval * 1000).rounded()) }
+
+  /// Makes the pending records of `queue` that last failed for want of a network due now (the
+  /// network changed: their backoff restarts). Records a server answered (`http-…`: its
+  /// Retry-After, backoff after a 5xx) keep their due time. Attempt counts are kept, so the
+  /// attempt ceiling still parks what keeps failing.
+  @discardableResult
+  public func makeDue(queue: String) throws -> Int {
+    try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
+  }
+
+  /// Deletes pending and parked records older than the maximum age, counting them. Age is read on
+  /// the container's age clock (advanced here), never straight from the wall clock.
+  func expire(_ storage: Storage, now: Int64) throws {
+    let ageClock = try observeAge(storage, wall: now, reading: monotonic())
+    guard let age = configuration.maximumAge else { return }
+    var freed = 0
+    var count = 0
+    let cutoff = ageClock - Self.span(age)
+    try storage.expired.query([.integer(cutoff)]) { row in
+      freed += Int(row.int(1))
+      count += 1
+    }
+    guard count > 0 else { return }
+    try storage.deleteExpired.run([.integer(cutoff)])
+    try storage.addBytes(-freed)
+    try storage.countDrop(.age, count)
+  }
+
+  // MARK: - Age
+
+  /// The container's age clock now, in milliseconds: the value it had at its last observation plus
+  /// the time that really passed since, by the monotonic clock when the reading is of the same
+  /// boot, else by the wall clock's advance (never negative). Before its first observation, the
+  /// wall clock.
+  func ageNow(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    var values: [String: String] = [:]
+    try storage.readAgeClock.query { values[$0.text(0) ?? ""] = $0.text(1) }
+    guard let last = values["age_clock"].flatMap({ Int64($0) }),
+      let lastWall = values["age_wall"].flatMap({ Int64($0) })
+    else { return wall }
+    if !reading.boot.isEmpty, values["age_boot"] == reading.boot,
+      let lastMonotonic = values["age_monotonic"].flatMap({ Int64($0) })
+    {
+      return last + max(0, reading.milliseconds - lastMonotonic)
+    }
+    return last + max(0, wall - lastWall)
+  }
+
+  /// Advances the age clock to now and records the readings it was advanced from. Inside a
+  /// transaction.
+  @discardableResult
+  func observeAge(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
+    let now = try ageNow(storage, wall: wall, reading: reading)
+    for (key, value) in [
+      ("age_clock", String(now)), ("age_wall", String(wall)), ("age_boot", reading.boot),
+      ("age_monotonic", String(reading.milliseconds)),
+    ] {
+      try storage.writeMetaText.run([.text(key), .text(value)])
+    }
+    return now
+  }
+}

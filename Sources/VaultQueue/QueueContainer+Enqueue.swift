@@ -1,0 +1,110 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+
+/// Enqueue: sealing records and storing them durably, within the byte cap.
+extension QueueContainer {
+
+  /// Seals `payload` and stores it durably in `queue` under `id` (a random id when nil).
+  /// - Returns: `.duplicate` (storing nothing) when a record with `id` is already in the container.
+  @discardableResult
+  public func enqueue(_ payload: [UInt8], queue: String, id: UUID? = nil) throws -> EnqueueOutcome {
+    try enqueue(contentsOf: [(try id ?? SecureRandom.uuid(), payload)], queue: queue)[0]
+  }
+
+  /// Seals `payload` and stores it durably in `queue`; the same as the `[UInt8]` form.
+  /// - Parameters:
+  ///   - payload: the record, up to the container's byte cap less 89 bytes of envelope.
+  ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
+  ///   - id: the record's id; a random one when nil. An id already in the container is not stored again.
+  /// - Returns: `.stored`, or `.duplicate` (storing nothing) when a record with `id` exists.
+  /// - Throws: `QueueError` (too large, the cap reached with every older record in flight, a full or
+  ///   read-only disk, a corrupt file); `KeyStoreError` when the key cannot be read right now.
+  @discardableResult
+  public func enqueue(_ payload: Data, queue: String, id: UUID? = nil) throws -> EnqueueOutcome {
+    try enqueue([UInt8](payload), queue: queue, id: id)
+  }
+
+  /// Seals and stores several records in one transaction (one fsync for all of them).
+  @discardableResult
+  public func enqueue(contentsOf records: [(id: UUID, payload: [UInt8])], queue: String) throws -> [EnqueueOutcome] {
+    try Self.validate(queue)
+    for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
+      throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
+    }
+    return try withStorage { storage in
+      try storage.transaction {
+        // Rotation raises this before re-sealing. A writer still holding an older active key
+        // reloads the manifest here, inside the write transaction: the rotator needs this same
+        // write lock to raise it again, and it activates a version in the manifest before raising
+        // the minimum to it, so one reload is always enough.
+        let minimum = try storage.minimumSealVersion()
+        if vault.activeVersion < minimum { try vault.reload() }
+        guard vault.activeVersion >= minimum else {
+          throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
+        }
+        let now = milliseconds(clock())
+        let born = try ageNow(storage, wall: now, reading: monotonic())
+        // Rows inserted by this transaction are never the cap's victims.
+        let lastExisting = try storage.maxSeq.scalar() ?? 0
+        var outcomes: [EnqueueOutcome] = []
+        var added = 0
+        for record in records {
+          let idText = record.id.uuidString.lowercased()
+          let envelope = try vault.seal(record.payload, context: context(queue: queue, id: idText))
+          // The unique id decides: an existing record is kept as it is and reported as a duplicate.
+          let inserted = try envelope.withUnsafeBytes { bytes in
+            try storage.insert.run([
+              .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
+              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
+            ])
+          }
+          guard inserted == 1 else {
+            outcomes.append(.duplicate)
+            continue
+          }
+          added += envelope.count
+          outcomes.append(.stored)
+        }
+        try storage.addBytes(added)
+        try enforceCap(storage, victimsUpTo: lastExisting)
+        return outcomes
+      }
+    }
+  }
+
+  /// Deletes the oldest records (not in flight, not added by this transaction) until the container
+  /// is under its cap, counting them. Throws (rolling the enqueue back) when that cannot be done,
+  /// so a record reported as stored is never one the cap removed.
+  func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64) throws {
+    var total = try storage.totalBytes()
+    guard total > configuration.byteCap else { return }
+    // This writer's limit, else the one a writer stored in the container, else any queue.
+    var stored: String?
+    try storage.readCapVictims.query { stored = $0.text(0) }
+    let queues: Statement.Value =
+      switch configuration.capVictims {
+      case .anyQueue: stored.map { .text($0) } ?? .null
+      case .only(let names):
+        .text(try Self.capVictimsText(names))
+      }
+    var dropped = 0
+    while total > configuration.byteCap {
+      var victims: [(Int64, Int)] = []
+      try storage.oldestDroppable.query([.integer(lastExisting), queues]) { row in
+        victims.append((row.int(0), Int(row.int(1))))
+      }
+      guard !victims.isEmpty else {
+        throw QueueError.capExceeded(cap: configuration.byteCap)
+      }
+      for (seq, size) in victims where total > configuration.byteCap {
+        try storage.deleteBySeq.run([.integer(seq)])
+        total -= size
+        dropped += 1
+        try storage.addBytes(-size)
+      }
+    }
+    try storage.countDrop(.cap, dropped)
+  }
+}

@@ -1,0 +1,59 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+
+/// Inspection: counts and metadata for `vault queue stats` / `list`; never contents.
+extension QueueContainer {
+
+  public func stats() throws -> QueueStats {
+    try withStorage { storage in
+      var stats = QueueStats(
+        container: path, total: 0, bytes: 0, byState: [:], byVersion: [:], byQueue: [:], dropped: [:],
+        minimumSealVersion: UInt32(try storage.minimumSealVersion()))
+      for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
+      for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
+      try storage.countByState.query { stats.byState[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      // From the envelopes' own headers, as rotation counts them (not the plaintext column).
+      for (version, count) in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID).byVersion {
+        stats.byVersion[String(version)] = count
+      }
+      try storage.countByQueue.query { stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      try storage.drops.query { stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      stats.total = stats.byState.values.reduce(0, +)
+      stats.bytes = try storage.totalBytes()
+      return stats
+    }
+  }
+
+  /// Records (metadata only) of `queue` (all queues when nil) in `state` (all when nil), oldest first.
+  public func list(queue: String? = nil, state: RecordState? = nil) throws -> [RecordSummary] {
+    try withStorage { storage in
+      var rows: [RecordSummary] = []
+      try storage.listAll.query([queue.map { .text($0) } ?? .null, state.map { .text($0.rawValue) } ?? .null]) { row in
+        rows.append(
+          RecordSummary(
+            id: row.text(0) ?? "", queue: row.text(1) ?? "",
+            state: RecordState(rawValue: row.text(2) ?? "") ?? .pending, attempts: Int(row.int(3)),
+            errorKind: row.text(4), createdAt: Self.timestamp(milliseconds: row.int(5)),
+            nextAttemptAt: row.int(6) > 0 ? Self.timestamp(milliseconds: row.int(6)) : nil,
+            bytes: Int(row.int(7)), keyVersion: UInt32(clamping: row.int(8))))
+      }
+      return rows
+    }
+  }
+
+  /// The container's clock (for a delivery pass that claims what is due by its start).
+  public var now: Date { clock() }
+
+  /// How many records of `queue` are in `state` (without loading them).
+  public func count(queue: String, state: RecordState) throws -> Int {
+    try withStorage { Int(try $0.countInState.scalar([.text(queue), .text(state.rawValue)]) ?? 0) }
+  }
+
+  /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no
+  /// stale frames. Never waits: returns false (nothing lost; it runs again next time) when another
+  /// connection is reading an older snapshot or writing.
+  @discardableResult
+  public func checkpoint() throws -> Bool { try withStorage { $0.checkpoint() } }
+}
