@@ -23,10 +23,15 @@ password="test-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
 export VAULT_TEST_KEYRING_PASSWORD="$password"
 
 printf '%s' "$password" | gnome-keyring-daemon --daemonize --unlock --components=secrets >/dev/null
-# Wait until the daemon owns the bus name and the login collection is unlocked.
-for _ in $(seq 1 50); do
-  if gdbus introspect --session --dest org.freedesktop.secrets \
-    --object-path /org/freedesktop/secrets/collection/login --only-properties 2>/dev/null |
+# Wait until the daemon owns the bus name and the login collection is unlocked. The name is asked
+# for with NameHasOwner first: a call addressed to org.freedesktop.secrets before the daemon owns
+# it would make D-Bus activate a second gnome-keyring, locked, and the wait would fail (seen on a
+# loaded machine). Up to 30 s.
+for _ in $(seq 1 300); do
+  if gdbus call --session --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \
+    --method org.freedesktop.DBus.NameHasOwner org.freedesktop.secrets 2>/dev/null | grep -q true &&
+    gdbus introspect --session --dest org.freedesktop.secrets \
+      --object-path /org/freedesktop/secrets/collection/login --only-properties 2>/dev/null |
     grep -q 'Locked = false'; then
     ready=1
     break
