@@ -113,8 +113,9 @@ extension VaultCommandLine {
       }
       for record in records {
         terminal.print(
-          "\(record.id)  \(record.queue)  \(record.state.rawValue)  attempts \(record.attempts)  "
-            + "v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  \(record.createdAt)")
+          "\(record.id.uuidString.lowercased())  \(record.queue)  \(record.state.rawValue)  attempts "
+            + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  "
+            + QueueContainer.timestamp(record.createdAt))
       }
     default:
       let moved = try container.resend(ids)

@@ -33,10 +33,10 @@ extension QueueContainer {
       try storage.listAll.query([queue.map { .text($0) } ?? .null, state.map { .text($0.rawValue) } ?? .null]) { row in
         rows.append(
           RecordSummary(
-            id: row.text(0) ?? "", queue: row.text(1) ?? "",
+            id: UUID(uuidString: row.text(0) ?? "") ?? Self.unreadableID, queue: row.text(1) ?? "",
             state: RecordState(rawValue: row.text(2) ?? "") ?? .pending, attempts: Int(row.int(3)),
-            errorKind: row.text(4), createdAt: Self.timestamp(milliseconds: row.int(5)),
-            nextAttemptAt: row.int(6) > 0 ? Self.timestamp(milliseconds: row.int(6)) : nil,
+            errorKind: row.text(4), createdAt: Self.date(milliseconds: row.int(5)),
+            nextAttemptAt: row.int(6) > 0 ? Self.date(milliseconds: row.int(6)) : nil,
             bytes: Int(row.int(7)), keyVersion: UInt32(clamping: row.int(8))))
       }
       return rows

@@ -225,11 +225,24 @@ public final class QueueContainer: @unchecked Sendable {
   }
 
   /// ISO 8601 UTC with milliseconds, as `queue list` shows times.
-  static func timestamp(milliseconds: Int64) -> String {
+  static func timestamp(milliseconds: Int64) -> String { timestamp(date(milliseconds: milliseconds)) }
+
+  /// ISO 8601 in UTC with milliseconds, as `queue list` shows times.
+  package static func timestamp(_ date: Date) -> String { millisecondFormatter().string(from: date) }
+
+  /// The id `list` shows for a row whose id column is not a UUID (written by something other than
+  /// vault): the nil UUID, so the row is still listed.
+  static let unreadableID = UUID(uuidString: "00000000-0000-0000-0000-000000000000")!
+
+  static func date(timestamp text: String) -> Date? { millisecondFormatter().date(from: text) }
+
+  static func date(milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
+
+  private static func millisecondFormatter() -> ISO8601DateFormatter {
     let formatter = ISO8601DateFormatter()
     formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
     formatter.timeZone = TimeZone(identifier: "UTC")
-    return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    return formatter
   }
 
   static func validate(_ queue: String) throws {

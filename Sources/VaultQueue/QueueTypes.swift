@@ -171,15 +171,26 @@ public enum FailOutcome: Sendable, Equatable {
 }
 
 /// A record as `queue list` shows it: metadata only, never contents.
+///
+/// Its JSON form (`vault queue list --json`) writes the id as 36 lowercase characters and times as
+/// ISO 8601 in UTC with milliseconds; a time that is absent is `null`.
 public struct RecordSummary: Codable, Sendable, Equatable {
-  public var id: String
+  /// The record's id, as given to `enqueue` or drawn for it.
+  public var id: UUID
+  /// The queue within the container.
   public var queue: String
   public var state: RecordState
+  /// Delivery attempts so far (a claim counts one; a claim given back does not).
   public var attempts: Int
+  /// Why the last attempt failed, by kind (`http-503`, `undecryptable`), never a content.
   public var errorKind: String?
-  public var createdAt: String
-  public var nextAttemptAt: String?
+  /// When it was stored, by the container's clock (to the millisecond).
+  public var createdAt: Date
+  /// When a pending record is next due; nil when it is due now or not pending.
+  public var nextAttemptAt: Date?
+  /// The envelope's size on disk (the record plus 89 bytes in format 2).
   public var bytes: Int
+  /// The key version named in the envelope's header.
   public var keyVersion: UInt32
 
   enum CodingKeys: String, CodingKey {
@@ -188,6 +199,57 @@ public struct RecordSummary: Codable, Sendable, Equatable {
     case createdAt = "created_at"
     case nextAttemptAt = "next_attempt_at"
     case keyVersion = "key_version"
+  }
+
+  public init(
+    id: UUID, queue: String, state: RecordState, attempts: Int, errorKind: String?, createdAt: Date,
+    nextAttemptAt: Date?, bytes: Int, keyVersion: UInt32
+  ) {
+    self.id = id
+    self.queue = queue
+    self.state = state
+    self.attempts = attempts
+    self.errorKind = errorKind
+    self.createdAt = createdAt
+    self.nextAttemptAt = nextAttemptAt
+    self.bytes = bytes
+    self.keyVersion = keyVersion
+  }
+
+  public init(from decoder: any Decoder) throws {
+    let values = try decoder.container(keyedBy: CodingKeys.self)
+    let idText = try values.decode(String.self, forKey: .id)
+    guard let id = UUID(uuidString: idText) else {
+      throw DecodingError.dataCorruptedError(forKey: .id, in: values, debugDescription: "not a UUID")
+    }
+    func date(_ key: CodingKeys) throws -> Date? {
+      guard let text = try values.decodeIfPresent(String.self, forKey: key) else { return nil }
+      guard let date = QueueContainer.date(timestamp: text) else {
+        throw DecodingError.dataCorruptedError(forKey: key, in: values, debugDescription: "not an ISO 8601 time")
+      }
+      return date
+    }
+    self.init(
+      id: id, queue: try values.decode(String.self, forKey: .queue),
+      state: try values.decode(RecordState.self, forKey: .state),
+      attempts: try values.decode(Int.self, forKey: .attempts),
+      errorKind: try values.decodeIfPresent(String.self, forKey: .errorKind),
+      createdAt: try date(.createdAt) ?? Date(timeIntervalSince1970: 0), nextAttemptAt: try date(.nextAttemptAt),
+      bytes: try values.decode(Int.self, forKey: .bytes),
+      keyVersion: try values.decode(UInt32.self, forKey: .keyVersion))
+  }
+
+  public func encode(to encoder: any Encoder) throws {
+    var values = encoder.container(keyedBy: CodingKeys.self)
+    try values.encode(id.uuidString.lowercased(), forKey: .id)
+    try values.encode(queue, forKey: .queue)
+    try values.encode(state, forKey: .state)
+    try values.encode(attempts, forKey: .attempts)
+    try values.encode(errorKind, forKey: .errorKind)
+    try values.encode(QueueContainer.timestamp(createdAt), forKey: .createdAt)
+    try values.encode(nextAttemptAt.map(QueueContainer.timestamp), forKey: .nextAttemptAt)
+    try values.encode(bytes, forKey: .bytes)
+    try values.encode(keyVersion, forKey: .keyVersion)
   }
 }
 

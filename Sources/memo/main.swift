@@ -257,14 +257,19 @@ do {
       let rows: [[String: Any]] =
         delivered.map { ["id": $0.id, "state": "delivered", "at": $0.at] }
         + waiting.map {
-          ["id": $0.id, "state": $0.state.rawValue, "attempts": $0.attempts, "error_kind": $0.errorKind ?? NSNull()]
+          [
+            "id": $0.id.uuidString.lowercased(), "state": $0.state.rawValue, "attempts": $0.attempts,
+            "error_kind": $0.errorKind ?? NSNull(),
+          ]
         }
       let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
       say(String(decoding: data, as: UTF8.self))
     } else {
       for item in delivered { say("\(item.id)  delivered  \(item.at)") }
       for item in waiting {
-        say("\(item.id)  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")")
+        say(
+          "\(item.id.uuidString.lowercased())  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")"
+        )
       }
     }
   case "resend":

@@ -59,7 +59,7 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(transport.callCount, 0, "send never waits for the network")
     // Another connection to the same file (as after a crash and restart) already sees it.
     let reopened = try QueueContainer(path: container.path, vault: vault, clock: clock.function)
-    XCTAssertEqual(try reopened.list(queue: "outbox").map(\.id), [receipt.id.uuidString.lowercased()])
+    XCTAssertEqual(try reopened.list(queue: "outbox").map(\.id), [receipt.id])
     XCTAssertTrue(try outbox.send(Array("hello again".utf8), id: receipt.id).duplicate)
   }
 
@@ -75,7 +75,7 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(pass.retrying, 2)
     XCTAssertEqual(pass.rejected, 1)
     XCTAssertEqual(transport.callCount, 4, "each record attempted at most once per pass")
-    XCTAssertEqual(try container.list(state: .review).map(\.id), [ids[2].uuidString.lowercased()])
+    XCTAssertEqual(try container.list(state: .review).map(\.id), [ids[2]])
     // Not due yet: nothing is attempted.
     XCTAssertEqual(try outbox.deliverDue().delivered, 0)
     XCTAssertEqual(transport.callCount, 4)
@@ -95,7 +95,7 @@ final class OutboxTests: XCTestCase {
       _ = try outbox.deliverDue()
       clock.advance(6)
     }
-    XCTAssertEqual(try container.list(state: .parked).map(\.id), [id.uuidString.lowercased()])
+    XCTAssertEqual(try container.list(state: .parked).map(\.id), [id])
     XCTAssertEqual(try outbox.deliverDue().delivered, 0)
     XCTAssertEqual(try container.resend([id]), 1)
     let fixed = Outbox(container: container, transport: ScriptedTransport())
@@ -111,7 +111,7 @@ final class OutboxTests: XCTestCase {
       XCTAssertEqual(try offline.deliverDue().retrying, 1)
       clock.advance(600)
     }
-    XCTAssertEqual(try container.list(state: .pending).map(\.id), [id.uuidString.lowercased()])
+    XCTAssertEqual(try container.list(state: .pending).map(\.id), [id])
     XCTAssertEqual(try container.list().first?.attempts, 10)
     let failing = Outbox(
       container: container, transport: ScriptedTransport(otherwise: .retry(kind: "http-500", after: nil)))
@@ -120,7 +120,7 @@ final class OutboxTests: XCTestCase {
       clock.advance(600)
     }
     XCTAssertEqual(
-      try container.list(state: .parked).map(\.id), [id.uuidString.lowercased()], "parked after 3 server failures")
+      try container.list(state: .parked).map(\.id), [id], "parked after 3 server failures")
   }
 
   func testBackgroundLoopDeliversLeftoversOnStartAndNewSendsOnTrigger() throws {
