@@ -15,7 +15,8 @@ extension Vault {
   /// then restores the home) and says to restore the manifest instead.
   ///
   /// "Orphaned keys" means, whatever store the new vault will use:
-  /// - Secret Service items (keys or records) whose `home` attribute is `home`. The search works
+  /// - Secret Service key items whose `home` attribute is `home` (records alone do not count:
+  ///   see `SecretServiceStore.keyringIDs(forHome:)`). The search works
   ///   while the collection is locked (locked items are found with their attributes), so `auto`
   ///   falling back to a keyfile because of a lock still refuses.
   /// - A keyfile at the path the new vault would use. This function does not look for it:
