@@ -21,9 +21,13 @@ import VaultKeys
 /// ciphertext ‖ tag = XAES-256-GCM(K, N, plaintext, AAD = bytes 0..<41 ‖ E)
 /// ```
 public enum Envelope {
+  /// The first three bytes of every envelope, `VLT`: how a reader tells an envelope from other bytes.
   public static let magic: [UInt8] = Array("VLT".utf8)
-  /// The format versions of this release's suites seal.
+  /// Byte 3 of an envelope sealed by a suite-1 key version (made before format 2): still opened,
+  /// sealed only while such a version is active.
   public static let format1: UInt8 = 1
+  /// Byte 3 of an envelope sealed by a suite-2 key version: what every version made by this release
+  /// seals.
   public static let format2: UInt8 = 2
   /// AES-256-GCM, 96-bit random nonce, raw context (format 1).
   public static let suiteAES256GCM: UInt8 = 1
@@ -42,23 +46,42 @@ public enum Envelope {
   static let commitmentLabel: [UInt8] = Array("vault-envelope-2-commit".utf8)
 
   /// Bytes before the ciphertext in `format`: 29 (format 1) or 73 (format 2).
+  ///
+  /// - Parameter format: `Envelope.format1`; any other value is taken as format 2.
+  /// - Returns: the offset of the ciphertext.
   public static func headerCount(format: UInt8) -> Int {
     format == format1 ? fixedHeaderCount + AESGCMKey.nonceByteCount : 41 + commitmentByteCount
   }
 
-  /// Everything an envelope of `format` adds to a plaintext: 45 or 89 bytes.
+  /// Everything an envelope of `format` adds to a plaintext: 45 or 89 bytes, which is also the
+  /// shortest envelope of that format.
+  ///
+  /// - Parameter format: `Envelope.format1`; any other value is taken as format 2.
+  /// - Returns: the header and tag bytes together.
   public static func overhead(format: UInt8) -> Int { headerCount(format: format) + AESGCMKey.tagByteCount }
 
   /// The fields of an envelope's header, read without any key.
   public struct Header: Equatable, Sendable {
+    /// Byte 3: which layout follows (`Envelope.format1` or `Envelope.format2`).
     public let format: UInt8
+    /// Byte 4: the cipher suite, which must be the one the key version was made for.
     public let suite: UInt8
+    /// Bytes 5..<13: the vault that sealed the envelope, so another vault's record is refused by name.
     public let keyring: KeyringID
+    /// Bytes 13..<17: the key version to open it with.
     public let version: UInt32
   }
 
   /// Reads the header, checking magic, format, suite (each format has exactly one) and the
-  /// format's minimum length, in that order.
+  /// format's minimum length, in that order. Needs no key: it says which vault and key version an
+  /// envelope wants before any key is loaded.
+  ///
+  /// - Parameter envelope: a whole envelope (only its first 17 bytes are read, but its length is
+  ///   checked against the format's minimum).
+  /// - Returns: the header's fields.
+  /// - Throws: `EnvelopeError.notAnEnvelope` (no `VLT` magic, or fewer than 5 bytes),
+  ///   `.unsupportedFormat`, `.unsupportedSuite` (not the one suite of its format) or `.truncated`
+  ///   (shorter than the format's overhead).
   public static func header(of envelope: UnsafeRawBufferPointer) throws -> Header {
     guard envelope.count >= 3, envelope[0] == magic[0], envelope[1] == magic[1], envelope[2] == magic[2] else {
       throw EnvelopeError.notAnEnvelope
@@ -76,6 +99,12 @@ public enum Envelope {
     return Header(format: format, suite: suite, keyring: keyring, version: version)
   }
 
+  /// Reads the header of an envelope held in a byte array; the same checks as the
+  /// `UnsafeRawBufferPointer` overload.
+  ///
+  /// - Parameter envelope: a whole envelope.
+  /// - Returns: the header's fields.
+  /// - Throws: `EnvelopeError`, as the `UnsafeRawBufferPointer` overload does.
   public static func header(of envelope: [UInt8]) throws -> Header {
     try envelope.withUnsafeBytes { try header(of: $0) }
   }
@@ -296,23 +325,32 @@ package struct EnvelopeContext: Sendable, Equatable {
 
 /// Why an envelope could not be opened. None of these say anything about the contents.
 public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// The bytes do not start with the `VLT` magic, or end before the suite byte.
   case notAnEnvelope
   /// Shorter than the minimum of its format (45 bytes for format 1, 89 for format 2).
   case truncated(format: UInt8)
+  /// The format byte is neither 1 nor 2: made by a later release, or not an envelope at all.
   case unsupportedFormat(UInt8)
+  /// The suite byte is not the one suite its format uses.
   case unsupportedSuite(UInt8)
+  /// Another vault sealed the envelope (`found`); this vault is `expected`.
   case wrongKeyring(found: KeyringID, expected: KeyringID)
+  /// The manifest has no such key version, even after a reload (the envelope is newer than any
+  /// rotation this vault knows of, or was forged).
   case unknownKeyVersion(UInt32)
+  /// The version was retired and its key deleted: the record can never be opened again.
   case retiredKeyVersion(UInt32)
   /// The envelope's suite is not the one its key version uses: refused, so a key is only ever
   /// used with one construction.
   case suiteMismatch(version: UInt32, envelope: UInt8, key: UInt8)
   /// Format 2: the key commitment does not match this version's key and the given context.
   case keyCommitmentMismatch
+  /// The tag does not verify: the envelope was modified, or the context differs from the sealing one.
   case authenticationFailed
   /// `seal` was given an empty context: every record must be bound to what it is for.
   case emptyContext
 
+  /// A sentence for a person, naming the cause and never any of the envelope's contents.
   public var description: String {
     switch self {
     case .notAnEnvelope: "input is not a vault envelope (no complete VLT header)"

@@ -14,9 +14,21 @@ extension Vault {
   /// an unused copy at `newPath` (running the move again adopts it when it is identical); a crash
   /// after it leaves the old file, which the next move reports.
   ///
+  /// A manifest from the release before MACs is rewritten unsigned with the new path; the next
+  /// `open` upgrades it.
+  ///
+  /// - Parameters:
+  ///   - home: the vault's home directory (made absolute against the working directory).
+  ///   - newPath: where the keyfile goes: outside the home and away from every listed container.
+  ///   - clock: the time source for the manifest write.
   /// - Returns: the old path.
-  /// - Throws: `VaultError.keyfileExists` when another file is already at `newPath`, and the key
-  ///   store's and manifest's errors; nothing is changed when it throws before the manifest write.
+  /// - Throws: `VaultError.notAKeyfileVault` when the vault keeps its keys elsewhere;
+  ///   `VaultError.keyfileExists` when another file is already at `newPath` (or `newPath` is the
+  ///   keyfile itself under another name); `VaultError.keyMissing` when the old keyfile is gone;
+  ///   `KeyStoreError` when the copy is refused (its place, owner or mode) or does not hold the same
+  ///   versions (the copy is then removed) and for I/O failures; `ManifestFile.Failure` when the
+  ///   manifest is missing or fails its checks. Nothing is changed when it throws before the
+  ///   manifest write.
   @discardableResult
   public static func moveKeyfile(
     home: String, to newPath: String, clock: @escaping @Sendable () -> Date = Date.init

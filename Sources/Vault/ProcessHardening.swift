@@ -50,6 +50,8 @@ public enum ProcessHardening {
 
   /// Applies every protection above; safe to call more than once. Never throws and never exits:
   /// a step the platform refuses is reported as `false`, the others still apply.
+  ///
+  /// - Returns: which protections are in force, and which standard descriptors were closed.
   @discardableResult
   public static func apply() -> Report {
     let closed = reserveStandardDescriptors()

@@ -18,6 +18,7 @@ public enum ProcessResources {
     /// A thread could not be created (`errno`); the address-space and process limits, if any.
     case threads(errno: Int32, addressSpaceLimit: UInt64?, processLimit: UInt64?)
 
+    /// A sentence for a person naming the limit, its value, and how to raise it.
     public var description: String {
       switch self {
       case .openFiles(let limit, let needed, 0):
@@ -44,7 +45,11 @@ public enum ProcessResources {
   }
 
   /// Raises the soft open-file limit to `target`, or as far towards it as the hard limit allows
-  /// (never lowers it). Returns the soft limit now.
+  /// (never lowers it).
+  ///
+  /// - Parameter target: the number of descriptors wanted.
+  /// - Returns: the soft limit now, which is below `target` when the hard limit is; 0 when the
+  ///   limit cannot be read.
   @discardableResult
   public static func raiseOpenFileLimit(to target: Int) -> Int {
     var files = rlimit()
@@ -62,7 +67,12 @@ public enum ProcessResources {
   /// typically inherited, one more), raising the soft open-file limit as far as the hard limit
   /// allows; then checks that `threads` threads can run at once, as libdispatch's pool, GLib's
   /// D-Bus worker and URLSession's thread need.
-  /// - Throws: `Shortage` when either cannot be had.
+  ///
+  /// - Parameters:
+  ///   - needed: descriptors the process needs, counting 0, 1 and 2.
+  ///   - threads: threads that must be able to exist at once.
+  /// - Throws: `Shortage.openFiles` when the hard limit is too low, `Shortage.threads` when a
+  ///   thread cannot be created.
   public static func ensure(openFiles needed: Int = 64, threads: Int = 8) throws(Shortage) {
     var files = rlimit()
     if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 {

@@ -12,34 +12,66 @@ public protocol SealedContainer: AnyObject {
   /// The random id the container keeps in its own metadata.
   var containerID: String { get }
   /// Makes writers in every process seal under at least `version` from now on.
+  ///
+  /// - Parameter version: the rotation's new active version.
+  /// - Throws: the container's storage errors.
   func raiseMinimumSealVersion(to version: UInt32) throws
   /// Re-seals every record whose envelope header names a version older than `version`, in
   /// bounded transactions. Idempotent and resumable. Records that do not open are left as they are
   /// and reported.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault that opens the old records and seals the new ones.
+  ///   - version: the version every record should end up under.
+  /// - Returns: how many records were re-sealed, and those that did not open per version.
+  /// - Throws: the container's storage errors, and `KeyStoreError` when a key cannot be read now.
   func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult
   /// Records per key version, read from each envelope's authenticated header (never from a
   /// plaintext column), including parked and dead-letter rows.
+  ///
+  /// - Returns: the counts; what rotation uses to prove a version unused.
+  /// - Throws: the container's storage errors.
   func recordCounts() throws -> RecordCounts
   /// Writes the container's log (SQLite's WAL) back and empties it, without waiting for readers.
-  /// Returns false when that could not be done now (a reader holds an old snapshot): old
-  /// envelopes may then still be in the log, and their key must not be deleted yet.
+  ///
+  /// - Returns: false when that could not be done now (a reader holds an old snapshot): old
+  ///   envelopes may then still be in the log, and their key must not be deleted yet.
+  /// - Throws: the container's storage errors.
   func checkpointNow() throws -> Bool
   /// How many records do not open with `vault` (tampered, moved, another vault's, or sealed under
   /// a version whose key is gone). A key that cannot be read right now is an error, not a count.
+  ///
+  /// - Parameter vault: the vault whose keys are tried.
+  /// - Returns: the number of records that do not open.
+  /// - Throws: the container's storage errors, and `KeyStoreError` when a key cannot be read now.
   func unopenableRecords(with vault: Vault) throws -> Int
   /// Deletes (or, with `keep`, moves to review) every record that does not open with `vault`.
-  /// Returns how many. Used only by a rotation after a compromise, after asking.
+  /// Used only by a rotation after a compromise, after asking.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault whose keys are tried.
+  ///   - keep: move the records aside for review instead of deleting them.
+  /// - Returns: how many records were deleted or moved.
+  /// - Throws: the container's storage errors, and `KeyStoreError` when a key cannot be read now.
   func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int
   /// Rebuilds the file so that no freed page keeps old ciphertext, then empties the log.
+  ///
+  /// - Throws: the container's storage errors.
   func compact() throws
 }
 
 /// What re-sealing one container did.
 public struct ResealResult: Sendable, Equatable {
+  /// Records moved to the new version by this call.
   public var resealed: Int
   /// Records that did not open (tampered, moved, another vault's), per the version their header names.
   public var unopenable: [UInt32: Int]
 
+  /// Makes the result a container's `reseal(with:to:)` returns.
+  ///
+  /// - Parameters:
+  ///   - resealed: records moved to the new version.
+  ///   - unopenable: records that did not open, per the version their header names.
   public init(resealed: Int, unopenable: [UInt32: Int] = [:]) {
     self.resealed = resealed
     self.unopenable = unopenable
@@ -48,6 +80,7 @@ public struct ResealResult: Sendable, Equatable {
 
 /// Records per key version in one container, from the envelopes' own headers.
 public struct RecordCounts: Sendable, Equatable {
+  /// Records per version their header names: a version with any is still needed.
   public var byVersion: [UInt32: Int]
   /// Rows whose envelope is not one of this vault's (no header, another keyring): no key of this
   /// vault can open them, so they do not keep any version alive.
@@ -56,6 +89,12 @@ public struct RecordCounts: Sendable, Equatable {
   /// was compacted out of the manifest is listed again with when its records still need it.
   public var suitesByVersion: [UInt32: Set<UInt8>]
 
+  /// Makes the counts a container's `recordCounts()` returns.
+  ///
+  /// - Parameters:
+  ///   - byVersion: records per key version.
+  ///   - foreign: rows that are not this vault's envelopes.
+  ///   - suitesByVersion: the suite bytes seen per version.
   public init(byVersion: [UInt32: Int], foreign: Int = 0, suitesByVersion: [UInt32: Set<UInt8>] = [:]) {
     self.byVersion = byVersion
     self.foreign = foreign
@@ -65,17 +104,31 @@ public struct RecordCounts: Sendable, Equatable {
 
 /// What a file at a registered container's path turned out to be, looked at without changing it.
 public enum ContainerProbe: Sendable, Equatable {
+  /// No file at the path: the container was deleted or moved.
   case missing
+  /// A file of zero bytes: not the container that was registered.
   case empty
+  /// A file that is not a container (`reason` says what was found instead).
   case notAContainer(reason: String)
+  /// A container, with the vault it belongs to and its own id (nil for one made before ids).
   case container(keyringID: String, containerID: String?)
 }
 
 /// Opens registered containers for rotation, one at a time.
 public protocol ContainerProvider {
   /// Looks at the file at `path` read-only: creates nothing and changes nothing.
+  ///
+  /// - Parameter path: a registered container's absolute path.
+  /// - Returns: what the file is; rotation refuses to run unless it is this vault's container.
+  /// - Throws: when the file cannot be looked at (a missing file is `.missing`, not an error).
   func probe(path: String) throws -> ContainerProbe
   /// Opens the existing container at `path` for `vault` (never creates one).
+  ///
+  /// - Parameters:
+  ///   - path: a registered container's absolute path, already probed.
+  ///   - vault: the vault being rotated.
+  /// - Returns: the container; rotation holds only one open at a time.
+  /// - Throws: the container's errors when it cannot be opened.
   func open(path: String, vault: Vault) throws -> any SealedContainer
 }
 
@@ -112,6 +165,13 @@ public struct RotationOptions: Sendable {
   /// Asked, only after a compromise and only when something would be destroyed.
   public var confirm: @Sendable (CompromisePlan) -> CompromiseDecision
 
+  /// Options for an ordinary rotation by default: retire what is proven unused, no compromise.
+  ///
+  /// - Parameters:
+  ///   - retireUnused: retire older versions proven unused.
+  ///   - compromised: rotate after a key compromise (see `compromised`).
+  ///   - confirm: asked before a rotation after a compromise destroys records or external
+  ///     envelopes; the default answers `.abort`.
   public init(
     retireUnused: Bool = true, compromised: Bool = false,
     confirm: @escaping @Sendable (CompromisePlan) -> CompromiseDecision = { _ in .abort }
@@ -127,8 +187,11 @@ public struct RotationReport: Sendable, Equatable, Codable {
   /// The version active when the rotation began (equal to `newVersion` when resuming an
   /// interrupted rotation).
   public var previousVersion: UInt32
+  /// The version active after the rotation, that every re-sealed record is now under.
   public var newVersion: UInt32
+  /// Records re-sealed, per container path.
   public var resealed: [String: Int]
+  /// Versions whose keys this run deleted.
   public var retired: [UInt32]
   /// Older versions kept as decrypt-only.
   public var keptVersions: [UInt32]
@@ -136,8 +199,11 @@ public struct RotationReport: Sendable, Equatable, Codable {
   public var keptBecause: [String: [String]]
   /// After a compromise: records purged or kept unreadable, per container.
   public var purged: [String: Int]
+  /// After a compromise with `.keep`: records moved to review (unreadable forever), per container.
   public var keptUnreadable: [String: Int]
+  /// Whether this was a rotation after a compromise.
   public var compromised: Bool
+  /// How long the call took, waiting for the lock included.
   public var seconds: Double
 
   enum CodingKeys: String, CodingKey {
@@ -152,16 +218,25 @@ public struct RotationReport: Sendable, Equatable, Codable {
 
 /// Why a rotation refused to run or stopped. Nothing was changed when it refused before step 2.
 public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// A registered container's file is gone; its records may still need their keys.
   case containerMissing(path: String)
+  /// A registered container's file is empty: not the container that was registered.
   case containerEmpty(path: String)
+  /// A registered container's path holds something that is not a container.
   case notAContainer(path: String, reason: String)
+  /// A registered container's path holds another vault's container.
   case foreignContainer(path: String, keyringID: String)
+  /// The container at a registered path carries another container id (`found`; nil for none) than
+  /// the one registered (`expected`).
   case containerReplaced(path: String, expected: String, found: String?)
+  /// A container with the same id is already registered at `other`: `path` is a copy.
   case duplicateContainer(path: String, other: String)
+  /// `RotationOptions.confirm` answered `.abort`: the new version is active, nothing was retired.
   case aborted
   /// After a compromise, some older version could not be retired yet (its key is still present).
   case compromiseIncomplete(retired: [UInt32], kept: [String])
 
+  /// A sentence for a person that says what to restore or run, and whether anything changed.
   public var description: String {
     switch self {
     case .containerMissing(let path):
@@ -208,8 +283,18 @@ extension Vault {
   ///    sealed outside containers under it (`seal`). A version the manifest already calls
   ///    retired whose key is still present gets exactly the same proof before its key is deleted.
   ///
-  /// - Throws: `RotationError` when a registered container is not what was registered;
-  ///   `VaultError`, `KeyStoreError` or the container's errors otherwise. A rerun resumes.
+  /// After a compromise (`options.compromised`) every older version is retired once `confirm`
+  /// allows what that destroys, and every container is compacted.
+  ///
+  /// - Parameters:
+  ///   - provider: probes and opens each registered container.
+  ///   - options: whether to retire unused versions, and whether this follows a compromise.
+  /// - Returns: what was re-sealed, retired, kept and why.
+  /// - Throws: `RotationError` when a registered container is not what was registered, when
+  ///   `confirm` answers `.abort`, or when a rotation after a compromise had to keep an old key
+  ///   (`.compromiseIncomplete`); `VaultError`, `KeyStoreError` (a store that cannot take a key
+  ///   is refused before anything is recorded) or the container's errors otherwise. A rerun
+  ///   resumes.
   public func rotate(
     containers provider: any ContainerProvider, options: RotationOptions = RotationOptions()
   ) throws -> RotationReport {
@@ -419,6 +504,14 @@ extension Vault {
 extension Vault {
   /// Registers the container at `path` with id `id` so rotation re-seals and counts its records.
   /// Idempotent. Refuses a second path for an id that is already registered (a copy).
+  ///
+  /// - Parameters:
+  ///   - path: the container file (made absolute against the working directory).
+  ///   - id: the random id the container keeps in its own metadata.
+  /// - Throws: `RotationError.containerReplaced` when `path` is registered with another id,
+  ///   `.duplicateContainer` when `id` is registered at another path;
+  ///   `VaultError.containerBesideKeyfile` (see `checkContainerLocation(_:)`); the manifest's and
+  ///   key store's errors when the manifest cannot be read or written.
   public func registerContainer(_ path: String, id: String) throws {
     let path = absolutePath(path)
     try refreshIfChanged()
@@ -445,7 +538,11 @@ extension Vault {
   }
 
   /// Refuses a container path whose directory holds this vault's keyfile: every copy of the data
-  /// would then carry its keys (and the keyfile store refuses to work there).
+  /// would then carry its keys (and the keyfile store refuses to work there). Symlinks are
+  /// resolved before the directories are compared. Other stores allow any place.
+  ///
+  /// - Parameter path: the container file (made absolute against the working directory).
+  /// - Throws: `VaultError.containerBesideKeyfile`.
   public func checkContainerLocation(_ path: String) throws {
     guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile else { return }
     let keyfileDirectory = (keyfile as NSString).deletingLastPathComponent
@@ -457,6 +554,11 @@ extension Vault {
   }
 
   /// The registered container at `path`, as the manifest says now (re-read when it changed).
+  ///
+  /// - Parameter path: the container file (made absolute against the working directory).
+  /// - Returns: its record (path and id), or nil when nothing is registered there.
+  /// - Throws: `ManifestFile.Failure` and the other errors of `Vault.reload()` when the changed
+  ///   manifest cannot be read or verified.
   public func registeredContainer(at path: String) throws -> ContainerRecord? {
     try refreshIfChanged()
     return manifest.container(at: absolutePath(path))

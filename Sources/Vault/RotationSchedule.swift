@@ -4,12 +4,16 @@ import VaultKeys
 /// Whether the active key version is older than a rotation policy allows: what
 /// `vault rotate --if-due` decides by (a systemd timer runs it daily; it rotates when due).
 public struct RotationSchedule: Codable, Sendable, Equatable {
-  /// The active version, and when it was created (ISO 8601 UTC, as the manifest records it).
+  /// The active version: the one a rotation would replace.
   public var activeVersion: UInt32
+  /// When the active version was created (ISO 8601 UTC, as the manifest records it); empty when
+  /// the manifest has no record of it.
   public var activeSince: String
   /// Its age in days; nil when the manifest's time cannot be read (then it counts as due).
   public var ageDays: Double?
+  /// The policy judged against: the age in days at which a version is due.
   public var maxAgeDays: Double
+  /// Whether to rotate now: the age has reached `maxAgeDays`, or is unknown.
   public var due: Bool
 
   /// The policy's default: a version is rotated once it is 90 days old.
@@ -24,6 +28,11 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
   }
 
   /// Judges `manifest`'s active version at `now` against `maxAgeDays` (0: always due).
+  ///
+  /// - Parameters:
+  ///   - manifest: the manifest whose active version is judged.
+  ///   - maxAgeDays: the policy, in days.
+  ///   - now: the time the age is measured at.
   public init(manifest: Manifest, maxAgeDays: Double, now: Date) {
     let active = manifest.versions.first { $0.version == manifest.activeVersion }
     activeVersion = manifest.activeVersion
@@ -34,6 +43,12 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
   }
 
   /// The age in days of a version created at `timestamp` (nil when it is not a manifest time).
+  ///
+  /// - Parameters:
+  ///   - timestamp: an ISO 8601 time with a zone, with or without fractional seconds.
+  ///   - now: the time the age is measured at.
+  /// - Returns: whole and fractional days, never negative (a time in the future is age 0); nil
+  ///   when `timestamp` cannot be read.
   public static func ageDays(of timestamp: String, now: Date) -> Double? {
     date(timestamp).map { max(0, now.timeIntervalSince($0) / 86_400) }
   }
@@ -48,7 +63,11 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
 }
 
 extension Vault {
-  /// Whether this vault's active version is due for rotation under a policy of `maxAgeDays`.
+  /// Whether this vault's active version is due for rotation under a policy of `maxAgeDays`,
+  /// judged on the manifest as this process last read it, at the vault's clock's now.
+  ///
+  /// - Parameter maxAgeDays: the policy, in days (0: always due).
+  /// - Returns: the schedule; `due` says whether to rotate.
   public func rotationSchedule(maxAgeDays: Double = RotationSchedule.defaultMaxAgeDays) -> RotationSchedule {
     RotationSchedule(manifest: manifest, maxAgeDays: maxAgeDays, now: clock())
   }

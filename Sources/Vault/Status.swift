@@ -3,12 +3,17 @@ import VaultKeys
 
 /// What `vault status` reports; its JSON form is part of the command-line contract.
 public struct VaultStatus: Codable, Sendable, Equatable {
+  /// One key version as `status` shows it: enough to judge whether a rotation is due or safe.
   public struct Version: Codable, Sendable, Equatable {
+    /// The version number, as written in the header of every envelope it sealed.
     public var version: UInt32
+    /// Whether the version seals, only opens, waits to be finished, or is retired.
     public var state: KeyState
+    /// When the version was made (ISO 8601, UTC), as the manifest records it.
     public var createdAt: String
     /// Days since it was created (nil when the manifest's time cannot be read).
     public var ageDays: Double?
+    /// When the version was retired and its key deleted; nil while it is not retired.
     public var retiredAt: String?
     /// Records sealed under this version across all registered containers.
     public var records: Int
@@ -23,6 +28,11 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       case retiredAt = "retired_at"
     }
 
+    /// Writes the `status --json` form: snake-case keys, and `age_days` and `retired_at` written as
+    /// `null` when absent, never left out, so scripts can rely on every key.
+    ///
+    /// - Parameter encoder: the encoder to write to.
+    /// - Throws: the encoder's errors.
     public func encode(to encoder: any Encoder) throws {
       var container = encoder.container(keyedBy: CodingKeys.self)
       try container.encode(version, forKey: .version)
@@ -36,22 +46,33 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     }
   }
 
+  /// The keyfile of a keyfile vault, so an operator can see where its keys are and whether the file
+  /// is private.
   public struct Keyfile: Codable, Sendable, Equatable {
+    /// The keyfile's absolute path, as the manifest records it.
     public var path: String
     /// Octal permission bits, e.g. "0600"; nil when the file is missing.
     public var mode: String?
   }
 
+  /// The vault's id in hex: the `KeyringID` every envelope names.
   public var vaultID: String
+  /// The home directory the status was taken from.
   public var home: String
+  /// Where the keys are kept.
   public var store: KeyStoreKind
+  /// The version new records are sealed under.
   public var activeVersion: UInt32
+  /// Every version the manifest still lists, in the manifest's order.
   public var versions: [Version]
   /// A registered container and its records per key version (nil when its file is missing).
   public struct Container: Codable, Sendable, Equatable {
+    /// The container's absolute path, as registered.
     public var path: String
     /// The container id recorded at registration (nil for one registered before ids existed).
     public var id: String?
+    /// Records per key version (the version in decimal as the key); nil when the file is missing or
+    /// was not counted.
     public var records: [String: Int]?
   }
 
@@ -60,8 +81,11 @@ public struct VaultStatus: Codable, Sendable, Equatable {
   /// on the next open with keys).
   public var integrity: String
 
+  /// The keyfile, for a keyfile vault; nil for another store.
   public var keyfile: Keyfile?
+  /// Every container registered with the vault, whose records a rotation re-seals.
   public var containers: [Container]
+  /// Versions that sealed records outside containers (`Vault.seal`), so a rotation keeps their keys.
   public var externalSealVersions: [UInt32]
   /// What the operator should act on (today: an active version that still seals format 1).
   public var warnings: [String]
@@ -75,14 +99,27 @@ public struct VaultStatus: Codable, Sendable, Equatable {
 }
 
 extension Vault {
-  /// The vault's state from its manifest, with `counts` (records per version, per container path;
-  /// nil for a container whose file is missing).
+  /// The vault's state from its manifest as this process last read it, with `counts` (records per
+  /// version, per container path; nil for a container whose file is missing). Reads no key.
+  ///
+  /// - Parameter counts: records per key version, keyed by container path, as the caller counted
+  ///   them (a container missing from it shows nil records and adds nothing to the totals).
+  /// - Returns: the status, with `integrity` `verified` (an open vault's manifest was checked).
   public func status(counts: [String: [UInt32: Int]?] = [:]) -> VaultStatus {
     Self.describe(home: home, manifest: manifest, counts: counts, integrity: "verified", now: clock())
   }
 
-  /// The status of a vault from its manifest alone, without touching the key store (so it works
-  /// while the keyring is locked).
+  /// The status of a vault from its manifest alone, without reading any key (so it works while the
+  /// keyring is locked); for a keyfile vault it looks only at the keyfile's permission bits.
+  ///
+  /// - Parameters:
+  ///   - home: the home to report.
+  ///   - manifest: the manifest to describe, e.g. from `Vault.inspect(home:resolver:)`.
+  ///   - counts: records per key version, keyed by container path (nil for a missing file).
+  ///   - integrity: what is known of the manifest's MAC, shown as given (`verified`,
+  ///     `unverified: …`, `legacy`).
+  ///   - now: the time ages are measured at.
+  /// - Returns: the status.
   public static func describe(
     home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], integrity: String, now: Date = Date()
   ) -> VaultStatus {
@@ -113,6 +150,10 @@ extension Vault {
   }
 
   /// The warnings `status` and `doctor` show for `manifest`.
+  ///
+  /// - Parameter manifest: the manifest to judge.
+  /// - Returns: one sentence per thing to act on (today only an active version that still seals
+  ///   format 1); empty when there is none.
   public static func warnings(_ manifest: Manifest) -> [String] {
     guard let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM
     else { return [] }

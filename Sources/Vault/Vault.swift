@@ -10,7 +10,10 @@ import VaultKeys
 /// Changes to the manifest (create, rotate) take an exclusive file lock in the home, so
 /// several processes may share one vault.
 public final class Vault: Sendable {
+  /// The home directory, absolute: where the manifest and the lock file live.
   public let home: String
+  /// The vault's id, written into every envelope's header so another vault's records are
+  /// refused by name (`EnvelopeError.wrongKeyring`).
   public let keyringID: KeyringID
   /// `manifest.json` in the home, made once: every `seal` and `open` looks at it.
   private let manifestPath: String
@@ -59,6 +62,20 @@ public final class Vault: Sendable {
   ///
   /// Refuses, changing nothing, when a vault already exists there, when `home` holds other files,
   /// when the keyfile already exists, or when the Secret Service already holds keys for `home`.
+  /// If a later step fails, the manifest is removed again so the call can be retried.
+  ///
+  /// - Parameters:
+  ///   - home: the home directory (made absolute against the working directory); created 0700 if
+  ///     missing, and made 0700 if it exists empty.
+  ///   - descriptor: the store to keep the keys in; a keyfile with no path gets the default one
+  ///     for the new vault id (`KeyfileStore.defaultPath(keyring:environment:)`).
+  ///   - resolver: builds the key store `descriptor` names.
+  ///   - clock: the time source for the manifest's timestamps.
+  /// - Returns: the open vault, its first key version active.
+  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists` or `.orphanedKeys`
+  ///   (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
+  ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
+  ///   `VaultError.roundTripFailed` when the new key fails its self-test.
   public static func create(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver = .system(),
     clock: @escaping @Sendable () -> Date = Date.init
@@ -126,10 +143,16 @@ public final class Vault: Sendable {
   /// manifest is newer than the one in the home (a stale copy was restored), the newer one is used
   /// and written back, so a stale manifest can never drive a rotation.
   ///
+  /// - Parameters:
+  ///   - home: the home directory (made absolute against the working directory).
+  ///   - resolver: builds the key store the manifest names.
+  ///   - clock: the time source for manifest writes (finishing a pending version, rotations).
+  /// - Returns: the open vault, its active key loaded and checked.
   /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt, forged or stripped of
   ///   its MAC; `KeyStoreError` when the store cannot be read (locked, timed out, bad permissions);
-  ///   `VaultError.keyMissing` when the active key is absent. It never creates a key for a version
-  ///   that may have sealed data.
+  ///   `VaultError.keyMissing` when the active key is absent, `.integrityKeyMissing` when the store
+  ///   has no integrity key for a signed manifest, `.keyCheckFailed` when the active key is not
+  ///   the one recorded. It never creates a key for a version that may have sealed data.
   public static func open(
     home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
@@ -166,6 +189,11 @@ public final class Vault: Sendable {
   /// verified: `verified` (MAC checked; a newer copy in the key store is shown instead of a stale
   /// file), `unverified: <why>` when the key store cannot be read right now (a locked keyring), or
   /// `legacy` for a manifest from the release before MACs.
+  ///
+  /// - Parameters:
+  ///   - home: the home directory (made absolute against the working directory).
+  ///   - resolver: builds the key store, to read the integrity key and the store's copy.
+  /// - Returns: the manifest shown, and `verified`, `unverified: <why>` or `legacy` as above.
   /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt or fails its MAC.
   public static func inspect(home: String, resolver: KeyStoreResolver = .system()) throws -> (Manifest, String) {
     let home = absolutePath(home)
@@ -277,6 +305,12 @@ public final class Vault: Sendable {
 
   /// Seals `plaintext` bound to a context given as bytes (not necessarily UTF-8; compared byte for
   /// byte), both as byte arrays. Otherwise the same as `seal(_:context:)` with a `String` context.
+  ///
+  /// - Parameters:
+  ///   - plaintext: the record.
+  ///   - context: what the record is for, as bytes; must not be empty.
+  /// - Returns: the envelope (`plaintext.count + 89` bytes, or `+ 45` under a pre-format-2 key).
+  /// - Throws: as `seal(_:context:)` with a `String` context.
   public func seal(_ plaintext: [UInt8], context: [UInt8]) throws -> [UInt8] {
     try plaintext.withUnsafeBytes { try sealPinned($0, context: .app(context)) }
   }
@@ -290,12 +324,21 @@ public final class Vault: Sendable {
   /// - Throws: `EnvelopeError`, a distinct case for each reason (not an envelope, truncated,
   ///   another vault's, a retired or unknown key version, a context or key that does not match,
   ///   a modified byte), never saying anything about the contents; `KeyStoreError` when the key
-  ///   store cannot be read right now.
+  ///   store cannot be read right now; `VaultError.keyMissing` or `.keyCheckFailed` when the
+  ///   version's key is gone from the store or is not the one recorded; `ManifestFile.Failure`
+  ///   when the manifest changed on disk and the new one fails its checks.
   public func open(_ envelope: some DataProtocol, context: String) throws -> Data {
     Data(try Self.withBytes(of: envelope) { try open($0, context: .app(Array(context.utf8))) })
   }
 
-  /// Opens an envelope sealed with a context given as bytes, both as byte arrays.
+  /// Opens an envelope sealed with a context given as bytes, both as byte arrays. Otherwise the
+  /// same as `open(_:context:)` with a `String` context.
+  ///
+  /// - Parameters:
+  ///   - envelope: the bytes `seal` returned, unchanged.
+  ///   - context: the context it was sealed with, byte for byte.
+  /// - Returns: the plaintext.
+  /// - Throws: as `open(_:context:)` with a `String` context.
   public func open(_ envelope: [UInt8], context: [UInt8]) throws -> [UInt8] {
     try envelope.withUnsafeBytes { try open($0, context: .app(context)) }
   }
@@ -403,7 +446,13 @@ public final class Vault: Sendable {
   public var supersededStaleManifest: Bool { state.withLock { $0.supersededStaleManifest } }
 
   /// Re-reads the manifest (another process may have rotated), verifies it, and forgets cached
-  /// keys of versions that are no longer usable.
+  /// keys of versions that are no longer usable. `seal` and `open` do this by themselves when the
+  /// manifest file changed; call it to see another process's rotation in `manifest` or `status`.
+  ///
+  /// - Throws: `ManifestFile.Failure` when the manifest is missing or fails its MAC or freshness
+  ///   checks; `VaultError.integrityKeyMismatch` when the integrity key verifies neither copy;
+  ///   `VaultError.storeMoved` when the keyfile moved since this vault was opened; `KeyStoreError`
+  ///   when the store's copy cannot be read.
   public func reload() throws { try adoptVerifiedManifest(heal: false) }
 
   /// Reloads when the manifest file is not the one this process last saw.

@@ -3,22 +3,47 @@ import VaultKeys
 /// Failures of vault-level operations (creating, opening, rotating). Envelope, key store and
 /// manifest failures are thrown as their own types.
 public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// `Vault.create` found a manifest in `home`: an existing vault is never overwritten.
   case alreadyExists(home: String)
+  /// `Vault.create` found other files in `home` but no manifest: likely a vault whose manifest was
+  /// lost, whose data a new vault would strand.
   case homeNotEmpty(home: String)
+  /// A keyfile is already at the path a new vault or a keyfile move would write: it may hold
+  /// another vault's only keys.
   case keyfileExists(path: String)
+  /// The Secret Service holds keys of vaults (`vaultIDs`) at `home` whose manifest is gone: creating a
+  /// new vault there would orphan them for good.
   case orphanedKeys(home: String, vaultIDs: [String])
+  /// The manifest expects a key the store does not hold (a deleted or replaced keyfile, a reset
+  /// keyring); no new key is made in its place.
   case keyMissing(version: UInt32, store: KeyStoreKind)
+  /// A new key version failed its seal/open self-test and was not made active.
   case roundTripFailed(version: UInt32)
+  /// The manifest names no usable active version, so nothing can be sealed.
   case noActiveKey
+  /// The store has no integrity key for a vault whose manifest is signed: the store was reset or
+  /// belongs to another vault, so the manifest cannot be verified.
   case integrityKeyMissing(store: KeyStoreKind)
+  /// The store's key for `version` does not match the key-check value the manifest recorded: a
+  /// swapped key is refused rather than used.
   case keyCheckFailed(version: UInt32)
+  /// Finishing a pending version found a key in the store that this vault did not record; it is
+  /// not adopted.
   case unexpectedKeyItem(version: UInt32, store: KeyStoreKind)
+  /// No key version is left to rotate to; the records must move to a new vault.
   case versionsExhausted(highest: UInt32)
+  /// `Vault.moveKeyfile` was asked to move the keyfile of a vault that keeps its keys elsewhere.
   case notAKeyfileVault(home: String)
+  /// A container would be registered in the keyfile's directory, so every copy of the data would
+  /// carry its keys.
   case containerBesideKeyfile(container: String, keyfile: String)
+  /// The store's integrity key verifies neither the manifest nor the store's own copy of it: the
+  /// integrity-key item was replaced, not the manifest.
   case integrityKeyMismatch(store: KeyStoreKind)
+  /// The keyfile moved since this process opened the vault; it must open it again before writing.
   case storeMoved(home: String)
 
+  /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
     switch self {
     case .alreadyExists(let home):

@@ -13,5 +13,6 @@ public protocol CodedError: LocalizedError, CustomStringConvertible {
 }
 
 extension CodedError {
+  /// The description, so `localizedDescription` is the error's own sentence.
   public var errorDescription: String? { description }
 }

@@ -9,6 +9,7 @@ public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
   /// OpenSSL reported an internal failure in the named call.
   case library(call: String)
 
+  /// A short phrase naming the kind of failure (and, for a length, the sizes); never any data.
   public var description: String {
     switch self {
     case .authenticationFailed: "authentication failed"

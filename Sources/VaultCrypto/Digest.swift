@@ -4,8 +4,14 @@ import Synchronization
 
 /// SHA-256 (FIPS 180-4).
 public enum SHA256 {
+  /// The length of every digest, in bytes.
   public static let byteCount = 32
 
+  /// The SHA-256 digest of `data`.
+  ///
+  /// - Parameter data: the bytes to hash; may be empty.
+  /// - Returns: the digest, `byteCount` bytes.
+  /// - Throws: `CryptoError.library` when OpenSSL fails.
   public static func hash(_ data: UnsafeRawBufferPointer) throws -> [UInt8] {
     guard let md = sha256Digest else { throw CryptoError.library(call: "EVP_MD_fetch(SHA256)") }
     var out = [UInt8](repeating: 0, count: byteCount)
@@ -16,12 +22,25 @@ public enum SHA256 {
     return out
   }
 
+  /// The SHA-256 digest of `data`, held in a byte array.
+  ///
+  /// - Parameter data: the bytes to hash; may be empty.
+  /// - Returns: the digest, `byteCount` bytes.
+  /// - Throws: `CryptoError.library` when OpenSSL fails.
   public static func hash(_ data: [UInt8]) throws -> [UInt8] {
     try data.withUnsafeBytes { (buffer) in try hash(buffer) }
   }
 
   /// Hashes `a ‖ b ‖ c` into `output` (32 bytes) without copying them together. Digest contexts
   /// are pooled: one per call would cost more than hashing a short input.
+  ///
+  /// - Parameters:
+  ///   - a: the first part; any part may be empty.
+  ///   - b: the second part.
+  ///   - c: the third part.
+  ///   - output: where the digest is written; must be exactly `byteCount` bytes.
+  /// - Throws: `CryptoError.invalidLength` when `output` is not 32 bytes; `CryptoError.library`
+  ///   when OpenSSL fails.
   public static func hash(
     _ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer,
     into output: UnsafeMutableRawBufferPointer

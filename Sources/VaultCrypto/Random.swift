@@ -4,7 +4,9 @@ import Glibc
 
 /// Cryptographically secure random bytes from OpenSSL's DRBG (seeded by the kernel).
 public enum SecureRandom {
-  /// Fills `buffer` with random bytes.
+  /// Fills `buffer` with random bytes, of any size.
+  ///
+  /// - Parameter buffer: the bytes to overwrite.
   /// - Throws: `CryptoError.randomUnavailable` if the generator fails; callers must not fall back.
   public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
     guard let base = buffer.baseAddress else { return }
@@ -23,6 +25,9 @@ public enum SecureRandom {
   /// A random (version 4) UUID from `getrandom(2)`. Foundation's `UUID()` must not be used for record
   /// ids: when it cannot open /dev/urandom (too many open files) it returns the same UUID every
   /// time, and the queue then drops every later record as a "duplicate".
+  ///
+  /// - Returns: a new UUID with version 4 and the RFC 4122 variant set.
+  /// - Throws: `CryptoError.randomUnavailable` when the kernel refuses.
   public static func uuid() throws -> UUID {
     // From the kernel, like envelope nonces: record ids are part of queue contexts, and nothing a
     // cloned process holds should make two records share one.
@@ -38,6 +43,10 @@ public enum SecureRandom {
   }
 
   /// Returns `count` random bytes (for identifiers and nonces, not for keys: use `SymmetricKey.generate`).
+  ///
+  /// - Parameter count: how many bytes.
+  /// - Returns: the random bytes, in an ordinary (not zeroizing) array.
+  /// - Throws: `CryptoError.randomUnavailable` if the generator fails.
   public static func bytes(_ count: Int) throws -> [UInt8] {
     var out = [UInt8](repeating: 0, count: count)
     try out.withUnsafeMutableBytes { (buffer) in try fill(buffer) }
@@ -57,7 +66,11 @@ public enum KernelRandom {
 
   /// Fills `buffer` (at most 256 bytes) with one blocking `getrandom(2)` call, retried only when a
   /// signal interrupted it.
-  /// - Throws: `CryptoError.randomUnavailable` when the kernel refuses or returns fewer bytes.
+  ///
+  /// - Parameter buffer: the bytes to overwrite; an empty buffer is left as it is.
+  /// - Throws: `CryptoError.invalidLength` when `buffer` is larger than `maximumByteCount`;
+  ///   `CryptoError.randomUnavailable` when the kernel refuses or returns fewer bytes (the buffer
+  ///   is then cleared).
   public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
     guard let base = buffer.baseAddress, buffer.count > 0 else { return }
     guard buffer.count <= maximumByteCount else {

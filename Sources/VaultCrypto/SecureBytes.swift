@@ -11,6 +11,11 @@ public final class SecureBytes: @unchecked Sendable {
   private let allocation: SecureMemory.Allocation
 
   /// Allocates `count` zeroed bytes and lets `initializer` fill them.
+  ///
+  /// - Parameters:
+  ///   - count: the size of the buffer, fixed for its life.
+  ///   - initializer: writes the secret into the buffer; the pointer must not escape.
+  /// - Throws: whatever `initializer` throws; the buffer is then zeroed and released.
   public init(count: Int, _ initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
     allocation = SecureMemory.allocate(count)
     buffer = UnsafeMutableRawBufferPointer(start: allocation.base, count: count)
@@ -22,30 +27,46 @@ public final class SecureBytes: @unchecked Sendable {
     }
   }
 
-  /// Copies `bytes` into a new zeroizing buffer.
+  /// Copies `bytes` into a new zeroizing buffer. The caller still owns, and should clear, the
+  /// original.
+  ///
+  /// - Parameter bytes: the secret to copy.
   public convenience init(copying bytes: UnsafeRawBufferPointer) {
     self.init(count: bytes.count) { $0.copyMemory(from: bytes) }
   }
 
   deinit { SecureMemory.release(allocation) }
 
+  /// The size of the buffer in bytes: what a key type checks before taking ownership.
   public var count: Int { buffer.count }
 
   /// Calls `body` with the bytes; the pointer must not escape.
+  ///
+  /// - Parameter body: reads the bytes.
+  /// - Returns: what `body` returns.
+  /// - Throws: whatever `body` throws.
   public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
     try body(UnsafeRawBufferPointer(buffer))
   }
 }
 
 extension SecureBytes: Equatable {
-  /// Constant-time comparison of contents.
+  /// Constant-time comparison of contents, so comparing secrets leaks nothing through timing.
+  ///
+  /// - Parameters:
+  ///   - lhs: one buffer.
+  ///   - rhs: the other.
+  /// - Returns: true when both hold the same bytes.
   public static func == (lhs: SecureBytes, rhs: SecureBytes) -> Bool {
     lhs.withUnsafeBytes { a in rhs.withUnsafeBytes { b in constantTimeEquals(a, b) } }
   }
 }
 
 extension SecureBytes: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+  /// The size only, never the bytes: a buffer printed by accident shows no secret.
   public var description: String { "SecureBytes(\(count) bytes, redacted)" }
+  /// The same as `description`, so `debugPrint` and the debugger show no secret either.
   public var debugDescription: String { description }
+  /// A mirror with no children, so `dump` and reflection show no secret.
   public var customMirror: Mirror { Mirror(self, children: []) }
 }

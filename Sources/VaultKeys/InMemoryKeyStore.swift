@@ -12,11 +12,14 @@ public final class InMemoryKeyStore: KeyStore {
   private let records = Mutex<[String: SecureBytes]>([:])
   private let failure = Mutex<KeyStoreError?>(nil)
 
+  /// An empty store that does not fail.
   public init() {}
 
   public var kind: KeyStoreKind { .memory }
 
   /// Makes every later call throw `error` (nil restores normal behaviour).
+  ///
+  /// - Parameter error: what each call throws, e.g. `.locked` to test a locked keyring.
   public func failAll(with error: KeyStoreError?) { failure.withLock { $0 = error } }
 
   public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {

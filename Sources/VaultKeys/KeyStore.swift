@@ -4,15 +4,23 @@ import VaultCrypto
 /// The random 8-byte identifier of a vault's keyring. Every envelope carries it, so data restored
 /// under a different keyring is told apart from tampered data.
 public struct KeyringID: Hashable, Sendable, CustomStringConvertible {
+  /// The length of every keyring id, in bytes: the size of the field in an envelope's header.
   public static let byteCount = 8
+  /// The id as it is written into every envelope's header.
   public let bytes: [UInt8]
 
+  /// Wraps the id as read from an envelope's header or a keyfile.
+  ///
+  /// - Parameter bytes: exactly `byteCount` bytes; anything else gives nil.
   public init?(bytes: [UInt8]) {
     guard bytes.count == Self.byteCount else { return nil }
     self.bytes = bytes
   }
 
-  /// Parses the 16-character lowercase hex form used in the manifest and the Secret Service.
+  /// Parses the 16-character hex form used in the manifest and the Secret Service (written in
+  /// lowercase by `hex`; uppercase digits are accepted too).
+  ///
+  /// - Parameter hex: the hex form; nil unless it is 16 characters of 8 hex pairs.
   public init?(hex: String) {
     guard hex.count == 2 * Self.byteCount else { return nil }
     var bytes: [UInt8] = []
@@ -26,16 +34,26 @@ public struct KeyringID: Hashable, Sendable, CustomStringConvertible {
     self.bytes = bytes
   }
 
+  /// A new id for a new vault, from `SecureRandom`: 64 random bits, so two vaults' ids do not
+  /// collide by chance.
+  ///
+  /// - Returns: the new id.
+  /// - Throws: `CryptoError.randomUnavailable` when the generator fails.
   public static func random() throws -> KeyringID { KeyringID(bytes: try SecureRandom.bytes(byteCount))! }
 
+  /// The 16-character lowercase hex form: what the manifest, `status` and the Secret Service show.
   public var hex: String { bytes.map { String(format: "%02x", $0) }.joined() }
+  /// The hex form, so an id prints as it appears in the manifest.
   public var description: String { hex }
 }
 
 /// Which backend holds a vault's key material.
 public enum KeyStoreKind: String, Codable, Sendable, CaseIterable {
+  /// The desktop keyring (GNOME Keyring, KWallet) over D-Bus: keys unlocked with the user's login.
   case secretService = "secret-service"
+  /// A private file outside the vault's home (`KeyfileStore`), for servers and headless use.
   case keyfile
+  /// Process memory only (`InMemoryKeyStore`): for tests; a vault on it cannot be reopened.
   case memory
 }
 
@@ -60,41 +78,100 @@ public enum KeyStoreRecord: String, Sendable, CaseIterable {
 /// for certain that the version is absent, and throws when it cannot tell (locked, timed out,
 /// unreadable, insecure). `storeKey` refuses to replace an existing version.
 public protocol KeyStore: Sendable {
+  /// Which backend this is: what the manifest records and error messages name.
   var kind: KeyStoreKind { get }
+  /// Loads a version's key.
+  ///
+  /// - Parameters:
+  ///   - keyring: the vault whose key it is.
+  ///   - version: the key version.
+  /// - Returns: the key, or nil only when the store can tell for certain that it holds none.
+  /// - Throws: `KeyStoreError` when the store cannot tell (locked, timed out, unreadable,
+  ///   insecure) or the material is not a 256-bit key (`.corruptKey`).
   func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey?
+  /// Stores a new version's key; never replaces one.
+  ///
+  /// - Parameters:
+  ///   - key: the key.
+  ///   - keyring: the vault whose key it is.
+  ///   - version: the key version.
+  /// - Throws: `KeyStoreError.keyExists` when the version is already stored; other
+  ///   `KeyStoreError` cases when the store cannot be written.
   func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws
-  /// Deletes a version's material; returns whether anything was deleted.
+  /// Deletes a version's material: what retiring a version does, after the manifest says so.
+  ///
+  /// - Parameters:
+  ///   - keyring: the vault whose key it is.
+  ///   - version: the key version.
+  /// - Returns: whether anything was deleted (false when the version was not stored).
+  /// - Throws: `KeyStoreError` when the store cannot be read or written.
   func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool
   /// The versions whose material the store holds for `keyring`.
+  ///
+  /// - Parameter keyring: the vault whose keys are listed.
+  /// - Returns: the stored versions, whatever the manifest says about them.
+  /// - Throws: `KeyStoreError` when the store cannot be read.
   func storedVersions(keyring: KeyringID) throws -> [UInt32]
   /// Throws the reason a new key could not be stored right now (locked, no provider, bad
   /// permissions), so a rotation can refuse before it records anything.
+  ///
+  /// - Throws: `KeyStoreError` naming that reason; returns when a key could be stored now.
   func checkWritable() throws
   /// A named record for `keyring`; nil only when the store can tell for certain it is absent.
+  ///
+  /// - Parameters:
+  ///   - record: which record.
+  ///   - keyring: the vault whose record it is.
+  /// - Returns: the record's bytes in zeroizing storage, or nil when it is absent.
+  /// - Throws: `KeyStoreError` when the store cannot tell, or the record is larger than any vault
+  ///   writes (`.corruptRecord`).
   func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes?
   /// Stores `bytes` as the named record, replacing any previous value atomically.
+  ///
+  /// - Parameters:
+  ///   - record: which record.
+  ///   - bytes: its new value, at most `KeyStoreRecord.maximumByteCount` bytes.
+  ///   - keyring: the vault whose record it is.
+  /// - Throws: `KeyStoreError.recordTooLarge` for a value over the limit (nothing is stored);
+  ///   other `KeyStoreError` cases when the store cannot be written.
   func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws
 }
 
 /// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.
 public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// No D-Bus session bus to reach the Secret Service on (`detail` says why): a headless session.
   case noSessionBus(detail: String)
+  /// The session bus has no Secret Service provider (no keyring daemon running).
   case noProvider
+  /// The Secret Service has no default collection to keep keys in.
   case noDefaultCollection
+  /// The Secret Service collection or item is locked: the user must unlock it first.
   case locked
+  /// The Secret Service did not answer `operation` within `seconds`: a hung daemon, not a missing key.
   case timedOut(seconds: Double, operation: String)
+  /// Any other Secret Service failure, with its message.
   case service(detail: String)
+  /// `storeKey` found the version already stored: a key is never overwritten.
   case keyExists(version: UInt32)
+  /// The stored material for a version is not a 256-bit key.
   case corruptKey(version: UInt32)
+  /// The keyfile (or its directory) is open to group or others: refused until it is private.
   case insecurePermissions(path: String, mode: UInt32, isDirectory: Bool)
+  /// The keyfile belongs to another user than the one running (`expected`).
   case wrongOwner(path: String, owner: UInt32, expected: UInt32)
   /// The keyfile's directory is shared (sticky or writable by others) or belongs to another user.
   case unsafeKeyfileDirectory(path: String, mode: UInt32, owner: UInt32, expected: UInt32)
+  /// The keyfile path is a symlink, directory, FIFO, socket or device: never followed or opened.
   case notARegularFile(path: String)
+  /// The keyfile cannot be parsed (`reason` says how); no new key is made in its place.
   case corruptKeyfile(path: String, reason: String)
+  /// The keyfile holds another vault's keys (`found`).
   case foreignKeyfile(path: String, found: KeyringID, expected: KeyringID)
+  /// A file-system call on a key store file failed, with its `errno`.
   case io(path: String, operation: String, errno: Int32)
+  /// `storeRecord` was given more than a key store holds; nothing was stored.
   case recordTooLarge(record: String, byteCount: Int, limit: Int)
+  /// A stored record is not what vault wrote (larger than any record it writes).
   case corruptRecord(record: String)
   /// Several Secret Service items hold the same key version; vault will not guess which is right.
   case ambiguousKey(version: UInt32, count: Int)
@@ -102,10 +179,14 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case duplicateKeyVersion(path: String, version: UInt32)
   /// The keyfile lies inside the data it protects (the vault home, or beside a container).
   case keyfileInsideData(path: String, dataDirectory: String)
+  /// A key store file has more than one name: another may sit inside the data or outlive a rewrite.
   case hardLinked(path: String, links: Int)
+  /// Several equally new Secret Service items hold one record; vault will not guess which is right.
   case ambiguousRecord(record: String, count: Int)
+  /// A keyfile rewrite would grow past what vault reads back; nothing was written.
   case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
 
+  /// A sentence for a person that names the kind of failure and the fix; never key bytes.
   public var description: String {
     switch self {
     case .noSessionBus(let detail):

@@ -31,6 +31,7 @@ import VaultCrypto
 /// can never rewrite a file and drop records it does not know; for the same reason this release
 /// keeps records whose names it does not know, unchanged, when it rewrites a file.
 public final class KeyfileStore: KeyStore {
+  /// The keyfile, as given (not made absolute): what every read and rewrite opens.
   public let path: String
   private let protectedData: @Sendable () -> ProtectedData
   private let lock = Mutex<Void>(())
@@ -43,12 +44,19 @@ public final class KeyfileStore: KeyStore {
     /// Container files: the keyfile may not be in the directory that holds one.
     public var containers: [String]
 
+    /// Names the data a keyfile must stay away from; the default names none.
+    ///
+    /// - Parameters:
+    ///   - home: the vault home, or nil.
+    ///   - containers: the container files' paths.
     public init(home: String? = nil, containers: [String] = []) {
       self.home = home
       self.containers = containers
     }
   }
 
+  /// A store over the keyfile at `path`; nothing is read or created until it is used.
+  ///
   /// - Parameters:
   ///   - path: the keyfile.
   ///   - protectedData: where the vault's data lives; asked before every read and write (a
@@ -62,6 +70,12 @@ public final class KeyfileStore: KeyStore {
 
   /// The default place for a vault's keyfile: outside its data directory, under the user's
   /// configuration directory (`$XDG_CONFIG_HOME/vault-keys/<vault id>.keys`).
+  ///
+  /// - Parameters:
+  ///   - keyring: the vault id that names the file.
+  ///   - environment: read for `XDG_CONFIG_HOME` and, when that is unset or empty, `HOME`
+  ///     (`$HOME/.config`; the account's home directory when `HOME` is unset too).
+  /// - Returns: the path; nothing is created.
   public static func defaultPath(keyring: KeyringID, environment: [String: String]) -> String {
     let config =
       environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
@@ -191,7 +205,11 @@ public final class KeyfileStore: KeyStore {
 
   /// Removes `<keyfile>.tmp-*` files a crash left behind in the middle of a rewrite: they hold
   /// keys (perhaps of versions since retired). Runs under the same directory lock as every write,
-  /// so a write in progress is never touched. Returns how many were removed.
+  /// so a write in progress is never touched.
+  ///
+  /// - Returns: how many were removed (0 when the directory does not exist).
+  /// - Throws: `KeyStoreError` when the directory cannot be opened, locked or synced; a
+  ///   leftover that cannot be removed is skipped (and not counted), not an error.
   @discardableResult
   public func removeLeftoverTemporaryFiles() throws -> Int {
     try lock.withLock { _ in

@@ -15,9 +15,13 @@ public enum KeyState: String, Codable, Sendable {
 
 /// One key version as recorded in the manifest.
 public struct KeyVersionRecord: Codable, Sendable, Equatable {
+  /// The version number, as written in the header of every envelope it sealed.
   public var version: UInt32
+  /// What the version may do now: seal, only open, wait to be finished, or nothing (retired).
   public var state: KeyState
+  /// When the version was made (ISO 8601, UTC): what a rotation schedule measures its age from.
   public var createdAt: String
+  /// When the version was retired; nil while it is not.
   public var retiredAt: String?
   /// The key-check value: the first 16 bytes of HMAC-SHA256(key, "vault key check v1"), in hex.
   /// A key store item whose key does not produce it is not this version's key. Nil only for
@@ -41,6 +45,14 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   /// The suites this release can seal and open under.
   public static let knownSuites: ClosedRange<UInt8> = 1...2
 
+  /// A version record as a vault writes it when it adds a version.
+  ///
+  /// - Parameters:
+  ///   - version: the version number.
+  ///   - state: its state.
+  ///   - createdAt: when it was made (ISO 8601, UTC).
+  ///   - check: its key-check value, or nil when not known yet.
+  ///   - suite: its envelope suite; nil means suite 1 (a version from before suites were recorded).
   public init(version: UInt32, state: KeyState, createdAt: String, check: String? = nil, suite: UInt8? = currentSuite) {
     self.version = version
     self.state = state
@@ -52,6 +64,11 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   /// The suite in effect: the recorded one, or 1 for a version from before suites were recorded.
   public var effectiveSuite: UInt8 { suite ?? 1 }
 
+  /// Reads the JSON form, keeping fields it does not know so a rewrite preserves what a newer
+  /// release added.
+  ///
+  /// - Parameter decoder: the decoder to read from.
+  /// - Throws: `DecodingError` when a required field is missing or has the wrong type.
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     version = try values.decode(UInt32.self, forKey: .version)
@@ -63,6 +80,11 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
     unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
   }
 
+  /// Writes the JSON form (snake-case keys, absent optionals left out), with the unknown fields
+  /// read kept as they were.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
   public func encode(to encoder: any Encoder) throws {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(version, forKey: .version)
@@ -75,6 +97,10 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   }
 
   /// The key-check value of `key` (see `check`).
+  ///
+  /// - Parameter key: the version's key.
+  /// - Returns: 32 lowercase hex characters; they say nothing usable about the key.
+  /// - Throws: `CryptoError.library` when OpenSSL fails.
   public static func checkValue(of key: SymmetricKey) throws -> String {
     let code = try HMACSHA256.authenticationCode(Array("vault key check v1".utf8), key: key)
     return code.prefix(16).map { String(format: "%02x", $0) }.joined()
@@ -84,6 +110,7 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
 /// A container registered with the vault: rotation re-seals and counts its records, and refuses to
 /// run when the file at `path` is not the container with `id`.
 public struct ContainerRecord: Codable, Sendable, Equatable {
+  /// The container file's absolute path, as registered.
   public var path: String
   /// The random id the container keeps in its own metadata. Nil only for a container registered by
   /// a release before container ids (adopted from the file the next time it is opened).
@@ -92,11 +119,21 @@ public struct ContainerRecord: Codable, Sendable, Equatable {
 
   enum CodingKeys: String, CodingKey, CaseIterable { case path, id }
 
+  /// A container record as `Vault.registerContainer(_:id:)` writes it.
+  ///
+  /// - Parameters:
+  ///   - path: the container file's absolute path.
+  ///   - id: the container's own random id (nil only for containers registered before ids).
   public init(path: String, id: String?) {
     self.path = path
     self.id = id
   }
 
+  /// Reads the JSON form, keeping fields it does not know so a rewrite preserves what a newer
+  /// release added.
+  ///
+  /// - Parameter decoder: the decoder to read from.
+  /// - Throws: `DecodingError` when a required field is missing or has the wrong type.
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     path = try values.decode(String.self, forKey: .path)
@@ -104,6 +141,10 @@ public struct ContainerRecord: Codable, Sendable, Equatable {
     unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
   }
 
+  /// Writes the JSON form, with the unknown fields read kept as they were.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
   public func encode(to encoder: any Encoder) throws {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(path, forKey: .path)
@@ -114,10 +155,16 @@ public struct ContainerRecord: Codable, Sendable, Equatable {
 
 /// Where the vault's key material lives.
 public struct StoreDescriptor: Codable, Sendable, Equatable {
+  /// Which backend holds the keys.
   public var kind: KeyStoreKind
   /// The keyfile's absolute path, for `.keyfile`.
   public var keyfile: String?
 
+  /// Names a store for `Vault.create`.
+  ///
+  /// - Parameters:
+  ///   - kind: the backend.
+  ///   - keyfile: for `.keyfile`, the keyfile's path; nil picks the default path for the new vault.
   public init(kind: KeyStoreKind, keyfile: String? = nil) {
     self.kind = kind
     self.keyfile = keyfile
@@ -141,12 +188,15 @@ public struct Manifest: Codable, Sendable, Equatable {
   public var writtenFormat: Int {
     versions.contains { $0.effectiveSuite >= 2 } ? Self.currentFormat : Self.suiteOneFormat
   }
+  /// The manifest's file name in the vault home: what marks a directory as a vault.
   public static let fileName = "manifest.json"
   /// Retired versions listed individually; older retired versions are only implied by
   /// `highestVersion`, so the manifest stays small however often the vault rotates.
   public static let retiredHistoryLimit = 8
 
+  /// The format this manifest was read in or will be written in (see `currentFormat`).
   public var format: Int
+  /// The vault's id in hex (see `keyringID`): what every envelope names in its header.
   public var vaultID: String
   /// The absolute path of the vault home this manifest belongs to. A copy of the manifest in
   /// another directory would otherwise act on the same keys under a different lock.
@@ -154,11 +204,14 @@ public struct Manifest: Codable, Sendable, Equatable {
   /// Incremented by every write. A manifest whose epoch is below the newest one the key store has
   /// seen is a stale copy (restored from a backup, or rolled back) and is superseded.
   public var epoch: UInt64
+  /// Where the vault's keys live.
   public var store: StoreDescriptor
+  /// The version new records are sealed under.
   public var activeVersion: UInt32
   /// The highest version ever made. Versions are never reused; one at or below it that is not
   /// listed was retired and compacted away.
   public var highestVersion: UInt32
+  /// Every version still listed: all but retired versions compacted out of the history.
   public var versions: [KeyVersionRecord]
   /// Containers whose records rotation re-seals and counts.
   public var containers: [ContainerRecord]
@@ -178,6 +231,11 @@ public struct Manifest: Codable, Sendable, Equatable {
     case externalSealVersions = "external_seal_versions"
   }
 
+  /// Reads the JSON form, keeping fields it does not know so a rewrite preserves what a newer
+  /// release added. Whether the format is one this release reads is `ManifestFile`'s check.
+  ///
+  /// - Parameter decoder: the decoder to read from.
+  /// - Throws: `DecodingError` when a required field is missing or has the wrong type.
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     format = try values.decode(Int.self, forKey: .format)
@@ -200,6 +258,10 @@ public struct Manifest: Codable, Sendable, Equatable {
     unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
   }
 
+  /// Writes the JSON form, with the unknown fields read kept as they were.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
   public func encode(to encoder: any Encoder) throws {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(format, forKey: .format)
@@ -231,14 +293,25 @@ public struct Manifest: Codable, Sendable, Equatable {
     externalSealVersions = []
   }
 
+  /// `vaultID` parsed; nil when it is not 16 hex characters (a corrupt manifest).
   public var keyringID: KeyringID? { KeyringID(hex: vaultID) }
 
+  /// The record of `version`, if the manifest still lists it.
+  ///
+  /// - Parameter version: the key version.
+  /// - Returns: its record, or nil for a version never made or compacted away.
   public func record(_ version: UInt32) -> KeyVersionRecord? { versions.first { $0.version == version } }
 
   /// The registered container at `path`, if any.
+  ///
+  /// - Parameter path: an absolute path, compared as a string (not resolved).
+  /// - Returns: its record, or nil when no container is registered at exactly that path.
   public func container(at path: String) -> ContainerRecord? { containers.first { $0.path == path } }
 
   /// Whether `version` was made and later retired (listed as retired, or compacted away).
+  ///
+  /// - Parameter version: the key version.
+  /// - Returns: true when its key is gone (or should be) for good.
   public func isRetired(_ version: UInt32) -> Bool {
     if let record = record(version) { return record.state == .retired }
     return version >= 1 && version <= highestVersion
@@ -307,10 +380,16 @@ public enum ManifestFile {
   /// The largest manifest accepted; compaction keeps real ones to a few kilobytes.
   package static let byteLimit = 256 * 1024
 
+  /// Why a manifest could not be read or trusted. Nothing is changed and no key is made when one is
+  /// thrown.
   public enum Failure: Error, Equatable, Sendable, CustomStringConvertible {
+    /// No manifest in `home`: no vault there, or its manifest was lost.
     case missing(home: String)
+    /// The file is not a manifest vault wrote (`reason` says what is wrong).
     case corrupt(path: String, reason: String)
+    /// A format this release does not read: written by a newer release.
     case unsupportedFormat(path: String, format: Int)
+    /// The file is larger than any manifest vault writes, so it is not read.
     case tooLarge(path: String, bytes: Int)
     /// The MAC does not verify, or is absent from a vault that has an integrity key.
     case unauthenticated(path: String)
@@ -319,6 +398,7 @@ public enum ManifestFile {
     /// The manifest was written for another vault home, which still holds the vault (a copy).
     case copiedHome(path: String, home: String)
 
+    /// A sentence for a person that says what to restore; it names no vault command.
     public var description: String {
       switch self {
       case .missing(let home):

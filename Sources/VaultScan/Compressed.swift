@@ -8,11 +8,18 @@ public struct InflateBudget: Sendable, Equatable {
   /// Inflated bytes allowed per file: `baseBytes` plus `ratio` times the file's size. Ordinary
   /// compressed logs and blobs expand 3–20 times; a decompression bomb expands 1,000 times.
   public var baseBytes: Int
+  /// How many inflated bytes each byte of the file adds to its allowance: a bomb runs out of it,
+  /// an ordinary compressed file does not.
   public var ratio: Int
   /// Time allowed per file for inflating, in seconds (measured on the monotonic clock).
   public var seconds: Double
 
   /// 512 MiB plus 64 times the file's size, and 60 seconds, per file.
+  ///
+  /// - Parameters:
+  ///   - baseBytes: inflated bytes every file may have, however small.
+  ///   - ratio: inflated bytes allowed per byte of the file, on top of `baseBytes`.
+  ///   - seconds: time allowed per file for inflating.
   public init(baseBytes: Int = 512 << 20, ratio: Int = 64, seconds: Double = 60) {
     self.baseBytes = baseBytes
     self.ratio = ratio

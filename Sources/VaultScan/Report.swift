@@ -22,6 +22,14 @@ public struct Finding: Codable, Equatable, Sendable {
   public var excerpt: String
 
   /// A finding; `excerpt` must already be redacted.
+  ///
+  /// - Parameters:
+  ///   - file: the file, as `PathText.display(_:)` shows it.
+  ///   - offset: where in the file (0 for a finding about a container's record).
+  ///   - region: which part of the file (see `region`).
+  ///   - detector: what found it (see `detector`).
+  ///   - encoding: how it was written, or nil (see `encoding`).
+  ///   - excerpt: a redacted excerpt; never the full text, never a secret.
   public init(file: String, offset: Int, region: String, detector: String, encoding: String?, excerpt: String) {
     self.file = file
     self.offset = offset
@@ -41,6 +49,10 @@ public struct Skipped: Codable, Equatable, Sendable {
   public var reason: String
 
   /// A path and why it was not read.
+  ///
+  /// - Parameters:
+  ///   - path: the path, as `PathText.display(_:)` shows it.
+  ///   - reason: the kind of file or error; never anything read from the file.
   public init(path: String, reason: String) {
     self.path = path
     self.reason = reason
@@ -93,6 +105,9 @@ public struct ScanReport: Codable, Equatable, Sendable {
   public init() {}
 
   /// Reads the JSON form (`complete` is derived, and ignored when read).
+  ///
+  /// - Parameter decoder: the decoder to read from.
+  /// - Throws: `DecodingError` when a key other than `verify` is missing or has the wrong type.
   public init(from decoder: any Decoder) throws {
     let container = try decoder.container(keyedBy: CodingKeys.self)
     filesScanned = try container.decode(Int.self, forKey: .filesScanned)
@@ -105,6 +120,9 @@ public struct ScanReport: Codable, Equatable, Sendable {
 
   /// Writes the JSON form: files_scanned, bytes_scanned, findings, skipped, incomplete, complete,
   /// and verify when there is one.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
   public func encode(to encoder: any Encoder) throws {
     var container = encoder.container(keyedBy: CodingKeys.self)
     try container.encode(filesScanned, forKey: .filesScanned)

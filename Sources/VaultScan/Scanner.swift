@@ -32,6 +32,9 @@ public struct Scanner {
   /// `StreamStart.lookahead`, so nothing that starts near an edge is missed.
   static let minimumOverlap = 256
 
+  /// A scanner for `canaries` (in each encoding `Finding.encoding` lists) and, given a vault, an
+  /// auditor of the envelopes in vault's containers.
+  ///
   /// - Parameters:
   ///   - canaries: strings that must not appear; each must be at least 4 bytes of UTF-8 (shorter
   ///     ones match too much to mean anything and are ignored).
@@ -49,6 +52,10 @@ public struct Scanner {
   /// Scans files and directories (recursively), each path as `walk(root:)` describes: symlinks
   /// and special files are reported in `skipped` and never opened; what cannot be read is listed in
   /// `incomplete`. Paths in the report are shown as `PathText.display` shows them.
+  ///
+  /// - Parameter paths: files and directories to scan, in order.
+  /// - Returns: every finding (sorted by file and offset), with what was skipped or could not be
+  ///   read in full. Only a report both `clean` and `complete` says the paths hold nothing found.
   /// - Throws: `ScanError.unreadable` when a path given cannot be looked at; with a vault, a key
   ///   store error that stops envelopes from being opened.
   public func scan(_ paths: [String]) throws -> ScanReport {

@@ -10,6 +10,9 @@ import Foundation
 /// or send a terminal escape.
 public enum PathText {
   /// `bytes` (a path or a name) shown as described above.
+  ///
+  /// - Parameter bytes: the raw bytes of a path or a name, as the file system holds them.
+  /// - Returns: valid UTF-8 text that names those bytes exactly and holds no control character.
   public static func display(_ bytes: [UInt8]) -> String {
     var shown = ""
     shown.reserveCapacity(bytes.count)

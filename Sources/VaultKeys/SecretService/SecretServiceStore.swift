@@ -7,7 +7,9 @@ import VaultCrypto
 
 /// What a quick look at the Secret Service found, for `--store auto`, `status` and `doctor`.
 public enum SecretServiceProbe: Equatable, Sendable {
+  /// A session bus, a provider and an unlocked default collection are there: keys can be stored.
   case available
+  /// Keys cannot be stored there now; the error says why (no bus, no provider, locked, timed out).
   case unavailable(KeyStoreError)
 }
 
@@ -20,6 +22,9 @@ public enum SecretTransfer: String, Equatable, Sendable {
   case plain
 
   /// Classifies libsecret's session algorithm; nil when no session is open.
+  ///
+  /// - Parameter algorithms: libsecret's name for the session's algorithms: `plain`, anything
+  ///   else counts as encrypted.
   public init?(algorithms: String?) {
     guard let algorithms else { return nil }
     self = algorithms == "plain" ? .plain : .encrypted
@@ -47,11 +52,16 @@ public enum SecretTransfer: String, Equatable, Sendable {
 /// blocking for D-Bus's own 25–50 s. A locked collection is reported as `.locked`, never as an
 /// absent key, because libsecret's simple lookup returns "not found" for both.
 public final class SecretServiceStore: KeyStore {
+  /// Seconds each operation may take before it fails as `KeyStoreError.timedOut`, as clamped
+  /// by `init` (0 to a day).
   public let timeout: Double
   private let home: String?
   // libsecret's sync calls each run a private main loop; serialise ours to keep it simple.
   private let lock = Mutex<Void>(())
 
+  /// A store that talks to the Secret Service on the session bus; nothing is contacted until it
+  /// is used.
+  ///
   /// - Parameters:
   ///   - timeout: seconds each operation may take before it is cancelled, at most a day (larger
   ///     and infinite values mean a day, negative ones 0, NaN the default of 5).
@@ -71,6 +81,9 @@ public final class SecretServiceStore: KeyStore {
   private let lastTransfer = Mutex<SecretTransfer?>(nil)
 
   /// Checks that a session bus, a provider and an unlocked default collection are there.
+  ///
+  /// - Returns: `.available`, or `.unavailable` with the reason; it never throws, so a caller
+  ///   choosing a store (`--store auto`) can fall back.
   public func probe() -> SecretServiceProbe {
     do {
       try lock.withLock { _ in
@@ -178,6 +191,14 @@ public final class SecretServiceStore: KeyStore {
   /// The newest item of `record`: several items of one record exist only for a moment (a replace
   /// stores the new item before it removes the older ones) or after a crash in that moment, and
   /// the `generation` attribute says which is newest. Any locked item makes the answer `.locked`.
+  ///
+  /// - Parameters:
+  ///   - record: which record.
+  ///   - keyring: the vault whose record it is.
+  /// - Returns: the newest item's value in zeroizing storage, or nil when there is none.
+  /// - Throws: `KeyStoreError.locked`, `.ambiguousRecord` (several equally new items),
+  ///   `.corruptRecord` (a value larger than vault writes), `.timedOut`, or another Secret
+  ///   Service failure.
   public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
     // Another process replacing the record deletes the older item between this search and the
     // secret's transfer ("No such secret item"): search again, a few times, before giving up.
@@ -227,6 +248,13 @@ public final class SecretServiceStore: KeyStore {
   /// whose item is removed under it searches again); an older
   /// item that could not be removed is ignored by `loadRecord` and removed by the next store.
   /// Writers of one record must be serialised (the vault writes its records under its manifest lock).
+  ///
+  /// - Parameters:
+  ///   - record: which record.
+  ///   - bytes: its new value, at most `KeyStoreRecord.maximumByteCount` bytes.
+  ///   - keyring: the vault whose record it is.
+  /// - Throws: `KeyStoreError.recordTooLarge` (nothing stored), `.locked`, `.timedOut`, or another
+  ///   Secret Service failure.
   public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
     guard bytes.count <= KeyStoreRecord.maximumByteCount else {
       throw KeyStoreError.recordTooLarge(
@@ -274,9 +302,15 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
-  /// The ids of vaults whose keys or records were stored for `home` (to refuse an `init` that
-  /// would orphan them). Works while the collection is locked: a search returns locked items
+  /// The ids of vaults whose keys were stored for `home` (to refuse an `init` that would orphan
+  /// them). Records alone do not count: a vault id with records but no key never sealed anything
+  /// (an `init` that failed before storing its first key), and must not block the retry. Works while the collection is locked: a search returns locked items
   /// with their attributes. An item whose `vault-id` cannot be read counts as "unknown".
+  ///
+  /// - Parameter home: the absolute home path, compared with each item's `home` attribute.
+  /// - Returns: the vault ids found, each once; empty when there are none.
+  /// - Throws: `KeyStoreError` when the Secret Service cannot be asked (no session bus, no
+  ///   provider, timed out, failed).
   public func keyringIDs(forHome home: String) throws -> [String] {
     try lock.withLock { _ in
       try withDeadline("list vaults") { cancellable in
