@@ -55,6 +55,12 @@ public final class InMemoryKeyStore: KeyStore {
 
   public func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
     try failIfAsked()
+    // The same limit the keyfile and the Secret Service enforce: a twin that accepted more would
+    // let a test pass that the real stores fail.
+    guard bytes.count <= KeyStoreRecord.maximumByteCount else {
+      throw KeyStoreError.recordTooLarge(
+        record: record.rawValue, byteCount: bytes.count, limit: KeyStoreRecord.maximumByteCount)
+    }
     let copy = SecureBytes(copying: bytes)
     records.withLock { $0[keyring.hex + "/" + record.rawValue] = copy }
   }

@@ -22,14 +22,21 @@ public struct KeyringID: Hashable, Sendable, CustomStringConvertible {
   ///
   /// - Parameter hex: the hex form; nil unless it is 16 characters of 8 hex pairs.
   public init?(hex: String) {
-    guard hex.count == 2 * Self.byteCount else { return nil }
+    // Exactly the form `hex` writes (16 lowercase hex digits): one id has one spelling, so ids
+    // compared as text (manifest, container metadata) cannot differ in case or a sign and match.
+    let digits = Array(hex.utf8)
+    guard digits.count == 2 * Self.byteCount else { return nil }
+    func value(_ digit: UInt8) -> UInt8? {
+      switch digit {
+      case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+      case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+      default: nil
+      }
+    }
     var bytes: [UInt8] = []
-    var index = hex.startIndex
-    while index < hex.endIndex {
-      let next = hex.index(index, offsetBy: 2)
-      guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
-      bytes.append(byte)
-      index = next
+    for pair in stride(from: 0, to: digits.count, by: 2) {
+      guard let high = value(digits[pair]), let low = value(digits[pair + 1]) else { return nil }
+      bytes.append(high << 4 | low)
     }
     self.bytes = bytes
   }

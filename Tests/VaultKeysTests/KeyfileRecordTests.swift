@@ -257,3 +257,25 @@ extension KeyStore {
     try bytes.withUnsafeBytes { try storeRecord(record, bytes: $0, keyring: keyring) }
   }
 }
+
+/// Follow-ups from the documentation review: one spelling per keyring id, and a test twin that
+/// refuses what the real stores refuse.
+final class KeyStoreStrictnessTests: XCTestCase {
+  func testAKeyringIDHasOneSpelling() throws {
+    let id = try XCTUnwrap(KeyringID(hex: "0123456789abcdef"))
+    XCTAssertEqual(id.hex, "0123456789abcdef")
+    for other in ["0123456789ABCDEF", "+123456789abcdef", "0123456789abcde", "0123456789abcdeg", " 123456789abcdef"] {
+      XCTAssertNil(KeyringID(hex: other), other)
+    }
+  }
+
+  func testTheInMemoryStoreRefusesAnOversizedRecordAsTheOthersDo() throws {
+    let store = InMemoryKeyStore()
+    let big = [UInt8](repeating: 1, count: KeyStoreRecord.maximumByteCount + 1)
+    XCTAssertThrowsError(
+      try big.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: try KeyringID.random()) }
+    ) {
+      guard case KeyStoreError.recordTooLarge = $0 else { return XCTFail("\($0)") }
+    }
+  }
+}
