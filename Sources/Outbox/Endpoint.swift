@@ -36,7 +36,7 @@ public enum EndpointPolicy {
 }
 
 /// Why an endpoint URL was refused. The URL itself is not repeated (it may carry a secret).
-public enum EndpointError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum EndpointError: CodedError, Equatable, CustomStringConvertible {
   case unsupportedScheme
   case noHost
   case credentialsInURL
@@ -51,6 +51,17 @@ public enum EndpointError: Error, Equatable, Sendable, CustomStringConvertible {
     case .insecureHTTP:
       "plain http:// would send the token and the records unencrypted to another machine; use https://, "
         + "or opt in for a test network (--allow-insecure-http, allowInsecureHTTP: true)"
+    }
+  }
+
+  public var errorDescription: String? { description }
+
+  public var code: String {
+    switch self {
+    case .unsupportedScheme: "endpoint.unsupported-scheme"
+    case .noHost: "endpoint.no-host"
+    case .credentialsInURL: "endpoint.credentials-in-url"
+    case .insecureHTTP: "endpoint.insecure-http"
     }
   }
 }

@@ -127,8 +127,8 @@ struct RecordingTransport: Transport {
   let history: History
   let heldBack = Counter()
 
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
-    let result = inner.deliver(id: id, payload: payload)
+  func deliver(id: UUID, payload: Data) async -> DeliveryResult {
+    let result = await inner.deliver(id: id, payload: payload)
     if result == .delivered { history.append(id) }
     if result == .unreachable(kind: "local-memory") { heldBack.increment() }
     return result
@@ -233,7 +233,7 @@ do {
     // SIGTERM, SIGINT or SIGHUP: the request in progress is abandoned, the pass gives back every
     // memo it claimed and did not deliver, and relay exits 128 + the signal.
     StopSignals.handle { _ in }
-    let pass = try outbox.deliverDue()
+    let pass = try waitFor { try await outbox.deliverDue() }
     say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
     )
@@ -296,6 +296,32 @@ struct EnvironmentToken: TokenProvider {
 }
 
 /// `send` never delivers; delivery is `relay`'s job.
-struct NoTransport: Transport {
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
+struct NoTransport: SynchronousTransport {
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
+}
+
+/// Runs async work (a delivery pass) to its end while the calling thread waits: memo is a
+/// sequential tool, and the pass's requests run on threads of their own, not on this one.
+func waitFor<Value: Sendable>(_ work: @escaping @Sendable () async throws -> Value) throws -> Value {
+  let box = ResultBox<Value>()
+  let done = DispatchSemaphore(value: 0)
+  Task {
+    do {
+      box.result = .success(try await work())
+    } catch {
+      box.result = .failure(error)
+    }
+    done.signal()
+  }
+  done.wait()
+  return try box.result!.get()
+}
+
+final class ResultBox<Value: Sendable>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var stored: Result<Value, any Error>?
+  var result: Result<Value, any Error>? {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
+  }
 }
