@@ -128,7 +128,14 @@ struct RecordingTransport: Transport {
   let heldBack = Counter()
 
   func deliver(id: UUID, payload: Data) async -> DeliveryResult {
-    let result = await inner.deliver(id: id, payload: payload)
+    // memo's pass runs on its main thread (see `waitFor`), where blocking is what it wants: a
+    // synchronous transport is called right here rather than on a thread of its own.
+    let result =
+      if let blocking = inner as? any SynchronousTransport {
+        blocking.deliverSynchronously(id: id, payload: payload)
+      } else {
+        await inner.deliver(id: id, payload: payload)
+      }
     if result == .delivered { history.append(id) }
     if result == .unreachable(kind: "local-memory") { heldBack.increment() }
     return result
@@ -300,21 +307,61 @@ struct NoTransport: SynchronousTransport {
   func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
 }
 
-/// Runs async work (a delivery pass) to its end while the calling thread waits: memo is a
-/// sequential tool, and the pass's requests run on threads of their own, not on this one.
+/// Runs async work (a delivery pass) to its end on the calling thread. memo is a sequential tool,
+/// and a pass that needs no other thread costs the address space the synchronous pass cost: each
+/// thread of the concurrency pool reserved a 64 MiB malloc arena and an 8 MiB stack, so under a
+/// tight `ulimit -v` a relay that used to fit ran out (and glibc, failing to make the arena, tried
+/// again on every allocation: the relay crawled instead of failing).
 func waitFor<Value: Sendable>(_ work: @escaping @Sendable () async throws -> Value) throws -> Value {
   let box = ResultBox<Value>()
-  let done = DispatchSemaphore(value: 0)
-  Task {
+  let executor = CallingThreadExecutor()
+  Task(executorPreference: executor) {
     do {
       box.result = .success(try await work())
     } catch {
       box.result = .failure(error)
     }
-    done.signal()
+    executor.finish()
   }
-  done.wait()
+  executor.run()
   return try box.result!.get()
+}
+
+/// A task executor whose jobs run on the thread that called `run()`, until `finish()`.
+final class CallingThreadExecutor: TaskExecutor, @unchecked Sendable {
+  private let condition = NSCondition()
+  private var jobs: [UnownedJob] = []
+  private var finished = false
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let job = UnownedJob(job)
+    condition.withLock {
+      jobs.append(job)
+      condition.signal()
+    }
+  }
+
+  func finish() {
+    condition.withLock {
+      finished = true
+      condition.signal()
+    }
+  }
+
+  /// Runs jobs as they come until `finish()` was called and no job is left.
+  func run() {
+    while true {
+      condition.lock()
+      while jobs.isEmpty, !finished { condition.wait() }
+      if jobs.isEmpty {
+        condition.unlock()
+        return
+      }
+      let job = jobs.removeFirst()
+      condition.unlock()
+      job.runSynchronously(on: asUnownedTaskExecutor())
+    }
+  }
 }
 
 final class ResultBox<Value: Sendable>: @unchecked Sendable {
