@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 
 /// Where a transport may send records and tokens: `https://` anywhere, `http://` only to a
 /// loopback address (127.0.0.0/8, ::1, `localhost`) unless the caller opts in to plain HTTP on
@@ -36,7 +37,7 @@ public enum EndpointPolicy {
 }
 
 /// Why an endpoint URL was refused. The URL itself is not repeated (it may carry a secret).
-public enum EndpointError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum EndpointError: CodedError, Equatable, CustomStringConvertible {
   case unsupportedScheme
   case noHost
   case credentialsInURL
@@ -50,7 +51,18 @@ public enum EndpointError: Error, Equatable, Sendable, CustomStringConvertible {
       "the endpoint URL carries a user name or password; remove it (the bearer token is sent separately)"
     case .insecureHTTP:
       "plain http:// would send the token and the records unencrypted to another machine; use https://, "
-        + "or opt in for a test network (--allow-insecure-http, allowInsecureHTTP: true)"
+        + "or opt in for a test network (allowInsecureHTTP: true)"
+    }
+  }
+
+  public var errorDescription: String? { description }
+
+  public var code: String {
+    switch self {
+    case .unsupportedScheme: "endpoint.unsupported-scheme"
+    case .noHost: "endpoint.no-host"
+    case .credentialsInURL: "endpoint.credentials-in-url"
+    case .insecureHTTP: "endpoint.insecure-http"
     }
   }
 }

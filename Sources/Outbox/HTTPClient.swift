@@ -1,6 +1,6 @@
 // C boundary: libcurl's easy and multi interfaces (through CCurl's typed wrappers). Nothing else in
 // the package talks to libcurl.
-import CCurl
+internal import CCurl
 import Foundation
 
 /// One HTTP request: a method, the configured endpoint, headers and a body. Nothing in it is ever

@@ -4,7 +4,7 @@ import Vault
 /// POSTs each message as JSON `{"id": "<uuid>", "body": "<UTF-8 text, or base64 when not text>",
 /// "encoding": "utf8"|"base64"}` to `endpoint` through `HTTPClient` (no redirects, one deadline,
 /// bounded responses, nothing kept), and maps the status with `HTTPStatusPolicy`.
-public final class HTTPJSONTransport: Transport {
+public final class HTTPJSONTransport: SynchronousTransport {
   public let endpoint: URL
   private let client: HTTPClient
 
@@ -22,10 +22,12 @@ public final class HTTPJSONTransport: Transport {
     client = HTTPClient(timeout: timeout, certificateAuthorities: certificateAuthorities)
   }
 
-  public func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
-    // Encoding holds the base64 form (for binary payloads) and the JSON body; a failed allocation
-    // traps. A body the address space (`ulimit -v`) cannot hold is not attempted: the record
-    // waits, as for an unreachable server, which never counts toward parking.
+  public func deliverSynchronously(id: UUID, payload data: Data) -> DeliveryResult {
+    // Encoding holds a copy of the payload, the base64 form (for binary payloads) and the JSON
+    // body; a failed allocation traps. A body the address space (`ulimit -v`) cannot hold is not
+    // attempted: the record waits, as for an unreachable server, which never counts toward parking.
+    guard MemoryHeadroom.available(data.count) else { return .unreachable(kind: "local-memory") }
+    let payload = [UInt8](data)
     // One scan of the payload decides text or base64, for the bound and for the body alike.
     let text = Self.isText(payload)
     guard MemoryHeadroom.available(Self.encodingBytes(payload, isText: text)) else {
@@ -35,14 +37,8 @@ public final class HTTPJSONTransport: Transport {
       url: endpoint,
       headers: [("Content-Type", "application/json"), ("Idempotency-Key", id.uuidString.lowercased())],
       body: Self.body(id: id, payload: payload, isText: text))
-    switch client.send(request) {
-    case .status(413, let retryAfter) where request.body.count <= Self.smallBody:
-      // A small message cannot really be too large: a server (or proxy) refusing it has a fault,
-      // so it is retried with backoff (counting toward parking) rather than sent to review.
-      return .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter))
-    case .status(let status, let retryAfter): return HTTPStatusPolicy.result(status: status, retryAfter: retryAfter)
-    case .unreachable(let kind): return .unreachable(kind: kind)
-    }
+    return HTTPStatusPolicy.result(
+      for: client.send(request), bodyBytes: request.body.count, smallBody: Self.smallBody)
   }
 
   /// A body at most this large refused with 413 is the server's fault, not the message's (64 KiB,

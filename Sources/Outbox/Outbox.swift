@@ -6,18 +6,24 @@ import VaultQueue
 /// happens in the background through a `Transport`, with retries, backoff and parking owned here
 /// (and only here).
 ///
-/// Delivery runs on start (leftovers from an earlier run), after each send, on a timer, and on
-/// `trigger()`. Thread-safe.
+/// The background loop (`start`) runs a pass at start (leftovers from an earlier run), after each
+/// send, when the earliest retry it scheduled is due (a `Retry-After: 1` is retried about a second
+/// later), at least every `interval` seconds, and at once on a network change. What it does is
+/// published as `events()` and logged through `logger`; nothing is swallowed silently.
+/// Thread-safe.
 public final class Outbox: @unchecked Sendable {
   public let container: QueueContainer
   public let queue: String
   let transport: any Transport
   let interval: TimeInterval
   let lease: TimeInterval
-  private let worker = DispatchQueue(label: "vault.outbox.delivery")
+  let logger: DeliveryLogger
+  private let hub = DeliveryEventHub()
   private let lock = NSLock()
-  private var timer: DispatchSourceTimer?
-  private var passScheduled = false
+  private var loop: DeliveryLoop?
+  /// The earliest due time (container clock) of a record this process scheduled and has not
+  /// attempted since: the loop wakes for it rather than wait out `interval`.
+  private var earliestDue: Date?
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
@@ -37,15 +43,24 @@ public final class Outbox: @unchecked Sendable {
     public let duplicate: Bool
   }
 
+  /// - Parameters:
+  ///   - container: the queue container that holds the messages, sealed, until they are delivered.
+  ///   - queue: the queue within the container (so one container can hold several outboxes).
+  ///   - transport: how a message reaches its server (`HTTPBodyTransport`, `HTTPJSONTransport`, or
+  ///     the app's own).
+  ///   - interval: the longest the background loop waits between passes.
+  ///   - lease: how long a claimed record stays with this deliverer (renewed as a pass goes).
+  ///   - logger: where the loop logs ids, counts and error kinds (never payloads); silent by default.
   public init(
     container: QueueContainer, queue: String = "outbox", transport: any Transport, interval: TimeInterval = 30,
-    lease: TimeInterval = 120
+    lease: TimeInterval = 120, logger: DeliveryLogger = .disabled
   ) {
     self.container = container
     self.queue = queue
     self.transport = transport
     self.interval = interval
     self.lease = lease
+    self.logger = logger
   }
 
   /// Saves `message` durably (the "saved" moment an app uses to clear its editor) and asks the
@@ -59,53 +74,119 @@ public final class Outbox: @unchecked Sendable {
     return Receipt(id: id, duplicate: outcome == .duplicate)
   }
 
-  /// Starts background delivery: a pass now (leftovers from a previous run), then on every
-  /// trigger and every `interval` seconds.
-  public func start() {
-    lock.withLock {
-      guard timer == nil else { return }
-      let source = DispatchSource.makeTimerSource(queue: worker)
-      source.schedule(deadline: .now(), repeating: interval)
-      source.setEventHandler { [weak self] in self?.runScheduledPass() }
-      source.resume()
-      timer = source
+  /// Saves `message` durably; see `send(_:id:)`.
+  @discardableResult
+  public func send(_ message: Data, id: UUID? = nil) throws -> Receipt { try send([UInt8](message), id: id) }
+
+  /// A stream of what delivery does from now on (passes run by the loop or by `deliverDue`).
+  ///
+  /// Each stream buffers at most `limit` events its reader has not taken yet and drops the oldest
+  /// beyond that (`AsyncStream`'s `bufferingNewest`), so a stream that is never read costs bounded
+  /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called.
+  public func events(bufferingNewest limit: Int = 256) -> AsyncStream<DeliveryEvent> {
+    hub.stream(bufferingNewest: limit)
+  }
+
+  /// Events dropped so far because a stream's buffer was full.
+  public var droppedEventCount: Int { hub.droppedCount }
+
+  /// Starts background delivery: a pass now (leftovers from a previous run), then on every send
+  /// and trigger, when the earliest retry scheduled is due, at least every `interval` seconds, and
+  /// on every change `network` reports (which also restarts the backoff of records that waited for
+  /// the network; pass `RouteChangeSource()` from module Telemetry for the rtnetlink monitor).
+  /// Calling it again while running does nothing.
+  /// - Throws: what `network.watch` throws; the loop is then not started.
+  public func start(network: (any NetworkChangeSource)? = nil) throws {
+    let loop = lock.withLock { () -> DeliveryLoop? in
+      guard self.loop == nil else { return nil }
+      let loop = DeliveryLoop(name: "vault.outbox.delivery", period: { [interval] in interval }) {
+        [weak self] reset in
+        guard let self else { return .finish }
+        return self.runScheduledPass(resetBackoff: reset)
+      }
+      self.loop = loop
+      return loop
+    }
+    guard let loop else { return }
+    seedEarliestDue()
+    do {
+      try loop.start(network: network)
+    } catch {
+      lock.withLock { self.loop = nil }
+      throw error
     }
   }
 
+  /// Records left waiting by an earlier run are due at their own time, not at the next period: the
+  /// loop learns the earliest once, at start (metadata only; a failure leaves the period to it).
+  private func seedEarliestDue() {
+    let dates = ((try? container.list(queue: queue, state: .pending)) ?? []).compactMap(\.nextAttemptAt)
+    guard let first = dates.min() else { return }
+    lock.withLock { earliestDue = min(earliestDue ?? first, first) }
+  }
+
+  /// Stops the loop: no pass starts after it returns (a pass already running finishes first), and
+  /// every event stream ends.
   public func stop() {
-    lock.withLock {
-      timer?.cancel()
-      timer = nil
+    let loop = lock.withLock { () -> DeliveryLoop? in
+      defer { self.loop = nil }
+      return self.loop
     }
-    worker.sync {}
+    loop?.stop()
+    hub.finishAll()
   }
 
-  /// Asks for a delivery pass soon (after a send, or when connectivity returns). Passes do not pile up.
-  public func trigger() {
-    let start = lock.withLock { () -> Bool in
-      guard timer != nil, !passScheduled else { return false }
-      passScheduled = true
-      return true
+  /// Asks for a delivery pass soon (after a send, or when connectivity returns). Passes do not pile
+  /// up. With `resetBackoff`, records that waited for the network become due at once.
+  public func trigger(resetBackoff: Bool = false) {
+    lock.withLock { loop }?.trigger(resetBackoff: resetBackoff)
+  }
+
+  /// One pass of the loop, on the loop's thread: it waits for the async pass (the transport runs
+  /// elsewhere) and tells the loop when the earliest scheduled retry is due.
+  private func runScheduledPass(resetBackoff: Bool) -> DeliveryLoop.Step {
+    if resetBackoff {
+      do {
+        try container.makeDue(queue: queue)
+      } catch {
+        report(error)
+      }
     }
-    if start { worker.async { [weak self] in self?.runScheduledPass() } }
+    let done = DispatchSemaphore(value: 0)
+    Task {
+      do {
+        _ = try await self.deliverDue()
+      } catch {
+        self.report(error)
+      }
+      done.signal()
+    }
+    done.wait()
+    let due = lock.withLock { earliestDue }
+    return .wait(dueIn: due.map { $0.timeIntervalSince(container.now) })
   }
 
-  private func runScheduledPass() {
-    lock.withLock { passScheduled = false }
-    _ = try? deliverDue()
+  private func report(_ error: any Error) {
+    let code = errorCode(of: error)
+    logger.error("delivery pass failed", metadata: ["queue": queue, "error_code": code])
+    hub.publish(.loopError(errorCode: code))
   }
 
-  /// One delivery pass on the calling thread: every record that is due is attempted at most once.
+  /// One delivery pass: every record that is due is attempted at most once.
   ///
   /// Each record is acked as soon as the server has it, and the leases of the records still
   /// waiting are renewed as the pass goes (see `Claim`), so a slow server cannot make them due
   /// again under another deliverer. Once `HTTPCancellation.cancelAll()` is called the pass stops
   /// before the next record, gives back every record it claimed and did not settle (the one whose
   /// request was cut short too: it may or may not have arrived, and stays queued), and returns.
-  public func deliverDue(batch: Int = 50) throws -> Pass {
+  /// - Throws: storage errors (`QueueError`); the claim is given back first.
+  public func deliverDue(batch: Int = 50) async throws -> Pass {
     var pass = Pass()
     var attempted = Set<UUID>()
     let start = container.now
+    // What this pass may attempt no longer needs a wake; what it schedules is added back.
+    lock.withLock { if let due = earliestDue, due <= start { earliestDue = nil } }
+    logger.trace("delivery pass starts", metadata: ["queue": queue])
     while !HTTPCancellation.isCancelled {
       let records = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
       if records.isEmpty { break }
@@ -114,7 +195,7 @@ public final class Outbox: @unchecked Sendable {
       // the pass is over.
       let fresh = records.contains { !attempted.contains($0.id) }
       do {
-        if fresh { try deliver(claim, attempted: &attempted, pass: &pass) }
+        if fresh { try await deliver(claim, attempted: &attempted, pass: &pass) }
         try claim.releaseUnsettled()
       } catch {
         _ = try? claim.releaseUnsettled()
@@ -123,35 +204,68 @@ public final class Outbox: @unchecked Sendable {
       if !fresh { break }
     }
     pass.pending = try container.count(queue: queue, state: .pending)
+    logger.debug(
+      "delivery pass done",
+      metadata: [
+        "queue": queue, "delivered": "\(pass.delivered)", "retrying": "\(pass.retrying)", "parked": "\(pass.parked)",
+        "rejected": "\(pass.rejected)", "pending": "\(pass.pending)",
+      ])
     return pass
   }
 
-  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) throws {
+  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) async throws {
     for record in claim.records where !attempted.contains(record.id) {
       if HTTPCancellation.isCancelled { return }
       // Lost (the process was suspended past the lease and another deliverer took it): not ours.
       guard try claim.keep().contains(record.id) else { continue }
       attempted.insert(record.id)
-      switch transport.deliver(id: record.id, payload: record.payload) {
+      let id = record.id
+      let result = await transport.deliver(id: id, payload: Data(record.payload))
+      switch result {
       case .delivered:
-        try container.ack([record.id])
+        try container.ack([id])
         pass.delivered += 1
+        logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
+        hub.publish(.delivered(ids: [id]))
       case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
         // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
         return
       case .retry(let kind, let after):
-        if try container.fail([record.id], errorKind: kind, retryAfter: after)[record.id] == .parked {
-          pass.parked += 1
-        } else {
-          pass.retrying += 1
-        }
+        let outcome = try container.fail([id], errorKind: kind, retryAfter: after)[id]
+        if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
+        settled(id, kind: kind, outcome: outcome)
       case .unreachable(let kind):
-        _ = try container.fail([record.id], errorKind: kind, serverAnswered: false)
+        let outcome = try container.fail([id], errorKind: kind, serverAnswered: false)[id]
         pass.retrying += 1
+        settled(id, kind: kind, outcome: outcome)
       case .reject(let kind):
-        try container.reject([record.id], errorKind: kind)
+        try container.reject([id], errorKind: kind)
         pass.rejected += 1
+        logger.warning(
+          "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
+        hub.publish(.rejected(ids: [id], errorKind: kind))
       }
+    }
+  }
+
+  /// Reports a failed attempt and remembers its due time for the loop's next wake.
+  private func settled(_ id: UUID, kind: String, outcome: FailOutcome?) {
+    switch outcome {
+    case .parked:
+      logger.warning("parked", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
+      hub.publish(.parked(ids: [id], errorKind: kind))
+    case .retryAt(let date):
+      lock.withLock { earliestDue = min(earliestDue ?? date, date) }
+      logger.notice(
+        "retry scheduled",
+        metadata: [
+          "queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind,
+          "next_attempt": date.formatted(.iso8601),
+        ])
+      hub.publish(.retried(ids: [id], errorKind: kind, nextAttempt: date))
+    case nil:
+      // Not ours any more (another deliverer took it meanwhile): nothing to report.
+      break
     }
   }
 }

@@ -14,8 +14,42 @@ public enum DeliveryResult: Sendable, Equatable {
 }
 
 /// Delivers one message. Implementations must not log or throw payload contents.
+///
+/// `deliver` is async so that a transport built on an async client never holds a thread while it
+/// waits. A transport whose work blocks a thread (`HTTPClient` sleeps in poll(2)) conforms to
+/// `SynchronousTransport` instead, which runs it away from Swift's concurrency pool.
 public protocol Transport: Sendable {
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult
+  /// Attempts delivery of one record; called at most once at a time per record, possibly at once
+  /// for different records of different passes.
+  /// - Parameters:
+  ///   - id: the record's id (stable across retries: send it as an idempotency key).
+  ///   - payload: the record's bytes, exactly as `Outbox.send` took them.
+  /// - Returns: what the receiver said, which decides ack, retry, parking or review.
+  func deliver(id: UUID, payload: Data) async -> DeliveryResult
+}
+
+/// A transport whose delivery blocks the calling thread (a blocking client, a file write). Its
+/// `deliver` runs `deliverSynchronously` on a thread of its own, never one of Swift's concurrency
+/// pool (two cores make a pool of two threads: two slow servers would stall every task).
+public protocol SynchronousTransport: Transport {
+  /// Attempts delivery of one record, blocking the calling thread until there is an answer.
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult
+}
+
+extension SynchronousTransport {
+  public func deliver(id: UUID, payload: Data) async -> DeliveryResult {
+    await BlockingWork.run { self.deliverSynchronously(id: id, payload: payload) }
+  }
+}
+
+/// Work that blocks a thread, run on a dispatch queue and awaited.
+enum BlockingWork {
+  /// Concurrent: outboxes and telemetry of one process do not wait for each other's servers.
+  private static let queue = DispatchQueue(label: "vault.outbox.blocking", attributes: .concurrent)
+
+  static func run<Value: Sendable>(_ work: @escaping @Sendable () -> Value) async -> Value {
+    await withCheckedContinuation { continuation in queue.async { continuation.resume(returning: work()) } }
+  }
 }
 
 /// The delivery rules for HTTP status codes, shared by every HTTP transport.
@@ -30,6 +64,18 @@ public enum HTTPStatusPolicy {
     // the record is kept for review, never acked, never retried blindly at the same place.
     case 300..<400: return .reject(kind: "http-\(status)-redirect-refused")
     default: return .reject(kind: "http-\(status)")
+    }
+  }
+
+  /// Maps one exchange of a record's request: a 413 for a body of at most `smallBody` bytes is the
+  /// server's fault (a small message cannot really be too large), retried with backoff rather
+  /// than sent to review; the rest as `result(status:retryAfter:)`.
+  public static func result(for outcome: HTTPOutcome, bodyBytes: Int, smallBody: Int = 64 * 1024) -> DeliveryResult {
+    switch outcome {
+    case .status(413, let retryAfter) where bodyBytes <= smallBody:
+      return .retry(kind: "http-413", after: parseRetryAfter(retryAfter))
+    case .status(let status, let retryAfter): return result(status: status, retryAfter: retryAfter)
+    case .unreachable(let kind): return .unreachable(kind: kind)
     }
   }
 

@@ -1,7 +1,8 @@
 // System-call boundary: an rtnetlink socket (link, address and route changes), an eventfd to stop
 // its reader, /proc/net routes and getifaddrs.
-import CNetlink
+internal import CNetlink
 import Foundation
+import Outbox
 
 /// Wakes delivery the moment the network changes in a way that may let it through: a default
 /// route appears, goes, or moves (another gateway, interface or metric: a VPN, a new Wi-Fi), any
@@ -13,7 +14,7 @@ import Foundation
 /// Netlink sends bursts of messages per change; the monitor waits until the burst has been quiet
 /// for 0.1 s (0.4 s at most after its first message), compares routes and addresses with what it
 /// saw before, and calls back once if they differ and at least one usable route is left.
-public final class ConnectivityMonitor: @unchecked Sendable {
+public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
   private let procRoot: String
   private let addresses: @Sendable () -> [(interface: String, address: String)]
   private let onChange: @Sendable () -> Void
@@ -235,4 +236,30 @@ public final class ConnectivityMonitor: @unchecked Sendable {
   }
 
   deinit { stop() }
+}
+
+/// The rtnetlink monitor as a `NetworkChangeSource`, for any delivery loop (`Telemetry.start`,
+/// `Outbox.start(network:)`): each watch is a `ConnectivityMonitor` of its own.
+public struct RouteChangeSource: NetworkChangeSource {
+  public let procRoot: String
+  public let addresses: @Sendable () -> [(interface: String, address: String)]
+
+  /// - Parameters:
+  ///   - procRoot: where `net/route` and `net/ipv6_route` are read (tests may point elsewhere).
+  ///   - addresses: the interfaces' addresses (`getifaddrs` by default; tests pass their own).
+  public init(
+    procRoot: String = "/proc",
+    addresses: @escaping @Sendable () -> [(interface: String, address: String)] = ConnectivityMonitor
+      .interfaceAddresses
+  ) {
+    self.procRoot = procRoot
+    self.addresses = addresses
+  }
+
+  /// - Throws: `TelemetryError.netlink` when the netlink socket cannot be opened.
+  public func watch(_ onChange: @escaping @Sendable () -> Void) throws -> any NetworkWatch {
+    let monitor = ConnectivityMonitor(procRoot: procRoot, addresses: addresses, onChange: onChange)
+    try monitor.start()
+    return monitor
+  }
 }

@@ -128,3 +128,34 @@ extension UUID {
   // The wire and the queue use lowercase ids.
   var lowercased: String { uuidString.lowercased() }
 }
+
+// Literals, so a payload reads as JSON does: `["screen": "home", "taps": 3, "ok": true]`.
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+  ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
+{
+  public init(stringLiteral value: String) { self = .string(value) }
+  public init(integerLiteral value: Int) { self = .number(JSONNumber(value)) }
+  /// A float literal; one JSON cannot express (none can be written as a literal) becomes `null`.
+  public init(floatLiteral value: Double) { self = .number(value) }
+  public init(booleanLiteral value: Bool) { self = .bool(value) }
+  public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+  /// An object literal; a key given twice keeps its last value, as JSON parsers do.
+  public init(dictionaryLiteral elements: (String, JSONValue)...) {
+    self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+  }
+  public init(nilLiteral: ()) { self = .null }
+}
+
+extension JSONValue {
+  /// The JSON value an `Encodable` encodes to (through `JSONEncoder` and vault's strict parser),
+  /// so an app's own payload type can be logged as it is.
+  /// - Parameter value: any `Encodable`; its encoding must be a JSON object for an event payload.
+  /// - Throws: `EncodingError` when it does not encode, `JSONParseError` when the result is not
+  ///   within the parser's limits.
+  public init(encoding value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let data = try encoder.encode(value)
+    self = try JSONValue(parsing: Array(data))
+  }
+}

@@ -1,11 +1,24 @@
 // C boundary: zlib's deflate with a gzip wrapper. Every zlib return code goes through `check`.
-import CZlib
+internal import CZlib
+import Outbox
+import VaultCrypto
 
-/// zlib failures (by code; nothing of the data).
-public struct GzipError: Error, Equatable, CustomStringConvertible {
-  public let code: Int32
+/// zlib failures (by zlib's return code; nothing of the data).
+public struct GzipError: CodedError, Equatable, CustomStringConvertible {
+  /// zlib's return code (`Z_MEM_ERROR`, …).
+  public let zlibCode: Int32
+  /// The zlib function that failed.
   public let call: String
-  public var description: String { "zlib \(call) failed (code \(code))" }
+
+  init(code: Int32, call: String) {
+    zlibCode = code
+    self.call = call
+  }
+
+  public var description: String { "zlib \(call) failed (code \(zlibCode))" }
+  public var errorDescription: String? { description }
+  /// `gzip.failed`, whatever the call and zlib code (both are fields of their own).
+  public var code: String { "gzip.failed" }
 }
 
 /// A streaming gzip compressor. `append(_:)` with a sync flush makes the compressed size so far

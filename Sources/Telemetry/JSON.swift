@@ -1,3 +1,6 @@
+import Outbox
+import VaultCrypto
+
 /// A JSON number kept as its text, so it round-trips exactly as written: integers above 2^53 and
 /// decimals with more digits than a Double holds are never rounded.
 public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
@@ -60,7 +63,7 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
 
 /// Why JSON text was refused, and where (a byte offset). Never carries the text itself: payloads
 /// may be private.
-public struct JSONParseError: Error, Equatable, Sendable, CustomStringConvertible {
+public struct JSONParseError: CodedError, Equatable, CustomStringConvertible {
   public enum Reason: String, Sendable {
     case tooLarge = "too large"
     case tooDeep = "nested too deeply"
@@ -78,6 +81,23 @@ public struct JSONParseError: Error, Equatable, Sendable, CustomStringConvertibl
   public let offset: Int
 
   public var description: String { "\(reason.rawValue) at byte \(offset)" }
+  public var errorDescription: String? { description }
+
+  /// `json.` and the reason in kebab case (`json.duplicate-key`); the offset is not part of it.
+  public var code: String {
+    switch reason {
+    case .tooLarge: "json.too-large"
+    case .tooDeep: "json.too-deep"
+    case .unexpectedEnd: "json.unexpected-end"
+    case .unexpectedByte: "json.unexpected-byte"
+    case .invalidNumber: "json.invalid-number"
+    case .invalidEscape: "json.invalid-escape"
+    case .invalidUnicode: "json.invalid-unicode"
+    case .controlCharacter: "json.control-character"
+    case .duplicateKey: "json.duplicate-key"
+    case .trailingContent: "json.trailing-content"
+    }
+  }
 }
 
 /// Limits for `JSONValue(parsing:limits:)`.

@@ -60,25 +60,33 @@ public final class Telemetry: @unchecked Sendable {
   private let lock = NSLock()
   private var session: String
   private let flushLock = NSLock()
-  private let worker = DispatchQueue(label: "vault.telemetry.delivery")
-  private var timer: DispatchSourceTimer?
-  private var monitor: ConnectivityMonitor?
+  let logger: DeliveryLogger
+  private let hub = DeliveryEventHub()
+  private var loop: DeliveryLoop?
   private var onPass: (@Sendable (FlushReport) -> Void)?
-  /// False once `stop()` ran (or before `start()`): no pass or timer is scheduled then.
-  private var running = false
   /// The events the running pass claimed (under `flushLock`), kept leased batch by batch.
   private var claim: Claim?
 
+  /// - Parameters:
+  ///   - container: the queue container events are sealed into until they are delivered.
+  ///   - configuration: batch limits, the delivery interval and the retry policy.
+  ///   - tokens: where the bearer token comes from (read on each pass, refreshed once on a 401).
+  ///   - sender: what posts a batch (`HTTPBatchSender` to a collector; a test's own twin).
+  ///   - sessionID: the session stamped on every event until `startSession` starts another.
+  ///   - clock: the wall clock events are stamped with (tests replace it).
+  ///   - logger: where the loop logs ids, counts and error kinds (never payloads or the token);
+  ///     silent by default.
   public init(
     container: QueueContainer, configuration: TelemetryConfiguration = TelemetryConfiguration(),
     tokens: any TokenProvider, sender: any BatchSender, sessionID: String = UUID().uuidString.lowercased(),
-    clock: @escaping @Sendable () -> Date = Date.init
+    clock: @escaping @Sendable () -> Date = Date.init, logger: DeliveryLogger = .disabled
   ) {
     self.container = container
     self.configuration = configuration
     self.tokens = tokens
     self.sender = sender
     self.clock = clock
+    self.logger = logger
     session = sessionID
   }
 
@@ -97,7 +105,7 @@ public final class Telemetry: @unchecked Sendable {
   /// counted, never this one.
   @discardableResult
   public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
-    // Random ids come from the DRBG: Foundation's UUID() repeats itself without /dev/urandom.
+    // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
     let id = try id ?? SecureRandom.uuid()
     guard !type.isEmpty, type.count <= 128 else { throw TelemetryError.invalidType }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
@@ -105,57 +113,66 @@ public final class Telemetry: @unchecked Sendable {
     return id
   }
 
+  /// Logs an event whose payload is an app's own `Encodable` value (encoded to a JSON object).
+  /// - Parameters:
+  ///   - type: the event's type, 1–128 characters (`"note_added"`).
+  ///   - payload: a value that encodes to a JSON object (a struct with stored properties).
+  ///   - id: the event's id; a random one when nil.
+  /// - Returns: the event's id.
+  /// - Throws: `TelemetryError.invalidPayload` when it does not encode to an object, the encoder's
+  ///   or parser's error when it does not encode at all, and what `log(type:payload:id:)` throws.
+  @discardableResult
+  public func log(type: String, encoding payload: some Encodable, id: UUID? = nil) throws -> UUID {
+    guard case .object(let fields) = try JSONValue(encoding: payload) else { throw TelemetryError.invalidPayload }
+    return try log(type: type, payload: fields, id: id)
+  }
+
   // MARK: - Background delivery
+
+  /// A stream of what delivery does from now on (loop passes and `flush` alike), with the ids of
+  /// the events concerned.
+  ///
+  /// Each stream buffers at most `limit` events its reader has not taken yet and drops the oldest
+  /// beyond that (`AsyncStream`'s `bufferingNewest`), so a stream that is never read costs bounded
+  /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called.
+  public func events(bufferingNewest limit: Int = 256) -> AsyncStream<DeliveryEvent> {
+    hub.stream(bufferingNewest: limit)
+  }
+
+  /// Events dropped so far because a stream's buffer was full.
+  public var droppedEventCount: Int { hub.droppedCount }
 
   /// Starts the flush loop: a pass now, then every `configuration.interval` seconds (stretched by
   /// `policy` in power-saver or on a low battery, re-read before each wait), and at once whenever a
-  /// network change may let delivery through (see `ConnectivityMonitor`), which also restarts the
-  /// backoff. `onPass` sees each pass's counts.
+  /// network change may let delivery through (`network`, by default the rtnetlink monitor
+  /// `RouteChangeSource` when `watchConnectivity`), which also restarts the backoff. `onPass` sees
+  /// each pass's counts; a pass that fails is published as `.loopError` and logged. The loop is
+  /// `DeliveryLoop`, the outbox's too.
+  /// - Throws: what starting the network watch throws (`TelemetryError.netlink`).
   public func start(
     power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
-    onPass: (@Sendable (FlushReport) -> Void)? = nil
+    network: (any NetworkChangeSource)? = nil, onPass: (@Sendable (FlushReport) -> Void)? = nil
   ) throws {
-    let alreadyRunning = lock.withLock { () -> Bool in
-      defer { running = true }
+    let interval = configuration.interval
+    let loop = lock.withLock { () -> DeliveryLoop? in
       self.onPass = onPass
-      return running
-    }
-    guard !alreadyRunning else { return }
-    if watchConnectivity {
-      let monitor = ConnectivityMonitor { [weak self] in self?.trigger(resetBackoff: true) }
-      do {
-        try monitor.start()
-      } catch {
-        lock.withLock { running = false }
-        throw error
+      guard self.loop == nil else { return nil }
+      let loop = DeliveryLoop(
+        name: "vault.telemetry.delivery", period: { policy.interval(base: interval, state: power.read()) }
+      ) { [weak self] reset in
+        guard let self else { return .finish }
+        self.runPass(resetBackoff: reset)
+        return .wait(dueIn: nil)
       }
-      lock.withLock { self.monitor = monitor }
+      self.loop = loop
+      return loop
     }
-    worker.async { [weak self] in
-      guard let self, self.isRunning else { return }
-      self.runPass()
-      self.scheduleNext(power: power, policy: policy)
-    }
-  }
-
-  private var isRunning: Bool { lock.withLock { running } }
-
-  private func scheduleNext(power: PowerMonitor, policy: PowerPolicy) {
-    let wait = policy.interval(base: configuration.interval, state: power.read())
-    // Created, armed and resumed under the lock, and only while running: a timer that is never
-    // resumed must not be released (libdispatch aborts), and after stop() nothing new is armed.
-    lock.withLock {
-      guard running else { return }
-      let source = DispatchSource.makeTimerSource(queue: worker)
-      source.schedule(deadline: .now() + wait)
-      source.setEventHandler { [weak self] in
-        guard let self, self.isRunning else { return }
-        self.runPass()
-        self.scheduleNext(power: power, policy: policy)
-      }
-      timer?.cancel()
-      timer = source
-      source.resume()
+    guard let loop else { return }
+    do {
+      try loop.start(network: network ?? (watchConnectivity ? RouteChangeSource() : nil))
+    } catch {
+      lock.withLock { self.loop = nil }
+      throw error
     }
   }
 
@@ -163,30 +180,30 @@ public final class Telemetry: @unchecked Sendable {
   /// waited for the network become due at once, as when the network changes (events a server
   /// answered keep their due time; see `QueueContainer.makeDue`).
   public func trigger(resetBackoff: Bool = false) {
-    worker.async { [weak self] in
-      guard let self, self.isRunning else { return }
-      if resetBackoff { _ = try? self.container.makeDue(queue: Self.queueName) }
-      self.runPass()
-    }
+    lock.withLock { loop }?.trigger(resetBackoff: resetBackoff)
   }
 
-  /// Stops the loop: no pass starts after it returns (a pass already running finishes first).
-  /// Do not call it from `onPass`, which runs on the loop's own queue.
+  /// Stops the loop: no pass starts after it returns (a pass already running finishes first), and
+  /// every event stream ends. Called from `onPass` (the loop's own thread), it returns at once.
   public func stop() {
-    let monitor = lock.withLock { () -> ConnectivityMonitor? in
-      running = false
-      timer?.cancel()
-      timer = nil
-      defer { self.monitor = nil }
-      return self.monitor
+    let loop = lock.withLock { () -> DeliveryLoop? in
+      defer { self.loop = nil }
+      return self.loop
     }
-    monitor?.stop()
-    worker.sync {}
+    loop?.stop()
+    hub.finishAll()
   }
 
-  private func runPass() {
-    guard let report = try? flush() else { return }
-    lock.withLock { onPass }?(report)
+  private func runPass(resetBackoff: Bool) {
+    do {
+      if resetBackoff { try container.makeDue(queue: Self.queueName) }
+      let report = try flush()
+      lock.withLock { onPass }?(report)
+    } catch {
+      let code = errorCode(of: error)
+      logger.error("telemetry pass failed", metadata: ["error_code": code])
+      hub.publish(.loopError(errorCode: code))
+    }
   }
 
   /// One delivery pass: every due event is attempted at most once. Leaves retries scheduled.
@@ -237,6 +254,12 @@ public final class Telemetry: @unchecked Sendable {
       }
     }
     report.pending = try container.count(queue: Self.queueName, state: .pending)
+    logger.debug(
+      "telemetry pass done",
+      metadata: [
+        "delivered": "\(report.delivered)", "retried": "\(report.retried)", "parked": "\(report.parked)",
+        "rejected": "\(report.rejected)", "pending": "\(report.pending)", "batches": "\(report.batches)",
+      ])
     return report
   }
 
@@ -273,6 +296,7 @@ public final class Telemetry: @unchecked Sendable {
       if !packed.oversized.isEmpty {
         try container.reject(packed.oversized, errorKind: "too-large")
         report.rejected += packed.oversized.count
+        published(.rejected(ids: packed.oversized, errorKind: "too-large"))
       }
       guard let batch = packed.batch else { return }
       if splitting {
@@ -309,6 +333,7 @@ public final class Telemetry: @unchecked Sendable {
     if case .status(401, _) = result {
       try container.park(batch.ids, errorKind: "http-401")
       report.parked += batch.ids.count
+      published(.parked(ids: batch.ids, errorKind: "http-401"))
       throw AuthenticationRefused()
     }
     switch result {
@@ -322,6 +347,7 @@ public final class Telemetry: @unchecked Sendable {
       } else {
         try container.reject(batch.ids, errorKind: "http-413")
         report.rejected += batch.ids.count
+        published(.rejected(ids: batch.ids, errorKind: "http-413"))
       }
     case .status(413, _):
       let half = events.count / 2
@@ -348,23 +374,65 @@ public final class Telemetry: @unchecked Sendable {
       case .delivered:
         try container.ack(ids)
         report.delivered += ids.count
+        published(.delivered(ids: ids))
       case .retry(let kind, let after):
         let outcomes = try container.fail(ids, errorKind: kind, retryAfter: after, sharedDelay: true)
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
+        published(outcomes, ids: ids, kind: kind)
       case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
         // Cut short by a stop: the pass gives these back with the rest of its claim.
         break
       case .unreachable(let kind):
-        _ = try container.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
+        let outcomes = try container.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
         report.retried += ids.count
+        published(outcomes, ids: ids, kind: kind)
       case .reject(let kind):
         try container.reject(ids, errorKind: kind)
         report.rejected += ids.count
+        published(.rejected(ids: ids, errorKind: kind))
       }
     } catch {
-      // The records stay leased and come back when the lease ends; nothing is lost.
+      // The records stay leased and come back when the lease ends; nothing is lost, but the app
+      // hears of it.
+      let code = errorCode(of: error)
+      logger.error("settling a batch failed", metadata: ["error_code": code, "events": "\(ids.count)"])
+      hub.publish(.loopError(errorCode: code))
     }
+  }
+
+  /// Publishes and logs what happened to a batch's events (ids, kinds and times only).
+  private func published(_ event: DeliveryEvent) {
+    switch event {
+    case .delivered(let ids): logger.debug("batch delivered", metadata: ["events": "\(ids.count)"])
+    case .retried(let ids, let kind, let next):
+      logger.notice(
+        "batch retry scheduled",
+        metadata: ["events": "\(ids.count)", "error_kind": kind, "next_attempt": next.formatted(.iso8601)])
+    case .parked(let ids, let kind):
+      logger.warning("events parked", metadata: ["events": "\(ids.count)", "error_kind": kind])
+    case .rejected(let ids, let kind):
+      logger.warning("events rejected, kept for review", metadata: ["events": "\(ids.count)", "error_kind": kind])
+    case .loopError(let code): logger.error("telemetry step failed", metadata: ["error_code": code])
+    }
+    hub.publish(event)
+  }
+
+  /// Publishes the outcomes of `fail` for `ids`: one `.retried` per due time, one `.parked`.
+  private func published(_ outcomes: [UUID: FailOutcome], ids: [UUID], kind: String) {
+    var due: [Date: [UUID]] = [:]
+    var parked: [UUID] = []
+    for id in ids {
+      switch outcomes[id] {
+      case .retryAt(let date): due[date, default: []].append(id)
+      case .parked: parked.append(id)
+      case nil: continue
+      }
+    }
+    for (date, group) in due.sorted(by: { $0.key < $1.key }) {
+      published(.retried(ids: group, errorKind: kind, nextAttempt: date))
+    }
+    if !parked.isEmpty { published(.parked(ids: parked, errorKind: kind)) }
   }
 }

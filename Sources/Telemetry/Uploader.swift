@@ -1,11 +1,10 @@
 import Foundation
 import Outbox
+import VaultCrypto
 
-/// Gives the bearer token for uploads. The app implements it; `refresh: true` is asked once after
-/// the server answers 401.
-public protocol TokenProvider: Sendable {
-  func token(refresh: Bool) throws -> String
-}
+/// Gives the bearer token for uploads: `BearerTokenProvider` (module Outbox, where `HTTPBodyTransport`
+/// takes one too) under the name telemetry has always used.
+public typealias TokenProvider = BearerTokenProvider
 
 /// Reads the token from a file each time it is asked (refreshing means reading it again).
 public struct TokenFile: TokenProvider {
@@ -71,7 +70,7 @@ public struct NoBatchSender: BatchSender {
 }
 
 /// Telemetry failures, by kind.
-public enum TelemetryError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
   case tokenUnavailable(path: String)
   case invalidType
   case invalidPayload
@@ -83,6 +82,17 @@ public enum TelemetryError: Error, Equatable, Sendable, CustomStringConvertible 
     case .invalidType: "an event type must be 1–128 characters"
     case .invalidPayload: "the payload must be a JSON object"
     case .netlink(let code): "cannot watch network changes (rtnetlink: \(String(cString: strerror(code))))"
+    }
+  }
+
+  public var errorDescription: String? { description }
+
+  public var code: String {
+    switch self {
+    case .tokenUnavailable: "telemetry.token-unavailable"
+    case .invalidType: "telemetry.invalid-type"
+    case .invalidPayload: "telemetry.invalid-payload"
+    case .netlink: "telemetry.netlink"
     }
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Outbox
 import Vault
 import VaultKeys
 import VaultQueue
@@ -23,6 +24,7 @@ enum Advice {
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
     case QueueError.noContainer: return " (`vault queue put` creates one there)"
     case RotationError.compromiseIncomplete: return " (`vault rotate --compromised`)"
+    case EndpointError.insecureHTTP: return " (--allow-insecure-http)"
     default: return ""
     }
   }

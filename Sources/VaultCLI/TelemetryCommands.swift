@@ -57,7 +57,7 @@ extension VaultCommandLine {
       do {
         try EndpointPolicy.check(url, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"))
       } catch {
-        throw UsageError(message: "--endpoint: \(error)", command: "telemetry")
+        throw UsageError(message: "--endpoint: \(error)" + Advice.suffix(for: error), command: "telemetry")
       }
       endpoint = url
       if let authorities = arguments.options["--ca-file"] {

@@ -5,8 +5,9 @@ import Foundation
 ///
 /// `localizedDescription` is the description (what `vault` prints for it, without the command
 /// line's own advice), so `error.localizedDescription` reads as a sentence instead of "The
-/// operation could not be completed".
-public protocol CodedError: LocalizedError, CustomStringConvertible {
+/// operation could not be completed". Errors are `Sendable`, so they can cross to the task or
+/// thread that reports them.
+public protocol CodedError: LocalizedError, CustomStringConvertible, Sendable {
   /// A stable, machine-readable code, `domain.kind` (for example `envelope.authentication-failed`,
   /// `key-store.locked`): it names the case, not its details, and does not change between releases.
   var code: String { get }

@@ -127,8 +127,15 @@ struct RecordingTransport: Transport {
   let history: History
   let heldBack = Counter()
 
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
-    let result = inner.deliver(id: id, payload: payload)
+  func deliver(id: UUID, payload: Data) async -> DeliveryResult {
+    // memo's pass runs on its main thread (see `waitFor`), where blocking is what it wants: a
+    // synchronous transport is called right here rather than on a thread of its own.
+    let result =
+      if let blocking = inner as? any SynchronousTransport {
+        blocking.deliverSynchronously(id: id, payload: payload)
+      } else {
+        await inner.deliver(id: id, payload: payload)
+      }
     if result == .delivered { history.append(id) }
     if result == .unreachable(kind: "local-memory") { heldBack.increment() }
     return result
@@ -213,6 +220,8 @@ do {
     let relayTransport: HTTPJSONTransport
     do {
       relayTransport = try HTTPJSONTransport(endpoint: endpoint, allowInsecureHTTP: allowInsecureHTTP)
+    } catch EndpointError.insecureHTTP {
+      fail("--endpoint: \(EndpointError.insecureHTTP) (--allow-insecure-http)", code: 64)
     } catch {
       fail("--endpoint: \(error)", code: 64)
     }
@@ -233,7 +242,7 @@ do {
     // SIGTERM, SIGINT or SIGHUP: the request in progress is abandoned, the pass gives back every
     // memo it claimed and did not deliver, and relay exits 128 + the signal.
     StopSignals.handle { _ in }
-    let pass = try outbox.deliverDue()
+    let pass = try waitFor { try await outbox.deliverDue() }
     say(
       "delivered \(pass.delivered), retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected), pending \(pass.pending)"
     )
@@ -301,6 +310,72 @@ struct EnvironmentToken: TokenProvider {
 }
 
 /// `send` never delivers; delivery is `relay`'s job.
-struct NoTransport: Transport {
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
+struct NoTransport: SynchronousTransport {
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult { .retry(kind: "not-delivering", after: nil) }
+}
+
+/// Runs async work (a delivery pass) to its end on the calling thread. memo is a sequential tool,
+/// and a pass that needs no other thread costs the address space the synchronous pass cost: each
+/// thread of the concurrency pool reserved a 64 MiB malloc arena and an 8 MiB stack, so under a
+/// tight `ulimit -v` a relay that used to fit ran out (and glibc, failing to make the arena, tried
+/// again on every allocation: the relay crawled instead of failing).
+func waitFor<Value: Sendable>(_ work: @escaping @Sendable () async throws -> Value) throws -> Value {
+  let box = ResultBox<Value>()
+  let executor = CallingThreadExecutor()
+  Task(executorPreference: executor) {
+    do {
+      box.result = .success(try await work())
+    } catch {
+      box.result = .failure(error)
+    }
+    executor.finish()
+  }
+  executor.run()
+  return try box.result!.get()
+}
+
+/// A task executor whose jobs run on the thread that called `run()`, until `finish()`.
+final class CallingThreadExecutor: TaskExecutor, @unchecked Sendable {
+  private let condition = NSCondition()
+  private var jobs: [UnownedJob] = []
+  private var finished = false
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let job = UnownedJob(job)
+    condition.withLock {
+      jobs.append(job)
+      condition.signal()
+    }
+  }
+
+  func finish() {
+    condition.withLock {
+      finished = true
+      condition.signal()
+    }
+  }
+
+  /// Runs jobs as they come until `finish()` was called and no job is left.
+  func run() {
+    while true {
+      condition.lock()
+      while jobs.isEmpty, !finished { condition.wait() }
+      if jobs.isEmpty {
+        condition.unlock()
+        return
+      }
+      let job = jobs.removeFirst()
+      condition.unlock()
+      job.runSynchronously(on: asUnownedTaskExecutor())
+    }
+  }
+}
+
+final class ResultBox<Value: Sendable>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var stored: Result<Value, any Error>?
+  var result: Result<Value, any Error>? {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
+  }
 }

@@ -7,7 +7,7 @@ import VaultTestSupport
 import XCTest
 
 /// A transport twin that answers from a script and records what it was given.
-final class ScriptedTransport: Transport, @unchecked Sendable {
+final class ScriptedTransport: SynchronousTransport, @unchecked Sendable {
   private let lock = NSLock()
   private var script: [DeliveryResult]
   private var fallback: DeliveryResult
@@ -18,9 +18,9 @@ final class ScriptedTransport: Transport, @unchecked Sendable {
     self.fallback = fallback
   }
 
-  func deliver(id: UUID, payload: [UInt8]) -> DeliveryResult {
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult {
     lock.withLock {
-      calls.append((id, payload))
+      calls.append((id, [UInt8](payload)))
       return script.isEmpty ? fallback : script.removeFirst()
     }
   }
@@ -70,18 +70,18 @@ final class OutboxTests: XCTestCase {
     ])
     let outbox = Outbox(container: container, transport: transport)
     let ids = try (0..<4).map { try outbox.send(Array("m\($0)".utf8)).id }
-    var pass = try outbox.deliverDue()
+    var pass = try outbox.deliverDueWaiting()
     XCTAssertEqual(pass.delivered, 1)
     XCTAssertEqual(pass.retrying, 2)
     XCTAssertEqual(pass.rejected, 1)
     XCTAssertEqual(transport.callCount, 4, "each record attempted at most once per pass")
     XCTAssertEqual(try container.list(state: .review).map(\.id), [ids[2]])
     // Not due yet: nothing is attempted.
-    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 0)
     XCTAssertEqual(transport.callCount, 4)
     // The script is used up, so everything due now is delivered.
     clock.advance(60)
-    pass = try outbox.deliverDue()
+    pass = try outbox.deliverDueWaiting()
     XCTAssertEqual(pass.delivered, 2)
     XCTAssertEqual(pass.pending, 0)
     XCTAssertEqual(try container.stats().total, 1, "only the rejected record remains, for review")
@@ -92,14 +92,14 @@ final class OutboxTests: XCTestCase {
     let outbox = Outbox(container: container, transport: transport)
     let id = try outbox.send(Array("stubborn".utf8)).id
     for _ in 0..<3 {
-      _ = try outbox.deliverDue()
+      _ = try outbox.deliverDueWaiting()
       clock.advance(6)
     }
     XCTAssertEqual(try container.list(state: .parked).map(\.id), [id])
-    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 0)
     XCTAssertEqual(try container.resend([id]), 1)
     let fixed = Outbox(container: container, transport: ScriptedTransport())
-    XCTAssertEqual(try fixed.deliverDue().delivered, 1)
+    XCTAssertEqual(try fixed.deliverDueWaiting().delivered, 1)
   }
 
   /// Being offline for a long time must not park anything: only answers from the server count.
@@ -108,7 +108,7 @@ final class OutboxTests: XCTestCase {
       container: container, transport: ScriptedTransport(otherwise: .unreachable(kind: "transport-unreachable")))
     let id = try offline.send(Array("written on a plane".utf8)).id
     for _ in 0..<10 {
-      XCTAssertEqual(try offline.deliverDue().retrying, 1)
+      XCTAssertEqual(try offline.deliverDueWaiting().retrying, 1)
       clock.advance(600)
     }
     XCTAssertEqual(try container.list(state: .pending).map(\.id), [id])
@@ -116,7 +116,7 @@ final class OutboxTests: XCTestCase {
     let failing = Outbox(
       container: container, transport: ScriptedTransport(otherwise: .retry(kind: "http-500", after: nil)))
     for _ in 0..<3 {
-      _ = try failing.deliverDue()
+      _ = try failing.deliverDueWaiting()
       clock.advance(600)
     }
     XCTAssertEqual(
@@ -128,7 +128,7 @@ final class OutboxTests: XCTestCase {
     try early.send(Array("left over from the last run".utf8))
     let transport = ScriptedTransport()
     let outbox = Outbox(container: container, transport: transport, interval: 3600)
-    outbox.start()
+    try outbox.start()
     defer { outbox.stop() }
     try waitUntil { transport.callCount == 1 }
     try outbox.send(Array("new".utf8))
@@ -156,19 +156,22 @@ final class OutboxTests: XCTestCase {
     defer { server.stop() }
     let transport = try HTTPJSONTransport(endpoint: server.endpoint, timeout: 5)
     let id = UUID()
-    XCTAssertEqual(transport.deliver(id: id, payload: Array("hi".utf8)), .delivered)
+    XCTAssertEqual(transport.deliverSynchronously(id: id, payload: Data(Array("hi".utf8))), .delivered)
     try server.setMode("429", retryAfter: 12)
-    XCTAssertEqual(transport.deliver(id: id, payload: [0xff, 0x00]), .retry(kind: "http-429", after: 12))
+    XCTAssertEqual(
+      transport.deliverSynchronously(id: id, payload: Data([0xff, 0x00])), .retry(kind: "http-429", after: 12))
     try server.setMode("500")
-    XCTAssertEqual(transport.deliver(id: id, payload: [1]), .retry(kind: "http-500", after: nil))
+    XCTAssertEqual(transport.deliverSynchronously(id: id, payload: Data([1])), .retry(kind: "http-500", after: nil))
     try server.setMode("400")
-    XCTAssertEqual(transport.deliver(id: id, payload: [1]), .reject(kind: "http-400"))
+    XCTAssertEqual(transport.deliverSynchronously(id: id, payload: Data([1])), .reject(kind: "http-400"))
     let received = server.received
     XCTAssertEqual(received.map(\.status), [200, 429, 500, 400])
     XCTAssertEqual(received.first?.body, "hi")
     XCTAssertEqual(received[1].body, "/wA=", "binary payloads travel as base64")
     let closed = try HTTPJSONTransport(endpoint: URL(string: "http://127.0.0.1:9/relay")!, timeout: 2)
-    guard case .unreachable(let kind) = closed.deliver(id: id, payload: [1]) else { return XCTFail() }
+    guard case .unreachable(let kind) = closed.deliverSynchronously(id: id, payload: Data([1])) else {
+      return XCTFail()
+    }
     XCTAssertEqual(kind, "connect", "a closed port is named as a failed connection")
   }
 
@@ -180,9 +183,11 @@ final class OutboxTests: XCTestCase {
     let server = try RelayServer(directory: temporary.path, mode: "413", root: packageRoot())
     defer { server.stop() }
     let transport = try HTTPJSONTransport(endpoint: server.endpoint, timeout: 5)
-    XCTAssertEqual(transport.deliver(id: UUID(), payload: Array("hi".utf8)), .retry(kind: "http-413", after: nil))
     XCTAssertEqual(
-      transport.deliver(id: UUID(), payload: Array(repeating: 0x61, count: 70_000)), .reject(kind: "http-413"))
+      transport.deliverSynchronously(id: UUID(), payload: Data(Array("hi".utf8))), .retry(kind: "http-413", after: nil))
+    XCTAssertEqual(
+      transport.deliverSynchronously(id: UUID(), payload: Data(Array(repeating: 0x61, count: 70_000))),
+      .reject(kind: "http-413"))
   }
 
   /// the Authorization header went along. A redirect is now never followed and never acks.
@@ -193,7 +198,8 @@ final class OutboxTests: XCTestCase {
     for code in ["301", "302", "303", "307", "308"] {
       try server.setMode(code)
       XCTAssertEqual(
-        transport.deliver(id: UUID(), payload: Array("hi".utf8)), .reject(kind: "http-\(code)-redirect-refused"), code)
+        transport.deliverSynchronously(id: UUID(), payload: Data(Array("hi".utf8))),
+        .reject(kind: "http-\(code)-redirect-refused"), code)
     }
     let lines = (try? String(contentsOfFile: server.recordPath, encoding: .utf8)) ?? ""
     XCTAssertFalse(lines.contains("landing"), "no request ever reached the redirect's target:\n\(lines)")
@@ -219,7 +225,7 @@ final class OutboxPassTests: XCTestCase {
     let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault, random: { 0 })
     let outbox = Outbox(container: container, transport: ScriptedTransport([.retry(kind: "http-500", after: nil)]))
     try outbox.send([1])
-    let pass = try outbox.deliverDue()
+    let pass = try outbox.deliverDueWaiting()
     XCTAssertEqual(pass.retrying, 1)
     let rows = try container.list()
     XCTAssertEqual(rows.map(\.state), [.pending])
@@ -256,10 +262,10 @@ final class OutboxLeaseTests: XCTestCase {
     let outbox = Outbox(container: container, transport: try HTTPJSONTransport(endpoint: relay.endpoint))
     try outbox.send(Array("memo".utf8))
     clock.advance(86_400)
-    XCTAssertEqual(try outbox.deliverDue().retrying, 1)
+    XCTAssertEqual(try outbox.deliverDueWaiting().retrying, 1)
     try relay.setMode("ok")
     clock.advance(-86_400)
-    XCTAssertEqual(try outbox.deliverDue().delivered, 1, "the retry is not left for tomorrow")
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 1, "the retry is not left for tomorrow")
     XCTAssertEqual(relay.received.map(\.status), [500, 200])
   }
 
@@ -276,7 +282,7 @@ final class OutboxLeaseTests: XCTestCase {
     XCTAssertEqual(try container.claim(queue: "outbox", lease: 120).count, 2, "then the deliverer dies")
     clock.advance(-86_400)
     XCTAssertEqual(try container.resend([first]), 1, "resend can touch a lease stranded in the future")
-    XCTAssertEqual(try outbox.deliverDue().delivered, 2)
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 2)
     XCTAssertEqual(relay.received.map(\.status), [200, 200])
   }
 
@@ -297,11 +303,11 @@ final class OutboxLeaseTests: XCTestCase {
     for index in 0..<20 { try first.send(Array("memo \(index)".utf8)) }
     let done = DispatchSemaphore(value: 0)
     DispatchQueue.global().async {
-      _ = try? first.deliverDue()
+      _ = try? first.deliverDueWaiting()
       done.signal()
     }
-    while done.wait(timeout: .now() + 0.3) == .timedOut { _ = try second.deliverDue() }
-    _ = try second.deliverDue()
+    while done.wait(timeout: .now() + 0.3) == .timedOut { _ = try second.deliverDueWaiting() }
+    _ = try second.deliverDueWaiting()
     let ids = relay.received.map(\.id)
     XCTAssertEqual(ids.count, 20, "20 memos, 20 posts")
     XCTAssertEqual(Set(ids).count, 20)
@@ -325,12 +331,41 @@ extension OutboxLeaseTests {
     clock.advance(60)
     try outbox.send(Array("saved with the clock right".utf8))
     clock.step(86_400)
-    XCTAssertEqual(try outbox.deliverDue().delivered, 2, "a pass with the clock a day fast drops nothing")
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 2, "a pass with the clock a day fast drops nothing")
     clock.step(-86_400)
     try outbox.send(Array("really old".utf8))
     clock.advance(3601)
-    XCTAssertEqual(try outbox.deliverDue().delivered, 0)
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 0)
     XCTAssertEqual(try aging.stats().dropped["age"], 1, "an age that really passed still counts")
     XCTAssertEqual(relay.received.count, 2)
+  }
+}
+
+extension Outbox {
+  /// `deliverDue()` for a synchronous test: the pass runs on the concurrency pool while this
+  /// thread waits (XCTest's assertions take no `await`).
+  func deliverDueWaiting(batch: Int = 50) throws -> Pass {
+    let box = Box<Result<Pass, any Error>>()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+      do {
+        box.value = .success(try await self.deliverDue(batch: batch))
+      } catch {
+        box.value = .failure(error)
+      }
+      done.signal()
+    }
+    done.wait()
+    return try box.value!.get()
+  }
+}
+
+/// A value shared between a test thread and a task.
+final class Box<Value>: @unchecked Sendable {
+  private let lock = NSLock()
+  private var stored: Value?
+  var value: Value? {
+    get { lock.withLock { stored } }
+    set { lock.withLock { stored = newValue } }
   }
 }
