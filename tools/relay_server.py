@@ -4,7 +4,8 @@
     relay_server.py --port-file FILE --record FILE [--port N] [--mode ok|500|503|429|400|413|301|302|303|307|308]
                     [--retry-after SECONDS] [--delay SECONDS] [--exit-on-stdin-eof]
 
-POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
+POST /notes (Examples/NotesApp) takes a raw body and records {"id" (its Idempotency-Key), "body",
+"content_type", "status"}, always answering 200. POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
 500 -> 500, 503/429 -> that status with Retry-After, 400 -> 400, 413 -> 413. Every request is appended to the
 --record file as a JSON line {"id", "body", "status"}, so tests can count deliveries and
 duplicates. --delay makes every POST /relay wait that long before it is answered and recorded (a
@@ -62,6 +63,15 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/landing":
             self._landing("POST")
+            return
+        if self.path == "/notes":
+            # Examples/NotesApp's raw-body transport: the note is the body, as text.
+            with lock, open(self.record_path, "a") as record:
+                record.write(json.dumps({
+                    "id": self.headers.get("Idempotency-Key"), "body": raw.decode("utf-8", "replace"),
+                    "content_type": self.headers.get("Content-Type"), "status": 200,
+                }) + "\n")
+            self._reply(200)
             return
         if self.path != "/relay":
             self._reply(404)

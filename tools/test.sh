@@ -50,7 +50,11 @@ if [ "$executed" -eq 0 ] && [ "$status" -eq 0 ]; then
 fi
 echo "tests: $((executed - skipped - failed)) passed, $failed failed, $skipped skipped"
 # The whole run also proves the library products from outside: a package depending on this one.
-if [ $# -eq 0 ]; then tools/check-consumer.sh "$VAULT_BINARY" || status=1; fi
+if [ $# -eq 0 ]; then
+  tools/check-consumer.sh "$VAULT_BINARY" || status=1
+  tools/check-notes-app.sh "$VAULT_BINARY" || status=1
+  python3 tools/check-doc-snippets.py || status=1
+fi
 # And the API documentation builds without a docc warning (a broken symbol link fails it).
 if [ $# -eq 0 ]; then tools/docs.sh >/dev/null || { echo "test.sh: tools/docs.sh failed" >&2; status=1; }; fi
 exit "$status"

@@ -19,6 +19,6 @@ let package = Package(
         .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
         .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
         .product(name: "VaultScan", package: vault),
-      ])
+      ], swiftSettings: [.treatAllWarnings(as: .error)])
   ]
 )
