@@ -220,7 +220,7 @@ public final class Outbox: @unchecked Sendable {
       guard try claim.keep().contains(record.id) else { continue }
       attempted.insert(record.id)
       let id = record.id
-      let result = await transport.deliver(id: id, payload: Data(record.payload))
+      let result = await transport.deliver(id: id, payload: record.payload)
       switch result {
       case .delivered:
         try container.ack([id])

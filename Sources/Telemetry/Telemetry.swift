@@ -229,7 +229,7 @@ public final class Telemetry: @unchecked Sendable {
       defer { self.claim = nil }
       do {
         try deliverAll(
-          claimed.map { (id: $0.id, json: $0.payload) }, token: &token, report: &report, refreshed: &refreshed,
+          claimed.map { (id: $0.id, json: [UInt8]($0.payload)) }, token: &token, report: &report, refreshed: &refreshed,
           budget: &budget)
         try claim.releaseUnsettled()
       } catch let spent as RequestBudgetSpent {

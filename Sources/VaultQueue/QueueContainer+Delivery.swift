@@ -53,7 +53,7 @@ extension QueueContainer {
           let payload = try vault.open(record.envelope, context: context(queue: queue, id: record.id))
           opened.append(
             ClaimedRecord(
-              id: UUID(uuidString: record.id)!, queue: queue, payload: payload, attempts: record.attempts,
+              id: UUID(uuidString: record.id)!, queue: queue, payload: Data(payload), attempts: record.attempts,
               createdAt: Date(timeIntervalSince1970: Double(record.createdAt) / 1000), leaseToken: leaseUntil,
               leasedAt: leasedAt))
         } catch is EnvelopeError {

@@ -146,7 +146,10 @@ enum BootClock {
 public struct ClaimedRecord: Sendable, Equatable {
   public let id: UUID
   public let queue: String
-  public let payload: [UInt8]
+  /// The opened record, exactly as it was enqueued.
+  public let payload: Data
+  /// The payload as bytes (what the package's own tests and tools compare).
+  package var payloadBytes: [UInt8] { [UInt8](payload) }
   /// Attempts including this one.
   public let attempts: Int
   public let createdAt: Date

@@ -39,7 +39,7 @@ final class PayloadLiteralTests: XCTestCase {
     let id = try telemetry.log(type: "note_added", encoding: NoteAdded(words: 12, pinned: false, folder: "work"))
     let claimed = try XCTUnwrap(try container.claim(queue: Telemetry.queueName).first)
     XCTAssertEqual(claimed.id, id)
-    let event = try JSONValue(parsing: claimed.payload)
+    let event = try JSONValue(parsing: claimed.payloadBytes)
     guard case .object(let fields) = event, case .object(let payload)? = fields["payload"] else {
       return XCTFail("not an event object")
     }

@@ -94,7 +94,7 @@ final class ContainerIdentityTests: XCTestCase {
     XCTAssertEqual(rename(real, path), 0)
     let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[path], 1)
-    XCTAssertEqual(try QueueContainer(path: path, vault: vault).claim(queue: "q").map(\.payload), [[1]])
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).claim(queue: "q").map(\.payloadBytes), [[1]])
   }
 
   /// Writers must not re-create a registered container either: the empty file would pass for it.
@@ -156,7 +156,7 @@ final class ContainerIdentityTests: XCTestCase {
     let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[path], 1, "re-sealed although its column claimed version 999")
     XCTAssertEqual(report.retired, [1])
-    XCTAssertEqual(try queue.claim(queue: "q").map(\.payload), [[1, 2, 3]])
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.payloadBytes), [[1, 2, 3]])
   }
 
   /// A reader holding an old snapshot keeps old-version frames in the WAL: the key must stay,
@@ -299,7 +299,7 @@ final class ContainerReviewRegressionTests: XCTestCase {
     let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[path], 5)
     XCTAssertEqual(report.retired, [1])
-    XCTAssertEqual(Set(try queue.claim(queue: "q", maxCount: 10).map(\.payload)), Set((0..<5).map { [UInt8($0)] }))
+    XCTAssertEqual(Set(try queue.claim(queue: "q", maxCount: 10).map(\.payloadBytes)), Set((0..<5).map { [UInt8($0)] }))
   }
 
   /// Near the open-file limit Foundation's UUID() returns one constant UUID, and every record
@@ -408,6 +408,6 @@ final class FinalReviewRegressionTests: XCTestCase {
     let report = try reopened.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed[moved + "/queue.sqlite"], 1)
     XCTAssertEqual(
-      try QueueContainer(path: moved + "/queue.sqlite", vault: reopened).claim(queue: "q").map(\.payload), [[42]])
+      try QueueContainer(path: moved + "/queue.sqlite", vault: reopened).claim(queue: "q").map(\.payloadBytes), [[42]])
   }
 }

@@ -51,7 +51,7 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
       "ATTACH '\(temporary.sub("a.sqlite"))' AS a; INSERT INTO records SELECT * FROM a.records;")
     XCTAssertEqual(try second.claim(queue: "outbox"), [], "the copied row is not handed out")
     XCTAssertEqual(try second.stats().byState["review"], 1, "it is kept for review, counted undecryptable")
-    XCTAssertEqual(try first.claim(queue: "outbox").map(\.payload), [Array("moved record".utf8)])
+    XCTAssertEqual(try first.claim(queue: "outbox").map(\.payloadBytes), [Array("moved record".utf8)])
   }
 
   func testAVaultFromBeforeFormatTwoSealsFormatOneUntilRotationConvertsEveryRecord() throws {
@@ -77,7 +77,7 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
     XCTAssertEqual(try queue.recordCounts().byVersion, [2: 10])
     var payloads: [UUID: [UInt8]] = [:]
     for name in ["outbox", "telemetry"] {
-      for record in try queue.claim(queue: name) { payloads[record.id] = record.payload }
+      for record in try queue.claim(queue: name) { payloads[record.id] = record.payloadBytes }
     }
     XCTAssertEqual(
       payloads, Dictionary(uniqueKeysWithValues: ids.enumerated().map { ($1, Array("record \($0)".utf8)) }))
@@ -109,7 +109,7 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
     XCTAssertEqual(vault.manifest.record(1)?.effectiveSuite, 1)
     let second = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(second.resealed[path], 1)
-    XCTAssertEqual(try queue.claim(queue: "outbox").map(\.payload), [Array("sealed under version 1".utf8)])
+    XCTAssertEqual(try queue.claim(queue: "outbox").map(\.payloadBytes), [Array("sealed under version 1".utf8)])
   }
 
   private func formats(_ path: String) throws -> [UInt8] {

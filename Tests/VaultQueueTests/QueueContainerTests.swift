@@ -58,7 +58,7 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.enqueue(Array("canary-7f3a body of the memo".utf8), queue: "outbox", id: id), .stored)
     let claimed = try queue.claim(queue: "outbox")
     XCTAssertEqual(claimed.map(\.id), [id])
-    XCTAssertEqual(claimed.first?.payload, Array("canary-7f3a body of the memo".utf8))
+    XCTAssertEqual(claimed.first?.payloadBytes, Array("canary-7f3a body of the memo".utf8))
     XCTAssertEqual(claimed.first?.attempts, 1)
     XCTAssertFalse(directoryContains(temporary.sub("data"), "canary-7f3a"), "no plaintext in db, wal or shm")
     try queue.ack([id])
@@ -73,7 +73,7 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.enqueue([1], queue: "q", id: id), .stored)
     XCTAssertEqual(try queue.enqueue([2], queue: "q", id: id), .duplicate)
     XCTAssertEqual(try queue.stats().total, 1)
-    XCTAssertEqual(try queue.claim(queue: "q").first?.payload, [1], "the first record is kept, not replaced")
+    XCTAssertEqual(try queue.claim(queue: "q").first?.payloadBytes, [1], "the first record is kept, not replaced")
   }
 
   func testGroupCommitStoresAllInOrder() throws {
@@ -268,7 +268,7 @@ final class QueueContainerTests: XCTestCase {
     clock.advance(120)
     let all = try queue.claim(queue: "q", maxCount: 100)
     XCTAssertEqual(Set(all.map(\.id)), Set(ids))
-    for record in all { XCTAssertEqual(record.payload, Array("record \(ids.firstIndex(of: record.id)!)".utf8)) }
+    for record in all { XCTAssertEqual(record.payloadBytes, Array("record \(ids.firstIndex(of: record.id)!)".utf8)) }
   }
 
   /// A writer whose vault was loaded before another process rotated must not seal under the old key.

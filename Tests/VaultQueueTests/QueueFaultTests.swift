@@ -63,7 +63,7 @@ final class QueueFaultTests: XCTestCase {
     XCTAssertNoThrow(try queue.enqueue(payload, queue: "q", id: late))
     let claimed = try queue.claim(queue: "q", maxCount: 10_000, maxBytes: 1 << 30)
     XCTAssertEqual(claimed.map(\.id), stored + [late])
-    XCTAssertTrue(claimed.allSatisfy { $0.payload == payload })
+    XCTAssertTrue(claimed.allSatisfy { $0.payloadBytes == payload })
   }
 
   func testReadOnlyFileSystemIsReportedAndNothingChanges() throws {
@@ -83,6 +83,6 @@ final class QueueFaultTests: XCTestCase {
     }
     _ = try Spawn.run("/bin/mount", ["-o", "remount,rw", mountPoint])
     let queue = try QueueContainer(path: path, vault: vault)
-    XCTAssertEqual(try queue.claim(queue: "q").map(\.payload), [[1, 2, 3]])
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.payloadBytes), [[1, 2, 3]])
   }
 }

@@ -52,7 +52,7 @@ final class ReviewRegressionTests: XCTestCase {
     let report = try vault.rotate(containers: QueueContainerProvider())
     XCTAssertEqual(report.resealed, [counted.path: 1, late.path: 1])
     XCTAssertEqual(report.retired, [1])
-    XCTAssertEqual(try late.claim(queue: "q").map(\.payload), [[1]])
+    XCTAssertEqual(try late.claim(queue: "q").map(\.payloadBytes), [[1]])
   }
 
   func testTheCapNeverRemovesRecordsOfTheSameEnqueue() throws {
@@ -84,7 +84,7 @@ final class ReviewRegressionTests: XCTestCase {
     store.failAll(with: nil)
     XCTAssertEqual(try reader.list(state: .review), [])
     XCTAssertEqual(try reader.list(state: .pending).map(\.attempts), [0])
-    XCTAssertEqual(try reader.claim(queue: "q").map(\.payload), [[1]])
+    XCTAssertEqual(try reader.claim(queue: "q").map(\.payloadBytes), [[1]])
   }
 
   func testContainerFilesArePrivateToTheUser() throws {

@@ -37,7 +37,7 @@ do {
     let claimed = try container.claim(queue: "crash", maxCount: 8, lease: lease)
     for record in claimed {
       let id = record.id.uuidString.lowercased()
-      note(record.payload == payload(for: id) ? "D" : "X", id)
+      note(record.payloadBytes == payload(for: id) ? "D" : "X", id)
     }
     try container.ack(claimed.map(\.id))
     for record in claimed { note("A", record.id.uuidString.lowercased()) }
