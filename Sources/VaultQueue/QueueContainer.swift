@@ -62,8 +62,9 @@ public final class QueueContainer: @unchecked Sendable {
   /// - Throws: `QueueError.registeredContainerMissing` / `.registeredContainerReplaced` when a
   ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
   ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault;
-  ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container; the
-  ///   other `QueueError` kinds for unreadable, read-only, full or corrupt files.
+  ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container;
+  ///   `.newerSchema` for one made by a newer vault; the other `QueueError` kinds for a file that
+  ///   cannot be read or written (permissions, a read-only or full disk, too many open files).
   ///   `VaultError.containerBesideKeyfile` for a container in the keyfile's directory;
   ///   `RotationError` when registering would conflict with another registered path; the
   ///   manifest's errors when it cannot be read or written.

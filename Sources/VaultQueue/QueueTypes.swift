@@ -80,7 +80,8 @@ public struct QueueConfiguration: Sendable {
     case only(Set<String>)
   }
 
-  /// Envelope bytes the container may hold; enqueue drops the oldest records past it.
+  /// Envelope bytes the container may hold; enqueue drops the oldest records `capVictims` allows
+  /// (none in flight) past it.
   public var byteCap: Int
   /// Which records the cap may drop (default: the oldest of any queue).
   public var capVictims: CapVictims
@@ -90,7 +91,8 @@ public struct QueueConfiguration: Sendable {
   /// right by NTP) drops nothing; across a reboot it advances by the wall clock's advance (never
   /// backwards).
   public var maximumAge: TimeInterval?
-  /// Delivery attempts before a record is parked.
+  /// Server refusals (`fail` with `serverAnswered`) before a record is parked; network failures
+  /// never count, so a device offline for days parks nothing.
   public var attemptCeiling: Int
   /// The delay before a retry; `backoff.cap` is the longest backoff.
   public var backoff: BackoffPolicy
