@@ -8,12 +8,13 @@ public enum DeliveryEvent: Sendable, Equatable {
   /// These records wait for another attempt at `nextAttempt` (the container's clock), after a
   /// failure of `errorKind` (`http-503`, `connect`, …).
   case retried(ids: [UUID], errorKind: String, nextAttempt: Date)
-  /// These records failed too often with answers from the server; they wait for `resend`.
+  /// These records failed too often with answers from the server (or, in telemetry, a refreshed
+  /// token was refused); they wait for `resend`.
   case parked(ids: [UUID], errorKind: String)
   /// The receiver refused these records for good (or they can never be sent); kept for review.
   case rejected(ids: [UUID], errorKind: String)
   /// A pass, or a step of one, failed (storage, the token provider): what it claimed and did not
-  /// settle is given back (or comes back when its lease ends), and the loop goes on. `errorCode` is the error's `code` (see `CodedError`), else its type's name.
+  /// settle is given back (or comes back when its lease ends), and the loop goes on. `errorCode` is the error's `code` (see `CodedError`), else its type's name (and its case's, for a case that carries values).
   case loopError(errorCode: String)
 }
 

@@ -9,10 +9,21 @@ import Foundation
 public struct DeliveryLogger: Sendable {
   /// From the most detailed to the most severe, as swift-log's `Logger.Level`.
   public enum Level: Int, Sendable, Comparable, CaseIterable, CustomStringConvertible {
+    /// A severity, least to most: `trace` (a pass starts), `debug` (counts per pass, each
+    /// delivery), `info` (not used by the loops), `notice` (each retry scheduled), `warning`
+    /// (parking and review), `error` (a failed pass or step), `critical` (not used by the loops);
+    /// `logLevel` passes on its level and those after it.
     case trace, debug, info, notice, warning, error, critical
 
+    /// Orders levels by severity: `trace` is the least severe, `critical` the most.
+    ///
+    /// - Parameters:
+    ///   - lhs: a level.
+    ///   - rhs: another level.
+    /// - Returns: true when `lhs` is less severe than `rhs`.
     public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue < rhs.rawValue }
 
+    /// The level's name in lowercase (`notice`), as swift-log spells it.
     public var description: String {
       switch self {
       case .trace: "trace"
@@ -35,10 +46,13 @@ public struct DeliveryLogger: Sendable {
   public var logLevel: Level
   private let handler: (any DeliveryLogHandler)?
 
+  /// Makes a logger that passes messages of `logLevel` and above to `handler`.
+  ///
   /// - Parameters:
   ///   - label: names the component in every message.
   ///   - logLevel: the least severe level passed on.
-  ///   - handler: where messages go; it is called on the delivery loop's thread, so it must not block.
+  ///   - handler: where messages go; it is called on the thread that logs (the delivery loop's
+  ///     thread, or a task running an outbox pass), so it must not block.
   public init(label: String, logLevel: Level = .info, handler: any DeliveryLogHandler) {
     self.label = label
     self.logLevel = logLevel
@@ -55,12 +69,20 @@ public struct DeliveryLogger: Sendable {
   }
 
   /// The same handler and level under another label (the outbox and telemetry share one logger).
+  ///
+  /// - Parameter label: the new label.
+  /// - Returns: a logger with `label`, this logger's level and handler.
   public func labelled(_ label: String) -> DeliveryLogger {
     DeliveryLogger(label: label, logLevel: logLevel, handler)
   }
 
   /// Hands the message to the handler when `level` is at least `logLevel`; the message and the
   /// metadata are built only then.
+  ///
+  /// - Parameters:
+  ///   - level: the message's severity.
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context (ids, counts, kinds); evaluated only when it is passed on.
   public func log(
     level: Level, _ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]
   ) {
@@ -68,24 +90,59 @@ public struct DeliveryLogger: Sendable {
     handler.log(level: level, message: message(), metadata: metadata(), label: label)
   }
 
+  /// Logs at `.trace`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func trace(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .trace, message(), metadata: metadata())
   }
+  /// Logs at `.debug`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func debug(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .debug, message(), metadata: metadata())
   }
+  /// Logs at `.info`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func info(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .info, message(), metadata: metadata())
   }
+  /// Logs at `.notice`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func notice(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .notice, message(), metadata: metadata())
   }
+  /// Logs at `.warning`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func warning(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .warning, message(), metadata: metadata())
   }
+  /// Logs at `.error`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func error(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .error, message(), metadata: metadata())
   }
+  /// Logs at `.critical`, as `log(level:_:metadata:)`.
+  ///
+  /// - Parameters:
+  ///   - message: the message; evaluated only when it is passed on.
+  ///   - metadata: key-value context; evaluated only when it is passed on.
   public func critical(_ message: @autoclosure () -> String, metadata: @autoclosure () -> Metadata = [:]) {
     log(level: .critical, message(), metadata: metadata())
   }
@@ -93,6 +150,14 @@ public struct DeliveryLogger: Sendable {
 
 /// Where a `DeliveryLogger` sends messages: the app's backend.
 public protocol DeliveryLogHandler: Sendable {
+  /// Takes one message the logger passed on (its level is at least the logger's `logLevel`).
+  /// Called on the thread that logs: it must not block.
+  ///
+  /// - Parameters:
+  ///   - level: the message's severity.
+  ///   - message: the message: ids, counts and kinds, never a payload, token, header value or URL.
+  ///   - metadata: key-value context (`id`, `error_kind`, `delivered`, …).
+  ///   - label: the logger's label (`vault.outbox`, `vault.telemetry`).
   func log(level: DeliveryLogger.Level, message: String, metadata: DeliveryLogger.Metadata, label: String)
 }
 
@@ -100,17 +165,29 @@ public protocol DeliveryLogHandler: Sendable {
 public final class InMemoryLogHandler: DeliveryLogHandler, @unchecked Sendable {
   /// One logged message.
   public struct Entry: Sendable, Equatable {
+    /// The severity it was logged at.
     public var level: DeliveryLogger.Level
+    /// The message, as the logger built it.
     public var message: String
+    /// Its key-value context, for tests to match ids, kinds and counts against.
     public var metadata: DeliveryLogger.Metadata
+    /// The label of the logger that logged it.
     public var label: String
   }
 
   private let lock = NSLock()
   private var kept: [Entry] = []
 
+  /// Makes a handler that has kept nothing yet.
   public init() {}
 
+  /// Keeps the message as an `Entry`; safe from any thread.
+  ///
+  /// - Parameters:
+  ///   - level: the message's severity.
+  ///   - message: the message.
+  ///   - metadata: its key-value context.
+  ///   - label: the logger's label.
   public func log(level: DeliveryLogger.Level, message: String, metadata: DeliveryLogger.Metadata, label: String) {
     lock.withLock { kept.append(Entry(level: level, message: message, metadata: metadata, label: label)) }
   }

@@ -6,7 +6,13 @@ import VaultCrypto
 /// purpose (a test network); no other scheme, no credentials inside the URL.
 public enum EndpointPolicy {
   /// Checks `url` before any transport is built on it.
-  /// - Throws: `EndpointError`, naming the reason and the fix.
+  ///
+  /// - Parameters:
+  ///   - url: the endpoint.
+  ///   - allowInsecureHTTP: accept `http://` to any host (test networks only).
+  /// - Throws: `EndpointError`, naming the reason and the fix: `.unsupportedScheme` (not `http`
+  ///   or `https`), `.noHost`, `.credentialsInURL` (a user name or password in it), or
+  ///   `.insecureHTTP` (`http://` to a host that is not loopback, without `allowInsecureHTTP`).
   public static func check(_ url: URL, allowInsecureHTTP: Bool = false) throws(EndpointError) {
     guard let scheme = url.scheme?.lowercased(), scheme == "https" || scheme == "http" else {
       throw .unsupportedScheme
@@ -17,6 +23,10 @@ public enum EndpointPolicy {
   }
 
   /// True for `localhost`, 127.0.0.0/8, ::1 and IPv4-mapped loopback (with or without brackets).
+  ///
+  /// - Parameter host: a URL's host, as `URL.host` gives it.
+  /// - Returns: false for anything else, including `localhost.` (it goes to DNS) and a host with a
+  ///   NUL, `%` or control character in it.
   public static func isLoopback(_ host: String) -> Bool {
     var name = host.lowercased()
     if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
@@ -38,11 +48,16 @@ public enum EndpointPolicy {
 
 /// Why an endpoint URL was refused. The URL itself is not repeated (it may carry a secret).
 public enum EndpointError: CodedError, Equatable, CustomStringConvertible {
+  /// The scheme is neither `https` nor `http`.
   case unsupportedScheme
+  /// The URL names no host.
   case noHost
+  /// The URL carries a user name or password (the token is sent separately, in a header).
   case credentialsInURL
+  /// Plain `http://` to a host that is not loopback, without `allowInsecureHTTP`.
   case insecureHTTP
 
+  /// A sentence naming the reason and the fix, never the URL.
   public var description: String {
     switch self {
     case .unsupportedScheme: "the endpoint must be an https:// URL (http:// only to a loopback address)"
@@ -55,8 +70,10 @@ public enum EndpointError: CodedError, Equatable, CustomStringConvertible {
     }
   }
 
+  /// The same as `description`, for `localizedDescription`.
   public var errorDescription: String? { description }
 
+  /// `endpoint.` and the case in kebab case: stable across releases.
   public var code: String {
     switch self {
     case .unsupportedScheme: "endpoint.unsupported-scheme"

@@ -8,7 +8,9 @@ import Vault
 /// Statuses map through `HTTPStatusPolicy`; a 401 asks the provider for a fresh token and sends
 /// once more.
 public final class HTTPBodyTransport: SynchronousTransport {
+  /// Where every message goes, checked by `EndpointPolicy` when the transport was made.
   public let endpoint: URL
+  /// The HTTP method every request uses (`POST` unless the app chose another).
   public let method: String
   private let headers: [(name: String, value: String)]
   private let tokens: (any BearerTokenProvider)?
@@ -21,12 +23,14 @@ public final class HTTPBodyTransport: SynchronousTransport {
     "idempotency-key",
   ]
 
+  /// Makes a transport once the endpoint, method and headers pass its checks.
+  ///
   /// - Parameters:
   ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
-  ///   - method: `POST` by default (`PUT`, `PATCH`: any token of letters).
+  ///   - method: `POST` by default (`PUT`, `PATCH`: upper-case ASCII letters only).
   ///   - headers: sent with every request, in order (`Content-Type` and the like). Refused: names
-  ///     that are empty or hold a colon, space or control character; values with CR, LF or another
-  ///     control character (tab allowed); the reserved names (`Host`, `Content-Length`,
+  ///     that are empty or hold a colon, space, control character or non-ASCII byte; values with
+  ///     CR, LF or another control character (tab allowed); the reserved names (`Host`, `Content-Length`,
   ///     `Transfer-Encoding`, `Connection`, `Expect`, `TE`, `Upgrade`, `Trailer`,
   ///     `Idempotency-Key`), and `Authorization` when `tokens` is given.
   ///   - tokens: gives the bearer token (asked before each request; once more with `refresh: true`
@@ -67,6 +71,16 @@ public final class HTTPBodyTransport: SynchronousTransport {
     client = HTTPClient(timeout: timeout, certificateAuthorities: certificateAuthorities)
   }
 
+  /// Sends one message as the request body and maps the answer; after a 401, with a token
+  /// provider, asks it for a fresh token and sends once more.
+  ///
+  /// - Parameters:
+  ///   - id: the record's id, sent as `Idempotency-Key`.
+  ///   - payload: the body, byte for byte.
+  /// - Returns: the result of `HTTPStatusPolicy.result(for:bodyBytes:smallBody:)` (a 413 for a
+  ///   body of at most 64 KiB is retried); `.unreachable(kind: "token-unavailable")` when the
+  ///   token provider threw, or `"local-memory"` when the address space cannot hold the request,
+  ///   both without sending and never counted toward parking.
   public func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult {
     // The body is one more copy of the payload, and the client needs room of its own (see
     // HTTPJSONTransport.encodingBytes); without it the record waits, never counted toward parking.
@@ -96,12 +110,20 @@ public final class HTTPBodyTransport: SynchronousTransport {
 /// Why an `HTTPBodyTransport` was refused. A header is named by its position (and a reserved one
 /// by its lowercase name), never by its value, which may be a secret.
 public enum HTTPBodyTransportError: CodedError, Equatable {
+  /// The endpoint was refused by `EndpointPolicy`; its code is the `EndpointError`'s.
   case endpoint(EndpointError)
+  /// The method is empty or holds anything but upper-case ASCII letters.
   case invalidMethod
+  /// The header at `index` (from 0) has an empty name, or one with a colon, space, control
+  /// character or non-ASCII byte.
   case invalidHeaderName(index: Int)
+  /// The header at `index` (from 0) has CR, LF or another control character (tab aside) in its value.
   case invalidHeaderValue(index: Int)
+  /// A header the transport sets itself or that frames the request (`name` in lowercase), or
+  /// `authorization` when a token provider is given.
   case reservedHeader(name: String)
 
+  /// `http-body.` and the case in kebab case, or the endpoint error's code: stable across releases.
   public var code: String {
     switch self {
     case .endpoint(let error): error.code
@@ -112,6 +134,7 @@ public enum HTTPBodyTransportError: CodedError, Equatable {
     }
   }
 
+  /// A sentence naming what was refused (a header by its position, counted from 1), never a value.
   public var description: String {
     switch self {
     case .endpoint(let error): error.description

@@ -6,11 +6,23 @@ import Foundation
 /// One HTTP request: a method, the configured endpoint, headers and a body. Nothing in it is ever
 /// logged or put into an error.
 public struct HTTPRequest: Sendable {
+  /// Where the request goes; `http` or `https` only.
   public var url: URL
+  /// The HTTP method (`POST` by default).
   public var method: String
+  /// Header fields, sent in order; one holding CR, LF or another control character (tab aside)
+  /// makes the client refuse the whole request (`invalid-header`).
   public var headers: [(name: String, value: String)]
+  /// The body, sent as it is, with its length.
   public var body: [UInt8]
 
+  /// Makes a request.
+  ///
+  /// - Parameters:
+  ///   - url: where it goes.
+  ///   - method: the HTTP method; `POST` by default.
+  ///   - headers: header fields, in order.
+  ///   - body: the body; empty by default.
   public init(url: URL, method: String = "POST", headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
     self.url = url
     self.method = method
@@ -22,7 +34,10 @@ public struct HTTPRequest: Sendable {
 /// What one HTTP exchange gave: the server's status (and its Retry-After header), or the kind of
 /// network failure (never the request or its body).
 public enum HTTPOutcome: Sendable, Equatable {
+  /// A complete answer: its status and raw Retry-After header (a redirect comes back as its 3xx).
   case status(Int, retryAfter: String?)
+  /// No answer; `kind` names why (`connect`, `resolve`, `timeout`, `tls-verification`,
+  /// `cancelled`, `invalid-header`, …).
   case unreachable(kind: String)
 }
 
@@ -39,12 +54,13 @@ public enum HTTPOutcome: Sendable, Equatable {
 ///   certificate authorities, or only those in `certificateAuthorities` (a PEM file) when given.
 /// - **Nothing kept or written**: no cookies, no cache, no stored credentials, no files; HTTP and
 ///   HTTPS only. Proxies from the standard environment variables (`https_proxy`, `no_proxy`, …)
-///   are used as libcurl uses them.
+///   are used as libcurl uses them, for `https://` only: plain `http://` never goes through a
+///   proxy.
 /// - **Waiting costs nothing**: the calling thread sleeps in poll(2) until the network or
 ///   `HTTPCancellation` wakes it.
 ///
-/// `send` blocks the calling thread; exchanges of one client run one at a time (a client keeps its
-/// connection for the next request). Thread-safe.
+/// `send` blocks the calling thread; exchanges of one client run one at a time, each on a fresh
+/// connection (none is kept for the next request). Thread-safe.
 public final class HTTPClient: @unchecked Sendable {
   /// The deadline of one whole exchange.
   public let timeout: TimeInterval
@@ -55,6 +71,13 @@ public final class HTTPClient: @unchecked Sendable {
   private let lock = NSLock()
   private let handles: CurlHandles?
 
+  /// Makes a client; every exchange it makes follows the rules above.
+  ///
+  /// - Parameters:
+  ///   - timeout: the deadline of one whole exchange, in seconds.
+  ///   - responseLimit: the most response-body bytes read (64 KiB by default).
+  ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust; nil for
+  ///     the system's.
   public init(timeout: TimeInterval, responseLimit: Int = 64 * 1024, certificateAuthorities: String? = nil) {
     self.timeout = timeout
     self.responseLimit = responseLimit
@@ -64,6 +87,11 @@ public final class HTTPClient: @unchecked Sendable {
 
   /// Sends `request` and waits for the answer, at most `timeout` seconds (or until
   /// `HTTPCancellation.cancelAll()`).
+  ///
+  /// - Parameter request: the request; nothing of it is logged or put into an outcome.
+  /// - Returns: the status when a complete answer arrived, else `.unreachable` with the failure's
+  ///   kind (`cancelled` at once after `cancelAll()`, `client-unavailable` when libcurl could
+  ///   not start, `ca-file-unusable` when `certificateAuthorities` is not a regular file).
   public func send(_ request: HTTPRequest) -> HTTPOutcome {
     if HTTPCancellation.isCancelled { return .unreachable(kind: "cancelled") }
     guard let handles else { return .unreachable(kind: "client-unavailable") }
@@ -222,7 +250,7 @@ private let bodyReceived: vault_curl_data_callback = { _, size, count, context i
   return length
 }
 
-/// One easy handle (it keeps the connection between requests) driven through a multi handle, so
+/// One easy handle (reused between requests; its connections are not) driven through a multi handle, so
 /// the wait is curl_multi_poll: asleep until a socket is ready, the deadline passes, or
 /// `HTTPCancellation` wakes it with curl_multi_wakeup.
 final class CurlHandles {

@@ -5,9 +5,12 @@ import Vault
 /// "encoding": "utf8"|"base64"}` to `endpoint` through `HTTPClient` (no redirects, one deadline,
 /// bounded responses, nothing kept), and maps the status with `HTTPStatusPolicy`.
 public final class HTTPJSONTransport: SynchronousTransport {
+  /// Where every message is POSTed, checked by `EndpointPolicy` when the transport was made.
   public let endpoint: URL
   private let client: HTTPClient
 
+  /// Makes a transport to `endpoint` once `EndpointPolicy` accepts it.
+  ///
   /// - Parameters:
   ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
   ///   - timeout: the deadline of one whole exchange.
@@ -22,6 +25,14 @@ public final class HTTPJSONTransport: SynchronousTransport {
     client = HTTPClient(timeout: timeout, certificateAuthorities: certificateAuthorities)
   }
 
+  /// POSTs one message as JSON with `Idempotency-Key: <id>` and maps the answer.
+  ///
+  /// - Parameters:
+  ///   - id: the record's id: the JSON's `id` and the idempotency key.
+  ///   - data: the message, sent as UTF-8 text when it is valid UTF-8, else as base64.
+  /// - Returns: the result of `HTTPStatusPolicy.result(for:bodyBytes:smallBody:)`, or
+  ///   `.unreachable(kind: "local-memory")`, without sending, when the address space cannot hold
+  ///   the request (never counted toward parking).
   public func deliverSynchronously(id: UUID, payload data: Data) -> DeliveryResult {
     // Encoding holds a copy of the payload, the base64 form (for binary payloads) and the JSON
     // body; a failed allocation traps. A body the address space (`ulimit -v`) cannot hold is not

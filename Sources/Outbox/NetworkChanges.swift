@@ -6,6 +6,9 @@ import Foundation
 public protocol NetworkChangeSource: Sendable {
   /// Starts watching: `onChange` is called (on any thread) after each such change until the
   /// returned watch is stopped.
+  ///
+  /// - Parameter onChange: what to call after each change; it must return quickly.
+  /// - Returns: the running watch; stop it to stop the calls.
   /// - Throws: when watching cannot start (the loop does not start either).
   func watch(_ onChange: @escaping @Sendable () -> Void) throws -> any NetworkWatch
 }
@@ -21,8 +24,14 @@ public final class ManualNetworkChanges: NetworkChangeSource, @unchecked Sendabl
   private let lock = NSLock()
   private var watchers: [ObjectIdentifier: @Sendable () -> Void] = [:]
 
+  /// Makes a source with no watches; changes happen only when `announceChange()` is called.
   public init() {}
 
+  /// Starts a watch: `onChange` is called on every later `announceChange()` until it is stopped.
+  ///
+  /// - Parameter onChange: what to call on each announced change.
+  /// - Returns: the running watch.
+  /// - Throws: never; the signature is the protocol's.
   public func watch(_ onChange: @escaping @Sendable () -> Void) throws -> any NetworkWatch {
     let watch = Watch(source: self)
     lock.withLock { watchers[ObjectIdentifier(watch)] = onChange }

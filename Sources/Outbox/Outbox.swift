@@ -12,7 +12,9 @@ import VaultQueue
 /// published as `events()` and logged through `logger`; nothing is swallowed silently.
 /// Thread-safe.
 public final class Outbox: @unchecked Sendable {
+  /// The queue container that holds the messages, sealed, until they are delivered.
   public let container: QueueContainer
+  /// The queue within the container this outbox sends from (one container can hold several).
   public let queue: String
   let transport: any Transport
   let interval: TimeInterval
@@ -27,22 +29,32 @@ public final class Outbox: @unchecked Sendable {
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
+    /// Records the receiver took (2xx); they are deleted.
     public var delivered = 0
+    /// Records rescheduled for another attempt (a retryable answer or no answer at all).
     public var retrying = 0
+    /// Records parked because the server refused them `attemptCeiling` times.
     public var parked = 0
+    /// Records moved to review because the receiver refused them for good.
     public var rejected = 0
     /// Records still waiting (not yet due, or left for a later pass) after this pass.
     public var pending = 0
 
+    /// An empty report, every count 0; a pass adds to it.
     public init() {}
   }
 
   /// The moment a message is safe: it is sealed and on disk.
   public struct Receipt: Sendable, Equatable {
+    /// The message's record id: the `Idempotency-Key` the receiver sees, and the id events carry.
     public let id: UUID
+    /// True when a record with this id was already queued: nothing new was stored.
     public let duplicate: Bool
   }
 
+  /// Makes an outbox over `queue` of `container`; nothing is delivered until `start` or
+  /// `deliverDue`.
+  ///
   /// - Parameters:
   ///   - container: the queue container that holds the messages, sealed, until they are delivered.
   ///   - queue: the queue within the container (so one container can hold several outboxes).
@@ -65,6 +77,14 @@ public final class Outbox: @unchecked Sendable {
 
   /// Saves `message` durably (the "saved" moment an app uses to clear its editor) and asks the
   /// background loop, if started, to deliver it. Never waits for the network.
+  ///
+  /// - Parameters:
+  ///   - message: the message's bytes, exactly as the transport will get them.
+  ///   - id: the message's id; a random one when nil. Sending an id again stores nothing new.
+  /// - Returns: the receipt: the id, and whether it was a duplicate.
+  /// - Throws: `CryptoError.randomUnavailable` when no random id can be drawn; the errors of
+  ///   `QueueContainer.enqueue` (`QueueError` such as `.capExceeded` or `.diskFull`,
+  ///   `KeyStoreError` when the key cannot be read right now): the message was then not saved.
   @discardableResult
   public func send(_ message: [UInt8], id: UUID? = nil) throws -> Receipt {
     // Random ids come from the DRBG: Foundation's UUID() repeats itself without /dev/urandom.
@@ -74,7 +94,13 @@ public final class Outbox: @unchecked Sendable {
     return Receipt(id: id, duplicate: outcome == .duplicate)
   }
 
-  /// Saves `message` durably; see `send(_:id:)`.
+  /// Saves `message` durably; the same as the `[UInt8]` form.
+  ///
+  /// - Parameters:
+  ///   - message: the message's bytes.
+  ///   - id: the message's id; a random one when nil.
+  /// - Returns: the receipt: the id, and whether it was a duplicate.
+  /// - Throws: as the `[UInt8]` form.
   @discardableResult
   public func send(_ message: Data, id: UUID? = nil) throws -> Receipt { try send([UInt8](message), id: id) }
 
@@ -83,6 +109,10 @@ public final class Outbox: @unchecked Sendable {
   /// Each stream buffers at most `limit` events its reader has not taken yet and drops the oldest
   /// beyond that (`AsyncStream`'s `bufferingNewest`), so a stream that is never read costs bounded
   /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called.
+  ///
+  /// - Parameter limit: the most unread events kept (at least 1).
+  /// - Returns: a stream of one event per record settled (`.delivered`, `.retried`, `.parked`,
+  ///   `.rejected`) and a `.loopError` per failed pass of the loop.
   public func events(bufferingNewest limit: Int = 256) -> AsyncStream<DeliveryEvent> {
     hub.stream(bufferingNewest: limit)
   }
@@ -95,6 +125,11 @@ public final class Outbox: @unchecked Sendable {
   /// on every change `network` reports (which also restarts the backoff of records that waited for
   /// the network; pass `RouteChangeSource()` from module Telemetry for the rtnetlink monitor).
   /// Calling it again while running does nothing.
+  ///
+  /// A pass that fails (storage, a key that cannot be read) is logged and published as
+  /// `.loopError`; the loop goes on.
+  ///
+  /// - Parameter network: where network changes come from; nil (the default) for none.
   /// - Throws: what `network.watch` throws; the loop is then not started.
   public func start(network: (any NetworkChangeSource)? = nil) throws {
     let loop = lock.withLock { () -> DeliveryLoop? in
@@ -137,7 +172,11 @@ public final class Outbox: @unchecked Sendable {
   }
 
   /// Asks for a delivery pass soon (after a send, or when connectivity returns). Passes do not pile
-  /// up. With `resetBackoff`, records that waited for the network become due at once.
+  /// up. With `resetBackoff`, records that waited for the network become due at once. Does
+  /// nothing when the loop is not running.
+  ///
+  /// - Parameter resetBackoff: also make due now the records whose last failure was the network's
+  ///   (see `QueueContainer.makeDue(queue:)`).
   public func trigger(resetBackoff: Bool = false) {
     lock.withLock { loop }?.trigger(resetBackoff: resetBackoff)
   }
@@ -179,7 +218,12 @@ public final class Outbox: @unchecked Sendable {
   /// again under another deliverer. Once `HTTPCancellation.cancelAll()` is called the pass stops
   /// before the next record, gives back every record it claimed and did not settle (the one whose
   /// request was cut short too: it may or may not have arrived, and stays queued), and returns.
-  /// - Throws: storage errors (`QueueError`); the claim is given back first.
+  ///
+  /// - Parameter batch: the most records claimed at a time (and at most 4 MiB of envelopes).
+  /// - Returns: what the pass did, and how many records are still pending.
+  /// - Throws: storage errors (`QueueError`), and `KeyStoreError` (or the vault's other errors)
+  ///   when a key cannot be read right now; what the pass claimed and did not settle is given
+  ///   back first.
   public func deliverDue(batch: Int = 50) async throws -> Pass {
     var pass = Pass()
     var attempted = Set<UUID>()

@@ -9,11 +9,15 @@ import Foundation
 /// number, on a dispatch queue: never in a signal handler, so `onStop` may do anything (stop a
 /// loop, wait for the pass, exit). Later signals are ignored; the stop is already under way.
 public enum StopSignals {
+  /// The signals taken over: SIGTERM, SIGINT and SIGHUP, in that order.
   public static let numbers: [Int32] = [SIGTERM, SIGINT, SIGHUP]
   private static let state = StopState()
 
   /// Takes over SIGTERM, SIGINT and SIGHUP for the rest of the process; call it once, before the
   /// work that should be given back on a stop starts.
+  ///
+  /// - Parameter onStop: called once, with the first signal's number, on a dispatch queue after
+  ///   `HTTPCancellation.cancelAll()`.
   public static func handle(_ onStop: @escaping @Sendable (Int32) -> Void) {
     let queue = DispatchQueue(label: "vault.stop-signals")
     let sources = numbers.map { number -> any DispatchSourceSignal in

@@ -4,7 +4,8 @@ import Foundation
 public enum DeliveryResult: Sendable, Equatable {
   /// The receiver has it (2xx): the record is deleted.
   case delivered
-  /// The server said try again later (408, 429, 5xx); `after` is its Retry-After, if any.
+  /// The server said try again later (408, 429, 5xx, or 413 for a small body); `after` is its
+  /// Retry-After, if any. Counts toward parking.
   case retry(kind: String, after: TimeInterval?)
   /// The receiver refused it for good (other 4xx): kept for review, never retried automatically.
   case reject(kind: String)
@@ -33,10 +34,22 @@ public protocol Transport: Sendable {
 /// pool (two cores make a pool of two threads: two slow servers would stall every task).
 public protocol SynchronousTransport: Transport {
   /// Attempts delivery of one record, blocking the calling thread until there is an answer.
+  ///
+  /// - Parameters:
+  ///   - id: the record's id (stable across retries: send it as an idempotency key).
+  ///   - payload: the record's bytes, exactly as `Outbox.send` took them.
+  /// - Returns: what the receiver said, which decides ack, retry, parking or review.
   func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult
 }
 
 extension SynchronousTransport {
+  /// Runs `deliverSynchronously(id:payload:)` on a dispatch queue of its own and awaits it, so
+  /// the blocking wait never holds a thread of Swift's concurrency pool.
+  ///
+  /// - Parameters:
+  ///   - id: the record's id.
+  ///   - payload: the record's bytes.
+  /// - Returns: what `deliverSynchronously(id:payload:)` returned.
   public func deliver(id: UUID, payload: Data) async -> DeliveryResult {
     await BlockingWork.run { self.deliverSynchronously(id: id, payload: payload) }
   }
@@ -54,7 +67,15 @@ enum BlockingWork {
 
 /// The delivery rules for HTTP status codes, shared by every HTTP transport.
 public enum HTTPStatusPolicy {
-  /// Maps a response to a result. `retryAfter` is the raw Retry-After header value.
+  /// Maps a response to a result: 2xx delivered; 429 and 503 retried after their Retry-After;
+  /// 408 and other 5xx retried with backoff; 3xx rejected (`http-3xx-redirect-refused`, never
+  /// followed); anything else rejected (`http-<status>`).
+  ///
+  /// - Parameters:
+  ///   - status: the HTTP status code.
+  ///   - retryAfter: the raw Retry-After header value, if any (read only for 429 and 503).
+  ///   - now: the time an HTTP-date Retry-After is measured from.
+  /// - Returns: the result; retry and reject kinds are `http-<status>`.
   public static func result(status: Int, retryAfter: String?, now: Date = Date()) -> DeliveryResult {
     switch status {
     case 200..<300: return .delivered
@@ -69,7 +90,13 @@ public enum HTTPStatusPolicy {
 
   /// Maps one exchange of a record's request: a 413 for a body of at most `smallBody` bytes is the
   /// server's fault (a small message cannot really be too large), retried with backoff rather
-  /// than sent to review; the rest as `result(status:retryAfter:)`.
+  /// than sent to review; the rest as `result(status:retryAfter:now:)`.
+  ///
+  /// - Parameters:
+  ///   - outcome: what the exchange gave: a status, or a network failure's kind.
+  ///   - bodyBytes: the size of the request body that was sent.
+  ///   - smallBody: the largest body for which a 413 is retried (64 KiB by default).
+  /// - Returns: the result; a network failure is `.unreachable` with the client's kind.
   public static func result(for outcome: HTTPOutcome, bodyBytes: Int, smallBody: Int = 64 * 1024) -> DeliveryResult {
     switch outcome {
     case .status(413, let retryAfter) where bodyBytes <= smallBody:
@@ -80,6 +107,12 @@ public enum HTTPStatusPolicy {
   }
 
   /// Retry-After as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when absent or unparseable.
+  ///
+  /// - Parameters:
+  ///   - value: the header's value, if any.
+  ///   - now: the time an HTTP date is measured from.
+  /// - Returns: the delay in seconds, never negative (not capped here: the queue caps it at
+  ///   `maximumRetryAfter`), or nil.
   public static func parseRetryAfter(_ value: String?, now: Date = Date()) -> TimeInterval? {
     guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
     if let seconds = Int(value) { return TimeInterval(max(0, seconds)) }

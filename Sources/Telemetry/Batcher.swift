@@ -3,6 +3,7 @@ import VaultCrypto
 
 /// A batch ready to send: the gzip body and the ids it carries.
 public struct TelemetryBatch: Sendable, Equatable {
+  /// The ids of the events in the body, in order: the records to settle by the answer.
   public let ids: [UUID]
   /// gzip of `{"events":[…]}`.
   public let body: [UInt8]
@@ -26,6 +27,13 @@ public enum BatchPacker {
 
   /// Takes events (id and JSON) in order and returns the first batch that fits, plus the events it
   /// could not take: `oversized` (one alone exceeds the limit compressed) and `rest` (for the next batch).
+  ///
+  /// - Parameters:
+  ///   - events: the events' ids and JSON texts, in the order they should be sent.
+  ///   - limit: the largest compressed body, in bytes.
+  /// - Returns: the batch (nil when no event fits even alone), the ids of the events that never
+  ///   fit, and the events after the batch.
+  /// - Throws: `GzipError` when zlib fails.
   public static func pack(_ events: [(id: UUID, json: [UInt8])], limit: Int) throws
     -> (batch: TelemetryBatch?, oversized: [UUID], rest: [(id: UUID, json: [UInt8])])
   {

@@ -28,6 +28,8 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
   /// The longest a wake is held back by a burst that goes on.
   static let longestHold: UInt64 = 400_000_000
 
+  /// Makes a monitor; nothing is watched until `start()`.
+  ///
   /// - Parameters:
   ///   - procRoot: where `net/route` and `net/ipv6_route` are read (tests may point elsewhere).
   ///   - addresses: the interfaces' addresses (`getifaddrs` by default; tests pass their own).
@@ -131,6 +133,9 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
   }
 
   /// Opens the netlink socket and starts watching. Calling it again while watching does nothing.
+  ///
+  /// - Throws: `TelemetryError.netlink` when the netlink socket or its wake-up eventfd cannot be
+  ///   opened or bound; the monitor is then not watching.
   public func start() throws {
     let claimed = lock.withLock { () -> Bool in
       guard !active else { return false }
@@ -241,9 +246,13 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
 /// The rtnetlink monitor as a `NetworkChangeSource`, for any delivery loop (`Telemetry.start`,
 /// `Outbox.start(network:)`): each watch is a `ConnectivityMonitor` of its own.
 public struct RouteChangeSource: NetworkChangeSource {
+  /// Where each monitor reads `net/route` and `net/ipv6_route` (`/proc` unless a test gives its own).
   public let procRoot: String
+  /// Where each monitor reads the interfaces' addresses (`getifaddrs` unless a test gives its own).
   public let addresses: @Sendable () -> [(interface: String, address: String)]
 
+  /// Makes a source whose watches read routes under `procRoot` and addresses from `addresses`.
+  ///
   /// - Parameters:
   ///   - procRoot: where `net/route` and `net/ipv6_route` are read (tests may point elsewhere).
   ///   - addresses: the interfaces' addresses (`getifaddrs` by default; tests pass their own).
@@ -256,6 +265,11 @@ public struct RouteChangeSource: NetworkChangeSource {
     self.addresses = addresses
   }
 
+  /// Starts a `ConnectivityMonitor` that calls `onChange` after each change that may let delivery
+  /// through.
+  ///
+  /// - Parameter onChange: called on the monitor's thread; it must return quickly.
+  /// - Returns: the running monitor; stop it to stop watching.
   /// - Throws: `TelemetryError.netlink` when the netlink socket cannot be opened.
   public func watch(_ onChange: @escaping @Sendable () -> Void) throws -> any NetworkWatch {
     let monitor = ConnectivityMonitor(procRoot: procRoot, addresses: addresses, onChange: onChange)

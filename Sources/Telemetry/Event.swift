@@ -6,22 +6,39 @@ import Foundation
 /// `serialized()` carries every number exactly as written. Codable is kept for convenience but goes
 /// through Int64, UInt64 or Double, so it may round numbers that do not fit those.
 public indirect enum JSONValue: Codable, Equatable, Sendable {
+  /// JSON `null`: a field present without a value.
   case null
+  /// `true` or `false`.
   case bool(Bool)
+  /// A number, kept as its text so it is sent exactly as written.
   case number(JSONNumber)
+  /// A string (any Unicode; escaped on output only where JSON requires it).
   case string(String)
+  /// An ordered list of values.
   case array([JSONValue])
+  /// An object; serialized with its keys sorted by their UTF-8 bytes.
   case object([String: JSONValue])
 
   /// A number from a Double (`3` for whole values below 10^15, else the shortest form that reads
   /// back as the same Double). NaN and infinities, which JSON cannot express, become `null`.
+  ///
+  /// - Parameter value: the number.
+  /// - Returns: `.number`, or `.null` for NaN and infinities.
   public static func number(_ value: Double) -> JSONValue {
     JSONNumber(value).map(JSONValue.number) ?? .null
   }
 
   /// A number from an integer, exactly.
+  ///
+  /// - Parameter value: the number.
+  /// - Returns: `.number` holding its decimal text.
   public static func number(_ value: Int) -> JSONValue { .number(JSONNumber(value)) }
 
+  /// Decodes any JSON value through `Decoder`; numbers go through Int64, UInt64 or Double and may
+  /// be rounded (use `init(parsing:limits:)` to keep them exact).
+  ///
+  /// - Parameter decoder: the decoder holding one value.
+  /// - Throws: `DecodingError` when the value is none of JSON's kinds.
   public init(from decoder: any Decoder) throws {
     let container = try decoder.singleValueContainer()
     if container.decodeNil() {
@@ -43,6 +60,11 @@ public indirect enum JSONValue: Codable, Equatable, Sendable {
     }
   }
 
+  /// Encodes the value through `Encoder`; a number that is not an Int64 or UInt64 is encoded as
+  /// the nearest Double (use `serialized()` to keep it exact).
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: what the encoder throws (JSONEncoder refuses a number too large for a Double).
   public func encode(to encoder: any Encoder) throws {
     var container = encoder.singleValueContainer()
     switch self {
@@ -66,11 +88,15 @@ public indirect enum JSONValue: Codable, Equatable, Sendable {
 /// One telemetry event, as it travels in a batch and as it is sealed at rest (type and payload
 /// included).
 public struct TelemetryEvent: Codable, Equatable, Sendable {
+  /// The event's id (its record id in the queue), for the collector to deduplicate by.
   public var id: UUID
   /// ISO 8601 in UTC with milliseconds, e.g. 2026-11-30T10:15:02.123Z.
   public var ts: String
+  /// What happened, as the app names it (`note_added`).
   public var type: String
+  /// The event's data, a JSON object; its numbers are sent exactly as held.
   public var payload: [String: JSONValue]
+  /// The session the event belongs to (`session_id` on the wire).
   public var sessionID: String
 
   enum CodingKeys: String, CodingKey {
@@ -78,6 +104,15 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
     case sessionID = "session_id"
   }
 
+  /// Makes an event stamped with `date`.
+  ///
+  /// - Parameters:
+  ///   - id: the event's id; Foundation's `UUID()` by default (`Telemetry.log` draws its own from
+  ///     getrandom).
+  ///   - date: when it happened; written as `ts`, ISO 8601 in UTC with milliseconds.
+  ///   - type: what happened (not checked here; `Telemetry.log` allows 1–128 characters).
+  ///   - payload: the event's JSON object.
+  ///   - sessionID: the session it belongs to.
   public init(id: UUID = UUID(), date: Date, type: String, payload: [String: JSONValue], sessionID: String) {
     self.id = id
     self.ts = Self.format(date)
@@ -93,6 +128,10 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
     return formatter.string(from: date)
   }
 
+  /// Reads an event from its JSON form (`id`, `ts`, `type`, `payload`, `session_id`).
+  ///
+  /// - Parameter decoder: the decoder holding the object.
+  /// - Throws: `DecodingError` when a field is missing or of the wrong type, or the id is not a UUID.
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     guard let id = UUID(uuidString: try values.decode(String.self, forKey: .id)) else {
@@ -105,6 +144,11 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
     sessionID = try values.decode(String.self, forKey: .sessionID)
   }
 
+  /// Writes the JSON form through `Encoder`, the id in lowercase. Payload numbers go through
+  /// `JSONValue.encode(to:)` and may be rounded; the queue and the wire use the exact writer.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: what the encoder throws.
   public func encode(to encoder: any Encoder) throws {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(id.lowercased, forKey: .id)
@@ -133,16 +177,37 @@ extension UUID {
 extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
   ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
 {
+  /// A string literal, as `.string`.
+  ///
+  /// - Parameter value: the string.
   public init(stringLiteral value: String) { self = .string(value) }
+  /// An integer literal, as `.number`, exactly.
+  ///
+  /// - Parameter value: the integer.
   public init(integerLiteral value: Int) { self = .number(JSONNumber(value)) }
-  /// A float literal; one JSON cannot express (none can be written as a literal) becomes `null`.
+  /// A float literal, as `JSONValue.number(_:)` with a Double writes it; one JSON cannot express
+  /// (none can be written as a literal) becomes `null`.
+  ///
+  /// - Parameter value: the number.
   public init(floatLiteral value: Double) { self = .number(value) }
+  /// A Boolean literal, as `.bool`.
+  ///
+  /// - Parameter value: the Boolean.
   public init(booleanLiteral value: Bool) { self = .bool(value) }
+  /// An array literal, as `.array`.
+  ///
+  /// - Parameter elements: the values, in order.
   public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
-  /// An object literal; a key given twice keeps its last value, as JSON parsers do.
+  /// An object literal; a key given twice keeps its last value (as many JSON parsers do; vault's
+  /// own, `init(parsing:limits:)`, refuses duplicate keys).
+  ///
+  /// - Parameter elements: the keys and values.
   public init(dictionaryLiteral elements: (String, JSONValue)...) {
     self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
   }
+  /// A `nil` literal, as `.null`.
+  ///
+  /// - Parameter nilLiteral: nothing.
   public init(nilLiteral: ()) { self = .null }
 }
 

@@ -15,7 +15,9 @@ public struct GzipError: CodedError, Equatable, CustomStringConvertible {
     self.call = call
   }
 
+  /// The zlib call and its code (`zlib deflateInit2 failed (code -4)`), nothing of the data.
   public var description: String { "zlib \(call) failed (code \(zlibCode))" }
+  /// The same as `description`, for `localizedDescription`.
   public var errorDescription: String? { description }
   /// `gzip.failed`, whatever the call and zlib code (both are fields of their own).
   public var code: String { "gzip.failed" }

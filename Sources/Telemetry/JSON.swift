@@ -9,6 +9,8 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
   public let text: String
 
   /// Validates `text` against the JSON number grammar; nil when it is not a JSON number.
+  ///
+  /// - Parameter text: the number as written, nothing around it (no whitespace).
   public init?(_ text: String) {
     var bytes = Array(text.utf8)[...]
     guard Self.scan(&bytes), bytes.isEmpty else { return nil }
@@ -18,6 +20,8 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
   /// A finite Double: whole numbers below 10^15 are written without a fraction (`3`, not `3.0`), as
   /// an integer-minded server expects; others in Swift's shortest round-trip form (`1.5`, `1e+300`).
   /// Nil for NaN and infinities, which JSON cannot express.
+  ///
+  /// - Parameter value: the number.
   public init?(_ value: Double) {
     guard value.isFinite else { return nil }
     let text = value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : "\(value)"
@@ -25,8 +29,12 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
     self = number
   }
 
+  /// An integer of any width, exactly, in decimal.
+  ///
+  /// - Parameter value: the integer.
   public init(_ value: some BinaryInteger) { text = String(value) }
 
+  /// The number as written: `text`.
   public var description: String { text }
 
   /// The nearest Double (may round; huge exponents become infinity).
@@ -64,23 +72,38 @@ public struct JSONNumber: Sendable, Hashable, CustomStringConvertible {
 /// Why JSON text was refused, and where (a byte offset). Never carries the text itself: payloads
 /// may be private.
 public struct JSONParseError: CodedError, Equatable, CustomStringConvertible {
+  /// What was wrong; the raw value is the phrase `description` uses.
   public enum Reason: String, Sendable {
+    /// The input is longer than `JSONLimits.maxBytes`.
     case tooLarge = "too large"
+    /// Arrays and objects nest deeper than `JSONLimits.maxDepth`.
     case tooDeep = "nested too deeply"
+    /// The input ended inside a value (or was empty).
     case unexpectedEnd = "unexpected end"
+    /// A byte that cannot start or continue a value here (a trailing comma, `NaN`, a `+`).
     case unexpectedByte = "unexpected character"
+    /// A number outside RFC 8259's grammar (a leading zero, a `.` or exponent without digits).
     case invalidNumber = "invalid number"
+    /// A backslash escape JSON does not define, or a malformed `\u` escape.
     case invalidEscape = "invalid escape"
+    /// Bytes that are not UTF-8, or a `\u` escape that is a lone surrogate.
     case invalidUnicode = "invalid UTF-8 or lone surrogate"
+    /// A control character (below U+0020) written inside a string without an escape.
     case controlCharacter = "unescaped control character in a string"
+    /// An object names the same key twice (receivers disagree on which one wins).
     case duplicateKey = "duplicate key"
+    /// More than whitespace after the one value.
     case trailingContent = "content after the value"
   }
 
+  /// What was wrong.
   public let reason: Reason
+  /// The byte offset (from 0) where the parser found it; for `.tooLarge`, the limit.
   public let offset: Int
 
+  /// The reason and the offset (`duplicate key at byte 17`), never the text.
   public var description: String { "\(reason.rawValue) at byte \(offset)" }
+  /// The same as `description`, for `localizedDescription`.
   public var errorDescription: String? { description }
 
   /// `json.` and the reason in kebab case (`json.duplicate-key`); the offset is not part of it.
@@ -107,6 +130,11 @@ public struct JSONLimits: Sendable {
   /// The deepest nesting of arrays and objects (the top level is depth 1).
   public var maxDepth: Int
 
+  /// Makes limits; the defaults are what `vault telemetry log --payload` uses.
+  ///
+  /// - Parameters:
+  ///   - maxBytes: the most bytes of input (1 MiB by default).
+  ///   - maxDepth: the deepest nesting (64 by default).
   public init(maxBytes: Int = 1 << 20, maxDepth: Int = 64) {
     self.maxBytes = maxBytes
     self.maxDepth = maxDepth
@@ -118,6 +146,11 @@ extension JSONValue {
   /// as written. Refused: duplicate keys in an object (receivers disagree on which one wins, so what
   /// is delivered would be ambiguous), lone surrogates and invalid UTF-8, unescaped control
   /// characters, anything past `limits`.
+  ///
+  /// - Parameters:
+  ///   - bytes: the JSON text as UTF-8.
+  ///   - limits: the most bytes and the deepest nesting accepted.
+  /// - Throws: `JSONParseError` with the reason and the byte offset, never the text.
   public init(parsing bytes: [UInt8], limits: JSONLimits = JSONLimits()) throws(JSONParseError) {
     guard bytes.count <= limits.maxBytes else { throw JSONParseError(reason: .tooLarge, offset: limits.maxBytes) }
     var parser = JSONParser(bytes: bytes, maxDepth: limits.maxDepth)
@@ -125,6 +158,11 @@ extension JSONValue {
   }
 
   /// Parses `text` (see `init(parsing:limits:)` for [UInt8]).
+  ///
+  /// - Parameters:
+  ///   - text: the JSON text; its UTF-8 bytes are parsed.
+  ///   - limits: the most bytes and the deepest nesting accepted.
+  /// - Throws: `JSONParseError` with the reason and the byte offset, never the text.
   public init(parsing text: String, limits: JSONLimits = JSONLimits()) throws(JSONParseError) {
     try self.init(parsing: Array(text.utf8), limits: limits)
   }
@@ -132,6 +170,8 @@ extension JSONValue {
   /// The value as compact JSON: object keys sorted by their UTF-8 bytes, numbers exactly as held,
   /// strings escaped only where JSON requires it (quote, backslash, control characters; `/` and
   /// non-ASCII go as they are).
+  ///
+  /// - Returns: the UTF-8 bytes of the JSON text.
   public func serialized() -> [UInt8] {
     var output: [UInt8] = []
     write(into: &output)

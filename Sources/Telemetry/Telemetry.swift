@@ -17,6 +17,13 @@ public struct TelemetryConfiguration: Sendable {
   /// with backoff and the rest of the claim goes back to pending, for the next pass.
   public var requestBudget: Int
 
+  /// Makes a configuration; the defaults are what `vault telemetry` uses.
+  ///
+  /// - Parameters:
+  ///   - batchLimit: the largest compressed batch body, in bytes (256 KiB by default).
+  ///   - interval: the loop's period, in seconds (60 by default).
+  ///   - claimCount: events claimed per round of a pass (2000 by default).
+  ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default).
   public init(
     batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000, requestBudget: Int = 16
   ) {
@@ -29,13 +36,21 @@ public struct TelemetryConfiguration: Sendable {
 
 /// What one flush pass did, in events.
 public struct FlushReport: Codable, Sendable, Equatable {
+  /// Events the collector took (2xx); they are deleted.
   public var delivered = 0
+  /// Events rescheduled for another attempt (a retryable answer or no answer at all).
   public var retried = 0
+  /// Events parked: refused `attemptCeiling` times, or in a batch refused again after a token
+  /// refresh.
   public var parked = 0
+  /// Events moved to review: refused for good, or too large to send.
   public var rejected = 0
   /// Events still pending (not yet due, or waiting for a later pass) after the pass.
   public var pending = 0
+  /// Batch requests made (a batch re-sent after a token refresh counts once; each split half
+  /// counts).
   public var batches = 0
+  /// Fresh tokens asked for after a 401 (at most one per pass).
   public var tokenRefreshes = 0
 
   enum CodingKeys: String, CodingKey {
@@ -43,6 +58,7 @@ public struct FlushReport: Codable, Sendable, Equatable {
     case tokenRefreshes = "token_refreshes"
   }
 
+  /// An empty report, every count 0; a pass adds to it.
   public init() {}
 }
 
@@ -50,9 +66,12 @@ public struct FlushReport: Codable, Sendable, Equatable {
 /// returns; `flush` (or the background loop) packs due events into gzip JSON batches and sends
 /// them. Thread-safe: `log` may be called from any thread at once.
 public final class Telemetry: @unchecked Sendable {
+  /// The queue within the container that holds events (`vault telemetry` uses the same name).
   public static let queueName = "telemetry"
 
+  /// The queue container events are sealed into until they are delivered.
   public let container: QueueContainer
+  /// Batch size, loop period, claim size and request budget.
   public let configuration: TelemetryConfiguration
   let tokens: any TokenProvider
   let sender: any BatchSender
@@ -67,9 +86,12 @@ public final class Telemetry: @unchecked Sendable {
   /// The events the running pass claimed (under `flushLock`), kept leased batch by batch.
   private var claim: Claim?
 
+  /// Makes the telemetry SDK over `container`; nothing is sent until `flush` or `start`.
+  ///
   /// - Parameters:
-  ///   - container: the queue container events are sealed into until they are delivered.
-  ///   - configuration: batch limits, the delivery interval and the retry policy.
+  ///   - container: the queue container events are sealed into until they are delivered (its
+  ///     `QueueConfiguration` holds the retry policy).
+  ///   - configuration: batch limits, the delivery interval, the claim size and the request budget.
   ///   - tokens: where the bearer token comes from (read on each pass, refreshed once on a 401).
   ///   - sender: what posts a batch (`HTTPBatchSender` to a collector; a test's own twin).
   ///   - sessionID: the session stamped on every event until `startSession` starts another.
@@ -93,7 +115,10 @@ public final class Telemetry: @unchecked Sendable {
   /// The current session id, stamped on every event.
   public var sessionID: String { lock.withLock { session } }
 
-  /// Starts a new session and returns its id.
+  /// Starts a new session: events logged from now on carry its id.
+  ///
+  /// - Parameter id: the new session's id; a random lowercase UUID by default.
+  /// - Returns: the id.
   @discardableResult
   public func startSession(_ id: String = UUID().uuidString.lowercased()) -> String {
     lock.withLock { session = id }
@@ -101,8 +126,18 @@ public final class Telemetry: @unchecked Sendable {
   }
 
   /// Seals the event and commits it to disk; returns its id. Blocks only for the durable enqueue
-  /// (never for the network). Past the container's byte cap the oldest records are dropped and
-  /// counted, never this one.
+  /// (never for the network). Past the container's byte cap the oldest records the cap may drop
+  /// are deleted and counted, never this one. May be called from any thread.
+  ///
+  /// - Parameters:
+  ///   - type: the event's type, 1–128 characters (`"screen_view"`).
+  ///   - payload: the event's JSON object; empty by default.
+  ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
+  /// - Returns: the event's id.
+  /// - Throws: `TelemetryError.invalidType`; `CryptoError.randomUnavailable` when no random id can
+  ///   be drawn; the errors of `QueueContainer.enqueue` (`QueueError` such as `.capExceeded` or
+  ///   `.diskFull`, `KeyStoreError` when the key cannot be read right now): the event was then
+  ///   not stored.
   @discardableResult
   public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
     // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
@@ -135,6 +170,10 @@ public final class Telemetry: @unchecked Sendable {
   /// Each stream buffers at most `limit` events its reader has not taken yet and drops the oldest
   /// beyond that (`AsyncStream`'s `bufferingNewest`), so a stream that is never read costs bounded
   /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called.
+  ///
+  /// - Parameter limit: the most unread events kept (at least 1).
+  /// - Returns: a stream of one event per batch settled (with every event id of the batch) and a
+  ///   `.loopError` per failed pass or step.
   public func events(bufferingNewest limit: Int = 256) -> AsyncStream<DeliveryEvent> {
     hub.stream(bufferingNewest: limit)
   }
@@ -147,8 +186,19 @@ public final class Telemetry: @unchecked Sendable {
   /// network change may let delivery through (`network`, by default the rtnetlink monitor
   /// `RouteChangeSource` when `watchConnectivity`), which also restarts the backoff. `onPass` sees
   /// each pass's counts; a pass that fails is published as `.loopError` and logged. The loop is
-  /// `DeliveryLoop`, the outbox's too.
-  /// - Throws: what starting the network watch throws (`TelemetryError.netlink`).
+  /// `DeliveryLoop`, the outbox's too. Calling it again while running starts nothing, but
+  /// replaces `onPass`.
+  ///
+  /// - Parameters:
+  ///   - power: where the power state is read before each wait (sysfs by default).
+  ///   - policy: how power stretches the period (four times in power-saver or on a battery at 20 %
+  ///     or less, by default).
+  ///   - watchConnectivity: when `network` is nil, watch rtnetlink (`RouteChangeSource()`); false
+  ///     for no network watch.
+  ///   - network: where network changes come from; overrides `watchConnectivity`.
+  ///   - onPass: called on the loop's thread with each successful pass's counts.
+  /// - Throws: what starting the network watch throws (`TelemetryError.netlink`); the loop is
+  ///   then not started.
   public func start(
     power: PowerMonitor = PowerMonitor(), policy: PowerPolicy = PowerPolicy(), watchConnectivity: Bool = true,
     network: (any NetworkChangeSource)? = nil, onPass: (@Sendable (FlushReport) -> Void)? = nil
@@ -178,7 +228,10 @@ public final class Telemetry: @unchecked Sendable {
 
   /// Asks for a pass now (never delayed by the power policy). With `resetBackoff`, events that
   /// waited for the network become due at once, as when the network changes (events a server
-  /// answered keep their due time; see `QueueContainer.makeDue`).
+  /// answered keep their due time; see `QueueContainer.makeDue`). Does nothing when the loop is not
+  /// running.
+  ///
+  /// - Parameter resetBackoff: also make due now the events whose last failure was the network's.
   public func trigger(resetBackoff: Bool = false) {
     lock.withLock { loop }?.trigger(resetBackoff: resetBackoff)
   }
@@ -210,7 +263,18 @@ public final class Telemetry: @unchecked Sendable {
   ///
   /// The leases of claimed events not yet sent are renewed as the pass goes (see `Claim`). Once
   /// `HTTPCancellation.cancelAll()` is called the pass sends no further batch, gives back every
-  /// event it claimed and did not settle (those of a batch cut short too), and returns.
+  /// event it claimed and did not settle (those of a batch cut short too), and returns. Passes run
+  /// one at a time; a second caller waits for the first.
+  ///
+  /// The token is read first; 401, 413 and the other answers are handled as the README's
+  /// "Telemetry" section says. A batch refused again after a token refresh is parked and ends
+  /// the pass; a spent request budget ends it too. Either way the rest of the claim goes back.
+  ///
+  /// - Returns: what the pass did, and how many events are still pending.
+  /// - Throws: what the token provider throws (before anything is claimed, or on refresh after a
+  ///   401); `QueueError` for storage failures and `KeyStoreError` (or the vault's other errors)
+  ///   when a key cannot be read right now; `GzipError` when packing fails. The claim is given
+  ///   back first.
   public func flush() throws -> FlushReport {
     flushLock.lock()
     defer { flushLock.unlock() }

@@ -16,13 +16,21 @@ import Foundation
 /// twice the longest single send, so that it cannot end during one. Not thread-safe: one pass uses
 /// it at a time.
 public final class Claim {
+  /// The container the records were claimed from, where renewals and releases go.
   public let container: QueueContainer
   /// The records as claimed, oldest first.
   public let records: [ClaimedRecord]
+  /// The lease each renewal grants, in seconds (at most the container's `maximumLease`).
   public let lease: TimeInterval
   private var held: [UUID: Int64]
   private var renewedAt: UInt64
 
+  /// Takes over records just returned by `QueueContainer.claim`, to keep them leased.
+  ///
+  /// - Parameters:
+  ///   - container: the container they were claimed from.
+  ///   - records: the claimed records; the oldest lease among them dates the first renewal.
+  ///   - lease: the lease the claim asked for, in seconds; shortened to `maximumLease`.
   public init(container: QueueContainer, records: [ClaimedRecord], lease: TimeInterval) {
     self.container = container
     self.records = records
@@ -33,6 +41,9 @@ public final class Claim {
 
   /// Renews the leases still held if half the lease has passed since they were taken or last
   /// renewed, and returns the ids still held (settled records drop out at the next renewal).
+  ///
+  /// - Returns: the ids this claim still holds: send only those.
+  /// - Throws: `QueueError` when the renewal cannot be written.
   @discardableResult
   public func keep() throws -> Set<UUID> {
     let now = BootClock.nanoseconds()
@@ -44,10 +55,17 @@ public final class Claim {
   }
 
   /// Whether this claim still holds `id` (as of the last `keep()`).
+  ///
+  /// - Parameter id: a claimed record's id.
+  /// - Returns: false for a record this claim never held or lost at its last renewal.
   public func holds(_ id: UUID) -> Bool { held[id] != nil }
 
   /// Gives back every record this claim still holds and has not settled (pending again, the
-  /// claim's attempt not counted). Returns how many went back.
+  /// claim's attempt not counted). Afterwards the claim holds nothing.
+  ///
+  /// - Returns: how many records went back (a record already settled, or claimed by another
+  ///   deliverer since, is not touched and not counted).
+  /// - Throws: `QueueError` when the release cannot be written.
   @discardableResult
   public func releaseUnsettled() throws -> Int {
     let released = try container.release(held: held)

@@ -21,6 +21,22 @@ extension QueueContainer {
   /// records it rescheduled with a near-zero jitter are not claimed again in the same pass). When
   /// a key cannot be read (locked keyring, timeout), the claimed records are released and the
   /// error is thrown: an unavailable key is not a broken record.
+  ///
+  /// Each claim counts one attempt for each record it returns (given back by `release`, it does
+  /// not count). Records past `maximumAge` are expired first.
+  ///
+  /// - Parameters:
+  ///   - queue: the queue to claim from.
+  ///   - maxCount: the most records to claim.
+  ///   - maxBytes: the most envelope bytes to claim, except that the first due record is always
+  ///     taken.
+  ///   - lease: how long the records stay with this deliverer, in seconds (clamped to
+  ///     0…`maximumLease`).
+  ///   - dueBy: claim only records due before this time; nil for everything due now.
+  /// - Returns: the claimed records that opened, oldest first; empty when nothing is due.
+  /// - Throws: `QueueError` when the container cannot be read or written; `KeyStoreError` (or the
+  ///   vault's other errors) when a key cannot be read right now, after every claimed record was
+  ///   given back.
   public func claim(
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
@@ -80,6 +96,9 @@ extension QueueContainer {
   }
 
   /// Deletes delivered records, then checkpoints the WAL so their frames do not linger.
+  ///
+  /// - Parameter ids: the records the receiver has; ids no longer in the container are ignored.
+  /// - Throws: `QueueError` when the container cannot be written.
   public func ack(_ ids: [UUID]) throws {
     guard !ids.isEmpty else { return }
     try withStorage { storage in
@@ -112,7 +131,8 @@ extension QueueContainer {
   ///   - sharedDelay: draw one jittered delay for all `ids` (from the highest attempt count among
   ///     them), so records sent together are retried together (a telemetry batch keeps its events
   ///     and its Idempotency-Key).
-  /// - Returns: for each id, whether it was rescheduled (and when) or parked.
+  /// - Returns: for each id, whether it was rescheduled (and when) or parked; an id that is no
+  ///   longer in flight (already settled or given back) is left out and left alone.
   /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
   public func fail(
@@ -164,13 +184,24 @@ extension QueueContainer {
   }
 
   /// Parks records at once (for example after a refused token refresh): kept, listable,
-  /// resendable, never retried automatically.
+  /// resendable, never retried automatically. Counted in the drop ledger as `parked`.
+  ///
+  /// - Parameters:
+  ///   - ids: the records to park, whatever their state; unknown ids are ignored.
+  ///   - errorKind: why, by kind (`http-401`), never a content.
+  /// - Throws: `QueueError` when the container cannot be written.
   public func park(_ ids: [UUID], errorKind: String) throws {
     try move(ids, to: .parked, errorKind: errorKind, counting: .parked)
   }
 
   /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
   /// pass ends before sending them.
+  ///
+  /// Unlike `Claim.releaseUnsettled()`, this is not fenced by the lease: any record of `ids` in
+  /// flight goes back, even one another deliverer has claimed since.
+  ///
+  /// - Parameter ids: the records to give back; those not in flight are left alone.
+  /// - Throws: `QueueError` when the container cannot be written.
   public func release(_ ids: [UUID]) throws {
     guard !ids.isEmpty else { return }
     try withStorage { storage in
@@ -179,6 +210,12 @@ extension QueueContainer {
   }
 
   /// Moves records the server refused to review; they are kept and never retried automatically.
+  /// Counted in the drop ledger as `rejected`.
+  ///
+  /// - Parameters:
+  ///   - ids: the records to move, whatever their state; unknown ids are ignored.
+  ///   - errorKind: why, by kind (`http-400`, `too-large`), never a content.
+  /// - Throws: `QueueError` when the container cannot be written.
   public func reject(_ ids: [UUID], errorKind: String) throws {
     try move(ids, to: .review, errorKind: errorKind, counting: .rejected)
   }
@@ -200,8 +237,12 @@ extension QueueContainer {
 
   /// Returns parked or review records to pending with a fresh attempt count, and records stranded
   /// by a clock step too (a lease that ended, or ends further ahead than `maximumLease`; a due time
-  /// further ahead than `maximumDelay`). A record leased by a live deliverer is left alone. Returns
-  /// how many moved.
+  /// further ahead than `maximumDelay`). A record leased by a live deliverer is left alone, and so
+  /// is a pending record due within `maximumDelay`.
+  ///
+  /// - Parameter ids: the records to send again.
+  /// - Returns: how many records moved to pending.
+  /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
   public func resend(_ ids: [UUID]) throws -> Int {
     try withStorage { storage in
@@ -260,13 +301,18 @@ extension QueueContainer {
   /// network changed: their backoff restarts). Records a server answered (`http-…`: its
   /// Retry-After, backoff after a 5xx) keep their due time. Attempt counts are kept, so the
   /// attempt ceiling still parks what keeps failing.
+  ///
+  /// - Parameter queue: the queue whose records waited for the network.
+  /// - Returns: how many pending records were made due (including some already due).
+  /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
   public func makeDue(queue: String) throws -> Int {
     try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
   }
 
-  /// Deletes pending and parked records older than the maximum age, counting them. Age is read on
-  /// the container's age clock (advanced here), never straight from the wall clock.
+  /// Deletes records not in flight (pending, parked and in review) older than the maximum age,
+  /// counting them. Age is read on the container's age clock (advanced here), never straight from
+  /// the wall clock.
   func expire(_ storage: Storage, now: Int64) throws {
     let ageClock = try observeAge(storage, wall: now, reading: monotonic())
     guard let age = configuration.maximumAge else { return }

@@ -6,27 +6,52 @@ import VaultKeys
 /// Enqueue: sealing records and storing them durably, within the byte cap.
 extension QueueContainer {
 
-  /// Seals `payload` and stores it durably in `queue` under `id` (a random id when nil).
-  /// - Returns: `.duplicate` (storing nothing) when a record with `id` is already in the container.
+  /// Seals `payload` and stores it durably in `queue` under `id` (a random id when nil); returns
+  /// after the transaction commits. Past the byte cap the oldest records the cap may drop are
+  /// deleted (and counted), never this one.
+  ///
+  /// - Parameters:
+  ///   - payload: the record, up to the container's byte cap less 89 bytes of envelope.
+  ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
+  ///   - id: the record's id; a random one when nil. An id already in the container is not stored again.
+  /// - Returns: `.stored`, or `.duplicate` (storing nothing) when a record with `id` is already in
+  ///   the container.
+  /// - Throws: as `enqueue(contentsOf:queue:)`; also `CryptoError.randomUnavailable` when no random
+  ///   id can be drawn.
   @discardableResult
   public func enqueue(_ payload: [UInt8], queue: String, id: UUID? = nil) throws -> EnqueueOutcome {
     try enqueue(contentsOf: [(try id ?? SecureRandom.uuid(), payload)], queue: queue)[0]
   }
 
   /// Seals `payload` and stores it durably in `queue`; the same as the `[UInt8]` form.
+  ///
   /// - Parameters:
   ///   - payload: the record, up to the container's byte cap less 89 bytes of envelope.
   ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
   ///   - id: the record's id; a random one when nil. An id already in the container is not stored again.
   /// - Returns: `.stored`, or `.duplicate` (storing nothing) when a record with `id` exists.
-  /// - Throws: `QueueError` (too large, the cap reached with every older record in flight, a full or
-  ///   read-only disk, a corrupt file); `KeyStoreError` when the key cannot be read right now.
+  /// - Throws: as the `[UInt8]` form: `QueueError` (too large, the cap reached with every older
+  ///   record in flight, a full or read-only disk, a corrupt file); `KeyStoreError` when the key
+  ///   cannot be read right now.
   @discardableResult
   public func enqueue(_ payload: Data, queue: String, id: UUID? = nil) throws -> EnqueueOutcome {
     try enqueue([UInt8](payload), queue: queue, id: id)
   }
 
-  /// Seals and stores several records in one transaction (one fsync for all of them).
+  /// Seals and stores several records in one transaction (one fsync for all of them): all are
+  /// stored, or none. Past the byte cap the oldest records the cap may drop are deleted (and
+  /// counted), never one of these.
+  ///
+  /// - Parameters:
+  ///   - records: ids and payloads, each payload up to the byte cap less 89 bytes of envelope.
+  ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
+  /// - Returns: one outcome per record, in order: `.stored`, or `.duplicate` when its id was
+  ///   already in the container.
+  /// - Throws: `QueueError.invalidQueueName`; `.recordTooLarge` (checked before anything is
+  ///   written); `.capExceeded` when the cap cannot make room; `.storage` when the vault's active
+  ///   key is older than the container's minimum even after a reload; the other `QueueError` kinds
+  ///   for a full, read-only or corrupt file; `KeyStoreError` when the key cannot be read right
+  ///   now; the vault's errors (`VaultError`, the manifest's) when its reload or seal fails.
   @discardableResult
   public func enqueue(contentsOf records: [(id: UUID, payload: [UInt8])], queue: String) throws -> [EnqueueOutcome] {
     try Self.validate(queue)

@@ -6,6 +6,11 @@ import VaultKeys
 /// Inspection: counts and metadata for `vault queue stats` / `list`; never contents.
 extension QueueContainer {
 
+  /// Counts for `vault queue stats`: records per state, key version and queue, bytes, the drop
+  /// ledger and the minimum seal version. Reads metadata and envelope headers only, no key.
+  ///
+  /// - Returns: the counts as of one read.
+  /// - Throws: `QueueError` when the container cannot be read.
   public func stats() throws -> QueueStats {
     try withStorage { storage in
       var stats = QueueStats(
@@ -27,6 +32,13 @@ extension QueueContainer {
   }
 
   /// Records (metadata only) of `queue` (all queues when nil) in `state` (all when nil), oldest first.
+  ///
+  /// - Parameters:
+  ///   - queue: the queue to list; nil for every queue.
+  ///   - state: the state to list; nil for every state.
+  /// - Returns: one summary per record, never its contents; a row whose id is not a UUID is
+  ///   listed with the nil UUID.
+  /// - Throws: `QueueError` when the container cannot be read.
   public func list(queue: String? = nil, state: RecordState? = nil) throws -> [RecordSummary] {
     try withStorage { storage in
       var rows: [RecordSummary] = []
@@ -47,6 +59,12 @@ extension QueueContainer {
   public var now: Date { clock() }
 
   /// How many records of `queue` are in `state` (without loading them).
+  ///
+  /// - Parameters:
+  ///   - queue: the queue to count.
+  ///   - state: the state to count.
+  /// - Returns: the number of records.
+  /// - Throws: `QueueError` when the container cannot be read.
   public func count(queue: String, state: RecordState) throws -> Int {
     try withStorage { Int(try $0.countInState.scalar([.text(queue), .text(state.rawValue)]) ?? 0) }
   }
@@ -54,6 +72,11 @@ extension QueueContainer {
   /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no
   /// stale frames. Never waits: returns false (nothing lost; it runs again next time) when another
   /// connection is reading an older snapshot or writing.
+  ///
+  /// - Returns: true when the WAL was emptied; false when that could not be done now, or the
+  ///   container was opened `.readOnly`.
+  /// - Throws: nothing today (a checkpoint that fails returns false); the signature leaves room
+  ///   for `QueueError`.
   @discardableResult
   public func checkpoint() throws -> Bool { try withStorage { $0.checkpoint() } }
 }

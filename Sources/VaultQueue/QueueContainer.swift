@@ -15,7 +15,9 @@ import VaultKeys
 /// Thread-safe (calls are serialised on one connection) and multi-process-safe (each process opens
 /// its own connection; writers take SQLite's write lock with `BEGIN IMMEDIATE`).
 public final class QueueContainer: @unchecked Sendable {
+  /// The container file's absolute path (as registered with the vault and shown in errors).
   public let path: String
+  /// How this connection treats the container: cap, age, retries, leases.
   public let configuration: QueueConfiguration
   let vault: Vault
   let clock: @Sendable () -> Date
@@ -44,11 +46,28 @@ public final class QueueContainer: @unchecked Sendable {
   /// `clock` is the wall clock (times shown, due times, leases); `monotonic` measures records' age
   /// (see `QueueConfiguration.maximumAge`). Tests replace both.
   /// The file is looked at read-only first, so a file that is not a vault container is refused
-  /// without being changed.
+  /// without being changed. Unless `mode` is `.readOnly`, the container is registered with the
+  /// vault (so rotation re-seals it) before any record is written, and a `CapVictims.only` limit
+  /// is stored in it.
+  ///
+  /// - Parameters:
+  ///   - path: the container file; made absolute against the working directory.
+  ///   - vault: the vault whose keys seal and open the records.
+  ///   - configuration: cap, age, retry and lease settings for this connection.
+  ///   - mode: whether a missing container may be created (the default), must exist, or is only
+  ///     read.
+  ///   - clock: the wall clock; `Date.init` by default.
+  ///   - random: uniform numbers in [0, 1) for the backoff's jitter.
+  ///   - monotonic: the clock that measures age; CLOCK_BOOTTIME by default.
   /// - Throws: `QueueError.registeredContainerMissing` / `.registeredContainerReplaced` when a
   ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
-  ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault; the other
-  ///   `QueueError` kinds for unreadable, read-only, full or corrupt files.
+  ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault;
+  ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container;
+  ///   `.newerSchema` for one made by a newer vault; the other `QueueError` kinds for a file that
+  ///   cannot be read or written (permissions, a read-only or full disk, too many open files).
+  ///   `VaultError.containerBesideKeyfile` for a container in the keyfile's directory;
+  ///   `RotationError` when registering would conflict with another registered path; the
+  ///   manifest's errors when it cannot be read or written.
   public init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
     mode: OpenMode = .createIfNeeded, clock: @escaping @Sendable () -> Date = Date.init,
@@ -120,6 +139,13 @@ public final class QueueContainer: @unchecked Sendable {
   static let notRegular = "not a regular file"
 
   /// What the file at `path` is, read without creating or changing anything.
+  ///
+  /// - Parameter path: the file to look at (not followed when it is a symlink).
+  /// - Returns: `.missing`, `.empty` (no bytes, or a database with no schema),
+  ///   `.notAContainer(reason:)` (not a regular file, not SQLite, no container tables or keyring
+  ///   id), or `.container` with its keyring id and container id.
+  /// - Throws: `QueueError.permissionDenied`, `.tooManyOpenFiles` or `.cannotOpen` when the file
+  ///   cannot be looked at; the other `QueueError` kinds when its database cannot be read.
   public static func probe(path: String) throws -> ContainerProbe {
     var info = stat()
     guard lstat(path, &info) == 0 else {
@@ -167,6 +193,13 @@ public final class QueueContainer: @unchecked Sendable {
   /// Records per key version in the container at `path`, from each envelope's header, read without
   /// any key (for `vault status`, which must work while the keyring is locked). Nil when the file
   /// does not exist.
+  ///
+  /// - Parameters:
+  ///   - path: the container file.
+  ///   - keyring: the vault whose envelopes are counted by version; others count as foreign.
+  /// - Returns: the counts, or nil when there is no file at `path`.
+  /// - Throws: `QueueError` when the file cannot be read as a container (no `records` table
+  ///   included).
   public static func recordCounts(path: String, keyring: KeyringID) throws -> RecordCounts? {
     guard FileManager.default.fileExists(atPath: path) else { return nil }
     return try translating(path) {

@@ -2,8 +2,14 @@ import Foundation
 import Vault
 
 extension QueueContainer: SealedContainer {
+  /// The container's absolute path: how rotation reports name it.
   public var name: String { path }
 
+  /// Stores `version` as the oldest key version any writer may seal under in this container; a
+  /// writer holding an older active key reloads its manifest inside its next enqueue.
+  ///
+  /// - Parameter version: the rotation's new active version.
+  /// - Throws: `QueueError` when the container cannot be written.
   public func raiseMinimumSealVersion(to version: UInt32) throws {
     try withStorage { storage in try storage.transaction { try storage.setMinimumSealVersion(version) } }
   }
@@ -14,6 +20,14 @@ extension QueueContainer: SealedContainer {
   /// version then cannot be retired); a key that cannot be read right now stops the re-seal with
   /// that error, since an unavailable key is not a broken record.
   /// Idempotent: a record already at `version` is never touched, so a crash and a rerun finish the job.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault that opens the old records and seals the new ones.
+  ///   - version: the version every record should end up under.
+  /// - Returns: how many records were re-sealed, and those that did not open per version.
+  /// - Throws: `QueueError` when the container cannot be read or written; `KeyStoreError` (or the
+  ///   vault's other errors) when a key cannot be read right now. Batches committed before stay
+  ///   re-sealed.
   public func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult {
     let prefixes = Self.headerPrefixes(vault.keyringID)
     let target = Self.versionBytes(version)
@@ -64,16 +78,41 @@ extension QueueContainer: SealedContainer {
     }
   }
 
+  /// Records per key version, read from each envelope's header (every state included), without
+  /// opening any.
+  ///
+  /// - Returns: the counts rotation uses to prove a version unused.
+  /// - Throws: `QueueError` when the container cannot be read.
   public func recordCounts() throws -> RecordCounts {
     try withStorage { storage in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID) }
   }
 
+  /// The same as `checkpoint()`: empties the WAL without waiting for readers.
+  ///
+  /// - Returns: false when that could not be done now: old envelopes may still be in the WAL.
+  /// - Throws: nothing today; see `checkpoint()`.
   public func checkpointNow() throws -> Bool { try checkpoint() }
 
+  /// How many records do not open with `vault` (tampered, moved, or sealed under a key that is
+  /// gone), trying every record in batches of 256.
+  ///
+  /// - Parameter vault: the vault whose keys are tried.
+  /// - Returns: the number of records that do not open.
+  /// - Throws: `QueueError` when the container cannot be read; `KeyStoreError` (or the vault's
+  ///   other errors) when a key cannot be read right now.
   public func unopenableRecords(with vault: Vault) throws -> Int {
     try withStorage { storage in try Self.unopenable(storage, vault).count }
   }
 
+  /// Deletes (or, with `keep`, moves to review) every record that does not open with `vault`; a
+  /// rotation after a compromise uses it, after asking. Deletions are counted as `undecryptable`.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault whose keys are tried.
+  ///   - keep: move the records to review instead of deleting them.
+  /// - Returns: how many records were deleted or moved.
+  /// - Throws: `QueueError` when the container cannot be read or written; `KeyStoreError` (or the
+  ///   vault's other errors) when a key cannot be read right now.
   public func removeUnopenableRecords(with vault: Vault, keep: Bool) throws -> Int {
     try withStorage { storage in
       let victims = try Self.unopenable(storage, vault)
@@ -113,6 +152,10 @@ extension QueueContainer: SealedContainer {
     }
   }
 
+  /// Rebuilds the file (`VACUUM`) so that no freed page keeps old ciphertext, then checkpoints
+  /// the WAL.
+  ///
+  /// - Throws: `QueueError` when the file cannot be rebuilt (a full disk, a busy container).
   public func compact() throws {
     try withStorage { storage in
       try storage.connection.execute("VACUUM")
@@ -124,14 +167,30 @@ extension QueueContainer: SealedContainer {
 
 /// Opens the queue containers a vault registers, for rotation (`Vault.rotate(containers:)`).
 public struct QueueContainerProvider: ContainerProvider {
+  /// The configuration each container is opened with (its resealing batch size among others).
   public let configuration: QueueConfiguration
 
+  /// Makes a provider that opens containers with `configuration`.
+  ///
+  /// - Parameter configuration: the settings for every container opened.
   public init(configuration: QueueConfiguration = QueueConfiguration()) {
     self.configuration = configuration
   }
 
+  /// Looks at the file at `path` read-only, as `QueueContainer.probe(path:)`.
+  ///
+  /// - Parameter path: a registered container's absolute path.
+  /// - Returns: what the file is.
+  /// - Throws: `QueueError` when the file cannot be looked at.
   public func probe(path: String) throws -> ContainerProbe { try QueueContainer.probe(path: path) }
 
+  /// Opens the existing container at `path` (mode `.existing`: never creates one).
+  ///
+  /// - Parameters:
+  ///   - path: a registered container's absolute path.
+  ///   - vault: the vault being rotated.
+  /// - Returns: the opened `QueueContainer`.
+  /// - Throws: the errors of `QueueContainer.init`.
   public func open(path: String, vault: Vault) throws -> any SealedContainer {
     try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .existing)
   }

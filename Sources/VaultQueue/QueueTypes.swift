@@ -8,7 +8,8 @@ public enum RecordState: String, Codable, Sendable, CaseIterable {
   case pending
   /// Claimed by a deliverer under a lease; returns to pending if the lease runs out.
   case inFlight = "in_flight"
-  /// Failed `attemptCeiling` times; kept, listable, resendable, never retried automatically.
+  /// Refused by the server `attemptCeiling` times (network failures never count), or parked at once
+  /// by `park`; kept, listable, resendable, never retried automatically.
   case parked
   /// Refused by the server, or undecryptable; kept for a person to review, never retried automatically.
   case review
@@ -24,28 +25,44 @@ public enum DropReason: String, Codable, Sendable, CaseIterable {
   case rejected
   /// Moved to parked after the attempt ceiling.
   case parked
-  /// Moved to review because its envelope did not open (tampered, or its key is unavailable).
+  /// Moved to review because its envelope did not open (tampered, moved, or sealed under a key this
+  /// vault no longer has); a key that cannot be read right now (a locked keyring) never counts here.
   case undecryptable
 }
 
 /// Exponential backoff with full jitter: the delay before attempt n+1 is uniform in
 /// [0, min(cap, base × 2ⁿ)] (n = attempts so far, from 1).
 public struct BackoffPolicy: Sendable, Equatable {
+  /// The ceiling after the first failure, in seconds; it doubles with each further failure.
   public var base: TimeInterval
+  /// The longest delay, in seconds, whatever the number of failures.
   public var cap: TimeInterval
 
+  /// Makes a policy whose ceiling starts at `base` and doubles up to `cap`.
+  ///
+  /// - Parameters:
+  ///   - base: the ceiling after the first failure, in seconds (1 by default).
+  ///   - cap: the longest delay, in seconds (300 by default).
   public init(base: TimeInterval = 1, cap: TimeInterval = 300) {
     self.base = base
     self.cap = cap
   }
 
   /// The ceiling of the delay after `attempts` failures (before jitter).
+  ///
+  /// - Parameter attempts: failures so far; 1 or less gives `base`.
+  /// - Returns: `min(cap, base × 2^(attempts − 1))` seconds (the exponent stops growing at 30).
   public func ceiling(afterAttempts attempts: Int) -> TimeInterval {
     let exponent = Double(max(0, min(attempts - 1, 30)))
     return min(cap, base * pow(2, exponent))
   }
 
-  /// The delay after `attempts` failures; `unit` is a uniform random number in [0, 1).
+  /// The delay after `attempts` failures: the ceiling scaled by `unit` (full jitter).
+  ///
+  /// - Parameters:
+  ///   - attempts: failures so far.
+  ///   - unit: a uniform random number in [0, 1) (clamped to [0, 1]).
+  /// - Returns: a delay in seconds between 0 and `ceiling(afterAttempts:)`.
   public func delay(afterAttempts attempts: Int, unit: Double) -> TimeInterval {
     ceiling(afterAttempts: attempts) * min(max(unit, 0), 1)
   }
@@ -63,7 +80,8 @@ public struct QueueConfiguration: Sendable {
     case only(Set<String>)
   }
 
-  /// Envelope bytes the container may hold; enqueue drops the oldest records past it.
+  /// Envelope bytes the container may hold; enqueue drops the oldest records `capVictims` allows
+  /// (none in flight) past it.
   public var byteCap: Int
   /// Which records the cap may drop (default: the oldest of any queue).
   public var capVictims: CapVictims
@@ -73,7 +91,8 @@ public struct QueueConfiguration: Sendable {
   /// right by NTP) drops nothing; across a reboot it advances by the wall clock's advance (never
   /// backwards).
   public var maximumAge: TimeInterval?
-  /// Delivery attempts before a record is parked.
+  /// Server refusals (`fail` with `serverAnswered`) before a record is parked; network failures
+  /// never count, so a device offline for days parks nothing.
   public var attemptCeiling: Int
   /// The delay before a retry; `backoff.cap` is the longest backoff.
   public var backoff: BackoffPolicy
@@ -85,6 +104,22 @@ public struct QueueConfiguration: Sendable {
   /// Records re-sealed per transaction during rotation.
   public var resealBatch: Int
 
+  /// Makes a configuration; the defaults are what `vault` itself uses.
+  ///
+  /// Processes sharing a container should share these settings: due times and leases are judged
+  /// by each reader's `maximumDelay` and `maximumLease`.
+  ///
+  /// - Parameters:
+  ///   - byteCap: envelope bytes the container may hold (20 MB by default).
+  ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
+  ///     for no limit.
+  ///   - attemptCeiling: server refusals before a record is parked (10 by default).
+  ///   - backoff: the retry delays (1 s doubling, capped at 300 s, by default).
+  ///   - maximumRetryAfter: the longest `Retry-After` honoured, in seconds (an hour by default).
+  ///   - resealBatch: records re-sealed per transaction during rotation (500 by default).
+  ///   - capVictims: which records the cap may drop (the oldest of any queue by default); an
+  ///     `.only` limit is also stored in the container for every writer.
+  ///   - maximumLease: the longest lease `claim` grants, in seconds (300 by default).
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
     backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
@@ -112,8 +147,14 @@ public struct QueueConfiguration: Sendable {
 public struct MonotonicReading: Sendable, Equatable {
   /// The kernel's boot id (empty when unknown: then only the wall clock can measure).
   public var boot: String
+  /// Milliseconds since that boot, suspended time included; comparable only within one boot.
   public var milliseconds: Int64
 
+  /// Makes a reading (tests make their own; the queue takes `system()`).
+  ///
+  /// - Parameters:
+  ///   - boot: the boot the reading belongs to; empty when unknown.
+  ///   - milliseconds: the clock's value within that boot.
   public init(boot: String, milliseconds: Int64) {
     self.boot = boot
     self.milliseconds = milliseconds
@@ -124,6 +165,9 @@ public struct MonotonicReading: Sendable, Equatable {
     .trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
 
   /// CLOCK_BOOTTIME (which keeps counting while the machine is suspended) and this boot's id.
+  ///
+  /// - Returns: the reading now, with the id from `/proc/sys/kernel/random/boot_id` (empty when
+  ///   that cannot be read).
   public static func system() -> MonotonicReading {
     var time = timespec()
     clock_gettime(CLOCK_BOOTTIME, &time)
@@ -144,14 +188,17 @@ enum BootClock {
 
 /// A record handed to a deliverer by `claim`, opened.
 public struct ClaimedRecord: Sendable, Equatable {
+  /// The record's id, to settle it with (`ack`, `fail`, `reject`…) and to send as an idempotency key.
   public let id: UUID
+  /// The queue it was claimed from.
   public let queue: String
-  /// The opened record, exactly as it was enqueued.
+  /// The record as it was enqueued, opened: plaintext, so never log it.
   public let payload: Data
   /// The payload as bytes (what the package's own tests and tools compare).
   package var payloadBytes: [UInt8] { [UInt8](payload) }
   /// Attempts including this one.
   public let attempts: Int
+  /// When it was enqueued, by the container's clock (to the millisecond).
   public let createdAt: Date
   /// The claim's lease end in milliseconds, as stored: it identifies this claim, so a renewal or
   /// release never touches a record another deliverer has claimed since.
@@ -162,6 +209,7 @@ public struct ClaimedRecord: Sendable, Equatable {
 
 /// What `enqueue` did with a record.
 public enum EnqueueOutcome: Sendable, Equatable {
+  /// The record was sealed and committed: it survives a crash from now on.
   case stored
   /// A record with this id is already in the container; it was not stored twice.
   case duplicate
@@ -169,7 +217,9 @@ public enum EnqueueOutcome: Sendable, Equatable {
 
 /// What `fail` did with a record.
 public enum FailOutcome: Sendable, Equatable {
+  /// Pending again, due at this time (the container's clock).
   case retryAt(Date)
+  /// Parked: the server refused it `attemptCeiling` times; it waits for `resend`.
   case parked
 }
 
@@ -182,6 +232,7 @@ public struct RecordSummary: Codable, Sendable, Equatable {
   public var id: UUID
   /// The queue within the container.
   public var queue: String
+  /// Where the record is in its life: pending, in flight, parked or in review.
   public var state: RecordState
   /// Delivery attempts so far (a claim counts one; a claim given back does not).
   public var attempts: Int
@@ -204,6 +255,18 @@ public struct RecordSummary: Codable, Sendable, Equatable {
     case keyVersion = "key_version"
   }
 
+  /// Makes a summary (`list` makes them from the container; tests and tools decode them).
+  ///
+  /// - Parameters:
+  ///   - id: the record's id.
+  ///   - queue: the queue within the container.
+  ///   - state: where the record is in its life.
+  ///   - attempts: delivery attempts so far.
+  ///   - errorKind: why the last attempt failed, by kind; nil when none did.
+  ///   - createdAt: when it was stored.
+  ///   - nextAttemptAt: when a pending record is next due; nil when due now or not pending.
+  ///   - bytes: the envelope's size.
+  ///   - keyVersion: the key version named in the envelope's header.
   public init(
     id: UUID, queue: String, state: RecordState, attempts: Int, errorKind: String?, createdAt: Date,
     nextAttemptAt: Date?, bytes: Int, keyVersion: UInt32
@@ -219,6 +282,11 @@ public struct RecordSummary: Codable, Sendable, Equatable {
     self.keyVersion = keyVersion
   }
 
+  /// Reads a summary from its JSON form (`vault queue list --json`).
+  ///
+  /// - Parameter decoder: the decoder holding the object.
+  /// - Throws: `DecodingError` when a field is missing or of the wrong type, the id is not a
+  ///   UUID, or a time is not ISO 8601 with milliseconds.
   public init(from decoder: any Decoder) throws {
     let values = try decoder.container(keyedBy: CodingKeys.self)
     let idText = try values.decode(String.self, forKey: .id)
@@ -242,6 +310,11 @@ public struct RecordSummary: Codable, Sendable, Equatable {
       keyVersion: try values.decode(UInt32.self, forKey: .keyVersion))
   }
 
+  /// Writes the JSON form: the id in lowercase, times as ISO 8601 in UTC with milliseconds, an
+  /// absent time or error kind as `null`.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: what the encoder throws.
   public func encode(to encoder: any Encoder) throws {
     var values = encoder.container(keyedBy: CodingKeys.self)
     try values.encode(id.uuidString.lowercased(), forKey: .id)
@@ -258,13 +331,23 @@ public struct RecordSummary: Codable, Sendable, Equatable {
 
 /// Counts for `queue stats`.
 public struct QueueStats: Codable, Sendable, Equatable {
+  /// The container's absolute path, to tell reports of several containers apart.
   public var container: String
+  /// Records in the container, in every state.
   public var total: Int
+  /// Envelope bytes the container holds: what the byte cap is measured against.
   public var bytes: Int
+  /// Records per state (`RecordState` raw values, every state present, 0 when empty).
   public var byState: [String: Int]
+  /// Records per key version (in decimal), read from each envelope's header: what rotation
+  /// must keep a key for. Rows that are not this vault's envelopes are not counted here.
   public var byVersion: [String: Int]
+  /// Records per queue name.
   public var byQueue: [String: Int]
+  /// Records that left the delivery flow since the container was made, per `DropReason` raw
+  /// value (every reason present, 0 when none).
   public var dropped: [String: Int]
+  /// The oldest key version writers may seal under; rotation raises it before re-sealing.
   public var minimumSealVersion: UInt32
 
   enum CodingKeys: String, CodingKey {
@@ -278,16 +361,30 @@ public struct QueueStats: Codable, Sendable, Equatable {
 
 /// Queue failures, by kind, with what to do. No record contents ever appear in them.
 public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// The container belongs to another vault (`found` is its keyring id, `expected` this vault's):
+  /// open it with its own vault home.
   case foreignContainer(path: String, found: String, expected: String)
+  /// The file is a SQLite database without the container's tables or keyring id; left unchanged.
   case notAQueueContainer(path: String)
+  /// The container's schema is newer than this build understands: upgrade vault.
   case newerSchema(path: String, version: Int)
+  /// A record whose envelope (`bytes`, payload plus envelope overhead) could never fit under the
+  /// byte cap; nothing was stored and nothing dropped.
   case recordTooLarge(bytes: Int, cap: Int)
+  /// The cap could not make room: every record it may drop is in flight (or, with
+  /// `CapVictims.only`, none of those queues has any); nothing was stored. Retry after delivery.
   case capExceeded(cap: Int)
+  /// A queue name that is empty, longer than 128 bytes of UTF-8, or holds a NUL.
   case invalidQueueName
+  /// The disk (or the user's quota) is full; the change was rolled back.
   case diskFull(path: String)
+  /// The file or its directory is read-only (permissions, a read-only mount).
   case readOnly(path: String)
+  /// The file is not a readable SQLite database (damaged bytes): restore it from a backup.
   case corrupt(path: String)
+  /// Another process held the container's lock past the 10 s busy timeout: retry.
   case busy(path: String)
+  /// Any other SQLite failure; `detail` is SQLite's message and code, never record contents.
   case storage(path: String, detail: String)
   /// The path is registered with the vault, but no container (or an empty file) is there.
   case registeredContainerMissing(path: String)
@@ -295,8 +392,11 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case registeredContainerReplaced(path: String, expected: String, found: String?)
   /// A command that only reads was pointed at a path with no container.
   case noContainer(path: String)
+  /// The process ran out of file descriptors (`ulimit -n`) opening the file.
   case tooManyOpenFiles(path: String)
+  /// The file or its directory may not be read or written by this user.
   case permissionDenied(path: String)
+  /// The file could not be opened for another reason (`reason`, the system's words for it).
   case cannotOpen(path: String, reason: String)
   /// The path is a directory, FIFO, socket, device or symlink, not a container file.
   case notAFile(path: String)
@@ -305,6 +405,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
   case outOfMemory(path: String)
 
+  /// A sentence naming the path, what happened and what to do; never record contents.
   public var description: String {
     switch self {
     case .foreignContainer(let path, let found, let expected):
