@@ -5,7 +5,7 @@
                     [--retry-after SECONDS] [--delay SECONDS] [--exit-on-stdin-eof]
 
 POST /notes (Examples/NotesApp) takes a raw body and records {"id" (its Idempotency-Key), "body",
-"content_type", "status"}, always answering 200. POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
+"content_type", "status", "headers" (in order, without Authorization)}, always answering 200. POST /relay takes memo's JSON ({"id", "body", "encoding"}) and answers by mode: ok -> 200,
 500 -> 500, 503/429 -> that status with Retry-After, 400 -> 400, 413 -> 413. Every request is appended to the
 --record file as a JSON line {"id", "body", "status"}, so tests can count deliveries and
 duplicates. --delay makes every POST /relay wait that long before it is answered and recorded (a
@@ -70,6 +70,8 @@ class Handler(BaseHTTPRequestHandler):
                 record.write(json.dumps({
                     "id": self.headers.get("Idempotency-Key"), "body": raw.decode("utf-8", "replace"),
                     "content_type": self.headers.get("Content-Type"), "status": 200,
+                    "headers": [[name, value] for name, value in self.headers.items()
+                                if name.lower() != "authorization"],
                 }) + "\n")
             self._reply(200)
             return

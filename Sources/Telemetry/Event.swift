@@ -107,13 +107,13 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
   /// Makes an event stamped with `date`.
   ///
   /// - Parameters:
-  ///   - id: the event's id; Foundation's `UUID()` by default (`Telemetry.log` draws its own from
-  ///     getrandom).
+  ///   - id: the event's id (`Telemetry.log` draws one with `SecureRandom.uuid()`; Foundation's
+  ///     `UUID()` can repeat itself when /dev/urandom cannot be opened, so there is no default).
   ///   - date: when it happened; written as `ts`, ISO 8601 in UTC with milliseconds.
   ///   - type: what happened (not checked here; `Telemetry.log` allows 1–128 characters).
   ///   - payload: the event's JSON object.
   ///   - sessionID: the session it belongs to.
-  public init(id: UUID = UUID(), date: Date, type: String, payload: [String: JSONValue], sessionID: String) {
+  public init(id: UUID, date: Date, type: String, payload: [String: JSONValue], sessionID: String) {
     self.id = id
     self.ts = Self.format(date)
     self.type = type

@@ -76,7 +76,8 @@ final class JSONTests: XCTestCase {
     guard case .object(let payload) = try JSONValue(parsing: #"{"n": 12345678901234567891, "d": 1.10}"#) else {
       return XCTFail("not an object")
     }
-    let event = TelemetryEvent(date: Date(timeIntervalSince1970: 0), type: "t", payload: payload, sessionID: "s")
+    let event = TelemetryEvent(
+      id: UUID(), date: Date(timeIntervalSince1970: 0), type: "t", payload: payload, sessionID: "s")
     let text = String(decoding: try event.encoded(), as: UTF8.self)
     XCTAssertEqual(
       text,

@@ -235,7 +235,7 @@ final class TelemetryLoopTests: XCTestCase {
 
   func testEventsRoundTripThroughJSON() throws {
     let event = TelemetryEvent(
-      date: Date(timeIntervalSince1970: 1_800_000_000.123), type: "t",
+      id: UUID(), date: Date(timeIntervalSince1970: 1_800_000_000.123), type: "t",
       payload: [
         "s": .string("x"), "n": .number(1.5), "i": .number(3), "b": .bool(false), "z": .null,
         "a": .array([.number(1), .string("y")]), "o": .object(["k": .bool(true)]),

@@ -60,7 +60,7 @@ final class BatchPackerTests: XCTestCase {
         ? String((0..<payloadBytes).map { _ in alphabet.randomElement()! })
         : String(repeating: "x", count: payloadBytes)
       let event = TelemetryEvent(
-        date: Date(), type: "t", payload: ["n": .number(Double(index)), "s": .string(text)], sessionID: "s")
+        id: UUID(), date: Date(), type: "t", payload: ["n": .number(Double(index)), "s": .string(text)], sessionID: "s")
       return (event.id, try! event.encoded())
     }
   }
@@ -483,7 +483,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     let count = 10_000
     let records = try (0..<count).map { index -> (id: UUID, payload: [UInt8]) in
       let event = TelemetryEvent(
-        date: clock.now, type: "tap",
+        id: UUID(), date: clock.now, type: "tap",
         payload: ["n": .number(Double(index)), "pad": .string(String(repeating: "p", count: 60))],
         sessionID: "s1")
       return (event.id, try event.encoded())

@@ -140,8 +140,9 @@ func telemetryBenchmark(endpoint: URL) throws {
   encoder.outputFormatting = [.sortedKeys]
   var json: [UInt8] = []
   for offset in stride(from: 0, to: missing, by: 1000) {
-    let events = (0..<min(1000, missing - offset)).map { _ in
-      TelemetryEvent(date: Date(), type: "screen_view", payload: payload, sessionID: "bench")
+    let events = try (0..<min(1000, missing - offset)).map { _ in
+      TelemetryEvent(
+        id: try SecureRandom.uuid(), date: Date(), type: "screen_view", payload: payload, sessionID: "bench")
     }
     let records = try events.map { event in (id: event.id, payload: Array(try encoder.encode(event))) }
     json = records.last?.payload ?? json

@@ -43,8 +43,9 @@ struct Delivery {
 
   // guide:make-delivery
   init(vault: Vault, server: URL, collector: URL, tokenFile: String) throws {
-    // One container for both: the outbox's notes and telemetry's events, sealed until delivered.
-    let container = try QueueContainer(path: vault.home + "/delivery.sqlite", vault: vault)
+    // The vault's default container (the one `vault init` made and `vault queue …` reads): the
+    // outbox's notes and telemetry's events, sealed until delivered.
+    let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
     let transport = try HTTPBodyTransport(
       endpoint: server, headers: [(name: "Content-Type", value: "text/plain; charset=utf-8")])
     outbox = Outbox(container: container, queue: "notes", transport: transport)

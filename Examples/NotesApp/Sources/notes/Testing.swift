@@ -1,4 +1,6 @@
 import Foundation
+import Outbox
+import Telemetry
 import Vault
 import VaultQueue
 
@@ -9,8 +11,27 @@ enum TestSupport {
   static func makeTestVault(in directory: String) throws -> (Vault, QueueContainer) {
     let vault = try Vault.create(
       home: directory + "/home", store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
-    let container = try QueueContainer(path: directory + "/home/delivery.sqlite", vault: vault)
+    let container = try QueueContainer(
+      path: directory + "/home/queue.sqlite", vault: vault,
+      configuration: QueueConfiguration(attemptCeiling: 2))  // parked after two refusals, for a short test
     return (vault, container)
+  }
+  // guide:end
+
+  // guide:test-doubles
+  /// A server as a test wants it: every message answered with `result`.
+  struct AnsweringTransport: SynchronousTransport {
+    let result: DeliveryResult
+    func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult { result }
+  }
+
+  /// A collector that accepts every batch, and a token that never changes.
+  struct AcceptingCollector: BatchSender {
+    func send(_ batch: TelemetryBatch, token: String) -> SendResult { .status(200, retryAfter: nil) }
+  }
+
+  struct FixedToken: TokenProvider {
+    func token(refresh: Bool) throws -> String { "test-token" }
   }
   // guide:end
 

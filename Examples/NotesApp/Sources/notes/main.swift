@@ -21,7 +21,11 @@ guard arguments.count >= 2 else {
 }
 let vault = try Vault.open(home: arguments[0])
 let store = NoteStore(vault: vault, directory: vault.home + "/notes")
-try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true)
+// guide:notes-directory
+// The app's own files: private to the user, like everything vault writes (sealed or not).
+try FileManager.default.createDirectory(
+  atPath: store.directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+// guide:end
 
 switch (arguments[1], arguments.count) {
 case ("add", 3):
