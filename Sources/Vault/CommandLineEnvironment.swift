@@ -1,23 +1,9 @@
 import Foundation
 
-/// What `vault` and `memo` take from their environment, read one way for both (package access:
-/// the two command lines share it; apps choose their own home and timeout).
+/// What `vault` takes from its environment besides the home (`Vault.defaultHome(environment:)`,
+/// which is public). Package access: VAULT_SECRET_SERVICE_TIMEOUT and the wording of these usage
+/// errors belong to the command line; an app chooses its own timeout.
 package enum CommandLineEnvironment {
-  /// The vault home when no `--home` is given: `$VAULT_HOME`, else `$XDG_DATA_HOME/vault`, else
-  /// `$HOME/.local/share/vault`, with the passwd entry's home when HOME is unset. An empty variable
-  /// counts as unset (an empty HOME would make the home `/.local/share/vault`).
-  package static func defaultHome(_ environment: [String: String]) -> String {
-    if let home = environment["VAULT_HOME"], !home.isEmpty { return home }
-    if let data = environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/vault" }
-    return userHome(environment) + "/.local/share/vault"
-  }
-
-  /// `$HOME`, else (unset or empty) the passwd entry's home directory.
-  package static func userHome(_ environment: [String: String]) -> String {
-    if let home = environment["HOME"], !home.isEmpty { return home }
-    return NSHomeDirectory()
-  }
-
   /// The error for an empty `--home`: it would resolve to the current directory, and `init`
   /// would turn that into a vault (`--home "$DIR"` with DIR unset gives one).
   package static let emptyHomeMessage =

@@ -160,9 +160,9 @@ public struct VaultCommandLine {
 
   // MARK: - Commands
 
-  /// `--home`, else the default home (`CommandLineEnvironment.defaultHome`, shared with memo).
+  /// `--home`, else the default home (`Vault.defaultHome(environment:)`, which apps and memo use too).
   func homePath(_ arguments: Arguments) -> String {
-    arguments.home ?? CommandLineEnvironment.defaultHome(terminal.environment)
+    arguments.home ?? Vault.defaultHome(environment: terminal.environment)
   }
 
   /// VAULT_SECRET_SERVICE_TIMEOUT, already checked by `prepare` (5 s when unset).

@@ -53,8 +53,9 @@ func say(_ line: String, done: String = "") {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let environment = ProcessInfo.processInfo.environment
-// `--home DIR` or `--home=DIR`, anywhere on the line, as vault takes it; the default home and
-// VAULT_SECRET_SERVICE_TIMEOUT are read by the same code as vault's (CommandLineEnvironment).
+// `--home DIR` or `--home=DIR`, anywhere on the line, as vault takes it; the default home is the
+// library's (`Vault.defaultHome`, vault's own rule), VAULT_SECRET_SERVICE_TIMEOUT is read by the
+// same code as vault's (CommandLineEnvironment).
 var givenHome: String?
 var position = 0
 while position < arguments.count {
@@ -74,7 +75,7 @@ while position < arguments.count {
   }
   if givenHome == "" { fail(CommandLineEnvironment.emptyHomeMessage, code: 64) }
 }
-let home = givenHome ?? CommandLineEnvironment.defaultHome(environment)
+let home = givenHome ?? Vault.defaultHome(environment: environment)
 let allowInsecureHTTP = arguments.contains("--allow-insecure-http")
 arguments.removeAll { $0 == "--allow-insecure-http" }
 if arguments.contains("-h") || arguments.contains("--help") {
