@@ -43,14 +43,16 @@ final class StandardStreams: @unchecked Sendable {
       lock.withLock { failure = .closed }
       return
     }
-    if let problem = StandardStreamIO.writeAll(STDOUT_FILENO, bytes) {
-      lock.withLock { failure = StandardOutputError(problem) }
+    do {
+      try StandardStreamIO.write(bytes, to: .standardOutput)
+    } catch {
+      lock.withLock { failure = StandardOutputError(error) }
     }
   }
 
   /// Writes `text` to standard error, best effort (there is nowhere to report a failure).
   func writeError(_ text: String) {
-    _ = StandardStreamIO.writeAll(STDERR_FILENO, Array(text.utf8))
+    try? StandardStreamIO.write(Array(text.utf8), to: .standardError)
   }
 }
 

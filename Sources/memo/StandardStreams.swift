@@ -1,5 +1,5 @@
-// memo's standard streams, through vault's StandardStreamIO (read(2) and write(2), with the same
-// headroom checks as vault), and a helper thread made with pthread_create.
+// memo's standard streams, through vault's public StandardStreamIO (read(2) and write(2), with the
+// same headroom checks as vault), and a helper thread made with pthread_create.
 import Foundation
 import Vault
 
@@ -30,8 +30,7 @@ enum InputProblem: Error, CustomStringConvertible {
 enum StandardStreams {
   /// All of standard input, at most `limit` bytes.
   static func readAll(limit: Int) throws(InputProblem) -> [UInt8] {
-    // ProcessHardening put /dev/null on a closed stdin; that is not an empty memo.
-    guard !ProcessHardening.closedStandardStreams.contains(STDIN_FILENO) else { throw .closed }
+    // A stdin closed at start (ProcessHardening put /dev/null there) is `.closed`, not an empty memo.
     do {
       return try StandardStreamIO.readAll(limit: limit)
     } catch {
@@ -48,17 +47,20 @@ enum StandardStreams {
 
   /// Writes `text` to standard output; nil, or why it could not be written.
   static func writeOutput(_ text: String) -> String? {
-    if ProcessHardening.closedStandardStreams.contains(STDOUT_FILENO) { return "it is closed" }
-    switch StandardStreamIO.writeAll(STDOUT_FILENO, Array(text.utf8)) {
-    case nil: return nil
-    case .closed: return "it is closed"
-    case .notWritable: return "it is not open for writing (it was opened for reading, as by 1<FILE)"
-    case .failed(let code): return String(cString: strerror(code))
+    do {
+      try StandardStreamIO.write(Array(text.utf8), to: .standardOutput)
+      return nil
+    } catch {
+      switch error {
+      case .closed: return "it is closed"
+      case .notWritable: return "it is not open for writing (it was opened for reading, as by 1<FILE)"
+      case .failed(let code): return String(cString: strerror(code))
+      }
     }
   }
 
   /// Writes `text` to standard error, best effort.
-  static func writeError(_ text: String) { _ = StandardStreamIO.writeAll(STDERR_FILENO, Array(text.utf8)) }
+  static func writeError(_ text: String) { try? StandardStreamIO.write(Array(text.utf8), to: .standardError) }
 }
 
 /// Runs `body` on a thread of its own and waits for it at most `timeout` seconds; runs it on the
