@@ -54,8 +54,8 @@ func say(_ line: String, done: String = "") {
 var arguments = Array(CommandLine.arguments.dropFirst())
 let environment = ProcessInfo.processInfo.environment
 // `--home DIR` or `--home=DIR`, anywhere on the line, as vault takes it; the default home is the
-// library's (`Vault.defaultHome`, vault's own rule), VAULT_SECRET_SERVICE_TIMEOUT is read by the
-// same code as vault's (CommandLineEnvironment).
+// library's (`Vault.defaultHome`, vault's own rule), VAULT_SECRET_SERVICE_TIMEOUT is read as vault
+// reads it (MemoEnvironment).
 var givenHome: String?
 var position = 0
 while position < arguments.count {
@@ -73,7 +73,7 @@ while position < arguments.count {
     givenHome = String(argument.dropFirst("--home=".count))
     arguments.remove(at: position)
   }
-  if givenHome == "" { fail(CommandLineEnvironment.emptyHomeMessage, code: 64) }
+  if givenHome == "" { fail(MemoEnvironment.emptyHomeMessage, code: 64) }
 }
 let home = givenHome ?? Vault.defaultHome(environment: environment)
 let allowInsecureHTTP = arguments.contains("--allow-insecure-http")
@@ -85,7 +85,7 @@ if arguments.contains("-h") || arguments.contains("--help") {
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
 let secretServiceTimeout: Double
 do {
-  secretServiceTimeout = try CommandLineEnvironment.secretServiceTimeout(environment)
+  secretServiceTimeout = try MemoEnvironment.secretServiceTimeout(environment)
 } catch {
   fail(error.message, code: 64)
 }
@@ -102,7 +102,7 @@ struct History {
   let path: String
 
   func append(_ id: UUID) {
-    let line = "{\"id\":\"\(id.uuidString.lowercased())\",\"delivered_at\":\"\(timestamp(Date()))\"}\n"
+    let line = "{\"id\":\"\(id.uuidString.lowercased())\",\"delivered_at\":\"\(MemoEnvironment.timestamp(Date()))\"}\n"
     let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
     guard fd >= 0 else { return }
     _ = line.withCString { write(fd, $0, strlen($0)) }
@@ -298,7 +298,7 @@ do {
   // SQLite reports a write past `ulimit -f` as a plain I/O error: name the limit when there is one.
   let note =
     switch error {
-    case QueueError.storage, QueueError.diskFull: ProcessResources.fileSizeNote
+    case QueueError.storage, QueueError.diskFull: MemoEnvironment.fileSizeNote
     default: ""
     }
   if case QueueError.outOfMemory = error { fail(String(describing: error), code: 2, kind: "resources") }
