@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultCrypto
 import VaultQueue
 
@@ -232,7 +233,9 @@ public final class Outbox: @unchecked Sendable {
     lock.withLock { if let due = earliestDue, due <= start { earliestDue = nil } }
     logger.trace("delivery pass starts", metadata: ["queue": queue])
     while !HTTPCancellation.isCancelled {
-      let records = try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
+      let records = try await storage { [container, queue, lease] in
+        try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
+      }
       if records.isEmpty { break }
       let claim = Claim(container: container, records: records, lease: lease)
       // Only records this pass already attempted (a retry due again at once): they go back, and
@@ -247,7 +250,7 @@ public final class Outbox: @unchecked Sendable {
       }
       if !fresh { break }
     }
-    pass.pending = try container.count(queue: queue, state: .pending)
+    pass.pending = try await storage { [container, queue] in try container.count(queue: queue, state: .pending) }
     logger.debug(
       "delivery pass done",
       metadata: [
@@ -267,7 +270,7 @@ public final class Outbox: @unchecked Sendable {
       let result = await transport.deliver(id: id, payload: record.payload)
       switch result {
       case .delivered:
-        try container.ack([id])
+        try await storage { [container] in try container.ack([id]) }
         pass.delivered += 1
         logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
         hub.publish(.delivered(ids: [id]))
@@ -275,21 +278,32 @@ public final class Outbox: @unchecked Sendable {
         // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
         return
       case .retry(let kind, let after):
-        let outcome = try container.fail([id], errorKind: kind, retryAfter: after)[id]
+        let outcome = try await storage { [container] in
+          try container.fail([id], errorKind: kind, retryAfter: after)[id]
+        }
         if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
         settled(id, kind: kind, outcome: outcome)
       case .unreachable(let kind):
-        let outcome = try container.fail([id], errorKind: kind, serverAnswered: false)[id]
+        let outcome = try await storage { [container] in
+          try container.fail([id], errorKind: kind, serverAnswered: false)[id]
+        }
         pass.retrying += 1
         settled(id, kind: kind, outcome: outcome)
       case .reject(let kind):
-        try container.reject([id], errorKind: kind)
+        try await storage { [container] in try container.reject([id], errorKind: kind) }
         pass.rejected += 1
         logger.warning(
           "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
         hub.publish(.rejected(ids: [id], errorKind: kind))
       }
     }
+  }
+
+  /// Runs one of the pass's container calls (a transaction and its fsync) off Swift's concurrency
+  /// pool. Task cancellation does not cut it short: a pass stops on `HTTPCancellation`, as it
+  /// always has, and a record the server has is acked even if the task was cancelled meanwhile.
+  private func storage<Value: Sendable>(_ call: @escaping @Sendable () throws -> Value) async throws -> Value {
+    try await BlockingWork.run { Result { try call() } }.get()
   }
 
   /// Reports a failed attempt and remembers its due time for the loop's next wake.

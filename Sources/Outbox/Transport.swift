@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 
 /// What a transport says about one delivery attempt.
 public enum DeliveryResult: Sendable, Equatable {
@@ -43,8 +44,10 @@ public protocol SynchronousTransport: Transport {
 }
 
 extension SynchronousTransport {
-  /// Runs `deliverSynchronously(id:payload:)` on a dispatch queue of its own and awaits it, so
-  /// the blocking wait never holds a thread of Swift's concurrency pool.
+  /// Runs `deliverSynchronously(id:payload:)` on a dispatch queue of its own (`BlockingWork`, the
+  /// helper the vault's and the container's async calls share) and awaits it, so the blocking wait
+  /// never holds a thread of Swift's concurrency pool. Cancellation is not looked at: a delivery
+  /// is cut short by `HTTPCancellation`.
   ///
   /// - Parameters:
   ///   - id: the record's id.
@@ -52,16 +55,6 @@ extension SynchronousTransport {
   /// - Returns: what `deliverSynchronously(id:payload:)` returned.
   public func deliver(id: UUID, payload: Data) async -> DeliveryResult {
     await BlockingWork.run { self.deliverSynchronously(id: id, payload: payload) }
-  }
-}
-
-/// Work that blocks a thread, run on a dispatch queue and awaited.
-enum BlockingWork {
-  /// Concurrent: outboxes and telemetry of one process do not wait for each other's servers.
-  private static let queue = DispatchQueue(label: "vault.outbox.blocking", attributes: .concurrent)
-
-  static func run<Value: Sendable>(_ work: @escaping @Sendable () -> Value) async -> Value {
-    await withCheckedContinuation { continuation in queue.async { continuation.resume(returning: work()) } }
   }
 }
 
