@@ -53,6 +53,7 @@ echo "tests: $((executed - skipped - failed)) passed, $failed failed, $skipped s
 if [ $# -eq 0 ]; then
   tools/check-consumer.sh "$VAULT_BINARY" || status=1
   tools/check-notes-app.sh "$VAULT_BINARY" || status=1
+  tools/check-memo-public.sh || status=1
   python3 tools/check-doc-snippets.py || status=1
 fi
 # And the API documentation builds without a docc warning (a broken symbol link fails it).
