@@ -95,10 +95,15 @@ def returns_value(symbol):
 
 
 def throws(symbol):
-    return any(
-        f["kind"] == "keyword" and f["spelling"] in ("throws", "rethrows")
-        for f in symbol.get("declarationFragments", [])
-    )
+    """Whether the callable itself throws: a `throws` at parenthesis depth 0, after its parameter
+    list, not one inside a closure parameter's type (`_ body: () throws -> T`)."""
+    depth = 0
+    for fragment in symbol.get("declarationFragments", []):
+        spelling = fragment["spelling"]
+        if fragment["kind"] == "keyword" and spelling in ("throws", "rethrows") and depth == 0:
+            return True
+        depth += spelling.count("(") - spelling.count(")")
+    return False
 
 
 def load(paths):
@@ -157,11 +162,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=[".build/docs-work/symbol-graphs"])
     parser.add_argument("--markdown", action="store_true", help="print Markdown (for DOC-AUDIT.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="print only the totals, and exit 1 when any public symbol is undocumented or incomplete")
     args = parser.parse_args()
     modules = audit(load(args.paths))
     order = ["Vault", "VaultQueue", "Outbox", "Telemetry", "VaultScan"]
     names = sorted(modules, key=lambda m: (order.index(m) if m in order else len(order), m))
     md = args.markdown
+    if args.check:
+        missing = sum(len(u) + len(i) + len(c) for u, i, c in modules.values())
+        print(f"doc-audit: {missing} public symbols of {', '.join(names)} lack documentation"
+              + (" (run tools/doc-audit.py for the list)" if missing else ""))
+        sys.exit(1 if missing else 0)
 
     if md:
         print("| Module | Undocumented | Protocol implementations without their own comment |"

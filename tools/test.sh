@@ -57,5 +57,8 @@ if [ $# -eq 0 ]; then
   python3 tools/check-doc-snippets.py || status=1
 fi
 # And the API documentation builds without a docc warning (a broken symbol link fails it).
-if [ $# -eq 0 ]; then tools/docs.sh >/dev/null || { echo "test.sh: tools/docs.sh failed" >&2; status=1; }; fi
+if [ $# -eq 0 ]; then
+  tools/docs.sh >/dev/null || { echo "test.sh: tools/docs.sh failed" >&2; status=1; }
+  python3 tools/doc-audit.py --check || status=1   # every public symbol documented
+fi
 exit "$status"
