@@ -166,6 +166,9 @@ final class Storage {
     return statement
   }
 
+  /// How many statements this connection has prepared (for tests: repeating work prepares none).
+  var preparedStatementCount: Int { statements.count }
+
   func minimumSealVersion() throws -> UInt32 {
     UInt32(
       try statement("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?").scalar([.text("min_seal_version")]) ?? 0)
