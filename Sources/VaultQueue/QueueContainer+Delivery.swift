@@ -50,7 +50,15 @@ extension QueueContainer {
       try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
-        try storage.due.query([
+        try storage.statement(
+          """
+          SELECT id, envelope, attempts, size, created_at, key_version FROM records
+          WHERE queue = ?1 AND (
+            (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
+            OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
+          ORDER BY seq LIMIT ?3
+          """
+        ).query([
           .text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due),
           .integer(now + Self.span(configuration.maximumDelay)),
           .integer(now + Self.span(configuration.maximumLease)),
@@ -60,7 +68,9 @@ extension QueueContainer {
           bytes += size
           claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
         }
-        for record in claimed { try storage.markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
+        let markInFlight = try storage.statement(
+          "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1 WHERE id = ?")
+        for record in claimed { try markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
       }
       var opened: [ClaimedRecord] = []
       var undecryptable: [(id: String, version: Int64)] = []
@@ -77,7 +87,9 @@ extension QueueContainer {
           undecryptable.append((record.id, record.version))
         } catch {
           // The key could not be read right now: give every claimed record back and report it.
-          try storage.transaction { for record in claimed { try storage.release.run([.text(record.id)]) } }
+          try storage.transaction {
+            for record in claimed { try storage.statement(Self.releaseSQL).run([.text(record.id)]) }
+          }
           throw error
         }
       }
@@ -86,7 +98,9 @@ extension QueueContainer {
           var moved = 0
           for record in undecryptable {
             // Only if the row still holds the envelope that failed (a rotation may have re-sealed it).
-            moved += try storage.quarantine.run([.text("undecryptable"), .text(record.id), .integer(record.version)])
+            moved += try storage.statement(
+              "UPDATE records SET state = 'review', error_kind = ?, lease_until = 0 WHERE id = ? AND key_version = ?"
+            ).run([.text("undecryptable"), .text(record.id), .integer(record.version)])
           }
           try storage.countDrop(.undecryptable, moved)
         }
@@ -105,8 +119,10 @@ extension QueueContainer {
       try storage.transaction {
         var freed = 0
         for id in ids {
-          if let size = try storage.sizeOf.scalar([.text(id.uuidString.lowercased())]) {
-            try storage.deleteByID.run([.text(id.uuidString.lowercased())])
+          if let size = try storage.statement("SELECT size FROM records WHERE id = ?").scalar([
+            .text(id.uuidString.lowercased())
+          ]) {
+            try storage.statement("DELETE FROM records WHERE id = ?").run([.text(id.uuidString.lowercased())])
             freed += Int(size)
           }
         }
@@ -140,13 +156,15 @@ extension QueueContainer {
     sharedDelay: Bool = false
   ) throws -> [UUID: FailOutcome] {
     try withStorage { storage in
+      let attemptsOf = try storage.statement(
+        "SELECT attempts, server_failures FROM records WHERE id = ? AND state = 'in_flight'")
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
       var shared: TimeInterval?
       if sharedDelay, retryAfter == nil {
         var most: Int64 = 0
         for id in ids {
-          try storage.attemptsOf.query([.text(id.uuidString.lowercased())]) { most = max(most, $0.int(0)) }
+          try attemptsOf.query([.text(id.uuidString.lowercased())]) { most = max(most, $0.int(0)) }
         }
         shared = configuration.backoff.delay(afterAttempts: Int(most), unit: random())
       }
@@ -156,14 +174,16 @@ extension QueueContainer {
           let idText = id.uuidString.lowercased()
           var attempts: Int64?
           var failures: Int64 = 0
-          try storage.attemptsOf.query([.text(idText)]) { row in
+          try attemptsOf.query([.text(idText)]) { row in
             attempts = row.int(0)
             failures = row.int(1)
           }
           guard let attempts else { continue }
           if serverAnswered { failures += 1 }
           if serverAnswered, failures >= configuration.attemptCeiling {
-            try storage.park.run([.text(errorKind), .integer(failures), .text(idText)])
+            try storage.statement(
+              "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0 WHERE id = ?"
+            ).run([.text(errorKind), .integer(failures), .text(idText)])
             outcomes[id] = .parked
             parked += 1
           } else {
@@ -171,7 +191,12 @@ extension QueueContainer {
               retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
               ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
             let due = now.addingTimeInterval(delay)
-            try storage.reschedule.run([
+            try storage.statement(
+              """
+              UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0
+              WHERE id = ?
+              """
+            ).run([
               .integer(milliseconds(due)), .text(errorKind), .integer(failures), .text(idText),
             ])
             outcomes[id] = .retryAt(due)
@@ -194,6 +219,11 @@ extension QueueContainer {
     try move(ids, to: .parked, errorKind: errorKind, counting: .parked)
   }
 
+  /// Gives a record in flight back: pending, the claim's attempt not counted. Not fenced by the
+  /// lease (`releaseHeld` is); also what `claim` runs when a key cannot be read.
+  static let releaseSQL: StaticString =
+    "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
+
   /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
   /// pass ends before sending them.
   ///
@@ -205,7 +235,9 @@ extension QueueContainer {
   public func release(_ ids: [UUID]) throws {
     guard !ids.isEmpty else { return }
     try withStorage { storage in
-      try storage.transaction { for id in ids { try storage.release.run([.text(id.uuidString.lowercased())]) } }
+      try storage.transaction {
+        for id in ids { try storage.statement(Self.releaseSQL).run([.text(id.uuidString.lowercased())]) }
+      }
     }
   }
 
@@ -226,7 +258,9 @@ extension QueueContainer {
       try storage.transaction {
         var moved = 0
         for id in ids {
-          moved += try storage.setState.run([
+          moved += try storage.statement(
+            "UPDATE records SET state = ?, error_kind = ?, lease_until = 0 WHERE id = ?"
+          ).run([
             .text(state.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
           ])
         }
@@ -252,7 +286,15 @@ extension QueueContainer {
       return try storage.transaction {
         try ids.reduce(0) {
           $0
-            + (try storage.resend.run([
+            + (try storage.statement(
+              """
+              UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
+                lease_until = 0
+              WHERE id = ?1 AND (state IN ('parked', 'review')
+                OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
+                OR (state = 'pending' AND next_attempt_at > ?4))
+              """
+            ).run([
               .text($1.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
             ]))
         }
@@ -270,9 +312,12 @@ extension QueueContainer {
       // The new token must differ from the old ones, or a renewal could not be told from them.
       while held.values.contains(leaseUntil) { leaseUntil += 1 }
       return try storage.transaction {
+        // Only the claim that set `lease_until` (?3) may extend or give back its lease.
+        let renew = try storage.statement(
+          "UPDATE records SET lease_until = ?1 WHERE id = ?2 AND state = 'in_flight' AND lease_until = ?3")
         var renewed: [UUID: Int64] = [:]
         for (id, token) in held
-        where try storage.renew.run([.integer(leaseUntil), .text(id.uuidString.lowercased()), .integer(token)]) == 1 {
+        where try renew.run([.integer(leaseUntil), .text(id.uuidString.lowercased()), .integer(token)]) == 1 {
           renewed[id] = leaseUntil
         }
         return renewed
@@ -287,8 +332,14 @@ extension QueueContainer {
     guard !held.isEmpty else { return 0 }
     return try withStorage { storage in
       try storage.transaction {
-        try held.reduce(0) {
-          $0 + (try storage.releaseHeld.run([.text($1.key.uuidString.lowercased()), .integer($1.value)]))
+        // Fenced like `renew`: only while the row still holds this claim's lease token (?2).
+        let releaseHeld = try storage.statement(
+          """
+          UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
+          WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
+          """)
+        return try held.reduce(0) {
+          $0 + (try releaseHeld.run([.text($1.key.uuidString.lowercased()), .integer($1.value)]))
         }
       }
     }
@@ -307,7 +358,18 @@ extension QueueContainer {
   /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
   public func makeDue(queue: String) throws -> Int {
-    try withStorage { storage in try storage.transaction { try storage.makeDue.run([.text(queue)]) } }
+    try withStorage { storage in
+      try storage.transaction {
+        // Only records whose last failure was the network's (no `http-…` answer): a server that asked
+        // for a wait (Retry-After, backoff after a 5xx) is not hurried by a route change on our side.
+        try storage.statement(
+          """
+          UPDATE records SET next_attempt_at = 0
+          WHERE queue = ? AND state = 'pending' AND (error_kind IS NULL OR error_kind NOT LIKE 'http-%')
+          """
+        ).run([.text(queue)])
+      }
+    }
   }
 
   /// Deletes records not in flight (pending, parked and in review) older than the maximum age,
@@ -319,17 +381,32 @@ extension QueueContainer {
     var freed = 0
     var count = 0
     let cutoff = ageClock - Self.span(age)
-    try storage.expired.query([.integer(cutoff)]) { row in
+    try storage.statement(
+      "SELECT seq, size FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'"
+    ).query([.integer(cutoff)]) { row in
       freed += Int(row.int(1))
       count += 1
     }
     guard count > 0 else { return }
-    try storage.deleteExpired.run([.integer(cutoff)])
+    try storage.statement(
+      "DELETE FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'"
+    ).run([.integer(cutoff)])
     try storage.addBytes(-freed)
     try storage.countDrop(.age, count)
   }
 
   // MARK: - Age
+
+  /// The age clock's value and the readings it was last advanced from, in the container's meta.
+  static let readAgeClockSQL: StaticString =
+    "SELECT key, value FROM meta WHERE key IN ('age_clock', 'age_wall', 'age_boot', 'age_monotonic')"
+
+  /// Whether the age clock has been observed once (`init` starts it before any record is stamped).
+  func ageClockStarted(_ storage: Storage) throws -> Bool {
+    var started = false
+    try storage.statement(Self.readAgeClockSQL).query { if $0.text(0) == "age_clock" { started = true } }
+    return started
+  }
 
   /// The container's age clock now, in milliseconds: the value it had at its last observation plus
   /// the time that really passed since, by the monotonic clock when the reading is of the same
@@ -337,7 +414,7 @@ extension QueueContainer {
   /// wall clock.
   func ageNow(_ storage: Storage, wall: Int64, reading: MonotonicReading) throws -> Int64 {
     var values: [String: String] = [:]
-    try storage.readAgeClock.query { values[$0.text(0) ?? ""] = $0.text(1) }
+    try storage.statement(Self.readAgeClockSQL).query { values[$0.text(0) ?? ""] = $0.text(1) }
     guard let last = values["age_clock"].flatMap({ Int64($0) }),
       let lastWall = values["age_wall"].flatMap({ Int64($0) })
     else { return wall }
@@ -358,7 +435,9 @@ extension QueueContainer {
       ("age_clock", String(now)), ("age_wall", String(wall)), ("age_boot", reading.boot),
       ("age_monotonic", String(reading.milliseconds)),
     ] {
-      try storage.writeMetaText.run([.text(key), .text(value)])
+      try storage.statement(
+        "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+      ).run([.text(key), .text(value)])
     }
     return now
   }

@@ -72,7 +72,7 @@ extension QueueContainer {
         let now = milliseconds(clock())
         let born = try ageNow(storage, wall: now, reading: monotonic())
         // Rows inserted by this transaction are never the cap's victims.
-        let lastExisting = try storage.maxSeq.scalar() ?? 0
+        let lastExisting = try storage.statement("SELECT coalesce(max(seq), 0) FROM records").scalar() ?? 0
         var outcomes: [EnqueueOutcome] = []
         var added = 0
         for record in records {
@@ -80,7 +80,12 @@ extension QueueContainer {
           let envelope = try vault.seal(record.payload, context: context(queue: queue, id: idText))
           // The unique id decides: an existing record is kept as it is and reported as a duplicate.
           let inserted = try envelope.withUnsafeBytes { bytes in
-            try storage.insert.run([
+            try storage.statement(
+              """
+              INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
+              ON CONFLICT (id) DO NOTHING
+              """
+            ).run([
               .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
               .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
             ])
@@ -106,8 +111,7 @@ extension QueueContainer {
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
     // This writer's limit, else the one a writer stored in the container, else any queue.
-    var stored: String?
-    try storage.readCapVictims.query { stored = $0.text(0) }
+    let stored = try Self.storedCapVictims(storage)
     let queues: Statement.Value =
       switch configuration.capVictims {
       case .anyQueue: stored.map { .text($0) } ?? .null
@@ -117,14 +121,20 @@ extension QueueContainer {
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
-      try storage.oldestDroppable.query([.integer(lastExisting), queues]) { row in
+      // ?2 is NULL (any queue) or a JSON array of the queues whose records the cap may drop.
+      try storage.statement(
+        """
+        SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ?1
+          AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2))) ORDER BY seq LIMIT 64
+        """
+      ).query([.integer(lastExisting), queues]) { row in
         victims.append((row.int(0), Int(row.int(1))))
       }
       guard !victims.isEmpty else {
         throw QueueError.capExceeded(cap: configuration.byteCap)
       }
       for (seq, size) in victims where total > configuration.byteCap {
-        try storage.deleteBySeq.run([.integer(seq)])
+        try storage.statement("DELETE FROM records WHERE seq = ?").run([.integer(seq)])
         total -= size
         dropped += 1
         try storage.addBytes(-size)

@@ -18,13 +18,20 @@ extension QueueContainer {
         minimumSealVersion: UInt32(try storage.minimumSealVersion()))
       for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
       for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
-      try storage.countByState.query { stats.byState[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      try storage.statement("SELECT state, count(*) FROM records GROUP BY state").query {
+        stats.byState[$0.text(0) ?? "?"] = Int($0.int(1))
+      }
       // From the envelopes' own headers, as rotation counts them (not the plaintext column).
-      for (version, count) in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID).byVersion {
+      let headers = try storage.statement(Self.headerCountsSQL)
+      for (version, count) in try Self.headerCounts(headers, keyring: vault.keyringID).byVersion {
         stats.byVersion[String(version)] = count
       }
-      try storage.countByQueue.query { stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1)) }
-      try storage.drops.query { stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1)) }
+      try storage.statement("SELECT queue, count(*) FROM records GROUP BY queue").query {
+        stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1))
+      }
+      try storage.statement("SELECT reason, count FROM drops").query {
+        stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1))
+      }
       stats.total = stats.byState.values.reduce(0, +)
       stats.bytes = try storage.totalBytes()
       return stats
@@ -42,7 +49,12 @@ extension QueueContainer {
   public func list(queue: String? = nil, state: RecordState? = nil) throws -> [RecordSummary] {
     try withStorage { storage in
       var rows: [RecordSummary] = []
-      try storage.listAll.query([queue.map { .text($0) } ?? .null, state.map { .text($0.rawValue) } ?? .null]) { row in
+      let listAll = try storage.statement(
+        """
+        SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, size, key_version
+        FROM records WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2) ORDER BY seq
+        """)
+      try listAll.query([queue.map { .text($0) } ?? .null, state.map { .text($0.rawValue) } ?? .null]) { row in
         rows.append(
           RecordSummary(
             id: UUID(uuidString: row.text(0) ?? "") ?? Self.unreadableID, queue: row.text(1) ?? "",
@@ -66,7 +78,10 @@ extension QueueContainer {
   /// - Returns: the number of records.
   /// - Throws: `QueueError` when the container cannot be read.
   public func count(queue: String, state: RecordState) throws -> Int {
-    try withStorage { Int(try $0.countInState.scalar([.text(queue), .text(state.rawValue)]) ?? 0) }
+    try withStorage { storage in
+      let countInState = try storage.statement("SELECT count(*) FROM records WHERE queue = ? AND state = ?")
+      return Int(try countInState.scalar([.text(queue), .text(state.rawValue)]) ?? 0)
+    }
   }
 
   /// Writes the WAL back into the database and truncates it, so deleted or re-sealed rows leave no

@@ -114,16 +114,18 @@ public final class QueueContainer: @unchecked Sendable {
       if case .only(let names) = configuration.capVictims {
         let text = try Self.capVictimsText(names)
         try Self.translating(path) {
-          var stored: String?
-          try storage.readCapVictims.query { stored = $0.text(0) }
-          if stored != text { try storage.transaction { _ = try storage.writeCapVictims.run([.text(text)]) } }
+          if try Self.storedCapVictims(storage) != text {
+            try storage.transaction {
+              _ = try storage.statement(
+                "INSERT INTO meta (key, value) VALUES ('cap_victims', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+              ).run([.text(text)])
+            }
+          }
         }
       }
       // The age clock starts before the first record is stamped with it.
       try Self.translating(path) {
-        var started = false
-        try storage.readAgeClock.query { if $0.text(0) == "age_clock" { started = true } }
-        if !started {
+        if try !ageClockStarted(storage) {
           try storage.transaction { _ = try observeAge(storage, wall: milliseconds(clock()), reading: monotonic()) }
         }
       }
@@ -133,6 +135,13 @@ public final class QueueContainer: @unchecked Sendable {
   /// How a cap limit is kept in the container's meta (and bound in SQL): a sorted JSON array.
   static func capVictimsText(_ names: Set<String>) throws -> String {
     String(decoding: try JSONEncoder().encode(names.sorted()), as: UTF8.self)
+  }
+
+  /// The cap limit a writer stored in the container (`capVictimsText`), or nil when none did.
+  static func storedCapVictims(_ storage: Storage) throws -> String? {
+    var stored: String?
+    try storage.statement("SELECT value FROM meta WHERE key = 'cap_victims'").query { stored = $0.text(0) }
+    return stored
   }
 
   static let notSQLite = "not a SQLite database"
@@ -205,12 +214,17 @@ public final class QueueContainer: @unchecked Sendable {
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
-      return try headerCounts(
-        connection.prepare(
-          "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header"),
-        keyring: keyring)
+      return try headerCounts(connection.prepare(headerCountsSQL.description), keyring: keyring)
     }
   }
+
+  /// Records grouped by the first 17 bytes of their envelope (magic, format, suite, keyring id,
+  /// version), for `headerCounts`. Counting reads the version from each envelope's authenticated
+  /// header, never from the plaintext key_version column, which anyone able to write the file could
+  /// relabel; the value is cast to a BLOB first, since substr() counts characters, not bytes, in a
+  /// value someone retyped as TEXT.
+  static let headerCountsSQL: StaticString =
+    "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header"
 
   /// Sorts the grouped 17-byte envelope headers into versions of `keyring` and foreign rows.
   static func headerCounts(_ statement: Statement, keyring: KeyringID) throws -> RecordCounts {

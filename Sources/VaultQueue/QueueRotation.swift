@@ -14,6 +14,20 @@ extension QueueContainer: SealedContainer {
     try withStorage { storage in try storage.transaction { try storage.setMinimumSealVersion(version) } }
   }
 
+  /// Records (after seq ?3, at most ?4) of this vault whose envelope is older than version ?2, for
+  /// `reseal`; ?5 is the format-2 counterpart of ?1.
+  ///
+  /// Re-sealing and counting read the version from each envelope's authenticated header (bytes
+  /// 14–17, big-endian, so blob order is numeric order), never from the plaintext key_version
+  /// column, which anyone able to write the file could relabel. The value is cast to a BLOB first:
+  /// substr() counts characters, not bytes, in a value someone retyped as TEXT. ?1 is the 13-byte header prefix
+  /// "VLT", format, suite, keyring id of this vault.
+  static let olderThanVersionSQL: StaticString = """
+    SELECT seq, id, queue, envelope FROM records
+    WHERE substr(CAST(envelope AS BLOB), 1, 13) IN (?1, ?5) AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3
+    ORDER BY seq LIMIT ?4
+    """
+
   /// Re-seals every record whose envelope header names a version older than `version` (pending,
   /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records,
   /// then checkpoints the WAL. A record that does not open is left as it is and reported (its
@@ -40,7 +54,7 @@ extension QueueContainer: SealedContainer {
           try prefixes[0].withUnsafeBytes { format1 in
             try prefixes[1].withUnsafeBytes { format2 in
               try target.withUnsafeBytes { target in
-                try storage.olderThanVersion.query([
+                try storage.statement(Self.olderThanVersionSQL).query([
                   .blob(format1), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
                   .blob(format2),
                 ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
@@ -61,7 +75,10 @@ extension QueueContainer: SealedContainer {
             let sealedVersion = try Envelope.header(of: envelope).version
             try envelope.withUnsafeBytes { bytes in
               try target.withUnsafeBytes { target in
-                result.resealed += try storage.replaceEnvelope.run([
+                // Only while the row's envelope header (not its key_version column) is still older.
+                result.resealed += try storage.statement(
+                  "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"
+                ).run([
                   .blob(bytes), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)), .integer(row.seq),
                   .blob(target),
                 ])
@@ -84,7 +101,9 @@ extension QueueContainer: SealedContainer {
   /// - Returns: the counts rotation uses to prove a version unused.
   /// - Throws: `QueueError` when the container cannot be read.
   public func recordCounts() throws -> RecordCounts {
-    try withStorage { storage in try Self.headerCounts(storage.countByHeader, keyring: vault.keyringID) }
+    try withStorage { storage in
+      try Self.headerCounts(storage.statement(Self.headerCountsSQL), keyring: vault.keyringID)
+    }
   }
 
   /// The same as `checkpoint()`: empties the WAL without waiting for readers.
@@ -120,7 +139,11 @@ extension QueueContainer: SealedContainer {
       return try storage.transaction {
         var count = 0
         for seq in victims {
-          count += try (keep ? storage.reviewBySeq : storage.deleteBySeq).run([.integer(seq)])
+          count += try storage.statement(
+            keep
+              ? "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0 WHERE seq = ?"
+              : "DELETE FROM records WHERE seq = ?"
+          ).run([.integer(seq)])
         }
         if !keep { try storage.countDrop(.undecryptable, count) }
         // Deleted sizes are not tracked row by row here: recompute the total next time.
@@ -136,7 +159,9 @@ extension QueueContainer: SealedContainer {
     var after: Int64 = 0
     while true {
       var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
-      try storage.allAfter.query([.integer(after), .integer(256)]) {
+      try storage.statement("SELECT seq, id, queue, envelope FROM records WHERE seq > ? ORDER BY seq LIMIT ?").query([
+        .integer(after), .integer(256),
+      ]) {
         rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3)))
       }
       guard let last = rows.last?.seq else { return victims }

@@ -2,7 +2,7 @@ internal import CSQLite
 import Foundation
 import VaultCrypto
 
-/// The container's connection, schema and prepared statements. Used under QueueContainer's lock.
+/// The container's connection, schema and cache of prepared statements. Used under QueueContainer's lock.
 final class Storage {
   let connection: Connection
   let path: String
@@ -81,7 +81,6 @@ final class Storage {
       try connection.execute("PRAGMA synchronous = FULL")
       try migrate(keyringID: keyringID, mode: mode)
     }
-    try prepareStatements()
   }
 
   /// The read-only counterpart of `migrate`: checks, changes nothing.
@@ -143,166 +142,44 @@ final class Storage {
     try SecureRandom.bytes(8).map { String(format: "%02x", $0) }.joined()
   }
 
-  var dataVersion: Statement!
-  var sumSizes: Statement!
-  var begin: Statement!
-  var commit: Statement!
-  var insert: Statement!
-  var oldestDroppable: Statement!
-  var maxSeq: Statement!
-  var makeDue: Statement!
-  var release: Statement!
-  var quarantine: Statement!
-  var deleteBySeq: Statement!
-  var deleteByID: Statement!
-  var sizeOf: Statement!
-  var attemptsOf: Statement!
-  var park: Statement!
-  var due: Statement!
-  var markInFlight: Statement!
-  var setState: Statement!
-  var reschedule: Statement!
-  var resend: Statement!
-  var readAgeClock: Statement!
-  var writeMetaText: Statement!
-  var renew: Statement!
-  var releaseHeld: Statement!
-  var expired: Statement!
-  var deleteExpired: Statement!
-  var countByState: Statement!
-  var countByQueue: Statement!
-  var drops: Statement!
-  var listAll: Statement!
-  var countInState: Statement!
-  var readMeta: Statement!
-  var writeMeta: Statement!
-  var addDrop: Statement!
-  var olderThanVersion: Statement!
-  var replaceEnvelope: Statement!
-  var countByHeader: Statement!
-  var allAfter: Statement!
-  var readCapVictims: Statement!
-  var writeCapVictims: Statement!
-  var reviewBySeq: Statement!
+  /// This connection's prepared statements, keyed by the address of their SQL text. A
+  /// `StaticString` literal stays at one address for the life of the process and two literals at
+  /// one address hold the same text, so the lookup never hashes SQL. A text written out in two
+  /// places may get two statements; nothing depends on them being shared.
+  private var statements: [UnsafeRawPointer: Statement] = [:]
 
-  private func prepareStatements() throws {
-    insert = try connection.prepare(
-      """
-      INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
-      ON CONFLICT (id) DO NOTHING
-      """)
-    dataVersion = try connection.prepare("PRAGMA data_version")
-    sumSizes = try connection.prepare("SELECT coalesce(sum(size), 0) FROM records")
-    begin = try connection.prepare("BEGIN IMMEDIATE")
-    commit = try connection.prepare("COMMIT")
-    // ?2 is NULL (any queue) or a JSON array of the queues whose records the cap may drop.
-    oldestDroppable = try connection.prepare(
-      """
-      SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ?1
-        AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2))) ORDER BY seq LIMIT 64
-      """)
-    maxSeq = try connection.prepare("SELECT coalesce(max(seq), 0) FROM records")
-    // Only records whose last failure was the network's (no `http-…` answer): a server that asked
-    // for a wait (Retry-After, backoff after a 5xx) is not hurried by a route change on our side.
-    makeDue = try connection.prepare(
-      """
-      UPDATE records SET next_attempt_at = 0
-      WHERE queue = ? AND state = 'pending' AND (error_kind IS NULL OR error_kind NOT LIKE 'http-%')
-      """)
-    release = try connection.prepare(
-      "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
-    )
-    quarantine = try connection.prepare(
-      "UPDATE records SET state = 'review', error_kind = ?, lease_until = 0 WHERE id = ? AND key_version = ?")
-    deleteBySeq = try connection.prepare("DELETE FROM records WHERE seq = ?")
-    deleteByID = try connection.prepare("DELETE FROM records WHERE id = ?")
-    sizeOf = try connection.prepare("SELECT size FROM records WHERE id = ?")
-    attemptsOf = try connection.prepare(
-      "SELECT attempts, server_failures FROM records WHERE id = ? AND state = 'in_flight'")
-    park = try connection.prepare(
-      "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0 WHERE id = ?")
-    due = try connection.prepare(
-      """
-      SELECT id, envelope, attempts, size, created_at, key_version FROM records
-      WHERE queue = ?1 AND (
-        (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
-        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
-      ORDER BY seq LIMIT ?3
-      """)
-    markInFlight = try connection.prepare(
-      "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1 WHERE id = ?")
-    setState = try connection.prepare("UPDATE records SET state = ?, error_kind = ?, lease_until = 0 WHERE id = ?")
-    reschedule = try connection.prepare(
-      """
-      UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0
-      WHERE id = ?
-      """)
-    resend = try connection.prepare(
-      """
-      UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
-        lease_until = 0
-      WHERE id = ?1 AND (state IN ('parked', 'review')
-        OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
-        OR (state = 'pending' AND next_attempt_at > ?4))
-      """)
-    // Only the claim that set `lease_until` (?3) may extend or give back its lease.
-    renew = try connection.prepare(
-      "UPDATE records SET lease_until = ?1 WHERE id = ?2 AND state = 'in_flight' AND lease_until = ?3")
-    releaseHeld = try connection.prepare(
-      """
-      UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
-      WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
-      """)
-    expired = try connection.prepare(
-      "SELECT seq, size FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
-    deleteExpired = try connection.prepare(
-      "DELETE FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'")
-    readAgeClock = try connection.prepare(
-      "SELECT key, value FROM meta WHERE key IN ('age_clock', 'age_wall', 'age_boot', 'age_monotonic')")
-    writeMetaText = try connection.prepare(
-      "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-    countByState = try connection.prepare("SELECT state, count(*) FROM records GROUP BY state")
-    countByQueue = try connection.prepare("SELECT queue, count(*) FROM records GROUP BY queue")
-    drops = try connection.prepare("SELECT reason, count FROM drops")
-    listAll = try connection.prepare(
-      """
-      SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, size, key_version
-      FROM records WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2) ORDER BY seq
-      """)
-    countInState = try connection.prepare("SELECT count(*) FROM records WHERE queue = ? AND state = ?")
-    readMeta = try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?")
-    writeMeta = try connection.prepare("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = ?")
-    addDrop = try connection.prepare(
-      "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2")
-    // Re-sealing and counting read the version from each envelope's authenticated header (bytes
-    // 14–17, big-endian, so blob order is numeric order), never from the plaintext key_version
-    // column, which anyone able to write the file could relabel. The value is cast to a BLOB first:
-    // substr() counts characters, not bytes, in a value someone retyped as TEXT. ?1 is the 13-byte header prefix
-    // "VLT", format, suite, keyring id of this vault.
-    olderThanVersion = try connection.prepare(
-      """
-      SELECT seq, id, queue, envelope FROM records
-      WHERE substr(CAST(envelope AS BLOB), 1, 13) IN (?1, ?5) AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3
-      ORDER BY seq LIMIT ?4
-      """)
-    replaceEnvelope = try connection.prepare(
-      "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"
-    )
-    countByHeader = try connection.prepare(
-      "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header")
-    readCapVictims = try connection.prepare("SELECT value FROM meta WHERE key = 'cap_victims'")
-    writeCapVictims = try connection.prepare(
-      "INSERT INTO meta (key, value) VALUES ('cap_victims', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-    allAfter = try connection.prepare("SELECT seq, id, queue, envelope FROM records WHERE seq > ? ORDER BY seq LIMIT ?")
-    reviewBySeq = try connection.prepare(
-      "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0 WHERE seq = ?")
+  /// The statement for `sql`, prepared on this connection the first time it is asked for and
+  /// reused after that, so the SQL can be written where it runs without being prepared on every
+  /// call (a single-record enqueue runs seven: BEGIN, data_version, the minimum seal version, max(seq),
+  /// the age clock, the INSERT, COMMIT).
+  ///
+  /// - Parameter sql: the statement's text, a literal.
+  /// - Returns: the prepared statement; it is reset and rebound by each `run`, `query` or `scalar`.
+  /// - Throws: `SQLiteError` when the statement cannot be prepared (a syntax error, a schema that
+  ///   lacks a table or column it names, a corrupt file).
+  ///
+  /// Not thread-safe: Storage is used by one thread at a time, under QueueContainer's lock.
+  func statement(_ sql: StaticString) throws -> Statement {
+    let key = UnsafeRawPointer(sql.utf8Start)
+    if let statement = statements[key] { return statement }
+    let statement = try connection.prepare(sql.description)
+    statements[key] = statement
+    return statement
   }
 
-  func minimumSealVersion() throws -> UInt32 { UInt32(try readMeta.scalar([.text("min_seal_version")]) ?? 0) }
+  /// How many statements this connection has prepared (for tests: repeating work prepares none).
+  var preparedStatementCount: Int { statements.count }
+
+  func minimumSealVersion() throws -> UInt32 {
+    UInt32(
+      try statement("SELECT CAST(value AS INTEGER) FROM meta WHERE key = ?").scalar([.text("min_seal_version")]) ?? 0)
+  }
 
   func setMinimumSealVersion(_ version: UInt32) throws {
     if version > (try minimumSealVersion()) {
-      try writeMeta.run([.integer(Int64(version)), .text("min_seal_version")])
+      try statement("UPDATE meta SET value = CAST(? AS TEXT) WHERE key = ?").run([
+        .integer(Int64(version)), .text("min_seal_version"),
+      ])
     }
   }
 
@@ -314,9 +191,9 @@ final class Storage {
   private var cachedDataVersion: Int64 = -1
 
   func totalBytes() throws -> Int {
-    let version = try dataVersion.scalar() ?? 0
+    let version = try statement("PRAGMA data_version").scalar() ?? 0
     if let cached = cachedBytes, version == cachedDataVersion { return cached }
-    let total = Int(try sumSizes.scalar() ?? 0)
+    let total = Int(try statement("SELECT coalesce(sum(size), 0) FROM records").scalar() ?? 0)
     cachedBytes = total
     cachedDataVersion = version
     return total
@@ -333,11 +210,11 @@ final class Storage {
 
   /// A `BEGIN IMMEDIATE` transaction that also forgets the cached byte total when it rolls back.
   func transaction<T>(_ body: () throws -> T) throws -> T {
-    try begin.run()
+    try statement("BEGIN IMMEDIATE").run()
     do {
       _ = try totalBytes()  // refresh the cache before this transaction changes anything
       let result = try body()
-      try commit.run()
+      try statement("COMMIT").run()
       return result
     } catch {
       cachedBytes = nil
@@ -348,7 +225,9 @@ final class Storage {
 
   func countDrop(_ reason: DropReason, _ count: Int) throws {
     guard count > 0 else { return }
-    try addDrop.run([.text(reason.rawValue), .integer(Int64(count))])
+    try statement(
+      "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2"
+    ).run([.text(reason.rawValue), .integer(Int64(count))])
   }
 
   /// A TRUNCATE checkpoint that never waits: with the busy timeout it would hold the write lock

@@ -52,6 +52,26 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.claim(queue: "q", maxCount: 3).map(\.id), [offline])
   }
 
+  /// Each statement is prepared once per connection, where its SQL is written: repeating an
+  /// enqueue, claim, fail, park, resend and ack prepares nothing new (preparing per call would slow enqueue).
+  func testStatementsArePreparedOncePerConnection() throws {
+    let queue = try container()
+    func cycle() throws {
+      try queue.enqueue(Array("x".utf8), queue: "q")
+      let ids = try queue.claim(queue: "q").map(\.id)
+      _ = try queue.fail(ids, errorKind: "http-503")
+      try queue.park(ids, errorKind: "http-401")
+      XCTAssertEqual(try queue.resend(ids), 1)
+      try queue.ack(try queue.claim(queue: "q").map(\.id))
+    }
+    try cycle()
+    let prepared = try queue.withStorage { $0.preparedStatementCount }
+    XCTAssertGreaterThan(prepared, 5)
+    for _ in 0..<3 { try cycle() }
+    XCTAssertEqual(try queue.withStorage { $0.preparedStatementCount }, prepared)
+    XCTAssertEqual(try queue.count(queue: "q", state: .pending), 0)
+  }
+
   func testEnqueueClaimAckRoundTripsAndLeavesNoPlaintext() throws {
     let queue = try container()
     let id = UUID()
