@@ -2,91 +2,150 @@ import Foundation
 import Vault
 import VaultKeys
 
+/// What `vault doctor` found: one line per part a vault depends on. Its JSON form is part of the
+/// command-line contract (`doctor --json`).
+struct DoctorReport: Encodable {
+  /// How a part stands. `notNeeded`: unavailable, but this vault does not use it.
+  enum Status: String, Encodable {
+    case ok, warning, problem
+    case notNeeded = "not-needed"
+    case notChecked = "not-checked"
+  }
+
+  struct Check: Encodable {
+    let name: String
+    let status: Status
+    let detail: String
+  }
+
+  var checks: [Check] = []
+  var healthy = true
+  var result = ""
+
+  mutating func add(_ name: String, _ status: Status, _ detail: String) {
+    checks.append(Check(name: name, status: status, detail: detail))
+    if status == .problem { healthy = false }
+  }
+}
+
 extension VaultCommandLine {
   /// Checks each part a vault depends on and says, for each, whether it works and why not.
   func doctor(_ arguments: Arguments) -> Int32 {
-    let home = homePath(arguments)
-    var healthy = true
-    terminal.print("vault doctor")
+    let report = examine(home: homePath(arguments))
+    if arguments.flags.contains("--json") {
+      terminal.print((try? JSON.encode(report)) ?? "{}")
+    } else {
+      terminal.print("vault doctor")
+      for check in report.checks {
+        terminal.print(
+          "  " + (check.name + ":").padding(toLength: 16, withPad: " ", startingAt: 0) + " " + check.detail)
+      }
+      terminal.print("Result: \(report.result)")
+    }
+    return (report.healthy ? ExitCode.success : ExitCode.failure).rawValue
+  }
+
+  /// Looks at everything first (the manifest decides which store matters), then reports in the
+  /// order an operator reads it: the session bus and Secret Service, the keyfile store, the vault.
+  private func examine(home: String) -> DoctorReport {
+    var report = DoctorReport()
+    let inspected: Result<(Manifest, String), any Error> = Result { try Vault.inspect(home: home, resolver: keyStores) }
+    let manifest = try? inspected.get().0
+    let usesKeyfile = manifest?.store.kind == .keyfile
 
     let probed = SecretServiceStore(timeout: secretServiceTimeout)
     let secretService = probed.probe()
+    let notNeeded = " (not needed: this vault keeps its keys in a keyfile)"
     switch secretService {
     case .available:
-      terminal.print("  session bus:     ok")
-      terminal.print("  secret service:  ok (provider answering, default collection unlocked)")
-      if let warning = probed.transfer?.warning { terminal.print("  transfer:        warning: \(warning)") }
+      report.add("session bus", .ok, "ok")
+      report.add("secret service", .ok, "ok (provider answering, default collection unlocked)")
+      if let warning = probed.transfer?.warning { report.add("transfer", .warning, "warning: \(warning)") }
     case .unavailable(let reason):
+      // A problem only for a vault that keeps its keys there; before a vault exists, a note.
+      let unusable: DoctorReport.Status = usesKeyfile ? .notNeeded : manifest == nil ? .warning : .problem
+      // For a keyfile vault the reason is not an instruction: nothing needs fixing.
       if case .noSessionBus = reason {
-        terminal.print("  session bus:     not available: \(reason)")
-        terminal.print("  secret service:  not checked (no session bus)")
+        report.add("session bus", unusable, usesKeyfile ? "not available" + notNeeded : "not available: \(reason)")
+        report.add("secret service", .notChecked, "not checked (no session bus)")
       } else {
-        terminal.print("  session bus:     ok")
-        terminal.print("  secret service:  not usable: \(reason)")
+        report.add("session bus", .ok, "ok")
+        report.add("secret service", unusable, usesKeyfile ? "not usable" + notNeeded : "not usable: \(reason)")
       }
     }
+    report.add("keyfile store", .ok, keyfileDirectoryReport())
 
-    terminal.print("  keyfile store:   \(keyfileDirectoryReport())")
-
-    let manifest: Manifest
-    do {
-      let integrity: String
-      (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
-      terminal.print(
-        "  manifest:        ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), \(integrity))")
+    switch inspected {
+    case .failure(let error):
+      let (message, _) = Self.describe(error)
+      if case ManifestFile.Failure.missing = error {
+        report.add("manifest", .notChecked, message)
+        report.result =
+          "no vault here yet; `vault init` would use "
+          + (secretService == .available ? "the Secret Service." : "a keyfile.")
+        report.healthy = true
+      } else {
+        report.add("manifest", .problem, message)
+        report.result = "the manifest cannot be read; see above."
+      }
+      return report
+    case .success(let (manifest, integrity)):
+      let keyfile = manifest.store.keyfile ?? ""
+      let keyfileMissing = manifest.store.kind == .keyfile && !KeyfileStore(path: keyfile).exists
+      report.add(
+        "manifest", .ok,
+        "ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), "
+          + (keyfileMissing ? "unverified: its keyfile is not found" : integrity) + ")")
       let warnings = Vault.warnings(manifest)
       if warnings.isEmpty {
-        terminal.print("  envelopes:       format 2 (key version \(manifest.activeVersion), suite 2)")
+        report.add("envelopes", .ok, "format 2 (key version \(manifest.activeVersion), suite 2)")
       }
-      for warning in warnings { terminal.print("  envelopes:       warning: \(warning) (`vault rotate`)") }
-    } catch {
-      let (message, _) = Self.describe(error)
-      terminal.print("  manifest:        \(message)")
-      if case ManifestFile.Failure.missing = error {
-        terminal.print(
-          "Result: no vault here yet; `vault init` would use "
-            + (secretService == .available ? "the Secret Service." : "a keyfile."))
-        return ExitCode.success.rawValue
-      }
-      terminal.print("Result: the manifest cannot be read; see above.")
-      return ExitCode.failure.rawValue
+      for warning in warnings { report.add("envelopes", .warning, "warning: \(warning) (`vault rotate`)") }
+      examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
+      return report
     }
+  }
 
+  private func examineStore(
+    _ manifest: Manifest, home: String, keyfileMissing: Bool, secretService: SecretServiceProbe,
+    into report: inout DoctorReport
+  ) {
     switch manifest.store.kind {
     case .keyfile:
       let path = manifest.store.keyfile ?? ""
-      let store = KeyfileStore(path: path)
-      do {
-        let versions = try store.storedVersions(keyring: manifest.keyringID!)
-        let mode = store.mode.map { "0" + String($0, radix: 8) } ?? "missing"
-        terminal.print(
-          "  keyfile:         ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
-      } catch {
-        healthy = false
-        terminal.print("  keyfile:         \(Self.describe(error).0)")
+      if keyfileMissing {
+        report.add(
+          "keyfile", .problem,
+          "not found: \(path) (this vault's keys were there; restore the file from a backup — no new key is made)")
+      } else {
+        let store = KeyfileStore(path: path)
+        do {
+          let versions = try store.storedVersions(keyring: manifest.keyringID!)
+          let mode = store.mode.map { "0" + String($0, radix: 8) } ?? "unreadable"
+          report.add(
+            "keyfile", .ok, "ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
+        } catch {
+          report.add("keyfile", .problem, Self.describe(error).0)
+        }
       }
-      terminal.print("  vault store:     keyfile")
+      report.add("vault store", .ok, "keyfile")
     case .secretService:
-      terminal.print("  vault store:     secret-service")
-      if case .unavailable = secretService { healthy = false }
+      report.add("vault store", secretService == .available ? .ok : .problem, "secret-service")
     case .memory:
-      terminal.print("  vault store:     memory")
+      report.add("vault store", .ok, "memory")
     }
-
-    if healthy {
+    if report.healthy {
       do {
         let vault = try Vault.open(home: home, resolver: keyStores)
-        terminal.print("  active key:      readable (version \(vault.manifest.activeVersion))")
+        report.add("active key", .ok, "readable (version \(vault.manifest.activeVersion))")
       } catch {
-        healthy = false
-        terminal.print("  active key:      \(Self.describe(error).0)")
+        report.add("active key", .problem, Self.describe(error).0)
       }
     } else {
-      terminal.print("  active key:      not readable while its store is unusable")
+      report.add("active key", .notChecked, "not readable while its store is unusable")
     }
-    terminal.print(
-      healthy ? "Result: the vault's key store works." : "Result: the vault's keys cannot be read; fix the item above.")
-    return (healthy ? ExitCode.success : ExitCode.failure).rawValue
+    report.result =
+      report.healthy ? "the vault's key store works." : "the vault's keys cannot be read; fix the item above."
   }
 }
 

@@ -144,17 +144,21 @@ enum Help {
       """
     ),
     "doctor": (
-      "vault [--home DIR] doctor",
+      "vault [--home DIR] doctor [--json]",
       """
       OVERVIEW: Explain which key store works here and why the other does not.
 
       Checks the D-Bus session, the Secret Service provider and its default collection (locked
       or not, answering in time), the keyfile's permissions and owner, the manifest, and whether
-      the active key can be read. Exits 1 when the vault exists but its key cannot be read.
+      the active key can be read. A store this vault does not use is reported, not held against
+      it (a keyfile vault needs no session bus); a keyfile that is gone is "not found" with its
+      path. Exits 1 when the vault exists but its key cannot be read.
 
-      USAGE: vault [--home DIR] doctor
+      USAGE: vault [--home DIR] doctor [--json]
 
       OPTIONS:
+        --json                  Print JSON: checks (name, status: ok, warning, problem,
+                                not-needed or not-checked, detail), healthy and result.
         -h, --help              Show help information.
       """
     ),

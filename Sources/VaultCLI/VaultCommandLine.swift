@@ -25,7 +25,7 @@ public struct VaultCommandLine {
     "rotate": CommandSpec(
       name: "rotate", options: ["--max-age"], flags: ["--json", "--compromised", "--yes", "--if-due"],
       takesPositionals: false),
-    "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
+    "doctor": CommandSpec(name: "doctor", options: [], flags: ["--json"], takesPositionals: false),
     "queue": CommandSpec(
       name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(

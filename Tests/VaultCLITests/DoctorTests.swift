@@ -1,0 +1,72 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Issue 13, item 10: an honest `doctor` — a keyfile vault is not faulted for a missing session
+/// bus, a missing keyfile is "not found" with its path, and `--json` says the same.
+final class DoctorTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var keyfile: String { temporary.sub("keys/v.keys") }
+  /// No session bus at all: what a server or a container without a desktop session looks like.
+  var noBus: [String: String] {
+    var env = ProcessInfo.processInfo.environment
+    env["DBUS_SESSION_BUS_ADDRESS"] = nil
+    env["DISPLAY"] = nil
+    return env
+  }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func json(_ run: Spawned) throws -> [String: Any] {
+    try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any])
+  }
+
+  private func check(_ report: [String: Any], _ name: String) -> [String: Any]? {
+    (report["checks"] as? [[String: Any]])?.first { $0["name"] as? String == name }
+  }
+
+  func testAKeyfileVaultIsHealthyWithoutASessionBus() throws {
+    let text = try vault(["--home", home, "doctor"], environment: noBus)
+    XCTAssertEqual(text.status, 0, text.outputText)
+    XCTAssertTrue(
+      text.outputText.contains("session bus:     not available (not needed: this vault keeps its keys in a keyfile)"),
+      text.outputText)
+    XCTAssertTrue(text.outputText.contains("Result: the vault's key store works."), text.outputText)
+    let report = try json(try vault(["--home", home, "doctor", "--json"], environment: noBus))
+    XCTAssertEqual(report["healthy"] as? Bool, true)
+    XCTAssertEqual(check(report, "session bus")?["status"] as? String, "not-needed")
+    XCTAssertEqual(check(report, "keyfile")?["status"] as? String, "ok")
+    XCTAssertEqual(check(report, "active key")?["status"] as? String, "ok")
+  }
+
+  func testAMissingKeyfileIsNotFoundWithItsPath() throws {
+    XCTAssertEqual(rename(keyfile, keyfile + ".elsewhere"), 0)
+    let text = try vault(["--home", home, "doctor"], environment: noBus)
+    XCTAssertEqual(text.status, 1)
+    XCTAssertTrue(text.outputText.contains("keyfile:         not found: \(keyfile)"), text.outputText)
+    XCTAssertTrue(text.outputText.contains("unverified: its keyfile is not found"), text.outputText)
+    XCTAssertFalse(text.outputText.contains("mode missing"), "not reported as an ok keyfile")
+    let run = try vault(["--home", home, "doctor", "--json"], environment: noBus)
+    XCTAssertEqual(run.status, 1)
+    let report = try json(run)
+    XCTAssertEqual(report["healthy"] as? Bool, false)
+    XCTAssertEqual(check(report, "keyfile")?["status"] as? String, "problem")
+    XCTAssertEqual(check(report, "active key")?["status"] as? String, "not-checked")
+    XCTAssertFalse(FileManager.default.fileExists(atPath: keyfile), "doctor made no keyfile")
+  }
+
+  func testNoVaultYetIsNotAFailure() throws {
+    let run = try vault(["--home", temporary.sub("none"), "doctor", "--json"], environment: noBus)
+    XCTAssertEqual(run.status, 0)
+    let report = try json(run)
+    XCTAssertEqual(check(report, "manifest")?["status"] as? String, "not-checked")
+    XCTAssertEqual(report["result"] as? String, "no vault here yet; `vault init` would use a keyfile.")
+  }
+}
