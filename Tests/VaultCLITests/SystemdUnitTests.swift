@@ -19,3 +19,76 @@ final class SystemdUnitTests: XCTestCase {
     XCTAssertTrue(service.contains("Type=oneshot"))
   }
 }
+
+/// Issue 13, item 12: the units are correct for a user manager, and `tools/install.sh` puts the
+/// binaries, the documentation and the units in place, pointed at each other.
+final class InstallTests: XCTestCase {
+  let units = [
+    "vault-rotate.service", "vault-rotate.timer", "vault-telemetry-flush.service", "vault-telemetry-flush.timer",
+  ]
+
+  private func text(_ unit: String) throws -> String {
+    try String(contentsOfFile: packageRoot() + "/tools/systemd/" + unit, encoding: .utf8)
+  }
+
+  func testTheUnitsAvoidWhatAUserManagerIgnores() throws {
+    for unit in units {
+      let lines = try text(unit).split(separator: "\n").filter { !$0.hasPrefix("#") }
+      XCTAssertFalse(
+        lines.contains { $0.contains("network-online.target") }, "\(unit): means nothing to a user manager")
+      if lines.contains(where: { $0.hasPrefix("Persistent=") }) {
+        XCTAssertTrue(lines.contains { $0.hasPrefix("OnCalendar=") }, "\(unit): Persistent= needs OnCalendar=")
+      }
+    }
+    // Inside an environment file systemd expands nothing: the example must not suggest %h there.
+    let service = try text("vault-telemetry-flush.service")
+    for line in service.split(separator: "\n") where line.contains("VAULT_TELEMETRY_TOKEN_FILE=") {
+      XCTAssertFalse(line.contains("%h") || line.contains("~"), String(line))
+    }
+  }
+
+  func testInstallPutsEverythingInPlaceAndTheInstalledUnitsVerify() throws {
+    let temporary = TemporaryDirectory()
+    let prefix = temporary.sub("prefix")
+    let unitsDirectory = temporary.sub("units")
+    let run = try Spawn.run(
+      "/bin/bash",
+      [
+        packageRoot() + "/tools/install.sh", "--prefix", prefix, "--binaries", packageRoot() + "/.build/debug",
+        "--units-dir", unitsDirectory,
+      ])
+    XCTAssertEqual(run.status, 0, run.error)
+    for path in ["bin/vault", "bin/memo"] {
+      XCTAssertTrue(FileManager.default.isExecutableFile(atPath: prefix + "/" + path), path)
+    }
+    for document in ["README.md", "SECURITY.md", "INTEGRATING.md"] {
+      XCTAssertTrue(FileManager.default.fileExists(atPath: prefix + "/share/doc/vault/" + document), document)
+    }
+    let version = try Spawn.run(prefix + "/bin/vault", ["--version"])
+    XCTAssertEqual(version.status, 0, version.error)
+    for unit in units {
+      let installed = try String(contentsOfFile: unitsDirectory + "/" + unit, encoding: .utf8)
+      XCTAssertFalse(installed.contains("/usr/local/bin/vault"), unit)
+      if unit.hasSuffix(".service") {
+        XCTAssertTrue(installed.contains("ExecStart=\(prefix)/bin/vault "), unit)
+        XCTAssertTrue(installed.contains("Documentation=file://\(prefix)/share/doc/vault/README.md"), unit)
+      }
+    }
+    guard FileManager.default.fileExists(atPath: "/usr/bin/systemd-analyze") else { return }
+    let home = temporary.sub("home")
+    try FileManager.default.createDirectory(atPath: home + "/.config/vault", withIntermediateDirectories: true)
+    try "VAULT_TELEMETRY_ENDPOINT=http://127.0.0.1:9/x\nVAULT_TELEMETRY_TOKEN_FILE=/dev/null\n"
+      .write(toFile: home + "/.config/vault/telemetry.env", atomically: true, encoding: .utf8)
+    let runtime = temporary.sub("runtime")
+    try FileManager.default.createDirectory(
+      atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    var environment = ProcessInfo.processInfo.environment
+    environment["HOME"] = home
+    environment["XDG_RUNTIME_DIR"] = runtime
+    let verified = try Spawn.run(
+      "/usr/bin/systemd-analyze", ["--user", "verify"] + units.map { unitsDirectory + "/" + $0 },
+      environment: environment)
+    XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertEqual(verified.error, "", "any message from systemd-analyze is a problem")
+  }
+}
