@@ -6,7 +6,9 @@ extension VaultCommandLine {
     guard let action = arguments.positionals.first else {
       throw UsageError(message: "missing keyfile action (move)", command: "keyfile")
     }
-    guard action == "move" else { throw UsageError(message: "unknown keyfile action '\(action)'", command: "keyfile") }
+    guard action == "move" else {
+      throw UsageError(message: "unknown keyfile action '\(action)' (the action is move)", command: "keyfile")
+    }
     let rest = arguments.positionals.dropFirst()
     guard let target = rest.first else { throw UsageError(message: "missing the new keyfile PATH", command: "keyfile") }
     guard rest.count == 1 else {

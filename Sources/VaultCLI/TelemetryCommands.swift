@@ -14,7 +14,7 @@ extension VaultCommandLine {
   /// `vault telemetry flush --endpoint URL [--token-file FILE] [--json]`.
   func telemetry(_ arguments: Arguments) throws {
     guard let action = arguments.positionals.first else {
-      throw UsageError(message: "missing telemetry action (log or flush)", command: "telemetry")
+      throw UsageError(message: "missing telemetry action (log, flush or watch)", command: "telemetry")
     }
     let allowed: [String: Set<String>] = [
       "log": ["--payload", "--session"],
@@ -22,7 +22,8 @@ extension VaultCommandLine {
       "watch": ["--endpoint", "--token-file", "--interval", "--ca-file", "--allow-insecure-http"],
     ]
     guard let permitted = allowed[action] else {
-      throw UsageError(message: "unknown telemetry action '\(action)'", command: "telemetry")
+      throw UsageError(
+        message: "unknown telemetry action '\(action)' (the actions are log, flush and watch)", command: "telemetry")
     }
     for option in Set(arguments.options.keys).union(arguments.flags) where !permitted.contains(option) {
       throw UsageError(message: "'\(option)' does not apply to 'telemetry \(action)'", command: "telemetry")
@@ -35,6 +36,9 @@ extension VaultCommandLine {
     case "log":
       guard rest.count == 1 else { throw UsageError(message: "give exactly one event TYPE", command: "telemetry") }
       type = rest[0]
+      guard (1...128).contains(type.count) else {
+        throw UsageError(message: "an event TYPE must be 1–128 characters", command: "telemetry")
+      }
       if let text = arguments.options["--payload"] {
         // Our own strict parser: numbers stay as written (JSONSerialization and JSONDecoder
         // would round them through Double), duplicate keys are refused.
@@ -51,8 +55,16 @@ extension VaultCommandLine {
       }
     default:
       guard rest.isEmpty else { throw UsageError(message: "unexpected argument '\(rest[0])'", command: "telemetry") }
-      guard let text = arguments.options["--endpoint"], let url = URL(string: text), url.scheme != nil else {
+      guard let text = arguments.options["--endpoint"] else {
         throw UsageError(message: "\(action) needs --endpoint URL", command: "telemetry")
+      }
+      guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
+        url.host?.isEmpty == false
+      else {
+        throw UsageError(
+          // Not echoed: a mistyped endpoint may still carry a token in its query or user part.
+          message: "--endpoint must be an https:// (or loopback http://) URL with a host",
+          command: "telemetry")
       }
       do {
         try EndpointPolicy.check(url, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"))

@@ -70,3 +70,27 @@ final class DoctorTests: XCTestCase {
     XCTAssertEqual(report["result"] as? String, "no vault here yet; `vault init` would use a keyfile.")
   }
 }
+
+/// Issue 13, item 9: option values are checked with a usage error that says what was expected.
+final class TelemetryValidationTests: XCTestCase {
+  func testEndpointsActionsAndTypesAreUsageErrors() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    let cases: [([String], String)] = [
+      (["telemetry", "flush", "--endpoint", "notaurl?token=s3cret"], "--endpoint must be an https://"),
+      (["telemetry", "flush", "--endpoint", "https:///no-host"], "URL with a host"),
+      (["telemetry", "frobnicate"], "the actions are log, flush and watch"),
+      (["telemetry", "log", ""], "an event TYPE must be 1–128 characters"),
+      (["telemetry", "log", String(repeating: "t", count: 129)], "an event TYPE must be 1–128 characters"),
+      (["keyfile", "frob"], "the action is move"),
+    ]
+    for (arguments, message) in cases {
+      let run = try vault(["--home", home] + arguments)
+      XCTAssertEqual(run.status, 64, "\(arguments): \(run.error)")
+      XCTAssertTrue(run.error.contains(message), "\(arguments): \(run.error)")
+      XCTAssertFalse(run.error.contains("s3cret"), "a mistyped endpoint is not echoed")
+    }
+  }
+}
