@@ -20,9 +20,13 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     /// The envelope suite the version seals and opens: 2 (format 2), or 1 for a version made
     /// before format 2 (SECURITY.md, "Envelopes").
     public var suite: UInt8
+    /// For a version kept decrypt-only, why it is kept (records sealed outside containers, records
+    /// in a container, a container that is missing); empty for the active and retired versions.
+    public var keptBecause: [String]
 
     enum CodingKeys: String, CodingKey {
       case version, state, records, suite
+      case keptBecause = "kept_because"
       case createdAt = "created_at"
       case ageDays = "age_days"
       case retiredAt = "retired_at"
@@ -43,6 +47,7 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       try container.encode(retiredAt, forKey: .retiredAt)
       try container.encode(records, forKey: .records)
       try container.encode(suite, forKey: .suite)
+      try container.encode(keptBecause, forKey: .keptBecause)
     }
   }
 
@@ -137,7 +142,8 @@ extension Vault {
         .init(
           version: $0.version, state: $0.state, createdAt: $0.createdAt,
           ageDays: RotationSchedule.ageDays(of: $0.createdAt, now: now), retiredAt: $0.retiredAt,
-          records: totals[$0.version] ?? 0, suite: $0.effectiveSuite)
+          records: totals[$0.version] ?? 0, suite: $0.effectiveSuite,
+          keptBecause: $0.state == .decryptOnly ? keptBecause($0.version, manifest: manifest, counts: counts) : [])
       },
       integrity: integrity, keyfile: keyfile,
       containers: manifest.containers.map { container in
@@ -147,6 +153,28 @@ extension Vault {
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
       externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest))
+  }
+
+  /// Why `version` (decrypt-only) is kept, as the next rotation would see it from these counts.
+  static func keptBecause(_ version: UInt32, manifest: Manifest, counts: [String: [UInt32: Int]?]) -> [String] {
+    var reasons: [String] = []
+    if manifest.externalSealVersions.contains(version) {
+      reasons.append("it sealed records outside any container (seal), which rotation cannot count")
+    }
+    for container in manifest.containers {
+      switch counts[container.path] {
+      case .some(.some(let perVersion)):
+        if let count = perVersion[version], count > 0 {
+          reasons.append("\(count) records under it in \(container.path)")
+        }
+      case .some(.none):
+        reasons.append("container \(container.path) is missing, so its records cannot be counted")
+      case .none:
+        break
+      }
+    }
+    if reasons.isEmpty { reasons.append("nothing needs it now: the next rotation retires it") }
+    return reasons
   }
 
   /// The warnings `status` and `doctor` show for `manifest`.

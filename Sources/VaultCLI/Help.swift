@@ -68,7 +68,8 @@ enum Help {
 
       OPTIONS:
         --json                  Print JSON: vault_id, home, store, active_version, versions
-                                (version, state, created_at, age_days, retired_at, records, suite),
+                                (version, state, created_at, age_days, retired_at, records, suite,
+                                kept_because),
                                 keyfile (path, mode), containers (path, records per key version),
                                 external_seal_versions and warnings.
         -h, --help              Show help information.

@@ -245,8 +245,11 @@ public struct VaultCommandLine {
     var counts: [String: [UInt32: Int]?] = [:]
     for container in manifest.containers {
       do {
-        counts[container.path] = try QueueContainer.recordCounts(path: container.path, keyring: manifest.keyringID!)?
-          .byVersion
+        // updateValue, not a subscript assignment: assigning nil would drop the key, and a missing
+        // container must stay listed (nil counts) rather than vanish from the status.
+        counts.updateValue(
+          try QueueContainer.recordCounts(path: container.path, keyring: manifest.keyringID!)?.byVersion,
+          forKey: container.path)
       } catch {
         counts[container.path] = .some(nil)
         terminal.note("vault: could not count records in \(container.path): \(Self.describe(error).0)")
@@ -271,6 +274,7 @@ public struct VaultCommandLine {
       terminal.print(
         "    \(version.version)  \(state) created \(version.createdAt) (\(Self.days(version.ageDays)) ago)  "
           + "suite \(version.suite)  records \(version.records)")
+      for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
     for warning in vault.warnings { terminal.print("  warning:  \(warning) (`vault rotate`)") }
