@@ -188,7 +188,8 @@ enum Help {
       USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
              vault [--home DIR] queue stats [--container PATH] [--json]
              vault [--home DIR] queue list [--queue NAME] [--state STATE] [--container PATH] [--json]
-             vault [--home DIR] queue resend [--container PATH] ID...
+             vault [--home DIR] queue resend [--container PATH]
+                   (--all | --state STATE | --queue NAME | ID...)
 
       ACTIONS:
         put                     Seal standard input and store it durably; prints 'stored ID' or
@@ -196,12 +197,17 @@ enum Help {
         stats                   Records by state and key version, sealed bytes, and the drop
                                 ledger (cap, age, rejected, parked, undecryptable).
         list                    Ids, queues, states, attempts, key versions, sizes, error kinds.
-        resend                  Return parked or review records to pending.
+        resend                  Return parked or review records to pending, with a fresh attempt
+                                count: those named by id, or in bulk with exactly one of --all
+                                (every parked and review record), --state parked|review, or
+                                --queue NAME (that queue's parked and review records). Prints how
+                                many were resent.
 
       OPTIONS:
         --queue NAME            The queue within the container.
         --id UUID               The record's id (default: a random UUID).
-        --state STATE           pending, in_flight, parked or review.
+        --state STATE           pending, in_flight, parked or review (resend: parked or review).
+        --all                   With resend: every parked and review record.
         --container PATH        Another container file.
         --json                  Print JSON (stats: container, total, bytes, by_state,
                                 by_version, by_queue, dropped, minimum_seal_version).

@@ -27,7 +27,8 @@ public struct VaultCommandLine {
       takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
     "queue": CommandSpec(
-      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
+      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json", "--all"],
+      takesPositionals: true),
     "container": CommandSpec(name: "container", options: [], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(
       name: "telemetry",
