@@ -182,6 +182,21 @@ public struct RotationOptions: Sendable {
   }
 }
 
+/// What `Vault.forgetContainer(at:)` removed, and what that means for retiring keys.
+public struct ForgottenContainer: Sendable, Equatable {
+  /// The path whose registration was removed.
+  public var path: String
+  /// The container id it was registered with (nil for one registered before container ids).
+  public var id: String?
+  /// Containers still registered. With none, a rotation retires nothing (it has nothing to count).
+  public var remainingContainers: Int
+  /// Decrypt-only versions no `seal` envelope pins: the next rotation retires each one the
+  /// remaining containers prove unused (those only the forgotten container held, among others).
+  public var retirableVersions: [UInt32]
+  /// Decrypt-only versions kept whatever the containers hold, because `seal` envelopes need them.
+  public var pinnedBySeal: [UInt32]
+}
+
 /// What a rotation did.
 public struct RotationReport: Sendable, Equatable, Codable {
   /// The version active when the rotation began (equal to `newVersion` when resuming an
@@ -235,6 +250,11 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
   case aborted
   /// After a compromise, some older version could not be retired yet (its key is still present).
   case compromiseIncomplete(retired: [UInt32], kept: [String])
+  /// `Vault.forgetContainer(at:)` was given a path where no container is registered.
+  case containerNotRegistered(path: String)
+  /// `Vault.forgetContainer(at:)` found a file at the path (or could not look): the container may
+  /// still be there, and its records would lose their keys.
+  case containerStillPresent(path: String)
 
   /// A sentence for a person that says what to restore or run, and whether anything changed.
   public var description: String {
@@ -263,6 +283,11 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
     case .aborted:
       "the rotation after a compromise was stopped before retiring anything; the new key version is active. "
         + "Run it again to finish"
+    case .containerNotRegistered(let path):
+      "no container is registered at \(path). Nothing was changed"
+    case .containerStillPresent(let path):
+      "a file is still at \(path) (or it cannot be looked at): only a container that is gone can be forgotten, "
+        + "since its records would lose their keys. Nothing was changed"
     }
   }
 }
@@ -553,6 +578,42 @@ extension Vault {
     }
   }
 
+  /// Removes the registration of a container that is gone for good (deleted, lost with a disk),
+  /// under the home's lock, so rotation no longer refuses to run for it.
+  ///
+  /// Its records are gone with it: nothing can count them any more, so the versions they were
+  /// sealed under stop being kept for them. The next rotation retires a version only it still held
+  /// once the remaining containers prove it unused (and no `seal` envelope pins it); with no
+  /// container left registered, a rotation retires nothing.
+  ///
+  /// - Parameter path: the registered container's path (made absolute against the working
+  ///   directory).
+  /// - Returns: what was removed and what it means for retirement.
+  /// - Throws: `RotationError.containerNotRegistered` when nothing is registered at `path`;
+  ///   `.containerStillPresent` when a file (or anything else, a symlink included) is at `path` or
+  ///   it cannot be looked at. Nothing is changed then. The manifest's and key store's errors
+  ///   when the manifest cannot be read or written.
+  public func forgetContainer(at path: String) throws -> ForgottenContainer {
+    let path = absolutePath(path)
+    return try withManifestLock {
+      guard let registered = manifest.container(at: path) else {
+        throw RotationError.containerNotRegistered(path: path)
+      }
+      var info = stat()
+      // Only a path proven empty (ENOENT) is gone; any other answer may hide the container.
+      guard lstat(path, &info) != 0, errno == ENOENT else { throw RotationError.containerStillPresent(path: path) }
+      var next = manifest
+      next.containers.removeAll { $0.path == path }
+      try save(next)
+      let pinned = Set(next.externalSealVersions)
+      let older = next.versions.filter { $0.state == .decryptOnly }.map(\.version)
+      return ForgottenContainer(
+        path: path, id: registered.id, remainingContainers: next.containers.count,
+        retirableVersions: older.filter { !pinned.contains($0) }.sorted(),
+        pinnedBySeal: older.filter { pinned.contains($0) }.sorted())
+    }
+  }
+
   /// The registered container at `path`, as the manifest says now (re-read when it changed).
   ///
   /// - Parameter path: the container file (made absolute against the working directory).
@@ -577,6 +638,8 @@ extension RotationError: CodedError {
     case .duplicateContainer: "rotation.duplicate-container"
     case .aborted: "rotation.aborted"
     case .compromiseIncomplete: "rotation.compromise-incomplete"
+    case .containerNotRegistered: "rotation.container-not-registered"
+    case .containerStillPresent: "rotation.container-still-present"
     }
   }
 }

@@ -24,6 +24,8 @@ enum Advice {
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
     case QueueError.noContainer: return " (`vault queue put` creates one there)"
     case RotationError.compromiseIncomplete: return " (`vault rotate --compromised`)"
+    case RotationError.containerMissing(let path):
+      return " (if it is gone for good, `vault container forget \(path)`)"
     case EndpointError.insecureHTTP: return " (--allow-insecure-http)"
     default: return ""
     }

@@ -21,6 +21,7 @@ enum Help {
       open                    Open an envelope from standard input onto standard output.
       rotate                  Make a new key version active and re-seal every queued record.
       queue                   Put records into a queue container and inspect it.
+      container               List the registered containers, or forget one that is gone.
       telemetry               Log telemetry events and deliver them in gzip JSON batches.
       scan                    Look through files for plaintext that should not be on disk.
       doctor                  Explain which key store works here and why the other does not.
@@ -192,7 +193,8 @@ enum Help {
       USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
              vault [--home DIR] queue stats [--container PATH] [--json]
              vault [--home DIR] queue list [--queue NAME] [--state STATE] [--container PATH] [--json]
-             vault [--home DIR] queue resend [--container PATH] ID...
+             vault [--home DIR] queue resend [--container PATH]
+                   (--all | --state STATE | --queue NAME | ID...)
 
       ACTIONS:
         put                     Seal standard input and store it durably; prints 'stored ID' or
@@ -200,15 +202,48 @@ enum Help {
         stats                   Records by state and key version, sealed bytes, and the drop
                                 ledger (cap, age, rejected, parked, undecryptable).
         list                    Ids, queues, states, attempts, key versions, sizes, error kinds.
-        resend                  Return parked or review records to pending.
+        resend                  Return parked or review records to pending, with a fresh attempt
+                                count: those named by id, or in bulk with exactly one of --all
+                                (every parked and review record), --state parked|review, or
+                                --queue NAME (that queue's parked and review records). Prints how
+                                many were resent.
 
       OPTIONS:
         --queue NAME            The queue within the container.
         --id UUID               The record's id (default: a random UUID).
-        --state STATE           pending, in_flight, parked or review.
+        --state STATE           pending, in_flight, parked or review (resend: parked or review).
+        --all                   With resend: every parked and review record.
         --container PATH        Another container file.
         --json                  Print JSON (stats: container, total, bytes, by_state,
                                 by_version, by_queue, dropped, minimum_seal_version).
+        -h, --help              Show help information.
+      """
+    ),
+    "container": (
+      "vault [--home DIR] container list [--json] | forget PATH",
+      """
+      OVERVIEW: List the registered containers, or forget one that is gone.
+
+      Rotation re-seals every registered container and refuses to run while one is missing or
+      replaced. 'list' reads only the manifest and each file's envelope headers (no key, so it
+      works while the keyring is locked). 'forget' removes the registration of a container the
+      operator knows is gone for good; it is refused, changing nothing, while any file is at PATH.
+
+      USAGE: vault [--home DIR] container list [--json]
+             vault [--home DIR] container forget PATH
+
+      ACTIONS:
+        list                    Each container's path, container id, records per key version and
+                                state: ok, missing (no file) or replaced (the file holds another
+                                container id, another vault's container, or no container).
+        forget                  Remove a missing container's registration. Its records are gone
+                                for good; a version only it held is retired by the next rotation
+                                (while another container is registered and no 'vault seal'
+                                envelope needs it).
+
+      OPTIONS:
+        --json                  Print JSON (list): an array of path, id, state and records (key
+                                version -> count, or null unless ok).
         -h, --help              Show help information.
       """
     ),

@@ -19,7 +19,8 @@ extension VaultCommandLine {
     let rest = Array(arguments.positionals.dropFirst())
     let allowed: [String: Set<String>] = [
       "put": ["--queue", "--id", "--container"], "stats": ["--container", "--json"],
-      "list": ["--queue", "--state", "--container", "--json"], "resend": ["--container"],
+      "list": ["--queue", "--state", "--container", "--json"],
+      "resend": ["--container", "--all", "--state", "--queue"],
     ]
     guard let permitted = allowed[action] else {
       throw UsageError(message: "unknown queue action '\(action)'", command: "queue")
@@ -37,6 +38,8 @@ extension VaultCommandLine {
     var payload: [UInt8] = []
     var state: RecordState?
     var ids: [UUID] = []
+    // `resend --all | --state | --queue`: the states and queue to resend in bulk (nil: by ids).
+    var bulk: (states: Set<RecordState>, queue: String?)?
     switch action {
     case "put":
       guard let queue = arguments.options["--queue"] else {
@@ -62,8 +65,25 @@ extension VaultCommandLine {
         state = parsed
       }
     case "resend":
-      guard !rest.isEmpty else {
-        throw UsageError(message: "give the ids of parked records to resend", command: "queue")
+      let selectors =
+        [
+          arguments.flags.contains("--all") ? "--all" : nil, arguments.options["--state"].map { _ in "--state" },
+          arguments.options["--queue"].map { _ in "--queue" }, rest.isEmpty ? nil : "ids",
+        ].compactMap { $0 }
+      guard selectors.count == 1 else {
+        throw UsageError(
+          message: selectors.isEmpty
+            ? "say what to resend: --all, --state parked|review, --queue NAME or the records' ids"
+            : "give one of --all, --state, --queue or ids, not \(selectors.joined(separator: " and "))",
+          command: "queue")
+      }
+      if let text = arguments.options["--state"] {
+        guard let parsed = RecordState(rawValue: text), parsed == .parked || parsed == .review else {
+          throw UsageError(message: "--state must be parked or review (got '\(text)')", command: "queue")
+        }
+        bulk = ([parsed], nil)
+      } else if rest.isEmpty {
+        bulk = ([.parked, .review], arguments.options["--queue"])
       }
       for text in rest {
         guard let parsed = UUID(uuidString: text) else {
@@ -118,6 +138,10 @@ extension VaultCommandLine {
             + QueueContainer.timestamp(record.createdAt))
       }
     default:
+      if let bulk {
+        terminal.print("resent \(try container.resendAll(in: bulk.states, queue: bulk.queue))")
+        return
+      }
       let moved = try container.resend(ids)
       terminal.print("resent \(moved) of \(ids.count)")
       if moved < ids.count {

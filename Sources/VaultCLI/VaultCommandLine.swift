@@ -27,7 +27,9 @@ public struct VaultCommandLine {
       takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: ["--json"], takesPositionals: false),
     "queue": CommandSpec(
-      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
+      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json", "--all"],
+      takesPositionals: true),
+    "container": CommandSpec(name: "container", options: [], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(
       name: "telemetry",
       options: ["--payload", "--session", "--endpoint", "--token-file", "--interval", "--ca-file"],
@@ -80,6 +82,7 @@ public struct VaultCommandLine {
       case "doctor": return doctor(arguments)
       case "keyfile": try keyfile(arguments)
       case "queue": try queue(arguments)
+      case "container": try container(arguments)
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))

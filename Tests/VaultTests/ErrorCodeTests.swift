@@ -16,6 +16,7 @@ final class ErrorCodeTests: XCTestCase {
     KeyStoreError.keyfileTooLarge(path: "/k", byteCount: 2, limit: 1),
     KeyStoreError.wrongOwner(path: "/k", owner: 1000, expected: 0), CryptoError.randomUnavailable,
     RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
+    RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
   ]
 

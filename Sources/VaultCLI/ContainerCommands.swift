@@ -1,0 +1,131 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
+
+/// One registered container as `vault container list` shows it; its JSON form is part of the
+/// command-line contract.
+struct ContainerListing: Encodable {
+  /// Whether the file at the registered path is the container that was registered.
+  enum State: String, Encodable {
+    /// The registered container (same vault, same container id).
+    case ok
+    /// No file at the path.
+    case missing
+    /// A file that is not the registered container: another container id, another vault's
+    /// container, an empty file or no container at all.
+    case replaced
+  }
+
+  let path: String
+  /// The container id recorded at registration (nil for one registered before ids).
+  let id: String?
+  let state: State
+  /// Records per key version from the envelopes' headers; nil unless the state is `ok`.
+  let records: [String: Int]?
+  /// What a replaced path holds instead, for the text form only.
+  let found: String?
+
+  enum Key: String, CodingKey { case path, id, state, records }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: Key.self)
+    try container.encode(path, forKey: .path)
+    // Absent is null, never omitted.
+    try container.encode(id, forKey: .id)
+    try container.encode(state, forKey: .state)
+    try container.encode(records, forKey: .records)
+  }
+}
+
+extension VaultCommandLine {
+  /// `vault container list|forget`.
+  func container(_ arguments: Arguments) throws {
+    guard let action = arguments.positionals.first else {
+      throw UsageError(message: "missing container action (list or forget)", command: "container")
+    }
+    let rest = Array(arguments.positionals.dropFirst())
+    switch action {
+    case "list":
+      if let extra = rest.first { throw UsageError(message: "unexpected argument '\(extra)'", command: "container") }
+      try listContainers(json: arguments.flags.contains("--json"), arguments)
+    case "forget":
+      if arguments.flags.contains("--json") {
+        throw UsageError(message: "'--json' does not apply to 'container forget'", command: "container")
+      }
+      guard let path = rest.first else {
+        throw UsageError(message: "missing the PATH of the container to forget", command: "container")
+      }
+      guard rest.count == 1 else { throw UsageError(message: "unexpected argument '\(rest[1])'", command: "container") }
+      try forgetContainer(path, arguments)
+    default:
+      throw UsageError(message: "unknown container action '\(action)'", command: "container")
+    }
+  }
+
+  /// Reads only the manifest and each file's envelope headers: no key, like `status`.
+  private func listContainers(json: Bool, _ arguments: Arguments) throws {
+    let (manifest, _) = try Vault.inspect(home: homePath(arguments), resolver: keyStores)
+    let keyring = manifest.keyringID!
+    var listings: [ContainerListing] = []
+    for registered in manifest.containers {
+      let path = registered.path
+      var state = ContainerListing.State.replaced
+      var records: [String: Int]?
+      var found: String?
+      switch try QueueContainer.probe(path: path) {
+      case .missing: state = .missing
+      case .empty: found = "an empty file"
+      case .notAContainer(let reason): found = "not a container: \(reason)"
+      case .container(let owner, _) where owner != keyring.hex: found = "vault \(owner)'s container"
+      case .container(_, let id) where registered.id != nil && id != registered.id:
+        found = "container id \(id ?? "none")"
+      case .container:
+        state = .ok
+        let counts = try QueueContainer.recordCounts(path: path, keyring: keyring)?.byVersion ?? [:]
+        records = Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })
+      }
+      listings.append(ContainerListing(path: path, id: registered.id, state: state, records: records, found: found))
+    }
+    if json {
+      terminal.print(try JSON.encode(listings))
+      return
+    }
+    if listings.isEmpty { terminal.print("No containers are registered") }
+    for listing in listings {
+      var line = "\(listing.path)  id \(listing.id ?? "none")  \(listing.state.rawValue)"
+      if let found = listing.found { line += " (holds \(found))" }
+      if let records = listing.records {
+        let versions = records.sorted { UInt32($0.key) ?? 0 < UInt32($1.key) ?? 0 }
+        line +=
+          "  records: "
+          + (versions.isEmpty ? "none" : versions.map { "v\($0.key) \($0.value)" }.joined(separator: ", "))
+      }
+      terminal.print(line)
+    }
+  }
+
+  private func forgetContainer(_ path: String, _ arguments: Arguments) throws {
+    let vault = try openVault(arguments)
+    let forgotten = try vault.forgetContainer(at: path)
+    terminal.print(
+      "Forgot container \(forgotten.path) (id \(forgotten.id ?? "none")): its records are gone for good "
+        + "and no rotation will look for it")
+    let versions = { (list: [UInt32]) in list.map(String.init).joined(separator: ", ") }
+    if forgotten.remainingContainers == 0 {
+      terminal.print(
+        "No container is registered now, so a rotation retires no version (`vault queue put` creates and "
+          + "registers one)")
+    } else if !forgotten.retirableVersions.isEmpty {
+      terminal.print(
+        "The next `vault rotate` retires version(s) \(versions(forgotten.retirableVersions)) if the "
+          + "\(forgotten.remainingContainers) remaining container(s) hold no records under them")
+    } else {
+      terminal.print("No decrypt-only version was waiting on it: nothing more to retire")
+    }
+    if !forgotten.pinnedBySeal.isEmpty {
+      terminal.print(
+        "Version(s) \(versions(forgotten.pinnedBySeal)) stay kept: envelopes made with `vault seal` need them")
+    }
+  }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Issue 13, containers, through the real binary: `container list` tells ok, missing and replaced
+/// containers apart without keys, and `container forget` drops only a container that is gone.
+final class ContainerCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var keyfile: String { temporary.sub("k/v.keys") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func put(_ container: String) throws {
+    let put = try vault(["--home", home, "queue", "put", "--queue", "q", "--container", container], input: [1])
+    XCTAssertEqual(put.status, 0, put.error)
+  }
+
+  private func listing() throws -> [String: [String: Any]] {
+    let run = try vault(["--home", home, "container", "list", "--json"])
+    XCTAssertEqual(run.status, 0, run.error)
+    let rows = try JSONSerialization.jsonObject(with: Data(run.output)) as? [[String: Any]] ?? []
+    return Dictionary(uniqueKeysWithValues: rows.map { ($0["path"] as? String ?? "", $0) })
+  }
+
+  func testListTellsOkMissingAndReplacedApartWithoutKeys() throws {
+    let kept = temporary.sub("kept.sqlite")
+    let gone = temporary.sub("gone.sqlite")
+    let swapped = temporary.sub("swapped.sqlite")
+    let foreignHome = temporary.sub("other-home")
+    let foreign = temporary.sub("foreign.sqlite")
+    for path in [kept, gone, swapped] { try put(path) }
+    try put(kept)
+    let other = try vault([
+      "--home", foreignHome, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/o.keys"),
+    ])
+    XCTAssertEqual(other.status, 0, other.error)
+    let otherPut = try vault(
+      ["--home", foreignHome, "queue", "put", "--queue", "q", "--container", foreign], input: [1])
+    XCTAssertEqual(otherPut.status, 0, otherPut.error)
+    let registered = try listing()
+    let goneID = registered[gone]?["id"] as? String
+    let swappedID = registered[swapped]?["id"] as? String
+    try FileManager.default.removeItem(atPath: gone)
+    try FileManager.default.removeItem(atPath: swapped)
+    try FileManager.default.copyItem(atPath: kept, toPath: swapped)
+    // Another vault's container where one of ours was registered is replaced too.
+    let alien = temporary.sub("alien.sqlite")
+    try put(alien)
+    try FileManager.default.removeItem(atPath: alien)
+    try FileManager.default.copyItem(atPath: foreign, toPath: alien)
+    // Without the keyfile nothing can be opened: the listing needs no key, like `status`.
+    try FileManager.default.moveItem(atPath: keyfile, toPath: keyfile + ".away")
+
+    let rows = try listing()
+    XCTAssertEqual(rows.count, 5, "the default container and four more")
+    XCTAssertEqual(rows[kept]?["state"] as? String, "ok")
+    XCTAssertEqual(rows[kept]?["records"] as? [String: Int], ["1": 2])
+    XCTAssertEqual((rows[kept]?["id"] as? String)?.count, 16)
+    XCTAssertEqual(rows[home + "/queue.sqlite"]?["records"] as? [String: Int], [:])
+    XCTAssertEqual(rows[gone]?["state"] as? String, "missing")
+    XCTAssertEqual(rows[gone]?["id"] as? String, goneID)
+    XCTAssertTrue(rows[gone]?["records"] is NSNull, "absent is null, never omitted")
+    XCTAssertEqual(rows[swapped]?["state"] as? String, "replaced")
+    XCTAssertEqual(rows[swapped]?["id"] as? String, swappedID, "the registered id, not the copy's")
+    XCTAssertTrue(rows[swapped]?["records"] is NSNull)
+    XCTAssertEqual(rows[alien]?["state"] as? String, "replaced")
+
+    let text = try vault(["--home", home, "container", "list"])
+    XCTAssertEqual(text.status, 0, text.error)
+    XCTAssertTrue(text.outputText.contains("\(kept)  id "), text.outputText)
+    XCTAssertTrue(text.outputText.contains("ok  records: v1 2"), text.outputText)
+    XCTAssertTrue(text.outputText.contains("\(gone)  id \(goneID ?? "?")  missing\n"), text.outputText)
+    XCTAssertTrue(text.outputText.contains("replaced (holds container id "), text.outputText)
+    XCTAssertTrue(text.outputText.contains("replaced (holds vault "), text.outputText)
+  }
+
+  func testForgetIsRefusedWhileAFileIsAtThePath() throws {
+    let container = temporary.sub("c.sqlite")
+    try put(container)
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    let refused = try vault(["--home", home, "container", "forget", container])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("a file is still at \(container)"), refused.error)
+    XCTAssertTrue(refused.error.contains("Nothing was changed"), refused.error)
+    // Even a file that is not the container: only a path with nothing there can be forgotten.
+    try FileManager.default.removeItem(atPath: container)
+    try Data("not a container".utf8).write(to: URL(fileURLWithPath: container))
+    XCTAssertEqual(try vault(["--home", home, "container", "forget", container]).status, 1)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "nothing changed")
+    XCTAssertEqual(try listing()[container]?["state"] as? String, "replaced")
+
+    let unknown = try vault(["--home", home, "container", "forget", temporary.sub("never.sqlite")])
+    XCTAssertEqual(unknown.status, 1)
+    XCTAssertTrue(unknown.error.contains("no container is registered at"), unknown.error)
+    let usage = try vault(["--home", home, "container", "forget"])
+    XCTAssertEqual(usage.status, 64)
+    XCTAssertTrue(usage.error.contains("Usage: vault [--home DIR] container list [--json] | forget PATH"), usage.error)
+  }
+
+  /// A container lost for good blocks every rotation; forgotten, the next rotation runs and
+  /// retires the version only it held.
+  func testForgettingAMissingContainerLetsRotationRetireTheVersionOnlyItHeld() throws {
+    let lost = temporary.sub("lost.sqlite")
+    try put(lost)
+    try FileManager.default.removeItem(atPath: lost)
+    let blocked = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(blocked.status, 1)
+    XCTAssertTrue(blocked.error.contains("registered container \(lost) is missing"), blocked.error)
+    XCTAssertTrue(blocked.error.contains("`vault container forget \(lost)`"), blocked.error)
+
+    let forget = try vault(["--home", home, "container", "forget", lost])
+    XCTAssertEqual(forget.status, 0, forget.error)
+    XCTAssertTrue(forget.outputText.hasPrefix("Forgot container \(lost) (id "), forget.outputText)
+    XCTAssertTrue(forget.outputText.contains("its records are gone for good"), forget.outputText)
+    XCTAssertNil(try listing()[lost], "no longer registered")
+
+    let rotate = try vault(["--home", home, "rotate", "--json"])
+    XCTAssertEqual(rotate.status, 0, rotate.error)
+    let report = try JSONSerialization.jsonObject(with: Data(rotate.output)) as? [String: Any]
+    XCTAssertEqual(report?["retired"] as? [Int], [1], "version 1 sealed records only in the lost container")
+  }
+
+  /// What forgetting says when `vault seal` envelopes pin an old version, and when the last
+  /// container goes: then a rotation has nothing to count and retires nothing.
+  func testForgetSaysWhatStaysKeptAndThatNoContainerMeansNoRetirement() throws {
+    let lost = temporary.sub("lost.sqlite")
+    try put(lost)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: [1])
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "version 1 kept for the sealed envelope")
+    try FileManager.default.removeItem(atPath: lost)
+    let forget = try vault(["--home", home, "container", "forget", lost])
+    XCTAssertEqual(forget.status, 0, forget.error)
+    XCTAssertTrue(
+      forget.outputText.contains("Version(s) 1 stay kept: envelopes made with `vault seal` need them"),
+      forget.outputText)
+
+    let defaultContainer = home + "/queue.sqlite"
+    try FileManager.default.removeItem(atPath: defaultContainer)
+    let last = try vault(["--home", home, "container", "forget", defaultContainer])
+    XCTAssertEqual(last.status, 0, last.error)
+    XCTAssertTrue(last.outputText.contains("No container is registered now"), last.outputText)
+    XCTAssertEqual(try listing().count, 0)
+    let rotate = try vault(["--home", home, "rotate", "--json"])
+    let report = try JSONSerialization.jsonObject(with: Data(rotate.output)) as? [String: Any]
+    XCTAssertEqual(report?["retired"] as? [Int], [], rotate.error)
+  }
+}
