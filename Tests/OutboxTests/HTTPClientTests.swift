@@ -1,10 +1,9 @@
+internal import CCurl
 import Foundation
 import VaultTestSupport
 import XCTest
 
 @testable import Outbox
-
-internal import CCurl
 
 /// The HTTP client against hostile servers on loopback: each misbehaviour that FoundationNetworking's
 /// URLSession let through (followed redirects, unbounded and inflated bodies, no overall deadline,
