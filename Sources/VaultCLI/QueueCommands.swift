@@ -19,7 +19,7 @@ extension VaultCommandLine {
     let rest = Array(arguments.positionals.dropFirst())
     let allowed: [String: Set<String>] = [
       "put": ["--queue", "--id", "--container"], "stats": ["--container", "--json"],
-      "list": ["--queue", "--state", "--container", "--json"], "resend": ["--container"],
+      "list": ["--queue", "--state", "--container", "--json", "--limit", "--after"], "resend": ["--container"],
     ]
     guard let permitted = allowed[action] else {
       throw UsageError(message: "unknown queue action '\(action)'", command: "queue")
@@ -37,6 +37,7 @@ extension VaultCommandLine {
     var payload: [UInt8] = []
     var state: RecordState?
     var ids: [UUID] = []
+    var page: (limit: Int?, after: UUID?) = (nil, nil)
     switch action {
     case "put":
       guard let queue = arguments.options["--queue"] else {
@@ -61,6 +62,7 @@ extension VaultCommandLine {
         }
         state = parsed
       }
+      page = try Self.listingPage(arguments)
     case "resend":
       guard !rest.isEmpty else {
         throw UsageError(message: "give the ids of parked records to resend", command: "queue")
@@ -106,17 +108,9 @@ extension VaultCommandLine {
         "  dropped:  "
           + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
     case "list":
-      let records = try container.list(queue: arguments.options["--queue"], state: state)
-      if arguments.flags.contains("--json") {
-        terminal.print(try JSON.encode(records))
-        return
-      }
-      for record in records {
-        terminal.print(
-          "\(record.id.uuidString.lowercased())  \(record.queue)  \(record.state.rawValue)  attempts "
-            + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  "
-            + QueueContainer.timestamp(record.createdAt))
-      }
+      try list(
+        container, queue: arguments.options["--queue"], state: state, page: page,
+        json: arguments.flags.contains("--json"))
     default:
       let moved = try container.resend(ids)
       terminal.print("resent \(moved) of \(ids.count)")

@@ -27,7 +27,8 @@ public struct VaultCommandLine {
       takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: [], takesPositionals: false),
     "queue": CommandSpec(
-      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json"], takesPositionals: true),
+      name: "queue", options: ["--queue", "--id", "--container", "--state", "--limit", "--after"], flags: ["--json"],
+      takesPositionals: true),
     "telemetry": CommandSpec(
       name: "telemetry",
       options: ["--payload", "--session", "--endpoint", "--token-file", "--interval", "--ca-file"],
@@ -38,6 +39,7 @@ public struct VaultCommandLine {
       takesPositionals: true,
       repeatable: ["--canary"]),
     "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
+    "version": CommandSpec(name: "version", options: [], flags: ["--json"], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -82,6 +84,7 @@ public struct VaultCommandLine {
       case "queue": try queue(arguments)
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)
+      case "version": try version(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
@@ -127,7 +130,7 @@ public struct VaultCommandLine {
   /// Error types whose descriptions are written for people and hold nothing secret.
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
-    QueueCommandError.self, TelemetryError.self, ScanError.self, RotationError.self,
+    QueueCommandError.self, ListingError.self, TelemetryError.self, ScanError.self, RotationError.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {

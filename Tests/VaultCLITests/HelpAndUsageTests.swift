@@ -21,7 +21,9 @@ final class HelpAndUsageTests: XCTestCase {
   }
 
   func testSubcommandHelpMatchesGolden() throws {
-    for command in ["init", "status", "seal", "open", "rotate", "doctor", "keyfile", "queue", "telemetry", "scan"] {
+    for command in [
+      "init", "status", "seal", "open", "rotate", "doctor", "keyfile", "queue", "telemetry", "scan", "version",
+    ] {
       let expected = try golden("help-\(command)")
       XCTAssertEqual(runInProcess(["help", command]).outputText, expected, command)
       XCTAssertEqual(runInProcess([command, "--help"]).outputText, expected, command)
