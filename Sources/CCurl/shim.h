@@ -36,3 +36,7 @@ static inline CURLcode vault_curl_set_progress_callback(CURL *handle, vault_curl
 static inline CURLcode vault_curl_response_code(CURL *handle, long *code) {
   return curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, code);
 }
+
+static inline CURLcode vault_curl_os_errno(CURL *handle, long *value) {
+  return curl_easy_getinfo(handle, CURLINFO_OS_ERRNO, value);
+}

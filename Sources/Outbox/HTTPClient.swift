@@ -36,8 +36,8 @@ public struct HTTPRequest: Sendable {
 public enum HTTPOutcome: Sendable, Equatable {
   /// A complete answer: its status and raw Retry-After header (a redirect comes back as its 3xx).
   case status(Int, retryAfter: String?)
-  /// No answer; `kind` names why (`connect`, `resolve`, `timeout`, `tls-verification`,
-  /// `cancelled`, `invalid-header`, …).
+  /// No answer; `kind` names why (`connection-refused`, `dns`, `timed-out`, `tls`,
+  /// `tls-verification`, `cancelled`, `invalid-header`, …: the README's "Delivery over HTTP" lists them).
   case unreachable(kind: String)
 }
 
@@ -171,34 +171,71 @@ public final class HTTPClient: @unchecked Sendable {
       let code = handles.run()
       var status = 0
       if vault_curl_response_code(easy, &status) != CURLE_OK { status = 0 }
-      return Self.outcome(code: code, status: status, exchange: exchange)
+      var osErrno = 0
+      if vault_curl_os_errno(easy, &osErrno) != CURLE_OK { osErrno = 0 }
+      return Self.outcome(code: code, status: status, exchange: exchange, osErrno: Int32(clamping: osErrno))
     }
   }
 
   /// The status when a complete one arrived (also when we cut an over-long body short on purpose),
   /// else the failure's kind.
-  static func outcome(code: CURLcode, status: Int, exchange: Exchange) -> HTTPOutcome {
+  static func outcome(code: CURLcode, status: Int, exchange: Exchange, osErrno: Int32 = 0) -> HTTPOutcome {
     if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && exchange.bodyTooLong)) && (100..<600).contains(status)
       && exchange.headersComplete
     {
       return .status(status, retryAfter: exchange.retryAfter)
     }
+    return .unreachable(kind: failureKind(code: code, osErrno: osErrno))
+  }
+
+  /// The readable kind of a failed exchange: every libcurl code maps to one of the kinds the README
+  /// lists under "Delivery over HTTP", never to a number (operators and scripts match on these).
+  ///
+  /// - Parameters:
+  ///   - code: what `curl_easy_perform` returned; `CURLE_OK` here means the answer was incomplete.
+  ///   - osErrno: libcurl's `CURLINFO_OS_ERRNO` (tells a refused connection from an unreachable host).
+  static func failureKind(code: CURLcode, osErrno: Int32) -> String {
     switch code {
-    case CURLE_ABORTED_BY_CALLBACK: return .unreachable(kind: "cancelled")
-    case CURLE_OPERATION_TIMEDOUT: return .unreachable(kind: "timeout")
-    case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: return .unreachable(kind: "resolve")
-    case CURLE_COULDNT_CONNECT: return .unreachable(kind: "connect")
-    case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE:
-      return .unreachable(kind: "tls-verification")
-    case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_USE_SSL_FAILED:
-      return .unreachable(kind: "tls")
-    case CURLE_GOT_NOTHING: return .unreachable(kind: "empty-reply")
-    case CURLE_SEND_ERROR: return .unreachable(kind: "send")
-    case CURLE_RECV_ERROR, CURLE_PARTIAL_FILE: return .unreachable(kind: "receive")
-    case CURLE_OUT_OF_MEMORY: return .unreachable(kind: "local-memory")
-    case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT: return .unreachable(kind: "unsupported-url")
-    case CURLE_WEIRD_SERVER_REPLY: return .unreachable(kind: "malformed-response")
-    default: return .unreachable(kind: "transport-\(code.rawValue)")
+    case CURLE_OK: return "incomplete-response"
+    case CURLE_ABORTED_BY_CALLBACK: return "cancelled"
+    case CURLE_OPERATION_TIMEDOUT: return "timed-out"
+    case CURLE_COULDNT_RESOLVE_HOST: return "dns"
+    case CURLE_COULDNT_RESOLVE_PROXY: return "proxy-dns"
+    case CURLE_COULDNT_CONNECT:
+      switch osErrno {
+      case ECONNREFUSED: return "connection-refused"
+      case ENETUNREACH: return "network-unreachable"
+      case EHOSTUNREACH: return "host-unreachable"
+      case ETIMEDOUT: return "timed-out"
+      default: return "connection-failed"
+      }
+    case CURLE_INTERFACE_FAILED, CURLE_NO_CONNECTION_AVAILABLE, CURLE_QUIC_CONNECT_ERROR: return "connection-failed"
+    case CURLE_PROXY: return "proxy"
+    case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+      CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS:
+      return "tls-verification"
+    case CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_USE_SSL_FAILED,
+      CURLE_SSL_SHUTDOWN_FAILED, CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED,
+      CURLE_SSL_CLIENTCERT:
+      return "tls"
+    case CURLE_GOT_NOTHING: return "empty-reply"
+    case CURLE_SEND_ERROR, CURLE_SEND_FAIL_REWIND, CURLE_READ_ERROR, CURLE_UPLOAD_FAILED:
+      return osErrno == ECONNRESET || osErrno == EPIPE ? "connection-reset" : "send"
+    case CURLE_RECV_ERROR, CURLE_PARTIAL_FILE:
+      return osErrno == ECONNRESET ? "connection-reset" : "receive"
+    case CURLE_OUT_OF_MEMORY: return "local-memory"
+    case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT: return "unsupported-url"
+    case CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_BAD_CONTENT_ENCODING,
+      CURLE_CHUNK_FAILED, CURLE_WRITE_ERROR, CURLE_TOO_MANY_REDIRECTS, CURLE_RANGE_ERROR, CURLE_HTTP_RETURNED_ERROR:
+      return "malformed-response"
+    case CURLE_FILESIZE_EXCEEDED: return "response-too-large"
+    case CURLE_FAILED_INIT, CURLE_NOT_BUILT_IN, CURLE_BAD_FUNCTION_ARGUMENT, CURLE_UNKNOWN_OPTION,
+      CURLE_SETOPT_OPTION_SYNTAX, CURLE_RECURSIVE_API_CALL, CURLE_FUNCTION_NOT_FOUND, CURLE_AGAIN,
+      CURLE_UNRECOVERABLE_POLL:
+      return "client-configuration"
+    // What is left belongs to protocols vault never speaks (FTP, TFTP, LDAP, SSH, RTSP) or to
+    // authentication schemes it never asks libcurl for: still a word, never a number.
+    default: return "network-error"
     }
   }
 }

@@ -1,6 +1,9 @@
 /// Help texts (OVERVIEW / USAGE / OPTIONS / SUBCOMMANDS), pinned by golden tests.
 enum Help {
-  static let version = "vault 0.1.0"
+  /// This release, as `vault version --json` gives it.
+  static let versionNumber = "0.1.0"
+  /// What `vault --version` and `vault version` print.
+  static let version = "vault \(versionNumber)"
 
   static let root = """
     OVERVIEW: Keep an application's data sealed at rest under keys held in the desktop
@@ -26,6 +29,7 @@ enum Help {
       scan                    Look through files for plaintext that should not be on disk.
       doctor                  Explain which key store works here and why the other does not.
       keyfile                 Move a vault's keyfile out of the data it protects.
+      version                 Show the version, formats and library versions.
       help                    Show help for a subcommand.
 
     ENVIRONMENT:
@@ -192,7 +196,8 @@ enum Help {
 
       USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
              vault [--home DIR] queue stats [--container PATH] [--json]
-             vault [--home DIR] queue list [--queue NAME] [--state STATE] [--container PATH] [--json]
+             vault [--home DIR] queue list [--queue NAME] [--state STATE] [--limit N] [--after ID]
+                                         [--container PATH] [--json]
              vault [--home DIR] queue resend [--container PATH]
                    (--all | --state STATE | --queue NAME | ID...)
 
@@ -201,7 +206,8 @@ enum Help {
                                 'duplicate ID' (a record with that id already exists).
         stats                   Records by state and key version, sealed bytes, and the drop
                                 ledger (cap, age, rejected, parked, undecryptable).
-        list                    Ids, queues, states, attempts, key versions, sizes, error kinds.
+        list                    Ids, queues, states, attempts, key versions, sizes, error kinds,
+                                oldest first, written as they are read (any size of queue).
         resend                  Return parked or review records to pending, with a fresh attempt
                                 count: those named by id, or in bulk with exactly one of --all
                                 (every parked and review record), --state parked|review, or
@@ -213,6 +219,9 @@ enum Help {
         --id UUID               The record's id (default: a random UUID).
         --state STATE           pending, in_flight, parked or review (resend: parked or review).
         --all                   With resend: every parked and review record.
+        --limit N               list: at most N records.
+        --after ID              list: only records stored after record ID (the last id of a
+                                page starts the next).
         --container PATH        Another container file.
         --json                  Print JSON (stats: container, total, bytes, by_state,
                                 by_version, by_queue, dropped, minimum_seal_version).
@@ -244,6 +253,23 @@ enum Help {
       OPTIONS:
         --json                  Print JSON (list): an array of path, id, state and records (key
                                 version -> count, or null unless ok).
+        -h, --help              Show help information.
+      """
+    ),
+    "version": (
+      "vault version [--json]",
+      """
+      OVERVIEW: Show the version, formats and library versions.
+
+      Prints the same line as 'vault --version'. It needs no vault and reads nothing.
+
+      USAGE: vault version [--json]
+
+      OPTIONS:
+        --json                  Print JSON: version, envelopes (seals: the format written,
+                                opens: the formats read), manifests (writes, reads), libraries
+                                (openssl, sqlite: as the libraries loaded at run time name
+                                themselves; null when one does not).
         -h, --help              Show help information.
       """
     ),

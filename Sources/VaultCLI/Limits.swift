@@ -12,7 +12,7 @@ extension VaultCommandLine {
 
   /// Checks made after parsing, before `command` runs: nil to go on, else the exit code.
   func prepare(_ command: String) -> Int32? {
-    guard command != "help" else { return nil }
+    guard command != "help", command != "version" else { return nil }
     do {
       _ = try CommandLineEnvironment.secretServiceTimeout(terminal.environment)
     } catch {

@@ -19,7 +19,7 @@ extension VaultCommandLine {
     let rest = Array(arguments.positionals.dropFirst())
     let allowed: [String: Set<String>] = [
       "put": ["--queue", "--id", "--container"], "stats": ["--container", "--json"],
-      "list": ["--queue", "--state", "--container", "--json"],
+      "list": ["--queue", "--state", "--container", "--json", "--limit", "--after"],
       "resend": ["--container", "--all", "--state", "--queue"],
     ]
     guard let permitted = allowed[action] else {
@@ -40,6 +40,7 @@ extension VaultCommandLine {
     var ids: [UUID] = []
     // `resend --all | --state | --queue`: the states and queue to resend in bulk (nil: by ids).
     var bulk: (states: Set<RecordState>, queue: String?)?
+    var page: (limit: Int?, after: UUID?) = (nil, nil)
     switch action {
     case "put":
       guard let queue = arguments.options["--queue"] else {
@@ -64,6 +65,7 @@ extension VaultCommandLine {
         }
         state = parsed
       }
+      page = try Self.listingPage(arguments)
     case "resend":
       let selectors =
         [
@@ -126,17 +128,9 @@ extension VaultCommandLine {
         "  dropped:  "
           + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
     case "list":
-      let records = try container.list(queue: arguments.options["--queue"], state: state)
-      if arguments.flags.contains("--json") {
-        terminal.print(try JSON.encode(records))
-        return
-      }
-      for record in records {
-        terminal.print(
-          "\(record.id.uuidString.lowercased())  \(record.queue)  \(record.state.rawValue)  attempts "
-            + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  "
-            + QueueContainer.timestamp(record.createdAt))
-      }
+      try list(
+        container, queue: arguments.options["--queue"], state: state, page: page,
+        json: arguments.flags.contains("--json"))
     default:
       if let bulk {
         terminal.print("resent \(try container.resendAll(in: bulk.states, queue: bulk.queue))")

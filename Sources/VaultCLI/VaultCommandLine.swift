@@ -27,8 +27,8 @@ public struct VaultCommandLine {
       takesPositionals: false),
     "doctor": CommandSpec(name: "doctor", options: [], flags: ["--json"], takesPositionals: false),
     "queue": CommandSpec(
-      name: "queue", options: ["--queue", "--id", "--container", "--state"], flags: ["--json", "--all"],
-      takesPositionals: true),
+      name: "queue", options: ["--queue", "--id", "--container", "--state", "--limit", "--after"],
+      flags: ["--json", "--all"], takesPositionals: true),
     "container": CommandSpec(name: "container", options: [], flags: ["--json"], takesPositionals: true),
     "telemetry": CommandSpec(
       name: "telemetry",
@@ -40,6 +40,7 @@ public struct VaultCommandLine {
       takesPositionals: true,
       repeatable: ["--canary"]),
     "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
+    "version": CommandSpec(name: "version", options: [], flags: ["--json"], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
   ]
 
@@ -85,6 +86,7 @@ public struct VaultCommandLine {
       case "container": try container(arguments)
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)
+      case "version": try version(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
@@ -130,7 +132,7 @@ public struct VaultCommandLine {
   /// Error types whose descriptions are written for people and hold nothing secret.
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
-    QueueCommandError.self, TelemetryError.self, ScanError.self, RotationError.self,
+    QueueCommandError.self, ListingError.self, TelemetryError.self, ScanError.self, RotationError.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {

@@ -42,3 +42,12 @@ final class CipherContext: @unchecked Sendable {
 nonisolated(unsafe) let aes256GCMCipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil)
 nonisolated(unsafe) let aes256ECBCipher: OpaquePointer? = EVP_CIPHER_fetch(nil, "AES-256-ECB", nil)
 nonisolated(unsafe) let sha256Digest: OpaquePointer? = EVP_MD_fetch(nil, "SHA256", nil)
+
+/// The OpenSSL (libcrypto) that this process runs with, for `vault version`.
+package enum OpenSSLLibrary {
+  /// How the library loaded at run time names itself (`OpenSSL 3.0.15 3 Sep 2024`), which may
+  /// differ from the headers vault was built with; nil when it gives no name.
+  package static var version: String? {
+    OpenSSL_version(OPENSSL_VERSION).map { String(cString: $0) }
+  }
+}

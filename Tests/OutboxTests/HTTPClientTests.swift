@@ -1,3 +1,4 @@
+internal import CCurl
 import Foundation
 import VaultTestSupport
 import XCTest
@@ -64,9 +65,9 @@ final class HTTPClientTests: XCTestCase {
     // A byte every 0.2 s keeps any per-read timeout from firing; the exchange's deadline still does.
     let trickle = try server("trickle")
     let started = Date()
-    XCTAssertEqual(HTTPClient(timeout: 1.5).send(post(trickle.url())), .unreachable(kind: "timeout"))
+    XCTAssertEqual(HTTPClient(timeout: 1.5).send(post(trickle.url())), .unreachable(kind: "timed-out"))
     XCTAssertLessThan(Date().timeIntervalSince(started), 10)
-    XCTAssertEqual(HTTPClient(timeout: 1).send(post(try server("hang").url())), .unreachable(kind: "timeout"))
+    XCTAssertEqual(HTTPClient(timeout: 1).send(post(try server("hang").url())), .unreachable(kind: "timed-out"))
   }
 
   func testHugeHeadersAreAFailureNotAnAnswer() throws {
@@ -81,7 +82,7 @@ final class HTTPClientTests: XCTestCase {
     // is on this thread, so its CPU time is the client's.
     let hang = try server("hang")
     let before = threadCPUSeconds()
-    XCTAssertEqual(HTTPClient(timeout: 3).send(post(hang.url())), .unreachable(kind: "timeout"))
+    XCTAssertEqual(HTTPClient(timeout: 3).send(post(hang.url())), .unreachable(kind: "timed-out"))
     let used = threadCPUSeconds() - before
     XCTAssertLessThan(used, 0.3, "waiting 3 s for a hung server used \(used) s of CPU")
   }
@@ -115,9 +116,55 @@ final class HTTPClientTests: XCTestCase {
 
   func testFailuresAreNamedByKind() throws {
     let client = HTTPClient(timeout: 5)
-    XCTAssertEqual(client.send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connect"))
-    XCTAssertEqual(client.send(post(URL(string: "http://nonexistent.invalid/x")!)), .unreachable(kind: "resolve"))
+    XCTAssertEqual(client.send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connection-refused"))
+    XCTAssertEqual(client.send(post(URL(string: "http://nonexistent.invalid/x")!)), .unreachable(kind: "dns"))
     XCTAssertEqual(client.send(post(URL(string: "ftp://127.0.0.1/x")!)), .unreachable(kind: "unsupported-url"))
+  }
+
+  /// Real failures on loopback are named by readable kinds, never by libcurl's numbers.
+  func testLoopbackFailuresHaveReadableKinds() throws {
+    let closed = try Self.closedLoopbackPort()
+    XCTAssertEqual(
+      HTTPClient(timeout: 5).send(post(URL(string: "http://127.0.0.1:\(closed)/x")!)),
+      .unreachable(kind: "connection-refused"))
+    let silent = try server("hang")
+    XCTAssertEqual(HTTPClient(timeout: 0.5).send(post(silent.url())), .unreachable(kind: "timed-out"))
+    XCTAssertEqual(
+      HTTPClient(timeout: 5).send(post(URL(string: "http://no-such-host.invalid/x")!)), .unreachable(kind: "dns"))
+    // A TLS handshake against a server that speaks plain HTTP.
+    let plain = try server("ok")
+    var https = URLComponents(url: plain.url(), resolvingAgainstBaseURL: false)!
+    https.scheme = "https"
+    XCTAssertEqual(HTTPClient(timeout: 5).send(post(https.url!)), .unreachable(kind: "tls"))
+  }
+
+  func testEveryLibcurlFailureHasAReadableKind() {
+    for raw in UInt32(1)...UInt32(120) {
+      let kind = HTTPClient.failureKind(code: CURLcode(rawValue: raw), osErrno: 0)
+      XCTAssertFalse(kind.isEmpty)
+      XCTAssertNil(kind.rangeOfCharacter(from: .decimalDigits), "code \(raw) gave '\(kind)'")
+    }
+    XCTAssertEqual(HTTPClient.failureKind(code: CURLE_COULDNT_CONNECT, osErrno: ECONNREFUSED), "connection-refused")
+    XCTAssertEqual(HTTPClient.failureKind(code: CURLE_COULDNT_CONNECT, osErrno: EHOSTUNREACH), "host-unreachable")
+    XCTAssertEqual(HTTPClient.failureKind(code: CURLE_OK, osErrno: 0), "incomplete-response")
+  }
+
+  /// A loopback port nothing listens on: bound by the kernel's choice, then closed.
+  private static func closedLoopbackPort() throws -> UInt16 {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw POSIXError(.EMFILE) }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+        bind(descriptor, pointer, length) == 0 && getsockname(descriptor, pointer, &length) == 0
+      }
+    }
+    guard bound else { throw POSIXError(.EADDRINUSE) }
+    return UInt16(bigEndian: address.sin_port)
   }
 
   // Regressions from the outside review of the libcurl client.
@@ -153,7 +200,7 @@ final class HTTPClientTests: XCTestCase {
       unsetenv("ALL_PROXY")
     }
     XCTAssertEqual(
-      HTTPClient(timeout: 5).send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connect"))
+      HTTPClient(timeout: 5).send(post(URL(string: "http://127.0.0.1:9/x")!)), .unreachable(kind: "connection-refused"))
     XCTAssertTrue(proxy.requests.isEmpty, "the token went to a proxy in plain text")
   }
 

@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+  import Glibc
+#endif
+
 /// A real HTTP/1.1 server on 127.0.0.1 (an ephemeral port) that keeps every request byte for byte
 /// (method, path, headers, body, arrival time) and answers from a script. One connection at a
 /// time, `Connection: close`: enough for a transport that sends one request per exchange.

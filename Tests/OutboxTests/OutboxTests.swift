@@ -172,7 +172,7 @@ final class OutboxTests: XCTestCase {
     guard case .unreachable(let kind) = closed.deliverSynchronously(id: id, payload: Data([1])) else {
       return XCTFail()
     }
-    XCTAssertEqual(kind, "connect", "a closed port is named as a failed connection")
+    XCTAssertEqual(kind, "connection-refused", "a closed port is named as a refused connection")
   }
 
   /// URLSession on Linux followed redirects by itself: a 302 turned the POST into a GET of the

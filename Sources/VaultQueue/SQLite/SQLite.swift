@@ -195,3 +195,11 @@ struct Row {
     return [UInt8](UnsafeRawBufferPointer(start: base, count: count))
   }
 }
+
+/// The SQLite that this process runs with, for `vault version`.
+package enum SQLiteLibrary {
+  /// `sqlite3_libversion()` of the library loaded at run time (`3.40.1`); nil when it gives none.
+  package static var version: String? {
+    sqlite3_libversion().map { String(cString: $0) }
+  }
+}
