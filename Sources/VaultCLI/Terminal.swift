@@ -6,6 +6,8 @@ public final class Terminal: @unchecked Sendable {
   public var environment: [String: String]
   /// Standard error is a terminal (progress lines are shown only then).
   public var isInteractive = false
+  /// Standard output is a terminal (`seal` refuses to write binary there).
+  public var outputIsTerminal = false
   /// The first failure writing standard output, if the output reports them (the real one does).
   var outputFailure: () -> StandardOutputError? = { nil }
   /// The terminal is the process's own: check its resource limits before a command runs.
@@ -32,6 +34,7 @@ public final class Terminal: @unchecked Sendable {
       environment: ProcessInfo.processInfo.environment, readInput: { try streams.readInput() },
       writeOutput: { bytes in streams.writeOutput(bytes) }, writeError: { text in streams.writeError(text) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
+    terminal.outputIsTerminal = isatty(STDOUT_FILENO) != 0
     terminal.outputFailure = { streams.outputFailure }
     terminal.checksProcessResources = true
     if isatty(STDIN_FILENO) != 0 {

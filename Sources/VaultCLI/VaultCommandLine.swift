@@ -20,8 +20,8 @@ public struct VaultCommandLine {
   static let specs: [String: CommandSpec] = [
     "init": CommandSpec(name: "init", options: ["--store", "--keyfile"], flags: [], takesPositionals: false),
     "status": CommandSpec(name: "status", options: [], flags: ["--json"], takesPositionals: false),
-    "seal": CommandSpec(name: "seal", options: ["--context"], flags: [], takesPositionals: false),
-    "open": CommandSpec(name: "open", options: ["--context"], flags: [], takesPositionals: false),
+    "seal": CommandSpec(name: "seal", options: ["--context", "-o"], flags: ["--armor"], takesPositionals: true),
+    "open": CommandSpec(name: "open", options: ["--context", "-o"], flags: [], takesPositionals: true),
     "rotate": CommandSpec(
       name: "rotate", options: ["--max-age"], flags: ["--json", "--compromised", "--yes", "--if-due"],
       takesPositionals: false),
@@ -146,6 +146,10 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
+    case let failure as FileError: return (failure.description, .couldNotRun)
+    case let failure as ArmorError:
+      if case .tooLarge = failure { return (failure.description, .couldNotRun) }
+      return (failure.description, .failure)
     case let failure as StandardInputError: return (failure.description, .couldNotRun)
     case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
@@ -292,7 +296,7 @@ public struct VaultCommandLine {
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that
   /// are not UTF-8 stay different (repairing them to U+FFFD would let each open the other's records).
-  private func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
+  func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
     guard let context = arguments.rawOptions["--context"] else {
       throw UsageError(message: "missing '--context CTX'", command: command)
     }
@@ -310,33 +314,6 @@ public struct VaultCommandLine {
     } catch {
       throw InputError.unreadable
     }
-  }
-
-  private func seal(_ arguments: Arguments) throws {
-    let context = try context(arguments, "seal")
-    let vault = try openVault(arguments)
-    let plaintext = try readInput()
-    guard plaintext.count <= Self.maximumRecordSize else {
-      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
-    }
-    // The envelope is as large again: make sure it can be allocated (an allocation that fails traps).
-    guard MemoryHeadroom.available(plaintext.count + Envelope.overhead) else {
-      throw StandardInputError.outOfMemory(bytes: plaintext.count)
-    }
-    // Envelopes written to stdout cannot be counted by rotation: keep this version from retirement.
-    terminal.writeOutput(try vault.seal(plaintext, context: context))
-  }
-
-  private func open(_ arguments: Arguments) throws {
-    let context = try context(arguments, "open")
-    let vault = try openVault(arguments)
-    let envelope = try readInput()
-    guard !envelope.isEmpty else { throw InputError.empty }
-    guard envelope.count <= Self.maximumRecordSize + Envelope.overhead else {
-      throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
-    }
-    guard MemoryHeadroom.available(envelope.count) else { throw StandardInputError.outOfMemory(bytes: envelope.count) }
-    terminal.writeOutput(try vault.open(envelope, context: context))
   }
 
   private func rotate(_ arguments: Arguments) throws {

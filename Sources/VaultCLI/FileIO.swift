@@ -1,0 +1,144 @@
+// C boundary: `seal` and `open` files through open(2), fstat(2), read(2), mkstemp(3), fsync(2),
+// link(2) and unlink(2). Everything else in the command line reads and writes standard streams.
+import Foundation
+import Vault
+
+/// The file named as a command's input, and the file it writes with `-o`.
+enum FileIO {
+  /// The identity of a file: two paths name the same file when both are equal.
+  struct Identity: Equatable {
+    let device: UInt64
+    let inode: UInt64
+
+    init(_ info: stat) {
+      device = UInt64(info.st_dev)
+      inode = UInt64(info.st_ino)
+    }
+  }
+
+  /// All of the regular file at `path`, at most `limit` bytes, and its identity.
+  ///
+  /// Opened non-blocking so a FIFO is refused instead of waiting for a writer; anything but a
+  /// regular file (a directory, FIFO, socket or device) is refused before a byte is read, and so
+  /// is a file larger than `limit`.
+  /// - Throws: `FileError` (exit 2), or `StandardInputError.tooLarge` / `.outOfMemory` as for stdin.
+  static func readRegularFile(_ path: String, limit: Int) throws -> ([UInt8], Identity) {
+    let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+    guard fd >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
+    guard info.st_mode & S_IFMT == S_IFREG else {
+      throw FileError.inputNotRegular(path: path, kind: kind(info.st_mode))
+    }
+    let size = Int(info.st_size)
+    guard size <= limit else { throw StandardInputError.tooLarge(limit: VaultCommandLine.maximumRecordSize) }
+    guard MemoryHeadroom.available(size + 1) else { throw StandardInputError.outOfMemory(bytes: size) }
+    var bytes = [UInt8](repeating: 0, count: size)
+    var offset = 0
+    while offset < size {
+      let got = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + offset, size - offset) }
+      if got < 0, errno == EINTR { continue }
+      guard got >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
+      if got == 0 { break }  // The file shrank while it was read: take what is there.
+      offset += got
+    }
+    return (Array(bytes[0..<offset]), Identity(info))
+  }
+
+  /// The identity of what is at `path` now, nil when nothing is (a dangling link counts as
+  /// something: `writeAtomically` would refuse it).
+  static func identity(_ path: String) -> Identity? {
+    var info = stat()
+    if stat(path, &info) == 0 { return Identity(info) }
+    return lstat(path, &info) == 0 ? Identity(info) : nil
+  }
+
+  /// The identity of standard input when it is a regular file (`< FILE`), else nil.
+  static func standardInputIdentity() -> Identity? {
+    var info = stat()
+    guard fstat(STDIN_FILENO, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+    return Identity(info)
+  }
+
+  /// Writes `bytes` to a new file at `path`, mode 0600, never replacing anything there.
+  ///
+  /// The bytes go to a temporary file in the same directory, which is flushed to disk and then
+  /// linked to `path` (link(2) fails if `path` exists, so the check and the creation are one step)
+  /// and unlinked; the directory is flushed too. `path` therefore either does not exist or holds
+  /// all of `bytes`. The temporary file is removed on every failure this function sees.
+  /// - Throws: `FileError.outputExists` or `.outputFailed`.
+  static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+    let url = URL(fileURLWithPath: path)
+    let directory = url.deletingLastPathComponent().path
+    var template = Array((directory + "/." + url.lastPathComponent + ".vault-XXXXXX").utf8CString)
+    let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    guard fd >= 0 else { throw FileError.outputFailed(path: path, errno: errno) }
+    let temporary = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    var linked = false
+    defer {
+      if !linked { unlink(temporary) }
+    }
+    func check(_ ok: Bool) throws {
+      guard ok else {
+        let code = errno
+        close(fd)
+        throw FileError.outputFailed(path: path, errno: code)
+      }
+    }
+    try check(fchmod(fd, 0o600) == 0)
+    var offset = 0
+    while offset < bytes.count {
+      let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+      if written < 0, errno == EINTR { continue }
+      try check(written >= 0)
+      offset += written
+    }
+    try check(fsync(fd) == 0)
+    close(fd)
+    guard link(temporary, path) == 0 else {
+      let code = errno
+      if code == EEXIST { throw FileError.outputExists(path: path) }
+      throw FileError.outputFailed(path: path, errno: code)
+    }
+    linked = true
+    unlink(temporary)
+    let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    if directoryFD >= 0 {
+      _ = fsync(directoryFD)
+      close(directoryFD)
+    }
+  }
+
+  private static func kind(_ mode: mode_t) -> String {
+    switch mode & S_IFMT {
+    case S_IFDIR: "a directory"
+    case S_IFIFO: "a FIFO"
+    case S_IFSOCK: "a socket"
+    case S_IFCHR, S_IFBLK: "a device"
+    default: "not a regular file"
+    }
+  }
+}
+
+/// Why the input file could not be read or the output file written (exit 2: nothing was done).
+enum FileError: Error, Equatable, CustomStringConvertible {
+  case inputNotRegular(path: String, kind: String)
+  case inputUnreadable(path: String, errno: Int32)
+  case inputEmpty(path: String)
+  case outputExists(path: String)
+  case outputFailed(path: String, errno: Int32)
+
+  var description: String {
+    switch self {
+    case .inputNotRegular(let path, let kind):
+      "\(path) is \(kind), not a regular file; give a file, or pipe the input on standard input"
+    case .inputUnreadable(let path, let code): "could not read \(path): \(String(cString: strerror(code)))"
+    case .inputEmpty(let path): "\(path) is empty; it holds no envelope"
+    case .outputExists(let path):
+      "\(path) already exists; vault never overwrites a file with -o: remove it or choose another name"
+    case .outputFailed(let path, let code):
+      "could not write \(path): \(String(cString: strerror(code))) (nothing was written there)"
+    }
+  }
+}
