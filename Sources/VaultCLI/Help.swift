@@ -20,8 +20,8 @@ enum Help {
     SUBCOMMANDS:
       init                    Create a vault and its first key.
       status                  Show key versions, their states and where the keys live.
-      seal                    Seal standard input into an envelope on standard output.
-      open                    Open an envelope from standard input onto standard output.
+      seal                    Seal a file or standard input into an envelope.
+      open                    Open an envelope from a file or standard input.
       rotate                  Make a new key version active and re-seal every queued record.
       queue                   Put records into a queue container and inspect it.
       container               List the registered containers, or forget one that is gone.
@@ -81,34 +81,50 @@ enum Help {
       """
     ),
     "seal": (
-      "vault [--home DIR] seal --context CTX < plaintext > envelope",
+      "vault [--home DIR] seal --context CTX [-o OUT] [--armor] [IN]",
       """
-      OVERVIEW: Seal standard input into an envelope on standard output.
+      OVERVIEW: Seal a file or standard input into an envelope.
 
       The context is authenticated with the record: the same context must be given to open it.
       A record holds at most 1 GiB; larger input is refused (exit 2) before it is read.
+      IN must be a regular file (a FIFO, device or directory is refused, exit 2). OUT is written
+      whole or not at all (a temporary file beside it, flushed, then linked), mode 0600, and is
+      never replaced: an existing OUT is refused (exit 2), and so is OUT naming IN (exit 64).
+      A binary envelope is not written to a terminal: give -o OUT or --armor.
 
-      USAGE: vault [--home DIR] seal --context CTX < plaintext > envelope
+      USAGE: vault [--home DIR] seal --context CTX [-o OUT] [--armor] [IN]
+
+      ARGUMENTS:
+        IN                      The plaintext to seal (default, or -: standard input).
 
       OPTIONS:
         --context CTX           What the record belongs to (non-empty, not secret).
+        -o OUT                  Write the envelope to the new file OUT (default: standard output).
+        --armor                 Write the envelope as text: base64 between BEGIN and END lines
+                                (a record of at most 756 MiB).
         -h, --help              Show help information.
       """
     ),
     "open": (
-      "vault [--home DIR] open --context CTX < envelope > plaintext",
+      "vault [--home DIR] open --context CTX [-o OUT] [IN]",
       """
-      OVERVIEW: Open an envelope from standard input onto standard output.
+      OVERVIEW: Open an envelope from a file or standard input.
 
       Fails with a distinct error when the input is not an envelope, is truncated, belongs to
       another vault, names an unknown or retired key version, or does not authenticate (wrong
       context or modified bytes). Nothing is written on failure.
       An envelope holds at most 1 GiB of plaintext; larger input is refused (exit 2).
+      Armoured input (from seal --armor) is detected and decoded strictly: damaged armour is
+      an error (exit 1). IN and OUT are treated as by seal.
 
-      USAGE: vault [--home DIR] open --context CTX < envelope > plaintext
+      USAGE: vault [--home DIR] open --context CTX [-o OUT] [IN]
+
+      ARGUMENTS:
+        IN                      The envelope, binary or armoured (default, or -: standard input).
 
       OPTIONS:
         --context CTX           The context the envelope was sealed with.
+        -o OUT                  Write the plaintext to the new file OUT (default: standard output).
         -h, --help              Show help information.
       """
     ),

@@ -52,15 +52,15 @@ final class HelpAndUsageTests: XCTestCase {
       ),
       (
         ["seal"],
-        "Error: missing '--context CTX'\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+        "Error: missing '--context CTX'\nUsage: vault [--home DIR] seal --context CTX [-o OUT] [--armor] [IN]\n  See 'vault help seal'.\n"
       ),
       (
         ["open", "--context"],
-        "Error: missing value for '--context'\nUsage: vault [--home DIR] open --context CTX < envelope > plaintext\n  See 'vault help open'.\n"
+        "Error: missing value for '--context'\nUsage: vault [--home DIR] open --context CTX [-o OUT] [IN]\n  See 'vault help open'.\n"
       ),
       (
         ["seal", "--context", ""],
-        "Error: --context must not be empty: it binds the record to its place\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+        "Error: --context must not be empty: it binds the record to its place\nUsage: vault [--home DIR] seal --context CTX [-o OUT] [--armor] [IN]\n  See 'vault help seal'.\n"
       ),
       (
         ["status", "--yaml"],
@@ -72,7 +72,7 @@ final class HelpAndUsageTests: XCTestCase {
       ),
       (
         ["seal", "--context", "a", "--context", "b"],
-        "Error: '--context' given more than once\nUsage: vault [--home DIR] seal --context CTX < plaintext > envelope\n  See 'vault help seal'.\n"
+        "Error: '--context' given more than once\nUsage: vault [--home DIR] seal --context CTX [-o OUT] [--armor] [IN]\n  See 'vault help seal'.\n"
       ),
       (
         ["init", "--store=keyfile", "--store", "auto"],
