@@ -155,6 +155,20 @@ final class SealOpenFilesTests: XCTestCase {
     XCTAssertTrue(two.error.hasPrefix("Error: unexpected argument 'b'\n"), two.error)
   }
 
+  func testInputFileOverTheLimitIsRefusedBeforeItIsRead() throws {
+    let big = work + "/big"
+    XCTAssertTrue(FileManager.default.createFile(atPath: big, contents: nil))
+    XCTAssertEqual(truncate(big, (1 << 31) + 1), 0, "a sparse 2 GiB file")
+    for command in ["seal", "open"] {
+      let started = Date()
+      let refused = try vault(["--home", home, command, "--context", "c", "-o", work + "/out", big])
+      XCTAssertEqual(refused.status, 2, refused.error)
+      XCTAssertTrue(refused.error.contains("larger than 1 GiB"), refused.error)
+      XCTAssertLessThan(Date().timeIntervalSince(started), 5, "refused without reading 2 GiB")
+    }
+    XCTAssertEqual(try listing(), ["big"])
+  }
+
   /// Runs `arguments` with a pseudo-terminal as standard output (script(1)); stdin from `input`.
   private func onTerminal(_ arguments: [String], input: String) throws -> Spawned {
     let quoted = ([vaultBinary()] + arguments).map { "'\($0)'" }.joined(separator: " ")
