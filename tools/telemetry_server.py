@@ -11,7 +11,7 @@ Authorization: Bearer <TOKEN> and an Idempotency-Key; the body must gunzip to
 type, an object payload and a string session_id. A batch that breaks any of these gets 400 and is
 recorded as malformed.
 
-Modes: ok (200), 429 and 503 (with Retry-After), 500, 400, 401, 413, hang (never answers), drop
+Modes: ok (200), 429 and 503 (with Retry-After), 500, 400, 401, 403, 404 (a wrong endpoint), 413, hang (never answers), drop
 (closes the connection without answering), slow (200 after --delay seconds, default 5). POST /control {"mode": ..., "retry_after": ...,
 "token": ...} changes them at run time. Every request is appended to --record as a JSON line:
 {"status", "ids", "idempotency_key", "bytes", "malformed"}, plus "body" (the gunzipped body as
@@ -118,7 +118,8 @@ class Handler(BaseHTTPRequestHandler):
         elif problem:
             status = 400
         else:
-            status = {"ok": 200, "429": 429, "503": 503, "500": 500, "400": 400, "401": 401, "413": 413}.get(mode, 500)
+            status = {"ok": 200, "429": 429, "503": 503, "500": 500, "400": 400, "401": 401, "403": 403, "404": 404,
+                      "413": 413}.get(mode, 500)
         entry = {"status": status, "ids": ids, "idempotency_key": self.headers.get("Idempotency-Key"),
                  "bytes": len(raw), "malformed": problem if problem != "unauthorized" else None}
         if self.record_bodies:

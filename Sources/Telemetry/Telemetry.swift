@@ -52,14 +52,48 @@ public struct FlushReport: Codable, Sendable, Equatable {
   public var batches = 0
   /// Fresh tokens asked for after a 401 (at most one per pass).
   public var tokenRefreshes = 0
+  /// Events in batches the server refused for their credentials: 401 again after a token refresh
+  /// (parked) or 403 (moved to review).
+  public var authFailures = 0
+  /// Events in a batch answered 404: the endpoint is wrong. They went back to pending, due at
+  /// once and their attempt not counted (never parked or sent to review), and the pass ended.
+  public var notFound = 0
+  /// The kind of the last answer that refused a batch for its configuration (`http-401`,
+  /// `http-403`, `http-404`); nil when there was none.
+  public var errorKind: String?
 
   enum CodingKeys: String, CodingKey {
     case delivered, retried, parked, rejected, pending, batches
     case tokenRefreshes = "token_refreshes"
+    case authFailures = "auth_failures"
+    case notFound = "not_found"
+    case errorKind = "error_kind"
   }
 
   /// An empty report, every count 0; a pass adds to it.
   public init() {}
+
+  /// Whether the pass delivered nothing because the server refused the credentials (401, 403) or
+  /// does not know the endpoint (404): a configuration to fix, not a network to wait for.
+  public var refusedByConfiguration: Bool { delivered == 0 && (authFailures > 0 || notFound > 0) }
+
+  /// Encodes every key, `error_kind` as null when there was none (never omitted).
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
+  public func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    try container.encode(delivered, forKey: .delivered)
+    try container.encode(retried, forKey: .retried)
+    try container.encode(parked, forKey: .parked)
+    try container.encode(rejected, forKey: .rejected)
+    try container.encode(pending, forKey: .pending)
+    try container.encode(batches, forKey: .batches)
+    try container.encode(tokenRefreshes, forKey: .tokenRefreshes)
+    try container.encode(authFailures, forKey: .authFailures)
+    try container.encode(notFound, forKey: .notFound)
+    try container.encode(errorKind, forKey: .errorKind)
+  }
 }
 
 /// The telemetry SDK: `log` seals an event durably into the container's `telemetry` queue and
@@ -268,7 +302,8 @@ public final class Telemetry: @unchecked Sendable {
   ///
   /// The token is read first; 401, 413 and the other answers are handled as the README's
   /// "Telemetry" section says. A batch refused again after a token refresh is parked and ends
-  /// the pass; a spent request budget ends it too. Either way the rest of the claim goes back.
+  /// the pass; a 404 (a wrong endpoint) gives the batch back, unparked and due at once, and ends it;
+  /// a spent request budget ends it too. Either way the rest of the claim goes back.
   ///
   /// - Returns: what the pass did, and how many events are still pending.
   /// - Throws: what the token provider throws (before anything is claimed, or on refresh after a
@@ -308,6 +343,12 @@ public final class Telemetry: @unchecked Sendable {
         // claim still holds: settled ones are acked, rescheduled, parked or in review already.)
         try claim.releaseUnsettled()
         break pass
+      } catch is EndpointNotFound {
+        // A 404 is a wrong endpoint, not a bad event: every event of the claim (the refused batch
+        // too) goes back to pending, due at once, its attempt not counted, so a flush to the right
+        // endpoint sends them; the rest of the backlog is not sent to the same wrong place.
+        try claim.releaseUnsettled()
+        break pass
       } catch is Stopped {
         try claim.releaseUnsettled()
         break pass
@@ -330,6 +371,10 @@ public final class Telemetry: @unchecked Sendable {
   /// Thrown inside a pass when a refreshed token is refused too; the pass then ends and gives back
   /// the claimed events that were not settled.
   private struct AuthenticationRefused: Error {}
+
+  /// Thrown inside a pass when the server answered 404: the endpoint is wrong, so the pass ends and
+  /// gives back every event it claimed and did not settle, the refused batch's too.
+  private struct EndpointNotFound: Error {}
 
   /// Thrown inside a pass once `HTTPCancellation.cancelAll()` was called: the pass gives back what
   /// it did not settle and ends.
@@ -397,10 +442,22 @@ public final class Telemetry: @unchecked Sendable {
     if case .status(401, _) = result {
       try container.park(batch.ids, errorKind: "http-401")
       report.parked += batch.ids.count
+      report.authFailures += batch.ids.count
+      report.errorKind = "http-401"
       published(.parked(ids: batch.ids, errorKind: "http-401"))
       throw AuthenticationRefused()
     }
     switch result {
+    case .status(404, _):
+      // Not `HTTPStatusPolicy`'s reject: every batch to a wrong endpoint would go to review.
+      report.notFound += batch.ids.count
+      report.errorKind = "http-404"
+      logger.warning("endpoint not found (404); events kept pending", metadata: ["events": "\(batch.ids.count)"])
+      throw EndpointNotFound()
+    case .status(403, let retryAfter):
+      report.authFailures += batch.ids.count
+      report.errorKind = "http-403"
+      settle(HTTPStatusPolicy.result(status: 403, retryAfter: retryAfter, now: clock()), batch.ids, &report)
     case .status(413, let retryAfter) where events.count <= 1:
       // A small event cannot be "too large": a server refusing it has a fault (a 413 storm from
       // a misconfigured proxy moved thousands of ~200-byte events to review for good).

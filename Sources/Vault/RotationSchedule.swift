@@ -27,6 +27,20 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
     case maxAgeDays = "max_age_days"
   }
 
+  /// Encodes every key; `active_since` as ISO 8601 UTC with milliseconds, and null (never omitted,
+  /// never an empty string) when the manifest does not give it, like an unknown `age_days`.
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
+  public func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    try container.encode(activeVersion, forKey: .activeVersion)
+    try container.encode(activeSince.isEmpty ? nil : jsonTimestamp(activeSince), forKey: .activeSince)
+    try container.encode(ageDays, forKey: .ageDays)
+    try container.encode(maxAgeDays, forKey: .maxAgeDays)
+    try container.encode(due, forKey: .due)
+  }
+
   /// Judges `manifest`'s active version at `now` against `maxAgeDays` (0: always due).
   ///
   /// - Parameters:

@@ -41,10 +41,11 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       var container = encoder.container(keyedBy: CodingKeys.self)
       try container.encode(version, forKey: .version)
       try container.encode(state, forKey: .state)
-      try container.encode(createdAt, forKey: .createdAt)
+      // Times in JSON are ISO 8601 UTC with milliseconds, whatever form the manifest keeps.
+      try container.encode(jsonTimestamp(createdAt), forKey: .createdAt)
       // Absent is null, never omitted.
       try container.encode(ageDays, forKey: .ageDays)
-      try container.encode(retiredAt, forKey: .retiredAt)
+      try container.encode(retiredAt.map(jsonTimestamp), forKey: .retiredAt)
       try container.encode(records, forKey: .records)
       try container.encode(suite, forKey: .suite)
       try container.encode(keptBecause, forKey: .keptBecause)
@@ -58,6 +59,18 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     public var path: String
     /// Octal permission bits, e.g. "0600"; nil when the file is missing.
     public var mode: String?
+
+    /// Encodes every key, a missing file's `mode` as null (never omitted).
+    ///
+    /// - Parameter encoder: the encoder to write to.
+    /// - Throws: the encoder's errors.
+    public func encode(to encoder: any Encoder) throws {
+      var container = encoder.container(keyedBy: CodingKeys.self)
+      try container.encode(path, forKey: .path)
+      try container.encode(mode, forKey: .mode)
+    }
+
+    enum CodingKeys: String, CodingKey { case path, mode }
   }
 
   /// The vault's id in hex: the `KeyringID` every envelope names.
@@ -79,6 +92,19 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     /// Records per key version (the version in decimal as the key); nil when the file is missing or
     /// was not counted.
     public var records: [String: Int]?
+
+    /// Encodes every key, an absent `id` or `records` as null (never omitted).
+    ///
+    /// - Parameter encoder: the encoder to write to.
+    /// - Throws: the encoder's errors.
+    public func encode(to encoder: any Encoder) throws {
+      var container = encoder.container(keyedBy: CodingKeys.self)
+      try container.encode(path, forKey: .path)
+      try container.encode(id, forKey: .id)
+      try container.encode(records, forKey: .records)
+    }
+
+    enum CodingKeys: String, CodingKey { case path, id, records }
   }
 
   /// Whether the manifest's MAC was checked: `verified`, or `unverified` (the key store could
@@ -100,6 +126,25 @@ public struct VaultStatus: Codable, Sendable, Equatable {
     case vaultID = "vault_id"
     case activeVersion = "active_version"
     case externalSealVersions = "external_seal_versions"
+  }
+
+  /// Encodes every key; `keyfile` is null for a vault whose keys are not in a keyfile (never
+  /// omitted, so scripts can rely on every key).
+  ///
+  /// - Parameter encoder: the encoder to write to.
+  /// - Throws: the encoder's errors.
+  public func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    try container.encode(vaultID, forKey: .vaultID)
+    try container.encode(home, forKey: .home)
+    try container.encode(store, forKey: .store)
+    try container.encode(activeVersion, forKey: .activeVersion)
+    try container.encode(versions, forKey: .versions)
+    try container.encode(integrity, forKey: .integrity)
+    try container.encode(keyfile, forKey: .keyfile)
+    try container.encode(containers, forKey: .containers)
+    try container.encode(externalSealVersions, forKey: .externalSealVersions)
+    try container.encode(warnings, forKey: .warnings)
   }
 }
 

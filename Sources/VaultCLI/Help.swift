@@ -45,7 +45,7 @@ enum Help {
 
   static let commands: [String: (usage: String, text: String)] = [
     "init": (
-      "vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]",
+      "vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]",
       """
       OVERVIEW: Create a vault and its first key.
 
@@ -53,7 +53,7 @@ enum Help {
       other files, when the keyfile already exists, or when the Secret Service already holds
       keys for this home.
 
-      USAGE: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]
+      USAGE: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]
 
       OPTIONS:
         --store STORE           Where keys live: 'secret-service', 'keyfile', or 'auto'
@@ -61,6 +61,8 @@ enum Help {
                                 unlocked, else a keyfile. It says which it chose.
         --keyfile PATH          The keyfile to create (default:
                                 $XDG_CONFIG_HOME/vault-keys/<vault id>.keys, outside the home).
+        --json                  Print JSON: vault_id, home, store, keyfile (null unless a
+                                keyfile), active_version.
         -h, --help              Show help information.
       """
     ),
@@ -210,7 +212,7 @@ enum Help {
       registers it so rotation covers it; 'stats' and 'list' only read, and a path with no
       container is an error. Nothing here prints record contents.
 
-      USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] < payload
+      USAGE: vault [--home DIR] queue put --queue NAME [--id UUID] [--container PATH] [--json] < payload
              vault [--home DIR] queue stats [--container PATH] [--json]
              vault [--home DIR] queue list [--queue NAME] [--state STATE] [--limit N] [--after ID]
                                          [--container PATH] [--json]
@@ -220,8 +222,10 @@ enum Help {
       ACTIONS:
         put                     Seal standard input and store it durably; prints 'stored ID' or
                                 'duplicate ID' (a record with that id already exists).
-        stats                   Records by state and key version, sealed bytes, and the drop
-                                ledger (cap, age, rejected, parked, undecryptable).
+        stats                   Records by state and key version, sealed bytes, the drop
+                                ledger (cap, age, rejected, parked, undecryptable: every record
+                                that ever left) and how many parked and review records were
+                                resent since.
         list                    Ids, queues, states, attempts, key versions, sizes, error kinds,
                                 oldest first, written as they are read (any size of queue).
         resend                  Return parked or review records to pending, with a fresh attempt
@@ -239,8 +243,9 @@ enum Help {
         --after ID              list: only records stored after record ID (the last id of a
                                 page starts the next).
         --container PATH        Another container file.
-        --json                  Print JSON (stats: container, total, bytes, by_state,
-                                by_version, by_queue, dropped, minimum_seal_version).
+        --json                  Print JSON (put: id, outcome, container, bytes; stats:
+                                container, total, bytes, by_state, by_version, by_queue,
+                                dropped, resent, minimum_seal_version).
         -h, --help              Show help information.
       """
     ),
@@ -296,7 +301,7 @@ enum Help {
 
       Events are sealed into the 'telemetry' queue of the vault's default container.
 
-      USAGE: vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID]
+      USAGE: vault [--home DIR] telemetry log TYPE [--payload JSON] [--session ID] [--json]
              vault [--home DIR] telemetry flush --endpoint URL [--token-file FILE] [--ca-file FILE]
                    [--allow-insecure-http] [--json]
              vault [--home DIR] telemetry watch --endpoint URL [--token-file FILE] [--ca-file FILE]
@@ -311,8 +316,11 @@ enum Help {
                                 parks; 413 splits the batch in halves (at most 16 extra
                                 requests a pass), and a single event of 64 KB or less refused
                                 with 413 retries with backoff (a larger one goes to review);
-                                other 4xx go to review. Exit 0 when the pass ran, even if
-                                the server refused some batches.
+                                404 (a wrong endpoint) keeps the events pending, due at once,
+                                and ends the pass; other 4xx go to review. Exit 1 when the
+                                pass delivered nothing because of 401, 403 or 404 (a 401
+                                without --token-file also warns to give one); else exit 0,
+                                even if the server refused some batches.
         watch                   Run until stopped: a pass at start, every --interval seconds
                                 (default 60; four times longer in power-saver or on a battery
                                 at 20% or less), and at once when the default route, another
@@ -336,8 +344,9 @@ enum Help {
         --allow-insecure-http   Allow a plain http:// endpoint on another machine (test
                                 networks only: the token and events travel unencrypted).
         --interval SECONDS      The period of watch's timer, 0.1 to 86400 (default 60).
-        --json                  Print JSON: delivered, retried, parked, rejected, pending,
-                                batches, token_refreshes.
+        --json                  Print JSON (log: id, type, session; flush: delivered,
+                                retried, parked, rejected, pending, batches, token_refreshes,
+                                auth_failures, not_found, error_kind).
         -h, --help              Show help information.
       """
     ),

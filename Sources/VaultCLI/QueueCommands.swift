@@ -18,7 +18,7 @@ extension VaultCommandLine {
     }
     let rest = Array(arguments.positionals.dropFirst())
     let allowed: [String: Set<String>] = [
-      "put": ["--queue", "--id", "--container"], "stats": ["--container", "--json"],
+      "put": ["--queue", "--id", "--container", "--json"], "stats": ["--container", "--json"],
       "list": ["--queue", "--state", "--container", "--json", "--limit", "--after"],
       "resend": ["--container", "--all", "--state", "--queue"],
     ]
@@ -109,7 +109,14 @@ extension VaultCommandLine {
     case "put":
       let id = try id ?? SecureRandom.uuid()
       let outcome = try container.enqueue(payload, queue: name, id: id)
-      terminal.print("\(outcome == .stored ? "stored" : "duplicate") \(id.uuidString.lowercased())")
+      let word = outcome == .stored ? "stored" : "duplicate"
+      if arguments.flags.contains("--json") {
+        terminal.print(
+          try JSON.encode(
+            PutResult(id: id.uuidString.lowercased(), outcome: word, container: container.path, bytes: payload.count)))
+        return
+      }
+      terminal.print("\(word) \(id.uuidString.lowercased())")
     case "stats":
       let stats = try container.stats()
       if arguments.flags.contains("--json") {
@@ -127,6 +134,11 @@ extension VaultCommandLine {
       terminal.print(
         "  dropped:  "
           + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+      // The ledger counts every record that ever left; say how many parked ones are still parked.
+      terminal.print(
+        "  resent:   "
+          + stats.resent.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+          + " (parked now \(stats.byState["parked"] ?? 0), in review now \(stats.byState["review"] ?? 0))")
     case "list":
       try list(
         container, queue: arguments.options["--queue"], state: state, page: page,
@@ -143,6 +155,15 @@ extension VaultCommandLine {
       }
     }
   }
+}
+
+/// What `queue put --json` prints: the record's id, `stored` or `duplicate`, the container's path
+/// and the payload's length in bytes.
+struct PutResult: Encodable {
+  var id: String
+  var outcome: String
+  var container: String
+  var bytes: Int
 }
 
 enum QueueCommandError: Error, CustomStringConvertible {

@@ -17,7 +17,7 @@ extension VaultCommandLine {
       throw UsageError(message: "missing telemetry action (log, flush or watch)", command: "telemetry")
     }
     let allowed: [String: Set<String>] = [
-      "log": ["--payload", "--session"],
+      "log": ["--payload", "--session", "--json"],
       "flush": ["--endpoint", "--token-file", "--json", "--ca-file", "--allow-insecure-http"],
       "watch": ["--endpoint", "--token-file", "--interval", "--ca-file", "--allow-insecure-http"],
     ]
@@ -104,7 +104,12 @@ extension VaultCommandLine {
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {
       let id = try client.log(type: type, payload: payload)
-      terminal.print("logged \(id.uuidString.lowercased())")
+      if arguments.flags.contains("--json") {
+        terminal.print(
+          try JSON.encode(LogResult(id: id.uuidString.lowercased(), type: type, session: client.sessionID)))
+      } else {
+        terminal.print("logged \(id.uuidString.lowercased())")
+      }
       return
     }
     let report = try client.flush()
@@ -114,6 +119,39 @@ extension VaultCommandLine {
       terminal.print(
         "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending) (\(report.batches) batches)")
+    }
+    if report.errorKind == "http-401", arguments.options["--token-file"] == nil {
+      terminal.note(
+        "vault: warning: the server answered 401 (unauthorized) and no token was sent; "
+          + "give the bearer token with --token-file FILE")
+    }
+    if report.refusedByConfiguration { throw FlushRefused(kind: report.errorKind ?? "http-401") }
+  }
+}
+
+/// What `telemetry log --json` prints: the event's id, its type and the session it was stamped with.
+struct LogResult: Encodable {
+  var id: String
+  var type: String
+  var session: String
+}
+
+/// A flush that delivered nothing because the server refused the credentials or the endpoint:
+/// exit 1, so a script or a timer sees a configuration to fix.
+struct FlushRefused: Error, CustomStringConvertible {
+  var kind: String
+
+  var description: String {
+    switch kind {
+    case "http-404":
+      "the endpoint answered 404 (not found): check --endpoint; the events stay pending and are sent by the "
+        + "next flush to the right endpoint"
+    case "http-403":
+      "the server refused the token (403 forbidden); the refused events are kept for review "
+        + "(`vault queue resend --state review` once the token is fixed)"
+    default:
+      "the server refused the upload (401 unauthorized); the refused events are parked "
+        + "(`vault queue resend --state parked` once --token-file is right)"
     }
   }
 }

@@ -18,7 +18,7 @@ public struct VaultCommandLine {
   }
 
   static let specs: [String: CommandSpec] = [
-    "init": CommandSpec(name: "init", options: ["--store", "--keyfile"], flags: [], takesPositionals: false),
+    "init": CommandSpec(name: "init", options: ["--store", "--keyfile"], flags: ["--json"], takesPositionals: false),
     "status": CommandSpec(name: "status", options: [], flags: ["--json"], takesPositionals: false),
     "seal": CommandSpec(name: "seal", options: ["--context", "-o"], flags: ["--armor"], takesPositionals: true),
     "open": CommandSpec(name: "open", options: ["--context", "-o"], flags: [], takesPositionals: true),
@@ -133,6 +133,7 @@ public struct VaultCommandLine {
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
     QueueCommandError.self, ListingError.self, TelemetryError.self, ScanError.self, RotationError.self,
+    FlushRefused.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {
@@ -238,6 +239,15 @@ public struct VaultCommandLine {
       throw error
     }
     let manifest = vault.manifest
+    if arguments.flags.contains("--json") {
+      terminal.print(
+        try JSON.encode(
+          InitResult(
+            vaultID: manifest.vaultID, home: vault.home, store: manifest.store.kind.rawValue,
+            keyfile: manifest.store.kind == .keyfile ? manifest.store.keyfile : nil,
+            activeVersion: manifest.activeVersion)))
+      return
+    }
     terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
     switch manifest.store.kind {
     case .keyfile: terminal.print("Keys: keyfile \(manifest.store.keyfile ?? "") (mode 0600)")
@@ -459,6 +469,30 @@ enum InputError: Error, CustomStringConvertible {
     case .empty: "standard input is empty; pipe an envelope into 'vault open'"
     case .unreadable: "could not read standard input"
     }
+  }
+}
+
+/// What `init --json` prints: every key present, `keyfile` null unless the keys are in a keyfile.
+struct InitResult: Encodable {
+  var vaultID: String
+  var home: String
+  var store: String
+  var keyfile: String?
+  var activeVersion: UInt32
+
+  enum CodingKeys: String, CodingKey {
+    case home, store, keyfile
+    case vaultID = "vault_id"
+    case activeVersion = "active_version"
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    try container.encode(vaultID, forKey: .vaultID)
+    try container.encode(home, forKey: .home)
+    try container.encode(store, forKey: .store)
+    try container.encode(keyfile, forKey: .keyfile)
+    try container.encode(activeVersion, forKey: .activeVersion)
   }
 }
 

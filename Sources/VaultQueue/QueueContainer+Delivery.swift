@@ -284,20 +284,30 @@ extension QueueContainer {
       let leaseLimit = now + Self.span(configuration.maximumLease)
       let dueLimit = now + Self.span(configuration.maximumDelay)
       return try storage.transaction {
-        try ids.reduce(0) {
-          $0
-            + (try storage.statement(
-              """
-              UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
-                lease_until = 0
-              WHERE id = ?1 AND (state IN ('parked', 'review')
-                OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
-                OR (state = 'pending' AND next_attempt_at > ?4))
-              """
-            ).run([
-              .text($1.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
-            ]))
+        // Counted per state left, so `stats` can tell records still parked from those resent.
+        var resent: [RecordState: Int] = [:]
+        var moved = 0
+        for id in ids {
+          var state: RecordState?
+          try storage.statement("SELECT state FROM records WHERE id = ?").query([.text(id.uuidString.lowercased())]) {
+            state = RecordState(rawValue: $0.text(0) ?? "")
+          }
+          let count = try storage.statement(
+            """
+            UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
+              lease_until = 0
+            WHERE id = ?1 AND (state IN ('parked', 'review')
+              OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
+              OR (state = 'pending' AND next_attempt_at > ?4))
+            """
+          ).run([
+            .text(id.uuidString.lowercased()), .integer(now), .integer(leaseLimit), .integer(dueLimit),
+          ])
+          moved += count
+          if count > 0, let state, state == .parked || state == .review { resent[state, default: 0] += count }
         }
+        for (state, count) in resent { try storage.countResend(from: state, count) }
+        return moved
       }
     }
   }

@@ -5,6 +5,8 @@ import VaultKeys
 
 /// Inspection: counts and metadata for `vault queue stats` / `list`; never contents.
 extension QueueContainer {
+  /// The drops table's rows for the resend ledger are `resent-parked` and `resent-review`.
+  static let resentPrefix = "resent-"
 
   /// Counts for `vault queue stats`: records per state, key version and queue, bytes, the drop
   /// ledger and the minimum seal version. Reads metadata and envelope headers only, no key.
@@ -29,8 +31,14 @@ extension QueueContainer {
       try storage.statement("SELECT queue, count(*) FROM records GROUP BY queue").query {
         stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1))
       }
+      // The same table holds the resend ledger, under `resent-<state>` (see `resend(_:)`).
       try storage.statement("SELECT reason, count FROM drops").query {
-        stats.dropped[$0.text(0) ?? "?"] = Int($0.int(1))
+        let reason = $0.text(0) ?? "?"
+        if reason.hasPrefix(Self.resentPrefix) {
+          stats.resent[String(reason.dropFirst(Self.resentPrefix.count))] = Int($0.int(1))
+        } else {
+          stats.dropped[reason] = Int($0.int(1))
+        }
       }
       stats.total = stats.byState.values.reduce(0, +)
       stats.bytes = try storage.totalBytes()

@@ -345,13 +345,18 @@ public struct QueueStats: Codable, Sendable, Equatable {
   /// Records per queue name.
   public var byQueue: [String: Int]
   /// Records that left the delivery flow since the container was made, per `DropReason` raw
-  /// value (every reason present, 0 when none).
+  /// value (every reason present, 0 when none). A ledger: a record parked and resent later stays
+  /// counted here (see `resent`; `byState` says what is parked now).
   public var dropped: [String: Int]
+  /// Records `resend` returned to the delivery flow since the container was made, per state they
+  /// left (`parked`, `review`; both present, 0 when none): of `dropped`'s parked records, those
+  /// resent, whether delivered since or pending again.
+  public var resent: [String: Int] = ["parked": 0, "review": 0]
   /// The oldest key version writers may seal under; rotation raises it before re-sealing.
   public var minimumSealVersion: UInt32
 
   enum CodingKeys: String, CodingKey {
-    case container, total, bytes, dropped
+    case container, total, bytes, dropped, resent
     case byState = "by_state"
     case byVersion = "by_version"
     case byQueue = "by_queue"

@@ -230,6 +230,16 @@ final class Storage {
     ).run([.text(reason.rawValue), .integer(Int64(count))])
   }
 
+  /// Adds to the resend ledger: records `resend` moved from `state` (parked or review) back to
+  /// pending. Kept in the drops table under `resent-<state>` (no schema change), apart from the
+  /// drop reasons, which keep counting every record that ever left the flow.
+  func countResend(from state: RecordState, _ count: Int) throws {
+    guard count > 0 else { return }
+    try statement(
+      "INSERT INTO drops (reason, count) VALUES (?1, ?2) ON CONFLICT (reason) DO UPDATE SET count = count + ?2"
+    ).run([.text(QueueContainer.resentPrefix + state.rawValue), .integer(Int64(count))])
+  }
+
   /// A TRUNCATE checkpoint that never waits: with the busy timeout it would hold the write lock
   /// for up to 10 s while a reader keeps an old snapshot, stalling every writer. Returns whether the
   /// WAL was written back and emptied (false: a reader or writer was busy; try again later).

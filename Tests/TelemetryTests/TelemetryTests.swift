@@ -179,7 +179,8 @@ final class TelemetryDeliveryTests: XCTestCase {
   }
 
   func testRefusedBatchesAreNeverRetried() throws {
-    for status in [400, 403, 404, 422] {
+    // 404 is not among them: a wrong endpoint keeps its events (see the test after this one).
+    for status in [400, 403, 422] {
       let sender = ScriptedSender([.status(status, retryAfter: nil)])
       let telemetry = client(sender)
       let id = try telemetry.log(type: "tap")
@@ -192,6 +193,55 @@ final class TelemetryDeliveryTests: XCTestCase {
       XCTAssertEqual(review.first?.errorKind, "http-\(status)")
       try container.ack([id])
     }
+  }
+
+  /// A 404 is a wrong endpoint, not a bad event: nothing is parked or sent to review, no attempt
+  /// counts, the rest of the backlog is not sent to the same place, and the right endpoint (here:
+  /// the next answer) gets everything at once, without waiting for a backoff.
+  func testA404KeepsEveryEventPendingAndDueAndEndsThePass() throws {
+    let sender = ScriptedSender([.status(404, retryAfter: nil)])
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
+      sender: sender, clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
+    let report = try telemetry.flush()
+    XCTAssertEqual(sender.sent.count, 1, "the pass ends at the first 404")
+    XCTAssertEqual(report.notFound, sender.sent[0].batch.ids.count)
+    XCTAssertEqual(report.errorKind, "http-404")
+    XCTAssertTrue(report.refusedByConfiguration)
+    XCTAssertEqual([report.delivered, report.parked, report.rejected, report.retried], [0, 0, 0, 0])
+    XCTAssertEqual(report.pending, 30)
+    let records = try container.list(queue: "telemetry")
+    XCTAssertEqual(records.map(\.state), Array(repeating: .pending, count: 30))
+    XCTAssertEqual(records.map(\.attempts), Array(repeating: 0, count: 30), "a 404 counts no attempt")
+    XCTAssertEqual(try container.stats().dropped.values.reduce(0, +), 0, "nothing left the delivery flow")
+    let next = try telemetry.flush()
+    XCTAssertEqual(next.delivered, 30, "due at once: no backoff after a wrong endpoint")
+    XCTAssertNil(next.errorKind)
+    XCTAssertFalse(next.refusedByConfiguration)
+  }
+
+  func test403CountsAsAnAuthenticationFailure() throws {
+    let telemetry = client(ScriptedSender([.status(403, retryAfter: nil)]))
+    try telemetry.log(type: "tap")
+    let report = try telemetry.flush()
+    XCTAssertEqual([report.authFailures, report.rejected, report.delivered], [1, 1, 0])
+    XCTAssertEqual(report.errorKind, "http-403")
+    XCTAssertTrue(report.refusedByConfiguration)
+  }
+
+  func testTheFlushReportWritesEveryKeyAbsentOnesAsNull() throws {
+    let object = try XCTUnwrap(
+      try JSONSerialization.jsonObject(with: JSONEncoder().encode(FlushReport())) as? [String: Any])
+    XCTAssertEqual(
+      Set(object.keys),
+      [
+        "delivered", "retried", "parked", "rejected", "pending", "batches", "token_refreshes", "auth_failures",
+        "not_found", "error_kind",
+      ])
+    XCTAssertTrue(object["error_kind"] is NSNull)
   }
 
   func test401RefreshesTheTokenExactlyOnceThenSucceeds() throws {
@@ -213,6 +263,9 @@ final class TelemetryDeliveryTests: XCTestCase {
     try telemetry.log(type: "tap")
     let report = try telemetry.flush()
     XCTAssertEqual(report.parked, 2)
+    XCTAssertEqual(report.authFailures, 2)
+    XCTAssertEqual(report.errorKind, "http-401")
+    XCTAssertTrue(report.refusedByConfiguration)
     XCTAssertEqual(tokens.refreshes, 1, "exactly one refresh")
     XCTAssertEqual(try container.list(queue: "telemetry", state: .parked).count, 2)
   }

@@ -68,7 +68,7 @@ final class HelpAndUsageTests: XCTestCase {
       ),
       (
         ["init", "--store", "cloud"],
-        "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"
+        "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]\n  See 'vault help init'.\n"
       ),
       (
         ["seal", "--context", "a", "--context", "b"],
@@ -76,7 +76,7 @@ final class HelpAndUsageTests: XCTestCase {
       ),
       (
         ["init", "--store=keyfile", "--store", "auto"],
-        "Error: '--store' given more than once\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH]\n  See 'vault help init'.\n"
+        "Error: '--store' given more than once\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]\n  See 'vault help init'.\n"
       ),
       (
         ["rotate", "extra"],

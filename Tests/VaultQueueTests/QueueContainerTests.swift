@@ -154,6 +154,28 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(resent.first?.attempts, 1, "resend starts a fresh attempt count")
   }
 
+  /// The drop ledger keeps counting every record that ever left the flow; the resend ledger and
+  /// `by_state` tell those still parked or in review from those resent (and delivered) since.
+  func testTheLedgerTellsRecordsStillParkedFromThoseResentAndDelivered() throws {
+    let queue = try container()
+    let ids = (0..<3).map { _ in UUID() }
+    for id in ids { try queue.enqueue([1], queue: "q", id: id) }
+    try queue.park(Array(ids[0..<2]), errorKind: "http-401")
+    try queue.reject([ids[2]], errorKind: "http-400")
+    XCTAssertEqual(try queue.resend([ids[0], ids[2], UUID()]), 2, "an unknown id moves nothing and counts nothing")
+    XCTAssertEqual(try queue.resend([ids[0]]), 0, "already pending: not counted twice")
+    XCTAssertEqual(try queue.claim(queue: "q", maxCount: 3).map(\.id), [ids[0], ids[2]])
+    try queue.ack([ids[0], ids[2]])
+    let stats = try queue.stats()
+    XCTAssertEqual(stats.dropped["parked"], 2, "the ledger: every record ever parked")
+    XCTAssertEqual(stats.dropped["rejected"], 1)
+    XCTAssertEqual(stats.resent, ["parked": 1, "review": 1])
+    XCTAssertEqual(stats.byState["parked"], 1, "still parked now")
+    XCTAssertEqual(Set(stats.dropped.keys), Set(DropReason.allCases.map(\.rawValue)), "no resend rows among drops")
+    XCTAssertEqual(try queue.resendAll(), 1)
+    XCTAssertEqual(try queue.stats().resent, ["parked": 2, "review": 1])
+  }
+
   func testRetryAfterIsHonouredAndCapped() throws {
     let queue = try container(QueueConfiguration(maximumRetryAfter: 120))
     let id = UUID()

@@ -30,7 +30,7 @@ public final class TelemetryServer {
 
   public var endpoint: URL { URL(string: "http://\(host):\(port)/v1/telemetry/batch")! }
 
-  /// Switches the answer mode (ok, 429, 503, 500, 400, 401, 413, hang, drop).
+  /// Switches the answer mode (ok, 429, 503, 500, 400, 401, 403, 404, 413, hang, drop).
   public func setMode(_ mode: String) {
     var request = URLRequest(url: URL(string: "http://\(host):\(port)/control")!)
     request.httpMethod = "POST"
