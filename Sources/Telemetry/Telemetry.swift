@@ -52,8 +52,8 @@ public struct FlushReport: Codable, Sendable, Equatable {
   public var batches = 0
   /// Fresh tokens asked for after a 401 (at most one per pass).
   public var tokenRefreshes = 0
-  /// Events in batches the server refused for their credentials: 401 again after a token refresh
-  /// (parked) or 403 (moved to review).
+  /// Events in batches the server refused for their credentials: 401 again after a token refresh,
+  /// or 403. They are parked (resend them once the credentials are fixed) and the pass ends.
   public var authFailures = 0
   /// Events in a batch answered 404: the endpoint is wrong. They went back to pending, due at
   /// once and their attempt not counted (never parked or sent to review), and the pass ended.
@@ -439,12 +439,15 @@ public final class Telemetry: @unchecked Sendable {
       token = try tokens.token(refresh: true)
       result = sender.send(batch, token: token)
     }
-    if case .status(401, _) = result {
-      try container.park(batch.ids, errorKind: "http-401")
+    // 401 after a refresh, or 403: the credentials are refused. The batch is parked (resend it
+    // once they are fixed) and the pass ends, so the rest of the backlog is not refused batch by
+    // batch into parking or review by the same misconfiguration.
+    if case .status(let status, _) = result, status == 401 || status == 403 {
+      try container.park(batch.ids, errorKind: "http-\(status)")
       report.parked += batch.ids.count
       report.authFailures += batch.ids.count
-      report.errorKind = "http-401"
-      published(.parked(ids: batch.ids, errorKind: "http-401"))
+      report.errorKind = "http-\(status)"
+      published(.parked(ids: batch.ids, errorKind: "http-\(status)"))
       throw AuthenticationRefused()
     }
     switch result {
@@ -454,10 +457,6 @@ public final class Telemetry: @unchecked Sendable {
       report.errorKind = "http-404"
       logger.warning("endpoint not found (404); events kept pending", metadata: ["events": "\(batch.ids.count)"])
       throw EndpointNotFound()
-    case .status(403, let retryAfter):
-      report.authFailures += batch.ids.count
-      report.errorKind = "http-403"
-      settle(HTTPStatusPolicy.result(status: 403, retryAfter: retryAfter, now: clock()), batch.ids, &report)
     case .status(413, let retryAfter) where events.count <= 1:
       // A small event cannot be "too large": a server refusing it has a fault (a 413 storm from
       // a misconfigured proxy moved thousands of ~200-byte events to review for good).

@@ -313,7 +313,7 @@ enum Help {
                                 batches of at most 256 KB gzip-compressed, to POST URL. 2xx
                                 delivers; 429/503 wait for Retry-After; 408, 5xx and network
                                 errors retry with backoff; 401 re-reads the token once, then
-                                parks; 413 splits the batch in halves (at most 16 extra
+                                parks the batch and ends the pass, as 403 does; 413 splits the batch in halves (at most 16 extra
                                 requests a pass), and a single event of 64 KB or less refused
                                 with 413 retries with backoff (a larger one goes to review);
                                 404 (a wrong endpoint) keeps the events pending, due at once,

@@ -179,8 +179,9 @@ final class TelemetryDeliveryTests: XCTestCase {
   }
 
   func testRefusedBatchesAreNeverRetried() throws {
-    // 404 is not among them: a wrong endpoint keeps its events (see the test after this one).
-    for status in [400, 403, 422] {
+    // 404 and 403 are not among them: a wrong endpoint keeps its events, refused credentials park
+    // them (see the tests after this one).
+    for status in [400, 422] {
       let sender = ScriptedSender([.status(status, retryAfter: nil)])
       let telemetry = client(sender)
       let id = try telemetry.log(type: "tap")
@@ -223,13 +224,24 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertFalse(next.refusedByConfiguration)
   }
 
-  func test403CountsAsAnAuthenticationFailure() throws {
-    let telemetry = client(ScriptedSender([.status(403, retryAfter: nil)]))
-    try telemetry.log(type: "tap")
+  /// A 403 is refused credentials: the batch is parked (resendable) and the pass ends, so a wrong
+  /// token cannot move a whole backlog to review batch by batch.
+  func test403ParksTheBatchAndEndsThePass() throws {
+    let sender = ScriptedSender([.status(403, retryAfter: nil)])
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
+      sender: sender, clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
     let report = try telemetry.flush()
-    XCTAssertEqual([report.authFailures, report.rejected, report.delivered], [1, 1, 0])
+    XCTAssertEqual(sender.sent.count, 1, "the pass ends at the first 403")
+    let first = sender.sent[0].batch.ids.count
+    XCTAssertEqual([report.authFailures, report.parked, report.rejected, report.delivered], [first, first, 0, 0])
     XCTAssertEqual(report.errorKind, "http-403")
     XCTAssertTrue(report.refusedByConfiguration)
+    XCTAssertEqual(try container.list(queue: "telemetry", state: .review), [])
+    XCTAssertEqual(try container.count(queue: "telemetry", state: .pending), 30 - first)
   }
 
   func testTheFlushReportWritesEveryKeyAbsentOnesAsNull() throws {
