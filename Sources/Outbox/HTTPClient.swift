@@ -194,6 +194,13 @@ public final class HTTPClient: @unchecked Sendable {
   /// - Parameters:
   ///   - code: what `curl_easy_perform` returned; `CURLE_OK` here means the answer was incomplete.
   ///   - osErrno: libcurl's `CURLINFO_OS_ERRNO` (tells a refused connection from an unreachable host).
+  /// `failureKind(code:osErrno:)` for libcurl's result code given as its number (libcurl's
+  /// documented `CURLE_…` values), so tests need not import libcurl's headers: a test module
+  /// that does would own their socket declarations and hide `SOCK_STREAM` from its other files.
+  package static func failureKind(rawCode: UInt32, osErrno: Int32) -> String {
+    failureKind(code: CURLcode(rawValue: rawCode), osErrno: osErrno)
+  }
+
   static func failureKind(code: CURLcode, osErrno: Int32) -> String {
     switch code {
     case CURLE_OK: return "incomplete-response"
