@@ -228,13 +228,15 @@ do {
     }
     let transport = RecordingTransport(inner: relayTransport, history: history)
     let outbox = Outbox(container: container, queue: "memo", transport: transport)
-    // Claiming and opening a memo holds its envelope twice (SQLite's and ours) and its text at
-    // once, and the HTTP client's threads start with the first request. A failed allocation traps,
-    // leaving the memo leased until its lease ends; checked first, a limit too tight for the
-    // largest memo waiting is one clear error. (HTTPJSONTransport checks again for the JSON body,
-    // which depends on the text.)
+    // Claiming and opening a memo holds its envelope twice (SQLite's and ours), its text as the
+    // opened bytes and the claimed record's Data, and the transport's copy of it, at once; and the
+    // HTTP client's threads start with the first request. A failed allocation traps, leaving the
+    // memo leased until its lease ends; checked first, a limit too tight for the largest memo
+    // waiting is one clear error. (HTTPJSONTransport checks again for the JSON body, which depends
+    // on the text.) Five copies: with three, a 19 MB memo at `ulimit -v` 216 MiB passed this check
+    // and then trapped, once the claimed payload became Data (one more copy).
     let largest = try container.list(queue: "memo", state: .pending).map(\.bytes).max() ?? 0
-    guard MemoryHeadroom.available(3 * largest + (24 << 20)) else {
+    guard MemoryHeadroom.available(5 * largest + (24 << 20)) else {
       fail(
         "not enough address space (ulimit -v) to deliver a memo of \(max(1, largest >> 20)) MiB (relaying holds "
           + "several copies of it at once); raise the limit and run relay again (nothing was claimed: every memo "
