@@ -34,7 +34,7 @@ let package = Package(
     .target(name: "VaultQueue", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "CSQLite"], swiftSettings: strict),
     .target(name: "Outbox", dependencies: ["Vault", "VaultQueue", "VaultCrypto", "CCurl"], swiftSettings: strict),
     .target(
-      name: "Telemetry", dependencies: ["Outbox", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
+      name: "Telemetry", dependencies: ["Outbox", "Vault", "VaultQueue", "VaultCrypto", "CZlib", "CNetlink"],
       swiftSettings: strict),
     // The scan audits vault's containers itself (one walk, one reader): it reads them through VaultQueue.
     .target(

@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 
 /// A JSON value for event payloads: strings, numbers, booleans, null, arrays and objects.
 ///
@@ -121,12 +122,7 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
     self.sessionID = sessionID
   }
 
-  static func format(_ date: Date) -> String {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    formatter.timeZone = TimeZone(identifier: "UTC")
-    return formatter.string(from: date)
-  }
+  static func format(_ date: Date) -> String { millisecondTimestamp(date) }
 
   /// Reads an event from its JSON form (`id`, `ts`, `type`, `payload`, `session_id`).
   ///

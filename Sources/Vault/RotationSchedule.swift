@@ -64,15 +64,7 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
   /// - Returns: whole and fractional days, never negative (a time in the future is age 0); nil
   ///   when `timestamp` cannot be read.
   public static func ageDays(of timestamp: String, now: Date) -> Double? {
-    date(timestamp).map { max(0, now.timeIntervalSince($0) / 86_400) }
-  }
-
-  private static func date(_ text: String) -> Date? {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime]
-    if let date = formatter.date(from: text) { return date }
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    return formatter.date(from: text)
+    parseTimestamp(timestamp).map { max(0, now.timeIntervalSince($0) / 86_400) }
   }
 }
 

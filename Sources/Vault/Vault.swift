@@ -804,28 +804,3 @@ package func absolutePath(_ path: String) -> String {
   let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
   return (absolute as NSString).standardizingPath
 }
-
-/// ISO 8601 in UTC with seconds, as the manifest and `status --json` show times.
-package func timestamp(_ date: Date) -> String {
-  let formatter = ISO8601DateFormatter()
-  formatter.formatOptions = [.withInternetDateTime]
-  formatter.timeZone = TimeZone(identifier: "UTC")
-  return formatter.string(from: date)
-}
-
-/// A manifest time (ISO 8601, seconds or fractional) as every `--json` output writes times: ISO 8601
-/// UTC with milliseconds (`2026-12-01T14:58:46.000Z`). The manifest keeps its own form; only the
-/// JSON shown changes. A text that is not an ISO 8601 time is returned unchanged.
-package func jsonTimestamp(_ manifestTime: String) -> String {
-  let formatter = ISO8601DateFormatter()
-  formatter.formatOptions = [.withInternetDateTime]
-  var date = formatter.date(from: manifestTime)
-  if date == nil {
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    date = formatter.date(from: manifestTime)
-  }
-  guard let date else { return manifestTime }
-  formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-  formatter.timeZone = TimeZone(identifier: "UTC")
-  return formatter.string(from: date)
-}

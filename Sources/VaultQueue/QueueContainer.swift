@@ -275,28 +275,15 @@ public final class QueueContainer: @unchecked Sendable {
   static func timestamp(milliseconds: Int64) -> String { timestamp(date(milliseconds: milliseconds)) }
 
   /// ISO 8601 in UTC with milliseconds, as `queue list` shows times.
-  package static func timestamp(_ date: Date) -> String { millisecondFormatter().string(from: date) }
+  package static func timestamp(_ date: Date) -> String { millisecondTimestamp(date) }
 
   /// The id `list` shows for a row whose id column is not a UUID (written by something other than
   /// vault): the nil UUID, so the row is still listed.
   static let unreadableID = UUID(uuidString: "00000000-0000-0000-0000-000000000000")!
 
-  static func date(timestamp text: String) -> Date? { millisecondFormatter().date(from: text) }
+  static func date(timestamp text: String) -> Date? { parseMillisecondTimestamp(text) }
 
   static func date(milliseconds: Int64) -> Date { Date(timeIntervalSince1970: Double(milliseconds) / 1000) }
-
-  /// One formatter per thread: making one per call was most of `queue list`'s time on 100,000
-  /// records, and a formatter is not safe to share between threads.
-  private static func millisecondFormatter() -> ISO8601DateFormatter {
-    let key = "vault.QueueContainer.millisecondFormatter"
-    let cache = Thread.current.threadDictionary
-    if let formatter = cache[key] as? ISO8601DateFormatter { return formatter }
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    formatter.timeZone = TimeZone(identifier: "UTC")
-    cache[key] = formatter
-    return formatter
-  }
 
   static func validate(_ queue: String) throws {
     let bytes = Array(queue.utf8)
