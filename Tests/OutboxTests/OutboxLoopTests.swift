@@ -185,22 +185,7 @@ final class OutboxLoopTests: XCTestCase {
   }
 }
 
-/// Collects a stream's events as they come, for synchronous assertions.
-final class EventLog: @unchecked Sendable {
-  private let lock = NSLock()
-  private var events: [DeliveryEvent] = []
-  private var ended = false
-
-  init(_ stream: AsyncStream<DeliveryEvent>) {
-    Task {
-      for await event in stream { self.lock.withLock { self.events.append(event) } }
-      self.lock.withLock { self.ended = true }
-    }
-  }
-
-  var all: [DeliveryEvent] { lock.withLock { events } }
-  var finished: Bool { lock.withLock { ended } }
-}
+typealias EventLog = StreamLog<DeliveryEvent>
 
 /// A transport that is async all the way: it suspends (never blocks) before answering.
 final class AsyncTransport: Transport, @unchecked Sendable {

@@ -125,18 +125,4 @@ struct FixedToken: TokenProvider {
   func token(refresh: Bool) throws -> String { "SECRET-TOKEN" }
 }
 
-final class TelemetryEventLog: @unchecked Sendable {
-  private let lock = NSLock()
-  private var events: [DeliveryEvent] = []
-  private var ended = false
-
-  init(_ stream: AsyncStream<DeliveryEvent>) {
-    Task {
-      for await event in stream { self.lock.withLock { self.events.append(event) } }
-      self.lock.withLock { self.ended = true }
-    }
-  }
-
-  var all: [DeliveryEvent] { lock.withLock { events } }
-  var finished: Bool { lock.withLock { ended } }
-}
+typealias TelemetryEventLog = StreamLog<DeliveryEvent>
