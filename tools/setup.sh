@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what vault needs to build, test and run its demo, when it is missing:
 # Debian's C libraries and headers, gnome-keyring and D-Bus for a real Secret Service,
-# and Python's `cryptography` for the independent envelope implementation.
+# Python's `cryptography` for the independent envelope implementation, and zsh, fish and
+# groff to check the generated completions and manual page.
 # Safe to run again; it installs nothing that is already there.
 set -euo pipefail
 
 packages=(
   libssl-dev libsqlite3-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev libcurl4-openssl-dev pkg-config libsecret-1-dev
   gnome-keyring dbus libglib2.0-bin libsecret-tools openssl procps python3
+  zsh fish groff-base
 )
 missing=()
 for package in "${packages[@]}"; do

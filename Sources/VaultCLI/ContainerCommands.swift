@@ -41,25 +41,11 @@ struct ContainerListing: Encodable {
 extension VaultCommandLine {
   /// `vault container list|forget`.
   func container(_ arguments: Arguments) throws {
-    guard let action = arguments.positionals.first else {
-      throw UsageError(message: "missing container action (list or forget)", command: "container")
-    }
-    let rest = Array(arguments.positionals.dropFirst())
-    switch action {
+    switch arguments.action {
     case "list":
-      if let extra = rest.first { throw UsageError(message: "unexpected argument '\(extra)'", command: "container") }
       try listContainers(json: arguments.flags.contains("--json"), arguments)
-    case "forget":
-      if arguments.flags.contains("--json") {
-        throw UsageError(message: "'--json' does not apply to 'container forget'", command: "container")
-      }
-      guard let path = rest.first else {
-        throw UsageError(message: "missing the PATH of the container to forget", command: "container")
-      }
-      guard rest.count == 1 else { throw UsageError(message: "unexpected argument '\(rest[1])'", command: "container") }
-      try forgetContainer(path, arguments)
     default:
-      throw UsageError(message: "unknown container action '\(action)'", command: "container")
+      try forgetContainer(arguments.positionals[0], arguments)
     }
   }
 
@@ -127,5 +113,41 @@ extension VaultCommandLine {
       terminal.print(
         "Version(s) \(versions(forgotten.pinnedBySeal)) stay kept: envelopes made with `vault seal` need them")
     }
+  }
+}
+
+/// `vault container list|forget`.
+enum ContainerCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "container", abstract: "List the registered containers, or forget one that is gone.",
+    discussion: """
+      Rotation re-seals every registered container and refuses to run while one is missing or replaced.
+      """,
+    actions: [
+      CommandDeclaration(
+        name: "list", abstract: "Show each registered container and whether it is the one registered.",
+        discussion: """
+          Each container's path, container id, records per key version and state: ok, missing (no file) or \
+          replaced (the file holds another container id, another vault's container, or no container). Reads \
+          only the manifest and each file's envelope headers (no key, so it works while the keyring is locked).
+          """,
+        parameters: [
+          .flag(
+            "--json",
+            help: "Print a JSON array: path, id, state and records (key version -> count, or null unless ok).")
+        ]),
+      CommandDeclaration(
+        name: "forget", abstract: "Remove the registration of a container that is gone for good.",
+        discussion: """
+          Refused, changing nothing, while any file is at PATH. Its records are gone for good; a version only it \
+          held is retired by the next rotation (while another container is registered and no 'vault seal' \
+          envelope needs it).
+          """,
+        parameters: [.argument("PATH", .required, .file, help: "The registered path of the missing container.")]),
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.container(arguments)
+    return ExitCode.success.rawValue
   }
 }

@@ -166,3 +166,26 @@ extension VaultCommandLine {
     }
   }
 }
+
+/// `vault doctor`.
+enum DoctorCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "doctor", abstract: "Explain which key store works here and why the other does not.",
+    discussion: """
+      Checks the D-Bus session, the Secret Service provider and its default collection (locked or not, \
+      answering in time), the keyfile's permissions and owner, the manifest, and whether the active key can be \
+      read. A store this vault does not use is reported, not held against it (a keyfile vault needs no session \
+      bus); a keyfile that is gone is "not found" with its path. Exits 1 when the vault exists but its key \
+      cannot be read.
+      """,
+    parameters: [
+      .flag(
+        "--json",
+        help: """
+          Print JSON: checks (name, status: ok, warning, problem, not-needed or not-checked, detail), healthy \
+          and result.
+          """)
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 { cli.doctor(arguments) }
+}

@@ -3,18 +3,32 @@ import Vault
 extension VaultCommandLine {
   /// `vault keyfile move PATH`.
   func keyfile(_ arguments: Arguments) throws {
-    guard let action = arguments.positionals.first else {
-      throw UsageError(message: "missing keyfile action (move)", command: "keyfile")
-    }
-    guard action == "move" else {
-      throw UsageError(message: "unknown keyfile action '\(action)' (the action is move)", command: "keyfile")
-    }
-    let rest = arguments.positionals.dropFirst()
-    guard let target = rest.first else { throw UsageError(message: "missing the new keyfile PATH", command: "keyfile") }
-    guard rest.count == 1 else {
-      throw UsageError(message: "unexpected argument '\(rest.dropFirst().first!)'", command: "keyfile")
-    }
+    let target = arguments.positionals[0]
     let old = try Vault.moveKeyfile(home: homePath(arguments), to: target)
     terminal.print("Moved the keyfile from \(old) to \(absolutePath(target)); the old file was removed")
+  }
+}
+
+/// `vault keyfile move PATH`.
+enum KeyfileCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "keyfile", abstract: "Move a vault's keyfile out of the data it protects.",
+    discussion: """
+      A keyfile inside the vault home or beside a registered container travels with every copy of the data, so \
+      vault refuses to use it there.
+      """,
+    actions: [
+      CommandDeclaration(
+        name: "move", abstract: "Move the keyfile to PATH.",
+        discussion: """
+          Copies it to PATH (0600, in a private directory created 0700 when missing), checks the copy, records \
+          PATH in the manifest and then removes the old file. Run it again after an interruption.
+          """,
+        parameters: [.argument("PATH", .required, .file, help: "Where the keyfile goes (outside the home).")])
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.keyfile(arguments)
+    return ExitCode.success.rawValue
   }
 }

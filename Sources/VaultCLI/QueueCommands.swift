@@ -13,85 +13,25 @@ extension VaultCommandLine {
 
   /// `vault queue put|stats|list|resend`.
   func queue(_ arguments: Arguments) throws {
-    guard let action = arguments.positionals.first else {
-      throw UsageError(message: "missing queue action (put, stats, list or resend)", command: "queue")
-    }
-    let rest = Array(arguments.positionals.dropFirst())
-    let allowed: [String: Set<String>] = [
-      "put": ["--queue", "--id", "--container", "--json"], "stats": ["--container", "--json"],
-      "list": ["--queue", "--state", "--container", "--json", "--limit", "--after"],
-      "resend": ["--container", "--all", "--state", "--queue"],
-    ]
-    guard let permitted = allowed[action] else {
-      throw UsageError(message: "unknown queue action '\(action)'", command: "queue")
-    }
-    for option in Set(arguments.options.keys).union(arguments.flags) where !permitted.contains(option) {
-      throw UsageError(message: "'\(option)' does not apply to 'queue \(action)'", command: "queue")
-    }
-    if action != "resend", !rest.isEmpty {
-      throw UsageError(message: "unexpected argument '\(rest[0])'", command: "queue")
-    }
-    // Every argument (and a `put`'s input) is checked before the container is opened, so a usage
-    // error or unreadable input never leaves a new container behind.
-    var name = ""
-    var id: UUID?
+    let action = arguments.action ?? ""
+    // The parser has checked every value and which options go with which action. Every argument
+    // (and a `put`'s input) is checked before the container is opened, so a usage error or
+    // unreadable input never leaves a new container behind.
     var payload: [UInt8] = []
-    var state: RecordState?
-    var ids: [UUID] = []
     // `resend --all | --state | --queue`: the states and queue to resend in bulk (nil: by ids).
     var bulk: (states: Set<RecordState>, queue: String?)?
-    var page: (limit: Int?, after: UUID?) = (nil, nil)
     switch action {
     case "put":
-      guard let queue = arguments.options["--queue"] else {
-        throw UsageError(message: "missing '--queue NAME'", command: "queue")
-      }
-      name = queue
-      if let text = arguments.options["--id"] {
-        guard let parsed = UUID(uuidString: text) else {
-          throw UsageError(message: "--id must be a UUID", command: "queue")
-        }
-        id = parsed
-      }
       payload = try readInput()
       // A failed allocation traps: refuse a record the address space cannot seal and store.
       guard MemoryHeadroom.availableToSealAndStore(payload.count) else {
         throw StandardInputError.outOfMemory(bytes: 3 * payload.count)
       }
-    case "list":
-      if let text = arguments.options["--state"] {
-        guard let parsed = RecordState(rawValue: text) else {
-          throw UsageError(message: "--state must be pending, in_flight, parked or review", command: "queue")
-        }
-        state = parsed
-      }
-      page = try Self.listingPage(arguments)
     case "resend":
-      let selectors =
-        [
-          arguments.flags.contains("--all") ? "--all" : nil, arguments.options["--state"].map { _ in "--state" },
-          arguments.options["--queue"].map { _ in "--queue" }, rest.isEmpty ? nil : "ids",
-        ].compactMap { $0 }
-      guard selectors.count == 1 else {
-        throw UsageError(
-          message: selectors.isEmpty
-            ? "say what to resend: --all, --state parked|review, --queue NAME or the records' ids"
-            : "give one of --all, --state, --queue or ids, not \(selectors.joined(separator: " and "))",
-          command: "queue")
-      }
-      if let text = arguments.options["--state"] {
-        guard let parsed = RecordState(rawValue: text), parsed == .parked || parsed == .review else {
-          throw UsageError(message: "--state must be parked or review (got '\(text)')", command: "queue")
-        }
-        bulk = ([parsed], nil)
-      } else if rest.isEmpty {
+      if let state = arguments.options["--state"].flatMap(RecordState.init(rawValue:)) {
+        bulk = ([state], nil)
+      } else if arguments.positionals.isEmpty {
         bulk = ([.parked, .review], arguments.options["--queue"])
-      }
-      for text in rest {
-        guard let parsed = UUID(uuidString: text) else {
-          throw UsageError(message: "'\(text)' is not a UUID", command: "queue")
-        }
-        ids.append(parsed)
       }
     default: break
     }
@@ -107,8 +47,8 @@ extension VaultCommandLine {
     let container = try QueueContainer(path: defaultContainer(arguments), vault: vault, mode: mode)
     switch action {
     case "put":
-      let id = try id ?? SecureRandom.uuid()
-      let outcome = try container.enqueue(payload, queue: name, id: id)
+      let id = try arguments.uuid("--id") ?? SecureRandom.uuid()
+      let outcome = try container.enqueue(payload, queue: arguments.options["--queue"] ?? "", id: id)
       let word = outcome == .stored ? "stored" : "duplicate"
       if arguments.flags.contains("--json") {
         terminal.print(
@@ -141,13 +81,15 @@ extension VaultCommandLine {
           + " (parked now \(stats.byState["parked"] ?? 0), in review now \(stats.byState["review"] ?? 0))")
     case "list":
       try list(
-        container, queue: arguments.options["--queue"], state: state, page: page,
-        json: arguments.flags.contains("--json"))
+        container, queue: arguments.options["--queue"],
+        state: arguments.options["--state"].flatMap(RecordState.init(rawValue:)),
+        page: (arguments.wholeNumber("--limit"), arguments.uuid("--after")), json: arguments.flags.contains("--json"))
     default:
       if let bulk {
         terminal.print("resent \(try container.resendAll(in: bulk.states, queue: bulk.queue))")
         return
       }
+      let ids = arguments.positionals.compactMap(UUID.init(uuidString:))
       let moved = try container.resend(ids)
       terminal.print("resent \(moved) of \(ids.count)")
       if moved < ids.count {
@@ -174,5 +116,96 @@ enum QueueCommandError: Error, CustomStringConvertible {
     case .notResendable(let requested, let moved):
       "\(requested - moved) of the ids are not parked or in review (unknown, pending or in flight); they were left as they are"
     }
+  }
+}
+
+/// `vault queue put|stats|list|resend`.
+enum QueueCommand: Subcommand {
+  static let container = Parameter.option(
+    "--container", "PATH", .file, help: "Another container file (default: queue.sqlite in the home).")
+
+  static let declaration = CommandDeclaration(
+    name: "queue", abstract: "Put records into a queue container and inspect it.",
+    discussion: """
+      Without --container the vault's default container (queue.sqlite in the home) is used. Only 'put' creates \
+      a container (at a path that is not registered and holds nothing) and registers it so rotation covers it; \
+      'stats' and 'list' only read, and a path with no container is an error. Nothing here prints record \
+      contents.
+      """,
+    actions: [
+      CommandDeclaration(
+        name: "put", abstract: "Seal standard input and store it durably.",
+        discussion: """
+          Prints 'stored ID', or 'duplicate ID' when a record with that id already exists (the payload is then \
+          not stored again).
+          """,
+        parameters: [
+          .option("--queue", "NAME", required: true, help: "The queue within the container."),
+          .option("--id", "UUID", .uuid(what: "a record id"), help: "The record's id (default: a random UUID)."),
+          container,
+          .flag("--json", help: "Print JSON: id, outcome (stored or duplicate), container, bytes."),
+        ],
+        standardInput: "payload"),
+      CommandDeclaration(
+        name: "stats", abstract: "Count records by state, key version and queue.",
+        discussion: """
+          Records by state and key version, sealed bytes, the drop ledger (cap, age, rejected, parked, \
+          undecryptable: every record that ever left) and how many parked and review records were resent since.
+          """,
+        parameters: [
+          container,
+          .flag(
+            "--json",
+            help: """
+              Print JSON: container, total, bytes, by_state, by_version, by_queue, dropped, resent, \
+              minimum_seal_version.
+              """),
+        ]),
+      CommandDeclaration(
+        name: "list", abstract: "List records, oldest first, without their contents.",
+        discussion: """
+          Ids, queues, states, attempts, key versions, sizes and error kinds, oldest first, written as they are \
+          read (any size of queue). Page with --limit and --after.
+          """,
+        parameters: [
+          .option("--queue", "NAME", help: "Only this queue's records."),
+          .option(
+            "--state", "STATE", .choice(["pending", "in_flight", "parked", "review"]), help: "Only records in STATE."),
+          .option("--limit", "N", .wholeNumber(0...Int.max, unit: nil), help: "At most N records."),
+          .option(
+            "--after", "ID", .uuid(what: "a record id"),
+            help: "Only records stored after record ID (the last id of a page starts the next)."),
+          container,
+          .flag(
+            "--json",
+            help:
+              "Print a JSON array: id, queue, state, attempts, error_kind, created_at, next_attempt_at, bytes, key_version."
+          ),
+        ]),
+      CommandDeclaration(
+        name: "resend", abstract: "Return parked or review records to pending.",
+        discussion: """
+          With a fresh attempt count: those named by id, or in bulk with exactly one of --all (every parked and \
+          review record), --state parked|review, or --queue NAME (that queue's parked and review records). Prints \
+          how many were resent; ids that are not parked or in review are left as they are (exit 1).
+          """,
+        parameters: [
+          container,
+          .flag("--all", help: "Every parked and review record."),
+          .option("--state", "STATE", .choice(["parked", "review"]), help: "Every record in STATE."),
+          .option("--queue", "NAME", help: "That queue's parked and review records."),
+          .argument("ID", .zeroOrMore, .uuid(what: "a record id"), help: "Records to resend, by id."),
+        ],
+        constraints: [.exactlyOne(["--all", "--state", "--queue", "ID"])]),
+    ],
+    sharedHelp: [
+      "--queue": "The queue within the container (put), or the queue to list or resend.",
+      "--state": "pending, in_flight, parked or review (resend: parked or review).",
+      "--json": "Print JSON (see 'vault help queue ACTION' for each action's keys).",
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.queue(arguments)
+    return ExitCode.success.rawValue
   }
 }

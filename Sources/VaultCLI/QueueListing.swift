@@ -4,25 +4,6 @@ import VaultQueue
 /// `vault queue list`, streamed: each row is written as SQLite reads it (in 64 KiB writes), so
 /// memory stays flat on a queue of any size, and `--limit N` / `--after ID` page through it.
 extension VaultCommandLine {
-  /// `--limit N` (a whole number, 0 or more) and `--after ID` (a UUID), checked before anything opens.
-  static func listingPage(_ arguments: Arguments) throws -> (limit: Int?, after: UUID?) {
-    var limit: Int?
-    if let text = arguments.options["--limit"] {
-      guard let parsed = Int(text), parsed >= 0 else {
-        throw UsageError(message: "--limit must be a whole number, 0 or more (got '\(text)')", command: "queue")
-      }
-      limit = parsed
-    }
-    var after: UUID?
-    if let text = arguments.options["--after"] {
-      guard let parsed = UUID(uuidString: text) else {
-        throw UsageError(message: "--after must be a record id (a UUID; got '\(text)')", command: "queue")
-      }
-      after = parsed
-    }
-    return (limit, after)
-  }
-
   /// Writes the rows as they are read. `--json` is still one valid JSON array, the same bytes the
   /// whole-array encoding gave (pretty-printed, sorted keys), built one element at a time.
   func list(

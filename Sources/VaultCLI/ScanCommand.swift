@@ -7,9 +7,6 @@ extension VaultCommandLine {
   /// complete, 1 findings, 2 could not scan or could not read everything (the library does the
   /// walk and the container audit; this is arguments, progress and printing).
   func scan(_ arguments: Arguments) throws -> Int32 {
-    guard !arguments.positionals.isEmpty else {
-      throw UsageError(message: "give at least one PATH to scan", command: "scan")
-    }
     var canaries = arguments.lists["--canary"] ?? []
     if let file = arguments.options["--canary-file"] {
       guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
@@ -28,20 +25,8 @@ extension VaultCommandLine {
     }
     // The per-file decompression budget: MiB on top of 64 times the file's size, and seconds.
     var budget = InflateBudget()
-    if let text = arguments.options["--inflate-limit"] {
-      guard let mebibytes = Int(text), (1...1_048_576).contains(mebibytes) else {
-        throw UsageError(
-          message: "--inflate-limit must be a number of MiB from 1 to 1048576 (got '\(text)')", command: "scan")
-      }
-      budget.baseBytes = mebibytes << 20
-    }
-    let secondsText = arguments.options["--inflate-seconds"]
-    guard let seconds = CommandLineEnvironment.seconds(secondsText, in: 1...86400, fallback: budget.seconds) else {
-      throw UsageError(
-        message: "--inflate-seconds must be a number of seconds from 1 to 86400 (got '\(secondsText ?? "")')",
-        command: "scan")
-    }
-    budget.seconds = seconds
+    if let mebibytes = arguments.wholeNumber("--inflate-limit") { budget.baseBytes = mebibytes << 20 }
+    if let seconds = arguments.number("--inflate-seconds") { budget.seconds = seconds }
     // With --verify, the vault is opened first: a home that cannot be opened scans nothing.
     let vault = arguments.flags.contains("--verify") ? try openVault(arguments) : nil
     var report: ScanReport
@@ -102,4 +87,60 @@ extension VaultCommandLine {
     }
     return ExitCode.success.rawValue
   }
+}
+
+/// `vault scan`.
+enum ScanCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "scan", abstract: "Look through files for plaintext that should not be on disk.",
+    discussion: """
+      Walks the given files and directories once (symlinks are reported, never followed; FIFOs, sockets and \
+      devices are reported, never opened; names are bytes, shown with \\xHH escapes) and reports: canaries \
+      (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped; key material (vault keyfiles, PEM \
+      private keys, and files or NAME= lines that hold 32 random-looking bytes raw, in hex or in base64); and, \
+      judged by what a file is, an app's plaintext records where only ciphertext belongs: JSON text, key=value \
+      records and sentences in SQLite pages, WAL frames, journals, core dumps and unknown binary files, and as \
+      rare lines in logs. Compressed data is decoded to its end and searched the same way: gzip, zlib (any \
+      window), deflated ZIP entries, xz, bzip2 and zstd, nested up to four layers, and base64 text of them; \
+      line-wrapped base64 is decoded too. Each finding names the file, the offset and the region: for SQLite \
+      files live-cell, free-block, unallocated, freelist-page, overflow-page or other-page; wal-frame or \
+      stale-wal-frame; journal; compressed-stream. Excerpts are redacted.
+
+      With --verify, every envelope in vault's queue containers among the scanned files is opened with the \
+      vault of the home: each one that does not open is a finding (tampered, another keyring, unknown or \
+      retired key), and records are counted per key version per container - the audit before retiring a key. \
+      Without --verify, envelope columns are still checked without keys: each value must be an envelope of the \
+      container's keyring whose ciphertext looks random.
+
+      On a terminal, a scan that runs longer than a second shows its progress on standard error (never in a \
+      pipe or with --json).
+      """,
+    parameters: [
+      .argument("PATH", .oneOrMore, .file, help: "Files and directories to scan."),
+      .repeatable("--canary", "TEXT", help: "A string that must not appear (repeatable; at least 4 bytes)."),
+      .option("--canary-file", "FILE", .file, help: "One canary per line (LF or CRLF)."),
+      .flag("--verify", help: "Open every envelope in vault containers (needs the vault's keys)."),
+      .option(
+        "--inflate-limit", "MIB", .wholeNumber(1...1_048_576, unit: "MiB"),
+        help: "Decompressed bytes allowed per file, in MiB, on top of 64 times the file's size (1 to 1048576, "
+          + "default 512)."),
+      .option(
+        "--inflate-seconds", "S", .number(1...86400, unit: "seconds"),
+        help: "Time allowed per file for decompressing (1 to 86400, default 60)."),
+      .flag(
+        "--json",
+        help: """
+          Print JSON: files_scanned, bytes_scanned, findings (file, offset, region, detector, encoding, \
+          excerpt), skipped (path, reason), incomplete (path, reason), complete, and with --verify: verify \
+          (containers: key version -> records, opened, failed).
+          """),
+    ],
+    exitCodes: """
+      0 nothing found and everything read, 1 findings, 2 could not scan or the audit is incomplete: a path, a \
+      directory or the canary file is unreadable, a container cannot be read, a compressed stream is cut off by \
+      the budget, corrupt, encrypted, too deep or in a format not decoded (LZ4, 7z, lzip), a file changed size \
+      while read, or --verify could not open the vault. What was not read is listed.
+      """)
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 { try cli.scan(arguments) }
 }

@@ -12,13 +12,9 @@ extension VaultCommandLine {
   /// IN (`-` or absent: standard input) and `-o OUT` (absent: standard output), checked before
   /// anything is read: OUT must not be IN (usage, exit 64) and must not exist (exit 2).
   func files(_ arguments: Arguments, _ command: String) throws -> Files {
-    guard arguments.positionals.count <= 1 else {
-      throw UsageError(message: "unexpected argument '\(arguments.positionals[1])'", command: command)
-    }
     let input = arguments.positionals.first.flatMap { $0 == "-" ? nil : $0 }
     let output = arguments.options["-o"]
     if let output {
-      guard !output.isEmpty else { throw UsageError(message: "-o must not be empty", command: command) }
       if let existing = FileIO.identity(output) {
         let source = input.map { FileIO.identity($0) } ?? FileIO.standardInputIdentity()
         if existing == source {
@@ -90,5 +86,55 @@ extension VaultCommandLine {
     }
     guard MemoryHeadroom.available(envelope.count) else { throw StandardInputError.outOfMemory(bytes: envelope.count) }
     try write(try vault.open(envelope, context: context), files)
+  }
+}
+
+/// `vault seal`.
+enum SealCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "seal", abstract: "Seal a file or standard input into an envelope.",
+    discussion: """
+      The context is authenticated with the record: the same context must be given to open it. A record holds \
+      at most 1 GiB; larger input is refused (exit 2) before it is read. IN must be a regular file (a FIFO, \
+      device or directory is refused, exit 2). OUT is written whole or not at all (a temporary file beside it, \
+      flushed, then linked), mode 0600, and is never replaced: an existing OUT is refused (exit 2), and so is \
+      OUT naming IN (exit 64). A binary envelope is not written to a terminal: give -o OUT or --armor.
+      """,
+    parameters: [
+      .option(
+        "--context", "CTX", .context, required: true, help: "What the record belongs to (non-empty, not secret)."),
+      .option("-o", "OUT", .file, help: "Write the envelope to the new file OUT (default: standard output)."),
+      .flag(
+        "--armor",
+        help: "Write the envelope as text: base64 between BEGIN and END lines (a record of at most 756 MiB)."),
+      .argument("IN", .optional, .file, help: "The plaintext to seal (default, or -: standard input)."),
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.seal(arguments)
+    return ExitCode.success.rawValue
+  }
+}
+
+/// `vault open`.
+enum OpenCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "open", abstract: "Open an envelope from a file or standard input.",
+    discussion: """
+      Fails with a distinct error when the input is not an envelope, is truncated, belongs to another vault, \
+      names an unknown or retired key version, or does not authenticate (wrong context or modified bytes). \
+      Nothing is written on failure. An envelope holds at most 1 GiB of plaintext; larger input is refused \
+      (exit 2). Armoured input (from seal --armor) is detected and decoded strictly: damaged armour is an error \
+      (exit 1). IN and OUT are treated as by seal.
+      """,
+    parameters: [
+      .option("--context", "CTX", .context, required: true, help: "The context the envelope was sealed with."),
+      .option("-o", "OUT", .file, help: "Write the plaintext to the new file OUT (default: standard output)."),
+      .argument("IN", .optional, .file, help: "The envelope, binary or armoured (default, or -: standard input)."),
+    ])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.open(arguments)
+    return ExitCode.success.rawValue
   }
 }

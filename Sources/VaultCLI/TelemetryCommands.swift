@@ -13,31 +13,15 @@ extension VaultCommandLine {
   /// `vault telemetry log TYPE [--payload JSON] [--session ID]` and
   /// `vault telemetry flush --endpoint URL [--token-file FILE] [--json]`.
   func telemetry(_ arguments: Arguments) throws {
-    guard let action = arguments.positionals.first else {
-      throw UsageError(message: "missing telemetry action (log, flush or watch)", command: "telemetry")
-    }
-    let allowed: [String: Set<String>] = [
-      "log": ["--payload", "--session", "--json"],
-      "flush": ["--endpoint", "--token-file", "--json", "--ca-file", "--allow-insecure-http"],
-      "watch": ["--endpoint", "--token-file", "--interval", "--ca-file", "--allow-insecure-http"],
-    ]
-    guard let permitted = allowed[action] else {
-      throw UsageError(
-        message: "unknown telemetry action '\(action)' (the actions are log, flush and watch)", command: "telemetry")
-    }
-    for option in Set(arguments.options.keys).union(arguments.flags) where !permitted.contains(option) {
-      throw UsageError(message: "'\(option)' does not apply to 'telemetry \(action)'", command: "telemetry")
-    }
-    let rest = Array(arguments.positionals.dropFirst())
+    let action = arguments.action ?? ""
     var type = ""
     var payload: [String: JSONValue] = [:]
     var endpoint: URL?
     switch action {
     case "log":
-      guard rest.count == 1 else { throw UsageError(message: "give exactly one event TYPE", command: "telemetry") }
-      type = rest[0]
+      type = arguments.positionals[0]
       guard (1...128).contains(type.count) else {
-        throw UsageError(message: "an event TYPE must be 1–128 characters", command: "telemetry")
+        throw UsageError(message: "an event TYPE must be 1–128 characters", command: "telemetry", action: action)
       }
       if let text = arguments.options["--payload"] {
         // Our own strict parser: numbers stay as written (JSONSerialization and JSONDecoder
@@ -46,30 +30,21 @@ extension VaultCommandLine {
         do {
           parsed = try JSONValue(parsing: text)
         } catch {
-          throw UsageError(message: "--payload must be a JSON object (\(error))", command: "telemetry")
+          throw UsageError(message: "--payload must be a JSON object (\(error))", command: "telemetry", action: action)
         }
         guard case .object(let object) = parsed else {
-          throw UsageError(message: "--payload must be a JSON object", command: "telemetry")
+          throw UsageError(message: "--payload must be a JSON object", command: "telemetry", action: action)
         }
         payload = object
       }
     default:
-      guard rest.isEmpty else { throw UsageError(message: "unexpected argument '\(rest[0])'", command: "telemetry") }
-      guard let text = arguments.options["--endpoint"] else {
-        throw UsageError(message: "\(action) needs --endpoint URL", command: "telemetry")
-      }
-      guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
-        url.host?.isEmpty == false
-      else {
-        throw UsageError(
-          // Not echoed: a mistyped endpoint may still carry a token in its query or user part.
-          message: "--endpoint must be an https:// (or loopback http://) URL with a host",
-          command: "telemetry")
-      }
+      // The parser checked it is an http(s) URL with a host; here, whether it may be used.
+      let url = URL(string: arguments.options["--endpoint"] ?? "")!
       do {
         try EndpointPolicy.check(url, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"))
       } catch {
-        throw UsageError(message: "--endpoint: \(error)" + Advice.suffix(for: error), command: "telemetry")
+        throw UsageError(
+          message: "--endpoint: \(error)" + Advice.suffix(for: error), command: "telemetry", action: action)
       }
       endpoint = url
       if let authorities = arguments.options["--ca-file"] {
@@ -80,19 +55,15 @@ extension VaultCommandLine {
           ? (try? String(contentsOfFile: authorities, encoding: .utf8)) : nil
         guard let text, text.contains("-----BEGIN CERTIFICATE-----") else {
           throw UsageError(
-            message: "--ca-file must be a readable PEM file of certificates (at most 16 MiB)", command: "telemetry")
+            message: "--ca-file must be a readable PEM file of certificates (at most 16 MiB)", command: "telemetry",
+            action: action)
         }
       }
     }
     let vault = try openVault(arguments)
     let container = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
     let tokens: any TokenProvider = arguments.options["--token-file"].map { TokenFile(path: $0) } ?? NoToken()
-    let text = arguments.options["--interval"]
-    // Finite and bounded: the timer converts it to nanoseconds, where inf or 1e300 trap.
-    guard let interval = CommandLineEnvironment.seconds(text, in: 0.1...86400, fallback: 60) else {
-      throw UsageError(
-        message: "--interval must be a number of seconds from 0.1 to 86400 (got '\(text ?? "")')", command: "telemetry")
-    }
+    let interval = arguments.number("--interval") ?? 60
     let client = Telemetry(
       container: container, configuration: TelemetryConfiguration(interval: interval), tokens: tokens,
       sender: try endpoint.map {
@@ -121,12 +92,17 @@ extension VaultCommandLine {
           + "rejected \(report.rejected), pending \(report.pending) (\(report.batches) batches)")
     }
     if report.errorKind == "http-401", arguments.options["--token-file"] == nil {
-      terminal.note(
-        "vault: warning: the server answered 401 (unauthorized) and no token was sent; "
-          + "give the bearer token with --token-file FILE")
+      terminal.note(Self.missingTokenWarning)
     }
     if report.refusedByConfiguration { throw FlushRefused(kind: report.errorKind ?? "http-401") }
   }
+}
+
+extension VaultCommandLine {
+  /// Said when a server answers 401 to an upload that carried no token.
+  static let missingTokenWarning =
+    "vault: warning: the server answered 401 (unauthorized) and no token was sent; "
+    + "give the bearer token with --token-file FILE"
 }
 
 /// What `telemetry log --json` prints: the event's id, its type and the session it was stamped with.
@@ -165,13 +141,98 @@ extension VaultCommandLine {
     let terminal = self.terminal
     let stopped = DispatchSemaphore(value: 0)
     StopSignals.handle { _ in stopped.signal() }
+    let tokenless = arguments.options["--token-file"] == nil
     try client.start { report in
       terminal.print(
         "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending)")
+      if report.errorKind == "http-401", tokenless { terminal.note(Self.missingTokenWarning) }
     }
     stopped.wait()
     client.stop()
     exit(0)
+  }
+}
+
+/// `vault telemetry log|flush|watch`.
+enum TelemetryCommand: Subcommand {
+  static let delivery: [Parameter] = [
+    .option(
+      "--endpoint", "URL", .url, required: true,
+      help: """
+        Where batches are POSTed (https://host/v1/telemetry/batch; http:// only to a loopback address). \
+        Redirects are never followed: a 3xx answer puts the batch's events in review.
+        """),
+    .option("--token-file", "FILE", .file, help: "A file holding the bearer token (re-read after a 401)."),
+    .option(
+      "--ca-file", "FILE", .file,
+      help: "Trust only the certificate authorities in this PEM file (default: the system's)."),
+    .flag(
+      "--allow-insecure-http",
+      help: """
+        Allow a plain http:// endpoint on another machine (test networks only: the token and events travel \
+        unencrypted).
+        """),
+  ]
+
+  static let declaration = CommandDeclaration(
+    name: "telemetry", abstract: "Log telemetry events and deliver them in gzip JSON batches.",
+    discussion: "Events are sealed into the 'telemetry' queue of the vault's default container.",
+    actions: [
+      CommandDeclaration(
+        name: "log", abstract: "Seal one event durably; prints 'logged ID'.",
+        parameters: [
+          .argument("TYPE", .required, help: "The event's type, 1 to 128 characters."),
+          .option(
+            "--payload", "JSON",
+            help: """
+              The event's payload, a JSON object (default {}), strict RFC 8259; numbers are sent exactly as \
+              written (no rounding through a double); duplicate keys are refused.
+              """),
+          .option("--session", "ID", help: "The session id stamped on the event (default 'cli')."),
+          .flag("--json", help: "Print JSON: id, type, session."),
+        ]),
+      CommandDeclaration(
+        name: "flush", abstract: "One delivery pass: every due event is sent at most once.",
+        discussion: """
+          Events go in batches of at most 256 KB gzip-compressed, to POST URL. 2xx delivers; 429/503 wait for \
+          Retry-After; 408, 5xx and network errors retry with backoff; 401 re-reads the token once, then parks \
+          the batch and ends the pass, as 403 does; 413 splits the batch in halves (at most 16 extra requests a \
+          pass), and a single event of 64 KB or less refused with 413 retries with backoff (a larger one goes to \
+          review); 404 (a wrong endpoint) keeps the events pending, due at once, and ends the pass; other 4xx go \
+          to review.
+
+          Exit 1 when the pass delivered nothing because of 401, 403 or 404 (a 401 without --token-file also \
+          warns to give one); else exit 0, even if the server refused some batches.
+          """,
+        parameters: delivery + [
+          .flag(
+            "--json",
+            help: """
+              Print JSON: delivered, retried, parked, rejected, pending, batches, token_refreshes, auth_failures, \
+              not_found, error_kind.
+              """)
+        ]),
+      CommandDeclaration(
+        name: "watch", abstract: "Deliver until stopped: at start, on a timer and when the network changes.",
+        discussion: """
+          A pass at start, every --interval seconds (default 60; four times longer in power-saver or on a \
+          battery at 20% or less), and at once when the default route, another usable route, or an address on \
+          their interfaces changes (rtnetlink), which also restarts the backoff of events that waited for the \
+          network. Prints one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the request in \
+          progress is abandoned, the events it claimed are given back, and it exits 0. A 401 without \
+          --token-file warns to give one.
+          """,
+        parameters: delivery + [
+          .option(
+            "--interval", "SECONDS", .number(0.1...86400, unit: "seconds"),
+            help: "The period of the timer, 0.1 to 86400 (default 60).")
+        ]),
+    ],
+    sharedHelp: ["--json": "Print JSON (see 'vault help telemetry ACTION' for each action's keys)."])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.telemetry(arguments)
+    return ExitCode.success.rawValue
   }
 }

@@ -17,33 +17,6 @@ public struct VaultCommandLine {
     self.resolver = resolver
   }
 
-  static let specs: [String: CommandSpec] = [
-    "init": CommandSpec(name: "init", options: ["--store", "--keyfile"], flags: ["--json"], takesPositionals: false),
-    "status": CommandSpec(name: "status", options: [], flags: ["--json"], takesPositionals: false),
-    "seal": CommandSpec(name: "seal", options: ["--context", "-o"], flags: ["--armor"], takesPositionals: true),
-    "open": CommandSpec(name: "open", options: ["--context", "-o"], flags: [], takesPositionals: true),
-    "rotate": CommandSpec(
-      name: "rotate", options: ["--max-age"], flags: ["--json", "--compromised", "--yes", "--if-due"],
-      takesPositionals: false),
-    "doctor": CommandSpec(name: "doctor", options: [], flags: ["--json"], takesPositionals: false),
-    "queue": CommandSpec(
-      name: "queue", options: ["--queue", "--id", "--container", "--state", "--limit", "--after"],
-      flags: ["--json", "--all"], takesPositionals: true),
-    "container": CommandSpec(name: "container", options: [], flags: ["--json"], takesPositionals: true),
-    "telemetry": CommandSpec(
-      name: "telemetry",
-      options: ["--payload", "--session", "--endpoint", "--token-file", "--interval", "--ca-file"],
-      flags: ["--json", "--allow-insecure-http"],
-      takesPositionals: true),
-    "scan": CommandSpec(
-      name: "scan", options: ["--canary-file", "--inflate-limit", "--inflate-seconds"], flags: ["--json", "--verify"],
-      takesPositionals: true,
-      repeatable: ["--canary"]),
-    "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
-    "version": CommandSpec(name: "version", options: [], flags: ["--json"], takesPositionals: true),
-    "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
-  ]
-
   /// Runs one command line (without the program name) and returns the exit code.
   public func run(_ argv: [String]) -> Int32 { run(rawArguments: argv.map { Array($0.utf8) }) }
 
@@ -54,42 +27,26 @@ public struct VaultCommandLine {
   private func execute(_ rawArguments: [[UInt8]]) -> Int32 {
     let arguments: Arguments
     do {
-      arguments = try ArgumentParser.parse(raw: rawArguments, specs: Self.specs)
+      arguments = try Commands.parser.parse(raw: rawArguments)
     } catch {
       return usage(error)
     }
     if arguments.wantsVersion {
-      terminal.print(Help.version)
+      terminal.print(VersionCommand.line)
       return ExitCode.success.rawValue
     }
-    guard let command = arguments.command else {
+    guard let command = arguments.command, let type = Commands.type(named: command) else {
       if arguments.home != nil, !arguments.wantsHelp {
         // `vault --home rotate` took "rotate" as the home: say so rather than print the overview.
         return usage(UsageError(message: "missing subcommand (after --home DIR)", command: nil))
       }
-      terminal.print(Help.root)
+      terminal.print(Commands.help.rootPage())
       return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
     }
-    if arguments.wantsHelp { return help([command]) }
+    if arguments.wantsHelp { return help([command] + (arguments.action.map { [$0] } ?? [])) }
     if let refused = prepare(command) { return refused }
     do {
-      switch command {
-      case "help": return help(arguments.positionals)
-      case "init": try initVault(arguments)
-      case "status": try status(arguments)
-      case "seal": try seal(arguments)
-      case "open": try open(arguments)
-      case "rotate": try rotate(arguments)
-      case "doctor": return doctor(arguments)
-      case "keyfile": try keyfile(arguments)
-      case "queue": try queue(arguments)
-      case "container": try container(arguments)
-      case "telemetry": try telemetry(arguments)
-      case "scan": return try scan(arguments)
-      case "version": try version(arguments)
-      default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
-      }
-      return ExitCode.success.rawValue
+      return try type.run(self, arguments)
     } catch let error as UsageError {
       return usage(error)
     } catch {
@@ -99,22 +56,42 @@ public struct VaultCommandLine {
 
   // MARK: - Reporting
 
-  private func help(_ topics: [String]) -> Int32 {
+  /// `vault help [COMMAND [ACTION]]`: the page, or a usage error that suggests the nearest name.
+  func help(_ topics: [String]) -> Int32 {
     guard let topic = topics.first else {
-      terminal.print(Help.root)
+      terminal.print(Commands.help.rootPage())
       return ExitCode.success.rawValue
     }
-    guard let entry = Help.commands[topic] else {
-      return usage(UsageError(message: "no help for unknown subcommand '\(topic)'", command: nil))
+    guard let command = Commands.root.command(topic) else {
+      return usage(
+        UsageError(
+          message: "no help for unknown subcommand '\(Suggestion.shown(topic))'"
+            + Suggestion.hint(topic, among: Commands.root.commands.map(\.name)), command: nil))
     }
-    terminal.print(entry.text)
+    guard topics.count > 1 else {
+      terminal.print(Commands.help.page(command))
+      return ExitCode.success.rawValue
+    }
+    guard let action = command.actions.first(where: { $0.name == topics[1] }) else {
+      let names = command.actions.map(\.name)
+      return usage(
+        UsageError(
+          message: names.isEmpty
+            ? "'\(command.name)' has no actions"
+            : "no help for unknown \(command.name) action '\(Suggestion.shown(topics[1]))'"
+              + Suggestion.hint(topics[1], among: names), command: "help"))
+    }
+    terminal.print(Commands.help.page(command, action: action))
     return ExitCode.success.rawValue
   }
 
   func usage(_ error: UsageError) -> Int32 {
     var text = "Error: \(error.message)\n"
-    if let command = error.command, let entry = Help.commands[command] {
-      text += "Usage: \(entry.usage)\n  See 'vault help \(command)'.\n"
+    if let name = error.command, let command = Commands.root.command(name) {
+      let action = error.action.flatMap { name in command.actions.first { $0.name == name } }
+      let topic = ([command.name] + (action.map { [$0.name] } ?? [])).joined(separator: " ")
+      let line = Commands.help.wrappedUsage(Commands.help.errorUsage(command, action: action), lead: "Usage: ")
+      text += "\(line)\n  See 'vault help \(topic)'.\n"
     } else {
       text += "Usage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"
     }
@@ -187,11 +164,8 @@ public struct VaultCommandLine {
     try Vault.open(home: homePath(arguments), resolver: keyStores)
   }
 
-  private func initVault(_ arguments: Arguments) throws {
+  func initVault(_ arguments: Arguments) throws {
     let choice = arguments.options["--store"] ?? "auto"
-    guard ["auto", "secret-service", "keyfile"].contains(choice) else {
-      throw UsageError(message: "--store must be auto, secret-service or keyfile (got '\(choice)')", command: "init")
-    }
     let keyfile = arguments.options["--keyfile"]
     if keyfile != nil, choice == "secret-service" {
       throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "init")
@@ -257,7 +231,7 @@ public struct VaultCommandLine {
     terminal.print("Active key version: \(manifest.activeVersion)")
   }
 
-  private func status(_ arguments: Arguments) throws {
+  func status(_ arguments: Arguments) throws {
     let home = homePath(arguments)
     // Status reads only the manifest: it must work even when the key store is locked.
     let (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
@@ -307,13 +281,8 @@ public struct VaultCommandLine {
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that
   /// are not UTF-8 stay different (repairing them to U+FFFD would let each open the other's records).
   func context(_ arguments: Arguments, _ command: String) throws -> [UInt8] {
-    guard let context = arguments.rawOptions["--context"] else {
-      throw UsageError(message: "missing '--context CTX'", command: command)
-    }
-    guard !context.isEmpty else {
-      throw UsageError(message: "--context must not be empty: it binds the record to its place", command: command)
-    }
-    return context
+    // Required and non-empty: the parser checked both.
+    arguments.rawOptions["--context"] ?? []
   }
 
   func readInput() throws -> [UInt8] {
@@ -326,26 +295,11 @@ public struct VaultCommandLine {
     }
   }
 
-  private func rotate(_ arguments: Arguments) throws {
+  func rotate(_ arguments: Arguments) throws {
+    // The parser has checked --max-age and which flags go together.
     let compromised = arguments.flags.contains("--compromised")
-    if arguments.flags.contains("--yes"), !compromised {
-      throw UsageError(message: "--yes goes with --compromised", command: "rotate")
-    }
     let ifDue = arguments.flags.contains("--if-due")
-    if ifDue, compromised {
-      throw UsageError(
-        message: "--if-due cannot go with --compromised (a leaked key is rotated now)", command: "rotate")
-    }
-    let maxAgeText = arguments.options["--max-age"]
-    if maxAgeText != nil, !ifDue { throw UsageError(message: "--max-age goes with --if-due", command: "rotate") }
-    var maxAge = RotationSchedule.defaultMaxAgeDays
-    if let maxAgeText {
-      guard let days = Double(maxAgeText), days.isFinite, (0...36500).contains(days) else {
-        throw UsageError(
-          message: "--max-age must be a number of days from 0 to 36500 (got '\(maxAgeText)')", command: "rotate")
-      }
-      maxAge = days
-    }
+    let maxAge = arguments.number("--max-age") ?? RotationSchedule.defaultMaxAgeDays
     let vault = try openVault(arguments)
     var schedule: RotationSchedule?
     if ifDue {

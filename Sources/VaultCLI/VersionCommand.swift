@@ -39,7 +39,7 @@ struct VersionReport: Encodable {
   /// before format 2 is still active), both are opened. Manifests: format 1 is read and upgraded.
   static var current: VersionReport {
     VersionReport(
-      version: Help.versionNumber,
+      version: VersionCommand.number,
       envelopes: Formats(seals: Int(Envelope.format2), opens: [Int(Envelope.format1), Int(Envelope.format2)]),
       manifests: ManifestFormats(
         writes: Array(Manifest.suiteOneFormat...Manifest.currentFormat), reads: Array(1...Manifest.currentFormat)),
@@ -50,13 +50,37 @@ struct VersionReport: Encodable {
 extension VaultCommandLine {
   /// `vault version [--json]`: the same line as `vault --version`, or the whole report.
   func version(_ arguments: Arguments) throws {
-    if let extra = arguments.positionals.first {
-      throw UsageError(message: "unexpected argument '\(extra)'", command: "version")
-    }
     guard arguments.flags.contains("--json") else {
-      terminal.print(Help.version)
+      terminal.print(VersionCommand.line)
       return
     }
     terminal.print(try JSON.encode(VersionReport.current))
+  }
+}
+
+/// `vault version`.
+enum VersionCommand: Subcommand {
+  /// This release, as `vault version --json` gives it.
+  static let number = "0.1.0"
+  /// What `vault --version` and `vault version` print.
+  static let line = "vault \(number)"
+
+  static let declaration = CommandDeclaration(
+    name: "version", abstract: "Show the version, formats and library versions.",
+    discussion: "Prints the same line as 'vault --version'. It needs no vault and reads nothing.",
+    parameters: [
+      .flag(
+        "--json",
+        help: """
+          Print JSON: version, envelopes (seals: the format written, opens: the formats read), manifests \
+          (writes, reads), libraries (openssl, sqlite: as the libraries loaded at run time name themselves; null \
+          when one does not).
+          """)
+    ],
+    usesHome: false)
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.version(arguments)
+    return ExitCode.success.rawValue
   }
 }

@@ -101,7 +101,9 @@ final class ContainerCLITests: XCTestCase {
     XCTAssertTrue(unknown.error.contains("no container is registered at"), unknown.error)
     let usage = try vault(["--home", home, "container", "forget"])
     XCTAssertEqual(usage.status, 64)
-    XCTAssertTrue(usage.error.contains("Usage: vault [--home DIR] container list [--json] | forget PATH"), usage.error)
+    XCTAssertEqual(
+      usage.error,
+      "Error: missing PATH\nUsage: vault [--home DIR] container forget PATH\n  See 'vault help container forget'.\n")
   }
 
   /// A container lost for good blocks every rotation; forgotten, the next rotation runs and

@@ -82,9 +82,9 @@ final class TelemetryValidationTests: XCTestCase {
       (["telemetry", "flush", "--endpoint", "notaurl?token=s3cret"], "--endpoint must be an https://"),
       (["telemetry", "flush", "--endpoint", "https:///no-host"], "URL with a host"),
       (["telemetry", "frobnicate"], "the actions are log, flush and watch"),
-      (["telemetry", "log", ""], "an event TYPE must be 1–128 characters"),
+      (["telemetry", "log", ""], "TYPE must not be empty"),
       (["telemetry", "log", String(repeating: "t", count: 129)], "an event TYPE must be 1–128 characters"),
-      (["keyfile", "frob"], "the action is move"),
+      (["keyfile", "frob"], "unknown keyfile action 'frob' (the actions are move)"),
     ]
     for (arguments, message) in cases {
       let run = try vault(["--home", home] + arguments)

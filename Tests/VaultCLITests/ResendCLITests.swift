@@ -91,13 +91,15 @@ final class ResendCLITests: XCTestCase {
   func testNoneOrSeveralSelectorsAreUsageErrors() throws {
     let ids = try fill()
     let before = try states()
-    let usage = "Usage: vault [--home DIR] queue put|stats|list|resend [options]\n  See 'vault help queue'.\n"
+    let usage =
+      "Usage: vault [--home DIR] queue resend [--container PATH]\n             (--all | --state STATE | --queue NAME | ID...)\n"
+      + "  See 'vault help queue resend'.\n"
     let cases: [([String], String)] = [
-      ([], "say what to resend: --all, --state parked|review, --queue NAME or the records' ids"),
-      (["--all", "--queue", "a"], "give one of --all, --state, --queue or ids, not --all and --queue"),
+      ([], "give one of --all, --state STATE, --queue NAME or ID..."),
+      (["--all", "--queue", "a"], "give only one of --all, --state, --queue or ID, not --all and --queue"),
       (
         ["--state", "parked", ids["a-parked"]!.uuidString],
-        "give one of --all, --state, --queue or ids, not --state and ids"
+        "give only one of --all, --state, --queue or ID, not --state and ID"
       ),
       (["--state", "pending"], "--state must be parked or review (got 'pending')"),
     ]
