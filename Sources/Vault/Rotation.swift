@@ -26,6 +26,16 @@ public protocol SealedContainer: AnyObject {
   /// - Returns: how many records were re-sealed, and those that did not open per version.
   /// - Throws: the container's storage errors, and `KeyStoreError` when a key cannot be read now.
   func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult
+  /// The same as `reseal(with:to:)`, calling `progress` with the number of records re-sealed so
+  /// far after each committed batch. The default ignores `progress`.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault that opens the old records and seals the new ones.
+  ///   - version: the version every record should end up under.
+  ///   - progress: called on the rotating thread; keep it quick.
+  /// - Returns: as `reseal(with:to:)`.
+  /// - Throws: as `reseal(with:to:)`.
+  func reseal(with vault: Vault, to version: UInt32, progress: (Int) -> Void) throws -> ResealResult
   /// Records per key version, read from each envelope's authenticated header (never from a
   /// plaintext column), including parked and dead-letter rows.
   ///
@@ -132,6 +142,47 @@ public protocol ContainerProvider {
   func open(path: String, vault: Vault) throws -> any SealedContainer
 }
 
+extension SealedContainer {
+  /// Re-seals without reporting progress (for containers that do not count as they go).
+  ///
+  /// - Parameters:
+  ///   - vault: the vault that opens the old records and seals the new ones.
+  ///   - version: the version every record should end up under.
+  ///   - progress: not called.
+  /// - Returns: as `reseal(with:to:)`.
+  /// - Throws: as `reseal(with:to:)`.
+  public func reseal(with vault: Vault, to version: UInt32, progress: (Int) -> Void) throws -> ResealResult {
+    try reseal(with: vault, to: version)
+  }
+}
+
+/// How far a rotation has come, for a progress display: which container it is re-sealing and how
+/// many of its records are done.
+public struct RotationProgress: Sendable, Equatable {
+  /// The container being re-sealed, counting from 1.
+  public var container: Int
+  /// How many containers are registered.
+  public var containers: Int
+  /// The container's path.
+  public var path: String
+  /// Records of this container re-sealed so far.
+  public var resealed: Int
+
+  /// Makes a progress report (rotation makes them; tests and displays read them).
+  ///
+  /// - Parameters:
+  ///   - container: the container being re-sealed, counting from 1.
+  ///   - containers: how many are registered.
+  ///   - path: its path.
+  ///   - resealed: its records re-sealed so far.
+  public init(container: Int, containers: Int, path: String, resealed: Int) {
+    self.container = container
+    self.containers = containers
+    self.path = path
+    self.resealed = resealed
+  }
+}
+
 /// What a rotation after a compromise will destroy, shown to a person before it happens.
 public struct CompromisePlan: Sendable, Equatable {
   /// Records that do not open under any key present, per container path.
@@ -164,6 +215,9 @@ public struct RotationOptions: Sendable {
   public var compromised: Bool
   /// Asked, only after a compromise and only when something would be destroyed.
   public var confirm: @Sendable (CompromisePlan) -> CompromiseDecision
+  /// Called as each container starts and after each batch of records it re-seals, on the
+  /// rotating thread, under the manifest lock: keep it quick. Nil by default.
+  public var progress: (@Sendable (RotationProgress) -> Void)?
 
   /// Options for an ordinary rotation by default: retire what is proven unused, no compromise.
   ///
@@ -172,13 +226,16 @@ public struct RotationOptions: Sendable {
   ///   - compromised: rotate after a key compromise (see `compromised`).
   ///   - confirm: asked before a rotation after a compromise destroys records or external
   ///     envelopes; the default answers `.abort`.
+  ///   - progress: told how far the re-sealing has come (see `progress`); nil by default.
   public init(
     retireUnused: Bool = true, compromised: Bool = false,
-    confirm: @escaping @Sendable (CompromisePlan) -> CompromiseDecision = { _ in .abort }
+    confirm: @escaping @Sendable (CompromisePlan) -> CompromiseDecision = { _ in .abort },
+    progress: (@Sendable (RotationProgress) -> Void)? = nil
   ) {
     self.retireUnused = retireUnused
     self.compromised = compromised
     self.confirm = confirm
+    self.progress = progress
   }
 }
 
@@ -351,11 +408,17 @@ extension Vault {
       var inUse: [UInt32: [String]] = [:]
       var suitesInUse: [UInt32: Set<UInt8>] = [:]
       var logNotEmptied: [String] = []
-      for registered in manifest.containers {
+      for (index, registered) in manifest.containers.enumerated() {
+        var progress = RotationProgress(
+          container: index + 1, containers: manifest.containers.count, path: registered.path, resealed: 0)
+        options.progress?(progress)
         let container = try provider.open(path: registered.path, vault: self)
         try adoptContainerID(container, registered: registered)
         try container.raiseMinimumSealVersion(to: active)
-        let result = try container.reseal(with: self, to: active)
+        let result = try container.reseal(with: self, to: active) { count in
+          progress.resealed = count
+          options.progress?(progress)
+        }
         resealed[registered.path] = result.resealed
         if !result.unopenable.isEmpty { unopenable[registered.path] = result.unopenable }
         if try !checkpointWithRetries(container) { logNotEmptied.append(registered.path) }

@@ -36,18 +36,12 @@ extension VaultCommandLine {
     do {
       var scanner = Scanner(canaries: canaries, verifyingWith: vault)
       scanner.inflateBudget = budget
-      if terminal.isInteractive {
-        // A progress line on stderr, redrawn at most four times a second; silent when not a terminal.
-        var last = Date.distantPast
-        let terminal = self.terminal
-        scanner.progress = { files, bytes in
-          guard Date().timeIntervalSince(last) >= 0.25 else { return }
-          last = Date()
-          terminal.writeError(String(format: "\rscanning: %d files, %.1f MB", files, Double(bytes) / 1e6))
-        }
+      let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+      scanner.progress = { files, bytes in
+        progress.update(String(format: "scanning: %d files, %.1f MB", files, Double(bytes) / 1e6))
       }
+      defer { progress.finish() }
       report = try scanner.scan(arguments.positionals)
-      if terminal.isInteractive { terminal.writeError("\r\u{1B}[K") }
     } catch let error as ScanError {
       terminal.note("Error: \(error)")
       return ExitCode.couldNotRun.rawValue

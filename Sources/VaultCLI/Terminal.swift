@@ -6,6 +6,8 @@ public final class Terminal: @unchecked Sendable {
   public var environment: [String: String]
   /// Standard error is a terminal (progress lines are shown only then).
   public var isInteractive = false
+  /// How long long work runs before it shows a progress line (tests set 0).
+  var progressDelay: TimeInterval = 1
   /// Standard output is a terminal (`seal` refuses to write binary there).
   public var outputIsTerminal = false
   /// The first failure writing standard output, if the output reports them (the real one does).

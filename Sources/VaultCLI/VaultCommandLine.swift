@@ -318,11 +318,24 @@ public struct VaultCommandLine {
     }
     let assumeYes = arguments.flags.contains("--yes")
     let terminal = self.terminal
+    let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
     let options = RotationOptions(
       retireUnused: true, compromised: compromised,
-      confirm: { plan in Self.confirmCompromise(plan, assumeYes: assumeYes, terminal: terminal) })
+      confirm: { plan in
+        // The question must not share a line with the progress.
+        progress.finish()
+        return Self.confirmCompromise(plan, assumeYes: assumeYes, terminal: terminal)
+      },
+      progress: { step in
+        progress.update(
+          "rotating: container \(step.container) of \(step.containers), \(step.resealed) records re-sealed")
+      })
     // The containers are checked, then opened one at a time, under the manifest lock.
-    let report = try vault.rotate(containers: QueueContainerProvider(), options: options)
+    let report: RotationReport
+    do {
+      defer { progress.finish() }
+      report = try vault.rotate(containers: QueueContainerProvider(), options: options)
+    }
     if arguments.flags.contains("--json") {
       if let schedule {
         terminal.print(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))

@@ -43,6 +43,19 @@ extension QueueContainer: SealedContainer {
   ///   vault's other errors) when a key cannot be read right now. Batches committed before stay
   ///   re-sealed.
   public func reseal(with vault: Vault, to version: UInt32) throws -> ResealResult {
+    try reseal(with: vault, to: version) { _ in }
+  }
+
+  /// The same as `reseal(with:to:)`, calling `progress` with the records re-sealed so far after
+  /// each committed batch.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault that opens the old records and seals the new ones.
+  ///   - version: the version every record should end up under.
+  ///   - progress: called on this thread after each batch commits.
+  /// - Returns: as `reseal(with:to:)`.
+  /// - Throws: as `reseal(with:to:)`.
+  public func reseal(with vault: Vault, to version: UInt32, progress: (Int) -> Void) throws -> ResealResult {
     let prefixes = Self.headerPrefixes(vault.keyringID)
     let target = Self.versionBytes(version)
     return try withStorage { storage in
@@ -89,6 +102,7 @@ extension QueueContainer: SealedContainer {
         }
         guard let last else { break }
         after = last
+        progress(result.resealed)
       }
       storage.checkpoint()
       return result

@@ -1,0 +1,44 @@
+import Foundation
+
+/// A progress line on standard error for long work (`rotate`, `scan`): drawn only on a terminal,
+/// never with `--json`, only once the work has run for `terminal.progressDelay` (a second), then
+/// redrawn at most four times a second, and cleared at the end so it never mixes with results.
+final class ProgressLine: @unchecked Sendable {
+  private let terminal: Terminal
+  private let enabled: Bool
+  private let started = Date()
+  private let lock = NSLock()
+  private var last = Date.distantPast
+  private var drawn = false
+
+  /// - Parameters:
+  ///   - terminal: where the line goes (its standard error).
+  ///   - json: the command prints JSON: no progress at all.
+  init(_ terminal: Terminal, json: Bool) {
+    self.terminal = terminal
+    enabled = terminal.isInteractive && !json
+  }
+
+  /// Redraws the line with `text` when it is time to.
+  func update(_ text: @autoclosure () -> String) {
+    guard enabled else { return }
+    let now = Date()
+    lock.withLock {
+      guard now.timeIntervalSince(started) >= terminal.progressDelay, now.timeIntervalSince(last) >= 0.25 else {
+        return
+      }
+      last = now
+      drawn = true
+      // Carriage return, the text, then erase to the end of the line (a shorter text leaves no tail).
+      terminal.writeError("\r" + text() + "\u{1B}[K")
+    }
+  }
+
+  /// Clears the line, if one was drawn.
+  func finish() {
+    lock.withLock {
+      if drawn { terminal.writeError("\r\u{1B}[K") }
+      drawn = false
+    }
+  }
+}
