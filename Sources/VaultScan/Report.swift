@@ -131,7 +131,8 @@ public struct ScanReport: Codable, Equatable, Sendable {
     try container.encode(skipped, forKey: .skipped)
     try container.encode(incomplete, forKey: .incomplete)
     try container.encode(complete, forKey: .complete)
-    try container.encodeIfPresent(verify, forKey: .verify)
+    // Absent is null, never omitted (the command line's JSON contract).
+    try container.encode(verify, forKey: .verify)
   }
 
   /// At most this many findings of one detector are listed per file; the rest are counted in one

@@ -51,6 +51,16 @@ final class HelpAndUsageTests: XCTestCase {
     XCTAssertEqual(files.filter { $0.hasPrefix("help") }.count, pages + 1, "a golden file no page matches")
   }
 
+  /// README's command-line block is exactly the generated usage lines: the README and `--help`
+  /// agree.
+  func testReadmeListsExactlyTheGeneratedUsageLines() throws {
+    let readme = try String(contentsOfFile: packageRoot() + "/README.md", encoding: .utf8)
+    let section = try XCTUnwrap(readme.components(separatedBy: "## Command line\n\n```\n").dropFirst().first)
+    let block = try XCTUnwrap(section.components(separatedBy: "```").first)
+    let expected = Commands.root.commands.flatMap(Commands.help.usages) + ["vault --version"]
+    XCTAssertEqual(block.split(separator: "\n").map(String.init), expected)
+  }
+
   func testVersionGoesToStdout() {
     let run = runInProcess(["--version"])
     XCTAssertEqual(run.status, 0)

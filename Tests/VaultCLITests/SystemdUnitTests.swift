@@ -66,6 +66,23 @@ final class InstallTests: XCTestCase {
     }
     let version = try Spawn.run(prefix + "/bin/vault", ["--version"])
     XCTAssertEqual(version.status, 0, version.error)
+    // The manual page and the completions are the installed binary's own, byte for byte.
+    for (path, arguments) in [
+      ("share/man/man1/vault.1", ["help", "--man"]),
+      ("share/bash-completion/completions/vault", ["completion", "bash"]),
+      ("share/zsh/site-functions/_vault", ["completion", "zsh"]),
+      ("share/fish/vendor_completions.d/vault.fish", ["completion", "fish"]),
+    ] {
+      let installed = try String(contentsOfFile: prefix + "/" + path, encoding: .utf8)
+      XCTAssertEqual(installed, try Spawn.run(prefix + "/bin/vault", arguments).outputText, path)
+    }
+    if FileManager.default.isExecutableFile(atPath: "/usr/bin/man") {
+      let manual = try Spawn.run(
+        "/usr/bin/man", ["-l", prefix + "/share/man/man1/vault.1"],
+        environment: ["MANPAGER": "cat", "PATH": "/usr/bin:/bin"])
+      XCTAssertEqual(manual.status, 0, manual.error)
+      XCTAssertTrue(manual.outputText.contains("vault completion SHELL"), manual.outputText)
+    }
     for unit in units {
       let installed = try String(contentsOfFile: unitsDirectory + "/" + unit, encoding: .utf8)
       XCTAssertFalse(installed.contains("/usr/local/bin/vault"), unit)
