@@ -42,6 +42,8 @@ public struct VaultCommandLine {
     "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
     "version": CommandSpec(name: "version", options: [], flags: ["--json"], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
+    "reseal": CommandSpec(name: "reseal", options: ["--context"], flags: ["--json"], takesPositionals: true),
+    "unpin": CommandSpec(name: "unpin", options: [], flags: ["--yes", "--json"], takesPositionals: true),
   ]
 
   /// Runs one command line (without the program name) and returns the exit code.
@@ -87,6 +89,8 @@ public struct VaultCommandLine {
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)
       case "version": try version(arguments)
+      case "reseal": return try reseal(arguments)
+      case "unpin": return try unpin(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue
