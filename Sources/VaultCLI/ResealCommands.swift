@@ -358,3 +358,68 @@ enum EnvelopeFileError: Error, Equatable, CustomStringConvertible {
     }
   }
 }
+
+extension Help {
+  /// `vault help reseal` (the command is in ResealCommands.swift).
+  static let resealEntry: (usage: String, text: String) = (
+    "vault [--home DIR] reseal --context CTX [--json] FILE...",
+    """
+    OVERVIEW: Re-seal 'vault seal' envelope files under the active key version.
+
+    Rotation cannot count envelopes kept outside containers, so a version that sealed one is
+    kept decrypt-only until its pin is released. This opens each FILE (binary or armoured)
+    under CTX, seals it again under the active version (a fresh nonce, the same context),
+    checks that the new envelope opens, and replaces FILE atomically in place: a temporary
+    file beside it with FILE's permission bits and owner, flushed, renamed over FILE, and the
+    directory flushed. An armoured file stays armoured. A file already under the active
+    version is left as it is ('already current'). A file that fails (not a regular file: a
+    symlink, FIFO, device or directory; several hard links; not an envelope; wrong context;
+    a retired key) is reported by kind and left untouched; the other files still proceed.
+    Then 'vault unpin VERSION' lets the next rotation retire the old version.
+
+    USAGE: vault [--home DIR] reseal --context CTX [--json] FILE...
+
+    ARGUMENTS:
+      FILE                    An envelope file made by 'vault seal' (one or more).
+
+    OPTIONS:
+      --context CTX           The context the envelopes were sealed with (kept).
+      --json                  Print JSON: active_version, files (path, previous_version,
+                              version, outcome: resealed, current or failed, error: the
+                              failure's kind, message; null when absent), resealed,
+                              current, failed.
+      -h, --help              Show help information.
+
+    EXIT CODES:
+      0 every file re-sealed or already current, 1 some file failed, 2 no vault, 64 usage.
+    """
+  )
+
+  /// `vault help unpin`.
+  static let unpinEntry: (usage: String, text: String) = (
+    "vault [--home DIR] unpin VERSION [--yes] [--json]",
+    """
+    OVERVIEW: Release a key version kept only for 'vault seal' envelopes.
+
+    'vault seal' pins the version it seals under, so rotation keeps it decrypt-only (status
+    shows why). Once every such envelope was re-sealed ('vault reseal') or is no longer
+    wanted, this releases the pin: the next 'vault rotate' retires the version (deleting its
+    key) unless a container still holds records under it. Envelopes left under it then can
+    never be opened, so it asks first; without a terminal it needs --yes. It changes only the
+    manifest and deletes no key itself. Refused, changing nothing, for the active version, an
+    unknown or retired version, and a version nothing pins.
+
+    USAGE: vault [--home DIR] unpin VERSION [--yes] [--json]
+
+    ARGUMENTS:
+      VERSION                 The decrypt-only key version to release.
+
+    OPTIONS:
+      --yes                   Release without asking (required when standard input is not
+                              a terminal).
+      --json                  Print JSON: version, active_version, external_seal_versions
+                              (the pins left), containers (how many are registered).
+      -h, --help              Show help information.
+    """
+  )
+}
