@@ -479,7 +479,7 @@ extension Vault {
         }
         if let paths = inUse[version] { reasons += paths.map { "records sealed under it remain in \($0)" } }
         if manifest.externalSealVersions.contains(version), !options.compromised {
-          reasons.append("it sealed records outside any container (vault seal), which rotation cannot count")
+          reasons.append(Vault.externalSealReason(version))
         }
         reasons += logNotEmptied.map { "the log of \($0) could not be emptied (a reader held it open); rotate again" }
         if !reasons.isEmpty { kept[version] = reasons }

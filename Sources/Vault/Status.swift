@@ -203,9 +203,7 @@ extension Vault {
   /// Why `version` (decrypt-only) is kept, as the next rotation would see it from these counts.
   static func keptBecause(_ version: UInt32, manifest: Manifest, counts: [String: [UInt32: Int]?]) -> [String] {
     var reasons: [String] = []
-    if manifest.externalSealVersions.contains(version) {
-      reasons.append("it sealed records outside any container (seal), which rotation cannot count")
-    }
+    if manifest.externalSealVersions.contains(version) { reasons.append(externalSealReason(version)) }
     for container in manifest.containers {
       switch counts[container.path] {
       case .some(.some(let perVersion)):
@@ -220,6 +218,13 @@ extension Vault {
     }
     if reasons.isEmpty { reasons.append("nothing needs it now: the next rotation retires it") }
     return reasons
+  }
+
+  /// Why a version pinned by `seal` is kept, and the way to release it: re-seal the envelopes,
+  /// then release the pin.
+  static func externalSealReason(_ version: UInt32) -> String {
+    "it sealed records outside any container (vault seal), which rotation cannot count; re-seal them under "
+      + "the active version (vault reseal), then release it (vault unpin \(version))"
   }
 
   /// The warnings `status` and `doctor` show for `manifest`.

@@ -358,12 +358,18 @@ public final class Vault: Sendable {
   /// under is the one found pinned; the first seal under a version pins it under the exclusive lock.
   private func sealPinned(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext) throws -> [UInt8] {
     guard !context.isEmpty else { throw EnvelopeError.emptyContext }
+    return try withActiveVersionPinned { try seal(plaintext, context: context, under: $0) }
+  }
+
+  /// Runs `body` with the active version, pinned in the manifest as used outside containers, while
+  /// no rotation can run (the lock's shared mode, or the exclusive mode for the first pin).
+  func withActiveVersionPinned<T>(_ body: (UInt32) throws -> T) throws -> T {
     if !holdsManifestLock {
       let lock = try FileLock(path: home + "/" + Self.lockFileName, shared: true)
       defer { lock.release() }
       try refreshIfChanged()
       let (version, pinned) = state.withLock { ($0.manifest.activeVersion, $0.manifest.externalSealVersions) }
-      if pinned.contains(version) { return try seal(plaintext, context: context, under: version) }
+      if pinned.contains(version) { return try body(version) }
     }
     return try withManifestLock {
       let version = manifest.activeVersion
@@ -372,7 +378,7 @@ public final class Vault: Sendable {
         next.externalSealVersions.append(version)
         try save(next)
       }
-      return try seal(plaintext, context: context, under: version)
+      return try body(version)
     }
   }
 
@@ -386,7 +392,7 @@ public final class Vault: Sendable {
   }
 
   /// Seals under `version`, which must be the active version or one kept decrypt-only.
-  private func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext, under version: UInt32) throws
+  func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext, under version: UInt32) throws
     -> [UInt8]
   {
     let state = manifest.record(version)?.state

@@ -42,6 +42,16 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case integrityKeyMismatch(store: KeyStoreKind)
   /// The keyfile moved since this process opened the vault; it must open it again before writing.
   case storeMoved(home: String)
+  /// `Vault.releaseSealPin(version:)` was asked to release the active version: every seal pins it
+  /// again, so the pin can only be released once a rotation has made another version active.
+  case sealPinOnActiveVersion(version: UInt32)
+  /// The manifest names no such key version (it was never made).
+  case unknownVersion(version: UInt32)
+  /// The key version was retired and its key deleted; nothing keeps it any more.
+  case versionRetired(version: UInt32)
+  /// The key version is not pinned for envelopes sealed outside containers (`pinned` are the
+  /// versions that are), so there is no pin to release.
+  case versionNotPinned(version: UInt32, pinned: [UInt32])
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -87,6 +97,17 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .versionsExhausted(let highest):
       "key versions are exhausted (highest is \(highest)); this vault cannot rotate again. "
         + "Move its records to a new vault"
+    case .sealPinOnActiveVersion(let version):
+      "key version \(version) is the active version: every seal pins it again, so its pin cannot be released; "
+        + "rotate first, re-seal its envelopes under the new version, then release the pin (nothing was changed)"
+    case .unknownVersion(let version):
+      "this vault has no key version \(version); nothing was changed"
+    case .versionRetired(let version):
+      "key version \(version) is already retired (its key is deleted); there is no pin to release"
+    case .versionNotPinned(let version, let pinned):
+      "key version \(version) is not kept for envelopes sealed outside containers (pinned: "
+        + (pinned.isEmpty ? "none" : pinned.map(String.init).joined(separator: ", "))
+        + "); nothing was changed"
     }
   }
 }
@@ -110,6 +131,10 @@ extension VaultError: CodedError {
     case .containerBesideKeyfile: "vault.container-beside-keyfile"
     case .integrityKeyMismatch: "vault.integrity-key-mismatch"
     case .storeMoved: "vault.store-moved"
+    case .sealPinOnActiveVersion: "vault.seal-pin-on-active-version"
+    case .unknownVersion: "vault.unknown-version"
+    case .versionRetired: "vault.version-retired"
+    case .versionNotPinned: "vault.version-not-pinned"
     }
   }
 }

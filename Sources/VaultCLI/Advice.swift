@@ -27,6 +27,9 @@ enum Advice {
     case RotationError.containerMissing(let path):
       return " (if it is gone for good, `vault container forget \(path)`)"
     case EndpointError.insecureHTTP: return " (--allow-insecure-http)"
+    case VaultError.sealPinOnActiveVersion(let version):
+      return "; next: `vault rotate`, `vault reseal` the envelopes, then `vault unpin \(version)`"
+    case VaultError.versionNotPinned: return "; `vault status` lists the pins (external_seal_versions)"
     default: return ""
     }
   }

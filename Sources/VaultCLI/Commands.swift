@@ -1,8 +1,9 @@
 /// Every `vault` subcommand, in the order help lists them, and the overview around them.
 enum Commands {
   static let all: [any Subcommand.Type] = [
-    InitCommand.self, StatusCommand.self, SealCommand.self, OpenCommand.self, RotateCommand.self,
-    QueueCommand.self, ContainerCommand.self, TelemetryCommand.self, ScanCommand.self, DoctorCommand.self,
+    InitCommand.self, StatusCommand.self, SealCommand.self, OpenCommand.self, ResealCommand.self,
+    UnpinCommand.self, RotateCommand.self, QueueCommand.self, ContainerCommand.self, TelemetryCommand.self,
+    ScanCommand.self, DoctorCommand.self,
     KeyfileCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
   ]
 

@@ -111,7 +111,8 @@ extension VaultCommandLine {
     }
     if !forgotten.pinnedBySeal.isEmpty {
       terminal.print(
-        "Version(s) \(versions(forgotten.pinnedBySeal)) stay kept: envelopes made with `vault seal` need them")
+        "Version(s) \(versions(forgotten.pinnedBySeal)) stay kept: envelopes made with `vault seal` need them "
+          + "(`vault reseal` them, then `vault unpin VERSION`)")
     }
   }
 }
