@@ -19,12 +19,21 @@ public struct TokenFile: TokenProvider {
   ///
   /// - Parameter refresh: true after a 401 (ignored: the file is always read afresh).
   /// - Returns: the file's text, trimmed of whitespace and newlines.
-  /// - Throws: `TelemetryError.tokenUnavailable` when the file cannot be read as UTF-8.
+  /// - Throws: `TelemetryError.tokenUnavailable` when the file cannot be read as UTF-8, and
+  ///   `TelemetryError.tokenMalformed` when it holds no token, or more than one line or word (a
+  ///   local mistake that retrying would only repeat).
   public func token(refresh: Bool) throws -> String {
     guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
       throw TelemetryError.tokenUnavailable(path: path)
     }
-    return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+    // One token on one line: no inner whitespace or control characters (they cannot go in a header).
+    guard !token.isEmpty,
+      !token.unicodeScalars.contains(where: {
+        $0.properties.isWhitespace || $0.properties.generalCategory == .control
+      })
+    else { throw TelemetryError.tokenMalformed(path: path) }
+    return token
   }
 }
 
@@ -110,6 +119,8 @@ public struct NoBatchSender: BatchSender {
 public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
   /// `TokenFile` could not read its file (missing, unreadable, not UTF-8).
   case tokenUnavailable(path: String)
+  /// `TokenFile`'s file holds no token, or more than one line or word.
+  case tokenMalformed(path: String)
   /// An event type that is empty or longer than 128 characters.
   case invalidType
   /// An `Encodable` payload that does not encode to a JSON object.
@@ -121,6 +132,9 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .tokenUnavailable(let path): "cannot read the bearer token from \(path); check the file and its permissions"
+    case .tokenMalformed(let path):
+      "the token file \(path) must hold one bearer token on one line (it is empty, or holds spaces, several lines "
+        + "or control characters); nothing was sent"
     case .invalidType: "an event type must be 1–128 characters"
     case .invalidPayload: "the payload must be a JSON object"
     case .netlink(let code): "cannot watch network changes (rtnetlink: \(String(cString: strerror(code))))"
@@ -134,6 +148,7 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
   public var code: String {
     switch self {
     case .tokenUnavailable: "telemetry.token-unavailable"
+    case .tokenMalformed: "telemetry.token-malformed"
     case .invalidType: "telemetry.invalid-type"
     case .invalidPayload: "telemetry.invalid-payload"
     case .netlink: "telemetry.netlink"

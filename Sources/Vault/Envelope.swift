@@ -356,7 +356,9 @@ public enum EnvelopeError: Error, Equatable, Sendable, CustomStringConvertible {
     case .notAnEnvelope: "input is not a vault envelope (no complete VLT header)"
     case .truncated(let format):
       "the envelope is truncated (shorter than the \(Envelope.overhead(format: format))-byte minimum of format \(format))"
-    case .unsupportedFormat(let format): "envelope format \(format) is not supported by this version of vault"
+    case .unsupportedFormat(let format):
+      "envelope format \(format) is not one this version of vault reads: the envelope is damaged, or from a newer "
+        + "release"
     case .unsupportedSuite(let suite): "envelope cipher suite \(suite) is not supported by this version of vault"
     case .wrongKeyring(let found, let expected):
       "the envelope belongs to vault \(found), not to this vault (\(expected)); open it with the vault that sealed it"

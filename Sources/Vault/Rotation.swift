@@ -303,8 +303,12 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerReplaced(path: String, expected: String, found: String?)
   /// A container with the same id is already registered at `other`: `path` is a copy.
   case duplicateContainer(path: String, other: String)
-  /// `RotationOptions.confirm` answered `.abort`: the new version is active, nothing was retired.
+  /// `RotationOptions.confirm` answered `.abort`: the new version is active, nothing was retired;
+  /// only a rotation after a compromise can go on (with a fresh key again).
   case aborted
+  /// A rotation after a compromise made `version` active and has not finished; an ordinary
+  /// rotation refuses, changing nothing, so it cannot finish it while keeping the compromised key.
+  case compromiseUnfinished(version: UInt32)
   /// After a compromise, some older version could not be retired yet (its key is still present).
   case compromiseIncomplete(retired: [UInt32], kept: [String])
   /// `Vault.forgetContainer(at:)` was given a path where no container is registered.
@@ -338,8 +342,13 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
         + (retired.isEmpty ? "" : " (retired: \(retired.map(String.init).joined(separator: ", ")))")
         + "; kept: \(kept.joined(separator: " | ")). Fix that and run the rotation after a compromise again"
     case .aborted:
-      "the rotation after a compromise was stopped before retiring anything; the new key version is active. "
-        + "Run it again to finish"
+      "the rotation after a compromise was stopped before retiring anything; the new key version is active and "
+        + "the compromised keys still exist. Run the rotation after a compromise again to finish it (with a "
+        + "fresh key); an ordinary rotation refuses until then"
+    case .compromiseUnfinished(let version):
+      "a rotation after a compromise made version \(version) active and has not finished: the compromised keys "
+        + "still exist. Finish it with a rotation after a compromise; an ordinary rotation would keep them. "
+        + "Nothing was changed"
     case .containerNotRegistered(let path):
       "no container is registered at \(path). Nothing was changed"
     case .containerStillPresent(let path):
@@ -385,20 +394,29 @@ extension Vault {
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
       try preflight(provider)
+      // A rotation after a compromise that did not finish may only be finished as one: an ordinary
+      // rotation would complete it while keeping the compromised key.
+      if let unfinished = manifest.unfinishedCompromise, !options.compromised {
+        throw RotationError.compromiseUnfinished(version: unfinished)
+      }
       let previous = manifest.activeVersion
       let resuming = manifest.resealing != nil && manifest.resealing == manifest.activeVersion
       // After a compromise the active key may be the leaked one (an unfinished rotation made it
-      // active long ago and it has sealed since): always a fresh key, never a resumed one. A
-      // pending version is fine to finish: nothing was ever sealed under it.
+      // active long ago and it has sealed since, or the operator runs it again because that key
+      // leaked too): always a fresh key, never a resumed one. A pending version is fine to finish:
+      // nothing was ever sealed under it.
       let freshKey = !resuming || options.compromised
       if freshKey, !manifest.versions.contains(where: { $0.state == .pending }) {
         try addPendingVersion()
       }
       try completePendingVersion(resealing: true)
       let active = manifest.activeVersion
-      if manifest.resealing != active {
+      if manifest.resealing != active || (options.compromised && manifest.unfinishedCompromise != active) {
         var next = manifest
         next.resealing = active
+        // Recorded before anything can stop it: until it finishes, only a rotation after a
+        // compromise may go on (see `Manifest.unfinishedCompromise`).
+        if options.compromised { next.unfinishedCompromise = active }
         try save(next)
       }
 
@@ -516,6 +534,7 @@ extension Vault {
       // current rotation, so running it again resumes it rather than making yet another version.
       let incomplete = options.compromised && !kept.isEmpty
       next.resealing = incomplete ? active : nil
+      next.unfinishedCompromise = incomplete ? active : nil
       try save(next)
       var retired: [UInt32] = []
       for version in candidates {
@@ -700,6 +719,7 @@ extension RotationError: CodedError {
     case .containerReplaced: "rotation.container-replaced"
     case .duplicateContainer: "rotation.duplicate-container"
     case .aborted: "rotation.aborted"
+    case .compromiseUnfinished: "rotation.compromise-unfinished"
     case .compromiseIncomplete: "rotation.compromise-incomplete"
     case .containerNotRegistered: "rotation.container-not-registered"
     case .containerStillPresent: "rotation.container-still-present"

@@ -227,18 +227,45 @@ extension Vault {
       + "the active version (vault reseal), then release it (vault unpin \(version))"
   }
 
-  /// The warnings `status` and `doctor` show for `manifest`.
+  /// The warnings `status` and `doctor` show for `manifest`, as sentences.
   ///
   /// - Parameter manifest: the manifest to judge.
-  /// - Returns: one sentence per thing to act on (today only an active version that still seals
-  ///   format 1); empty when there is none.
-  public static func warnings(_ manifest: Manifest) -> [String] {
-    guard let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM
-    else { return [] }
-    return [
-      "key version \(active.version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
+  /// - Returns: one sentence per thing to act on (see `statusWarnings(_:)`); empty when there is none.
+  public static func warnings(_ manifest: Manifest) -> [String] { statusWarnings(manifest).map(\.description) }
+
+  /// The things to act on in `manifest`, most urgent first.
+  ///
+  /// - Parameter manifest: the manifest to judge.
+  /// - Returns: an unfinished rotation after a compromise, then an active version that still seals
+  ///   format 1; empty when there is neither.
+  public static func statusWarnings(_ manifest: Manifest) -> [StatusWarning] {
+    var warnings: [StatusWarning] = []
+    if let version = manifest.unfinishedCompromise { warnings.append(.unfinishedCompromise(version: version)) }
+    if let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM {
+      warnings.append(.sealsFormatOne(version: active.version))
+    }
+    return warnings
+  }
+}
+
+/// Something `status` and `doctor` tell the operator to act on.
+public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
+  /// A rotation after a compromise made `version` active and has not finished: the compromised keys
+  /// still exist, and only a rotation after a compromise may go on.
+  case unfinishedCompromise(version: UInt32)
+  /// The active version `version` seals envelope format 1: rotate to get a format-2 key.
+  case sealsFormatOne(version: UInt32)
+
+  /// The warning as a sentence (it names no command: an app has none of the CLI's).
+  public var description: String {
+    switch self {
+    case .unfinishedCompromise(let version):
+      "a rotation after a compromise made version \(version) active and has not finished: the compromised "
+        + "keys still exist; finish it with a rotation after a compromise"
+    case .sealsFormatOne(let version):
+      "key version \(version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
         + "2^32 records per key, no key commitment, contexts without container ids); rotate the vault to "
         + "make a format-2 key and re-seal every container record under it"
-    ]
+    }
   }
 }

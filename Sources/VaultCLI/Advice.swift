@@ -23,7 +23,9 @@ enum Advice {
         + "`init --keyfile` there"
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
     case QueueError.noContainer: return " (`vault queue put` creates one there)"
-    case RotationError.compromiseIncomplete: return " (`vault rotate --compromised`)"
+    case RotationError.compromiseIncomplete, RotationError.compromiseUnfinished:
+      return " (`vault rotate --compromised`)"
+    case RotationError.aborted: return " (`vault rotate --compromised`; --yes purges without asking)"
     case RotationError.containerMissing(let path):
       return " (if it is gone for good, `vault container forget \(path)`)"
     case EndpointError.insecureHTTP: return " (--allow-insecure-http)"
@@ -31,6 +33,14 @@ enum Advice {
       return "; next: `vault rotate`, `vault reseal` the envelopes, then `vault unpin \(version)`"
     case VaultError.versionNotPinned: return "; `vault status` lists the pins (external_seal_versions)"
     default: return ""
+    }
+  }
+
+  /// The command that acts on a status warning.
+  static func suffix(for warning: StatusWarning) -> String {
+    switch warning {
+    case .unfinishedCompromise: " (`vault rotate --compromised`)"
+    case .sealsFormatOne: " (`vault rotate`)"
     }
   }
 }

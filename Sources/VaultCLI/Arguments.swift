@@ -274,6 +274,10 @@ struct CommandParser {
     let got = "(got '\(Suggestion.shown(text))')"
     switch parameter.value {
     case .text, .file, .directory, .context: return
+    case .name:
+      guard !text.unicodeScalars.contains(where: Printable.isControl) else {
+        throw fail("\(name) must not hold control characters (newlines, tabs, escapes)")
+      }
     case .choice(let words):
       guard words.contains(text) else {
         throw fail("\(name) must be \(list(words, or: true)) \(got)" + Suggestion.hint(text, among: words))
@@ -304,7 +308,7 @@ struct CommandParser {
         // Not echoed: a mistyped endpoint may still carry a token in its query or user part.
         throw fail("\(name) must be an https:// (or loopback http://) URL with a host")
       }
-    case .subcommand: return
+    case .subcommand, .action: return
     }
   }
 
@@ -362,11 +366,22 @@ enum Suggestion {
 
   /// A mistyped word as echoed in an error: at most 40 characters, control characters escaped.
   static func shown(_ text: String) -> String {
-    var shown = ""
-    for scalar in text.unicodeScalars.prefix(40) {
-      shown +=
-        scalar.properties.generalCategory == .control ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
-    }
+    let shown = Printable.escaped(String(String.UnicodeScalarView(text.unicodeScalars.prefix(40))))
     return text.unicodeScalars.count > 40 ? shown + "…" : shown
+  }
+}
+
+/// Text from records or arguments made safe for a terminal line.
+enum Printable {
+  /// C0 controls, DEL and C1 controls.
+  static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+    scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+  }
+
+  /// `text` with each control character written as \u{hh}: a name cannot start a new line or send
+  /// a terminal escape.
+  static func escaped(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: isControl) else { return text }
+    return text.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined()
   }
 }

@@ -33,7 +33,7 @@ enum HelpCommand: Subcommand {
     parameters: [
       .flag("--man", help: "Print the manual page for every subcommand, in roff (man -l -)."),
       .argument("SUBCOMMAND", .optional, .subcommand, help: "The subcommand to explain (default: the overview)."),
-      .argument("ACTION", .optional, help: "One of its actions, for a command that has them (queue put)."),
+      .argument("ACTION", .optional, .action, help: "One of its actions, for a command that has them (queue put)."),
     ],
     constraints: [
       .requires("ACTION", "SUBCOMMAND"),

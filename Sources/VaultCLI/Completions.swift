@@ -34,9 +34,19 @@ struct Completions {
         key: "/", options: CommandParser.globalOptions.filter { $0.name != "-h, --help" },
         words: root.commands.map(\.name), positional: nil)
     ]
+    let groups = root.commands.filter { !$0.actions.isEmpty }
     for command in root.commands {
       if command.actions.isEmpty {
         places.append(place(command.name + "/", command))
+        // `help queue <Tab>`: the actions of the subcommand named before.
+        if Self.takesSubcommandThenAction(command) {
+          for group in groups {
+            places.append(
+              Place(
+                key: command.name + "/" + group.name, options: command.options, words: group.actions.map(\.name),
+                positional: nil))
+          }
+        }
       } else {
         places.append(Place(key: command.name + "/", options: [], words: command.actions.map(\.name), positional: nil))
         for action in command.actions { places.append(place(command.name + "/" + action.name, action)) }
@@ -67,8 +77,18 @@ struct Completions {
     return names
   }
 
-  /// Commands whose second word is an action.
-  private var groups: [String] { root.commands.filter { !$0.actions.isEmpty }.map(\.name) }
+  /// Commands whose second word is tracked as an action: those with actions, and `help`, whose
+  /// second word picks the actions offered next.
+  private var groups: [String] {
+    root.commands.filter { !$0.actions.isEmpty || Self.takesSubcommandThenAction($0) }.map(\.name)
+  }
+
+  /// A command whose arguments are a subcommand and then one of its actions (`help`).
+  private static func takesSubcommandThenAction(_ command: CommandDeclaration) -> Bool {
+    let kinds = command.arguments.map(\.value)
+    guard kinds.count == 2, case .subcommand = kinds[0], case .action = kinds[1] else { return false }
+    return true
+  }
 
   private func optionNames(_ place: Place) -> [String] {
     place.options.map(\.name) + ["--help"]
@@ -98,6 +118,7 @@ struct Completions {
           esac
         done
         if [[ $prev == --home ]]; then
+          compopt -o filenames 2>/dev/null
           mapfile -t COMPREPLY < <(compgen -d -- "$cur")
           return
         fi
@@ -277,8 +298,18 @@ struct Completions {
         case .choice(let words):
           lines.append("complete -c vault -n '\(condition)' -a '\(words.joined(separator: " "))'")
         case .subcommand:
+          // Only until a subcommand is named (its own name, already seen, does not count).
+          let names = root.commands.map(\.name)
+          let others = names.filter { $0 != declaration.name }.joined(separator: " ")
           lines.append(
-            "complete -c vault -n '\(condition)' -a '\(root.commands.map(\.name).joined(separator: " "))'")
+            "complete -c vault -n '\(condition); and not __fish_seen_subcommand_from \(others)' -a '"
+              + names.joined(separator: " ") + "'")
+        case .action:
+          for group in root.commands where !group.actions.isEmpty {
+            lines.append(
+              "complete -c vault -n '\(condition); and __fish_seen_subcommand_from \(group.name)' -a '"
+                + group.actions.map(\.name).joined(separator: " ") + "'")
+          }
         default: break
         }
         continue

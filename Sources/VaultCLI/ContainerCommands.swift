@@ -144,7 +144,8 @@ enum ContainerCommand: Subcommand {
           held is retired by the next rotation (while another container is registered and no 'vault seal' \
           envelope needs it).
           """,
-        parameters: [.argument("PATH", .required, .file, help: "The registered path of the missing container.")]),
+        // Not completed as a file: a path where a file exists is always refused.
+        parameters: [.argument("PATH", .required, .text, help: "The registered path of the missing container.")]),
     ])
 
   static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {

@@ -17,6 +17,9 @@ protocol Subcommand: Sendable {
 enum ValueKind: Sendable {
   /// Any non-empty UTF-8 text.
   case text
+  /// A name (a queue, an event type, a session): non-empty, without control characters, which
+  /// could forge lines or send escapes to the terminal that lists it.
+  case name
   /// Bytes, taken as given (need not be UTF-8), non-empty: the `--context`.
   case context
   /// A path to a file (completed as files).
@@ -35,6 +38,8 @@ enum ValueKind: Sendable {
   case url
   /// The name of a subcommand (completed as subcommands).
   case subcommand
+  /// An action of the subcommand named by the argument before it (`vault help queue put`).
+  case action
 }
 
 /// One option, flag or positional argument.

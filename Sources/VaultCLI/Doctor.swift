@@ -96,11 +96,14 @@ extension VaultCommandLine {
         "manifest", .ok,
         "ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), "
           + (keyfileMissing ? "unverified: its keyfile is not found" : integrity) + ")")
-      let warnings = Vault.warnings(manifest)
-      if warnings.isEmpty {
+      let warnings = Vault.statusWarnings(manifest)
+      if !warnings.contains(.sealsFormatOne(version: manifest.activeVersion)) {
         report.add("envelopes", .ok, "format 2 (key version \(manifest.activeVersion), suite 2)")
       }
-      for warning in warnings { report.add("envelopes", .warning, "warning: \(warning) (`vault rotate`)") }
+      for warning in warnings {
+        let name = warning == .sealsFormatOne(version: manifest.activeVersion) ? "envelopes" : "rotation"
+        report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
+      }
       examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
       return report
     }

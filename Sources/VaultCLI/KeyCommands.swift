@@ -37,8 +37,8 @@ enum StatusCommand: Subcommand {
         "--json",
         help: """
           Print JSON: vault_id, home, store, active_version, versions (version, state, created_at, age_days, \
-          retired_at, records, suite, kept_because), keyfile (path, mode), containers (path, records per key \
-          version), external_seal_versions and warnings.
+          retired_at, records, suite, kept_because), keyfile (path, mode), containers (path, id, records per key \
+          version), external_seal_versions, integrity and warnings.
           """)
     ])
 

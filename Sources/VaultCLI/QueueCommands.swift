@@ -140,7 +140,7 @@ enum QueueCommand: Subcommand {
           not stored again).
           """,
         parameters: [
-          .option("--queue", "NAME", required: true, help: "The queue within the container."),
+          .option("--queue", "NAME", .name, required: true, help: "The queue within the container."),
           .option("--id", "UUID", .uuid(what: "a record id"), help: "The record's id (default: a random UUID)."),
           container,
           .flag("--json", help: "Print JSON: id, outcome (stored or duplicate), container, bytes."),
@@ -168,7 +168,7 @@ enum QueueCommand: Subcommand {
           read (any size of queue). Page with --limit and --after.
           """,
         parameters: [
-          .option("--queue", "NAME", help: "Only this queue's records."),
+          .option("--queue", "NAME", .name, help: "Only this queue's records."),
           .option(
             "--state", "STATE", .choice(["pending", "in_flight", "parked", "review"]), help: "Only records in STATE."),
           .option("--limit", "N", .wholeNumber(0...Int.max, unit: nil), help: "At most N records."),
@@ -193,7 +193,7 @@ enum QueueCommand: Subcommand {
           container,
           .flag("--all", help: "Every parked and review record."),
           .option("--state", "STATE", .choice(["parked", "review"]), help: "Every record in STATE."),
-          .option("--queue", "NAME", help: "That queue's parked and review records."),
+          .option("--queue", "NAME", .name, help: "That queue's parked and review records."),
           .argument("ID", .zeroOrMore, .uuid(what: "a record id"), help: "Records to resend, by id."),
         ],
         constraints: [.exactlyOne(["--all", "--state", "--queue", "ID"])]),

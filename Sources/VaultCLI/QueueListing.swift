@@ -22,7 +22,7 @@ extension VaultCommandLine {
           try output.append((first ? "[\n  " : ",\n  ") + element)
         } else {
           try output.append(
-            "\(record.id.uuidString.lowercased())  \(record.queue)  \(record.state.rawValue)  attempts "
+            "\(record.id.uuidString.lowercased())  \(Printable.escaped(record.queue))  \(record.state.rawValue)  attempts "
               + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  "
               + QueueContainer.timestamp(record.createdAt) + "\n")
         }

@@ -123,8 +123,8 @@ struct FlushRefused: Error, CustomStringConvertible {
       "the endpoint answered 404 (not found): check --endpoint; the events stay pending and are sent by the "
         + "next flush to the right endpoint"
     case "http-403":
-      "the server refused the token (403 forbidden); the refused events are kept for review "
-        + "(`vault queue resend --state review` once the token is fixed)"
+      "the server refused the token (403 forbidden); the refused events are parked "
+        + "(`vault queue resend --state parked` once the token is fixed)"
     default:
       "the server refused the upload (401 unauthorized); the refused events are parked "
         + "(`vault queue resend --state parked` once --token-file is right)"
@@ -147,6 +147,10 @@ extension VaultCommandLine {
         "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending)")
       if report.errorKind == "http-401", tokenless { terminal.note(Self.missingTokenWarning) }
+      // Under systemd this is the journal's only word on a wrong endpoint or token.
+      if report.refusedByConfiguration {
+        terminal.note("vault: " + FlushRefused(kind: report.errorKind ?? "http-401").description)
+      }
     }
     stopped.wait()
     client.stop()
@@ -182,14 +186,14 @@ enum TelemetryCommand: Subcommand {
       CommandDeclaration(
         name: "log", abstract: "Seal one event durably; prints 'logged ID'.",
         parameters: [
-          .argument("TYPE", .required, help: "The event's type, 1 to 128 characters."),
+          .argument("TYPE", .required, .name, help: "The event's type, 1 to 128 characters."),
           .option(
             "--payload", "JSON",
             help: """
               The event's payload, a JSON object (default {}), strict RFC 8259; numbers are sent exactly as \
               written (no rounding through a double); duplicate keys are refused.
               """),
-          .option("--session", "ID", help: "The session id stamped on the event (default 'cli')."),
+          .option("--session", "ID", .name, help: "The session id stamped on the event (default 'cli')."),
           .flag("--json", help: "Print JSON: id, type, session."),
         ]),
       CommandDeclaration(

@@ -270,7 +270,9 @@ public struct VaultCommandLine {
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
-    for warning in vault.warnings { terminal.print("  warning:  \(warning) (`vault rotate`)") }
+    for warning in Vault.statusWarnings(manifest) {
+      terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
+    }
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"
@@ -300,6 +302,13 @@ public struct VaultCommandLine {
     let compromised = arguments.flags.contains("--compromised")
     let ifDue = arguments.flags.contains("--if-due")
     let maxAge = arguments.number("--max-age") ?? RotationSchedule.defaultMaxAgeDays
+    // Asked before anything is made: a script that cannot answer must say --yes up front, rather
+    // than leave a new key active and the rotation unfinished.
+    if compromised, !arguments.flags.contains("--yes"), terminal.askLine == nil {
+      throw UsageError(
+        message: "--compromised needs --yes when there is no terminal to ask (it may purge records that do not "
+          + "open and makes 'vault seal' envelopes under the old keys unreadable)", command: "rotate")
+    }
     let vault = try openVault(arguments)
     var schedule: RotationSchedule?
     if ifDue {
@@ -411,18 +420,25 @@ public struct VaultCommandLine {
     }
     terminal.writeError(text)
     if assumeYes { return .purge }
-    guard
-      let answer = terminal.ask(
-        "Purge the records that do not open (p), keep them unreadable in review (k), or stop (s)? ")
-    else {
-      terminal.note("vault: no terminal to ask; rerun with --yes to purge, or without --compromised")
-      return .abort
+    // With records that do not open, what to do with them; with only envelopes at stake, yes or no.
+    let question =
+      plan.unopenable.isEmpty
+      ? "Retire them anyway (y), or stop (n)? "
+      : "Purge the records that do not open (p), keep them unreadable in review (k), or stop (s)? "
+    let answers: [String: CompromiseDecision] =
+      plan.unopenable.isEmpty
+      ? ["y": .purge, "yes": .purge, "n": .abort, "no": .abort]
+      : ["p": .purge, "purge": .purge, "k": .keep, "keep": .keep, "s": .abort, "stop": .abort]
+    // A typo is asked again (three times), never taken for an answer.
+    for _ in 0..<3 {
+      guard let answer = terminal.ask(question) else {
+        terminal.note("vault: no terminal to ask; rerun with --yes to purge")
+        return .abort
+      }
+      if let decision = answers[answer.trimmingCharacters(in: .whitespaces).lowercased()] { return decision }
+      terminal.note("vault: please answer " + (plan.unopenable.isEmpty ? "y or n" : "p, k or s"))
     }
-    switch answer.lowercased() {
-    case "p", "purge": return .purge
-    case "k", "keep": return .keep
-    default: return .abort
-    }
+    return .abort
   }
 }
 

@@ -66,7 +66,7 @@ enum VersionCommand: Subcommand {
   static let line = "vault \(number)"
 
   static let declaration = CommandDeclaration(
-    name: "version", abstract: "Show the version, formats and library versions.",
+    name: "version", abstract: "Show the version (with --json, also the formats and libraries).",
     discussion: "Prints the same line as 'vault --version'. It needs no vault and reads nothing.",
     parameters: [
       .flag(

@@ -221,10 +221,16 @@ public struct Manifest: Codable, Sendable, Equatable {
   /// Set while a rotation to this version has not yet finished re-sealing and retiring; a rerun of
   /// `rotate` resumes it instead of making yet another version.
   public var resealing: UInt32?
+  /// Set while a rotation after a compromise that made this version active has not finished
+  /// (stopped before retiring, or an old key had to be kept): only a rotation after a compromise
+  /// may go on (with a fresh key); an ordinary rotation refuses, so it can never quietly keep the
+  /// compromised key. A release that does not know the field keeps it on rewrite.
+  public var unfinishedCompromise: UInt32?
   var unknown: [String: JSONValue] = [:]
 
   enum CodingKeys: String, CodingKey, CaseIterable {
     case format, store, versions, containers, resealing, epoch, home
+    case unfinishedCompromise = "unfinished_compromise"
     case vaultID = "vault_id"
     case activeVersion = "active_version"
     case highestVersion = "highest_version"
@@ -255,6 +261,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     }
     externalSealVersions = try values.decodeIfPresent([UInt32].self, forKey: .externalSealVersions) ?? []
     resealing = try values.decodeIfPresent(UInt32.self, forKey: .resealing)
+    unfinishedCompromise = try values.decodeIfPresent(UInt32.self, forKey: .unfinishedCompromise)
     unknown = try JSONValue.unknownFields(in: decoder, known: CodingKeys.allCases.map(\.rawValue))
   }
 
@@ -275,6 +282,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     try values.encode(containers, forKey: .containers)
     try values.encode(externalSealVersions, forKey: .externalSealVersions)
     try values.encodeIfPresent(resealing, forKey: .resealing)
+    try values.encodeIfPresent(unfinishedCompromise, forKey: .unfinishedCompromise)
     try JSONValue.encode(unknown, to: encoder)
   }
 

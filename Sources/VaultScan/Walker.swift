@@ -82,8 +82,8 @@ extension Scanner {
     return max(8, min(4096, soft / 2 - 16))
   }
 
-  /// Walks one path given to `scan`: a directory recursively, a file, a special file (reported in
-  /// `skipped`) or a symlink (not followed, and listed as incomplete: nothing of that path was read).
+  /// Walks one path given to `scan`: a directory recursively, a file, or a symlink or special file
+  /// (not followed or opened, and listed as incomplete: nothing of that path was read).
   /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
   ///   `audit` throws.
   func walk(root path: String, depthLimit: Int, report: inout ScanReport) throws {
@@ -107,7 +107,9 @@ extension Scanner {
       report.incomplete.append(
         Skipped(path: shown, reason: "symlink given as a path (not followed: scan what it points to)"))
     default:
-      report.skipped.append(Skipped(path: shown, reason: Self.notRead(info)))
+      // Like a symlink given as a path: asked for and never read, so the audit is incomplete
+      // (inside a tree, special files are only listed as skipped).
+      report.incomplete.append(Skipped(path: shown, reason: Self.notRead(info) + ", given as a path"))
     }
   }
 

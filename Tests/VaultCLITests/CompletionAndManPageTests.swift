@@ -43,6 +43,8 @@ final class CompletionAndManPageTests: XCTestCase {
     ("vault rotate --", ["--compromised", "--help", "--if-due", "--json", "--max-age", "--yes"]),
     ("vault completion ", ["bash", "fish", "zsh"]),
     ("vault help sc", ["scan"]),
+    ("vault help queue ", ["list", "put", "resend", "stats"]),
+    ("vault container forget ", []),
     ("vault --home /nonexistent seal --context x no", ["notes.txt"]),
     ("vault telemetry flush --ca-file no", ["notes.txt"]),
   ]

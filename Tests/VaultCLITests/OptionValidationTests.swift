@@ -24,7 +24,8 @@ final class OptionValidationTests: XCTestCase {
     case .number: "abc"
     case .uuid: "not-a-uuid"
     case .url: "notaurl"
-    case .text, .context, .file, .directory, .subcommand: nil
+    case .name: "a\nb"
+    case .text, .context, .file, .directory, .subcommand, .action: nil
     }
   }
 
@@ -35,15 +36,15 @@ final class OptionValidationTests: XCTestCase {
         guard let bad = badValue(option.value) else { continue }
         let run = runInProcess(["--home", home] + words + [option.name, bad])
         XCTAssertEqual(run.status, 64, "\(words) \(option.name): \(run.error)")
-        XCTAssertTrue(run.error.hasPrefix("Error: \(option.name) must be "), "\(words) \(option.name): \(run.error)")
+        XCTAssertTrue(run.error.hasPrefix("Error: \(option.name) must "), "\(words) \(option.name): \(run.error)")
         XCTAssertTrue(run.error.contains("\nUsage: vault"), run.error)
         XCTAssertEqual(run.output, [], "nothing ran")
         checked += 1
       }
     }
     // --store, --id, --state ×2, --limit, --after, --max-age, --endpoint ×2, --interval, --inflate-limit,
-    // --inflate-seconds.
-    XCTAssertGreaterThanOrEqual(checked, 12)
+    // --inflate-seconds, --queue ×3, --session.
+    XCTAssertGreaterThanOrEqual(checked, 16)
   }
 
   func testEveryValueOptionRefusesAnEmptyValue() {

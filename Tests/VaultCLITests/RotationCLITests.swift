@@ -81,16 +81,17 @@ final class RotationCLITests: XCTestCase {
     let sealed = try vault(["--home", home, "seal", "--context", "outside"], input: Array("kept outside".utf8))
     XCTAssertEqual(sealed.status, 0)
 
-    // No terminal and no --yes: it refuses to destroy anything.
+    // No terminal and no --yes: it refuses before making anything (OperatorReviewTests has the
+    // question on a terminal).
     let refused = try vault(["--home", home, "rotate", "--compromised"])
-    XCTAssertEqual(refused.status, 1, refused.error)
-    XCTAssertTrue(refused.error.contains("become unreadable"), refused.error)
+    XCTAssertEqual(refused.status, 64, refused.error)
+    XCTAssertTrue(refused.error.contains("unreadable"), refused.error)
     XCTAssertTrue(refused.error.contains("--yes"), refused.error)
 
     let done = try vault(["--home", home, "rotate", "--compromised", "--yes", "--json"])
     XCTAssertEqual(done.status, 0, done.error)
     let report = try JSONSerialization.jsonObject(with: Data(done.output)) as? [String: Any]
-    XCTAssertEqual(report?["retired"] as? [Int], [1, 2], "the stopped run's key too: every run makes a fresh key")
+    XCTAssertEqual(report?["retired"] as? [Int], [1], "the refused run made no key")
     XCTAssertEqual(report?["compromised"] as? Bool, true)
     let opened = try vault(["--home", home, "open", "--context", "outside"], input: sealed.output)
     XCTAssertEqual(opened.status, 1, "the pinned external envelope is gone with its key")

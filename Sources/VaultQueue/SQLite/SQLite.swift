@@ -21,7 +21,10 @@ package struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible 
   public var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
   public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
   public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
-  public var isOutOfMemory: Bool { primaryCode == SQLITE_NOMEM }
+  /// Out of memory, or out of address space for a mapping: SQLITE_IOERR_SHMMAP (10 | 21 << 8, the
+  /// WAL index) and SQLITE_IOERR_MMAP (10 | 24 << 8), as sqlite3.h defines them; under a tight
+  /// `ulimit -v` these are what a full address space looks like.
+  public var isOutOfMemory: Bool { primaryCode == SQLITE_NOMEM || code == 5386 || code == 6154 }
 }
 
 /// One connection to one database file; closed on deinit. Not thread-safe: its owner serialises.

@@ -1,0 +1,165 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import VaultCLI
+
+/// What an operator's first hour with `vault` found (issue 13's independent check), each held
+/// fixed: a compromise rotation that could be finished as an ordinary one, hints that named the
+/// wrong state, names that could forge lines, and errors that said nothing.
+final class OperatorReviewTests: XCTestCase {
+  private var temporary: TemporaryDirectory!
+  private var home: String { temporary.sub("home") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
+  private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
+    let capture = Capture()
+    let terminal = Terminal(
+      environment: ProcessInfo.processInfo.environment, readInput: { [] },
+      writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
+    if let answers {
+      let queue = Answers(answers)
+      terminal.askLine = { question in
+        capture.error += question
+        return queue.next()
+      }
+    }
+    let status = VaultCommandLine(terminal: terminal).run(["--home", home] + arguments)
+    return (status, String(decoding: capture.output, as: UTF8.self), capture.error)
+  }
+
+  private func status() throws -> [String: Any] {
+    let run = try vault(["--home", home, "status", "--json"])
+    return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any], run.error)
+  }
+
+  private func versions() throws -> [Int: String] {
+    let list = try status()["versions"] as? [[String: Any]] ?? []
+    return Dictionary(uniqueKeysWithValues: list.map { ($0["version"] as! Int, $0["state"] as! String) })
+  }
+
+  private func manifest() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")) }
+
+  /// Without a terminal, `--compromised` needs `--yes` before anything is made (it used to make a
+  /// new key active, then stop).
+  func testACompromiseRotationWithoutATerminalNeedsYesUpFront() throws {
+    XCTAssertEqual(try vault(["--home", home, "seal", "--context", "c"], input: [1]).status, 0)
+    let before = try manifest()
+    let refused = try vault(["--home", home, "rotate", "--compromised"])
+    XCTAssertEqual(refused.status, 64, refused.error)
+    XCTAssertTrue(refused.error.hasPrefix("Error: --compromised needs --yes when there is no terminal"), refused.error)
+    XCTAssertEqual(try manifest(), before, "nothing was made")
+  }
+
+  /// A compromise rotation stopped at its question leaves the vault marked: status warns, an
+  /// ordinary or scheduled rotation refuses (it would keep the compromised key), and the next
+  /// rotation after a compromise finishes it with a fresh key, retiring every older one.
+  func testAStoppedCompromiseRotationCanOnlyBeFinishedAsOne() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: Array("outside".utf8))
+    XCTAssertEqual(sealed.status, 0)
+    // A typo is asked again; then "n" stops it.
+    let stopped = run(["rotate", "--compromised"], answers: ["x", "n"])
+    XCTAssertEqual(stopped.status, 1, stopped.error)
+    XCTAssertTrue(stopped.error.contains("Retire them anyway (y), or stop (n)? "), stopped.error)
+    XCTAssertTrue(stopped.error.contains("please answer y or n"), stopped.error)
+    XCTAssertTrue(stopped.error.contains("`vault rotate --compromised`"), stopped.error)
+    XCTAssertEqual(try versions(), [1: "decrypt-only", 2: "active"])
+    let warnings = try status()["warnings"] as? [String] ?? []
+    XCTAssertTrue(warnings.contains { $0.contains("has not finished") }, "\(warnings)")
+    let text = try vault(["--home", home, "status"]).outputText
+    XCTAssertTrue(text.contains("has not finished") && text.contains("(`vault rotate --compromised`)"), text)
+
+    let before = try manifest()
+    for ordinary in [["rotate"], ["rotate", "--if-due", "--max-age", "0"]] {
+      let refused = try vault(["--home", home] + ordinary)
+      XCTAssertEqual(refused.status, 1, "\(ordinary): \(refused.error)")
+      XCTAssertTrue(refused.error.contains("has not finished"), refused.error)
+      XCTAssertTrue(refused.error.contains("`vault rotate --compromised`"), refused.error)
+      XCTAssertEqual(try manifest(), before, "\(ordinary) changed nothing")
+    }
+
+    let finished = try vault(["--home", home, "rotate", "--compromised", "--yes", "--json"])
+    XCTAssertEqual(finished.status, 0, finished.error)
+    let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(finished.output)) as? [String: Any])
+    XCTAssertEqual(report["new_version"] as? Int, 3, "a fresh key: the stopped run's may have leaked too")
+    XCTAssertEqual(report["retired"] as? [Int], [1, 2])
+    XCTAssertEqual(try versions(), [1: "retired", 2: "retired", 3: "active"])
+    XCTAssertEqual(try status()["warnings"] as? [String], [])
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "ordinary rotations run again")
+  }
+
+  func testA403SaysTheEventsAreParkedAndTheHintResendsThem() throws {
+    let token = temporary.sub("token")
+    try "test-token".write(toFile: token, atomically: true, encoding: .utf8)
+    XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0)
+    let server = try TelemetryServer(directory: temporary.path, mode: "403", root: packageRoot())
+    defer { server.stop() }
+    let flushed = try vault([
+      "--home", home, "telemetry", "flush", "--endpoint", server.endpoint.absoluteString, "--token-file", token,
+    ])
+    XCTAssertEqual(flushed.status, 1, flushed.error)
+    XCTAssertTrue(flushed.error.contains("`vault queue resend --state parked`"), flushed.error)
+    XCTAssertEqual(try vault(["--home", home, "queue", "resend", "--state", "parked"]).outputText, "resent 1\n")
+  }
+
+  /// A token file that is empty or holds two lines is a local mistake: exit 1 saying so, nothing
+  /// sent (it used to be retried with backoff, silently, as if the network were down).
+  func testATokenFileThatHoldsNoSingleTokenIsAnError() throws {
+    XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0)
+    let server = try TelemetryServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    for (name, contents) in [("empty", ""), ("two-lines", "TOKEN\nSECOND\n"), ("spaced", "two words\n")] {
+      let path = temporary.sub(name)
+      try contents.write(toFile: path, atomically: true, encoding: .utf8)
+      let flushed = try vault([
+        "--home", home, "telemetry", "flush", "--endpoint", server.endpoint.absoluteString, "--token-file", path,
+      ])
+      XCTAssertEqual(flushed.status, 1, name)
+      XCTAssertTrue(flushed.error.contains("must hold one bearer token on one line"), "\(name): \(flushed.error)")
+      XCTAssertFalse(flushed.error.contains("SECOND"), "the token is never echoed")
+    }
+    XCTAssertEqual(server.received.count, 0, "nothing was sent")
+  }
+
+  /// Names cannot carry control characters in, and names already in a container (an app may use
+  /// any) are listed escaped: no forged line, no terminal escape.
+  func testNamesWithControlCharactersAreRefusedAndListedEscaped() throws {
+    for arguments in [
+      ["queue", "put", "--queue", "a\nb"], ["telemetry", "log", "t\u{1B}[2J"],
+      ["telemetry", "log", "t", "--session", "s\r"],
+      ["queue", "list", "--queue", "x\u{7F}"],
+    ] {
+      let run = try vault(["--home", home] + arguments, input: [1])
+      XCTAssertEqual(run.status, 64, "\(arguments)")
+      XCTAssertTrue(run.error.contains("must not hold control characters"), run.error)
+      XCTAssertFalse(run.error.contains("\u{1B}"), "never echoed raw")
+    }
+    XCTAssertEqual(Printable.escaped("a\nb\u{1B}[31m"), "a\\u{a}b\\u{1b}[31m")
+    XCTAssertEqual(Printable.escaped("plain name"), "plain name")
+  }
+
+  /// A FIFO named on the command line was never read, so the audit is incomplete (exit 2), as for a
+  /// symlink given as a path; it said clean (exit 0).
+  func testAFIFOGivenAsAPathMakesTheScanIncomplete() throws {
+    let fifo = temporary.sub("fifo")
+    XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+    let scanned = try vault(["scan", fifo, "--json"])
+    XCTAssertEqual(scanned.status, 2, scanned.outputText + scanned.error)
+    let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(scanned.output)) as? [String: Any])
+    XCTAssertEqual(report["complete"] as? Bool, false)
+    let incomplete = report["incomplete"] as? [[String: Any]] ?? []
+    XCTAssertEqual(incomplete.first?["reason"] as? String, "FIFO (never opened), given as a path")
+  }
+}
+
+private final class Answers: @unchecked Sendable {
+  private var answers: [String]
+  init(_ answers: [String]) { self.answers = answers }
+  func next() -> String? { answers.isEmpty ? nil : answers.removeFirst() }
+}
