@@ -107,11 +107,28 @@ public final class Vault: Sendable {
     // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
     _ = try checkForOrphanedKeys(home: home, resolver: resolver)
 
+    let homeExisted = FileManager.default.fileExists(atPath: home)
+    let lockExisted = FileManager.default.fileExists(atPath: home + "/" + lockFileName)
     try SecureFile.makeDirectory(home, mode: 0o700)
-    // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
-    guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
-    let lock = try FileLock(path: home + "/" + lockFileName)
-    defer { lock.release() }
+    let lock: FileLock
+    do {
+      // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
+      guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
+      lock = try FileLock(path: home + "/" + lockFileName)
+    } catch {
+      if !homeExisted { rmdir(home) }
+      throw error
+    }
+    var created = false
+    defer {
+      lock.release()
+      // A refused init leaves no trace of itself: the lock file and home it made go again (rmdir
+      // removes the home only while empty, so nothing anyone else put there is touched).
+      if !created {
+        if !lockExisted { unlink(home + "/" + lockFileName) }
+        if !homeExisted { rmdir(home) }
+      }
+    }
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
@@ -133,6 +150,7 @@ public final class Vault: Sendable {
       }
       throw error
     }
+    created = true
     return vault
   }
 

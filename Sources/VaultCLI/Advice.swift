@@ -22,7 +22,6 @@ enum Advice {
         ": for an existing vault run `vault keyfile move ~/.config/vault-keys/NAME.keys`, for a new one "
         + "`init --keyfile` there"
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
-    case QueueError.noContainer: return " (`vault queue put` creates one there)"
     case RotationError.compromiseIncomplete, RotationError.compromiseUnfinished:
       return " (`vault rotate --compromised`)"
     case RotationError.aborted: return " (`vault rotate --compromised`; --yes purges without asking)"

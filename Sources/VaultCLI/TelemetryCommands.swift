@@ -43,8 +43,13 @@ extension VaultCommandLine {
       do {
         try EndpointPolicy.check(url, allowInsecureHTTP: arguments.flags.contains("--allow-insecure-http"))
       } catch {
-        throw UsageError(
-          message: "--endpoint: \(error)" + Advice.suffix(for: error), command: "telemetry", action: action)
+        // The library's sentence names its own option; here the flag is what to give.
+        let reason =
+          error == .insecureHTTP
+          ? "plain http:// would send the token and the events unencrypted to another machine; use https://, or "
+            + "--allow-insecure-http on a test network only"
+          : "\(error)"
+        throw UsageError(message: "--endpoint: " + reason, command: "telemetry", action: action)
       }
       endpoint = url
       if let authorities = arguments.options["--ca-file"] {

@@ -222,7 +222,9 @@ do {
     do {
       relayTransport = try HTTPJSONTransport(endpoint: endpoint, allowInsecureHTTP: allowInsecureHTTP)
     } catch EndpointError.insecureHTTP {
-      fail("--endpoint: \(EndpointError.insecureHTTP) (--allow-insecure-http)", code: 64)
+      fail(
+        "--endpoint: plain http:// would send the token and the memos unencrypted to another machine; use https://, "
+          + "or --allow-insecure-http on a test network only", code: 64)
     } catch {
       fail("--endpoint: \(error)", code: 64)
     }

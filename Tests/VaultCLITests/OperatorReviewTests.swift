@@ -144,6 +144,28 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(Printable.escaped("plain name"), "plain name")
   }
 
+  /// A refused init leaves no empty home behind (README: it refuses "changing nothing").
+  func testARefusedInitLeavesNoHomeBehind() throws {
+    let fresh = temporary.sub("fresh/home")
+    var environment = ProcessInfo.processInfo.environment
+    environment["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=/nonexistent/bus"
+    let refused = try vault(["--home", fresh, "init", "--store", "secret-service"], environment: environment)
+    XCTAssertNotEqual(refused.status, 0, refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: fresh), "no home left: \(refused.error)")
+    // A home that existed (empty) before stays, as it was.
+    try FileManager.default.createDirectory(atPath: fresh, withIntermediateDirectories: true)
+    XCTAssertNotEqual(
+      try vault(["--home", fresh, "init", "--store", "secret-service"], environment: environment).status, 0)
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: fresh), [])
+  }
+
+  func testPlainHTTPToAnotherMachineNamesTheFlagNotTheLibrary() throws {
+    let run = try vault(["--home", home, "telemetry", "flush", "--endpoint", "http://192.0.2.1/x"])
+    XCTAssertEqual(run.status, 64)
+    XCTAssertTrue(run.error.contains("--allow-insecure-http on a test network only"), run.error)
+    XCTAssertFalse(run.error.contains("allowInsecureHTTP"), run.error)
+  }
+
   /// A FIFO named on the command line was never read, so the audit is incomplete (exit 2), as for a
   /// symlink given as a path; it said clean (exit 0).
   func testAFIFOGivenAsAPathMakesTheScanIncomplete() throws {
