@@ -72,6 +72,11 @@ extension VaultCommandLine {
         "  by key version: "
           + stats.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key) \($0.value)" }.joined(separator: ", "))
       terminal.print(
+        "  by queue: "
+          + stats.byQueue.sorted { $0.key < $1.key }.map { "\(Printable.escaped($0.key)) \($0.value)" }
+          .joined(separator: ", "))
+      terminal.print("  minimum seal version: \(stats.minimumSealVersion)")
+      terminal.print(
         "  dropped:  "
           + stats.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
       // The ledger counts every record that ever left; say how many parked ones are still parked.
