@@ -58,50 +58,100 @@ extension QueueContainer {
     for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
-    return try withStorage { storage in
-      try storage.transaction {
-        // Rotation raises this before re-sealing. A writer still holding an older active key
-        // reloads the manifest here, inside the write transaction: the rotator needs this same
-        // write lock to raise it again, and it activates a version in the manifest before raising
-        // the minimum to it, so one reload is always enough.
-        let minimum = try storage.minimumSealVersion()
-        if vault.activeVersion < minimum { try vault.reload() }
-        guard vault.activeVersion >= minimum else {
-          throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
-        }
-        let now = milliseconds(clock())
-        let born = try ageNow(storage, wall: now, reading: monotonic())
-        // Rows inserted by this transaction are never the cap's victims.
-        let lastExisting = try storage.statement("SELECT coalesce(max(seq), 0) FROM records").scalar() ?? 0
-        var outcomes: [EnqueueOutcome] = []
-        var added = 0
-        for record in records {
-          let idText = record.id.uuidString.lowercased()
-          let envelope = try vault.seal(record.payload, context: context(queue: queue, id: idText))
-          // The unique id decides: an existing record is kept as it is and reported as a duplicate.
-          let inserted = try envelope.withUnsafeBytes { bytes in
-            try storage.statement(
-              """
-              INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
-              ON CONFLICT (id) DO NOTHING
-              """
-            ).run([
-              .text(idText), .text(queue), .integer(now), .integer(Int64(envelope.count)),
-              .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
-            ])
+    return try groupCommit.submit(GroupCommit.Request(records: records, queue: queue)) { self.commit($0) }
+  }
+
+  /// Stores a group of enqueues in one transaction, each in its own savepoint (one that fails is
+  /// undone alone and gets its own error), then commits once: one fsync for the whole group.
+  /// Returns each request's result, in order; a request succeeds only once the commit that holds
+  /// it returned.
+  func commit(_ group: [GroupCommit.Request]) -> [Result<[EnqueueOutcome], any Error>] {
+    var results: [Result<[EnqueueOutcome], any Error>?] = Array(repeating: nil, count: group.count)
+    do {
+      try withStorage { storage in
+        try storage.transaction {
+          // Rotation raises this before re-sealing. A writer still holding an older active key
+          // reloads the manifest here, inside the write transaction: the rotator needs this same
+          // write lock to raise it again, and it activates a version in the manifest before raising
+          // the minimum to it, so one reload is always enough.
+          let minimum = try storage.minimumSealVersion()
+          if vault.activeVersion < minimum { try vault.reload() }
+          guard vault.activeVersion >= minimum else {
+            throw QueueError.storage(
+              path: path, detail: "the vault's active key is older than the container's minimum")
           }
-          guard inserted == 1 else {
-            outcomes.append(.duplicate)
-            continue
+          let now = milliseconds(clock())
+          let born = try ageNow(storage, wall: now, reading: monotonic())
+          // Rows inserted by this transaction, for any request of the group, are never the cap's
+          // victims: each request is told `.stored` only if its rows are still there at the commit.
+          let lastExisting = try storage.statement("SELECT coalesce(max(seq), 0) FROM records").scalar() ?? 0
+          // A group of one needs no savepoint: the transaction is its own (a lone caller pays
+          // nothing for grouping), and its failure rolls the transaction back below.
+          if group.count == 1 {
+            results[0] = .success(
+              try insert(group[0], into: storage, now: now, born: born, victimsUpTo: lastExisting))
+            return
           }
-          added += envelope.count
-          outcomes.append(.stored)
+          for (index, request) in group.enumerated() {
+            do {
+              results[index] = .success(
+                try Self.translating(path) {
+                  try storage.savepoint {
+                    try insert(request, into: storage, now: now, born: born, victimsUpTo: lastExisting)
+                  }
+                })
+            } catch let failure as SavepointFailure {
+              throw failure.error
+            } catch {
+              results[index] = .failure(error)
+            }
+          }
         }
-        try storage.addBytes(added)
-        try enforceCap(storage, victimsUpTo: lastExisting)
-        return outcomes
+      }
+    } catch {
+      // Nothing of the group was stored: every request gets this error, except one that already
+      // failed on its own (nothing of it was stored either, and its own error says more). A lone
+      // request's own failure arrives here too.
+      return results.map { result in
+        if case .failure(let own)? = result { return .failure(own) }
+        return .failure(error)
       }
     }
+    return results.map { $0 ?? .success([]) }
+  }
+
+  /// One request's records: sealed under the active key and inserted, duplicates reported, then
+  /// the cap enforced on records older than the group.
+  private func insert(
+    _ request: GroupCommit.Request, into storage: Storage, now: Int64, born: Int64, victimsUpTo lastExisting: Int64
+  ) throws -> [EnqueueOutcome] {
+    var outcomes: [EnqueueOutcome] = []
+    var added = 0
+    for record in request.records {
+      let idText = record.id.uuidString.lowercased()
+      let envelope = try vault.seal(record.payload, context: context(queue: request.queue, id: idText))
+      // The unique id decides: an existing record is kept as it is and reported as a duplicate.
+      let inserted = try envelope.withUnsafeBytes { bytes in
+        try storage.statement(
+          """
+          INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
+          ON CONFLICT (id) DO NOTHING
+          """
+        ).run([
+          .text(idText), .text(request.queue), .integer(now), .integer(Int64(envelope.count)),
+          .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
+        ])
+      }
+      guard inserted == 1 else {
+        outcomes.append(.duplicate)
+        continue
+      }
+      added += envelope.count
+      outcomes.append(.stored)
+    }
+    try storage.addBytes(added)
+    try enforceCap(storage, victimsUpTo: lastExisting)
+    return outcomes
   }
 
   /// Deletes the oldest records (not in flight, not added by this transaction) until the container

@@ -24,6 +24,8 @@ public final class QueueContainer: @unchecked Sendable {
   let monotonic: @Sendable () -> MonotonicReading
   let random: @Sendable () -> Double
   private let lock = NSLock()
+  /// Enqueues from several threads share one transaction and one fsync (see `GroupCommit`).
+  let groupCommit = GroupCommit()
   private let storage: Storage
 
   /// How `init` treats the file at `path`.

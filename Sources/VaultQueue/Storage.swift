@@ -223,6 +223,28 @@ final class Storage {
     }
   }
 
+  /// Runs `body` inside a savepoint of the open transaction, so its changes are undone alone when
+  /// it throws (one enqueue of a group commit failing leaves the others in the transaction).
+  /// - Throws: `body`'s error after undoing its changes; `SavepointFailure` when they could not be
+  ///   undone (then the whole transaction must roll back).
+  func savepoint<T>(_ body: () throws -> T) throws -> T {
+    try connection.execute("SAVEPOINT grouped")
+    do {
+      let result = try body()
+      try connection.execute("RELEASE grouped")
+      return result
+    } catch {
+      cachedBytes = nil
+      do {
+        try connection.execute("ROLLBACK TO grouped")
+        try connection.execute("RELEASE grouped")
+      } catch let undo {
+        throw SavepointFailure(error: undo)
+      }
+      throw error
+    }
+  }
+
   func countDrop(_ reason: DropReason, _ count: Int) throws {
     guard count > 0 else { return }
     try statement(
@@ -253,4 +275,9 @@ final class Storage {
     var info = stat()
     return stat(path + "-wal", &info) != 0 || info.st_size == 0
   }
+}
+
+/// A savepoint whose changes could not be undone: the enclosing transaction must roll back whole.
+struct SavepointFailure: Error {
+  let error: any Error
 }

@@ -1,0 +1,119 @@
+import Foundation
+import VaultKeys
+import VaultTestSupport
+import XCTest
+
+@testable import Vault
+@testable import VaultQueue
+
+/// Group commit: enqueues that arrive during a commit share the next one; each caller still
+/// returns only after its own records are committed, and one caller's failure is its own.
+final class GroupCommitTests: XCTestCase {
+  /// Callers that arrive while a commit runs are committed together, in one call, and each gets
+  /// its own result.
+  func testCallersArrivingDuringACommitShareTheNextOne() throws {
+    let group = GroupCommit()
+    let firstInside = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let log = CommitLog()
+    let commit: @Sendable ([GroupCommit.Request]) -> [Result<[EnqueueOutcome], any Error>] = { requests in
+      let queues = requests.map(\.queue)
+      log.add(queues)
+      if queues == ["first"] {
+        firstInside.signal()
+        release.wait()
+      }
+      return requests.map { $0.queue == "fails" ? .failure(QueueError.invalidQueueName) : .success([.stored]) }
+    }
+    let results = Results()
+    let first = Thread {
+      results.set(
+        "first", Result { try group.submit(GroupCommit.Request(records: [], queue: "first"), commit: commit) })
+    }
+    first.start()
+    firstInside.wait()
+    // Three more arrive while the first commit is still running.
+    let others = ["a", "fails", "b"].map { name in
+      Thread {
+        results.set(name, Result { try group.submit(GroupCommit.Request(records: [], queue: name), commit: commit) })
+      }
+    }
+    for thread in others { thread.start() }
+    XCTAssertTrue(waitUntil { group.waitingCount == 3 }, "the three wait for the running commit")
+    release.signal()
+    XCTAssertTrue(waitUntil { results.count == 4 })
+    XCTAssertEqual(log.groups.count, 2, "one commit for the first, one for the three that waited: \(log.groups)")
+    XCTAssertEqual(Set(log.groups[1]), ["a", "fails", "b"])
+    for name in ["first", "a", "b"] { XCTAssertEqual(try results.get(name)?.get(), [.stored], name) }
+    XCTAssertThrowsError(try results.get("fails")?.get()) { XCTAssertEqual($0 as? QueueError, .invalidQueueName) }
+  }
+
+  /// Through a real container: many threads enqueue at once; every record is stored once and
+  /// opens, and there were fewer commits than records (they were grouped).
+  func testManyThreadsEnqueueingLoseNothing() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault)
+    let threads = 8
+    let each = 40
+    let ids = (0..<threads).map { _ in (0..<each).map { _ in UUID() } }
+    // Threads of their own: concurrentPerform would run only as many at once as there are CPUs.
+    let done = DispatchGroup()
+    for thread in 0..<threads {
+      done.enter()
+      Thread {
+        for (index, id) in ids[thread].enumerated() {
+          XCTAssertEqual(try? container.enqueue(Array("t\(thread) r\(index)".utf8), queue: "q", id: id), .stored)
+        }
+        done.leave()
+      }.start()
+    }
+    done.wait()
+    XCTAssertEqual(try container.stats().total, threads * each)
+    let grouped = container.groupCommit.statistics
+    XCTAssertEqual(grouped.requests, threads * each)
+    print("group commit: \(grouped.requests) enqueues in \(grouped.commits) commits")
+    let claimed = try container.claim(queue: "q", maxCount: threads * each)
+    XCTAssertEqual(Set(claimed.map(\.id)), Set(ids.joined()))
+  }
+
+  /// A request the cap refuses fails alone; records of the same group are never the cap's victims.
+  func testACapRefusalInAGroupIsThatRequestsAlone() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(
+      path: temporary.sub("q.sqlite"), vault: vault, configuration: QueueConfiguration(byteCap: 4096))
+    let small = GroupCommit.Request(records: [(UUID(), Array(repeating: 1, count: 1000))], queue: "q")
+    let large = GroupCommit.Request(records: [(UUID(), Array(repeating: 2, count: 3500))], queue: "q")
+    let results = container.commit([small, large])
+    XCTAssertEqual(try results[0].get(), [.stored])
+    XCTAssertThrowsError(try results[1].get(), "the cap cannot drop the small record of the same group")
+    XCTAssertEqual(try container.stats().total, 1)
+  }
+
+  private func waitUntil(_ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(10)
+    while !condition() {
+      if Date() > deadline { return false }
+      usleep(1000)
+    }
+    return true
+  }
+}
+
+private final class CommitLog: @unchecked Sendable {
+  private let lock = NSLock()
+  private var recorded: [[String]] = []
+  func add(_ group: [String]) { lock.withLock { recorded.append(group) } }
+  var groups: [[String]] { lock.withLock { recorded } }
+}
+
+private final class Results: @unchecked Sendable {
+  private let lock = NSLock()
+  private var results: [String: Result<[EnqueueOutcome], any Error>] = [:]
+  func set(_ name: String, _ result: Result<[EnqueueOutcome], any Error>) { lock.withLock { results[name] = result } }
+  func get(_ name: String) -> Result<[EnqueueOutcome], any Error>? { lock.withLock { results[name] } }
+  var count: Int { lock.withLock { results.count } }
+}
