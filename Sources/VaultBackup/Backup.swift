@@ -111,6 +111,7 @@ public enum Backup {
     let name = bundlePrefix(vaultID: manifest.vaultID) + fileStamp(now) + BundleLayout.fileSuffix
     let final = directory + "/" + name
     let partial = directory + "/." + name + ".partial"
+    var verified: Verified
     do {
       let file = try NewFile(path: partial)
       try file.write(header.bytes)
@@ -122,6 +123,11 @@ public enum Backup {
         try reader.forEachBlock(at: 0, count: reader.size) { try file.write($0) }
       }
       try file.sync()
+      // Verified under its temporary name: a bundle that fails never takes a bundle's name.
+      verified = try verify(bundle: partial, passphrase: passphrase) { candidate in
+        candidate.parameters == kdf && candidate.salt == salt ? derived : nil
+      }
+      // link, not rename: a bundle of the same name is never replaced.
       guard link(partial, final) == 0 else { throw BackupError.io(path: final, operation: "link", errno: errno) }
       unlink(partial)
       try syncDirectory(directory)
@@ -129,10 +135,7 @@ public enum Backup {
       unlink(partial)
       throw error
     }
-
-    let verified = try verify(bundle: final, passphrase: passphrase) { candidate in
-      candidate.parameters == kdf && candidate.salt == salt ? derived : nil
-    }
+    verified.report.bundle = final
     let removed = try prune(directory: directory, vaultID: manifest.vaultID, keep: keep, newest: name)
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,

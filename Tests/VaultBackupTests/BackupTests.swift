@@ -298,8 +298,9 @@ final class BackupTests: XCTestCase {
       guard case .envelopesFailed(_, 2, _, 1, _) = error as? BackupError else { return XCTFail("\(error)") }
     }
     let after = try FileManager.default.contentsOfDirectory(atPath: directory).filter { !$0.hasPrefix(".") }.sorted()
-    XCTAssertEqual(after.count, 3, "the two verified bundles stay beside the failed one: \(after)")
-    XCTAssertTrue(Set(after).isSuperset(of: names))
+    XCTAssertEqual(after, names, "the failed bundle is gone, the two verified ones stay")
+    let hidden = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasPrefix(".") }
+    XCTAssertEqual(hidden, [], "no temporary file or work directory is left")
   }
 
   func testABundleHoldsNoPlaintextAndNoKey() throws {
