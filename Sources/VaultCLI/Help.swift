@@ -29,6 +29,8 @@ enum Help {
       scan                    Look through files for plaintext that should not be on disk.
       doctor                  Explain which key store works here and why the other does not.
       keyfile                 Move a vault's keyfile out of the data it protects.
+      backup                  Write a passphrase-protected backup bundle, or verify one.
+      restore                 Restore a backup bundle into a new home.
       version                 Show the version, formats and library versions.
       help                    Show help for a subcommand.
 
@@ -44,6 +46,7 @@ enum Help {
     """
 
   static let commands: [String: (usage: String, text: String)] = [
+    "backup": backupEntry, "restore": restoreEntry,
     "init": (
       "vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]",
       """

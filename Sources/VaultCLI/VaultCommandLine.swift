@@ -42,6 +42,7 @@ public struct VaultCommandLine {
     "keyfile": CommandSpec(name: "keyfile", options: [], flags: [], takesPositionals: true),
     "version": CommandSpec(name: "version", options: [], flags: ["--json"], takesPositionals: true),
     "help": CommandSpec(name: "help", options: [], flags: [], takesPositionals: true),
+    "backup": backupSpec, "restore": restoreSpec,
   ]
 
   /// Runs one command line (without the program name) and returns the exit code.
@@ -87,6 +88,8 @@ public struct VaultCommandLine {
       case "telemetry": try telemetry(arguments)
       case "scan": return try scan(arguments)
       case "version": try version(arguments)
+      case "backup": return try backup(arguments)
+      case "restore": return try restore(arguments)
       default: return usage(UsageError(message: "unknown subcommand '\(command)'", command: nil))
       }
       return ExitCode.success.rawValue

@@ -23,7 +23,7 @@ final class HelpAndUsageTests: XCTestCase {
   func testSubcommandHelpMatchesGolden() throws {
     for command in [
       "init", "status", "seal", "open", "rotate", "doctor", "keyfile", "queue", "container", "telemetry", "scan",
-      "version",
+      "version", "backup", "restore",
     ] {
       let expected = try golden("help-\(command)")
       XCTAssertEqual(runInProcess(["help", command]).outputText, expected, command)

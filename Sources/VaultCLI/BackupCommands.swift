@@ -1,0 +1,264 @@
+import Foundation
+import Vault
+import VaultBackup
+import VaultKeys
+
+// `vault backup --to DIR`, `vault backup --verify BUNDLE` and `vault restore BUNDLE` (issue 14).
+// Wired into VaultCommandLine's `specs` table and `switch`, and Help's tables, by one line each.
+
+extension VaultCommandLine {
+  static let backupSpec = CommandSpec(
+    name: "backup", options: ["--to", "--verify", "--passphrase-file", "--keep"], flags: ["--json"],
+    takesPositionals: false)
+  static let restoreSpec = CommandSpec(
+    name: "restore", options: ["--passphrase-file", "--into", "--store", "--keyfile"], flags: ["--json"],
+    takesPositionals: true)
+
+  /// `backup --to DIR` writes, verifies and prunes; `backup --verify BUNDLE` checks a bundle.
+  func backup(_ arguments: Arguments) throws -> Int32 {
+    if let bundle = arguments.options["--verify"] {
+      for option in ["--to", "--keep"] where arguments.options[option] != nil {
+        throw UsageError(message: "\(option) does not go with --verify", command: "backup")
+      }
+      return try reportingBackupErrors {
+        let passphrase = try readPassphrase(arguments, confirm: false)
+        let report = try Backup.verify(bundle: bundle, passphrase: passphrase)
+        if arguments.flags.contains("--json") {
+          terminal.print(try JSON.encode(report))
+        } else {
+          printVerification(report, heading: "Verified bundle \(report.bundle)")
+        }
+      }
+    }
+    guard let directory = arguments.options["--to"] else {
+      throw UsageError(message: "missing '--to DIR' (or '--verify BUNDLE')", command: "backup")
+    }
+    var keep = Backup.defaultKeep
+    if let text = arguments.options["--keep"] {
+      guard let value = Int(text), (1...10_000).contains(value) else {
+        throw UsageError(message: "--keep must be a number from 1 to 10000 (got '\(text)')", command: "backup")
+      }
+      keep = value
+    }
+    let vault = try openVault(arguments)
+    return try reportingBackupErrors {
+      let passphrase = try readPassphrase(arguments, confirm: true)
+      let report = try Backup.create(
+        vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: Help.versionNumber)
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(report))
+        return
+      }
+      printVerification(report.verification, heading: "Wrote and verified \(report.bundle) (\(report.size) bytes)")
+      for path in report.removed { terminal.print("Removed older bundle \(path)") }
+      terminal.print(String(format: "Took %.3f s", report.seconds))
+    }
+  }
+
+  /// `restore BUNDLE [--into HOME] [--store …]`: verifies, then makes a new home.
+  func restore(_ arguments: Arguments) throws -> Int32 {
+    guard arguments.positionals.count == 1, let bundle = arguments.positionals.first else {
+      throw UsageError(
+        message: arguments.positionals.isEmpty ? "missing BUNDLE" : "one BUNDLE at a time", command: "restore")
+    }
+    let choice = arguments.options["--store"] ?? "auto"
+    guard ["auto", "secret-service", "keyfile"].contains(choice) else {
+      throw UsageError(
+        message: "--store must be auto, secret-service or keyfile (got '\(choice)')", command: "restore")
+    }
+    let keyfile = arguments.options["--keyfile"]
+    if keyfile != nil, choice == "secret-service" {
+      throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "restore")
+    }
+    let home = arguments.options["--into"] ?? homePath(arguments)
+    // The home is checked before the passphrase is asked for: an existing vault is never touched.
+    if ManifestFile.exists(home: absolutePath(home)) { throw VaultError.alreadyExists(home: absolutePath(home)) }
+    var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+    switch choice {
+    case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
+    case "keyfile": break
+    default:
+      if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
+        descriptor = StoreDescriptor(kind: .secretService)
+        terminal.note("vault: the Secret Service is available and unlocked; keys go there")
+      } else {
+        terminal.note("vault: the Secret Service cannot be used; keys go to a keyfile")
+      }
+    }
+    return try reportingBackupErrors {
+      let passphrase = try readPassphrase(arguments, confirm: false)
+      let report = try Backup.restore(
+        bundle: bundle, passphrase: passphrase, into: home, store: descriptor, resolver: keyStores)
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(report))
+        return
+      }
+      terminal.print("Restored vault \(report.vaultID) into \(report.home)")
+      terminal.print(
+        report.keyfile.map { "Keys: keyfile \($0) (mode 0600)" } ?? "Keys: Secret Service, default collection")
+      terminal.print("Active key version: \(report.activeVersion)")
+      for container in report.containers {
+        terminal.print("  \(container.from) -> \(container.path): \(container.records) records")
+      }
+    }
+  }
+
+  private func printVerification(_ report: VerificationReport, heading: String) {
+    terminal.print(heading)
+    terminal.print("  vault:    \(report.vaultID)  (taken \(report.createdAt) by vault \(report.toolVersion))")
+    let versions = report.versions.map { "\($0.version) \($0.state) suite \($0.suite)" }
+    terminal.print("  keys:     " + versions.joined(separator: ", "))
+    for (index, container) in report.containers.enumerated() {
+      let byVersion = container.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key): \($0.value)" }
+      terminal.print(
+        "  container \(index + 1): \(container.path)  \(container.records) records"
+          + (byVersion.isEmpty ? "" : " (" + byVersion.joined(separator: ", ") + ")"))
+    }
+    terminal.print("  records:  \(report.records), every one opened with the bundle's keys")
+  }
+
+  /// Runs `body`; a `BackupError` is printed by its kind with its exit code (2 when the bundle or
+  /// directory could not be read or written, 1 when a bundle failed a check).
+  private func reportingBackupErrors(_ body: () throws -> Void) throws -> Int32 {
+    do {
+      try body()
+      return ExitCode.success.rawValue
+    } catch let error as BackupError {
+      terminal.note("Error: \(error.description)")
+      switch error {
+      case .io, .notADirectory, .containerMissing, .emptyPassphrase: return ExitCode.couldNotRun.rawValue
+      default: return ExitCode.failure.rawValue
+      }
+    } catch let error as PassphraseInputError {
+      terminal.note("Error: \(error.description)")
+      return (error == .noTerminal ? ExitCode.couldNotRun : ExitCode.failure).rawValue
+    }
+  }
+
+  /// The passphrase from `--passphrase-file` (one trailing newline dropped), else typed on the
+  /// terminal without echo (twice for a new bundle); refused when there is no terminal.
+  private func readPassphrase(_ arguments: Arguments, confirm: Bool) throws -> Passphrase {
+    if let path = arguments.options["--passphrase-file"] {
+      var bytes = try FileIO.readRegularFile(path, limit: 64 * 1024).0
+      defer { bytes.withUnsafeMutableBytes { zeroBytes($0) } }
+      if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+      if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+      return try bytes.withUnsafeBytes { try Passphrase(copying: $0) }
+    }
+    guard terminal.askLine != nil else { throw PassphraseInputError.noTerminal }
+    var first = try Self.promptWithoutEcho("Backup passphrase: ")
+    defer { first.withUnsafeMutableBytes { zeroBytes($0) } }
+    if confirm {
+      var second = try Self.promptWithoutEcho("Backup passphrase again: ")
+      defer { second.withUnsafeMutableBytes { zeroBytes($0) } }
+      guard first == second else { throw PassphraseInputError.mismatch }
+    }
+    return try first.withUnsafeBytes { try Passphrase(copying: $0) }
+  }
+
+  /// Reads one line from /dev/tty with echo off (termios), restoring the terminal's mode after.
+  private static func promptWithoutEcho(_ prompt: String) throws -> [UInt8] {
+    let tty = Glibc.open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+    guard tty >= 0 else { throw PassphraseInputError.noTerminal }
+    defer { close(tty) }
+    var saved = termios()
+    guard tcgetattr(tty, &saved) == 0 else { throw PassphraseInputError.noTerminal }
+    var quiet = saved
+    quiet.c_lflag &= ~tcflag_t(ECHO)
+    quiet.c_lflag |= tcflag_t(ECHONL)
+    _ = Array(prompt.utf8).withUnsafeBytes { Glibc.write(tty, $0.baseAddress!, $0.count) }
+    guard tcsetattr(tty, TCSAFLUSH, &quiet) == 0 else { throw PassphraseInputError.noTerminal }
+    defer { _ = tcsetattr(tty, TCSAFLUSH, &saved) }
+    var line: [UInt8] = []
+    var byte: UInt8 = 0
+    while line.count < 64 * 1024 {
+      let got = Glibc.read(tty, &byte, 1)
+      if got < 0, errno == EINTR { continue }
+      guard got == 1, byte != UInt8(ascii: "\n") else { break }
+      line.append(byte)
+    }
+    byte = 0
+    if line.last == UInt8(ascii: "\r") { line.removeLast() }
+    return line
+  }
+}
+
+/// Why no passphrase could be read.
+enum PassphraseInputError: Error, CustomStringConvertible {
+  case noTerminal
+  case mismatch
+
+  var description: String {
+    switch self {
+    case .noTerminal: "no terminal to ask for the passphrase on; give --passphrase-file FILE"
+    case .mismatch: "the two passphrases differ; nothing was written"
+    }
+  }
+}
+
+extension Help {
+  static let backupEntry = (
+    usage: "vault [--home DIR] backup --to DIR [--passphrase-file FILE] [--keep N] [--json]",
+    text: """
+    OVERVIEW: Write a backup bundle of the vault, or verify one.
+
+    One file, vault-<vault id>-<time>.vaultbackup, holds the vault's manifest (key versions,
+    containers with size and SHA-256), the keys of every version that is not retired wrapped
+    under the passphrase (scrypt N=2^17 r=8 p=1, then AES-256-GCM), and a consistent snapshot
+    of every registered container taken while writers go on. Records stay sealed. It is
+    written under a temporary name, synced, verified completely, then given its name; only
+    then are this vault's bundles beyond the newest N in DIR removed.
+
+    USAGE: vault [--home DIR] backup --to DIR [--passphrase-file FILE] [--keep N] [--json]
+           vault backup --verify BUNDLE [--passphrase-file FILE] [--json]
+
+    OPTIONS:
+      --to DIR                The directory that keeps the bundles (must exist).
+      --verify BUNDLE         Check a bundle without restoring it: header, manifest hash,
+                              passphrase, every container's SHA-256, and every record opens
+                              with the bundle's keys (counted per key version).
+      --passphrase-file FILE  Read the passphrase from FILE (one trailing newline dropped);
+                              without it the passphrase is asked on the terminal without echo,
+                              and refused when there is none.
+      --keep N                Bundles of this vault to keep in DIR, 1 to 10000 (default 5).
+      --json                  Print JSON: bundle, size, removed, seconds, verification
+                              (vault_id, created_at, versions, containers with records and
+                              by_version, records, by_version).
+      -h, --help              Show help information.
+
+    EXIT CODES:
+      0 written and verified (or verified), 1 a check failed (the failing part is named:
+      header, manifest, key section, container N, records) or a wrong passphrase, 2 could not
+      run (no vault, unreadable file, no terminal for the passphrase), 64 usage error.
+    """
+  )
+
+  static let restoreEntry = (
+    usage:
+      "vault restore BUNDLE [--passphrase-file FILE] [--into HOME] [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]",
+    text: """
+    OVERVIEW: Restore a backup bundle into a new home.
+
+    Verifies the bundle completely before touching anything, then creates the home with the
+    same vault id and key versions, the keys in the chosen store, and the containers copied
+    into the home and registered there. A vault may move between key stores this way (a
+    keyfile vault restored into the Secret Service and back). Refuses a home that holds a
+    vault or other files, and a store that already holds this vault's keys.
+
+    USAGE: vault restore BUNDLE [--passphrase-file FILE] [--into HOME]
+                         [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]
+
+    OPTIONS:
+      --into HOME             The new home (default: --home, else the default home).
+      --store STORE           Where the keys go: 'secret-service', 'keyfile', or 'auto' (the
+                              default): the Secret Service when it is reachable and unlocked.
+      --keyfile PATH          The keyfile to create (default:
+                              $XDG_CONFIG_HOME/vault-keys/<vault id>.keys).
+      --passphrase-file FILE  Read the passphrase from FILE; else asked on the terminal.
+      --json                  Print JSON: home, vault_id, store, keyfile (null unless a
+                              keyfile), active_version, containers (from, path, records),
+                              records.
+      -h, --help              Show help information.
+    """
+  )
+}

@@ -1,0 +1,156 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Issue 14 through the real binary: `backup --to`, `backup --verify`, `restore`, with the real
+/// scrypt parameters (about half a second per bundle here) and a keyfile vault.
+final class BackupCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var backups: String { temporary.sub("backups") }
+  var passphraseFile: String { temporary.sub("passphrase") }
+  let canary = "CANARY-" + UUID().uuidString
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+    for i in 0..<3 {
+      let put = try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("\(canary) \(i)".utf8))
+      XCTAssertEqual(put.status, 0, put.error)
+    }
+    let other = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--container", temporary.sub("other.sqlite")],
+      input: Array(canary.utf8))
+    XCTAssertEqual(other.status, 0, other.error)
+    try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
+    try "a long passphrase\n".write(toFile: passphraseFile, atomically: true, encoding: .utf8)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func json(_ run: Spawned) throws -> [String: Any] {
+    try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any], run.error)
+  }
+
+  private func bundles() throws -> [String] {
+    try FileManager.default.contentsOfDirectory(atPath: backups).sorted().map { backups + "/" + $0 }
+  }
+
+  func testBackupVerifyAndRestoreRoundTripThroughTheBinary() throws {
+    let written = try vault(
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(written.status, 0, written.error)
+    let report = try json(written)
+    let bundle = try XCTUnwrap(report["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [bundle])
+    let verification = try XCTUnwrap(report["verification"] as? [String: Any])
+    XCTAssertEqual(verification["records"] as? Int, 4)
+    XCTAssertEqual((verification["containers"] as? [[String: Any]])?.count, 2)
+
+    let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertEqual(try json(verified)["by_version"] as? [String: Int], ["1": 4])
+
+    let restoredHome = temporary.sub("restored")
+    let restored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", restoredHome, "--store", "keyfile",
+      "--keyfile", temporary.sub("k2/v.keys"), "--json",
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let restoreReport = try json(restored)
+    XCTAssertEqual(restoreReport["records"] as? Int, 4)
+    XCTAssertEqual(restoreReport["store"] as? String, "keyfile")
+    let list = try vault(["--home", restoredHome, "queue", "list", "--json"])
+    XCTAssertEqual(list.status, 0, list.error)
+    XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(list.output)) as? [Any])?.count, 3)
+    // The restored vault rotates: both containers are registered in the new home and open.
+    let rotated = try vault(["--home", restoredHome, "rotate", "--json"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    XCTAssertEqual((try json(rotated)["resealed"] as? [String: Int])?.values.reduce(0, +), 4)
+  }
+
+  func testScanFindsNoPlaintextCanaryInABundle() throws {
+    let written = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(written.status, 0, written.error)
+    let scan = try vault(["scan", backups, "--canary", canary])
+    XCTAssertEqual(scan.status, 0, scan.outputText + scan.error)
+    // The same scanner does find the canary in a file that starts like a bundle: not vacuous.
+    try "VAULTBKP\0\u{1}\(canary)\n".write(toFile: backups + "/leak.bin", atomically: true, encoding: .utf8)
+    let leak = try vault(["scan", backups, "--canary", canary])
+    XCTAssertEqual(leak.status, 1, leak.outputText)
+    XCTAssertTrue(leak.outputText.contains("leak.bin"), leak.outputText)
+  }
+
+  func testKeepPrunesOldBundlesOfThisVaultOnly() throws {
+    let foreign = backups + "/vault-0000000000000000-20000101T000000.000Z.vaultbackup"
+    try "another vault's bundle".write(toFile: foreign, atomically: true, encoding: .utf8)
+    var written: [String] = []
+    for _ in 0..<3 {
+      let run = try vault([
+        "--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "2", "--json",
+      ])
+      XCTAssertEqual(run.status, 0, run.error)
+      written.append(try XCTUnwrap(try json(run)["bundle"] as? String))
+    }
+    XCTAssertEqual(try bundles(), ([foreign] + written.suffix(2)).sorted())
+  }
+
+  func testWrongPassphraseDamageAndAnExistingHomeAreRefused() throws {
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    let bundle = try XCTUnwrap(try bundles().first)
+    let wrong = temporary.sub("wrong")
+    try "not the passphrase".write(toFile: wrong, atomically: true, encoding: .utf8)
+    let refused = try vault(["backup", "--verify", bundle, "--passphrase-file", wrong])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("wrong passphrase"), refused.error)
+    XCTAssertFalse(refused.error.contains("not the passphrase"))
+
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: bundle)))
+    bytes[bytes.count - 100] ^= 0x80
+    try Data(bytes).write(to: URL(fileURLWithPath: bundle))
+    let damaged = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(damaged.status, 1)
+    XCTAssertTrue(damaged.error.contains("container 2"), damaged.error)
+    let notRestored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", temporary.sub("new"), "--store", "keyfile",
+      "--keyfile", temporary.sub("k3/v.keys"),
+    ])
+    XCTAssertEqual(notRestored.status, 1)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("new")), "nothing made before verifying")
+
+    let over = try vault(["restore", bundle, "--passphrase-file", passphraseFile, "--into", home])
+    XCTAssertEqual(over.status, 1)
+    XCTAssertTrue(over.error.contains("a vault already exists"), over.error)
+  }
+
+  func testWithoutAPassphraseFileItAsksOnTheTerminalWithoutEchoOrRefuses() throws {
+    let noTerminal = try vault(["--home", home, "backup", "--to", backups])
+    XCTAssertEqual(noTerminal.status, 2)
+    XCTAssertTrue(noTerminal.error.contains("--passphrase-file"), noTerminal.error)
+    XCTAssertEqual(try bundles(), [])
+
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    let bundle = try XCTUnwrap(try bundles().first)
+    // A pseudo-terminal through script(1); the passphrase is typed once the prompt turned echo off.
+    let command = "'\(vaultBinary())' backup --verify '\(bundle)'"
+    let typed = try Spawn.run(
+      "/bin/sh", ["-c", "(sleep 1; printf 'a long passphrase\\n') | script -qec \"\(command)\" /dev/null"])
+    XCTAssertEqual(typed.status, 0, typed.outputText + typed.error)
+    XCTAssertTrue(typed.outputText.contains("Backup passphrase:"), typed.outputText)
+    XCTAssertTrue(typed.outputText.contains("Verified bundle"), typed.outputText)
+    XCTAssertFalse(typed.outputText.contains("a long passphrase"), "the passphrase was echoed")
+  }
+
+  func testUsageErrors() throws {
+    XCTAssertEqual(try vault(["--home", home, "backup"]).status, 64)
+    XCTAssertEqual(try vault(["--home", home, "backup", "--to", backups, "--keep", "0"]).status, 64)
+    XCTAssertEqual(try vault(["backup", "--verify", "x", "--to", backups]).status, 64)
+    XCTAssertEqual(try vault(["restore"]).status, 64)
+    XCTAssertEqual(try vault(["restore", "x", "--store", "cloud"]).status, 64)
+    let missing = try vault(["backup", "--verify", temporary.sub("nothing"), "--passphrase-file", passphraseFile])
+    XCTAssertEqual(missing.status, 2, missing.error)
+  }
+}
