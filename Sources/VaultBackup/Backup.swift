@@ -136,6 +136,8 @@ public enum Backup {
       throw error
     }
     verified.report.bundle = final
+    // Where to look, for `status`: the bundle itself is what status reads.
+    try rememberDirectory(directory, home: vault.home)
     let removed = try prune(directory: directory, vaultID: manifest.vaultID, keep: keep, newest: name)
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,

@@ -262,3 +262,39 @@ extension Help {
     """
   )
 }
+
+// MARK: - Status
+
+extension VaultCommandLine {
+  /// `status --json` with `last_backup` added: the newest bundle found on disk now, or null.
+  struct StatusWithBackup: Encodable {
+    let status: VaultStatus
+    let lastBackup: LastBackup?
+
+    func encode(to encoder: any Encoder) throws {
+      try status.encode(to: encoder)
+      var container = encoder.container(keyedBy: Key.self)
+      try container.encode(lastBackup, forKey: .lastBackup)
+    }
+
+    enum Key: String, CodingKey { case lastBackup = "last_backup" }
+  }
+
+  func withLastBackup(_ status: VaultStatus) -> StatusWithBackup {
+    StatusWithBackup(status: status, lastBackup: Backup.lastBackup(home: status.home, vaultID: status.vaultID))
+  }
+
+  /// The `backup:` line of `status`, read from the newest bundle on disk now.
+  func printLastBackup(_ status: VaultStatus) {
+    guard let last = Backup.lastBackup(home: status.home, vaultID: status.vaultID) else {
+      terminal.print("  backup:   none found (`vault backup --to DIR` makes one)")
+      return
+    }
+    let state =
+      last.intact
+      ? "hashes match now; verified with the passphrase when written"
+      : "DAMAGED: \(last.problem ?? "unreadable")"
+    terminal.print("  backup:   \(last.bundle)")
+    terminal.print("            taken \(last.createdAt) (\(Self.days(last.ageDays)) ago); \(state)")
+  }
+}

@@ -279,7 +279,7 @@ public struct VaultCommandLine {
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(vault))
+      terminal.print(try JSON.encode(withLastBackup(vault)))
       return
     }
     terminal.print("Vault \(vault.vaultID)")
@@ -299,6 +299,7 @@ public struct VaultCommandLine {
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
+    printLastBackup(vault)
     for warning in vault.warnings { terminal.print("  warning:  \(warning) (`vault rotate`)") }
     terminal.print("  containers:")
     for container in vault.containers {

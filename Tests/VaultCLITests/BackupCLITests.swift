@@ -153,4 +153,35 @@ final class BackupCLITests: XCTestCase {
     let missing = try vault(["backup", "--verify", temporary.sub("nothing"), "--passphrase-file", passphraseFile])
     XCTAssertEqual(missing.status, 2, missing.error)
   }
+
+  func testStatusShowsTheLastBackupAsFoundOnDisk() throws {
+    let before = try vault(["--home", home, "status"])
+    XCTAssertTrue(before.outputText.contains("backup:   none found"), before.outputText)
+    XCTAssertTrue(try json(try vault(["--home", home, "status", "--json"]))["last_backup"] is NSNull)
+
+    let written = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    let bundle = try XCTUnwrap(try json(written)["bundle"] as? String)
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(status.outputText.contains("backup:   \(bundle)"), status.outputText)
+    XCTAssertTrue(status.outputText.contains("hashes match now"), status.outputText)
+    let last = try XCTUnwrap(
+      try json(try vault(["--home", home, "status", "--json"]))["last_backup"] as? [String: Any])
+    XCTAssertEqual(last["bundle"] as? String, bundle)
+    XCTAssertEqual(last["intact"] as? Bool, true)
+    XCTAssertTrue(last["problem"] is NSNull)
+    XCTAssertEqual(last["bundles"] as? Int, 1)
+
+    // Damage on disk shows at once: status reads the bundle, not a record of the backup.
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: bundle)))
+    bytes[bytes.count - 10] ^= 0x01
+    try Data(bytes).write(to: URL(fileURLWithPath: bundle))
+    let damaged = try XCTUnwrap(
+      try json(try vault(["--home", home, "status", "--json"]))["last_backup"] as? [String: Any])
+    XCTAssertEqual(damaged["intact"] as? Bool, false)
+    XCTAssertTrue((damaged["problem"] as? String)?.contains("container 2") == true, "\(damaged)")
+    XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains("DAMAGED"))
+
+    try FileManager.default.removeItem(atPath: bundle)
+    XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains("backup:   none found"))
+  }
 }
