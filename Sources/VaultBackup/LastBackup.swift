@@ -19,9 +19,11 @@ public struct LastBackup: Encodable, Sendable, Equatable {
   public var problem: String?
   /// This vault's bundles found in those directories.
   public var bundles: Int
+  /// The key versions the bundle holds (empty when it could not be read).
+  public var versions: [UInt32]
 
   enum CodingKeys: String, CodingKey {
-    case bundle, intact, problem, bundles
+    case bundle, intact, problem, bundles, versions
     case createdAt = "created_at"
     case ageDays = "age_days"
   }
@@ -38,6 +40,7 @@ public struct LastBackup: Encodable, Sendable, Equatable {
     try values.encode(intact, forKey: .intact)
     try values.encode(problem, forKey: .problem)
     try values.encode(bundles, forKey: .bundles)
+    try values.encode(versions, forKey: .versions)
   }
 }
 
@@ -98,9 +101,11 @@ extension Backup {
     var createdAt = stamp
     var age = 0.0
     var problem: String?
+    var versions: [UInt32] = []
     do {
       let manifest = try inspect(bundle: newest)
       createdAt = manifest.createdAt
+      versions = manifest.versions.map(\.version)
       if let date = parseMillisecondTimestamp(manifest.createdAt) {
         age = max(0, now.timeIntervalSince(date) / 86_400)
       }
@@ -109,7 +114,7 @@ extension Backup {
     }
     return LastBackup(
       bundle: newest, createdAt: createdAt, ageDays: age, intact: problem == nil, problem: problem,
-      bundles: found.count)
+      bundles: found.count, versions: versions)
   }
 
   /// The checks that need no passphrase: header, format, lengths, manifest hash, sizes and every

@@ -298,3 +298,34 @@ extension VaultCommandLine {
     terminal.print("            taken \(last.createdAt) (\(Self.days(last.ageDays)) ago); \(state)")
   }
 }
+
+// MARK: - Doctor
+
+extension VaultCommandLine {
+  /// Doctor's `backup` check: a warning while a key version that may still open records lives only
+  /// in the key store, with no intact bundle of this vault holding it.
+  func examineBackup(_ manifest: Manifest, home: String, into report: inout DoctorReport) {
+    let live = manifest.versions.filter { $0.state == .active || $0.state == .decryptOnly }.map(\.version)
+    let store = manifest.store.kind == .keyfile ? "keyfile" : "Secret Service"
+    guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID) else {
+      report.add(
+        "backup", .warning,
+        "warning: no backup bundle of this vault found; key versions "
+          + live.map(String.init).joined(separator: ", ") + " exist only in the \(store) (`vault backup --to DIR`)")
+      return
+    }
+    guard last.intact else {
+      report.add("backup", .warning, "warning: the newest bundle is damaged: \(last.problem ?? "unreadable")")
+      return
+    }
+    let missing = live.filter { !last.versions.contains($0) }
+    guard missing.isEmpty else {
+      report.add(
+        "backup", .warning,
+        "warning: key versions " + missing.map(String.init).joined(separator: ", ")
+          + " exist only in the \(store); the newest bundle (\(last.bundle)) predates them (`vault backup --to DIR`)")
+      return
+    }
+    report.add("backup", .ok, "ok (\(last.bundle), taken \(last.createdAt), holds every live key version)")
+  }
+}

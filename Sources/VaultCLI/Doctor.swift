@@ -101,6 +101,7 @@ extension VaultCommandLine {
         report.add("envelopes", .ok, "format 2 (key version \(manifest.activeVersion), suite 2)")
       }
       for warning in warnings { report.add("envelopes", .warning, "warning: \(warning) (`vault rotate`)") }
+      examineBackup(manifest, home: home, into: &report)
       examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
       return report
     }

@@ -184,4 +184,24 @@ final class BackupCLITests: XCTestCase {
     try FileManager.default.removeItem(atPath: bundle)
     XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains("backup:   none found"))
   }
+
+  func testDoctorWarnsWhileAKeyVersionLivesOnlyInTheKeyStore() throws {
+    func backupCheck() throws -> [String: Any] {
+      let run = try vault(["--home", home, "doctor", "--json"])
+      let checks = try XCTUnwrap(try json(run)["checks"] as? [[String: Any]])
+      return try XCTUnwrap(checks.first { $0["name"] as? String == "backup" }, run.outputText)
+    }
+    var check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "warning")
+    XCTAssertTrue((check["detail"] as? String)?.contains("no backup bundle") == true, "\(check)")
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "ok", "\(check)")
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "warning")
+    XCTAssertTrue(
+      (check["detail"] as? String)?.contains("key versions 2 exist only in the keyfile") == true, "\(check)")
+  }
 }
