@@ -17,7 +17,8 @@ package struct ScryptParameters: Sendable, Equatable {
   /// choice scaled up; SECURITY.md gives the measured time).
   package static let standard = ScryptParameters(logN: 17, r: 8, p: 1)
 
-  /// The memory scrypt needs for these parameters, in bytes (128 · N · r · p), or nil on overflow.
+  /// 128 · N · r · p in bytes, or nil on overflow: at least the memory scrypt needs (OpenSSL
+  /// allocates 128 · r · (N + p + 2)) and proportional to its work, so bounding it bounds both.
   package var memoryBytes: UInt64? {
     guard logN < 64 else { return nil }
     let (a, o1) = UInt64(128).multipliedReportingOverflow(by: UInt64(1) << UInt64(logN))
@@ -26,8 +27,9 @@ package struct ScryptParameters: Sendable, Equatable {
     return o1 || o2 || o3 ? nil : c
   }
 
-  /// The most a bundle may ask for when it is read: 1 GiB of memory, p ≤ 16, r ≤ 32, N ≤ 2^24.
-  /// A hostile bundle can cost at most that, never an allocation it names.
+  /// The most a bundle may ask for when it is read: `memoryBytes` ≤ 1 GiB, p ≤ 16, r ≤ 32,
+  /// N ≤ 2^24. A hostile bundle can cost at most that (8 times the work of `standard`), never an
+  /// allocation it names.
   package var isAcceptable: Bool {
     guard (1...24).contains(logN), (1...32).contains(r), (1...16).contains(p), let memory = memoryBytes else {
       return false
