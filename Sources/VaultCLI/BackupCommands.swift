@@ -139,6 +139,13 @@ extension VaultCommandLine {
   /// terminal without echo (twice for a new bundle); refused when there is no terminal.
   private func readPassphrase(_ arguments: Arguments, confirm: Bool) throws -> Passphrase {
     if let path = arguments.options["--passphrase-file"] {
+      var info = stat()
+      if stat(path, &info) == 0, info.st_mode & 0o077 != 0 {
+        // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
+        terminal.note(
+          "vault: warning: the passphrase file \(path) is open to group or others (mode "
+            + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
+      }
       var bytes = try FileIO.readRegularFile(path, limit: 64 * 1024).0
       defer { bytes.withUnsafeMutableBytes { zeroBytes($0) } }
       if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }

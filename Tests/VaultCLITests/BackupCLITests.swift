@@ -48,8 +48,11 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(verification["records"] as? Int, 4)
     XCTAssertEqual((verification["containers"] as? [[String: Any]])?.count, 2)
 
+    XCTAssertTrue(written.error.contains("is open to group or others (mode 644)"), written.error)
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
     let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile, "--json"])
     XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertFalse(verified.error.contains("warning"), verified.error)
     XCTAssertEqual(try json(verified)["by_version"] as? [String: Int], ["1": 4])
 
     let restoredHome = temporary.sub("restored")
