@@ -181,10 +181,7 @@ public enum Backup {
   ) throws -> RestoreReport {
     let home = absolutePath(home)
     let bundle = absolutePath(bundle)
-    if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
-    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home), !entries.isEmpty {
-      throw VaultError.homeNotEmpty(home: home)
-    }
+    try refuseExistingHome(home, bundle: bundle)
     let verified = try verify(bundle: bundle, passphrase: passphrase) { _ in nil }
     let manifest = verified.manifest
     guard let keyring = KeyringID(hex: manifest.keyringID) else {
@@ -235,6 +232,29 @@ public enum Backup {
       home: vault.home, vaultID: manifest.vaultID, store: descriptor.kind.rawValue,
       keyfile: descriptor.kind == .keyfile ? descriptor.keyfile : nil, activeVersion: vault.manifest.activeVersion,
       containers: restored, records: verified.report.records)
+  }
+
+  /// Refuses, before anything is read or asked, a restore into a home that holds a vault (naming
+  /// it when it is this bundle's vault, as the bundle's manifest says) or any other file.
+  ///
+  /// - Parameters:
+  ///   - home: the home a restore would create.
+  ///   - bundle: the bundle to restore; its manifest is read only to name the vault.
+  /// - Throws: `BackupError.homeHoldsThisVault`, `VaultError.alreadyExists` (another vault) or
+  ///   `VaultError.homeNotEmpty`.
+  public static func refuseExistingHome(_ home: String, bundle: String) throws {
+    let home = absolutePath(home)
+    if ManifestFile.exists(home: home) {
+      if let resident = try? ManifestFile.read(home: home).manifest.vaultID,
+        let manifest = try? inspectManifest(bundle: absolutePath(bundle)), manifest.vaultID == resident
+      {
+        throw BackupError.homeHoldsThisVault(home: home, vaultID: resident)
+      }
+      throw VaultError.alreadyExists(home: home)
+    }
+    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home), !entries.isEmpty {
+      throw VaultError.homeNotEmpty(home: home)
+    }
   }
 
   // MARK: - Verification

@@ -37,6 +37,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerMissing(path: String)
   /// A file-system call failed, with its errno.
   case io(path: String, operation: String, errno: Int32)
+  /// The home named for a restore already holds this bundle's vault: merging a bundle into a
+  /// live home is not built yet, and a restore never writes over one.
+  case homeHoldsThisVault(home: String, vaultID: String)
 
   /// A sentence naming the failing part and, where there is one, the fix; nothing secret.
   public var description: String {
@@ -66,6 +69,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
     case .containerMissing(let path):
       "registered container \(path) is missing; restore it, or forget it (`vault container forget`) before a backup"
     case .io(let path, let operation, let code): "\(operation) \(path) failed: \(String(cString: strerror(code)))"
+    case .homeHoldsThisVault(let home, let vaultID):
+      "\(home) already holds vault \(vaultID), the vault in this bundle; nothing was changed: merging a bundle "
+        + "into a live home is not supported yet, so restore into a new home (--into NEW_HOME)"
     }
   }
 }

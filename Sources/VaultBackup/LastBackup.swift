@@ -117,9 +117,14 @@ extension Backup {
       bundles: found.count, versions: versions)
   }
 
+  /// The bundle's manifest, its hash checked against the header (nothing authenticated).
+  static func inspectManifest(bundle path: String) throws -> BackupManifest {
+    try inspect(bundle: path, hashingSnapshots: false)
+  }
+
   /// The checks that need no passphrase: header, format, lengths, manifest hash, sizes and every
   /// snapshot's SHA-256.
-  static func inspect(bundle path: String) throws -> BackupManifest {
+  static func inspect(bundle path: String, hashingSnapshots: Bool = true) throws -> BackupManifest {
     let reader = try BundleReader(path: path)
     guard reader.size >= UInt64(BundleLayout.headerCount) else {
       throw BackupError.truncated(path: path, part: "header")
@@ -142,6 +147,7 @@ extension Backup {
     guard let manifest = try? JSONDecoder().decode(BackupManifest.self, from: Data(manifestBytes)) else {
       throw BackupError.damagedManifest(path: path, reason: "not a bundle manifest")
     }
+    guard hashingSnapshots else { return manifest }
     var offset = manifestOffset + UInt64(header.manifestCount) + UInt64(header.keySectionCount)
     for (index, container) in manifest.containers.enumerated() {
       guard reader.size >= offset + container.size else {

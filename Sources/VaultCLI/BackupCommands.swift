@@ -71,21 +71,21 @@ extension VaultCommandLine {
       throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "restore")
     }
     let home = arguments.options["--into"] ?? homePath(arguments)
-    // The home is checked before the passphrase is asked for: an existing vault is never touched.
-    if ManifestFile.exists(home: absolutePath(home)) { throw VaultError.alreadyExists(home: absolutePath(home)) }
-    var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
-    switch choice {
-    case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
-    case "keyfile": break
-    default:
-      if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
-        descriptor = StoreDescriptor(kind: .secretService)
-        terminal.note("vault: the Secret Service is available and unlocked; keys go there")
-      } else {
-        terminal.note("vault: the Secret Service cannot be used; keys go to a keyfile")
-      }
-    }
     return try reportingBackupErrors {
+      // The home is checked before anything is asked or probed: an existing vault is never touched.
+      try Backup.refuseExistingHome(home, bundle: bundle)
+      var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+      switch choice {
+      case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
+      case "keyfile": break
+      default:
+        if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
+          descriptor = StoreDescriptor(kind: .secretService)
+          terminal.note("vault: the Secret Service is available and unlocked; keys go there")
+        } else {
+          terminal.note("vault: the Secret Service cannot be used; keys go to a keyfile")
+        }
+      }
       let passphrase = try readPassphrase(arguments, confirm: false)
       let report = try Backup.restore(
         bundle: bundle, passphrase: passphrase, into: home, store: descriptor, resolver: keyStores)

@@ -224,7 +224,7 @@ final class BackupTests: XCTestCase {
         bundle: bundle, passphrase: try Passphrase("correct horse"), into: vault.home,
         store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys-x/v.keys")), resolver: resolver)
     ) { error in
-      XCTAssertEqual(error as? VaultError, .alreadyExists(home: vault.home))
+      XCTAssertEqual(error as? BackupError, .homeHoldsThisVault(home: vault.home, vaultID: vault.keyringID.hex))
     }
     XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: vault.home + "/manifest.json")), before)
     XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("keys-x/v.keys")))
