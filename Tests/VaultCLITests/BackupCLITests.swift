@@ -209,4 +209,48 @@ final class BackupCLITests: XCTestCase {
     XCTAssertTrue(
       (check["detail"] as? String)?.contains("key versions 2 exist only in the keyfile") == true, "\(check)")
   }
+
+  /// Another process enqueues all along; every record it was told was stored before the backup
+  /// started is in the bundle, and opens after a restore.
+  func testABackupWhileAnotherProcessEnqueuesHoldsEveryConfirmedRecord() throws {
+    let log = temporary.sub("writer.log")
+    let stop = temporary.sub("stop")
+    let writer = Process()
+    writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+    writer.arguments = [
+      "-c",
+      "i=0; while [ ! -e \"$STOP\" ]; do echo \"during $i\" | \"$VAULT\" --home \"$HOME_DIR\" queue put --queue w "
+        + ">> \"$LOG\" || exit 1; i=$((i+1)); done",
+    ]
+    writer.environment = environment([
+      "STOP": stop, "VAULT": vaultBinary(), "HOME_DIR": home, "LOG": log,
+    ])
+    try writer.run()
+    func confirmed() throws -> [String] {
+      let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+      return text.split(separator: "\n").filter { $0.hasPrefix("stored ") }.map { String($0.dropFirst(7)) }
+    }
+    while try confirmed().count < 5 { usleep(20_000) }
+    let before = try confirmed()
+    let written = try vault(
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertTrue(FileManager.default.createFile(atPath: stop, contents: nil))
+    writer.waitUntilExit()
+    XCTAssertEqual(written.status, 0, written.error)
+    XCTAssertEqual(writer.terminationStatus, 0, "the writer never failed while the backup ran")
+    let bundle = try XCTUnwrap(try json(written)["bundle"] as? String)
+    let restoredHome = temporary.sub("restored")
+    let restored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", restoredHome, "--store", "keyfile",
+      "--keyfile", temporary.sub("k2/v.keys"),
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let list = try vault(["--home", restoredHome, "queue", "list", "--queue", "w", "--json"])
+    let ids = Set(
+      (try JSONSerialization.jsonObject(with: Data(list.output)) as? [[String: Any]] ?? []).compactMap {
+        $0["id"] as? String
+      })
+    XCTAssertGreaterThanOrEqual(ids.count, before.count)
+    for id in before { XCTAssertTrue(ids.contains(id), "confirmed before the backup, missing from it: \(id)") }
+  }
 }
