@@ -13,6 +13,7 @@ let package = Package(
     .library(name: "Outbox", targets: ["Outbox"]),
     .library(name: "Telemetry", targets: ["Telemetry"]),
     .library(name: "VaultScan", targets: ["VaultScan"]),
+    .library(name: "VaultBackup", targets: ["VaultBackup"]),
     .executable(name: "vault", targets: ["vault"]),
     .executable(name: "memo", targets: ["memo"]),
   ],
@@ -40,9 +41,14 @@ let package = Package(
     .target(
       name: "VaultScan", dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression"],
       swiftSettings: strict),
+    // Backup bundles: keys wrapped under a passphrase and container snapshots in one file.
+    .target(
+      name: "VaultBackup", dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto"], swiftSettings: strict),
     .target(
       name: "VaultCLI",
-      dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan"],
+      dependencies: [
+        "Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan", "VaultBackup",
+      ],
       swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI", "Vault"], swiftSettings: strict),
     .executableTarget(
@@ -84,6 +90,10 @@ let package = Package(
     .testTarget(
       name: "VaultScanTests",
       dependencies: ["VaultScan", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
+      swiftSettings: strict),
+    .testTarget(
+      name: "VaultBackupTests",
+      dependencies: ["VaultBackup", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultQueue", "VaultTestSupport"],

@@ -48,9 +48,9 @@ out=${out:-.build/docs}
 case "$out" in /*) ;; *) out="$root/$out" ;; esac
 
 # Dependency order: each module's archive is a --dependency of the ones after it.
-modules=(Vault VaultQueue Outbox Telemetry VaultScan)
-# Building these two targets builds all five modules (and the C modules under them).
-build_targets=(Telemetry VaultScan)
+modules=(Vault VaultQueue Outbox Telemetry VaultScan VaultBackup)
+# Building these three targets builds all six modules (and the C modules under them).
+build_targets=(Telemetry VaultScan VaultBackup)
 
 command -v swift >/dev/null || {
   echo "docs: no Swift toolchain on PATH" >&2

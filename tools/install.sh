@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs vault for the current user: `vault` and `memo` (release build), the documentation, the
 # manual page, completions for bash, zsh and fish, and the systemd user units (key rotation when
-# due, telemetry delivery), pointed at the installed binary.
+# due, telemetry delivery, daily backup), pointed at the installed binary.
 #
 #   tools/install.sh [--prefix DIR] [--binaries DIR] [--units-dir DIR]
 #
@@ -54,7 +54,8 @@ generate "$share/bash-completion/completions/vault" completion bash
 generate "$share/zsh/site-functions/_vault" completion zsh
 generate "$share/fish/vendor_completions.d/vault.fish" completion fish
 # The units name the binary and the documentation by absolute path: point them at this prefix.
-for unit in vault-rotate.service vault-rotate.timer vault-telemetry-flush.service vault-telemetry-flush.timer; do
+for unit in vault-rotate.service vault-rotate.timer vault-telemetry-flush.service vault-telemetry-flush.timer \
+  vault-backup.service vault-backup.timer; do
   sed -e "s|/usr/local/bin/vault|$prefix/bin/vault|g" \
     -e "s|file://%h/.local/share/doc/vault/|file://$prefix/share/doc/vault/|g" \
     "$root/tools/systemd/$unit" >"$units/$unit.tmp"
@@ -68,3 +69,4 @@ echo "and the user units in $units. To run them:"
 echo "  systemctl --user daemon-reload"
 echo "  systemctl --user enable --now vault-rotate.timer"
 echo "  systemctl --user enable --now vault-telemetry-flush.timer   # after writing ~/.config/vault/telemetry.env"
+echo "  systemctl --user enable --now vault-backup.timer            # after writing ~/.config/vault/backup.env"

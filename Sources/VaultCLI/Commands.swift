@@ -3,8 +3,8 @@ enum Commands {
   static let all: [any Subcommand.Type] = [
     InitCommand.self, StatusCommand.self, SealCommand.self, OpenCommand.self, ResealCommand.self,
     UnpinCommand.self, RotateCommand.self, QueueCommand.self, ContainerCommand.self, TelemetryCommand.self,
-    ScanCommand.self, DoctorCommand.self,
-    KeyfileCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
+    ScanCommand.self, BackupCommand.self, RestoreCommand.self, DoctorCommand.self, KeyfileCommand.self,
+    VersionCommand.self, CompletionCommand.self, HelpCommand.self,
   ]
 
   static let root = RootDeclaration(

@@ -104,6 +104,7 @@ extension VaultCommandLine {
         let name = warning == .sealsFormatOne(version: manifest.activeVersion) ? "envelopes" : "rotation"
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
+      examineBackup(manifest, home: home, into: &report)
       examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
       return report
     }

@@ -250,7 +250,7 @@ public struct VaultCommandLine {
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(vault))
+      terminal.print(try JSON.encode(withLastBackup(vault)))
       return
     }
     terminal.print("Vault \(vault.vaultID)")
@@ -270,6 +270,7 @@ public struct VaultCommandLine {
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
+    printLastBackup(vault)
     for warning in Vault.statusWarnings(manifest) {
       terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
     }

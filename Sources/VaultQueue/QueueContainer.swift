@@ -309,6 +309,9 @@ public final class QueueContainer: @unchecked Sendable {
       case ENOSPC, EDQUOT: throw QueueError.diskFull(path: path)
       case EFBIG: throw QueueError.fileTooLarge(path: path)
       case EROFS: throw QueueError.readOnly(path: path)
+      // A mapping refused for lack of address space (the -shm file under `ulimit -v`, reported
+      // as SQLITE_IOERR_SHMMAP) is running out of memory, not a storage failure.
+      case ENOMEM: throw QueueError.outOfMemory(path: path)
       default: break
       }
       if error.isFull { throw QueueError.diskFull(path: path) }

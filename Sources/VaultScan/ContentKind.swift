@@ -24,14 +24,17 @@ enum ContentKind: String {
   /// such files are made of; only JSON objects and HTTP form bodies (`a=1&b=2` alone on a line)
   /// are judged.
   case text
-  /// vault's own manifest and memo history: paths and states, not user data.
+  /// vault's own manifest and memo history: paths and states, not user data. A backup bundle
+  /// (`VAULTBKP` magic) counts as one too: its JSON manifest is metadata by design and its
+  /// snapshots hold sealed envelopes; canaries and key material are still searched in all of it,
+  /// while plaintext in its container pages is judged by scanning the containers themselves.
   case vaultMetadata
   /// Anything else (spill files, caches, images): printable runs of text are judged.
   case binary
 
   /// Classifies a file from its first 64 KiB and the SQLite kind its header gave.
   static func of(head: [UInt8], fileKind: FileKind, vaultMetadata: Bool) -> ContentKind {
-    if vaultMetadata { return .vaultMetadata }
+    if vaultMetadata || head.starts(with: Array("VAULTBKP".utf8)) { return .vaultMetadata }
     if fileKind != .other { return .sqlite }
     if let code = codeOrCore(head) { return code }
     // PDF and PostScript documents (their magic numbers): prose and drawing operators, also in

@@ -25,6 +25,7 @@ final class SystemdUnitTests: XCTestCase {
 final class InstallTests: XCTestCase {
   let units = [
     "vault-rotate.service", "vault-rotate.timer", "vault-telemetry-flush.service", "vault-telemetry-flush.timer",
+    "vault-backup.service", "vault-backup.timer",
   ]
 
   private func text(_ unit: String) throws -> String {
@@ -41,9 +42,10 @@ final class InstallTests: XCTestCase {
       }
     }
     // Inside an environment file systemd expands nothing: the example must not suggest %h there.
-    let service = try text("vault-telemetry-flush.service")
-    for line in service.split(separator: "\n") where line.contains("VAULT_TELEMETRY_TOKEN_FILE=") {
-      XCTAssertFalse(line.contains("%h") || line.contains("~"), String(line))
+    for unit in ["vault-telemetry-flush.service", "vault-backup.service"] {
+      for line in try text(unit).split(separator: "\n") where line.contains("_FILE=") || line.contains("_DIR=") {
+        XCTAssertFalse(line.contains("%h") || line.contains("~"), String(line))
+      }
     }
   }
 
@@ -96,6 +98,8 @@ final class InstallTests: XCTestCase {
     try FileManager.default.createDirectory(atPath: home + "/.config/vault", withIntermediateDirectories: true)
     try "VAULT_TELEMETRY_ENDPOINT=http://127.0.0.1:9/x\nVAULT_TELEMETRY_TOKEN_FILE=/dev/null\n"
       .write(toFile: home + "/.config/vault/telemetry.env", atomically: true, encoding: .utf8)
+    try "VAULT_BACKUP_DIR=/tmp\nVAULT_BACKUP_PASSPHRASE_FILE=/dev/null\n"
+      .write(toFile: home + "/.config/vault/backup.env", atomically: true, encoding: .utf8)
     let runtime = temporary.sub("runtime")
     try FileManager.default.createDirectory(
       atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -107,5 +111,39 @@ final class InstallTests: XCTestCase {
       environment: environment)
     XCTAssertEqual(verified.status, 0, verified.error)
     XCTAssertEqual(verified.error, "", "any message from systemd-analyze is a problem")
+  }
+}
+
+/// Issue 14, item 5: the daily backup unit runs the pinned command, and that command line, with
+/// the environment file's values put in, writes a verified bundle.
+final class BackupUnitTests: XCTestCase {
+  func testTheBackupServiceCommandWritesAVerifiedBundle() throws {
+    let service = try String(contentsOfFile: packageRoot() + "/tools/systemd/vault-backup.service", encoding: .utf8)
+    let execStart = try XCTUnwrap(service.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+    XCTAssertEqual(
+      execStart,
+      "ExecStart=/usr/local/bin/vault backup --to ${VAULT_BACKUP_DIR} --passphrase-file "
+        + "${VAULT_BACKUP_PASSPHRASE_FILE} --keep ${VAULT_BACKUP_KEEP}")
+    XCTAssertTrue(service.contains("Environment=VAULT_BACKUP_KEEP=5"))
+    let timer = try String(contentsOfFile: packageRoot() + "/tools/systemd/vault-backup.timer", encoding: .utf8)
+    XCTAssertTrue(timer.contains("OnCalendar=daily"))
+
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    try FileManager.default.createDirectory(atPath: temporary.sub("backups"), withIntermediateDirectories: true)
+    try "daily\n".write(toFile: temporary.sub("passphrase"), atomically: true, encoding: .utf8)
+    let values = [
+      "${VAULT_BACKUP_DIR}": temporary.sub("backups"), "${VAULT_BACKUP_PASSPHRASE_FILE}": temporary.sub("passphrase"),
+      "${VAULT_BACKUP_KEEP}": "5",
+    ]
+    let words = execStart.dropFirst("ExecStart=".count).split(separator: " ").map { values[String($0)] ?? String($0) }
+    XCTAssertEqual(words.first, "/usr/local/bin/vault")
+    let run = try Spawn.run(vaultBinary(), Array(words.dropFirst()), environment: environment(["VAULT_HOME": home]))
+    XCTAssertEqual(run.status, 0, run.error)
+    let bundles = try FileManager.default.contentsOfDirectory(atPath: temporary.sub("backups"))
+    XCTAssertEqual(bundles.count, 1)
+    XCTAssertTrue(bundles[0].hasSuffix(".vaultbackup"))
   }
 }

@@ -12,8 +12,11 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/home/.config/vault" "$work/bin"
 printf 'VAULT_TELEMETRY_ENDPOINT=http://127.0.0.1:9/v1/telemetry/batch\nVAULT_TELEMETRY_TOKEN_FILE=%s\n' "$work/token" \
   >"$work/home/.config/vault/telemetry.env"
+printf 'VAULT_BACKUP_DIR=%s\nVAULT_BACKUP_PASSPHRASE_FILE=%s\n' "$work/backups" "$work/passphrase" \
+  >"$work/home/.config/vault/backup.env"
 # verify wants ExecStart's binary to exist: check against a copy of the units pointing at a stand-in.
-units=(vault-telemetry-flush.service vault-telemetry-flush.timer vault-rotate.service vault-rotate.timer)
+units=(vault-telemetry-flush.service vault-telemetry-flush.timer vault-rotate.service vault-rotate.timer
+  vault-backup.service vault-backup.timer)
 for unit in "${units[@]}"; do
   sed "s|/usr/local/bin/vault|$work/bin/vault|; s|%h|$work/home|g" "$here/$unit" >"$work/$unit"
 done

@@ -199,6 +199,30 @@ struct Row {
   }
 }
 
+/// Copies the whole database behind `source` into the new file `destination` with SQLite's online
+/// backup API, in one step: the copy is one read transaction of the source, so it is consistent, and
+/// writers in WAL mode go on meanwhile. The destination is created 0600 and synced.
+func backupDatabase(from source: Connection, to destination: String) throws {
+  let target = try Connection(path: destination)
+  guard let backup = sqlite3_backup_init(target.handle, "main", source.handle, "main") else {
+    try target.check(sqlite3_errcode(target.handle), "backup init")
+    throw SQLiteError(code: SQLITE_ERROR, message: "backup init failed", operation: "backup")
+  }
+  var result = SQLITE_BUSY
+  var attempts = 0
+  repeat {
+    result = sqlite3_backup_step(backup, -1)
+    if result == SQLITE_BUSY || result == SQLITE_LOCKED {
+      attempts += 1
+      usleep(10_000)
+    }
+  } while (result == SQLITE_BUSY || result == SQLITE_LOCKED) && attempts < 1000
+  let finished = sqlite3_backup_finish(backup)
+  if result != SQLITE_DONE { try source.check(result == SQLITE_OK ? SQLITE_ERROR : result, "backup step") }
+  try target.check(finished, "backup finish")
+  try target.execute("PRAGMA journal_mode = DELETE")
+}
+
 /// The SQLite that this process runs with, for `vault version`.
 package enum SQLiteLibrary {
   /// `sqlite3_libversion()` of the library loaded at run time (`3.40.1`); nil when it gives none.

@@ -1,0 +1,500 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+import VaultQueue
+
+/// Backup bundles of a vault: one file holding its manifest, its key versions wrapped under a
+/// passphrase, and snapshots of its containers (SECURITY.md, "Backup bundles").
+public enum Backup {
+  /// How many bundles of a vault `create` keeps in its directory unless told otherwise.
+  public static let defaultKeep = 5
+
+  /// Writes a bundle of `vault` into `directory`, verifies it, then removes this vault's older
+  /// bundles beyond the newest `keep`.
+  ///
+  /// The keys and the snapshots are taken under the vault's lock in shared mode: no rotation runs
+  /// meanwhile, while writers keep enqueueing (every record committed before the call is in the
+  /// bundle). The bundle is written to a temporary name, synced, renamed and the directory synced;
+  /// older bundles are removed only after the new one verified.
+  ///
+  /// - Parameters:
+  ///   - vault: the vault to back up.
+  ///   - directory: where bundles are kept; must exist.
+  ///   - passphrase: wraps the keys (scrypt, then AES-256-GCM).
+  ///   - keep: how many of this vault's bundles to keep, at least 1.
+  ///   - toolVersion: the release writing it, recorded in the manifest.
+  ///   - clock: the time recorded and used in the bundle's name.
+  /// - Returns: what was written, verified and removed.
+  /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.containerMissing`, `.io`, or a
+  ///   verification failure of the new bundle, which is then left in place under its name);
+  ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
+  ///   cannot be snapshotted.
+  public static func create(
+    vault: Vault, to directory: String, passphrase: Passphrase, keep: Int = defaultKeep,
+    toolVersion: String = "unknown", clock: @escaping @Sendable () -> Date = Date.init
+  ) throws -> BackupReport {
+    try create(
+      vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: toolVersion, clock: clock,
+      kdf: .standard)
+  }
+
+  /// `create` with chosen scrypt parameters: for tests only (real bundles use `.standard`).
+  package static func create(
+    vault: Vault, to directory: String, passphrase: Passphrase, keep: Int, toolVersion: String,
+    clock: @escaping @Sendable () -> Date, kdf: ScryptParameters
+  ) throws -> BackupReport {
+    let started = Date()
+    guard keep >= 1 else { throw BackupError.invalidKeep(keep) }
+    let directory = absolutePath(directory)
+    var info = stat()
+    guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+      throw BackupError.notADirectory(path: directory)
+    }
+    let work = try WorkDirectory(parent: directory)
+    let now = clock()
+    // Keys and snapshots under one shared lock: the versions exported are the ones the snapshots need.
+    let (manifest, keys, containers) = try vault.withSharedLock {
+      let manifest = vault.manifest
+      let keys = try vault.exportKeys()
+      var containers: [(BackupManifest.Container, String)] = []
+      for (index, container) in manifest.containers.enumerated() {
+        guard FileManager.default.fileExists(atPath: container.path) else {
+          throw BackupError.containerMissing(path: container.path)
+        }
+        let snapshot = work.path + "/\(index).sqlite"
+        try QueueContainer.snapshot(path: container.path, to: snapshot)
+        let (size, digest) = try hashFile(snapshot)
+        let id = container.id ?? ""
+        containers.append(
+          (BackupManifest.Container(path: container.path, id: id, size: size, sha256: hex(digest)), snapshot))
+      }
+      return (manifest, keys, containers)
+    }
+    let backupManifest = BackupManifest(
+      format: Int(BundleLayout.format), vaultID: manifest.vaultID, keyringID: vault.keyringID.hex,
+      createdAt: millisecondTimestamp(now), toolVersion: toolVersion, activeVersion: manifest.activeVersion,
+      highestVersion: manifest.highestVersion, externalSealVersions: manifest.externalSealVersions,
+      versions: keys.map {
+        BackupManifest.Version(
+          version: $0.record.version, state: $0.record.state.rawValue, createdAt: $0.record.createdAt,
+          suite: $0.record.effectiveSuite, check: $0.record.check ?? "")
+      },
+      containers: containers.map(\.0))
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    let manifestBytes = Array(try encoder.encode(backupManifest))
+
+    // The key section: scrypt(passphrase, salt) → wrapping key and check; the keys sealed under it.
+    let salt = try SecureRandom.bytes(BundleLayout.saltCount)
+    let nonce = try SecureRandom.bytes(AESGCMKey.nonceByteCount)
+    let derived = try BundleLayout.passphraseKeys(passphrase, salt: salt, parameters: kdf)
+    let prefix = BundleLayout.KeyPrefix(
+      kdf: BundleLayout.kdfScrypt, parameters: kdf, salt: salt, check: derived.check, nonce: nonce)
+    let plaintext = BundleLayout.keyPlaintext(keys)
+    let keySectionCount = BundleLayout.keyPrefixCount + plaintext.count + AESGCMKey.tagByteCount
+    let header = BundleLayout.Header(
+      manifestCount: UInt32(manifestBytes.count), keySectionCount: UInt32(keySectionCount),
+      manifestHash: try SHA256.hash(manifestBytes))
+    let aad = header.bytes + prefix.bytes
+    var sealed = [UInt8](repeating: 0, count: plaintext.count + AESGCMKey.tagByteCount)
+    try plaintext.withUnsafeBytes { input in
+      try nonce.withUnsafeBytes { nonce in
+        try aad.withUnsafeBytes { aad in
+          try sealed.withUnsafeMutableBytes {
+            try AESGCMKey(derived.wrap).seal(input, nonce: nonce, authenticating: aad, into: $0)
+          }
+        }
+      }
+    }
+
+    let name = bundlePrefix(vaultID: manifest.vaultID) + fileStamp(now) + BundleLayout.fileSuffix
+    let final = directory + "/" + name
+    let partial = directory + "/." + name + ".partial"
+    var verified: Verified
+    do {
+      let file = try NewFile(path: partial)
+      try file.write(header.bytes)
+      try file.write(manifestBytes)
+      try file.write(prefix.bytes)
+      try file.write(sealed)
+      for (_, snapshot) in containers {
+        let reader = try BundleReader(path: snapshot)
+        try reader.forEachBlock(at: 0, count: reader.size) { try file.write($0) }
+      }
+      try file.sync()
+      // Verified under its temporary name: a bundle that fails never takes a bundle's name.
+      verified = try verify(bundle: partial, passphrase: passphrase) { candidate in
+        candidate.parameters == kdf && candidate.salt == salt ? derived : nil
+      }
+      // link, not rename: a bundle of the same name is never replaced.
+      guard link(partial, final) == 0 else { throw BackupError.io(path: final, operation: "link", errno: errno) }
+      unlink(partial)
+      try syncDirectory(directory)
+    } catch {
+      unlink(partial)
+      throw error
+    }
+    verified.report.bundle = final
+    // Where to look, for `status`: the bundle itself is what status reads.
+    try rememberDirectory(directory, home: vault.home)
+    let removed = try prune(directory: directory, vaultID: manifest.vaultID, keep: keep, newest: name)
+    return BackupReport(
+      bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,
+      seconds: Date().timeIntervalSince(started))
+  }
+
+  /// Checks a bundle completely without restoring it: header and format, the manifest's hash, the
+  /// passphrase (and the key section's tag, which authenticates header and manifest), every
+  /// container snapshot's SHA-256, and that every envelope in every snapshot opens with the
+  /// bundle's keys.
+  ///
+  /// - Parameters:
+  ///   - bundle: the bundle file.
+  ///   - passphrase: the passphrase it was written with.
+  /// - Returns: the bundle's manifest and the records per container and key version.
+  /// - Throws: `BackupError`, one case per failing part (`.notABundle`, `.truncated`,
+  ///   `.newerFormat`, `.damagedHeader`, `.manifestHashMismatch`, `.damagedManifest`,
+  ///   `.unacceptableKeyDerivation`, `.wrongPassphrase`, `.damagedKeySection`,
+  ///   `.containerHashMismatch`, `.envelopesFailed`, `.io`).
+  public static func verify(bundle: String, passphrase: Passphrase) throws -> VerificationReport {
+    try verify(bundle: absolutePath(bundle), passphrase: passphrase) { _ in nil }.report
+  }
+
+  /// Restores a bundle into a new home: verifies it completely first (nothing is touched before),
+  /// then creates the home with the same vault id and key versions in the store `store` names,
+  /// and copies the container snapshots into it, registered under their new paths.
+  ///
+  /// - Parameters:
+  ///   - bundle: the bundle file.
+  ///   - passphrase: the passphrase it was written with.
+  ///   - home: the new home; must not exist or be empty.
+  ///   - store: the key store for the restored keys (a keyfile without a path gets the default one).
+  ///   - resolver: builds that key store.
+  /// - Returns: the new home, its store and the records restored per container.
+  /// - Throws: `VaultError.alreadyExists` / `.homeNotEmpty` for an existing home (checked before
+  ///   anything else), `BackupError` from verification, `VaultError.keyfileExists` or
+  ///   `KeyStoreError.keyExists` when the store already holds this vault's keys.
+  public static func restore(
+    bundle: String, passphrase: Passphrase, into home: String, store: StoreDescriptor,
+    resolver: KeyStoreResolver = .system()
+  ) throws -> RestoreReport {
+    let home = absolutePath(home)
+    let bundle = absolutePath(bundle)
+    try refuseExistingHome(home, bundle: bundle)
+    let verified = try verify(bundle: bundle, passphrase: passphrase) { _ in nil }
+    let manifest = verified.manifest
+    guard let keyring = KeyringID(hex: manifest.keyringID) else {
+      throw BackupError.damagedManifest(path: bundle, reason: "keyring id")
+    }
+    let reader = try BundleReader(path: bundle)
+    var names: Set<String> = [Manifest.fileName, "vault.lock"]
+    let vault = try Vault.restore(
+      home: home, store: store, resolver: resolver, keyring: keyring, keys: verified.keys,
+      activeVersion: manifest.activeVersion, highestVersion: manifest.highestVersion,
+      externalSealVersions: manifest.externalSealVersions,
+      placeContainers: { home in
+        var placed: [ContainerRecord] = []
+        do {
+          for (index, container) in manifest.containers.enumerated() {
+            let name = uniqueName(for: container.path, taken: &names)
+            let path = home + "/" + name
+            let file = try NewFile(path: path)
+            placed.append(ContainerRecord(path: path, id: container.id))
+            let hasher = try SHA256Hasher()
+            try reader.forEachBlock(at: verified.offsets[index], count: container.size) {
+              try hasher.update($0)
+              try file.write($0)
+            }
+            try file.sync()
+            // Read again after verification: a bundle changed in between is caught here.
+            guard hex(try hasher.finish()) == container.sha256 else {
+              throw BackupError.containerHashMismatch(path: bundle, index: index + 1, container: container.path)
+            }
+          }
+          try syncDirectory(home)
+        } catch {
+          for record in placed { unlink(record.path) }
+          throw error
+        }
+        return placed
+      })
+    // Each container is opened once as the vault's: its keyring and container id match the manifest.
+    var restored: [RestoreReport.Container] = []
+    for (index, record) in vault.manifest.containers.enumerated() {
+      _ = try QueueContainer(path: record.path, vault: vault, mode: .existing)
+      let from = manifest.containers[index].path
+      restored.append(
+        RestoreReport.Container(from: from, path: record.path, records: verified.report.containers[index].records))
+    }
+    let descriptor = vault.manifest.store
+    return RestoreReport(
+      home: vault.home, vaultID: manifest.vaultID, store: descriptor.kind.rawValue,
+      keyfile: descriptor.kind == .keyfile ? descriptor.keyfile : nil, activeVersion: vault.manifest.activeVersion,
+      containers: restored, records: verified.report.records)
+  }
+
+  /// Refuses, before anything is read or asked, a restore into a home that holds a vault (naming
+  /// it when it is this bundle's vault, as the bundle's manifest says) or any other file.
+  ///
+  /// - Parameters:
+  ///   - home: the home a restore would create.
+  ///   - bundle: the bundle to restore; its manifest is read only to name the vault.
+  /// - Throws: `BackupError.homeHoldsThisVault`, `VaultError.alreadyExists` (another vault) or
+  ///   `VaultError.homeNotEmpty`.
+  public static func refuseExistingHome(_ home: String, bundle: String) throws {
+    let home = absolutePath(home)
+    if ManifestFile.exists(home: home) {
+      if let resident = try? ManifestFile.read(home: home).manifest.vaultID,
+        let manifest = try? inspectManifest(bundle: absolutePath(bundle)), manifest.vaultID == resident
+      {
+        throw BackupError.homeHoldsThisVault(home: home, vaultID: resident)
+      }
+      throw VaultError.alreadyExists(home: home)
+    }
+    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home), !entries.isEmpty {
+      throw VaultError.homeNotEmpty(home: home)
+    }
+  }
+
+  // MARK: - Verification
+
+  struct Verified {
+    var manifest: BackupManifest
+    var keys: [ExportedKey]
+    var offsets: [UInt64]
+    var report: VerificationReport
+  }
+
+  /// Verifies `bundle`; `cached` may hand back the passphrase keys the writer already derived.
+  static func verify(
+    bundle path: String, passphrase: Passphrase,
+    cached: (BundleLayout.KeyPrefix) -> (wrap: SymmetricKey, check: [UInt8])?
+  ) throws -> Verified {
+    let reader = try BundleReader(path: path)
+    guard reader.size >= UInt64(BundleLayout.magic.count) else {
+      throw reader.size == 0 ? BackupError.notABundle(path: path) : BackupError.truncated(path: path, part: "header")
+    }
+    guard try reader.read(at: 0, count: BundleLayout.magic.count) == BundleLayout.magic else {
+      throw BackupError.notABundle(path: path)
+    }
+    guard reader.size >= UInt64(BundleLayout.headerCount) else {
+      throw BackupError.truncated(path: path, part: "header")
+    }
+    let headerBytes = try reader.read(at: 0, count: BundleLayout.headerCount)
+    let header = BundleLayout.Header(parsing: headerBytes)
+    if header.format > BundleLayout.format {
+      throw BackupError.newerFormat(path: path, found: Int(header.format), supported: Int(BundleLayout.format))
+    }
+    guard header.format == BundleLayout.format else { throw BackupError.damagedHeader(path: path, reason: "format 0") }
+    guard header.flags == 0 else { throw BackupError.damagedHeader(path: path, reason: "unknown flags") }
+    guard Int(header.manifestCount) <= BundleLayout.sectionLimit, header.manifestCount > 0 else {
+      throw BackupError.damagedHeader(path: path, reason: "manifest length")
+    }
+    guard Int(header.keySectionCount) <= BundleLayout.sectionLimit,
+      Int(header.keySectionCount) >= BundleLayout.keyPrefixCount + 4 + AESGCMKey.tagByteCount
+    else {
+      throw BackupError.damagedHeader(path: path, reason: "key section length")
+    }
+    let manifestOffset = UInt64(BundleLayout.headerCount)
+    guard reader.size >= manifestOffset + UInt64(header.manifestCount) else {
+      throw BackupError.truncated(path: path, part: "manifest")
+    }
+    let manifestBytes = try reader.read(at: manifestOffset, count: Int(header.manifestCount))
+    guard try SHA256.hash(manifestBytes) == header.manifestHash else {
+      throw BackupError.manifestHashMismatch(path: path)
+    }
+    let manifest: BackupManifest
+    do {
+      manifest = try JSONDecoder().decode(BackupManifest.self, from: Data(manifestBytes))
+    } catch {
+      throw BackupError.damagedManifest(path: path, reason: "not a bundle manifest")
+    }
+    guard manifest.format == Int(header.format) else {
+      throw BackupError.damagedManifest(path: path, reason: "format differs from the header's")
+    }
+    let keyOffset = manifestOffset + UInt64(header.manifestCount)
+    guard reader.size >= keyOffset + UInt64(header.keySectionCount) else {
+      throw BackupError.truncated(path: path, part: "key section")
+    }
+    var offsets: [UInt64] = []
+    var end = keyOffset + UInt64(header.keySectionCount)
+    for (index, container) in manifest.containers.enumerated() {
+      offsets.append(end)
+      let (next, overflow) = end.addingReportingOverflow(container.size)
+      guard !overflow, reader.size >= next else {
+        throw BackupError.truncated(path: path, part: "container \(index + 1)")
+      }
+      end = next
+    }
+    guard reader.size == end else { throw BackupError.damagedHeader(path: path, reason: "bytes after the last part") }
+
+    // The key section: the passphrase first, then the tag over header, manifest hash and prefix.
+    let keySection = try reader.read(at: keyOffset, count: Int(header.keySectionCount))
+    let prefix = BundleLayout.KeyPrefix(parsing: Array(keySection.prefix(BundleLayout.keyPrefixCount)))
+    guard prefix.kdf == BundleLayout.kdfScrypt, prefix.parameters.isAcceptable else {
+      throw BackupError.unacceptableKeyDerivation(path: path)
+    }
+    let derived =
+      try cached(prefix) ?? BundleLayout.passphraseKeys(passphrase, salt: prefix.salt, parameters: prefix.parameters)
+    let checkMatches = derived.check.withUnsafeBytes { a in prefix.check.withUnsafeBytes { constantTimeEquals(a, $0) } }
+    guard checkMatches else { throw BackupError.wrongPassphrase(path: path) }
+    let aad = headerBytes + prefix.bytes
+    let body = keySection[BundleLayout.keyPrefixCount...]
+    let opened: SecureBytes
+    do {
+      opened = try SecureBytes(count: body.count - AESGCMKey.tagByteCount) { out in
+        try Array(body).withUnsafeBytes { body in
+          try prefix.nonce.withUnsafeBytes { nonce in
+            try aad.withUnsafeBytes {
+              try AESGCMKey(derived.wrap).open(body, nonce: nonce, authenticating: $0, into: out)
+            }
+          }
+        }
+      }
+    } catch CryptoError.authenticationFailed {
+      throw BackupError.damagedKeySection(path: path)
+    }
+    guard let parsed = try opened.withUnsafeBytes({ try BundleLayout.parseKeys($0) }),
+      parsed.map(\.0) == manifest.versions.map(\.version)
+    else {
+      throw BackupError.damagedManifest(path: path, reason: "key versions differ from the key section's")
+    }
+    var keys: [ExportedKey] = []
+    for (version, key) in parsed {
+      let entry = manifest.versions.first { $0.version == version }!
+      guard let state = KeyState(rawValue: entry.state), state == .active || state == .decryptOnly,
+        KeyVersionRecord.knownSuites.contains(entry.suite)
+      else {
+        throw BackupError.damagedManifest(path: path, reason: "state or suite of version \(version)")
+      }
+      var record = KeyVersionRecord(version: version, state: state, createdAt: entry.createdAt, suite: entry.suite)
+      record.check = entry.check
+      guard try KeyVersionRecord.checkValue(of: key) == entry.check else {
+        throw BackupError.damagedManifest(path: path, reason: "key-check value of version \(version)")
+      }
+      keys.append(ExportedKey(record: record, key: key))
+    }
+    guard let keyring = KeyringID(hex: manifest.keyringID), manifest.vaultID == manifest.keyringID,
+      keys.contains(where: { $0.record.version == manifest.activeVersion && $0.record.state == .active })
+    else {
+      throw BackupError.damagedManifest(path: path, reason: "vault id or active version")
+    }
+    let bundleKeys = try BundleKeys(keyring: keyring, keys: keys)
+
+    // Every snapshot: its hash, then every envelope opened.
+    let work = try WorkDirectory(parent: NSTemporaryDirectory())
+    var containers: [VerificationReport.Container] = []
+    var totals: [UInt32: Int] = [:]
+    for (index, container) in manifest.containers.enumerated() {
+      let snapshot = work.path + "/\(index).sqlite"
+      let file = try NewFile(path: snapshot)
+      let hasher = try SHA256Hasher()
+      try reader.forEachBlock(at: offsets[index], count: container.size) {
+        try hasher.update($0)
+        try file.write($0)
+      }
+      guard hex(try hasher.finish()) == container.sha256 else {
+        throw BackupError.containerHashMismatch(path: path, index: index + 1, container: container.path)
+      }
+      let counts = try checkEnvelopes(
+        snapshot: snapshot, container: container, index: index + 1, bundle: path, keys: bundleKeys)
+      unlink(snapshot)
+      for (version, count) in counts { totals[version, default: 0] += count }
+      containers.append(
+        VerificationReport.Container(
+          path: container.path, id: container.id, size: container.size, records: counts.values.reduce(0, +),
+          byVersion: Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })))
+    }
+    let report = VerificationReport(
+      bundle: path, format: manifest.format, vaultID: manifest.vaultID, createdAt: manifest.createdAt,
+      toolVersion: manifest.toolVersion, activeVersion: manifest.activeVersion,
+      versions: manifest.versions.map {
+        VerificationReport.Version(version: $0.version, state: $0.state, suite: $0.suite)
+      },
+      containers: containers, records: totals.values.reduce(0, +),
+      byVersion: Dictionary(uniqueKeysWithValues: totals.map { (String($0.key), $0.value) }))
+    return Verified(manifest: manifest, keys: keys, offsets: offsets, report: report)
+  }
+
+  /// Opens every envelope of one snapshot with the bundle's keys; counts them per version.
+  static func checkEnvelopes(
+    snapshot: String, container: BackupManifest.Container, index: Int, bundle: String, keys: BundleKeys
+  ) throws -> [UInt32: Int] {
+    let descriptor = open(snapshot, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw BackupError.io(path: snapshot, operation: "open", errno: errno) }
+    defer { close(descriptor) }
+    let reader = try ContainerReader(descriptor: descriptor, path: "container \(index)", live: false)
+    guard reader.keyringID == keys.keyring.hex, reader.containerID == container.id else {
+      throw BackupError.envelopesFailed(
+        path: bundle, index: index, container: container.path, failed: 0, kind: "not this vault's container")
+    }
+    var counts: [UInt32: Int] = [:]
+    var failed = 0
+    var firstKind: String?
+    try reader.forEachEnvelope { id, queue, _, envelope in
+      do {
+        let version = try keys.check(
+          envelope, context: QueueContainer.context(containerID: container.id, queue: queue, id: id))
+        counts[version, default: 0] += 1
+      } catch {
+        failed += 1
+        if firstKind == nil { firstKind = (error as? any CodedError)?.code ?? "\(type(of: error))" }
+      }
+    }
+    guard failed == 0 else {
+      throw BackupError.envelopesFailed(
+        path: bundle, index: index, container: container.path, failed: failed, kind: firstKind ?? "unknown")
+    }
+    return counts
+  }
+
+  // MARK: - Names and pruning
+
+  static func bundlePrefix(vaultID: String) -> String { "vault-\(vaultID)-" }
+
+  /// `20261201T160512.123Z`: sorts by time as text.
+  static func fileStamp(_ date: Date) -> String {
+    let formatter = DateFormatter()
+    formatter.locale = Locale(identifier: "en_US_POSIX")
+    formatter.timeZone = TimeZone(identifier: "UTC")
+    formatter.dateFormat = "yyyyMMdd'T'HHmmss.SSS'Z'"
+    return formatter.string(from: date)
+  }
+
+  /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
+  /// names); `newest`, just written and verified, is always kept.
+  static func prune(directory: String, vaultID: String, keep: Int, newest: String) throws -> [String] {
+    let prefix = bundlePrefix(vaultID: vaultID)
+    let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
+      .filter { $0.hasPrefix(prefix) && $0.hasSuffix(BundleLayout.fileSuffix) && $0 != newest }
+      .sorted()
+    let excess = names.count + 1 - keep
+    guard excess > 0 else { return [] }
+    var removed: [String] = []
+    for name in names.prefix(excess) {
+      let path = directory + "/" + name
+      var info = stat()
+      guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+      if unlink(path) == 0 { removed.append(path) }
+    }
+    if !removed.isEmpty { try syncDirectory(directory) }
+    return removed
+  }
+
+  /// The registered path's last component, made unique in the new home (`queue.sqlite`, `queue-2.sqlite`).
+  static func uniqueName(for path: String, taken: inout Set<String>) -> String {
+    var base = (path as NSString).lastPathComponent
+    if base.isEmpty || base == "." || base == ".." { base = "container.sqlite" }
+    var name = base
+    var counter = 2
+    while taken.contains(name) {
+      let stem = (base as NSString).deletingPathExtension
+      let ext = (base as NSString).pathExtension
+      name = ext.isEmpty ? "\(stem)-\(counter)" : "\(stem)-\(counter).\(ext)"
+      counter += 1
+    }
+    taken.insert(name)
+    return name
+  }
+}

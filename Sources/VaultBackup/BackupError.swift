@@ -1,0 +1,77 @@
+import Foundation
+
+/// Why a backup bundle could not be written, verified or restored. Each case names the part that
+/// failed (header, manifest, key section, container N) and never any key, passphrase or record.
+public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
+  /// The file does not start with the bundle magic: it is not a vault backup.
+  case notABundle(path: String)
+  /// The file ends before the part named (`header`, `manifest`, `key section`, `container N`).
+  case truncated(path: String, part: String)
+  /// The bundle was written by a newer release in a format this one cannot read.
+  case newerFormat(path: String, found: Int, supported: Int)
+  /// The fixed header is inconsistent (`reason` says how): a damaged bundle.
+  case damagedHeader(path: String, reason: String)
+  /// The manifest's SHA-256 is not the one in the header: the manifest or the header was changed.
+  case manifestHashMismatch(path: String)
+  /// The manifest is not what a vault writes (`reason` names the problem, never a value).
+  case damagedManifest(path: String, reason: String)
+  /// The key section's scrypt parameters ask for more than any bundle may (memory or work).
+  case unacceptableKeyDerivation(path: String)
+  /// The passphrase does not open the key section: a wrong passphrase (or its salt or scrypt
+  /// parameters were changed).
+  case wrongPassphrase(path: String)
+  /// The passphrase is right but the key section, or the header and manifest it authenticates,
+  /// was changed.
+  case damagedKeySection(path: String)
+  /// Container snapshot `index` (1-based, in manifest order) does not have its recorded SHA-256.
+  case containerHashMismatch(path: String, index: Int, container: String)
+  /// Envelopes in container snapshot `index` did not open with the bundle's keys.
+  case envelopesFailed(path: String, index: Int, container: String, failed: Int, kind: String)
+  /// The passphrase is empty.
+  case emptyPassphrase
+  /// `keep` must be at least 1.
+  case invalidKeep(Int)
+  /// The backup destination is not a directory.
+  case notADirectory(path: String)
+  /// A registered container is missing: a backup never leaves one out silently.
+  case containerMissing(path: String)
+  /// A file-system call failed, with its errno.
+  case io(path: String, operation: String, errno: Int32)
+  /// The home named for a restore already holds this bundle's vault: merging a bundle into a
+  /// live home is not built yet, and a restore never writes over one.
+  case homeHoldsThisVault(home: String, vaultID: String)
+
+  /// A sentence naming the failing part and, where there is one, the fix; nothing secret.
+  public var description: String {
+    switch self {
+    case .notABundle(let path): "\(path) is not a vault backup bundle (no bundle magic)"
+    case .truncated(let path, let part): "bundle \(path) is truncated: it ends inside the \(part)"
+    case .newerFormat(let path, let found, let supported):
+      "bundle \(path) has format \(found); this vault reads format \(supported): use a newer vault"
+    case .damagedHeader(let path, let reason): "bundle \(path) has a damaged header (\(reason))"
+    case .manifestHashMismatch(let path):
+      "bundle \(path): the manifest does not match its SHA-256 in the header (the manifest was changed)"
+    case .damagedManifest(let path, let reason): "bundle \(path) has a damaged manifest (\(reason))"
+    case .unacceptableKeyDerivation(let path):
+      "bundle \(path): the key section asks for scrypt parameters beyond what vault accepts (damaged or hostile)"
+    case .wrongPassphrase(let path):
+      "wrong passphrase for bundle \(path) (or the key section's salt or scrypt parameters were changed)"
+    case .damagedKeySection(let path):
+      "bundle \(path): the key section does not authenticate (the key section, header or manifest was changed)"
+    case .containerHashMismatch(let path, let index, let container):
+      "bundle \(path): container \(index) (\(container)) does not match its SHA-256 (the snapshot was changed)"
+    case .envelopesFailed(let path, let index, let container, let failed, let kind):
+      "bundle \(path): \(failed) records in container \(index) (\(container)) do not open with the bundle's keys "
+        + "(first failure: \(kind))"
+    case .emptyPassphrase: "the passphrase is empty"
+    case .invalidKeep(let keep): "--keep must be at least 1 (got \(keep))"
+    case .notADirectory(let path): "\(path) is not a directory"
+    case .containerMissing(let path):
+      "registered container \(path) is missing; restore it, or forget it (`vault container forget`) before a backup"
+    case .io(let path, let operation, let code): "\(operation) \(path) failed: \(String(cString: strerror(code)))"
+    case .homeHoldsThisVault(let home, let vaultID):
+      "\(home) already holds vault \(vaultID), the vault in this bundle; nothing was changed: merging a bundle "
+        + "into a live home is not supported yet, so restore into a new home (--into NEW_HOME)"
+    }
+  }
+}

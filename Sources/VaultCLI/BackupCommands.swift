@@ -1,0 +1,328 @@
+import Foundation
+import Vault
+import VaultBackup
+import VaultKeys
+
+// `vault backup --to DIR`, `vault backup --verify BUNDLE` and `vault restore BUNDLE` (issue 14).
+// Declared as BackupCommand and RestoreCommand below.
+
+extension VaultCommandLine {
+  /// `backup --to DIR` writes, verifies and prunes; `backup --verify BUNDLE` checks a bundle.
+  func backup(_ arguments: Arguments) throws -> Int32 {
+    // Exactly one of --to and --verify, and --keep only with --to: the parser checked.
+    if let bundle = arguments.options["--verify"] {
+      return try reportingBackupErrors {
+        let passphrase = try readPassphrase(arguments, confirm: false)
+        let report = try Backup.verify(bundle: bundle, passphrase: passphrase)
+        if arguments.flags.contains("--json") {
+          terminal.print(try JSON.encode(report))
+        } else {
+          printVerification(report, heading: "Verified bundle \(report.bundle)")
+        }
+      }
+    }
+    let directory = arguments.options["--to"] ?? ""
+    let keep = arguments.wholeNumber("--keep") ?? Backup.defaultKeep
+    let vault = try openVault(arguments)
+    return try reportingBackupErrors {
+      let passphrase = try readPassphrase(arguments, confirm: true)
+      let report = try Backup.create(
+        vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number)
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(report))
+        return
+      }
+      printVerification(report.verification, heading: "Wrote and verified \(report.bundle) (\(report.size) bytes)")
+      for path in report.removed { terminal.print("Removed older bundle \(path)") }
+      terminal.print(String(format: "Took %.3f s", report.seconds))
+    }
+  }
+
+  /// `restore BUNDLE [--into HOME] [--store …]`: verifies, then makes a new home.
+  func restore(_ arguments: Arguments) throws -> Int32 {
+    let bundle = arguments.positionals[0]
+    let choice = arguments.options["--store"] ?? "auto"
+    let keyfile = arguments.options["--keyfile"]
+    if keyfile != nil, choice == "secret-service" {
+      throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "restore")
+    }
+    let home = arguments.options["--into"] ?? homePath(arguments)
+    return try reportingBackupErrors {
+      // The home is checked before anything is asked or probed: an existing vault is never touched.
+      try Backup.refuseExistingHome(home, bundle: bundle)
+      var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+      switch choice {
+      case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
+      case "keyfile": break
+      default:
+        if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
+          descriptor = StoreDescriptor(kind: .secretService)
+          terminal.note("vault: the Secret Service is available and unlocked; keys go there")
+        } else {
+          terminal.note("vault: the Secret Service cannot be used; keys go to a keyfile")
+        }
+      }
+      let passphrase = try readPassphrase(arguments, confirm: false)
+      let report = try Backup.restore(
+        bundle: bundle, passphrase: passphrase, into: home, store: descriptor, resolver: keyStores)
+      if arguments.flags.contains("--json") {
+        terminal.print(try JSON.encode(report))
+        return
+      }
+      terminal.print("Restored vault \(report.vaultID) into \(report.home)")
+      terminal.print(
+        report.keyfile.map { "Keys: keyfile \($0) (mode 0600)" } ?? "Keys: Secret Service, default collection")
+      terminal.print("Active key version: \(report.activeVersion)")
+      for container in report.containers {
+        terminal.print("  \(container.from) -> \(container.path): \(container.records) records")
+      }
+    }
+  }
+
+  private func printVerification(_ report: VerificationReport, heading: String) {
+    terminal.print(heading)
+    terminal.print("  vault:    \(report.vaultID)  (taken \(report.createdAt) by vault \(report.toolVersion))")
+    let versions = report.versions.map { "\($0.version) \($0.state) suite \($0.suite)" }
+    terminal.print("  keys:     " + versions.joined(separator: ", "))
+    for (index, container) in report.containers.enumerated() {
+      let byVersion = container.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key): \($0.value)" }
+      terminal.print(
+        "  container \(index + 1): \(container.path)  \(container.records) records"
+          + (byVersion.isEmpty ? "" : " (" + byVersion.joined(separator: ", ") + ")"))
+    }
+    terminal.print("  records:  \(report.records), every one opened with the bundle's keys")
+  }
+
+  /// Runs `body`; a `BackupError` is printed by its kind with its exit code (2 when the bundle or
+  /// directory could not be read or written, 1 when a bundle failed a check).
+  private func reportingBackupErrors(_ body: () throws -> Void) throws -> Int32 {
+    do {
+      try body()
+      return ExitCode.success.rawValue
+    } catch let error as BackupError {
+      terminal.note("Error: \(error.description)")
+      switch error {
+      case .io, .notADirectory, .containerMissing, .emptyPassphrase: return ExitCode.couldNotRun.rawValue
+      default: return ExitCode.failure.rawValue
+      }
+    } catch let error as PassphraseInputError {
+      terminal.note("Error: \(error.description)")
+      return (error == .noTerminal ? ExitCode.couldNotRun : ExitCode.failure).rawValue
+    }
+  }
+
+  /// The passphrase from `--passphrase-file` (one trailing newline dropped), else typed on the
+  /// terminal without echo (twice for a new bundle); refused when there is no terminal.
+  private func readPassphrase(_ arguments: Arguments, confirm: Bool) throws -> Passphrase {
+    if let path = arguments.options["--passphrase-file"] {
+      var info = stat()
+      if stat(path, &info) == 0, info.st_mode & 0o077 != 0 {
+        // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
+        terminal.note(
+          "vault: warning: the passphrase file \(path) is open to group or others (mode "
+            + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
+      }
+      var bytes = try FileIO.readRegularFile(path, limit: 64 * 1024).0
+      defer { bytes.withUnsafeMutableBytes { zeroBytes($0) } }
+      if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+      if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
+      return try bytes.withUnsafeBytes { try Passphrase(copying: $0) }
+    }
+    guard terminal.askLine != nil else { throw PassphraseInputError.noTerminal }
+    var first = try Self.promptWithoutEcho("Backup passphrase: ")
+    defer { first.withUnsafeMutableBytes { zeroBytes($0) } }
+    if confirm {
+      var second = try Self.promptWithoutEcho("Backup passphrase again: ")
+      defer { second.withUnsafeMutableBytes { zeroBytes($0) } }
+      guard first == second else { throw PassphraseInputError.mismatch }
+    }
+    return try first.withUnsafeBytes { try Passphrase(copying: $0) }
+  }
+
+  /// Reads one line from /dev/tty with echo off (termios), restoring the terminal's mode after.
+  private static func promptWithoutEcho(_ prompt: String) throws -> [UInt8] {
+    let tty = Glibc.open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+    guard tty >= 0 else { throw PassphraseInputError.noTerminal }
+    defer { close(tty) }
+    var saved = termios()
+    guard tcgetattr(tty, &saved) == 0 else { throw PassphraseInputError.noTerminal }
+    var quiet = saved
+    quiet.c_lflag &= ~tcflag_t(ECHO)
+    quiet.c_lflag |= tcflag_t(ECHONL)
+    _ = Array(prompt.utf8).withUnsafeBytes { Glibc.write(tty, $0.baseAddress!, $0.count) }
+    guard tcsetattr(tty, TCSAFLUSH, &quiet) == 0 else { throw PassphraseInputError.noTerminal }
+    defer { _ = tcsetattr(tty, TCSAFLUSH, &saved) }
+    var line: [UInt8] = []
+    var byte: UInt8 = 0
+    while line.count < 64 * 1024 {
+      let got = Glibc.read(tty, &byte, 1)
+      if got < 0, errno == EINTR { continue }
+      guard got == 1, byte != UInt8(ascii: "\n") else { break }
+      line.append(byte)
+    }
+    byte = 0
+    if line.last == UInt8(ascii: "\r") { line.removeLast() }
+    return line
+  }
+}
+
+/// Why no passphrase could be read.
+enum PassphraseInputError: Error, CustomStringConvertible {
+  case noTerminal
+  case mismatch
+
+  var description: String {
+    switch self {
+    case .noTerminal: "no terminal to ask for the passphrase on; give --passphrase-file FILE"
+    case .mismatch: "the two passphrases differ; nothing was written"
+    }
+  }
+}
+
+/// `vault backup`.
+enum BackupCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "backup", abstract: "Write a backup bundle of the vault, or verify one.",
+    discussion: """
+      One file, vault-<vault id>-<time>.vaultbackup, holds the vault's manifest (key versions, containers with \
+      size and SHA-256), the keys of every version that is not retired wrapped under the passphrase (scrypt \
+      N=2^17 r=8 p=1, then AES-256-GCM), and a consistent snapshot of every registered container taken while \
+      writers go on. Records stay sealed. It is written under a temporary name, synced, verified completely, \
+      then given its name; only then are this vault's bundles beyond the newest N in DIR removed.
+      """,
+    parameters: [
+      .option("--to", "DIR", .directory, help: "The directory that keeps the bundles (must exist)."),
+      .option(
+        "--keep", "N", .wholeNumber(1...10_000, unit: nil),
+        help: "Bundles of this vault to keep in DIR, 1 to 10000 (default 5)."),
+      .option(
+        "--verify", "BUNDLE", .file,
+        help: """
+          Check a bundle without restoring it: header, manifest hash, passphrase, every container's SHA-256, \
+          and every record opens with the bundle's keys (counted per key version).
+          """),
+      .option(
+        "--passphrase-file", "FILE", .file,
+        help: """
+          Read the passphrase from FILE (one trailing newline dropped); without it the passphrase is asked on \
+          the terminal without echo, and refused when there is none.
+          """),
+      .flag(
+        "--json",
+        help: """
+          Print JSON: bundle, size, removed, seconds, verification (vault_id, created_at, versions, containers \
+          with records and by_version, records, by_version); with --verify, the verification alone.
+          """),
+    ],
+    constraints: [.exactlyOne(["--to", "--verify"]), .requires("--keep", "--to")],
+    exitCodes: """
+      0 written and verified (or verified), 1 a check failed (the failing part is named: header, manifest, key \
+      section, container N, records) or a wrong passphrase, 2 could not run (no vault, unreadable file, no \
+      terminal for the passphrase), 64 usage error.
+      """)
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 { try cli.backup(arguments) }
+}
+
+/// `vault restore`.
+enum RestoreCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "restore", abstract: "Restore a backup bundle into a new home.",
+    discussion: """
+      Verifies the bundle completely before touching anything, then creates the home with the same vault id and \
+      key versions, the keys in the chosen store, and the containers copied into the home and registered there. \
+      A vault may move between key stores this way (a keyfile vault restored into the Secret Service and back). \
+      Refuses a home that holds a vault or other files, and a store that already holds this vault's keys. \
+      Merging into an existing home of the same vault is not supported yet.
+      """,
+    parameters: [
+      .argument("BUNDLE", .required, .file, help: "A bundle written by 'vault backup'."),
+      .option("--passphrase-file", "FILE", .file, help: "Read the passphrase from FILE; else asked on the terminal."),
+      .option("--into", "HOME", .directory, help: "The new home (default: --home, else the default home)."),
+      .option(
+        "--store", "auto|secret-service|keyfile", .choice(["auto", "secret-service", "keyfile"]),
+        help: """
+          Where the keys go: 'secret-service', 'keyfile', or 'auto' (the default): the Secret Service when it \
+          is reachable and unlocked.
+          """),
+      .option(
+        "--keyfile", "PATH", .file,
+        help: "The keyfile to create (default: $XDG_CONFIG_HOME/vault-keys/<vault id>.keys)."),
+      .flag(
+        "--json",
+        help: """
+          Print JSON: home, vault_id, store, keyfile (null unless a keyfile), active_version, containers (from, \
+          path, records), records.
+          """),
+    ],
+    usesHome: false)
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 { try cli.restore(arguments) }
+}
+
+// MARK: - Status
+
+extension VaultCommandLine {
+  /// `status --json` with `last_backup` added: the newest bundle found on disk now, or null.
+  struct StatusWithBackup: Encodable {
+    let status: VaultStatus
+    let lastBackup: LastBackup?
+
+    func encode(to encoder: any Encoder) throws {
+      try status.encode(to: encoder)
+      var container = encoder.container(keyedBy: Key.self)
+      try container.encode(lastBackup, forKey: .lastBackup)
+    }
+
+    enum Key: String, CodingKey { case lastBackup = "last_backup" }
+  }
+
+  func withLastBackup(_ status: VaultStatus) -> StatusWithBackup {
+    StatusWithBackup(status: status, lastBackup: Backup.lastBackup(home: status.home, vaultID: status.vaultID))
+  }
+
+  /// The `backup:` line of `status`, read from the newest bundle on disk now.
+  func printLastBackup(_ status: VaultStatus) {
+    guard let last = Backup.lastBackup(home: status.home, vaultID: status.vaultID) else {
+      terminal.print("  backup:   none found (`vault backup --to DIR` makes one)")
+      return
+    }
+    let state =
+      last.intact
+      ? "hashes match now; verified with the passphrase when written"
+      : "DAMAGED: \(last.problem ?? "unreadable")"
+    terminal.print("  backup:   \(last.bundle)")
+    terminal.print("            taken \(last.createdAt) (\(Self.days(last.ageDays)) ago); \(state)")
+  }
+}
+
+// MARK: - Doctor
+
+extension VaultCommandLine {
+  /// Doctor's `backup` check: a warning while a key version that may still open records lives only
+  /// in the key store, with no intact bundle of this vault holding it.
+  func examineBackup(_ manifest: Manifest, home: String, into report: inout DoctorReport) {
+    let live = manifest.versions.filter { $0.state == .active || $0.state == .decryptOnly }.map(\.version)
+    let store = manifest.store.kind == .keyfile ? "keyfile" : "Secret Service"
+    guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID) else {
+      report.add(
+        "backup", .warning,
+        "warning: no backup bundle of this vault found; key versions "
+          + live.map(String.init).joined(separator: ", ") + " exist only in the \(store) (`vault backup --to DIR`)")
+      return
+    }
+    guard last.intact else {
+      report.add("backup", .warning, "warning: the newest bundle is damaged: \(last.problem ?? "unreadable")")
+      return
+    }
+    let missing = live.filter { !last.versions.contains($0) }
+    guard missing.isEmpty else {
+      report.add(
+        "backup", .warning,
+        "warning: key versions " + missing.map(String.init).joined(separator: ", ")
+          + " exist only in the \(store); the newest bundle (\(last.bundle)) predates them (`vault backup --to DIR`)")
+      return
+    }
+    report.add("backup", .ok, "ok (\(last.bundle), taken \(last.createdAt), holds every live key version)")
+  }
+}

@@ -1,0 +1,256 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// Issue 14 through the real binary: `backup --to`, `backup --verify`, `restore`, with the real
+/// scrypt parameters (about half a second per bundle here) and a keyfile vault.
+final class BackupCLITests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+  var backups: String { temporary.sub("backups") }
+  var passphraseFile: String { temporary.sub("passphrase") }
+  let canary = "CANARY-" + UUID().uuidString
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+    for i in 0..<3 {
+      let put = try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("\(canary) \(i)".utf8))
+      XCTAssertEqual(put.status, 0, put.error)
+    }
+    let other = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--container", temporary.sub("other.sqlite")],
+      input: Array(canary.utf8))
+    XCTAssertEqual(other.status, 0, other.error)
+    try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
+    try "a long passphrase\n".write(toFile: passphraseFile, atomically: true, encoding: .utf8)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func json(_ run: Spawned) throws -> [String: Any] {
+    try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any], run.error)
+  }
+
+  private func bundles() throws -> [String] {
+    try FileManager.default.contentsOfDirectory(atPath: backups).sorted().map { backups + "/" + $0 }
+  }
+
+  func testBackupVerifyAndRestoreRoundTripThroughTheBinary() throws {
+    let written = try vault(
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(written.status, 0, written.error)
+    let report = try json(written)
+    let bundle = try XCTUnwrap(report["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [bundle])
+    let verification = try XCTUnwrap(report["verification"] as? [String: Any])
+    XCTAssertEqual(verification["records"] as? Int, 4)
+    XCTAssertEqual((verification["containers"] as? [[String: Any]])?.count, 2)
+
+    XCTAssertTrue(written.error.contains("is open to group or others (mode 644)"), written.error)
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+    let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertFalse(verified.error.contains("warning"), verified.error)
+    XCTAssertEqual(try json(verified)["by_version"] as? [String: Int], ["1": 4])
+
+    let restoredHome = temporary.sub("restored")
+    let restored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", restoredHome, "--store", "keyfile",
+      "--keyfile", temporary.sub("k2/v.keys"), "--json",
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let restoreReport = try json(restored)
+    XCTAssertEqual(restoreReport["records"] as? Int, 4)
+    XCTAssertEqual(restoreReport["store"] as? String, "keyfile")
+    let list = try vault(["--home", restoredHome, "queue", "list", "--json"])
+    XCTAssertEqual(list.status, 0, list.error)
+    XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(list.output)) as? [Any])?.count, 3)
+    // The restored vault rotates: both containers are registered in the new home and open.
+    let rotated = try vault(["--home", restoredHome, "rotate", "--json"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    XCTAssertEqual((try json(rotated)["resealed"] as? [String: Int])?.values.reduce(0, +), 4)
+  }
+
+  func testScanFindsNoPlaintextCanaryInABundle() throws {
+    let written = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(written.status, 0, written.error)
+    let scan = try vault(["scan", backups, "--canary", canary])
+    XCTAssertEqual(scan.status, 0, scan.outputText + scan.error)
+    // The same scanner does find the canary in a file that starts like a bundle: not vacuous.
+    try "VAULTBKP\0\u{1}\(canary)\n".write(toFile: backups + "/leak.bin", atomically: true, encoding: .utf8)
+    let leak = try vault(["scan", backups, "--canary", canary])
+    XCTAssertEqual(leak.status, 1, leak.outputText)
+    XCTAssertTrue(leak.outputText.contains("leak.bin"), leak.outputText)
+  }
+
+  func testKeepPrunesOldBundlesOfThisVaultOnly() throws {
+    let foreign = backups + "/vault-0000000000000000-20000101T000000.000Z.vaultbackup"
+    try "another vault's bundle".write(toFile: foreign, atomically: true, encoding: .utf8)
+    var written: [String] = []
+    for _ in 0..<3 {
+      let run = try vault([
+        "--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "2", "--json",
+      ])
+      XCTAssertEqual(run.status, 0, run.error)
+      written.append(try XCTUnwrap(try json(run)["bundle"] as? String))
+    }
+    XCTAssertEqual(try bundles(), ([foreign] + written.suffix(2)).sorted())
+  }
+
+  func testWrongPassphraseDamageAndAnExistingHomeAreRefused() throws {
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    let bundle = try XCTUnwrap(try bundles().first)
+    let wrong = temporary.sub("wrong")
+    try "not the passphrase".write(toFile: wrong, atomically: true, encoding: .utf8)
+    let refused = try vault(["backup", "--verify", bundle, "--passphrase-file", wrong])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("wrong passphrase"), refused.error)
+    XCTAssertFalse(refused.error.contains("not the passphrase"))
+
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: bundle)))
+    bytes[bytes.count - 100] ^= 0x80
+    try Data(bytes).write(to: URL(fileURLWithPath: bundle))
+    let damaged = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(damaged.status, 1)
+    XCTAssertTrue(damaged.error.contains("container 2"), damaged.error)
+    let notRestored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", temporary.sub("new"), "--store", "keyfile",
+      "--keyfile", temporary.sub("k3/v.keys"),
+    ])
+    XCTAssertEqual(notRestored.status, 1)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("new")), "nothing made before verifying")
+
+    let over = try vault(["restore", bundle, "--passphrase-file", passphraseFile, "--into", home])
+    XCTAssertEqual(over.status, 1)
+    XCTAssertTrue(over.error.contains("already holds vault"), over.error)
+    XCTAssertTrue(over.error.contains("merging a bundle into a live home is not supported yet"), over.error)
+    XCTAssertFalse(over.error.contains("Secret Service"), "refused before the key store was probed: \(over.error)")
+  }
+
+  func testWithoutAPassphraseFileItAsksOnTheTerminalWithoutEchoOrRefuses() throws {
+    let noTerminal = try vault(["--home", home, "backup", "--to", backups])
+    XCTAssertEqual(noTerminal.status, 2)
+    XCTAssertTrue(noTerminal.error.contains("--passphrase-file"), noTerminal.error)
+    XCTAssertEqual(try bundles(), [])
+
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    let bundle = try XCTUnwrap(try bundles().first)
+    // A pseudo-terminal through script(1); the passphrase is typed once the prompt turned echo off.
+    let command = "'\(vaultBinary())' backup --verify '\(bundle)'"
+    let typed = try Spawn.run(
+      "/bin/sh", ["-c", "(sleep 1; printf 'a long passphrase\\n') | script -qec \"\(command)\" /dev/null"])
+    XCTAssertEqual(typed.status, 0, typed.outputText + typed.error)
+    XCTAssertTrue(typed.outputText.contains("Backup passphrase:"), typed.outputText)
+    XCTAssertTrue(typed.outputText.contains("Verified bundle"), typed.outputText)
+    XCTAssertFalse(typed.outputText.contains("a long passphrase"), "the passphrase was echoed")
+  }
+
+  func testUsageErrors() throws {
+    XCTAssertEqual(try vault(["--home", home, "backup"]).status, 64)
+    XCTAssertEqual(try vault(["--home", home, "backup", "--to", backups, "--keep", "0"]).status, 64)
+    XCTAssertEqual(try vault(["backup", "--verify", "x", "--to", backups]).status, 64)
+    XCTAssertEqual(try vault(["restore"]).status, 64)
+    XCTAssertEqual(try vault(["restore", "x", "--store", "cloud"]).status, 64)
+    let missing = try vault(["backup", "--verify", temporary.sub("nothing"), "--passphrase-file", passphraseFile])
+    XCTAssertEqual(missing.status, 2, missing.error)
+  }
+
+  func testStatusShowsTheLastBackupAsFoundOnDisk() throws {
+    let before = try vault(["--home", home, "status"])
+    XCTAssertTrue(before.outputText.contains("backup:   none found"), before.outputText)
+    XCTAssertTrue(try json(try vault(["--home", home, "status", "--json"]))["last_backup"] is NSNull)
+
+    let written = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    let bundle = try XCTUnwrap(try json(written)["bundle"] as? String)
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(status.outputText.contains("backup:   \(bundle)"), status.outputText)
+    XCTAssertTrue(status.outputText.contains("hashes match now"), status.outputText)
+    let last = try XCTUnwrap(
+      try json(try vault(["--home", home, "status", "--json"]))["last_backup"] as? [String: Any])
+    XCTAssertEqual(last["bundle"] as? String, bundle)
+    XCTAssertEqual(last["intact"] as? Bool, true)
+    XCTAssertTrue(last["problem"] is NSNull)
+    XCTAssertEqual(last["bundles"] as? Int, 1)
+
+    // Damage on disk shows at once: status reads the bundle, not a record of the backup.
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: bundle)))
+    bytes[bytes.count - 10] ^= 0x01
+    try Data(bytes).write(to: URL(fileURLWithPath: bundle))
+    let damaged = try XCTUnwrap(
+      try json(try vault(["--home", home, "status", "--json"]))["last_backup"] as? [String: Any])
+    XCTAssertEqual(damaged["intact"] as? Bool, false)
+    XCTAssertTrue((damaged["problem"] as? String)?.contains("container 2") == true, "\(damaged)")
+    XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains("DAMAGED"))
+
+    try FileManager.default.removeItem(atPath: bundle)
+    XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains("backup:   none found"))
+  }
+
+  func testDoctorWarnsWhileAKeyVersionLivesOnlyInTheKeyStore() throws {
+    func backupCheck() throws -> [String: Any] {
+      let run = try vault(["--home", home, "doctor", "--json"])
+      let checks = try XCTUnwrap(try json(run)["checks"] as? [[String: Any]])
+      return try XCTUnwrap(checks.first { $0["name"] as? String == "backup" }, run.outputText)
+    }
+    var check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "warning")
+    XCTAssertTrue((check["detail"] as? String)?.contains("no backup bundle") == true, "\(check)")
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "ok", "\(check)")
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    check = try backupCheck()
+    XCTAssertEqual(check["status"] as? String, "warning")
+    XCTAssertTrue(
+      (check["detail"] as? String)?.contains("key versions 2 exist only in the keyfile") == true, "\(check)")
+  }
+
+  /// Another process enqueues all along; every record it was told was stored before the backup
+  /// started is in the bundle, and opens after a restore.
+  func testABackupWhileAnotherProcessEnqueuesHoldsEveryConfirmedRecord() throws {
+    let log = temporary.sub("writer.log")
+    let stop = temporary.sub("stop")
+    let writer = Process()
+    writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+    writer.arguments = [
+      "-c",
+      "i=0; while [ ! -e \"$STOP\" ]; do echo \"during $i\" | \"$VAULT\" --home \"$HOME_DIR\" queue put --queue w "
+        + ">> \"$LOG\" || exit 1; i=$((i+1)); done",
+    ]
+    writer.environment = environment([
+      "STOP": stop, "VAULT": vaultBinary(), "HOME_DIR": home, "LOG": log,
+    ])
+    try writer.run()
+    func confirmed() throws -> [String] {
+      let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+      return text.split(separator: "\n").filter { $0.hasPrefix("stored ") }.map { String($0.dropFirst(7)) }
+    }
+    while try confirmed().count < 5 { usleep(20_000) }
+    let before = try confirmed()
+    let written = try vault(
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertTrue(FileManager.default.createFile(atPath: stop, contents: nil))
+    writer.waitUntilExit()
+    XCTAssertEqual(written.status, 0, written.error)
+    XCTAssertEqual(writer.terminationStatus, 0, "the writer never failed while the backup ran")
+    let bundle = try XCTUnwrap(try json(written)["bundle"] as? String)
+    let restoredHome = temporary.sub("restored")
+    let restored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", restoredHome, "--store", "keyfile",
+      "--keyfile", temporary.sub("k2/v.keys"),
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let list = try vault(["--home", restoredHome, "queue", "list", "--queue", "w", "--json"])
+    let ids = Set(
+      (try JSONSerialization.jsonObject(with: Data(list.output)) as? [[String: Any]] ?? []).compactMap {
+        $0["id"] as? String
+      })
+    XCTAssertGreaterThanOrEqual(ids.count, before.count)
+    for id in before { XCTAssertTrue(ids.contains(id), "confirmed before the backup, missing from it: \(id)") }
+  }
+}
