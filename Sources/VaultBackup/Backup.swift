@@ -25,6 +25,7 @@ public enum Backup {
   ///   - keep: how many of this vault's bundles to keep, at least 1.
   ///   - toolVersion: the release writing it, recorded in the manifest.
   ///   - clock: the time recorded and used in the bundle's name.
+  ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was written, verified and removed.
   /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.containerMissing`, `.io`, or a
   ///   verification failure of the new bundle, which is then left in place under its name);
@@ -32,17 +33,18 @@ public enum Backup {
   ///   cannot be snapshotted.
   public static func create(
     vault: Vault, to directory: String, passphrase: Passphrase, keep: Int = defaultKeep,
-    toolVersion: String = "unknown", clock: @escaping @Sendable () -> Date = Date.init
+    toolVersion: String = "unknown", clock: @escaping @Sendable () -> Date = Date.init,
+    progress: (@Sendable (BackupStep) -> Void)? = nil
   ) throws -> BackupReport {
     try create(
       vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: toolVersion, clock: clock,
-      kdf: .standard)
+      kdf: .standard, progress: progress)
   }
 
   /// `create` with chosen scrypt parameters: for tests only (real bundles use `.standard`).
   package static func create(
     vault: Vault, to directory: String, passphrase: Passphrase, keep: Int, toolVersion: String,
-    clock: @escaping @Sendable () -> Date, kdf: ScryptParameters
+    clock: @escaping @Sendable () -> Date, kdf: ScryptParameters, progress: (@Sendable (BackupStep) -> Void)? = nil
   ) throws -> BackupReport {
     let started = Date()
     guard keep >= 1 else { throw BackupError.invalidKeep(keep) }
@@ -59,6 +61,7 @@ public enum Backup {
       let keys = try vault.exportKeys()
       var containers: [(BackupManifest.Container, String)] = []
       for (index, container) in manifest.containers.enumerated() {
+        progress?(.snapshotting(container: index + 1, of: manifest.containers.count))
         guard FileManager.default.fileExists(atPath: container.path) else {
           throw BackupError.containerMissing(path: container.path)
         }
@@ -88,6 +91,7 @@ public enum Backup {
     // The key section: scrypt(passphrase, salt) → wrapping key and check; the keys sealed under it.
     let salt = try SecureRandom.bytes(BundleLayout.saltCount)
     let nonce = try SecureRandom.bytes(AESGCMKey.nonceByteCount)
+    progress?(.derivingKey)
     let derived = try BundleLayout.passphraseKeys(passphrase, salt: salt, parameters: kdf)
     let prefix = BundleLayout.KeyPrefix(
       kdf: BundleLayout.kdfScrypt, parameters: kdf, salt: salt, check: derived.check, nonce: nonce)
@@ -113,6 +117,7 @@ public enum Backup {
     let partial = directory + "/." + name + ".partial"
     var verified: Verified
     do {
+      progress?(.writing)
       let file = try NewFile(path: partial)
       try file.write(header.bytes)
       try file.write(manifestBytes)
@@ -124,9 +129,10 @@ public enum Backup {
       }
       try file.sync()
       // Verified under its temporary name: a bundle that fails never takes a bundle's name.
-      verified = try verify(bundle: partial, passphrase: passphrase) { candidate in
-        candidate.parameters == kdf && candidate.salt == salt ? derived : nil
-      }
+      verified = try verify(
+        bundle: partial, passphrase: passphrase,
+        cached: { candidate in candidate.parameters == kdf && candidate.salt == salt ? derived : nil },
+        progress: progress)
       // link, not rename: a bundle of the same name is never replaced.
       guard link(partial, final) == 0 else { throw BackupError.io(path: final, operation: "link", errno: errno) }
       unlink(partial)
@@ -158,7 +164,21 @@ public enum Backup {
   ///   `.unacceptableKeyDerivation`, `.wrongPassphrase`, `.damagedKeySection`,
   ///   `.containerHashMismatch`, `.envelopesFailed`, `.io`).
   public static func verify(bundle: String, passphrase: Passphrase) throws -> VerificationReport {
-    try verify(bundle: absolutePath(bundle), passphrase: passphrase) { _ in nil }.report
+    try verify(bundle: bundle, passphrase: passphrase, progress: nil)
+  }
+
+  /// `verify(bundle:passphrase:)`, telling `progress` each step as it starts.
+  ///
+  /// - Parameters:
+  ///   - bundle: the bundle file.
+  ///   - passphrase: the passphrase it was written with.
+  ///   - progress: told each step (deriving the key, each container verified); nil for none.
+  /// - Returns: as `verify(bundle:passphrase:)`.
+  /// - Throws: as `verify(bundle:passphrase:)`.
+  public static func verify(
+    bundle: String, passphrase: Passphrase, progress: (@Sendable (BackupStep) -> Void)?
+  ) throws -> VerificationReport {
+    try verify(bundle: absolutePath(bundle), passphrase: passphrase, cached: { _ in nil }, progress: progress).report
   }
 
   /// Restores a bundle into a new home: verifies it completely first (nothing is touched before),
@@ -171,18 +191,19 @@ public enum Backup {
   ///   - home: the new home; must not exist or be empty.
   ///   - store: the key store for the restored keys (a keyfile without a path gets the default one).
   ///   - resolver: builds that key store.
+  ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: the new home, its store and the records restored per container.
   /// - Throws: `VaultError.alreadyExists` / `.homeNotEmpty` for an existing home (checked before
   ///   anything else), `BackupError` from verification, `VaultError.keyfileExists` or
   ///   `KeyStoreError.keyExists` when the store already holds this vault's keys.
   public static func restore(
     bundle: String, passphrase: Passphrase, into home: String, store: StoreDescriptor,
-    resolver: KeyStoreResolver = .system()
+    resolver: KeyStoreResolver = .system(), progress: (@Sendable (BackupStep) -> Void)? = nil
   ) throws -> RestoreReport {
     let home = absolutePath(home)
     let bundle = absolutePath(bundle)
     try refuseExistingHome(home, bundle: bundle)
-    let verified = try verify(bundle: bundle, passphrase: passphrase) { _ in nil }
+    let verified = try verify(bundle: bundle, passphrase: passphrase, cached: { _ in nil }, progress: progress)
     let manifest = verified.manifest
     guard let keyring = KeyringID(hex: manifest.keyringID) else {
       throw BackupError.damagedManifest(path: bundle, reason: "keyring id")
@@ -197,6 +218,7 @@ public enum Backup {
         var placed: [ContainerRecord] = []
         do {
           for (index, container) in manifest.containers.enumerated() {
+            progress?(.restoring(container: index + 1, of: manifest.containers.count))
             let name = uniqueName(for: container.path, taken: &names)
             let path = home + "/" + name
             let file = try NewFile(path: path)
@@ -269,7 +291,8 @@ public enum Backup {
   /// Verifies `bundle`; `cached` may hand back the passphrase keys the writer already derived.
   static func verify(
     bundle path: String, passphrase: Passphrase,
-    cached: (BundleLayout.KeyPrefix) -> (wrap: SymmetricKey, check: [UInt8])?
+    cached: (BundleLayout.KeyPrefix) -> (wrap: SymmetricKey, check: [UInt8])?,
+    progress: (@Sendable (BackupStep) -> Void)? = nil
   ) throws -> Verified {
     let reader = try BundleReader(path: path)
     guard reader.size >= UInt64(BundleLayout.magic.count) else {
@@ -335,8 +358,13 @@ public enum Backup {
     guard prefix.kdf == BundleLayout.kdfScrypt, prefix.parameters.isAcceptable else {
       throw BackupError.unacceptableKeyDerivation(path: path)
     }
-    let derived =
-      try cached(prefix) ?? BundleLayout.passphraseKeys(passphrase, salt: prefix.salt, parameters: prefix.parameters)
+    let derived: (wrap: SymmetricKey, check: [UInt8])
+    if let known = cached(prefix) {
+      derived = known
+    } else {
+      progress?(.derivingKey)
+      derived = try BundleLayout.passphraseKeys(passphrase, salt: prefix.salt, parameters: prefix.parameters)
+    }
     let checkMatches = derived.check.withUnsafeBytes { a in prefix.check.withUnsafeBytes { constantTimeEquals(a, $0) } }
     guard checkMatches else { throw BackupError.wrongPassphrase(path: path) }
     let aad = headerBytes + prefix.bytes
@@ -387,6 +415,7 @@ public enum Backup {
     var containers: [VerificationReport.Container] = []
     var totals: [UInt32: Int] = [:]
     for (index, container) in manifest.containers.enumerated() {
+      progress?(.verifying(container: index + 1, of: manifest.containers.count))
       let snapshot = work.path + "/\(index).sqlite"
       let file = try NewFile(path: snapshot)
       let hasher = try SHA256Hasher()
@@ -496,5 +525,30 @@ public enum Backup {
     }
     taken.insert(name)
     return name
+  }
+}
+
+/// A step of a backup, a verification or a restore, told to a progress display as it starts.
+public enum BackupStep: Sendable, Equatable, CustomStringConvertible {
+  /// Taking the online snapshot of container `container` (counting from 1) of `of`.
+  case snapshotting(container: Int, of: Int)
+  /// Deriving the wrapping key from the passphrase (scrypt: about half a second here).
+  case derivingKey
+  /// Writing the bundle under its temporary name.
+  case writing
+  /// Checking container `container`'s hash and opening every envelope in it.
+  case verifying(container: Int, of: Int)
+  /// Copying container `container` into the new home.
+  case restoring(container: Int, of: Int)
+
+  /// The step in a few words, for a progress line.
+  public var description: String {
+    switch self {
+    case .snapshotting(let container, let count): "snapshot of container \(container) of \(count)"
+    case .derivingKey: "deriving the key from the passphrase"
+    case .writing: "writing the bundle"
+    case .verifying(let container, let count): "verifying container \(container) of \(count)"
+    case .restoring(let container, let count): "restoring container \(container) of \(count)"
+    }
   }
 }

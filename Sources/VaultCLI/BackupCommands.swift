@@ -13,7 +13,12 @@ extension VaultCommandLine {
     if let bundle = arguments.options["--verify"] {
       return try reportingBackupErrors {
         let passphrase = try readPassphrase(arguments, confirm: false)
-        let report = try Backup.verify(bundle: bundle, passphrase: passphrase)
+        let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+        defer { progress.finish() }
+        let report = try Backup.verify(bundle: bundle, passphrase: passphrase) {
+          progress.update("verify: \($0)", step: true)
+        }
+        progress.finish()
         if arguments.flags.contains("--json") {
           terminal.print(try JSON.encode(report))
         } else {
@@ -26,8 +31,12 @@ extension VaultCommandLine {
     let vault = try openVault(arguments)
     return try reportingBackupErrors {
       let passphrase = try readPassphrase(arguments, confirm: true)
+      let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+      defer { progress.finish() }
       let report = try Backup.create(
-        vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number)
+        vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
+        progress: { progress.update("backup: \($0)", step: true) })
+      progress.finish()
       if arguments.flags.contains("--json") {
         terminal.print(try JSON.encode(report))
         return
@@ -63,8 +72,12 @@ extension VaultCommandLine {
         }
       }
       let passphrase = try readPassphrase(arguments, confirm: false)
+      let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+      defer { progress.finish() }
       let report = try Backup.restore(
-        bundle: bundle, passphrase: passphrase, into: home, store: descriptor, resolver: keyStores)
+        bundle: bundle, passphrase: passphrase, into: home, store: descriptor, resolver: keyStores,
+        progress: { progress.update("restore: \($0)", step: true) })
+      progress.finish()
       if arguments.flags.contains("--json") {
         terminal.print(try JSON.encode(report))
         return
@@ -189,6 +202,9 @@ enum BackupCommand: Subcommand {
       N=2^17 r=8 p=1, then AES-256-GCM), and a consistent snapshot of every registered container taken while \
       writers go on. Records stay sealed. It is written under a temporary name, synced, verified completely, \
       then given its name; only then are this vault's bundles beyond the newest N in DIR removed.
+
+      On a terminal, a backup or verification that runs longer than a second shows its steps on standard \
+      error (never in a pipe or with --json).
       """,
     parameters: [
       .option("--to", "DIR", .directory, help: "The directory that keeps the bundles (must exist)."),
@@ -233,7 +249,8 @@ enum RestoreCommand: Subcommand {
       key versions, the keys in the chosen store, and the containers copied into the home and registered there. \
       A vault may move between key stores this way (a keyfile vault restored into the Secret Service and back). \
       Refuses a home that holds a vault or other files, and a store that already holds this vault's keys. \
-      Merging into an existing home of the same vault is not supported yet.
+      Merging into an existing home of the same vault is not supported yet. On a terminal, a restore that runs \
+      longer than a second shows its steps on standard error (never in a pipe or with --json).
       """,
     parameters: [
       .argument("BUNDLE", .required, .file, help: "A bundle written by 'vault backup'."),

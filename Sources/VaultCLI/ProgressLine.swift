@@ -19,12 +19,15 @@ final class ProgressLine: @unchecked Sendable {
     enabled = terminal.isInteractive && !json
   }
 
-  /// Redraws the line with `text` when it is time to.
-  func update(_ text: @autoclosure () -> String) {
+  /// Redraws the line with `text` when it is time to. A new `step` (backup's "deriving the key")
+  /// is drawn at once, past the first second: a counter may skip values, a step may not, or the
+  /// line would name a step already over while the next one runs.
+  func update(_ text: @autoclosure () -> String, step: Bool = false) {
     guard enabled else { return }
     let now = Date()
     lock.withLock {
-      guard now.timeIntervalSince(started) >= terminal.progressDelay, now.timeIntervalSince(last) >= 0.25 else {
+      guard now.timeIntervalSince(started) >= terminal.progressDelay, step || now.timeIntervalSince(last) >= 0.25
+      else {
         return
       }
       last = now

@@ -57,6 +57,37 @@ final class ProgressCLITests: XCTestCase {
     XCTAssertEqual(json.error, "")
   }
 
+  /// Backup, verification and restore say their steps on a terminal, never with --json.
+  func testBackupVerifyAndRestoreShowTheirSteps() throws {
+    let bundles = temporary.sub("bundles")
+    try FileManager.default.createDirectory(atPath: bundles, withIntermediateDirectories: false)
+    let passphrase = temporary.sub("passphrase")
+    try "correct horse battery staple\n".write(toFile: passphrase, atomically: true, encoding: .utf8)
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    let backup = run(["backup", "--to", bundles, "--passphrase-file", passphrase], interactive: true)
+    XCTAssertEqual(backup.status, 0, backup.error)
+    for step in [
+      "backup: snapshot of container 1 of 1", "backup: deriving the key from the passphrase",
+      "backup: writing the bundle", "backup: verifying container 1 of 1",
+    ] {
+      XCTAssertTrue(backup.error.contains("\r" + step + "\u{1B}[K"), "\(step): \(backup.error.debugDescription)")
+    }
+    XCTAssertTrue(backup.error.hasSuffix("\r\u{1B}[K"), "cleared before the report")
+    let bundle = try XCTUnwrap(
+      try FileManager.default.contentsOfDirectory(atPath: bundles).first { $0.hasSuffix(".vaultbackup") })
+    let verified = run(
+      ["backup", "--verify", bundles + "/" + bundle, "--passphrase-file", passphrase, "--json"], interactive: true)
+    XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertEqual(verified.error, "", "no progress with --json")
+    let restored = run(
+      [
+        "restore", bundles + "/" + bundle, "--passphrase-file", passphrase, "--into", temporary.sub("restored"),
+        "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys"),
+      ], interactive: true)
+    XCTAssertEqual(restored.status, 0, restored.error)
+    XCTAssertTrue(restored.error.contains("\rrestore: restoring container 1 of 1\u{1B}[K"), restored.error)
+  }
+
   /// A short rotation on a real terminal (a pty from script(1)) shows no progress: it appears only
   /// after a second.
   func testAShortRotationOnARealTerminalShowsNoProgress() throws {
