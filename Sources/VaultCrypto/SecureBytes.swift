@@ -17,14 +17,19 @@ public final class SecureBytes: @unchecked Sendable {
   ///   - initializer: writes the secret into the buffer; the pointer must not escape.
   /// - Throws: whatever `initializer` throws; the buffer is then zeroed and released.
   public init(count: Int, _ initializer: (UnsafeMutableRawBufferPointer) throws -> Void) rethrows {
-    allocation = SecureMemory.allocate(count)
-    buffer = UnsafeMutableRawBufferPointer(start: allocation.base, count: count)
+    let allocation = SecureMemory.allocate(count)
+    let buffer = UnsafeMutableRawBufferPointer(start: allocation.base, count: count)
     do {
       try initializer(buffer)
     } catch {
       SecureMemory.release(allocation)
       throw error
     }
+    // Stored only now: an initializer that throws after every stored property is set runs
+    // `deinit`, which released the memory a second time (the slot was then handed to two buffers
+    // at once; a wrong backup passphrase did it, and another thread's key bytes were overwritten).
+    self.allocation = allocation
+    self.buffer = buffer
   }
 
   /// Copies `bytes` into a new zeroizing buffer. The caller still owns, and should clear, the

@@ -47,6 +47,23 @@ final class SecureMemoryTests: XCTestCase {
     XCTAssertTrue(next.withUnsafeBytes { $0.allSatisfy { $0 == 0 } })
   }
 
+  /// An initializer that throws gives its memory back once: it used to be released by the catch
+  /// and again by `deinit`, so the slot went to the next two buffers at once (found when a wrong
+  /// backup passphrase was followed by a crash in another test).
+  func testAThrowingInitializerReleasesItsMemoryOnce() {
+    struct Refused: Error {}
+    for _ in 0..<3 {
+      XCTAssertThrowsError(try SecureBytes(count: 48) { _ in throw Refused() })
+    }
+    let first = SecureBytes(count: 48) { $0.initializeMemory(as: UInt8.self, repeating: 1) }
+    let second = SecureBytes(count: 48) { $0.initializeMemory(as: UInt8.self, repeating: 2) }
+    let third = SecureBytes(count: 48) { $0.initializeMemory(as: UInt8.self, repeating: 3) }
+    let addresses = [first, second, third].map { $0.withUnsafeBytes { UInt(bitPattern: $0.baseAddress!) } }
+    XCTAssertEqual(Set(addresses).count, 3, "three live buffers, three slots")
+    XCTAssertTrue(first.withUnsafeBytes { $0.allSatisfy { $0 == 1 } })
+    XCTAssertTrue(second.withUnsafeBytes { $0.allSatisfy { $0 == 2 } })
+  }
+
   func testManyBuffersAcrossThreadsStayDistinctAndIntact() {
     DispatchQueue.concurrentPerform(iterations: 8) { thread in
       var held: [SecureBytes] = []
