@@ -122,7 +122,9 @@ public final class Child: @unchecked Sendable {
     let group = DispatchGroup()
     let collected = Collected()
     DispatchQueue.global().async(group: group) { [stdin] in
-      stdin.write(Data(input))
+      // The throwing write: a child that exits before reading (one refused under ulimit -v)
+      // makes this EPIPE, which the non-throwing `write(_:)` turns into a trap of the test process.
+      try? stdin.write(contentsOf: Data(input))
       try? stdin.close()
     }
     DispatchQueue.global().async(group: group) { [stdout] in collected.setOutput(stdout.readDataToEndOfFile()) }
