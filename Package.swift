@@ -70,6 +70,7 @@ let package = Package(
     fuzzTarget("keyfile", ["VaultKeys", "VaultCrypto"]),
     fuzzTarget("scan", ["VaultScan"]),
     fuzzTarget("json", ["Telemetry"]),
+    fuzzTarget("http", ["Outbox"]),
     fuzzTarget("arguments", ["VaultCLI"]),
 
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
