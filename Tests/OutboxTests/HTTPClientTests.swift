@@ -179,8 +179,8 @@ final class HTTPClientTests: XCTestCase {
 
   // Found by fuzzing (Fuzz/fuzz-http): libcurl 7.88 kept a pointer to the previous exchange's last
   // header in a reset handle, and a folded header line in the next answer used it after it was
-  // freed. Under AddressSanitizer (tools/sanitize.sh) the second send reported the use-after-free;
-  // without it the bytes it touched were garbage. Each exchange now has a fresh easy handle.
+  // freed. Under AddressSanitizer (swift test --sanitize=address) the second send reported the
+  // use-after-free; without it the stale read went unseen. Each exchange now has a fresh easy handle.
   func testAFoldedHeaderLineAfterAnEarlierExchangeTouchesNothingOfIt() throws {
     let server = try LoopbackHTTPServer([
       .init(status: 200, headers: [("X-Earlier", "1")]),
