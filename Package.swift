@@ -4,6 +4,13 @@ import PackageDescription
 // Every Swift target is built in Swift 6 language mode with all warnings treated as errors.
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 
+/// The libFuzzer target `fuzz-NAME`, its one source file in Fuzz/fuzz-NAME (Fuzz/README.md).
+func fuzzTarget(_ name: String, _ dependencies: [Target.Dependency]) -> Target {
+  .executableTarget(
+    name: "fuzz-\(name)", dependencies: ["FuzzSupport"] + dependencies, path: "Fuzz/fuzz-\(name)",
+    swiftSettings: strict)
+}
+
 let package = Package(
   name: "vault",
   products: [
@@ -58,6 +65,19 @@ let package = Package(
     .executableTarget(
       name: "vault-bench", dependencies: ["Vault", "VaultCrypto"], path: "tools/bench/vault-bench",
       swiftSettings: strict),
+
+    // Fuzz targets (Fuzz/README.md). tools/fuzz.sh builds each with libFuzzer and AddressSanitizer
+    // (-sanitize=fuzzer,address -DFUZZING) in its own scratch path; this plain build makes each a
+    // replayer of input files, so the targets always compile against the library they test.
+    .target(name: "FuzzSupport", path: "Fuzz/FuzzSupport", swiftSettings: strict),
+    fuzzTarget("envelope", ["Vault", "VaultKeys", "VaultCrypto"]),
+    fuzzTarget("armor", ["VaultCLI"]),
+    fuzzTarget("manifest", ["VaultKeys", "VaultCrypto"]),
+    fuzzTarget("keyfile", ["VaultKeys", "VaultCrypto"]),
+    fuzzTarget("scan", ["VaultScan"]),
+    fuzzTarget("json", ["Telemetry"]),
+    fuzzTarget("http", ["Outbox"]),
+    fuzzTarget("arguments", ["VaultCLI"]),
 
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),

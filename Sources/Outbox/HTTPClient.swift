@@ -99,8 +99,12 @@ public final class HTTPClient: @unchecked Sendable {
   }
 
   private func perform(_ request: HTTPRequest, _ handles: CurlHandles) -> HTTPOutcome {
-    let easy = handles.easy
-    curl_easy_reset(easy)
+    // A fresh easy handle per exchange, never one reset and reused: libcurl 7.88 (Debian 12) keeps
+    // a pointer to the previous exchange's last header across curl_easy_reset, and a folded header
+    // line in the next answer wrote through it (a heap use-after-free any server could trigger;
+    // found by Fuzz/fuzz-http; curl issue 11101, fixed upstream in May 2023 by pull request 11103).
+    guard let easy = curl_easy_init() else { return .unreachable(kind: "client-unavailable") }
+    defer { curl_easy_cleanup(easy) }
     let exchange = Exchange(responseLimit: responseLimit)
     let context = Unmanaged.passRetained(exchange)
     defer { context.release() }
@@ -168,7 +172,7 @@ public final class HTTPClient: @unchecked Sendable {
         set(vault_curl_set_string(easy, CURLOPT_CUSTOMREQUEST, request.method))
       }
       guard configured else { return .unreachable(kind: "client-configuration") }
-      let code = handles.run()
+      let code = handles.run(easy)
       var status = 0
       if vault_curl_response_code(easy, &status) != CURLE_OK { status = 0 }
       var osErrno = 0
@@ -294,25 +298,19 @@ private let bodyReceived: vault_curl_data_callback = { _, size, count, context i
   return length
 }
 
-/// One easy handle (reused between requests; its connections are not) driven through a multi handle, so
-/// the wait is curl_multi_poll: asleep until a socket is ready, the deadline passes, or
-/// `HTTPCancellation` wakes it with curl_multi_wakeup.
+/// The multi handle each exchange's easy handle is driven through (one easy handle per exchange,
+/// `HTTPClient.perform`), so the wait is curl_multi_poll: asleep until a socket is ready, the
+/// deadline passes, or `HTTPCancellation` wakes it with curl_multi_wakeup.
 final class CurlHandles {
-  let easy: UnsafeMutableRawPointer
   let multi: UnsafeMutableRawPointer
 
   init?() {
-    guard CurlLibrary.ready, let easy = curl_easy_init() else { return nil }
-    guard let multi = curl_multi_init() else {
-      curl_easy_cleanup(easy)
-      return nil
-    }
-    self.easy = easy
+    guard CurlLibrary.ready, let multi = curl_multi_init() else { return nil }
     self.multi = multi
   }
 
-  /// Runs the configured exchange to its end and returns libcurl's result for it.
-  func run() -> CURLcode {
+  /// Runs the exchange configured on `easy` to its end and returns libcurl's result for it.
+  func run(_ easy: UnsafeMutableRawPointer) -> CURLcode {
     guard curl_multi_add_handle(multi, easy) == CURLM_OK else { return CURLE_FAILED_INIT }
     // curl_multi_wakeup may be called from any thread; the registry calls it only until unregister.
     let waker = HTTPCancellation.register { [handle = MultiHandle(pointer: multi)] in
@@ -337,10 +335,7 @@ final class CurlHandles {
     return CURLE_FAILED_INIT
   }
 
-  deinit {
-    curl_multi_cleanup(multi)
-    curl_easy_cleanup(easy)
-  }
+  deinit { curl_multi_cleanup(multi) }
 }
 
 /// A multi handle as the cancellation registry holds it (curl_multi_wakeup is thread-safe).

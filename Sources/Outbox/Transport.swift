@@ -109,6 +109,10 @@ public enum HTTPStatusPolicy {
   public static func parseRetryAfter(_ value: String?, now: Date = Date()) -> TimeInterval? {
     guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
     if let seconds = Int(value) { return TimeInterval(max(0, seconds)) }
+    // An HTTP date is printable ASCII. Anything else never reaches DateFormatter, which traps on
+    // some of it (a combining mark after a digit: "Incorrect range", found by Fuzz/fuzz-http), so a
+    // server's 429 or 503 could crash the process that delivers to it.
+    guard value.utf8.allSatisfy({ (0x20...0x7e).contains($0) }) else { return nil }
     let formatter = DateFormatter()
     formatter.locale = Locale(identifier: "en_US_POSIX")
     formatter.timeZone = TimeZone(identifier: "GMT")

@@ -194,7 +194,7 @@ public enum Envelope {
   // MARK: - Format 1
 
   /// Seals `plaintext` in format 1 with a nonce from one `getrandom(2)` call.
-  static func sealFormat1(
+  package static func sealFormat1(
     _ plaintext: UnsafeRawBufferPointer, key: VersionKey, keyring: KeyringID, version: UInt32,
     context: UnsafeRawBufferPointer
   ) throws -> [UInt8] {
@@ -212,7 +212,7 @@ public enum Envelope {
     }
   }
 
-  static func openFormat1(
+  package static func openFormat1(
     _ envelope: UnsafeRawBufferPointer, key: VersionKey, context: UnsafeRawBufferPointer
   ) throws -> [UInt8] {
     let body = UnsafeRawBufferPointer(rebasing: envelope[29...])
@@ -288,7 +288,7 @@ package struct EnvelopeContext: Sendable, Equatable {
   package let parts: [[UInt8]]
   /// The context bytes format 1 used for the same record (opened only; sealed only by a suite-1
   /// version that was never rotated away).
-  let format1Bytes: [UInt8]
+  package let format1Bytes: [UInt8]
 
   /// The context of a record an application seals (`Vault.seal`, `vault seal`): one part, the
   /// caller's bytes, which must not be empty.

@@ -3,7 +3,7 @@ import Vault
 
 /// A parsed and checked command line: global `--home`, the subcommand and its action, the options,
 /// flags and positional arguments. Every value has passed its declaration's check.
-struct Arguments {
+package struct Arguments {
   var home: String?
   var command: String?
   /// The action of a command that has them (`put` in `vault queue put`).
@@ -31,7 +31,7 @@ struct Arguments {
 }
 
 /// A usage error: printed with the command's usage line and a hint, exit 64.
-struct UsageError: Error {
+package struct UsageError: Error {
   let message: String
   /// The subcommand whose usage to show (nil: the overview's).
   let command: String?
@@ -40,7 +40,7 @@ struct UsageError: Error {
 }
 
 /// Parses a command line against the declared subcommands.
-struct CommandParser {
+package struct CommandParser {
   let commands: [CommandDeclaration]
 
   /// The global options, declared like any other (shown on the root help page).
@@ -54,7 +54,7 @@ struct CommandParser {
   ]
 
   /// Parses arguments given as the raw bytes of each one, as the kernel passed them.
-  func parse(raw: [[UInt8]]) throws(UsageError) -> Arguments {
+  package func parse(raw: [[UInt8]]) throws(UsageError) -> Arguments {
     let argv = raw.map { String(decoding: $0, as: UTF8.self) }
     var result = Arguments()
     var command: CommandDeclaration?

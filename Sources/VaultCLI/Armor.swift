@@ -3,7 +3,7 @@ import Foundation
 /// The text form of an envelope (`vault seal --armor`), owned here in both directions:
 /// `-----BEGIN VAULT ENVELOPE-----`, the envelope in standard base64 (with padding) in lines of
 /// 64 characters, `-----END VAULT ENVELOPE-----`, each line ending in a newline.
-enum Armor {
+package enum Armor {
   static let begin = "-----BEGIN VAULT ENVELOPE-----"
   static let end = "-----END VAULT ENVELOPE-----"
 
@@ -13,13 +13,13 @@ enum Armor {
     (StandardStreams.inputLimit - begin.utf8.count - end.utf8.count - 3) / 65 * 48
 
   /// The armour of `envelope`.
-  static func encode(_ envelope: [UInt8]) -> [UInt8] {
+  package static func encode(_ envelope: [UInt8]) -> [UInt8] {
     let body = Data(envelope).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
     return Array("\(begin)\n\(body)\n\(end)\n".utf8)
   }
 
   /// Whether `bytes` start, after any whitespace, with the BEGIN line (an envelope starts "VLT").
-  static func isArmored(_ bytes: [UInt8]) -> Bool {
+  package static func isArmored(_ bytes: [UInt8]) -> Bool {
     let start = bytes.firstIndex { !isWhitespace($0) } ?? bytes.endIndex
     return bytes[start...].starts(with: begin.utf8)
   }
@@ -28,7 +28,7 @@ enum Armor {
   /// at most 64 characters; a CR before the newline is allowed), the END line, then only
   /// whitespace.
   /// - Throws: `ArmorError` (exit 1).
-  static func decode(_ bytes: [UInt8]) throws(ArmorError) -> [UInt8] {
+  package static func decode(_ bytes: [UInt8]) throws(ArmorError) -> [UInt8] {
     let start = bytes.firstIndex { !isWhitespace($0) } ?? bytes.endIndex
     var lines = bytes[start...].split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).makeIterator()
     func next() -> ArraySlice<UInt8>? {
@@ -76,11 +76,11 @@ enum Armor {
 
 /// Armoured input that does not decode (exit 1; nothing is written), or a record too large to
 /// armour (exit 2).
-enum ArmorError: Error, Equatable, CustomStringConvertible {
+package enum ArmorError: Error, Equatable, CustomStringConvertible {
   case malformed(String)
   case tooLarge(limit: Int)
 
-  var description: String {
+  package var description: String {
     switch self {
     case .malformed(let why): "the armoured envelope is damaged: \(why)"
     case .tooLarge(let limit):

@@ -1,5 +1,5 @@
 /// Every `vault` subcommand, in the order help lists them, and the overview around them.
-enum Commands {
+package enum Commands {
   static let all: [any Subcommand.Type] = [
     InitCommand.self, StatusCommand.self, SealCommand.self, OpenCommand.self, ResealCommand.self,
     UnpinCommand.self, RotateCommand.self, QueueCommand.self, ContainerCommand.self, TelemetryCommand.self,
@@ -17,7 +17,7 @@ enum Commands {
     ],
     exitCodes: "0 success, 1 failure, 2 could not run (no vault, unreadable input), 64 usage error.")
 
-  static let parser = CommandParser(commands: root.commands)
+  package static let parser = CommandParser(commands: root.commands)
   static let help = HelpRenderer(root: root)
 
   /// The type that runs subcommand `name`.

@@ -258,18 +258,18 @@ public final class KeyfileStore: KeyStore {
 }
 
 /// The decoded contents of a keyfile; the one place that knows its formats (parse and build).
-struct KeyfileContents {
-  var keyring: KeyringID
-  var keys: [UInt32: SymmetricKey] = [:]
+package struct KeyfileContents {
+  package var keyring: KeyringID
+  package var keys: [UInt32: SymmetricKey] = [:]
   /// Every named record in the file by name, including names this release does not know.
-  var records: [String: SecureBytes] = [:]
+  package var records: [String: SecureBytes] = [:]
 
   static let magic: [UInt8] = Array("VKF".utf8)
   static let writtenFormat: UInt8 = 2
   static let keyEntryByteCount = 4 + SymmetricKey.byteCount
   static let maximumNameByteCount = 64
 
-  init(keyring: KeyringID) { self.keyring = keyring }
+  package init(keyring: KeyringID) { self.keyring = keyring }
 
   /// The size of a format-2 file holding `versions` keys and the records vault knows, each at
   /// its largest: what `SecureFile.readLimit` must accommodate.
@@ -283,7 +283,7 @@ struct KeyfileContents {
   /// Parses format 1 or 2.
   /// - Throws: `KeyStoreError.corruptKeyfile` with a reason naming what is wrong (never contents),
   ///   or `.foreignKeyfile` when it belongs to another keyring.
-  init(parsing bytes: UnsafeRawBufferPointer, path: String, expecting expected: KeyringID) throws {
+  package init(parsing bytes: UnsafeRawBufferPointer, path: String, expecting expected: KeyringID) throws {
     func corrupt(_ reason: String) -> KeyStoreError { .corruptKeyfile(path: path, reason: reason) }
     guard bytes.count >= 16 + SHA256.byteCount else { throw corrupt("too short") }
     guard Array(bytes[0..<3]) == Self.magic else { throw corrupt("not a vault keyfile") }
@@ -330,7 +330,7 @@ struct KeyfileContents {
 
   /// The format-2 file holding these contents, checksum included.
   /// - Throws: `KeyStoreError.keyfileTooLarge` when it would exceed what `SecureFile.read` loads.
-  func serialized(path: String) throws -> SecureBytes {
+  package func serialized(path: String) throws -> SecureBytes {
     let versions = keys.keys.sorted()
     let names = records.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
     let recordBytes = names.reduce(0) { $0 + 1 + $1.utf8.count + 4 + records[$1]!.count }

@@ -177,6 +177,25 @@ final class HTTPClientTests: XCTestCase {
     XCTAssertEqual(client.send(post(stray.url())), .status(503, retryAfter: nil))
   }
 
+  // Found by fuzzing (Fuzz/fuzz-http): libcurl 7.88 kept a pointer to the previous exchange's last
+  // header in a reset handle, and a folded header line in the next answer used it after it was
+  // freed. Under AddressSanitizer (swift test --sanitize=address) the second send reported the
+  // use-after-free; without it the stale read went unseen. Each exchange now has a fresh easy handle.
+  func testAFoldedHeaderLineAfterAnEarlierExchangeTouchesNothingOfIt() throws {
+    let server = try LoopbackHTTPServer([
+      .init(status: 200, headers: [("X-Earlier", "1")]),
+      .init(status: 0, raw: Array("HTTP/d\n :\n".utf8)),
+      .init(status: 204),
+    ])
+    defer { server.stop() }
+    let client = HTTPClient(timeout: 5)
+    XCTAssertEqual(client.send(post(server.url())), .status(200, retryAfter: nil))
+    guard case .unreachable = client.send(post(server.url())) else {
+      return XCTFail("an answer without a status line and with a cut-off header block is not an answer")
+    }
+    XCTAssertEqual(client.send(post(server.url())), .status(204, retryAfter: nil))
+  }
+
   func testAnAnswerCutOffInsideItsHeadersIsNotAnAnswer() throws {
     let truncated = try server("truncated-headers")
     guard case .unreachable = HTTPClient(timeout: 5).send(post(truncated.url())) else {

@@ -22,6 +22,8 @@ final class LoopbackHTTPServer: @unchecked Sendable {
   struct Answer {
     var status: Int
     var headers: [(name: String, value: String)] = []
+    /// When set, the whole response byte for byte instead of one made from the status and headers.
+    var raw: [UInt8]? = nil
   }
 
   let port: Int
@@ -124,7 +126,7 @@ final class LoopbackHTTPServer: @unchecked Sendable {
     var response = "HTTP/1.1 \(answer.status) Scripted\r\nContent-Length: 0\r\nConnection: close\r\n"
     for header in answer.headers { response += "\(header.name): \(header.value)\r\n" }
     response += "\r\n"
-    let bytes = Array(response.utf8)
+    let bytes = answer.raw ?? Array(response.utf8)
     _ = bytes.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
   }
 

@@ -151,6 +151,19 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("-5", now: now), 0)
   }
 
+  // Found by fuzzing (Fuzz/fuzz-http): Foundation's DateFormatter trapped ("Incorrect range") on a
+  // Retry-After with a combining mark, so one 503 from the endpoint crashed the delivering process.
+  func testARetryAfterThatIsNotPrintableASCIIIsIgnoredNeverATrap() {
+    let now = Date(timeIntervalSince1970: 1_784_000_000)
+    let fuzzed = String(
+      decoding: Array("We 21".utf8) + [0xd9, 0xb0] + Array("ct 2025 07:28:00 GMT".utf8), as: UTF8.self)
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter(fuzzed, now: now))
+    XCTAssertEqual(
+      HTTPStatusPolicy.result(status: 503, retryAfter: fuzzed, now: now), .retry(kind: "http-503", after: nil))
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("Tue, 14 Jul 2026 03:34:20 G\u{301}MT", now: now))
+    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("Tue, 14 Jul 2026 03:34:20 GMT", now: now), 60)
+  }
+
   func testHTTPTransportAgainstARealServerOnLoopback() throws {
     let server = try RelayServer(directory: temporary.path, root: packageRoot())
     defer { server.stop() }
