@@ -79,21 +79,8 @@ extension Vault {
         throw VaultError.keyCheckFailed(version: exported.record.version)
       }
     }
-    var descriptor = descriptor
-    var madeKeyfile = false
-    if descriptor.kind == .keyfile {
-      let path = absolutePath(
-        descriptor.keyfile
-          ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
-      descriptor.keyfile = path
-      if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
-      let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
-      let resolvedHome = (home as NSString).resolvingSymlinksInPath
-      if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {
-        throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
-      }
-      madeKeyfile = true
-    }
+    let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
+    let madeKeyfile = descriptor.kind == .keyfile
     let store = try resolver.store(for: descriptor, home: home)
     if let present = try store.storedVersions(keyring: keyring).first {
       throw KeyStoreError.keyExists(version: present)

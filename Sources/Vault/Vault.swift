@@ -89,20 +89,7 @@ public final class Vault: Sendable {
     }
     // Every check that can refuse runs before anything is created or changed.
     let keyring = try KeyringID.random()
-    var descriptor = descriptor
-    if descriptor.kind == .keyfile {
-      let path = absolutePath(
-        descriptor.keyfile
-          ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
-      descriptor.keyfile = path
-      if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
-      // Refused before the home is made: keys inside the data travel with every copy of it.
-      let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
-      let resolvedHome = (home as NSString).resolvingSymlinksInPath
-      if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {
-        throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
-      }
-    }
+    let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let store = try resolver.store(for: descriptor, home: home)
     // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
     _ = try checkForOrphanedKeys(home: home, resolver: resolver)
@@ -152,6 +139,28 @@ public final class Vault: Sendable {
     }
     created = true
     return vault
+  }
+
+  /// A new vault's key store with its keyfile path settled (the default one when none is given) and
+  /// checked before anything is made: the file must not exist (it may hold another vault's keys),
+  /// and it must not lie inside the home, where keys would travel with every copy of the data.
+  /// `create` and `restore` both make new keyfiles through this.
+  static func newKeyfileChecked(_ descriptor: StoreDescriptor, keyring: KeyringID, home: String) throws
+    -> StoreDescriptor
+  {
+    guard descriptor.kind == .keyfile else { return descriptor }
+    var descriptor = descriptor
+    let path = absolutePath(
+      descriptor.keyfile
+        ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
+    descriptor.keyfile = path
+    if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
+    let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+    let resolvedHome = (home as NSString).resolvingSymlinksInPath
+    if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {
+      throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
+    }
+    return descriptor
   }
 
   /// Opens the vault in `home` and loads its active key.

@@ -5,6 +5,19 @@ import Vault
 
 /// The file named as a command's input, and the file it writes with `-o`.
 enum FileIO {
+  /// Writes all of `bytes` to `fd`, retrying short writes and EINTR.
+  /// - Returns: false with `errno` set when a write fails.
+  static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    var offset = 0
+    while offset < bytes.count {
+      let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+      if written < 0, errno == EINTR { continue }
+      guard written >= 0 else { return false }
+      offset += written
+    }
+    return true
+  }
+
   /// The identity of a file: two paths name the same file when both are equal.
   struct Identity: Equatable {
     let device: UInt64
@@ -87,13 +100,7 @@ enum FileIO {
       }
     }
     try check(fchmod(fd, 0o600) == 0)
-    var offset = 0
-    while offset < bytes.count {
-      let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-      if written < 0, errno == EINTR { continue }
-      try check(written >= 0)
-      offset += written
-    }
+    try check(FileIO.writeAll(fd, bytes))
     try check(fsync(fd) == 0)
     close(fd)
     guard link(temporary, path) == 0 else {

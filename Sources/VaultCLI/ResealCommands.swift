@@ -290,13 +290,7 @@ struct EnvelopeFile {
     }
     // The permission bits only: set-id and sticky bits have no business on an envelope.
     try check(fchmod(fd, info.st_mode & 0o777) == 0)
-    var offset = 0
-    while offset < bytes.count {
-      let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-      if written < 0, errno == EINTR { continue }
-      try check(written >= 0)
-      offset += written
-    }
+    try check(FileIO.writeAll(fd, bytes))
     try check(fsync(fd) == 0)
     isOpen = false
     try check(close(fd) == 0)
