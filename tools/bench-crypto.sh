@@ -35,3 +35,9 @@ for size in "${sizes[@]}"; do
   awk -v s="$size" -v o="${openssl_rate[$size]}" -v se="${vault_rate[seal-$size]}" -v op="${vault_rate[open-$size]}" \
     'BEGIN { printf "%-6s %8s %14.1f %14.1f %14.1f %8.2f %8.2f\n", s, "bytes", o/1e6, se/1e6, op/1e6, se/o, op/o }'
 done
+# The summary lines tools/bench.sh collects (names stable over time).
+figure() { awk -v v="$2" -v o="$3" -v n="$1" 'BEGIN { printf "figure %s %.2f\n", n, v / o }'; }
+figure seal-16KiB-vs-openssl "${vault_rate[seal-16384]}" "${openssl_rate[16384]}"
+figure seal-1KiB-vs-openssl "${vault_rate[seal-1024]}" "${openssl_rate[1024]}"
+figure seal-64B-vs-openssl "${vault_rate[seal-64]}" "${openssl_rate[64]}"
+figure open-1KiB-vs-openssl "${vault_rate[open-1024]}" "${openssl_rate[1024]}"

@@ -59,3 +59,6 @@ printf 'rotation with a full 20 MB queue: %.0f records in %.0f containers in %.3
   "${r[rotate_seconds]}" "${r[rotate_records_per_s]}"
 printf 'memory at the 20 MB cap: RSS %.1f MiB at the cap, %.1f MiB after 3x the cap (%.0f records kept, %.0f dropped)\n' \
   "${r[cap_rss_at_cap_mib]}" "${r[cap_rss_after_3x_cap_mib]}" "${r[cap_records]}" "${r[cap_dropped]}"
+# The summary lines tools/bench.sh collects (names stable over time).
+echo "figure enqueue-200B-vs-plain $(ratio "${r[single_200_vault_per_s]}" "${r[single_200_plain_per_s]}")"
+printf 'figure enqueue-200B-p99-ms %.3f\n' "${r[single_200_vault_p99_ms]}"

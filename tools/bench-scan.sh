@@ -68,4 +68,5 @@ awk -v b="$bytes" -v g1="$grep_s" -v g2="$grep2_s" -v s1="$scan_s" -v s2="$scan2
   printf "grep -c -F:  %7.1f MB/s (%.3f s), peak RSS %d KiB\n", b / g / 1e6, g, gr
   printf "vault scan:  %7.1f MB/s (%.3f s), peak RSS %d KiB\n", b / s / 1e6, s, sr
   printf "ratio: %.2fx grep (goal >= 0.3x)\n", g / s
+  printf "figure scan-vs-grep %.2f\n", g / s
 }'

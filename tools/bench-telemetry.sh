@@ -34,3 +34,6 @@ printf 'drain to the mock server: %.0f events in %.0f batches, %8.0f events/s (%
   "$(ratio "${r[telemetry_drain_per_s]}" "${r[telemetry_plain_insert_per_s]}")" "${r[telemetry_event_json_bytes]}"
 received=$(python3 -c "import json,sys; print(sum(len(json.loads(l)['ids']) for l in open(sys.argv[1]) if json.loads(l)['status']==200))" "$work/received.jsonl")
 echo "the mock server accepted $received events"
+# The summary lines tools/bench.sh collects (names stable over time).
+echo "figure log-4threads-vs-plain $(ratio "${r[telemetry_log_4_threads_per_s]}" "${r[telemetry_plain_insert_per_s]}")"
+printf 'figure log-4threads-p99-ms %.3f\n' "${r[telemetry_log_p99_ms]}"
