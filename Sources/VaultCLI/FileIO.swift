@@ -5,6 +5,27 @@ import Vault
 
 /// The file named as a command's input, and the file it writes with `-o`.
 enum FileIO {
+  /// A new temporary file (mkstemp, mode 0600) in the directory of `path`, named after it:
+  /// `.NAME.vault-XXXXXX`, so a rename or link to `path` stays on one file system.
+  /// - Returns: its descriptor and path, or nil with `errno` set.
+  static func temporaryFile(beside path: String) -> (fd: Int32, path: String)? {
+    let url = URL(fileURLWithPath: path)
+    let directory = url.deletingLastPathComponent().path
+    var template = Array((directory + "/." + url.lastPathComponent + ".vault-XXXXXX").utf8CString)
+    let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    guard fd >= 0 else { return nil }
+    return (fd, String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+  }
+
+  /// Flushes the directory holding `path`, so a new name in it survives a crash (best effort: a
+  /// directory that cannot be opened or flushed leaves the file written, only its name less sure).
+  static func syncDirectory(of path: String) {
+    let fd = open(URL(fileURLWithPath: path).deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    _ = fsync(fd)
+    close(fd)
+  }
+
   /// Writes all of `bytes` to `fd`, retrying short writes and EINTR.
   /// - Returns: false with `errno` set when a write fails.
   static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
@@ -82,12 +103,9 @@ enum FileIO {
   /// all of `bytes`. The temporary file is removed on every failure this function sees.
   /// - Throws: `FileError.outputExists` or `.outputFailed`.
   static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
-    let url = URL(fileURLWithPath: path)
-    let directory = url.deletingLastPathComponent().path
-    var template = Array((directory + "/." + url.lastPathComponent + ".vault-XXXXXX").utf8CString)
-    let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-    guard fd >= 0 else { throw FileError.outputFailed(path: path, errno: errno) }
-    let temporary = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    guard let (fd, temporary) = temporaryFile(beside: path) else {
+      throw FileError.outputFailed(path: path, errno: errno)
+    }
     var linked = false
     defer {
       if !linked { unlink(temporary) }
@@ -110,11 +128,7 @@ enum FileIO {
     }
     linked = true
     unlink(temporary)
-    let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    if directoryFD >= 0 {
-      _ = fsync(directoryFD)
-      close(directoryFD)
-    }
+    syncDirectory(of: path)
   }
 
   private static func kind(_ mode: mode_t) -> String {

@@ -268,12 +268,9 @@ struct EnvelopeFile {
   /// directory flushed. The path holds either the old bytes or all of the new ones.
   /// - Throws: `EnvelopeFileError.writeFailed` or `.changed`; the file is untouched then.
   func replace(with bytes: [UInt8]) throws {
-    let url = URL(fileURLWithPath: path)
-    let directory = url.deletingLastPathComponent().path
-    var template = Array((directory + "/." + url.lastPathComponent + ".vault-XXXXXX").utf8CString)
-    let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-    guard fd >= 0 else { throw EnvelopeFileError.writeFailed(path: path, errno: errno) }
-    let temporary = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    guard let (fd, temporary) = FileIO.temporaryFile(beside: path) else {
+      throw EnvelopeFileError.writeFailed(path: path, errno: errno)
+    }
     var renamed = false
     var isOpen = true
     defer {
@@ -303,11 +300,7 @@ struct EnvelopeFile {
     }
     try check(rename(temporary, path) == 0)
     renamed = true
-    let directoryFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    if directoryFD >= 0 {
-      _ = fsync(directoryFD)
-      close(directoryFD)
-    }
+    FileIO.syncDirectory(of: path)
   }
 }
 
