@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Backup and restore of a vault with a full 20 MB queue, beside `cp` of the same files, in one
-# run; and the passphrase derivation's cost on its own (scrypt N=2^17 r=8 p=1 through OpenSSL).
+# Backup, restore and merge of a vault with a full 20 MB queue, beside `cp` of the same files, in
+# one run; and the passphrase derivation's cost on its own (scrypt N=2^17 r=8 p=1 through OpenSSL).
 #
 #   tools/bench-backup.sh [RECORD_KIB]     (default 64: 64 KiB random records until the 20 MB cap)
 #
@@ -55,6 +55,10 @@ verify_time=$(seconds "$vault" backup --verify "$bundle" --passphrase-file "$wor
 restore_time=$(seconds "$vault" restore "$bundle" --passphrase-file "$work/passphrase" --into "$work/restored" \
   --store keyfile --keyfile "$work/keys2/v.keys")
 cp_bundle_time=$(seconds cp "$bundle" "$work/copy/bundle")
+# Merging the bundle back into its own home and into the copy restored from it: each record of the
+# bundle is opened and compared with the home's (all unchanged: the cost of the comparison).
+merge_self_time=$(seconds "$vault" --home "$home" restore "$bundle" --passphrase-file "$work/passphrase")
+merge_copy_time=$(seconds "$vault" --home "$work/restored" restore "$bundle" --passphrase-file "$work/passphrase")
 scrypt_time=$(python3 -c '
 import hashlib, time
 start = time.monotonic()
@@ -70,4 +74,6 @@ printf '%-58s %8s s\n' "vault backup (snapshot, write, fsync, full verify)" "$ba
 printf '%-58s %8s s\n' "vault backup --verify" "$verify_time"
 printf '%-58s %8s s\n' "vault restore (full verify, then copy into a new home)" "$restore_time"
 printf '%-58s %8s s\n' "cp of the bundle" "$cp_bundle_time"
+printf '%-58s %8s s\n' "vault restore merging into its own home (all unchanged)" "$merge_self_time"
+printf '%-58s %8s s\n' "vault restore merging into the copy restored from it" "$merge_copy_time"
 printf '%-58s %8s s\n' "scrypt N=2^17 r=8 p=1 alone (OpenSSL, via Python hashlib)" "$scrypt_time"

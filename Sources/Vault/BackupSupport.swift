@@ -139,6 +139,16 @@ package struct BundleKeys: Sendable {
   /// - Returns: the header's key version (the plaintext is dropped at once).
   /// - Throws: `EnvelopeError`, one case per reason.
   package func check(_ envelope: [UInt8], context: EnvelopeContext) throws -> UInt32 {
+    var plaintext = try open(envelope, context: context)
+    plaintext.withUnsafeMutableBytes { zeroBytes($0) }
+    return try envelope.withUnsafeBytes { try Envelope.header(of: $0).version }
+  }
+
+  /// Opens `envelope`, sealed with `context`, as `check` does, and returns its plaintext (the
+  /// caller zeroes it when done).
+  ///
+  /// - Throws: `EnvelopeError`, one case per reason.
+  package func open(_ envelope: [UInt8], context: EnvelopeContext) throws -> [UInt8] {
     try envelope.withUnsafeBytes { envelope in
       let header = try Envelope.header(of: envelope)
       guard header.keyring == keyring else {
@@ -148,16 +158,10 @@ package struct BundleKeys: Sendable {
       guard key.suite == header.suite else {
         throw EnvelopeError.suiteMismatch(version: header.version, envelope: header.suite, key: key.suite)
       }
-      var plaintext: [UInt8]
       if header.format == Envelope.format1 {
-        plaintext = try context.format1Bytes.withUnsafeBytes {
-          try Envelope.openFormat1(envelope, key: key, context: $0)
-        }
-      } else {
-        plaintext = try Envelope.openFormat2(envelope, key: key, context: context)
+        return try context.format1Bytes.withUnsafeBytes { try Envelope.openFormat1(envelope, key: key, context: $0) }
       }
-      plaintext.withUnsafeMutableBytes { zeroBytes($0) }
-      return header.version
+      return try Envelope.openFormat2(envelope, key: key, context: context)
     }
   }
 }

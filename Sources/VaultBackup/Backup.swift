@@ -244,7 +244,9 @@ public enum Backup {
     // Each container is opened once as the vault's: its keyring and container id match the manifest.
     var restored: [RestoreReport.Container] = []
     for (index, record) in vault.manifest.containers.enumerated() {
-      _ = try QueueContainer(path: record.path, vault: vault, mode: .existing)
+      // A new copy of each container: a later merge tells its records from the original's.
+      let origin = try snapshotLineage(record.path).instance
+      try QueueContainer(path: record.path, vault: vault, mode: .existing).markRestored(from: origin)
       let from = manifest.containers[index].path
       restored.append(
         RestoreReport.Container(from: from, path: record.path, records: verified.report.containers[index].records))
@@ -254,6 +256,14 @@ public enum Backup {
       home: vault.home, vaultID: manifest.vaultID, store: descriptor.kind.rawValue,
       keyfile: descriptor.kind == .keyfile ? descriptor.keyfile : nil, activeVersion: vault.manifest.activeVersion,
       containers: restored, records: verified.report.records)
+  }
+
+  /// The lineage a container file records, read before it is opened (and upgraded) as the vault's.
+  static func snapshotLineage(_ path: String) throws -> ContainerLineage {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
+    defer { close(descriptor) }
+    return try ContainerReader(descriptor: descriptor, path: path, live: false).lineage()
   }
 
   /// Refuses, before anything is read or asked, a restore into a home that holds a vault (naming
@@ -540,6 +550,8 @@ public enum BackupStep: Sendable, Equatable, CustomStringConvertible {
   case verifying(container: Int, of: Int)
   /// Copying container `container` into the new home.
   case restoring(container: Int, of: Int)
+  /// Merging container `container` into the home's.
+  case merging(container: Int, of: Int)
 
   /// The step in a few words, for a progress line.
   public var description: String {
@@ -549,6 +561,7 @@ public enum BackupStep: Sendable, Equatable, CustomStringConvertible {
     case .writing: "writing the bundle"
     case .verifying(let container, let count): "verifying container \(container) of \(count)"
     case .restoring(let container, let count): "restoring container \(container) of \(count)"
+    case .merging(let container, let count): "merging container \(container) of \(count)"
     }
   }
 }

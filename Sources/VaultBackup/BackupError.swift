@@ -37,9 +37,11 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerMissing(path: String)
   /// A file-system call failed, with its errno.
   case io(path: String, operation: String, errno: Int32)
-  /// The home named for a restore already holds this bundle's vault: merging a bundle into a
-  /// live home is not built yet, and a restore never writes over one.
+  /// The home named for a restore into a new home already holds this bundle's vault: a restore
+  /// never writes over one (`Backup.merge` merges into it).
   case homeHoldsThisVault(home: String, vaultID: String)
+  /// The home named for a merge holds another vault (another keyring): nothing is merged.
+  case anotherVault(home: String, homeVault: String, bundleVault: String)
 
   /// A sentence naming the failing part and, where there is one, the fix; nothing secret.
   public var description: String {
@@ -70,8 +72,11 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
       "registered container \(path) is missing; restore it, or forget it (`vault container forget`) before a backup"
     case .io(let path, let operation, let code): "\(operation) \(path) failed: \(String(cString: strerror(code)))"
     case .homeHoldsThisVault(let home, let vaultID):
-      "\(home) already holds vault \(vaultID), the vault in this bundle; nothing was changed: merging a bundle "
-        + "into a live home is not supported yet, so restore into a new home (--into NEW_HOME)"
+      "\(home) already holds vault \(vaultID), the vault in this bundle; nothing was changed: merge the bundle "
+        + "into it (`vault restore BUNDLE` with that home), or restore into a new home (--into NEW_HOME)"
+    case .anotherVault(let home, let homeVault, let bundleVault):
+      "\(home) holds vault \(homeVault), not \(bundleVault), the vault in this bundle; nothing was changed: "
+        + "restore into a new home (--into NEW_HOME)"
     }
   }
 }

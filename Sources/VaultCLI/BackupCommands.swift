@@ -57,8 +57,20 @@ extension VaultCommandLine {
     }
     let home = arguments.options["--into"] ?? homePath(arguments)
     return try reportingBackupErrors {
-      // The home is checked before anything is asked or probed: an existing vault is never touched.
-      try Backup.refuseExistingHome(home, bundle: bundle)
+      // The home is checked before anything is asked or probed: a home holding this vault is merged
+      // into, one holding another vault or other files is refused.
+      do {
+        try Backup.refuseExistingHome(home, bundle: bundle)
+      } catch BackupError.homeHoldsThisVault {
+        if arguments.options["--store"] != nil || keyfile != nil {
+          throw UsageError(
+            message:
+              "\(home) holds this bundle's vault: a merge keeps its key store, so --store and --keyfile do not apply",
+            command: "restore")
+        }
+        try merge(bundle: bundle, home: home, arguments)
+        return
+      }
       var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
       switch choice {
       case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
@@ -89,6 +101,36 @@ extension VaultCommandLine {
       for container in report.containers {
         terminal.print("  \(container.from) -> \(container.path): \(container.records) records")
       }
+    }
+  }
+
+  /// `restore BUNDLE` into a home holding the bundle's vault: merges it in.
+  private func merge(bundle: String, home: String, _ arguments: Arguments) throws {
+    let vault = try Vault.open(home: home, resolver: keyStores)
+    let passphrase = try readPassphrase(arguments, confirm: false)
+    let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+    defer { progress.finish() }
+    let report = try Backup.merge(
+      bundle: bundle, passphrase: passphrase, into: vault, progress: { progress.update("restore: \($0)", step: true) })
+    progress.finish()
+    if arguments.flags.contains("--json") {
+      terminal.print(try JSON.encode(report))
+      return
+    }
+    terminal.print("Merged bundle \(report.bundle) into vault \(report.vaultID) in \(report.home)")
+    for container in report.containers {
+      terminal.print(
+        "  \(container.from) -> \(container.path) (\(container.action)): \(container.restored) added, "
+          + "\(container.updated) updated, \(container.unchanged) unchanged, \(container.goneHere) delivered or dropped "
+          + "here since (not brought back), \(container.undetermined) in review as maybe delivered")
+      for kept in container.keptForReview {
+        terminal.print("    kept for review: \(kept.keptAs) (the \(kept.from)'s copy of \(kept.id))")
+      }
+    }
+    let review = report.containers.reduce(0) { $0 + $1.undetermined + $1.keptForReview.count }
+    if review > 0 {
+      terminal.print(
+        "\(review) in review: see `vault queue list --state review`, return with `vault queue resend ID...`")
     }
   }
 
@@ -243,19 +285,30 @@ enum BackupCommand: Subcommand {
 /// `vault restore`.
 enum RestoreCommand: Subcommand {
   static let declaration = CommandDeclaration(
-    name: "restore", abstract: "Restore a backup bundle into a new home.",
+    name: "restore", abstract: "Restore a backup bundle into a new home, or merge it into the vault's home.",
     discussion: """
-      Verifies the bundle completely before touching anything, then creates the home with the same vault id and \
-      key versions, the keys in the chosen store, and the containers copied into the home and registered there. \
-      A vault may move between key stores this way (a keyfile vault restored into the Secret Service and back). \
-      Refuses a home that holds a vault or other files, and a store that already holds this vault's keys. \
-      Merging into an existing home of the same vault is not supported yet. On a terminal, a restore that runs \
-      longer than a second shows its steps on standard error (never in a pipe or with --json).
+      Verifies the bundle completely before touching anything. Into a new home (missing or empty): creates it \
+      with the same vault id and key versions, the keys in the chosen store, and the containers copied into the \
+      home and registered there. A vault may move between key stores this way (a keyfile vault restored into \
+      the Secret Service and back). Refuses a home that holds another vault or other files, and a store that \
+      already holds this vault's keys.
+
+      Into a home that holds the same vault: merges, keeping the home's key store. A record the home lacks is \
+      added, unless the home delivered or dropped it since; one that may have been delivered goes to review \
+      (merge-maybe-delivered). Of two copies of a record, the one changed later wins; a losing copy with \
+      another payload is kept in review (merge-superseded) under a new id. Nothing is deleted; a missing \
+      registered container is restored; merging the same bundle again changes nothing. Records in review \
+      return with 'vault queue resend'.
+
+      On a terminal, a restore that runs longer than a second shows its steps on standard error (never in a \
+      pipe or with --json).
       """,
     parameters: [
       .argument("BUNDLE", .required, .file, help: "A bundle written by 'vault backup'."),
       .option("--passphrase-file", "FILE", .file, help: "Read the passphrase from FILE; else asked on the terminal."),
-      .option("--into", "HOME", .directory, help: "The new home (default: --home, else the default home)."),
+      .option(
+        "--into", "HOME", .directory,
+        help: "The new home, or the vault's home to merge into (default: --home, else the default home)."),
       .option(
         "--store", "auto|secret-service|keyfile", .choice(["auto", "secret-service", "keyfile"]),
         help: """
@@ -269,7 +322,8 @@ enum RestoreCommand: Subcommand {
         "--json",
         help: """
           Print JSON: home, vault_id, store, keyfile (null unless a keyfile), active_version, containers (from, \
-          path, records), records.
+          path, records), records. A merge prints home, vault_id, bundle, containers (from, path, action, \
+          restored, updated, unchanged, gone_here, undetermined, kept_for_review: id, kept_as, from).
           """),
     ],
     usesHome: false)

@@ -78,6 +78,57 @@ package final class ContainerReader {
     try checkSameFile()
   }
 
+  /// Every record with its delivery state, in the order stored, for merging a backup's snapshot
+  /// into a home (`QueueContainer.merge`). Columns a container made by an older release lacks
+  /// read as nil (`changed`); nothing is returned when the file is not a vault queue container.
+  /// - Throws: `QueueError` when the read fails part way, or what `body` throws.
+  package func forEachRecord(_ body: (SnapshotRecord) throws -> Void) throws {
+    guard keyringID != nil else { return }
+    try QueueContainer.translating(path) {
+      var columns: Set<String> = []
+      try connection.prepare("SELECT name FROM pragma_table_info('records')").query { columns.insert($0.text(0) ?? "") }
+      let changed = columns.contains("changed") ? "changed" : "NULL"
+      let failures = columns.contains("server_failures") ? "server_failures" : "0"
+      try connection.prepare(
+        """
+        SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, \(failures), \(changed),
+          key_version, envelope
+        FROM records ORDER BY seq
+        """
+      ).query { row in
+        try body(
+          SnapshotRecord(
+            id: row.text(0) ?? "", queue: row.text(1) ?? "", state: row.text(2) ?? "", attempts: row.int(3),
+            errorKind: row.text(4), createdAt: row.int(5), nextAttemptAt: row.int(6), serverFailures: row.int(7),
+            changed: row.isNull(8) ? nil : row.int(8), version: UInt32(clamping: row.int(9)), envelope: row.blob(10)))
+      }
+    }
+    try checkSameFile()
+  }
+
+  /// The lineage a merge compares: this copy's instance id, the instance it was restored from,
+  /// and the ids it started with then (`Storage`'s migration 5). Nil and empty for a container of
+  /// an older release, or one never restored.
+  package func lineage() throws -> ContainerLineage {
+    guard keyringID != nil else { return ContainerLineage(instance: nil, restoredFrom: nil, inherited: []) }
+    return try QueueContainer.translating(path) {
+      var instance: String?
+      var origin: String?
+      try connection.prepare("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
+        if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
+      }
+      var inherited: Set<String> = []
+      var hasTable = false
+      try connection.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inherited'").query { _ in
+        hasTable = true
+      }
+      if hasTable {
+        try connection.prepare("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
+      }
+      return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
+    }
+  }
+
   /// SQLite opened the file by the path the descriptor resolved to: if another file was put there
   /// in between, what was read is not the file the caller opened.
   private func checkSameFile() throws {
@@ -87,4 +138,33 @@ package final class ContainerReader {
       mine.st_ino == theirs.st_ino
     else { throw QueueError.cannotOpen(path: path, reason: "the file was replaced while it was read") }
   }
+}
+
+/// One record of a container snapshot as `ContainerReader.forEachRecord` reads it.
+package struct SnapshotRecord: Sendable {
+  package var id: String
+  package var queue: String
+  package var state: String
+  package var attempts: Int64
+  package var errorKind: String?
+  package var createdAt: Int64
+  package var nextAttemptAt: Int64
+  package var serverFailures: Int64
+  /// The last state change (ms since 1970); nil when none since it was stored.
+  package var changed: Int64?
+  package var version: UInt32
+  package var envelope: [UInt8]
+
+  /// When the record last changed: its last state change, else when it was stored.
+  package var lastChange: Int64 { changed ?? createdAt }
+}
+
+/// Which copy of a container a file is, and where it came from (see `QueueContainer.merge`).
+package struct ContainerLineage: Sendable, Equatable {
+  /// This copy's random id (nil: made by a release before lineage was kept).
+  package var instance: String?
+  /// The instance this copy was restored from (nil: it was not restored, or it is not known).
+  package var restoredFrom: String?
+  /// The record ids the restored copy started with.
+  package var inherited: Set<String>
 }

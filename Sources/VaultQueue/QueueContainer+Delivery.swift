@@ -69,8 +69,8 @@ extension QueueContainer {
           claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
         }
         let markInFlight = try storage.statement(
-          "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1 WHERE id = ?")
-        for record in claimed { try markInFlight.run([.integer(leaseUntil), .text(record.id)]) }
+          "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1, changed = ? WHERE id = ?")
+        for record in claimed { try markInFlight.run([.integer(leaseUntil), .integer(now), .text(record.id)]) }
       }
       var opened: [ClaimedRecord] = []
       var undecryptable: [(id: String, version: Int64)] = []
@@ -99,8 +99,8 @@ extension QueueContainer {
           for record in undecryptable {
             // Only if the row still holds the envelope that failed (a rotation may have re-sealed it).
             moved += try storage.statement(
-              "UPDATE records SET state = 'review', error_kind = ?, lease_until = 0 WHERE id = ? AND key_version = ?"
-            ).run([.text("undecryptable"), .text(record.id), .integer(record.version)])
+              "UPDATE records SET state = 'review', error_kind = ?, lease_until = 0, changed = ? WHERE id = ? AND key_version = ?"
+            ).run([.text("undecryptable"), .integer(now), .text(record.id), .integer(record.version)])
           }
           try storage.countDrop(.undecryptable, moved)
         }
@@ -182,8 +182,8 @@ extension QueueContainer {
           if serverAnswered { failures += 1 }
           if serverAnswered, failures >= configuration.attemptCeiling {
             try storage.statement(
-              "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0 WHERE id = ?"
-            ).run([.text(errorKind), .integer(failures), .text(idText)])
+              "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0, changed = ? WHERE id = ?"
+            ).run([.text(errorKind), .integer(failures), .integer(milliseconds(now)), .text(idText)])
             outcomes[id] = .parked
             parked += 1
           } else {
@@ -193,11 +193,13 @@ extension QueueContainer {
             let due = now.addingTimeInterval(delay)
             try storage.statement(
               """
-              UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0
+              UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0,
+                changed = ?
               WHERE id = ?
               """
             ).run([
-              .integer(milliseconds(due)), .text(errorKind), .integer(failures), .text(idText),
+              .integer(milliseconds(due)), .text(errorKind), .integer(failures), .integer(milliseconds(now)),
+              .text(idText),
             ])
             outcomes[id] = .retryAt(due)
           }
@@ -255,13 +257,14 @@ extension QueueContainer {
   /// Moves records out of the delivery flow in one transaction and counts them in the ledger.
   func move(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws {
     try withStorage { storage in
+      let now = milliseconds(clock())
       try storage.transaction {
         var moved = 0
         for id in ids {
           moved += try storage.statement(
-            "UPDATE records SET state = ?, error_kind = ?, lease_until = 0 WHERE id = ?"
+            "UPDATE records SET state = ?, error_kind = ?, lease_until = 0, changed = ? WHERE id = ?"
           ).run([
-            .text(state.rawValue), .text(errorKind), .text(id.uuidString.lowercased()),
+            .text(state.rawValue), .text(errorKind), .integer(now), .text(id.uuidString.lowercased()),
           ])
         }
         try storage.countDrop(reason, moved)
@@ -295,7 +298,7 @@ extension QueueContainer {
           let count = try storage.statement(
             """
             UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
-              lease_until = 0
+              lease_until = 0, changed = ?2
             WHERE id = ?1 AND (state IN ('parked', 'review')
               OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
               OR (state = 'pending' AND next_attempt_at > ?4))

@@ -70,9 +70,31 @@ public final class QueueContainer: @unchecked Sendable {
   ///   `VaultError.containerBesideKeyfile` for a container in the keyfile's directory;
   ///   `RotationError` when registering would conflict with another registered path; the
   ///   manifest's errors when it cannot be read or written.
-  public init(
+  public convenience init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(),
     mode: OpenMode = .createIfNeeded, clock: @escaping @Sendable () -> Date = Date.init,
+    random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+    monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
+  ) throws {
+    try self.init(
+      path: path, vault: vault, configuration: configuration, mode: mode, restoring: nil, clock: clock,
+      random: random, monotonic: monotonic)
+  }
+
+  /// Makes an empty container at `path` under the id `containerID` for a backup's snapshot of it to
+  /// be merged into (VaultBackup): a registered container whose file is missing or empty (its id
+  /// must be the registered one), or a container this vault does not know yet. Registered as the
+  /// public initializer registers; a file that holds anything is refused.
+  ///
+  /// - Throws: `QueueError.storage` when the file is not missing or empty, or the registered id
+  ///   differs; otherwise what the public initializer throws.
+  package convenience init(restoring path: String, containerID: String, vault: Vault) throws {
+    try self.init(path: path, vault: vault, mode: .createIfNeeded, restoring: containerID)
+  }
+
+  private init(
+    path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(), mode: OpenMode,
+    restoring restoredID: String?, clock: @escaping @Sendable () -> Date = Date.init,
     random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
     monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
@@ -87,7 +109,20 @@ public final class QueueContainer: @unchecked Sendable {
     let registered = try vault.registeredContainer(at: path)
     let probe = try Self.probe(path: path)
     let storageMode: Storage.Mode
+    let restorable: Bool
+    switch probe {
+    case .missing, .empty: restorable = true
+    default: restorable = false
+    }
     switch (probe, registered) {
+    case (_, _) where restoredID != nil && restorable:
+      if let expected = registered?.id, expected != restoredID {
+        throw QueueError.registeredContainerReplaced(path: path, expected: expected, found: restoredID ?? "")
+      }
+      if registered == nil { try vault.checkContainerLocation(path) }
+      storageMode = .create(minimumSealVersion: vault.activeVersion, containerID: restoredID)
+    case (_, _) where restoredID != nil && !restorable:
+      throw QueueError.storage(path: path, detail: "a container to restore into must be missing or empty")
     case (.missing, .some), (.empty, .some):
       throw QueueError.registeredContainerMissing(path: path)
     case (.missing, nil), (.empty, nil):

@@ -46,13 +46,23 @@ final class Storage {
     """
     ALTER TABLE records ADD COLUMN born;
     """,
+    // For merging a backup into a home (VaultBackup): `changed` is the time of the record's last
+    // state change (NULL: none since it was stored; created_at stands in), so the newer copy wins;
+    // `inherited` holds the ids a container restored from a backup started with, so a merge can
+    // tell a record delivered here since from one added on the other copy. No declared type, as
+    // for `born`.
+    """
+    ALTER TABLE records ADD COLUMN changed;
+    CREATE TABLE inherited (id TEXT PRIMARY KEY) WITHOUT ROWID;
+    """,
   ]
 
   /// How a container file is opened.
   enum Mode: Equatable {
-    /// Create the schema in an empty database (a new container, id made here); an existing
+    /// Create the schema in an empty database (a new container, its id made here unless
+    /// `containerID` names it: a container restored from a backup keeps its id); an existing
     /// container is opened as with `.existing`.
-    case create(minimumSealVersion: UInt32)
+    case create(minimumSealVersion: UInt32, containerID: String? = nil)
     /// The file must already be a vault container; nothing is created.
     case existing
     /// Read-only: no schema change, no WAL switch, no files created when none exist.
@@ -106,7 +116,9 @@ final class Storage {
         try connection.execute(Self.migrations[index])
         try connection.execute("PRAGMA user_version = \(index + 1)")
       }
-      if version == 0, case .create(let minimum) = mode {
+      var givenID: String?
+      if version == 0, case .create(let minimum, let containerID) = mode {
+        givenID = containerID
         let insert = try connection.prepare("INSERT INTO meta (key, value) VALUES (?, ?)")
         try insert.run([.text("keyring_id"), .text(keyringID)])
         // A new container starts at the vault's active version: nothing older may enter it.
@@ -117,9 +129,12 @@ final class Storage {
       var foundID: String?
       try connection.prepare("SELECT value FROM meta WHERE key = 'container_id'").query { foundID = $0.text(0) }
       if foundID == nil {
-        let id = try Self.newContainerID()
+        let id = try givenID ?? Self.newContainerID()
         try connection.prepare("INSERT INTO meta (key, value) VALUES ('container_id', ?)").run([.text(id)])
       }
+      // This copy of the container (a restore into another home makes a new one); see `merge`.
+      try connection.prepare("INSERT INTO meta (key, value) VALUES ('instance_id', ?) ON CONFLICT (key) DO NOTHING")
+        .run([.text(try Self.newContainerID())])
       try checkIdentity(keyringID: keyringID)
     }
   }

@@ -123,11 +123,73 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(notRestored.status, 1)
     XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("new")), "nothing made before verifying")
 
+    // Into the vault's own home a restore merges: a damaged bundle is refused before anything merges.
+    let stateBefore = try vault(["--home", home, "queue", "list", "--json"])
     let over = try vault(["restore", bundle, "--passphrase-file", passphraseFile, "--into", home])
     XCTAssertEqual(over.status, 1)
-    XCTAssertTrue(over.error.contains("already holds vault"), over.error)
-    XCTAssertTrue(over.error.contains("merging a bundle into a live home is not supported yet"), over.error)
-    XCTAssertFalse(over.error.contains("Secret Service"), "refused before the key store was probed: \(over.error)")
+    XCTAssertTrue(over.error.contains("container 2"), over.error)
+    XCTAssertFalse(over.error.contains("Secret Service"), "the home's store is kept: \(over.error)")
+    XCTAssertEqual(try vault(["--home", home, "queue", "list", "--json"]).output, stateBefore.output)
+  }
+
+  func testARestoreIntoTheVaultsOwnHomeMergesAndListsWhatItKeptForReview() throws {
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+    XCTAssertEqual(
+      try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
+    let bundle = try XCTUnwrap(try bundles().first)
+    // The copy on a new machine stores a record under an id the home then stores too, later.
+    let copy = temporary.sub("copy")
+    let restored = try vault([
+      "restore", bundle, "--passphrase-file", passphraseFile, "--into", copy, "--store", "keyfile", "--keyfile",
+      temporary.sub("k2/v.keys"),
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let id = UUID().uuidString.lowercased()
+    XCTAssertEqual(
+      try vault(["--home", copy, "queue", "put", "--queue", "q", "--id", id], input: Array("copy's".utf8)).status, 0)
+    usleep(5_000)
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q", "--id", id], input: Array("home's".utf8)).status, 0)
+    let copyBackups = temporary.sub("copy-backups")
+    try FileManager.default.createDirectory(atPath: copyBackups, withIntermediateDirectories: true)
+    XCTAssertEqual(
+      try vault(["--home", copy, "backup", "--to", copyBackups, "--passphrase-file", passphraseFile]).status, 0)
+    let copyBundle = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: copyBackups).first)
+
+    let refused = try vault([
+      "--home", home, "restore", copyBackups + "/" + copyBundle, "--passphrase-file", passphraseFile, "--store",
+      "keyfile",
+    ])
+    XCTAssertEqual(refused.status, 64)
+    XCTAssertTrue(refused.error.contains("a merge keeps its key store"), refused.error)
+
+    let merged = try vault([
+      "--home", home, "restore", copyBackups + "/" + copyBundle, "--passphrase-file", passphraseFile, "--json",
+    ])
+    XCTAssertEqual(merged.status, 0, merged.error)
+    let report = try json(merged)
+    let containers = try XCTUnwrap(report["containers"] as? [[String: Any]])
+    XCTAssertEqual(containers.map { $0["action"] as? String }, ["merged", "merged"])
+    let kept = try XCTUnwrap(containers[0]["kept_for_review"] as? [[String: Any]])
+    XCTAssertEqual(kept.map { $0["id"] as? String }, [id])
+    XCTAssertEqual(kept.map { $0["from"] as? String }, ["bundle"], "the home's copy changed later and won")
+    let keptAs = try XCTUnwrap(kept.first?["kept_as"] as? String)
+    XCTAssertFalse(merged.outputText.contains("copy's") || merged.outputText.contains("home's"), "no payload printed")
+
+    let review = try vault(["--home", home, "queue", "list", "--state", "review", "--json"])
+    XCTAssertTrue(review.outputText.contains(keptAs), review.error)
+    XCTAssertTrue(review.outputText.contains("merge-superseded"))
+    XCTAssertEqual(try vault(["--home", home, "queue", "resend", keptAs]).status, 0)
+
+    // Text form, merging again: nothing new.
+    let again = try vault([
+      "--home", home, "restore", copyBackups + "/" + copyBundle, "--passphrase-file", passphraseFile,
+    ])
+    XCTAssertEqual(again.status, 0, again.error)
+    let text = again.outputText
+    XCTAssertTrue(text.contains("Merged bundle"), text)
+    XCTAssertTrue(text.contains("0 added, 0 updated"), text)
+    XCTAssertFalse(text.contains("kept for review:"), text)
   }
 
   func testWithoutAPassphraseFileItAsksOnTheTerminalWithoutEchoOrRefuses() throws {

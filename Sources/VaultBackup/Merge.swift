@@ -1,0 +1,186 @@
+import Foundation
+import Vault
+import VaultCrypto
+import VaultKeys
+import VaultQueue
+
+extension Backup {
+  /// Merges a bundle into the home of the same vault (SECURITY.md, "Merging a bundle into a home"):
+  /// verifies the bundle completely first (nothing is touched before), then merges each of its
+  /// container snapshots into the registered container with the same id, re-sealing every record
+  /// it adds or changes under the home's active key. A registered container whose file is missing
+  /// or empty is restored from its snapshot; a container the home does not know is added to it.
+  ///
+  /// Per record: one the home lacks is added, unless the home held it and removed it since (it was
+  /// delivered or dropped there); where it cannot be told whether the home delivered it, a record
+  /// waiting for delivery is added in review (`merge-maybe-delivered`), never sent by itself. Of two
+  /// copies of one record the one changed later wins; a losing copy with another payload or queue
+  /// is kept in review under a new id (listed in the report, returnable with `queue resend`).
+  /// Nothing is deleted, no key is added to or removed from the home's store, and merging the
+  /// same bundle again changes nothing.
+  ///
+  /// - Parameters:
+  ///   - bundle: the bundle file.
+  ///   - passphrase: the passphrase it was written with.
+  ///   - vault: the home's vault; must have the bundle's vault id.
+  ///   - progress: told each step as it starts (for a progress display); nil by default.
+  /// - Returns: what was merged, per container.
+  /// - Throws: `BackupError` from verification; `BackupError.anotherVault` when the home holds
+  ///   another vault; `QueueError` for a registered container that cannot be opened (replaced,
+  ///   damaged, foreign: checked before anything is merged) or written; the home's key store errors.
+  public static func merge(
+    bundle: String, passphrase: Passphrase, into vault: Vault,
+    progress: (@Sendable (BackupStep) -> Void)? = nil
+  ) throws -> MergeReport {
+    let bundle = absolutePath(bundle)
+    let verified = try verify(bundle: bundle, passphrase: passphrase, cached: { _ in nil }, progress: progress)
+    let manifest = verified.manifest
+    guard manifest.keyringID == vault.keyringID.hex else {
+      throw BackupError.anotherVault(home: vault.home, homeVault: vault.keyringID.hex, bundleVault: manifest.vaultID)
+    }
+    let keys = try BundleKeys(keyring: vault.keyringID, keys: verified.keys)
+    let reader = try BundleReader(path: bundle)
+    let work = try WorkDirectory(parent: NSTemporaryDirectory())
+    // Records are merged as writers enqueue: each transaction checks the container's minimum seal
+    // version and seals under the active key, so a rotation may run meanwhile (taking the vault's
+    // lock here would deadlock with registering a container, which takes it exclusively).
+    try vault.reload()
+    // Every target is opened (or found missing) before anything is merged.
+    var names = Set((try? FileManager.default.contentsOfDirectory(atPath: vault.home)) ?? [])
+    var targets: [MergeTarget] = []
+    for container in manifest.containers {
+      if let registered = vault.manifest.containers.first(where: { $0.id == container.id }) {
+        do {
+          targets.append(.existing(try QueueContainer(path: registered.path, vault: vault, mode: .existing)))
+        } catch QueueError.registeredContainerMissing {
+          targets.append(.missing(registered.path))
+        }
+      } else {
+        targets.append(.added(vault.home + "/" + uniqueName(for: container.path, taken: &names)))
+      }
+    }
+    var merged: [MergeReport.Container] = []
+    for (index, container) in manifest.containers.enumerated() {
+      progress?(.merging(container: index + 1, of: manifest.containers.count))
+      let snapshot = work.path + "/\(index).sqlite"
+      let file = try NewFile(path: snapshot)
+      let hasher = try SHA256Hasher()
+      try reader.forEachBlock(at: verified.offsets[index], count: container.size) {
+        try hasher.update($0)
+        try file.write($0)
+      }
+      // Read again after verification: a bundle changed in between is caught here.
+      guard hex(try hasher.finish()) == container.sha256 else {
+        throw BackupError.containerHashMismatch(path: bundle, index: index + 1, container: container.path)
+      }
+      defer { unlink(snapshot) }
+      let descriptor = open(snapshot, O_RDONLY | O_CLOEXEC)
+      guard descriptor >= 0 else { throw BackupError.io(path: snapshot, operation: "open", errno: errno) }
+      defer { close(descriptor) }
+      let source = try ContainerReader(descriptor: descriptor, path: "container \(index + 1)", live: false)
+      let open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8] = { record, context in
+        try keys.open(record.envelope, context: context)
+      }
+      let outcome: QueueContainer.MergeOutcome
+      let path: String
+      let action: String
+      switch targets[index] {
+      case .existing(let target):
+        outcome = try target.merge(from: source, fresh: false, open: open)
+        (path, action) = (target.path, "merged")
+      case .missing(let missing), .added(let missing):
+        let target = try QueueContainer(restoring: missing, containerID: container.id, vault: vault)
+        outcome = try target.merge(from: source, fresh: true, open: open)
+        try target.markRestored(from: try source.lineage().instance)
+        if case .missing = targets[index] { action = "restored" } else { action = "added" }
+        path = target.path
+      }
+      merged.append(MergeReport.Container(from: container.path, path: path, action: action, outcome: outcome))
+    }
+    return MergeReport(home: vault.home, vaultID: manifest.vaultID, bundle: bundle, containers: merged)
+  }
+
+  /// Where a bundle's container goes in a merge.
+  private enum MergeTarget {
+    /// The registered container with its id, opened.
+    case existing(QueueContainer)
+    /// The registered container with its id, whose file is missing or empty: restored there.
+    case missing(String)
+    /// A container the home does not know: added under this new path in the home.
+    case added(String)
+  }
+}
+
+/// What `Backup.merge` did.
+public struct MergeReport: Encodable, Sendable, Equatable {
+  /// What was done with one of the bundle's containers.
+  public struct Container: Encodable, Sendable, Equatable {
+    /// The path it had in the vault backed up.
+    public var from: String
+    /// The home's container it went into.
+    public var path: String
+    /// `merged` into the registered container, `restored` where a registered container's file
+    /// was missing or empty, or `added` as a new container of the home.
+    public var action: String
+    /// Records the home lacked, added in their state.
+    public var restored: Int
+    /// Records whose bundle copy had changed later, now held by the home.
+    public var updated: Int
+    /// Records the home holds as they were, or changed later.
+    public var unchanged: Int
+    /// Records the home held and removed since (delivered or dropped): not brought back.
+    public var goneHere: Int
+    /// Records waiting for delivery that the home may have delivered: added in review
+    /// (error kind `merge-maybe-delivered`), not sent until resent.
+    public var undetermined: Int
+    /// Losing copies with another payload or queue, kept in review (error kind `merge-superseded`).
+    public var keptForReview: [KeptCopy]
+
+    init(from: String, path: String, action: String, outcome: QueueContainer.MergeOutcome) {
+      self.from = from
+      self.path = path
+      self.action = action
+      restored = outcome.restored
+      updated = outcome.updated
+      unchanged = outcome.unchanged
+      goneHere = outcome.goneHere
+      undetermined = outcome.undetermined
+      keptForReview = outcome.keptForReview.map { KeptCopy(id: $0.id, keptAs: $0.keptAs, from: $0.from) }
+    }
+
+    enum CodingKeys: String, CodingKey {
+      case from, path, action, restored, updated, unchanged, undetermined
+      case goneHere = "gone_here"
+      case keptForReview = "kept_for_review"
+    }
+  }
+
+  /// A losing copy of a record, kept in review under its own id.
+  public struct KeptCopy: Encodable, Sendable, Equatable {
+    /// The record's id.
+    public var id: String
+    /// The id the losing copy is kept under (`queue list --state review`, `queue resend`).
+    public var keptAs: String
+    /// Whose copy lost: `bundle` or `home`.
+    public var from: String
+
+    enum CodingKeys: String, CodingKey {
+      case id, from
+      case keptAs = "kept_as"
+    }
+  }
+
+  /// The home merged into.
+  public var home: String
+  /// The vault id.
+  public var vaultID: String
+  /// The bundle merged.
+  public var bundle: String
+  /// One entry per container of the bundle, in its order.
+  public var containers: [Container]
+
+  enum CodingKeys: String, CodingKey {
+    case home, bundle, containers
+    case vaultID = "vault_id"
+  }
+}

@@ -1,0 +1,308 @@
+import Foundation
+import Vault
+import VaultCrypto
+
+/// Merging a snapshot of this container (from a backup bundle) into it: VaultBackup's restore into
+/// a home that already holds the vault. SECURITY.md, "Merging a bundle into a home", states the rules.
+extension QueueContainer {
+
+  /// What a merge did to one container.
+  package struct MergeOutcome: Sendable, Equatable {
+    /// Records the home did not hold, added in the state the snapshot had them in.
+    package var restored = 0
+    /// Records whose snapshot copy had changed later: the home's record now holds that copy.
+    package var updated = 0
+    /// Records the home holds as they were, or changed later (the snapshot's copy adds nothing).
+    package var unchanged = 0
+    /// Records the home held and removed since (delivered, or dropped by its limits): not brought back.
+    package var goneHere = 0
+    /// Records waiting for delivery in the snapshot the home does not hold, where it cannot be
+    /// told whether the home delivered them: added in review (`merge-maybe-delivered`), not sent.
+    package var undetermined = 0
+    /// Copies that lost to a newer one with another payload or queue, kept in review under a new id.
+    package var keptForReview: [KeptCopy] = []
+
+    package init() {}
+  }
+
+  /// A losing copy kept for review: the record's id, the id it is kept under, and whose copy it was.
+  package struct KeptCopy: Sendable, Equatable {
+    package var id: String
+    package var keptAs: String
+    /// `bundle` (the snapshot's copy lost) or `home` (the home's copy lost).
+    package var from: String
+  }
+
+  /// The error kind of a losing copy kept for review.
+  package static let supersededKind = "merge-superseded"
+  /// The error kind of a record added in review because it may have been delivered already.
+  package static let maybeDeliveredKind = "merge-maybe-delivered"
+
+  /// This copy's lineage: its instance id, the instance it was restored from, and the ids it
+  /// started with then.
+  package func lineage() throws -> ContainerLineage {
+    try withStorage { storage in
+      var instance: String?
+      var origin: String?
+      try storage.statement("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
+        if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
+      }
+      var inherited: Set<String> = []
+      try storage.statement("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
+      return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
+    }
+  }
+
+  /// Makes this container a new copy restored from `origin` (the snapshot's instance id): a new
+  /// instance id, `origin` recorded, and the ids it holds now recorded as the ones it started with.
+  package func markRestored(from origin: String?) throws {
+    try withStorage { storage in
+      try storage.transaction {
+        try storage.statement("UPDATE meta SET value = ? WHERE key = 'instance_id'").run([
+          .text(try Storage.newContainerID())
+        ])
+        try storage.statement("DELETE FROM meta WHERE key = 'restored_from'").run()
+        if let origin {
+          try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
+        }
+        try storage.statement("DELETE FROM inherited").run()
+        try storage.statement("INSERT INTO inherited (id) SELECT id FROM records").run()
+      }
+    }
+  }
+
+  /// How a record of the snapshot that this container does not hold is merged.
+  enum Absent {
+    /// Added in its state: this container never held it (or is a fresh copy being restored).
+    case restore
+    /// Not added: this container held it and removed it since.
+    case skip
+    /// Cannot be told: added, but a record waiting for delivery goes to review.
+    case undetermined
+  }
+
+  /// Merges every record `source` holds into this container, each re-sealed under the vault's
+  /// active key: a record this container lacks is added (unless it held it and removed it since);
+  /// of two copies of one record the one changed later wins (this container's copy on a tie, and
+  /// always while it is in flight); a losing copy with another payload or queue is kept in review
+  /// under a new id; nothing is deleted. Running it again with the same snapshot changes nothing.
+  ///
+  /// - Parameters:
+  ///   - source: the snapshot, opened read-only; its container id must be this container's.
+  ///   - fresh: this container was made empty for the merge (a lost container restored): every
+  ///     record is added in its state, as a restore into a new home would.
+  ///   - open: opens a snapshot record's envelope (with the bundle's keys) under the context given.
+  /// - Returns: what was done.
+  /// - Throws: `QueueError` for a container that cannot be written or a malformed snapshot record;
+  ///   what `open` or sealing throws (nothing of the current batch is kept then).
+  package func merge(
+    from source: ContainerReader, fresh: Bool, open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8]
+  ) throws -> MergeOutcome {
+    guard source.containerID == containerID else {
+      throw QueueError.storage(path: path, detail: "the snapshot is of another container")
+    }
+    let theirs = try source.lineage()
+    let mine = try lineage()
+    let absent: (String) -> Absent = { id in
+      if fresh { return .restore }
+      // This copy started with it (a restore) and holds it no more: removed here, whatever the source.
+      if mine.inherited.contains(id) { return .skip }
+      if let instance = theirs.instance, instance == mine.instance { return .skip }
+      // The source is this copy's origin: what it holds beyond what this copy started with is new here.
+      if let instance = theirs.instance, mine.restoredFrom == instance { return .restore }
+      // The source was restored from this copy: what it started with, this copy held.
+      if let instance = mine.instance, theirs.restoredFrom == instance {
+        return theirs.inherited.contains(id) ? .skip : .restore
+      }
+      return .undetermined
+    }
+    var outcome = MergeOutcome()
+    var batch: [SnapshotRecord] = []
+    try source.forEachRecord { record in
+      batch.append(record)
+      if batch.count == 256 {
+        try mergeBatch(batch, absent: absent, open: open, into: &outcome)
+        batch.removeAll(keepingCapacity: true)
+      }
+    }
+    try mergeBatch(batch, absent: absent, open: open, into: &outcome)
+    return outcome
+  }
+
+  /// One transaction of a merge.
+  private func mergeBatch(
+    _ batch: [SnapshotRecord], absent: (String) -> Absent,
+    open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8], into outcome: inout MergeOutcome
+  ) throws {
+    guard !batch.isEmpty else { return }
+    var result = outcome
+    try withStorage { storage in
+      try storage.transaction {
+        let minimum = try storage.minimumSealVersion()
+        if vault.activeVersion < minimum { try vault.reload() }
+        guard vault.activeVersion >= minimum else {
+          throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
+        }
+        for record in batch {
+          try mergeRecord(record, storage: storage, absent: absent, open: open, into: &result)
+        }
+      }
+    }
+    outcome = result
+  }
+
+  private struct HomeCopy {
+    var queue: String
+    var state: String
+    var lastChange: Int64
+    var envelope: [UInt8]
+    var size: Int
+  }
+
+  private func mergeRecord(
+    _ record: SnapshotRecord, storage: Storage, absent: (String) -> Absent,
+    open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8], into outcome: inout MergeOutcome
+  ) throws {
+    guard let uuid = UUID(uuidString: record.id), uuid.uuidString.lowercased() == record.id,
+      let state = RecordState(rawValue: record.state), (try? Self.validate(record.queue)) != nil
+    else {
+      throw QueueError.storage(path: path, detail: "a snapshot record is malformed")
+    }
+    var payload = try open(record, context(queue: record.queue, id: record.id))
+    defer { payload.withUnsafeMutableBytes { zeroBytes($0) } }
+    var home: HomeCopy?
+    try storage.statement(
+      "SELECT queue, state, coalesce(changed, created_at), envelope, size FROM records WHERE id = ?"
+    ).query([.text(record.id)]) { row in
+      home = HomeCopy(
+        queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2), envelope: row.blob(3),
+        size: Int(row.int(4)))
+    }
+    guard let home else {
+      switch absent(record.id) {
+      case .skip:
+        outcome.goneHere += 1
+      case .restore:
+        try insert(
+          record, state: state == .inFlight ? .pending : state, errorKind: record.errorKind,
+          id: record.id, payload: payload, storage: storage)
+        outcome.restored += 1
+      case .undetermined:
+        if state == .pending || state == .inFlight {
+          try insert(
+            record, state: .review, errorKind: Self.maybeDeliveredKind, id: record.id, payload: payload,
+            storage: storage)
+          outcome.undetermined += 1
+        } else {
+          try insert(
+            record, state: state, errorKind: record.errorKind, id: record.id, payload: payload, storage: storage)
+          outcome.restored += 1
+        }
+      }
+      return
+    }
+    var homePayload = try home.envelope.withUnsafeBytes {
+      try vault.open($0, context: context(queue: home.queue, id: record.id))
+    }
+    defer { homePayload.withUnsafeMutableBytes { zeroBytes($0) } }
+    let samePayload = home.queue == record.queue && homePayload == payload
+    if home.state == RecordState.inFlight.rawValue || home.lastChange >= record.lastChange {
+      if samePayload {
+        outcome.unchanged += 1
+      } else {
+        let keptAs = try Self.keptID(for: record.id, from: "bundle", changed: record.lastChange)
+        if try insert(
+          record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, storage: storage)
+        {
+          outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "bundle"))
+        } else {
+          outcome.unchanged += 1  // kept by an earlier merge of this snapshot
+        }
+      }
+      return
+    }
+    // The snapshot's copy changed later: the home's record takes it.
+    var delta = 0
+    var envelope = home.envelope
+    if !samePayload {
+      var loser = record
+      loser.queue = home.queue
+      loser.createdAt =
+        try storage.statement("SELECT created_at FROM records WHERE id = ?").scalar([
+          .text(record.id)
+        ]) ?? record.createdAt
+      loser.attempts = 0
+      loser.changed = home.lastChange
+      let keptAs = try Self.keptID(for: record.id, from: "home", changed: home.lastChange)
+      if try insert(
+        loser, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: homePayload, storage: storage)
+      {
+        outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "home"))
+      }
+      envelope = try payload.withUnsafeBytes {
+        try vault.seal($0, context: context(queue: record.queue, id: record.id))
+      }
+      delta = envelope.count - home.size
+    }
+    try envelope.withUnsafeBytes { bytes in
+      _ = try storage.statement(
+        """
+        UPDATE records SET queue = ?, envelope = ?, key_version = ?, size = ?, state = ?, attempts = ?, error_kind = ?,
+          next_attempt_at = ?, server_failures = ?, lease_until = 0, changed = ?
+        WHERE id = ?
+        """
+      ).run([
+        .text(record.queue), .blob(bytes), .integer(Int64(try Envelope.header(of: bytes).version)),
+        .integer(Int64(envelope.count)), .text((state == .inFlight ? RecordState.pending : state).rawValue),
+        .integer(record.attempts), record.errorKind.map { .text($0) } ?? .null, .integer(record.nextAttemptAt),
+        .integer(record.serverFailures), .integer(record.lastChange), .text(record.id),
+      ])
+    }
+    try storage.addBytes(delta)
+    outcome.updated += 1
+  }
+
+  /// Seals `payload` under the active key as record `id` and inserts it with `record`'s delivery
+  /// fields in `state`. Returns false (storing nothing) when `id` is already in the container.
+  @discardableResult
+  private func insert(
+    _ record: SnapshotRecord, state: RecordState, errorKind: String?, id: String, payload: [UInt8],
+    storage: Storage
+  ) throws -> Bool {
+    let envelope = try payload.withUnsafeBytes { try vault.seal($0, context: context(queue: record.queue, id: id)) }
+    let inserted = try envelope.withUnsafeBytes { bytes in
+      try storage.statement(
+        """
+        INSERT INTO records (id, queue, created_at, size, key_version, envelope, state, attempts, error_kind,
+          next_attempt_at, server_failures, changed)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING
+        """
+      ).run([
+        .text(id), .text(record.queue), .integer(record.createdAt), .integer(Int64(envelope.count)),
+        .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .text(state.rawValue),
+        .integer(record.attempts), errorKind.map { .text($0) } ?? .null,
+        .integer(state == .pending ? record.nextAttemptAt : 0), .integer(record.serverFailures),
+        record.changed.map { .integer($0) } ?? .null,
+      ])
+    }
+    guard inserted == 1 else { return false }
+    try storage.addBytes(envelope.count)
+    return true
+  }
+
+  /// The id a losing copy is kept under: derived from the record's id, whose copy lost and when
+  /// it last changed, so merging the same snapshot again finds it instead of keeping it twice.
+  /// Nothing of the payload goes into it (an id is stored in the clear).
+  static func keptID(for id: String, from side: String, changed: Int64) throws -> String {
+    var digest = try SHA256.hash(Array("vault merge kept copy\0\(id)\0\(side)\0\(changed)".utf8))
+    digest[6] = (digest[6] & 0x0f) | 0x80  // version 8: a custom UUID (RFC 9562, section 5.8)
+    digest[8] = (digest[8] & 0x3f) | 0x80  // the RFC 9562 variant
+    let bytes = Array(digest.prefix(16))
+    let uuid = UUID(
+      uuid: (
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+        bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+      ))
+    return uuid.uuidString.lowercased()
+  }
+}
