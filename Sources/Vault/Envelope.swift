@@ -324,7 +324,8 @@ package struct EnvelopeContext: Sendable, Equatable {
   }
 
   /// Whether nothing identifies the record (every part empty): refused when sealing.
-  var isEmpty: Bool { parts.allSatisfy(\.isEmpty) }
+  // A closure, not the key path `\.isEmpty`: that one was instantiated at run time on every seal.
+  var isEmpty: Bool { parts.allSatisfy { $0.isEmpty } }
 
   /// E: the domain's length (1 byte) and bytes, then each part's length (4 bytes, big-endian) and bytes.
   package var encoded: [UInt8] { withEncoded { Array($0) } }

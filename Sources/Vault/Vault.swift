@@ -428,8 +428,10 @@ public final class Vault: Sendable {
   func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext, under version: UInt32) throws
     -> [UInt8]
   {
-    // Read in place: `manifest` would copy the whole manifest for one field.
-    let state = self.state.withLock { $0.manifest.record(version)?.state }
+    // Read in place: `manifest` would copy the whole manifest, and `record(_:)` the record, for one field.
+    let state = self.state.withLock { state in
+      state.manifest.versions.firstIndex { $0.version == version }.map { state.manifest.versions[$0].state }
+    }
     guard state == .active || state == .decryptOnly else { throw VaultError.noActiveKey }
     let key = try key(for: version)
     switch key.suite {
