@@ -130,15 +130,15 @@ public enum Envelope {
       writeFixedHeader(into: out, format: format2, suite: suiteXAES256GCMCommitted, keyring: keyring, version: version)
       UnsafeMutableRawBufferPointer(rebasing: out[17..<41]).copyMemory(from: random)
       // One workspace for both hashes and the cipher: one pool borrow per record, not four.
-      try xaes.withWorkspace(sealing: true) { workspace in
-        try context.withEncoded { encoded in
-          try withNonce(random: random, context: encoded, workspace) { nonce in
-            try commitment(
-              key: key, nonce: nonce, into: UnsafeMutableRawBufferPointer(rebasing: out[41..<73]), workspace)
-            try xaes.seal(
-              plaintext, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: out[0..<41]), encoded,
-              into: UnsafeMutableRawBufferPointer(rebasing: out[73...]), using: workspace)
-          }
+      let workspace = try xaes.borrowWorkspace(sealing: true)
+      defer { xaes.giveBack(workspace, sealing: true) }
+      try context.withEncoded { encoded in
+        try withNonce(random: random, context: encoded, workspace) { nonce in
+          try commitment(
+            key: key, nonce: nonce, into: UnsafeMutableRawBufferPointer(rebasing: out[41..<73]), workspace)
+          try xaes.seal(
+            plaintext, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: out[0..<41]), encoded,
+            into: UnsafeMutableRawBufferPointer(rebasing: out[73...]), using: workspace)
         }
       }
       initialized = count
@@ -154,25 +154,25 @@ public enum Envelope {
     let body = UnsafeRawBufferPointer(rebasing: envelope[73...])
     let count = body.count - AESGCMKey.tagByteCount
     let xaes = try key.xaes()
-    return try xaes.withWorkspace(sealing: false) { workspace in
-      try context.withEncoded { encoded in
-        try withNonce(random: random, context: encoded, workspace) { nonce in
-          let matches = try withUnsafeTemporaryAllocation(byteCount: commitmentByteCount, alignment: 1) { expected in
-            try commitment(key: key, nonce: nonce, into: expected, workspace)
-            return constantTimeEquals(
-              UnsafeRawBufferPointer(expected), UnsafeRawBufferPointer(rebasing: envelope[41..<73]))
+    let workspace = try xaes.borrowWorkspace(sealing: false)
+    defer { xaes.giveBack(workspace, sealing: false) }
+    return try context.withEncoded { encoded in
+      try withNonce(random: random, context: encoded, workspace) { nonce in
+        let matches = try withUnsafeTemporaryAllocation(byteCount: commitmentByteCount, alignment: 1) { expected in
+          try commitment(key: key, nonce: nonce, into: expected, workspace)
+          return constantTimeEquals(
+            UnsafeRawBufferPointer(expected), UnsafeRawBufferPointer(rebasing: envelope[41..<73]))
+        }
+        guard matches else { throw EnvelopeError.keyCommitmentMismatch }
+        do {
+          return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            try xaes.open(
+              body, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: envelope[0..<41]), encoded,
+              into: UnsafeMutableRawBufferPointer(buffer), using: workspace)
+            initialized = count
           }
-          guard matches else { throw EnvelopeError.keyCommitmentMismatch }
-          do {
-            return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-              try xaes.open(
-                body, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: envelope[0..<41]), encoded,
-                into: UnsafeMutableRawBufferPointer(buffer), using: workspace)
-              initialized = count
-            }
-          } catch CryptoError.authenticationFailed {
-            throw EnvelopeError.authenticationFailed
-          }
+        } catch CryptoError.authenticationFailed {
+          throw EnvelopeError.authenticationFailed
         }
       }
     }

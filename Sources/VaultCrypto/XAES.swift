@@ -71,10 +71,31 @@ package final class XAESKey: Sendable {
   /// - Returns: what `body` returns.
   /// - Throws: `CryptoError.library` when a context cannot be made; what `body` throws.
   package func withWorkspace<R>(sealing: Bool, _ body: (Workspace) throws -> R) throws -> R {
-    let pooled = sealing ? sealers.withLock { $0.popLast() } : openers.withLock { $0.popLast() }
-    let workspace = try pooled ?? Workspace(key: key, encrypt: sealing)
-    defer { sealing ? giveBack(workspace, to: sealers) : giveBack(workspace, to: openers) }
+    let workspace = try borrowWorkspace(sealing: sealing)
+    defer { giveBack(workspace, sealing: sealing) }
     return try body(workspace)
+  }
+
+  /// A workspace for sealing (`sealing`) or opening, from the pool or made; the caller must give
+  /// it back with `giveBack(_:sealing:)` (in a `defer`) and use it on one thread meanwhile.
+  /// `withWorkspace(sealing:_:)` does both; this pair is for a hot path in another module, where
+  /// the generic closure's captures cost a retain and a release each on every record.
+  ///
+  /// - Parameter sealing: true for sealing, false for opening.
+  /// - Returns: the workspace, lent to the caller.
+  /// - Throws: `CryptoError.library` when a context cannot be made.
+  package func borrowWorkspace(sealing: Bool) throws -> Workspace {
+    let pooled = sealing ? sealers.withLock { $0.popLast() } : openers.withLock { $0.popLast() }
+    return try pooled ?? Workspace(key: key, encrypt: sealing)
+  }
+
+  /// Returns a workspace from `borrowWorkspace(sealing:)` to its pool (or frees it when the pool is full).
+  ///
+  /// - Parameters:
+  ///   - workspace: the workspace, no longer used by the caller.
+  ///   - sealing: the same value it was borrowed with.
+  package func giveBack(_ workspace: Workspace, sealing: Bool) {
+    sealing ? giveBack(workspace, to: sealers) : giveBack(workspace, to: openers)
   }
 
   private func giveBack(_ workspace: Workspace, to pool: borrowing Mutex<[Workspace]>) {
