@@ -24,8 +24,11 @@ final class SealLock: Sendable {
   private struct Held {
     var descriptor: Int32 = -1
     var holders = 0
-    var recheck = false
   }
+  /// Set by `recheckFile()`. An atomic, not a field under `state`: the first holder waits in
+  /// flock while holding `state`, and a thread inside a rotation (holding the exclusive lock) that
+  /// notices a manifest change must not wait for it, or the two would wait for each other.
+  private let recheck = Atomic<Bool>(false)
 
   init(path: String) { self.path = path }
 
@@ -47,17 +50,20 @@ final class SealLock: Sendable {
   private func acquire() throws {
     // Blocking in flock while holding the mutex is intended: only the first holder ever blocks
     // (when a rotation holds the exclusive lock), and every other seal would wait for it anyway.
+    // Nothing a rotation does takes this mutex (`recheckFile` is an atomic store; a thread that
+    // holds the exclusive lock seals without the shared hold), so a rotation never waits for it.
     try state.withLock { held in
       if held.holders > 0 {
         held.holders += 1
         return
       }
-      if held.recheck, held.descriptor >= 0, !Self.isLinked(held.descriptor) {
+      if recheck.exchange(false, ordering: .acquiringAndReleasing), held.descriptor >= 0,
+        !Self.isLinked(held.descriptor)
+      {
         // The file was removed or replaced (a home deleted and made again): lock the one at `path`.
         close(held.descriptor)
         held.descriptor = -1
       }
-      held.recheck = false
       if held.descriptor < 0 {
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else { throw KeyStoreError.io(path: path, operation: "open lock", errno: errno) }
@@ -74,7 +80,7 @@ final class SealLock: Sendable {
   /// Makes the next first holder check that the open file is still the one at `path`: called
   /// when the manifest changed on disk.
   func recheckFile() {
-    state.withLock { $0.recheck = true }
+    recheck.store(true, ordering: .releasing)
   }
 
   private func release() {
