@@ -5,8 +5,13 @@
 #   tools/bench-crypto.sh [SECONDS]      (default 2 seconds per measurement)
 #
 # Targets (issue 2): seal and open ≥ 0.8× OpenSSL at 16 KiB and ≥ 0.5× at 1 KiB.
-# OpenSSL's figure is raw EVP encryption of a buffer; vault's is a format-2 seal: a getrandom(2) call, two
-# SHA-256 hashes, the XAES key derivation and a GCM re-key, the 89-byte overhead and the allocation.
+# OpenSSL 3.0's `speed -evp aes-256-gcm` times one whole message per buffer: EVP_CipherInit_ex with
+# the key and IV (a GCM key schedule each time), one EVP_EncryptUpdate, EVP_EncryptFinal_ex and the
+# tag, no AAD (seen with perf). vault's figure is a format-2 seal through Vault.seal: the shared
+# manifest lock and stat that keep a seal safe across rotation, a getrandom(2) call, two SHA-256
+# hashes, the XAES key derivation and a GCM re-key, the 89-byte envelope and its allocation.
+# Both rates are bytes per second of CPU time (OpenSSL's: user time; vault-bench's: user and system
+# time of its thread), so other builds sharing the machine do not move the ratio.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

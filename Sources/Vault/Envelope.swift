@@ -123,18 +123,22 @@ public enum Envelope {
     guard random.count == randomByteCount else {
       throw CryptoError.invalidLength(what: "envelope random value", expected: randomByteCount, actual: random.count)
     }
-    let encoded = context.encoded
     let count = plaintext.count + overhead(format: format2)
+    let xaes = try key.xaes()
     return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
       let out = UnsafeMutableRawBufferPointer(buffer)
       writeFixedHeader(into: out, format: format2, suite: suiteXAES256GCMCommitted, keyring: keyring, version: version)
       UnsafeMutableRawBufferPointer(rebasing: out[17..<41]).copyMemory(from: random)
-      try encoded.withUnsafeBytes { encoded in
-        try withNonce(random: random, context: encoded) { nonce in
-          try commitment(key: key, nonce: nonce, into: UnsafeMutableRawBufferPointer(rebasing: out[41..<73]))
-          try key.xaes().seal(
+      // One workspace for both hashes and the cipher: one pool borrow per record, not four.
+      let workspace = try xaes.borrowWorkspace(sealing: true)
+      defer { xaes.giveBack(workspace, sealing: true) }
+      try context.withEncoded { encoded in
+        try withNonce(random: random, context: encoded, workspace) { nonce in
+          try commitment(
+            key: key, nonce: nonce, into: UnsafeMutableRawBufferPointer(rebasing: out[41..<73]), workspace)
+          try xaes.seal(
             plaintext, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: out[0..<41]), encoded,
-            into: UnsafeMutableRawBufferPointer(rebasing: out[73...]))
+            into: UnsafeMutableRawBufferPointer(rebasing: out[73...]), using: workspace)
         }
       }
       initialized = count
@@ -146,23 +150,25 @@ public enum Envelope {
   package static func openFormat2(
     _ envelope: UnsafeRawBufferPointer, key: VersionKey, context: EnvelopeContext
   ) throws -> [UInt8] {
-    let encoded = context.encoded
     let random = UnsafeRawBufferPointer(rebasing: envelope[17..<41])
     let body = UnsafeRawBufferPointer(rebasing: envelope[73...])
     let count = body.count - AESGCMKey.tagByteCount
-    return try encoded.withUnsafeBytes { encoded in
-      try withNonce(random: random, context: encoded) { nonce in
+    let xaes = try key.xaes()
+    let workspace = try xaes.borrowWorkspace(sealing: false)
+    defer { xaes.giveBack(workspace, sealing: false) }
+    return try context.withEncoded { encoded in
+      try withNonce(random: random, context: encoded, workspace) { nonce in
         let matches = try withUnsafeTemporaryAllocation(byteCount: commitmentByteCount, alignment: 1) { expected in
-          try commitment(key: key, nonce: nonce, into: expected)
+          try commitment(key: key, nonce: nonce, into: expected, workspace)
           return constantTimeEquals(
             UnsafeRawBufferPointer(expected), UnsafeRawBufferPointer(rebasing: envelope[41..<73]))
         }
         guard matches else { throw EnvelopeError.keyCommitmentMismatch }
         do {
           return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            try key.xaes().open(
+            try xaes.open(
               body, nonce: nonce, authenticating: UnsafeRawBufferPointer(rebasing: envelope[0..<41]), encoded,
-              into: UnsafeMutableRawBufferPointer(buffer))
+              into: UnsafeMutableRawBufferPointer(buffer), using: workspace)
             initialized = count
           }
         } catch CryptoError.authenticationFailed {
@@ -174,20 +180,34 @@ public enum Envelope {
 
   /// Calls `body` with N = SHA-256(label ‖ R ‖ E)[0..<24].
   static func withNonce<T>(
-    random: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> T
+    random: UnsafeRawBufferPointer, context: UnsafeRawBufferPointer, _ workspace: XAESKey.Workspace? = nil,
+    _ body: (UnsafeRawBufferPointer) throws -> T
   ) throws -> T {
     try withUnsafeTemporaryAllocation(byteCount: SHA256.byteCount, alignment: 1) { digest in
-      try nonceLabel.withUnsafeBytes { label in try SHA256.hash(label, random, context, into: digest) }
+      try nonceLabel.withUnsafeBytes { label in try sha256(label, random, context, into: digest, workspace) }
       return try body(UnsafeRawBufferPointer(rebasing: digest[0..<XAESKey.nonceByteCount]))
     }
   }
 
   /// C = SHA-256(label ‖ K ‖ N), into `output` (32 bytes).
-  static func commitment(key: VersionKey, nonce: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer)
-    throws
-  {
+  static func commitment(
+    key: VersionKey, nonce: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer,
+    _ workspace: XAESKey.Workspace? = nil
+  ) throws {
     try commitmentLabel.withUnsafeBytes { label in
-      try key.material.withUnsafeBytes { material in try SHA256.hash(label, material, nonce, into: output) }
+      try key.material.withUnsafeBytes { material in try sha256(label, material, nonce, into: output, workspace) }
+    }
+  }
+
+  /// SHA-256 of `a ‖ b ‖ c` with the workspace's digest context, or a pooled one without.
+  private static func sha256(
+    _ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer,
+    into output: UnsafeMutableRawBufferPointer, _ workspace: XAESKey.Workspace?
+  ) throws {
+    if let workspace {
+      try workspace.sha256(a, b, c, into: output)
+    } else {
+      try SHA256.hash(a, b, c, into: output)
     }
   }
 
@@ -304,22 +324,41 @@ package struct EnvelopeContext: Sendable, Equatable {
   }
 
   /// Whether nothing identifies the record (every part empty): refused when sealing.
-  var isEmpty: Bool { parts.allSatisfy(\.isEmpty) }
+  // A closure, not the key path `\.isEmpty`: that one was instantiated at run time on every seal.
+  var isEmpty: Bool { parts.allSatisfy { $0.isEmpty } }
 
   /// E: the domain's length (1 byte) and bytes, then each part's length (4 bytes, big-endian) and bytes.
-  package var encoded: [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(1 + domain.utf8.count + parts.reduce(0) { $0 + 4 + $1.count })
-    out.append(UInt8(domain.utf8.count))
-    out.append(contentsOf: domain.utf8)
-    for part in parts {
-      // Four bytes of length: a context part of 4 GiB or more cannot be encoded (nor held sensibly).
-      precondition(part.count <= Int(UInt32.max), "context part too large to encode")
-      let length = UInt32(part.count)
-      for shift in [24, 16, 8, 0] as [UInt32] { out.append(UInt8(truncatingIfNeeded: length >> shift)) }
-      out.append(contentsOf: part)
+  package var encoded: [UInt8] { withEncoded { Array($0) } }
+
+  /// Calls `body` with E (as `encoded`), built on the stack when it is small (a queue record's
+  /// context is about 80 bytes), so sealing a record allocates nothing for it.
+  func withEncoded<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+    var count = 1 + domain.utf8.count
+    for part in parts { count += 4 + part.count }
+    // Above this the buffer comes from the heap (withUnsafeTemporaryAllocation decides).
+    return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { out in
+      out[0] = UInt8(domain.utf8.count)
+      var offset = 1
+      for byte in domain.utf8 {
+        out[offset] = byte
+        offset += 1
+      }
+      for part in parts {
+        // Four bytes of length: a context part of 4 GiB or more cannot be encoded (nor held sensibly).
+        precondition(part.count <= Int(UInt32.max), "context part too large to encode")
+        let length = UInt32(part.count)
+        out[offset] = UInt8(truncatingIfNeeded: length >> 24)
+        out[offset + 1] = UInt8(truncatingIfNeeded: length >> 16)
+        out[offset + 2] = UInt8(truncatingIfNeeded: length >> 8)
+        out[offset + 3] = UInt8(truncatingIfNeeded: length)
+        offset += 4
+        part.withUnsafeBytes { bytes in
+          UnsafeMutableRawBufferPointer(rebasing: out[offset..<offset + bytes.count]).copyMemory(from: bytes)
+        }
+        offset += part.count
+      }
+      return try body(UnsafeRawBufferPointer(out))
     }
-    return out
   }
 }
 

@@ -20,6 +20,8 @@ public final class Vault: Sendable {
   let store: any KeyStore
   let clock: @Sendable () -> Date
   private let state: Mutex<State>
+  /// The shared hold every `seal` takes on the home's lock file, kept open between seals.
+  private let sealLock: SealLock
 
   struct State {
     var manifest: Manifest
@@ -50,6 +52,7 @@ public final class Vault: Sendable {
     self.keyringID = manifest.keyringID!
     self.store = store
     self.clock = clock
+    sealLock = SealLock(path: home + "/" + Self.lockFileName)
     state = Mutex(
       State(
         manifest: manifest, integrityKey: integrityKey, stamp: FileStamp(ManifestFile.path(home: home)),
@@ -392,11 +395,14 @@ public final class Vault: Sendable {
   /// no rotation can run (the lock's shared mode, or the exclusive mode for the first pin).
   func withActiveVersionPinned<T>(_ body: (UInt32) throws -> T) throws -> T {
     if !holdsManifestLock {
-      let lock = try FileLock(path: home + "/" + Self.lockFileName, shared: true)
-      defer { lock.release() }
-      try refreshIfChanged()
-      let (version, pinned) = state.withLock { ($0.manifest.activeVersion, $0.manifest.externalSealVersions) }
-      if pinned.contains(version) { return try body(version) }
+      let pinned: T? = try sealLock.withShared {
+        try refreshIfChanged()
+        let (version, pinned) = state.withLock {
+          ($0.manifest.activeVersion, $0.manifest.externalSealVersions.contains($0.manifest.activeVersion))
+        }
+        return pinned ? try body(version) : nil
+      }
+      if let pinned { return pinned }
     }
     return try withManifestLock {
       let version = manifest.activeVersion
@@ -422,7 +428,10 @@ public final class Vault: Sendable {
   func seal(_ plaintext: UnsafeRawBufferPointer, context: EnvelopeContext, under version: UInt32) throws
     -> [UInt8]
   {
-    let state = manifest.record(version)?.state
+    // Read in place: `manifest` would copy the whole manifest, and `record(_:)` the record, for one field.
+    let state = self.state.withLock { state in
+      state.manifest.versions.firstIndex { $0.version == version }.map { state.manifest.versions[$0].state }
+    }
     guard state == .active || state == .decryptOnly else { throw VaultError.noActiveKey }
     let key = try key(for: version)
     switch key.suite {
@@ -491,7 +500,10 @@ public final class Vault: Sendable {
   /// Reloads when the manifest file is not the one this process last saw.
   func refreshIfChanged() throws {
     let current = FileStamp(manifestPath)
-    if current != state.withLock({ $0.stamp }) { try reload() }
+    if current != state.withLock({ $0.stamp }) {
+      sealLock.recheckFile()
+      try reload()
+    }
   }
 
   /// Reads the manifest in the home, checks its MAC, compares it with the key store's copy when it

@@ -45,20 +45,35 @@ public enum SHA256 {
     _ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer,
     into output: UnsafeMutableRawBufferPointer
   ) throws {
+    let context = try digestContexts.withLock { $0.popLast() } ?? DigestContext()
+    defer { digestContexts.withLock { if $0.count < 8 { $0.append(context) } } }
+    try hash(a, b, c, into: output, using: context)
+  }
+
+  /// `hash(_:_:_:into:)` with a digest context the caller owns (an `XAESKey.Workspace`'s), so a
+  /// caller that already borrowed one does not go to the shared pool.
+  static func hash(
+    _ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer, _ c: UnsafeRawBufferPointer,
+    into output: UnsafeMutableRawBufferPointer, using context: DigestContext
+  ) throws {
     guard let md = sha256Digest else { throw CryptoError.library(call: "EVP_MD_fetch(SHA256)") }
     guard output.count == byteCount else {
       throw CryptoError.invalidLength(what: "digest output", expected: byteCount, actual: output.count)
     }
-    let context = try digestContexts.withLock { $0.popLast() } ?? DigestContext()
-    defer { digestContexts.withLock { if $0.count < 8 { $0.append(context) } } }
     try check(EVP_DigestInit_ex(context.pointer, md, nil), "EVP_DigestInit_ex")
-    for part in [a, b, c] where part.count > 0 {
-      try check(EVP_DigestUpdate(context.pointer, part.baseAddress, part.count), "EVP_DigestUpdate")
-    }
+    // Three calls, not a loop over `[a, b, c]`: that array was a heap allocation per hash.
+    try update(context, a)
+    try update(context, b)
+    try update(context, c)
     var length: UInt32 = 0
     try check(
       EVP_DigestFinal_ex(context.pointer, output.baseAddress!.assumingMemoryBound(to: UInt8.self), &length),
       "EVP_DigestFinal_ex")
+  }
+
+  private static func update(_ context: DigestContext, _ part: UnsafeRawBufferPointer) throws {
+    guard part.count > 0 else { return }
+    try check(EVP_DigestUpdate(context.pointer, part.baseAddress, part.count), "EVP_DigestUpdate")
   }
 
   private static let digestContexts = Mutex<[DigestContext]>([])

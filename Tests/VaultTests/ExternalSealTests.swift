@@ -130,4 +130,50 @@ final class ExternalSealTests: XCTestCase {
     XCTAssertTrue(
       status?.keptBecause.contains { $0.contains("vault unpin 1") } == true, "\(String(describing: status))")
   }
+
+  // MARK: - The shared hold on the lock file
+
+  /// A seal holds the home's lock shared for its whole duration, though the lock file now stays
+  /// open between seals: while another holder (a rotation elsewhere) has it exclusively, a seal waits.
+  func testASealWaitsForAnExclusiveHolderOfTheLockFile() throws {
+    let vault = try makeVault()
+    _ = try vault.seal(Array("first".utf8), context: Array("notes/1".utf8))  // opens and keeps the file
+    let exclusive = try FileLock(path: vault.home + "/vault.lock")
+    let done = DispatchSemaphore(value: 0)
+    let sealed = Sealed()
+    DispatchQueue.global().async {
+      if let envelope = try? vault.seal(Array("second".utf8), context: Array("notes/2".utf8)) {
+        sealed.add(Array("second".utf8), envelope)
+      }
+      done.signal()
+    }
+    let waited = done.wait(timeout: .now() + 0.3)
+    XCTAssertEqual(waited, .timedOut, "the seal went ahead under an exclusive lock")
+    exclusive.release()
+    if waited == .timedOut { XCTAssertEqual(done.wait(timeout: .now() + 10), .success) }
+    XCTAssertEqual(sealed.all.count, 1)
+  }
+
+  /// The lock file removed while the vault keeps it open: once the manifest changes (another
+  /// process rotated, which made the file again), seals lock the new file, not the unlinked one.
+  func testSealsLockTheLockFileMadeAgainAfterTheManifestChanged() throws {
+    let vault = try makeVault()
+    let lockPath = vault.home + "/vault.lock"
+    _ = try vault.seal(Array("first".utf8), context: Array("notes/1".utf8))
+    XCTAssertEqual(unlink(lockPath), 0)
+    let other = try Vault.open(home: vault.home, resolver: .fixed(store))
+    _ = try other.rotate([RecordingContainer(name: "queue.db")])  // makes the lock file again
+    // The first seal after the change notices it; the next holds the new file.
+    _ = try vault.seal(Array("second".utf8), context: Array("notes/2".utf8))
+    let exclusive = try FileLock(path: lockPath)
+    let done = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+      _ = try? vault.seal(Array("third".utf8), context: Array("notes/3".utf8))
+      done.signal()
+    }
+    let waited = done.wait(timeout: .now() + 0.3)
+    XCTAssertEqual(waited, .timedOut, "the seal locked the removed file")
+    exclusive.release()
+    if waited == .timedOut { XCTAssertEqual(done.wait(timeout: .now() + 10), .success) }
+  }
 }
