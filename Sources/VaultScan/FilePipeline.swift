@@ -50,6 +50,7 @@ final class FilePipeline: @unchecked Sendable {
   private let scanner: Scanner
   private let window: Int
   static let workers = 2
+  private static let sidecarSuffixes = ["-wal", "-shm", "-journal"].map { Array($0.utf8) }
 
   /// A file handed to the workers, and what they found in it.
   private final class Job {
@@ -92,6 +93,13 @@ final class FilePipeline: @unchecked Sendable {
   /// behind what the walk noted so far (`segment`, emptied). Waits while `window` files are open.
   /// - Throws: what `Scanner.completeFile` throws for a file put in the report meanwhile.
   func submit(in directory: Int32, name: [UInt8], shown: String, segment: inout ScanReport) throws {
+    // A database's container audit reads it through SQLite, which may write its -shm file (the
+    // WAL index): a -wal, -shm or -journal file is read only once every file before it is in the
+    // report, audits included, as one thread reading them in turn would (its name sorts right
+    // after the database's, so little is lost).
+    if Self.sidecarSuffixes.contains(where: { name.count > $0.count && name.suffix($0.count).elementsEqual($0) }) {
+      try drain()
+    }
     guard let file = scanner.openFile(in: directory, name: name, shown: shown, report: &segment) else { return }
     // The workers read the file after the walk has moved on and closed its directory: the job
     // keeps its own descriptor of it. Without one, the file is read here, in order, at once.
