@@ -284,15 +284,16 @@ enum TextDetectors {
   @inline(__always)
   static func allPrintable(_ word: UInt64) -> Bool {
     let high: UInt64 = 0x8080_8080_8080_8080
-    let low = word & 0x7f7f_7f7f_7f7f_7f7f
-    // Per byte (no carry crosses bytes, all sums stay below 0x100): 0x20...0x7e and below 0x80.
-    let visible = (low &+ 0x6060_6060_6060_6060) & ~(low &+ 0x0101_0101_0101_0101) & ~word & high
+    // A byte from 0x80 is never printable (random data: nearly every word stops here).
+    guard word & high == 0 else { return false }
+    // Per byte (no carry crosses bytes, all sums stay below 0x100): 0x20...0x7e.
+    let visible = (word &+ 0x6060_6060_6060_6060) & ~(word &+ 0x0101_0101_0101_0101) & high
     if visible == high { return true }
     // A zero byte of `value` (at most 0x7f each) marks its high bit.
     @inline(__always) func zeros(_ value: UInt64) -> UInt64 { ~((value &+ 0x7f7f_7f7f_7f7f_7f7f) | value) & high }
     let controls =
-      zeros(low ^ 0x0909_0909_0909_0909) | zeros(low ^ 0x0a0a_0a0a_0a0a_0a0a) | zeros(low ^ 0x0d0d_0d0d_0d0d_0d0d)
-    return visible | (controls & ~word) == high
+      zeros(word ^ 0x0909_0909_0909_0909) | zeros(word ^ 0x0a0a_0a0a_0a0a_0a0a) | zeros(word ^ 0x0d0d_0d0d_0d0d_0d0d)
+    return visible | controls == high
   }
 
   /// A run of text found inside binary data, judged line by line and as records; schema text is not.
