@@ -48,10 +48,12 @@ enum ContentKind: String {
   var judgesJSON: Bool { self != .compiledCode && self != .vaultMetadata }
 
   /// The `key-value-text` and `natural-language` findings in one chunk of a file of this kind.
-  func textFindings(_ bytes: UnsafeRawBufferPointer) -> [TextDetectors.Hit] {
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
+  func textFindings(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [TextDetectors.Hit] {
     switch self {
     case .sqlite, .memoryImage, .binary:
-      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes) + TextDetectors.utf16Findings(bytes)
+      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes, braces: braces)
+        + TextDetectors.utf16Findings(bytes)
     case .textLog: TextDetectors.rareLineFindings(bytes)
     case .text: TextDetectors.formBodies(bytes)
     case .compiledCode, .vaultMetadata: []

@@ -123,15 +123,17 @@ public struct Scanner {
             file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
             detector: "key-material", encoding: "pem", excerpt: redact(bytes[key.start..<key.end])))
       }
+      // The braces a quote follows, found once for the JSON search and the record detectors.
+      let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
       if content.judgesJSON {
-        for hit in jsonText(bytes) where offset + hit.start < reportBelow {
+        for hit in jsonText(bytes, braces: braces) where offset + hit.start < reportBelow {
           report.add(
             Finding(
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
               detector: "json-text", encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
         }
       }
-      for hit in content.textFindings(bytes) where offset + hit.start < reportBelow {
+      for hit in content.textFindings(bytes, braces: braces) where offset + hit.start < reportBelow {
         report.add(
           Finding(
             file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),

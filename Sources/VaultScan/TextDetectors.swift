@@ -353,10 +353,12 @@ enum TextDetectors {
   /// or more strings, as `json-text`; Python dict reprs (`{'user': 'ana', …}`, two or more
   /// members) as `key-value-text`. `includeJSONRecords` also reports what `jsonText` would (for
   /// text this scanner decoded itself, such as UTF-16).
-  static func structuredFindings(_ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false) -> [Hit] {
+  static func structuredFindings(
+    _ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false, braces: [Int]? = nil
+  ) -> [Hit] {
     var hits: [Hit] = []
     var objects: [(start: Int, end: Int)] = []
-    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27])
+    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27], braces: braces)
     for object in parsed where object.quote == 0x22 {
       objects.append((object.start, object.end))
       let record = isJSONRecord(object)
@@ -453,7 +455,10 @@ enum TextDetectors {
 extension Scanner {
   /// JSON objects that are records (`TextDetectors.isJSONRecord`): compact, pretty-printed or with
   /// `"key" : value` spacing, after a BOM or anything else, with where each starts and ends.
-  func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
-    RecordSyntax.objects(bytes, quotes: [0x22]).filter(TextDetectors.isJSONRecord).map { ($0.start, $0.end) }
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
+  func jsonText(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [(start: Int, end: Int)] {
+    RecordSyntax.objects(bytes, quotes: [0x22], braces: braces).filter(TextDetectors.isJSONRecord).map {
+      ($0.start, $0.end)
+    }
   }
 }
