@@ -4,14 +4,20 @@
 # scanner's peak memory, which must not grow with file size (files are streamed in 4 MiB chunks).
 #
 #   tools/bench-scan.sh [MEGABYTES]     (default 200)
+#   VAULT_BINARY=PATH tools/bench-scan.sh …   measures that vault binary instead of building one
+#   (an older build, for a before/after comparison on the same machine).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 megabytes=${1:-200}
 
-tools/setup.sh
-swift build -c release --product vault 2>&1 | grep -v "prohibited flag" | tail -1
-vault="$(swift build -c release --show-bin-path)/vault"
+if [ -n "${VAULT_BINARY:-}" ]; then
+  vault=$VAULT_BINARY
+else
+  tools/setup.sh
+  swift build -c release --product vault 2>&1 | grep -v "prohibited flag" | tail -1
+  vault="$(swift build -c release --show-bin-path)/vault"
+fi
 work=$(mktemp -d /tmp/vault-scan-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -67,6 +73,6 @@ awk -v b="$bytes" -v g1="$grep_s" -v g2="$grep2_s" -v s1="$scan_s" -v s2="$scan2
   g = (g1 < g2 ? g1 : g2); s = (s1 < s2 ? s1 : s2)
   printf "grep -c -F:  %7.1f MB/s (%.3f s), peak RSS %d KiB\n", b / g / 1e6, g, gr
   printf "vault scan:  %7.1f MB/s (%.3f s), peak RSS %d KiB\n", b / s / 1e6, s, sr
-  printf "ratio: %.2fx grep (goal >= 0.3x)\n", g / s
+  printf "ratio: %.2fx grep (goal >= 0.5x)\n", g / s
   printf "figure scan-vs-grep %.2f\n", g / s
 }'

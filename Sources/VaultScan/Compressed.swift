@@ -212,6 +212,16 @@ extension Scanner {
     return bits
   }()
 
+  /// `startTable` as one byte per 2-byte value (64 KiB), indexed by the two bytes as one
+  /// little-endian load gives them (first byte low): 1 where a signature may start.
+  static let startBytesByLoad: [UInt8] = {
+    var bytes = [UInt8](repeating: 0, count: 65536)
+    for header in 0..<65536 where startTable[header >> 6] & (1 << (header & 63)) != 0 {
+      bytes[header >> 8 | (header & 0xff) << 8] = 1
+    }
+    return bytes
+  }()
+
   static func isZlibHeader(_ header: Int) -> Bool {
     header >> 8 & 0x8f == 0x08 && header % 31 == 0 && header & 0x20 == 0
   }
@@ -234,9 +244,9 @@ extension Scanner {
     (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
   ]
 
+  @inline(__always)
   static func isBase64(_ byte: UInt8) -> Bool {
-    (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte) || (0x30...0x39).contains(byte)
-      || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
+    (byte | 0x20) &- 0x61 < 26 || byte &- 0x30 < 10 || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
   }
 
   /// Offsets where a compressed stream may start, in one pass over the bytes with `startTable`:
@@ -299,10 +309,30 @@ extension Scanner {
         append(offset, offset, format, base64: true)
       }
     }
-    Self.startTable.withUnsafeBufferPointer { table in
-      for offset in min(max(0, from), bytes.count - 1)..<(bytes.count - 1) {
-        let header = Int(base[offset]) << 8 | Int(base[offset + 1])
-        if table[header >> 6] & (1 << (header & 63)) != 0 { examine(offset, header) }
+    // The byte-by-byte pass (about a fifth of a scan): one byte of `startBytesByLoad` per position,
+    // indexed by the two bytes as one load gives them, eight positions per branch (a micro-
+    // benchmark here: 0.34 ns a byte, against 0.8 for a bit table indexed byte by byte).
+    Self.startBytesByLoad.withUnsafeBufferPointer { table in
+      let raw = UnsafeRawPointer(base)
+      @inline(__always) func check(_ offset: Int) {
+        if table[Int(UInt16(littleEndian: (raw + offset).loadUnaligned(as: UInt16.self)))] != 0 {
+          examine(offset, Int(base[offset]) << 8 | Int(base[offset + 1]))
+        }
+      }
+      var offset = min(max(0, from), bytes.count - 1)
+      while offset + 8 < bytes.count {
+        let word = UInt64(littleEndian: (raw + offset).loadUnaligned(as: UInt64.self))
+        @inline(__always) func at(_ shift: UInt64) -> UInt8 {
+          table[Int(truncatingIfNeeded: (word &>> shift) & 0xffff)]
+        }
+        var any = at(0) | at(8) | at(16) | at(24) | at(32) | at(40) | at(48)
+        any |= table[Int(truncatingIfNeeded: word &>> 56) | Int(base[offset + 8]) << 8]
+        if any != 0 { for position in offset..<(offset + 8) { check(position) } }
+        offset += 8
+      }
+      while offset < bytes.count - 1 {
+        check(offset)
+        offset += 1
       }
     }
     for line in Self.wrappedBase64Blocks(bytes, from: from) {
@@ -334,18 +364,26 @@ extension Scanner {
       return (60...80).contains(before - start) && (start == 0 || base[start - 1] == 0x0a)
     }
     var blocks: [Int] = []
-    var lineStarts = from <= 0 ? [0] : []
+    // Each line start in turn (the buffer's, then the one after each line feed from `from` on),
+    // with where its line ends: a line shorter than 60 bytes holds no base64 line and costs no more.
+    var start: Int? = from <= 0 ? 0 : nil
     var position = max(0, from)
-    while position < bytes.count, let newline = memchr(base + position, 0x0a, bytes.count - position) {
-      position = base.distance(to: newline.assumingMemoryBound(to: UInt8.self)) + 1
-      lineStarts.append(position)
-    }
-    for start in lineStarts where start < bytes.count && isBase64(base[start]) {
+    while true {
+      var lineFeed = bytes.count
+      if position < bytes.count, let found = memchr(base + position, 0x0a, bytes.count - position) {
+        lineFeed = base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+      }
       // Only a block's first line, and a block is two lines or more.
-      guard let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1) else { continue }
-      var next = start + length
-      if next < bytes.count, base[next] == 0x0d { next += 1 }
-      if next + 1 < bytes.count, base[next] == 0x0a, isBase64(base[next + 1]) { blocks.append(start) }
+      if let start, start < bytes.count, lineFeed - start >= 60, isBase64(base[start]),
+        let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1)
+      {
+        var next = start + length
+        if next < bytes.count, base[next] == 0x0d { next += 1 }
+        if next + 1 < bytes.count, base[next] == 0x0a, isBase64(base[next + 1]) { blocks.append(start) }
+      }
+      guard lineFeed < bytes.count else { break }
+      start = lineFeed + 1
+      position = lineFeed + 1
     }
     return blocks
   }

@@ -48,10 +48,12 @@ enum ContentKind: String {
   var judgesJSON: Bool { self != .compiledCode && self != .vaultMetadata }
 
   /// The `key-value-text` and `natural-language` findings in one chunk of a file of this kind.
-  func textFindings(_ bytes: UnsafeRawBufferPointer) -> [TextDetectors.Hit] {
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
+  func textFindings(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [TextDetectors.Hit] {
     switch self {
     case .sqlite, .memoryImage, .binary:
-      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes) + TextDetectors.utf16Findings(bytes)
+      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes, braces: braces)
+        + TextDetectors.utf16Findings(bytes)
     case .textLog: TextDetectors.rareLineFindings(bytes)
     case .text: TextDetectors.formBodies(bytes)
     case .compiledCode, .vaultMetadata: []
@@ -89,10 +91,17 @@ enum ContentKind: String {
   /// or record is not mistaken for binary, nor a short binary for text.
   static func isText(_ head: ArraySlice<UInt8>) -> Bool {
     guard !head.isEmpty else { return false }
-    let bytes = Array(head)
+    return head.withUnsafeBufferPointer { isText($0) }
+  }
+
+  private static func isText(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    // Once even all the bytes left could not bring the printable ones to the share needed, the
+    // answer is no (random data: within a few hundred bytes, not 4 KiB).
+    let needed = Double(bytes.count) * 0.95
     var printable = 0
     var index = 0
     while index < bytes.count {
+      if bytes.count < 64 ? printable < index : Double(printable + bytes.count - index) < needed { return false }
       let byte = bytes[index]
       if (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09 {
         printable += 1

@@ -105,7 +105,7 @@ enum Patterns {
 }
 
 /// A redacted excerpt: the first two characters of what matched, its length, and nothing else.
-func redact(_ bytes: ArraySlice<UInt8>) -> String {
+func redact<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> String {
   let printable = bytes.prefix(2).map { $0 >= 0x20 && $0 < 0x7f ? String(UnicodeScalar($0)) : "." }.joined()
   return "\(printable)… (\(bytes.count) bytes, redacted)"
 }

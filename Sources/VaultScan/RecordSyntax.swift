@@ -32,17 +32,26 @@ enum RecordSyntax {
   /// Objects whose first key is quoted with one of `quotes` (`"` for JSON, `'` for a Python
   /// repr), each judged once: parsing resumes after an object, so the objects nested in one are
   /// not judged again on their own.
-  static func objects(_ bytes: UnsafeRawBufferPointer, quotes: [UInt8]) -> [Object] {
+  static func objects(_ bytes: UnsafeRawBufferPointer, quotes: [UInt8], braces: [Int]? = nil) -> [Object] {
     guard let base = bytes.baseAddress else { return [] }
     var found: [Object] = []
     var index = 0
+    var nextBrace = 0
     // Nested values are matched bracket by bracket; an object that never closes would otherwise
     // be measured again from every brace inside it (quadratic in `{"a":[{"a":[…`). Past this
     // many bytes per buffer, nested values are not measured and end the object where they start.
     var budget = 4 * bytes.count + 65536
     while index < bytes.count {
-      guard let brace = memchr(base + index, 0x7b, bytes.count - index) else { break }
-      let start = base.distance(to: UnsafeRawPointer(brace))
+      let start: Int
+      if let braces {
+        // (Only braces a quote follows, found once for all callers: `quotedBraces`.)
+        while nextBrace < braces.count, braces[nextBrace] < index { nextBrace += 1 }
+        guard nextBrace < braces.count else { break }
+        start = braces[nextBrace]
+      } else {
+        guard let brace = memchr(base + index, 0x7b, bytes.count - index) else { break }
+        start = base.distance(to: UnsafeRawPointer(brace))
+      }
       index = start + 1
       var first = index
       while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
@@ -51,6 +60,23 @@ enum RecordSyntax {
       else { continue }
       found.append(object)
       index = max(index, object.end)
+    }
+    return found
+  }
+
+  /// Every `{` whose first byte after white space (up to 16 bytes of it) is `"` or `'`: the only
+  /// braces `objects` can start an object at, with either quote. One pass serves both the JSON
+  /// and the Python-repr search of a chunk.
+  static func quotedBraces(_ bytes: UnsafeRawBufferPointer) -> [Int] {
+    guard let base = bytes.baseAddress else { return [] }
+    var found: [Int] = []
+    var index = 0
+    while index < bytes.count, let brace = memchr(base + index, 0x7b, bytes.count - index) {
+      let start = base.distance(to: UnsafeRawPointer(brace))
+      index = start + 1
+      var first = index
+      while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
+      if first < bytes.count, bytes[first] == 0x22 || bytes[first] == 0x27 { found.append(start) }
     }
     return found
   }
@@ -235,13 +261,24 @@ enum RecordSyntax {
   /// with no space after a separator (prose lists put one there), one field of letters and one of
   /// three or more digits.
   static func isDelimitedRow(_ line: ArraySlice<UInt8>) -> Bool {
-    for separator: UInt8 in [0x2c, 0x3b, 0x7c, 0x09] {
-      let fields = line.split(separator: separator, omittingEmptySubsequences: false)
-      guard fields.count >= 5, fields.allSatisfy({ !$0.isEmpty && $0.count <= 64 }) else { continue }
-      if fields.dropFirst().contains(where: { $0.first == 0x20 }) { continue }
-      let lettered = fields.contains { field in field.filter(isLetter).count >= 2 }
-      let numeric = fields.contains { field in field.count >= 3 && field.allSatisfy(isDigit) }
-      if lettered && numeric { return true }
+    // Field by field, without splitting: a long line (a JSON document in one run) usually fails
+    // within its first fields.
+    separators: for separator: UInt8 in [0x2c, 0x3b, 0x7c, 0x09] {
+      var fields = 0
+      var lettered = false
+      var numeric = false
+      var start = line.startIndex
+      while true {
+        let end = line[start...].firstIndex(of: separator) ?? line.endIndex
+        let field = line[start..<end]
+        guard !field.isEmpty, field.count <= 64, fields == 0 || field.first != 0x20 else { continue separators }
+        fields += 1
+        if !lettered { lettered = field.lazy.filter(isLetter).count >= 2 }
+        if !numeric { numeric = field.count >= 3 && field.allSatisfy(isDigit) }
+        guard end < line.endIndex else { break }
+        start = end + 1
+      }
+      if fields >= 5 && lettered && numeric { return true }
     }
     return false
   }

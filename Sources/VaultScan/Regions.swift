@@ -51,10 +51,13 @@ final class RegionMap {
     }
   }
 
+  /// Up to `count` bytes at `offset` (one `pread`; fewer at the end of the file, none on an error).
+  /// Read straight into the array's storage: not zeroed first, not copied after.
   static func read(_ fd: Int32, at offset: Int, count: Int) -> [UInt8] {
-    var buffer = [UInt8](repeating: 0, count: count)
-    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, count, off_t(offset)) }
-    return got > 0 ? Array(buffer.prefix(got)) : []
+    guard count > 0 else { return [] }
+    return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+      initialized = max(0, pread(fd, buffer.baseAddress, count, off_t(offset)))
+    }
   }
 
   private static func be16(_ b: [UInt8], _ i: Int) -> Int { Int(b[i]) << 8 | Int(b[i + 1]) }

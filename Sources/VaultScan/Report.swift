@@ -164,6 +164,21 @@ public struct ScanReport: Codable, Equatable, Sendable {
     fileCounts = [:]
   }
 
+  /// Adds `other` after what this report holds (findings, skipped and incomplete paths, counts);
+  /// its `verify` is not taken (the scan keeps one, in order).
+  mutating func append(_ other: ScanReport) {
+    filesScanned += other.filesScanned
+    bytesScanned += other.bytesScanned
+    findings += other.findings
+    skipped += other.skipped
+    incomplete += other.incomplete
+  }
+
+  /// Nothing read, found or noted yet.
+  var isEmpty: Bool {
+    filesScanned == 0 && bytesScanned == 0 && findings.isEmpty && skipped.isEmpty && incomplete.isEmpty
+  }
+
   /// No findings (says nothing about completeness: see `complete`).
   public var clean: Bool { findings.isEmpty }
   /// Every path under the scan was read to the end.

@@ -59,19 +59,26 @@ public struct Scanner {
   /// - Throws: `ScanError.unreadable` when a path given cannot be looked at; with a vault, a key
   ///   store error that stops envelopes from being opened.
   public func scan(_ paths: [String]) throws -> ScanReport {
-    var report = ScanReport()
-    if vault != nil { report.verify = VerifyReport() }
+    // Files are read on two threads and put in the report in walk order (`FilePipeline`).
+    let files = FilePipeline(scanner: self)
+    defer { files.stop() }
+    var segment = ScanReport()
     let depthLimit = Self.depthLimit()
-    for path in paths { try walk(root: path, depthLimit: depthLimit, report: &report) }
+    for path in paths { try walk(root: path, depthLimit: depthLimit, report: &segment, files: files) }
+    var report = try files.finish(segment: segment)
     report.findings.sort { ($0.file, $0.offset) < ($1.file, $1.offset) }
     return report
   }
 
   /// Runs the detectors over the regular file open at `fd` (the walker opened it and closes it),
-  /// shown as `path`, whose last component is `name`.
+  /// shown as `path`, whose last component is `name`, reading it in chunks into `scratch`.
+  /// `progress` is told how many of its bytes are done after each chunk.
   /// - Returns: what kind of file it is, from its first bytes.
   @discardableResult
-  func scanFile(_ fd: Int32, size: Int, path: String, name: String, report: inout ScanReport) -> FileKind {
+  func scanFile(
+    _ fd: Int32, size: Int, path: String, name: String, scratch: ScanScratch, report: inout ScanReport,
+    progress: (_ bytesDone: Int) -> Void = { _ in }
+  ) -> FileKind {
     report.filesScanned += 1
     report.bytesScanned += size
     let regions = RegionMap(fd: fd, size: size, name: name)
@@ -93,59 +100,62 @@ public struct Scanner {
     var offset = 0
     while offset < size {
       let count = min(Self.chunk + overlap, size - offset)
-      let chunk = RegionMap.read(fd, at: offset, count: count)
-      if chunk.count < count { shortRead = true }
-      if chunk.isEmpty { break }
+      // One pread into this thread's buffer, as `RegionMap.read` would, without a new array per chunk.
+      let buffer = scratch.buffer(count)
+      let got = pread(fd, buffer.baseAddress, count, off_t(offset))
+      let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<max(0, got)])
+      if bytes.count < count { shortRead = true }
+      if bytes.isEmpty { break }
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
       // whole (one finding per place, with nothing remembered across chunks).
       let reportBelow = offset + count >= size ? Int.max : offset + Self.chunk
-      chunk.withUnsafeBytes { bytes in
-        searcher.search(bytes) { hit, index in
-          guard offset + hit < reportBelow else { return }
-          let pattern = patterns[index]
-          report.add(
-            Finding(
-              file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
-              encoding: pattern.encoding, excerpt: redact(chunk[hit..<(hit + pattern.bytes.count)])))
-        }
-        for key in KeyMaterial.armouredKeys(bytes) where offset + key.start < reportBelow {
-          report.add(
-            Finding(
-              file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
-              detector: "key-material", encoding: "pem", excerpt: redact(chunk[key.start..<key.end])))
-        }
-        if content.judgesJSON {
-          for hit in jsonText(bytes) where offset + hit.start < reportBelow {
-            report.add(
-              Finding(
-                file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
-                detector: "json-text", encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
-          }
-        }
-        for hit in content.textFindings(bytes) where offset + hit.start < reportBelow {
+      searcher.search(bytes) { hit, index in
+        guard offset + hit < reportBelow else { return }
+        let pattern = patterns[index]
+        report.add(
+          Finding(
+            file: path, offset: offset + hit, region: regions.region(at: offset + hit), detector: "canary",
+            encoding: pattern.encoding, excerpt: redact(bytes[hit..<(hit + pattern.bytes.count)])))
+      }
+      for key in KeyMaterial.armouredKeys(bytes) where offset + key.start < reportBelow {
+        report.add(
+          Finding(
+            file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
+            detector: "key-material", encoding: "pem", excerpt: redact(bytes[key.start..<key.end])))
+      }
+      // The braces a quote follows, found once for the JSON search and the record detectors.
+      let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
+      if content.judgesJSON {
+        for hit in jsonText(bytes, braces: braces) where offset + hit.start < reportBelow {
           report.add(
             Finding(
               file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
-              detector: hit.detector, encoding: nil, excerpt: redact(chunk[hit.start..<hit.end])))
+              detector: "json-text", encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
         }
-        // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
-        for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
-          if let reason = stream.unreadable {
-            // (A program's own constants hold these magic numbers: liblz4, libmagic.)
-            if content != .compiledCode { unreadable = unreadable ?? reason }
-            continue
-          }
-          for finding in scanCompressed(
-            .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
-            path: path, fileOffset: offset + stream.start, allowance: allowance,
-            reportsCorruption: regions.kind == .other, holder: holder
-          ).findings {
-            report.add(finding)
-          }
-        }
-        examinedUpTo = offset + count - StreamStart.lookahead
       }
-      progress?(report.filesScanned, report.bytesScanned - size + min(size, offset + count))
+      for hit in content.textFindings(bytes, braces: braces) where offset + hit.start < reportBelow {
+        report.add(
+          Finding(
+            file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
+            detector: hit.detector, encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
+      }
+      // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
+      for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
+        if let reason = stream.unreadable {
+          // (A program's own constants hold these magic numbers: liblz4, libmagic.)
+          if content != .compiledCode { unreadable = unreadable ?? reason }
+          continue
+        }
+        for finding in scanCompressed(
+          .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
+          path: path, fileOffset: offset + stream.start, allowance: allowance,
+          reportsCorruption: regions.kind == .other, holder: holder
+        ).findings {
+          report.add(finding)
+        }
+      }
+      examinedUpTo = offset + count - StreamStart.lookahead
+      progress(min(size, offset + count))
       if offset + count >= size { break }
       offset += Self.chunk
     }

@@ -110,7 +110,15 @@ enum TextDetectors {
         let lineEnd =
           memchr(base + lineStart, 0x0a, bytes.count - lineStart).map { base.distance(to: UnsafeRawPointer($0)) }
           ?? bytes.count
-        if lineEnd - lineStart >= 16 {
+        if lineEnd - lineStart >= 16, !couldBePairs(base + lineStart, lineEnd - lineStart) {
+          // A pre-filter: without two '=' the line can only be a sentence, and it stops being
+          // one as soon as too many of its bytes are neither letters nor spaces (a log line's date
+          // and numbers rule it out within a few bytes).
+          lines += 1
+          if let hit = sentence(table, base + lineStart, lineEnd - lineStart) {
+            hits.append(Hit(start: lineStart + hit.start, end: lineStart + hit.end, detector: hit.detector))
+          }
+        } else if lineEnd - lineStart >= 16 {
           lines += 1
           var letters = 0
           var spaces = 0
@@ -156,6 +164,75 @@ enum TextDetectors {
     return (hits, lines)
   }
 
+  /// Whether the line holds two '=' or more: a line of two `key=value` pairs needs them.
+  @inline(__always)
+  private static func couldBePairs(_ line: UnsafeRawPointer, _ count: Int) -> Bool {
+    guard let first = memchr(line, 0x3d, count) else { return false }
+    let after = line.distance(to: UnsafeRawPointer(first)) + 1
+    return memchr(line + after, 0x3d, count - after) != nil
+  }
+
+  /// The natural-language judgement of `judgeLines` for a line that cannot be two pairs: at least
+  /// eight words of two or more letters, and letters and spaces at least 80 % of the line. The
+  /// count stops once the other bytes already make the 80 % impossible.
+  private static func sentence(
+    _ table: UnsafeBufferPointer<UInt8>, _ line: UnsafeRawPointer, _ count: Int
+  ) -> (start: Int, end: Int, detector: String)? {
+    let needed = Double(count) * 0.8
+    // The most bytes that may be neither letters nor spaces: letters and spaces can be at most
+    // `count - others`, which must stay at least `needed`.
+    var allowed = Int((Double(count) * 0.2).rounded(.down))
+    while allowed + 1 <= count, Double(count - allowed - 1) >= needed { allowed += 1 }
+    while allowed >= 0, Double(count - allowed) < needed { allowed -= 1 }
+    guard allowed >= 0 else { return nil }
+    // Eight bytes at a time first: most lines that are no sentence fail here.
+    var others = 0
+    var at = 0
+    while at + 8 <= count {
+      others &+= 8 &- letterOrSpace(line.loadUnaligned(fromByteOffset: at, as: UInt64.self)).nonzeroBitCount
+      if others > allowed { return nil }
+      at += 8
+    }
+    var letters = 0
+    var spaces = 0
+    others = 0
+    var words = 0
+    var wordLength = 0
+    let bytes = line.assumingMemoryBound(to: UInt8.self)
+    for index in 0..<count {
+      let bits = table[Int(bytes[index])]
+      if bits & letter != 0 {
+        letters &+= 1
+        wordLength &+= 1
+        continue
+      }
+      if wordLength >= 2 { words &+= 1 }
+      wordLength = 0
+      if bits & space != 0 {
+        spaces &+= 1
+      } else {
+        others &+= 1
+        if others > allowed { return nil }
+      }
+    }
+    if wordLength >= 2 { words += 1 }
+    guard words >= 8, Double(letters + spaces) >= needed else { return nil }
+    return (0, count, "natural-language")
+  }
+
+  /// The high bit of each byte of `word` that `classes` calls a letter (ASCII letters and every
+  /// byte from 0x80) or a space, computed for all 8 at once.
+  @inline(__always)
+  static func letterOrSpace(_ word: UInt64) -> UInt64 {
+    let high: UInt64 = 0x8080_8080_8080_8080
+    // Folded to lower case, 7 bits per byte: 'a'...'z' is 0x61...0x7a (no sum carries out of a byte).
+    let folded = (word | 0x2020_2020_2020_2020) & 0x7f7f_7f7f_7f7f_7f7f
+    let ascii = (folded &+ 0x1f1f_1f1f_1f1f_1f1f) & ~(folded &+ 0x0505_0505_0505_0505)
+    let other = word ^ 0x2020_2020_2020_2020
+    let space = ~(((other & 0x7f7f_7f7f_7f7f_7f7f) &+ 0x7f7f_7f7f_7f7f_7f7f) | other)
+    return (word | ascii | space) & high
+  }
+
   /// Runs of at least `minimum` bytes of printable text and white space (32: eight short words)
   /// inside binary data, judged like text lines and as records (`recordFindings`). Only every
   /// `minimum`-th byte is looked at until one is printable; the run around it is then measured and
@@ -172,6 +249,16 @@ enum TextDetectors {
     var position = minimum - 1
     var scannedUpTo = 0
     while position < bytes.count {
+      // A pre-filter, 8 bytes at a time: a run of `minimum` (14 or more) printable bytes through
+      // `position` holds the 8 bytes ending there or the 8 starting there. Random data fails both
+      // nearly always, without a branch per byte; the runs found are the same.
+      if minimum >= 14, position >= 7, position + 8 <= bytes.count,
+        !allPrintable((base + position - 7).loadUnaligned(as: UInt64.self)),
+        !allPrintable((base + position).loadUnaligned(as: UInt64.self))
+      {
+        position += minimum
+        continue
+      }
       guard printable(data[position]) else {
         position += minimum
         continue
@@ -190,6 +277,23 @@ enum TextDetectors {
       position = end + minimum
     }
     return hits
+  }
+
+  /// Whether all 8 bytes of `word` are printable as `runFindings` counts them (0x20–0x7e, tab,
+  /// line feed, carriage return), tested on all 8 at once.
+  @inline(__always)
+  static func allPrintable(_ word: UInt64) -> Bool {
+    let high: UInt64 = 0x8080_8080_8080_8080
+    // A byte from 0x80 is never printable (random data: nearly every word stops here).
+    guard word & high == 0 else { return false }
+    // Per byte (no carry crosses bytes, all sums stay below 0x100): 0x20...0x7e.
+    let visible = (word &+ 0x6060_6060_6060_6060) & ~(word &+ 0x0101_0101_0101_0101) & high
+    if visible == high { return true }
+    // A zero byte of `value` (at most 0x7f each) marks its high bit.
+    @inline(__always) func zeros(_ value: UInt64) -> UInt64 { ~((value &+ 0x7f7f_7f7f_7f7f_7f7f) | value) & high }
+    let controls =
+      zeros(word ^ 0x0909_0909_0909_0909) | zeros(word ^ 0x0a0a_0a0a_0a0a_0a0a) | zeros(word ^ 0x0d0d_0d0d_0d0d_0d0d)
+    return visible | controls == high
   }
 
   /// A run of text found inside binary data, judged line by line and as records; schema text is not.
@@ -249,10 +353,12 @@ enum TextDetectors {
   /// or more strings, as `json-text`; Python dict reprs (`{'user': 'ana', …}`, two or more
   /// members) as `key-value-text`. `includeJSONRecords` also reports what `jsonText` would (for
   /// text this scanner decoded itself, such as UTF-16).
-  static func structuredFindings(_ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false) -> [Hit] {
+  static func structuredFindings(
+    _ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false, braces: [Int]? = nil
+  ) -> [Hit] {
     var hits: [Hit] = []
     var objects: [(start: Int, end: Int)] = []
-    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27])
+    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27], braces: braces)
     for object in parsed where object.quote == 0x22 {
       objects.append((object.start, object.end))
       let record = isJSONRecord(object)
@@ -290,6 +396,14 @@ enum TextDetectors {
     var position = minimum
     var scannedUpTo = 0
     while position < bytes.count {
+      // A pre-filter: every character tried below has a zero byte at `position - 1`, `position`
+      // or `position + 1` (random data: about one sample in 85).
+      if position >= 1, position + 1 < bytes.count, bytes[position - 1] != 0, bytes[position] != 0,
+        bytes[position + 1] != 0
+      {
+        position += step
+        continue
+      }
       // Text in one byte order also reads as text in the other, one byte later and one character
       // short: of the runs through this byte, the one that starts first is the real one.
       var best: (first: Int, end: Int, littleEndian: Bool)?
@@ -341,7 +455,10 @@ enum TextDetectors {
 extension Scanner {
   /// JSON objects that are records (`TextDetectors.isJSONRecord`): compact, pretty-printed or with
   /// `"key" : value` spacing, after a BOM or anything else, with where each starts and ends.
-  func jsonText(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
-    RecordSyntax.objects(bytes, quotes: [0x22]).filter(TextDetectors.isJSONRecord).map { ($0.start, $0.end) }
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
+  func jsonText(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [(start: Int, end: Int)] {
+    RecordSyntax.objects(bytes, quotes: [0x22], braces: braces).filter(TextDetectors.isJSONRecord).map {
+      ($0.start, $0.end)
+    }
   }
 }

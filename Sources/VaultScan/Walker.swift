@@ -86,7 +86,7 @@ extension Scanner {
   /// (not followed or opened, and listed as incomplete: nothing of that path was read).
   /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
   ///   `audit` throws.
-  func walk(root path: String, depthLimit: Int, report: inout ScanReport) throws {
+  func walk(root path: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline) throws {
     let bytes = Array(path.utf8)
     let shown = PathText.display(bytes)
     var info = stat()
@@ -98,9 +98,9 @@ extension Scanner {
         report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
         return
       }
-      try walkDirectory(fd, shown: shown, depthLimit: depthLimit, report: &report)
+      try walkDirectory(fd, shown: shown, depthLimit: depthLimit, report: &report, files: files)
     case S_IFREG:
-      try readFile(in: AT_FDCWD, name: bytes, shown: shown, report: &report)
+      try files.submit(in: AT_FDCWD, name: bytes, shown: shown, segment: &report)
     case S_IFLNK:
       // Not followed here either; but a PATH that is a symlink was asked for and nothing of it was
       // read, so the audit cannot say it is clean (inside a tree a symlink holds no data of its own).
@@ -143,7 +143,9 @@ extension Scanner {
   /// looks at each one in byte order, depth first. The walk keeps its own stack of open
   /// directories (not the thread's: a tree thousands of levels deep must not overflow it); the
   /// directories on that stack are also what a directory loop is checked against.
-  private func walkDirectory(_ fd: Int32, shown: String, depthLimit: Int, report: inout ScanReport) throws {
+  private func walkDirectory(
+    _ fd: Int32, shown: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline
+  ) throws {
     var stack: [DirectoryFrame] = []
     defer { for frame in stack { closedir(frame.stream) } }
     guard let root = Self.openFrame(fd, shown: shown, report: &report) else { return }
@@ -190,7 +192,7 @@ extension Scanner {
         }
         if let frame = Self.openFrame(childFD, shown: childShown, report: &report) { stack.append(frame) }
       case S_IFREG:
-        try readFile(in: fd, name: name, shown: childShown, report: &report)
+        try files.submit(in: fd, name: name, shown: childShown, segment: &report)
       default:
         report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
       }
@@ -224,35 +226,14 @@ extension Scanner {
 
   /// Opens the regular file `name` in the directory open at `directory` (or a path, with
   /// `AT_FDCWD`) without following a symlink or waiting on a FIFO swapped in since it was looked
-  /// at, checks it is still a regular file, and reads it: the detectors, then the container audit
-  /// for a SQLite database, both on this one descriptor.
+  /// at, checks it is still a regular file, and reads it on this thread: the detectors, then the
+  /// container audit for a SQLite database, both on this one descriptor. (A scan reads the files
+  /// it walks this way on two threads: `FilePipeline`.)
   func readFile(in directory: Int32, name: [UInt8], shown: String, report: inout ScanReport) throws {
-    let fd = Self.withCString(name) { openat(directory, $0, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC) }
-    guard fd >= 0 else {
-      let code = errno
-      let reason = code == ELOOP ? "changed while being scanned (now a symlink)" : Self.reason(code)
-      report.incomplete.append(Skipped(path: shown, reason: "not readable (\(reason))"))
-      return
-    }
-    defer { close(fd) }
-    var info = stat()
-    guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
-      report.incomplete.append(
-        Skipped(path: shown, reason: "not read (changed while being scanned: no longer a regular file)"))
-      return
-    }
-    let baseName = Array(name.split(separator: 0x2f, omittingEmptySubsequences: false).last ?? [])
-    let kind = scanFile(
-      fd, size: Int(info.st_size), path: shown, name: String(decoding: baseName, as: UTF8.self), report: &report)
-    if kind == .database {
-      // A -wal or -shm file next to it means a connection is or was live: read through the WAL.
-      let live = [Array("-wal".utf8), Array("-shm".utf8)].contains { suffix in
-        var sidecar = stat()
-        return Self.withCString(name + suffix) { fstatat(directory, $0, &sidecar, AT_SYMLINK_NOFOLLOW) } == 0
-      }
-      try audit(fd, path: shown, live: live, report: &report)
-    }
-    report.finishFile(shown)
+    guard let file = openFile(in: directory, name: name, shown: shown, report: &report) else { return }
+    defer { close(file.fd) }
+    let kind = readDetectors(file, scratch: ScanScratch(), report: &report) { _ in }
+    try completeFile(file, kind: kind, report: &report)
   }
 
   /// Calls `body` with `bytes` as a NUL-terminated C string.
