@@ -15,7 +15,8 @@
 #   - rotation of a 1 GiB container (1,048,576 records of 1 KiB, built 10,000 per transaction
 #     with the byte cap raised: the default cap is 20 MB) against plain SQLite rewriting as many
 #     1 KiB blobs (read each, write a changed one of the same size, 500 per transaction as
-#     re-sealing does, same pragmas, then a TRUNCATE checkpoint); with the rotation's peak resident
+#     re-sealing does, same pragmas, then a TRUNCATE checkpoint; once before the rotation and once
+#     after, the mean compared, as the load drifts over minutes); with the rotation's peak resident
 #     memory (VmHWM, reset just before it) and at its first and last progress report.
 #     VAULT_BENCH_ROTATE_MIB sets another size (its figure is then not printed). Needs about
 #     3 GB free under /tmp and several minutes.
@@ -88,9 +89,10 @@ printf 'enqueue from 2 processes (200 B): vault %6.0f/s  plain %6.0f/s (%sx)  va
   "$(ratio "${r[procs_2_vault_per_s]}" "${r[procs_2_plain_per_s]}")" "${r[procs_2_vault_p50_ms]}" \
   "${r[procs_2_vault_p99_ms]}" "${r[procs_2_plain_p99_ms]}" "${r[procs_2_vault_cpu_us_per_record]}" \
   "${r[procs_2_plain_cpu_us_per_record]}"
-printf 'rotation of %s MiB (%.0f records of 1 KiB, file %.0f MiB, built in %.1f s): vault %.1f s  plain rewrite %.1f s (%sx); in the rotation: %.1f s after the last batch (counting alone: %.1f s); opening and sealing alone: %.1f s\n' \
+printf 'rotation of %s MiB (%.0f records of 1 KiB, file %.0f MiB, built in %.1f s): vault %.1f s  plain rewrite %.1f s (%.1f s before, %.1f s after) (%sx); in the rotation: %.1f s after the last batch (counting alone: %.1f s); opening and sealing alone: %.1f s\n' \
   "$rotate_mib" "${r[rotate_big_records]}" "${r[rotate_big_vault_file_mib]}" "${r[rotate_big_build_seconds]}" \
-  "${r[rotate_big_vault_seconds]}" "${r[rotate_big_plain_seconds]}" \
+  "${r[rotate_big_vault_seconds]}" "${r[rotate_big_plain_seconds]}" "${r[rotate_big_plain_before_seconds]}" \
+  "${r[rotate_big_plain_after_seconds]}" \
   "$(ratio "${r[rotate_big_plain_seconds]}" "${r[rotate_big_vault_seconds]}")" \
   "${r[rotate_big_vault_after_last_batch_seconds]}" "${r[rotate_big_count_seconds]}" \
   "${r[rotate_big_crypto_only_seconds]}"
