@@ -6,7 +6,20 @@
 #     and against Python persist-queue's put (installed in a venv under .build);
 #   - group commit of 1,000 records per transaction against plain batched inserts;
 #   - rotation of a full 20 MB queue of 1 KiB records;
-#   - resident memory while enqueueing three times the 20 MB cap.
+#   - resident memory while enqueueing three times the 20 MB cap;
+#   - durable enqueue of 200 B from 4 threads on one container (group commit) against 4 threads of
+#     plain SQLite, each with its own connection, every insert its own durable commit (and one
+#     plain thread, for what the disk gives a single writer in the same run);
+#   - the same from 2 processes on one container file against 2 plain-SQLite processes on one
+#     file (no group commit across processes: each commit holds one record); CPU per record too;
+#   - rotation of a 1 GiB container (1,048,576 records of 1 KiB, built 10,000 per transaction
+#     with the byte cap raised: the default cap is 20 MB) against plain SQLite rewriting as many
+#     1 KiB blobs (read each, write a changed one of the same size, 500 per transaction as
+#     re-sealing does, same pragmas, then a TRUNCATE checkpoint; once before the rotation and once
+#     after, the mean compared, as the load drifts over minutes); with the rotation's peak resident
+#     memory (VmHWM, reset just before it) and at its first and last progress report.
+#     VAULT_BENCH_ROTATE_MIB sets another size (its figure is then not printed). Needs about
+#     3 GB free under /tmp and several minutes.
 #
 #   tools/bench-queue.sh [SECONDS]     (default 3 seconds per measurement)
 set -euo pipefail
@@ -39,6 +52,14 @@ PY
 
 declare -A r
 while read -r name value; do r[$name]=$value; done < <("$bench" "$work" "$seconds")
+# Each mode makes its own vault in its own directory.
+mkdir "$work/threads" "$work/procs" "$work/rotate"
+while read -r name value; do r[$name]=$value; done < <("$bench" "$work/threads" "$seconds" threads)
+while read -r name value; do r[$name]=$value; done < <("$bench" "$work/procs" "$seconds" procs)
+rotate_mib=${VAULT_BENCH_ROTATE_MIB:-1024}
+while read -r name value; do r[$name]=$value; done < <(
+  /usr/bin/time -o "$work/rotate.time" -f '%M' "$bench" "$work/rotate" "$seconds" rotate "$rotate_mib")
+r[rotate_big_process_max_rss_mib]=$(awk '{ printf "%.1f", $1 / 1024 }' "$work/rotate.time")
 r[peer_200]=$(peer_put 200)
 r[peer_2048]=$(peer_put 2048)
 
@@ -59,6 +80,32 @@ printf 'rotation with a full 20 MB queue: %.0f records in %.0f containers in %.3
   "${r[rotate_seconds]}" "${r[rotate_records_per_s]}"
 printf 'memory at the 20 MB cap: RSS %.1f MiB at the cap, %.1f MiB after 3x the cap (%.0f records kept, %.0f dropped)\n' \
   "${r[cap_rss_at_cap_mib]}" "${r[cap_rss_after_3x_cap_mib]}" "${r[cap_records]}" "${r[cap_dropped]}"
+printf 'enqueue from 4 threads (200 B): vault %6.0f/s  plain, 4 connections %6.0f/s (%sx)  plain, 1 thread %6.0f/s  vault p50 %.3f ms p99 %.3f ms  plain p99 %.3f ms\n' \
+  "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}" \
+  "$(ratio "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}")" "${r[threads_1_plain_per_s]}" \
+  "${r[threads_4_vault_p50_ms]}" "${r[threads_4_vault_p99_ms]}" "${r[threads_4_plain_p99_ms]}"
+printf 'enqueue from 2 processes (200 B): vault %6.0f/s  plain %6.0f/s (%sx)  vault p50 %.3f ms p99 %.3f ms  plain p99 %.3f ms  CPU per record: vault %.0f us, plain %.0f us\n' \
+  "${r[procs_2_vault_per_s]}" "${r[procs_2_plain_per_s]}" \
+  "$(ratio "${r[procs_2_vault_per_s]}" "${r[procs_2_plain_per_s]}")" "${r[procs_2_vault_p50_ms]}" \
+  "${r[procs_2_vault_p99_ms]}" "${r[procs_2_plain_p99_ms]}" "${r[procs_2_vault_cpu_us_per_record]}" \
+  "${r[procs_2_plain_cpu_us_per_record]}"
+printf 'rotation of %s MiB (%.0f records of 1 KiB, file %.0f MiB, built in %.1f s): vault %.1f s  plain rewrite %.1f s (%.1f s before, %.1f s after) (%sx); in the rotation: %.1f s after the last batch (counting alone: %.1f s); opening and sealing alone: %.1f s\n' \
+  "$rotate_mib" "${r[rotate_big_records]}" "${r[rotate_big_vault_file_mib]}" "${r[rotate_big_build_seconds]}" \
+  "${r[rotate_big_vault_seconds]}" "${r[rotate_big_plain_seconds]}" "${r[rotate_big_plain_before_seconds]}" \
+  "${r[rotate_big_plain_after_seconds]}" \
+  "$(ratio "${r[rotate_big_plain_seconds]}" "${r[rotate_big_vault_seconds]}")" \
+  "${r[rotate_big_vault_after_last_batch_seconds]}" "${r[rotate_big_count_seconds]}" \
+  "${r[rotate_big_crypto_only_seconds]}"
+printf 'rotation memory: RSS %.1f MiB before, %.1f MiB at the first batch, %.1f MiB at the last sampled (%.0f progress reports), peak %.1f MiB; whole process max %.1f MiB\n' \
+  "${r[rotate_big_rss_before_mib]}" "${r[rotate_big_rss_first_batch_mib]}" "${r[rotate_big_rss_last_batch_mib]}" \
+  "${r[rotate_big_progress_reports]}" "${r[rotate_big_rss_peak_mib]}" "${r[rotate_big_process_max_rss_mib]}"
 # The summary lines tools/bench.sh collects (names stable over time).
 echo "figure enqueue-200B-vs-plain $(ratio "${r[single_200_vault_per_s]}" "${r[single_200_plain_per_s]}")"
 printf 'figure enqueue-200B-p99-ms %.3f\n' "${r[single_200_vault_p99_ms]}"
+echo "figure enqueue-4threads-vs-plain $(ratio "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}")"
+printf 'figure enqueue-4threads-p99-ms %.3f\n' "${r[threads_4_vault_p99_ms]}"
+echo "figure enqueue-2procs-vs-plain $(ratio "${r[procs_2_vault_per_s]}" "${r[procs_2_plain_per_s]}")"
+if [ "$rotate_mib" = 1024 ]; then
+  echo "figure rotate-1GB-vs-plain $(ratio "${r[rotate_big_plain_seconds]}" "${r[rotate_big_vault_seconds]}")"
+  printf 'figure rotate-1GB-peak-rss-mib %.1f\n' "${r[rotate_big_rss_peak_mib]}"
+fi

@@ -5,8 +5,7 @@
 #   figure NAME VALUE
 #
 # with VALUE a ratio (vault / baseline, higher is better) or a number with its unit in the name
-# (`-ms`). The names are stable over time (issue 15). Figures not measured yet are listed on a
-# comment line after them.
+# (`-ms`, `-mib`). The names are stable over time (issue 15).
 #
 #   tools/bench.sh [SECONDS]     (default 3 seconds per timed measurement)
 set -euo pipefail
@@ -23,10 +22,10 @@ run() {  # run NAME COMMAND...: the benchmark's own report goes to the terminal 
   echo
 }
 run "seal and open beside openssl speed" tools/bench-crypto.sh "$seconds"
-run "durable enqueue beside plain SQLite" tools/bench-queue.sh "$seconds"
+run "durable enqueue (1 thread, 4 threads, 2 processes) and rotation (20 MB, 1 GiB) beside plain SQLite" \
+  tools/bench-queue.sh "$seconds"
 run "telemetry log from 4 threads beside plain SQLite" tools/bench-telemetry.sh "$seconds"
 run "scan beside grep" tools/bench-scan.sh 100
 
 echo "== summary"
 grep -E '^figure [A-Za-z0-9-]+ [0-9.]+$' "$log"
-echo "# not measured yet: enqueue-4threads-vs-plain enqueue-2procs-vs-plain rotate-1GB-vs-plain"

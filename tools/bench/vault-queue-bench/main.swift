@@ -4,6 +4,9 @@
 //
 //   vault-queue-bench DIR SECONDS                 queue benchmarks
 //   vault-queue-bench DIR SECONDS telemetry URL   telemetry: log from 4 threads, drain to URL
+//   vault-queue-bench DIR SECONDS threads         durable enqueue from 4 threads (Scale.swift)
+//   vault-queue-bench DIR SECONDS procs           durable enqueue from 2 processes (Scale.swift)
+//   vault-queue-bench DIR SECONDS rotate MIB      rotation of a MIB-MiB container (Scale.swift)
 //
 // Prints lines "name value" (rates in records/s, latencies in ms, memory in MiB).
 import CSQLite
@@ -14,9 +17,15 @@ import VaultKeys
 import VaultQueue
 
 let arguments = CommandLine.arguments
-guard arguments.count == 3 || arguments.count == 5, let seconds = Double(arguments[2]) else {
-  FileHandle.standardError.write(Data("usage: vault-queue-bench DIR SECONDS [telemetry URL]\n".utf8))
+guard arguments.count >= 3, let seconds = Double(arguments[2]) else {
+  FileHandle.standardError.write(
+    Data("usage: vault-queue-bench DIR SECONDS [telemetry URL | threads | procs | rotate MIB]\n".utf8))
   exit(64)
+}
+// One of the two processes `procs` starts: it opens the vault in its own way, so before the one below.
+if arguments.count > 3, arguments[3] == "proc-worker" {
+  try processWorker(arguments)
+  exit(0)
 }
 let directory = arguments[1]
 let vault = try Vault.create(
@@ -93,9 +102,21 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 func freshPath() -> String { directory + "/bench-\(UUID().uuidString).sqlite" }
 
-if arguments.count == 5 {
+switch arguments.dropFirst(3).first {
+case "telemetry":
   try telemetryBenchmark(endpoint: URL(string: arguments[4])!)
   exit(0)
+case "threads":
+  try threadsBenchmark(directory: directory, seconds: seconds, vault: vault)
+  exit(0)
+case "procs":
+  try processesBenchmark(directory: directory, seconds: seconds)
+  exit(0)
+case "rotate":
+  try rotationBenchmark(directory: directory, vault: vault, mebibytes: Int(arguments[4]) ?? 1024)
+  exit(0)
+default:
+  break
 }
 
 /// Runs `body` on `count` threads of their own at once and waits for all of them.
@@ -126,10 +147,6 @@ func telemetryBenchmark(endpoint: URL) throws {
   let container = try QueueContainer(
     path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
   let telemetry = Telemetry(container: container, tokens: Token(), sender: try HTTPBatchSender(endpoint: endpoint))
-  final class Latencies: @unchecked Sendable {
-    let lock = NSLock()
-    var values: [Double] = []
-  }
   let collected = Latencies()
   let start = now()
   // Four real threads: concurrentPerform runs only as many at once as there are CPUs (two here),
@@ -141,7 +158,7 @@ func telemetryBenchmark(endpoint: URL) throws {
       _ = try? telemetry.log(type: "screen_view", payload: payload)
       local.append((now() - t) * 1000)
     }
-    collected.lock.withLock { collected.values += local }
+    collected.add(local)
   }
   let elapsed = now() - start
   let latencies = collected.values.sorted()
