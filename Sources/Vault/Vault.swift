@@ -497,10 +497,15 @@ public final class Vault: Sendable {
   ///   when the store's copy cannot be read.
   public func reload() throws { try adoptVerifiedManifest(heal: false) }
 
-  /// Reloads when the manifest file is not the one this process last saw.
+  /// Reloads when the manifest file is not the one this process last saw. The thread inside
+  /// `withManifestLock` (a rotation re-sealing every record) skips the `stat`: nobody else can
+  /// change the manifest while it holds the lock, and its own saves update the stamp.
   func refreshIfChanged() throws {
+    let (seen, holder) = state.withLock { ($0.stamp, $0.lockHolder) }
+    let holding = holder.map { pthread_equal($0, pthread_self()) != 0 } ?? false
+    if holding { return }
     let current = FileStamp(manifestPath)
-    if current != state.withLock({ $0.stamp }) {
+    if current != seen {
       sealLock.recheckFile()
       try reload()
     }
