@@ -35,7 +35,13 @@ known() {
 build() {
   local log status=0
   log=$(mktemp)
-  swift build -c debug --product "fuzz-$1" --scratch-path "$scratch" "${flags[@]}" >"$log" 2>&1 || status=$?
+  # One build at a time in the scratch path: runs started side by side (one per core) each build
+  # first, and two SwiftPM builds in one scratch path broke each other's runs.
+  mkdir -p "$scratch"
+  (
+    flock 9
+    swift build -c debug --product "fuzz-$1" --scratch-path "$scratch" "${flags[@]}"
+  ) 9>"$scratch.lock" >"$log" 2>&1 || status=$?
   if [ "$status" -ne 0 ]; then
     grep -v "prohibited flag(s): -pthread" "$log" >&2 || true
     rm -f "$log"
