@@ -407,9 +407,9 @@ extension Vault {
   ///
   /// Under the home's exclusive lock:
   /// 1. checks that every registered container is the one that was registered (missing, empty,
-  ///    replaced, foreign or non-container files, and an older copy of the container — a minimum
-  ///    seal version not above the newest retired version, which an earlier rotation raised it
-  ///    past — make it refuse, changing nothing);
+  ///    replaced, foreign or non-container files, and, except after a compromise, an older copy
+  ///    of the container — a minimum seal version not above the newest retired version, which an
+  ///    earlier rotation raised it past — make it refuse, changing nothing);
   /// 2. finishes a rotation that stopped part-way, or adds version n+1 (recorded, stored,
   ///    self-tested, made active; older versions become decrypt-only);
   /// 3. opens each registered container in turn (one at a time): raises its minimum seal version,
@@ -446,10 +446,11 @@ extension Vault {
       // that finishes a stopped rotation's pending version makes it active without raising any.)
       // A container below that is an older copy put back in its place (restored, synced, swapped):
       // re-sealing and counting the copy would retire keys the current file, which may come back,
-      // still needs.
+      // still needs. After a compromise every older version goes whatever any file holds, so
+      // there is nothing to protect and an old file is purged like any other.
       var newestRetired = manifest.highestVersion
       while newestRetired > 0 && !manifest.isRetired(newestRetired) { newestRetired -= 1 }
-      let raisedFloor = newestRetired == 0 ? 0 : newestRetired + 1
+      let raisedFloor = newestRetired == 0 || options.compromised ? 0 : newestRetired + 1
       try preflight(provider, raisedFloor: raisedFloor)
       // A rotation after a compromise that did not finish may only be finished as one: an ordinary
       // rotation would complete it while keeping the compromised key.
