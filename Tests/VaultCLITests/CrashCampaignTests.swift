@@ -41,6 +41,10 @@ final class CrashCampaignTests: XCTestCase {
       XCTAssertGreaterThan(summary[operation] ?? 0, 0, "\(operation) in: \(run.outputText)")
     }
     XCTAssertTrue(run.outputText.contains("second_container_records=64"), run.outputText)
+    // No rotation, killed or run to its end, may succeed while the second container is damaged.
+    XCTAssertTrue(run.outputText.contains(" rotated_over_damage=0 "), run.outputText)
+    XCTAssertTrue(run.outputText.contains(",succeeded:0 "), run.outputText)
+    XCTAssertFalse(run.outputText.contains("clean_rotations_during_damage=refused:0,"), run.outputText)
   }
 
   /// `name=number` pairs of one output line (`(empty=1` counts as `empty=1`).
