@@ -68,6 +68,15 @@ public protocol SealedContainer: AnyObject {
   ///
   /// - Throws: the container's storage errors.
   func compact() throws
+  /// The oldest key version writers may seal under here, as the container's own metadata says:
+  /// what the last rotation that reached it raised it to (or the active version it was made
+  /// with). Rotation reads it before raising it, to notice an older copy of the container put back
+  /// in its place (see `RotationError.olderCopy`). The default (a container that keeps no such
+  /// number) is nil.
+  ///
+  /// - Returns: the stored minimum, or nil when the container keeps none.
+  /// - Throws: the container's storage errors.
+  func minimumSealVersion() throws -> UInt32?
 }
 
 /// What re-sealing one container did.
@@ -140,9 +149,33 @@ public protocol ContainerProvider {
   /// - Returns: the container; rotation holds only one open at a time.
   /// - Throws: the container's errors when it cannot be opened.
   func open(path: String, vault: Vault) throws -> any SealedContainer
+  /// The minimum seal version the container at `path` stores, read without changing anything:
+  /// how rotation tells an older copy of a registered container before it changes anything.
+  ///
+  /// - Parameters:
+  ///   - path: a registered container's absolute path, already probed as this vault's container.
+  ///   - vault: the vault being rotated.
+  /// - Returns: the stored minimum; nil when the container keeps none (the default).
+  /// - Throws: the container's errors when it cannot be read.
+  func minimumSealVersion(path: String, vault: Vault) throws -> UInt32?
+}
+
+extension ContainerProvider {
+  /// Keeps no minimum: rotation cannot tell an older copy of such containers.
+  ///
+  /// - Parameters:
+  ///   - path: not used.
+  ///   - vault: not used.
+  /// - Returns: nil.
+  public func minimumSealVersion(path: String, vault: Vault) throws -> UInt32? { nil }
 }
 
 extension SealedContainer {
+  /// Keeps no minimum: rotation cannot tell an older copy of such a container.
+  ///
+  /// - Returns: nil.
+  public func minimumSealVersion() throws -> UInt32? { nil }
+
   /// Re-seals without reporting progress (for containers that do not count as they go).
   ///
   /// - Parameters:
@@ -303,6 +336,11 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerReplaced(path: String, expected: String, found: String?)
   /// A container with the same id is already registered at `other`: `path` is a copy.
   case duplicateContainer(path: String, other: String)
+  /// The container at a registered path is the registered one, but an older copy of it: its
+  /// minimum seal version (`minimum`) is below the `expected` an earlier rotation raised it to at
+  /// least (one above the newest retired version). The current file may hold records under
+  /// versions this copy does not, so nothing is retired.
+  case olderCopy(path: String, minimum: UInt32, expected: UInt32)
   /// `RotationOptions.confirm` answered `.abort`: the new version is active, nothing was retired;
   /// only a rotation after a compromise can go on (with a fresh key again).
   case aborted
@@ -337,6 +375,12 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
         + "restore the registered container before rotating. Nothing was changed"
     case .duplicateContainer(let path, let other):
       "\(path) is a copy of the registered container \(other) (same container id); refusing to register it twice"
+    case .olderCopy(let path, let minimum, let expected):
+      "\(path) is an older copy of the registered container (minimum seal version \(minimum); an earlier "
+        + "rotation raised it to at least \(expected)): the current file may hold records whose keys this copy does not "
+        + "need, so no key was retired. Put the current file back and rotate again; if this copy is all that is "
+        + "left, move it away, run `vault container forget \(path)`, put it back and open it, which registers "
+        + "it anew"
     case .compromiseIncomplete(let retired, let kept):
       "the rotation after a compromise could not retire every old key yet, so the compromised key still exists"
         + (retired.isEmpty ? "" : " (retired: \(retired.map(String.init).joined(separator: ", ")))")
@@ -363,7 +407,9 @@ extension Vault {
   ///
   /// Under the home's exclusive lock:
   /// 1. checks that every registered container is the one that was registered (missing, empty,
-  ///    replaced, foreign or non-container files make it refuse, changing nothing);
+  ///    replaced, foreign or non-container files, and, except after a compromise, an older copy
+  ///    of the container — a minimum seal version not above the newest retired version, which an
+  ///    earlier rotation raised it past — make it refuse, changing nothing);
   /// 2. finishes a rotation that stopped part-way, or adds version n+1 (recorded, stored,
   ///    self-tested, made active; older versions become decrypt-only);
   /// 3. opens each registered container in turn (one at a time): raises its minimum seal version,
@@ -393,7 +439,19 @@ extension Vault {
     return try withManifestLock {
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
-      try preflight(provider)
+      // Every registered container holds a minimum seal version above the newest retired version:
+      // a version is retired only at the end of a rotation that raised every registered container
+      // to a newer active version first, a container registered later is raised to the active
+      // version then, and a minimum never goes down. (The active version alone says less: an open
+      // that finishes a stopped rotation's pending version makes it active without raising any.)
+      // A container below that is an older copy put back in its place (restored, synced, swapped):
+      // re-sealing and counting the copy would retire keys the current file, which may come back,
+      // still needs. After a compromise every older version goes whatever any file holds, so
+      // there is nothing to protect and an old file is purged like any other.
+      var newestRetired = manifest.highestVersion
+      while newestRetired > 0 && !manifest.isRetired(newestRetired) { newestRetired -= 1 }
+      let raisedFloor = newestRetired == 0 || options.compromised ? 0 : newestRetired + 1
+      try preflight(provider, raisedFloor: raisedFloor)
       // A rotation after a compromise that did not finish may only be finished as one: an ordinary
       // rotation would complete it while keeping the compromised key.
       if let unfinished = manifest.unfinishedCompromise, !options.compromised {
@@ -432,6 +490,10 @@ extension Vault {
         options.progress?(progress)
         let container = try provider.open(path: registered.path, vault: self)
         try adoptContainerID(container, registered: registered)
+        // Checked again now that it is open: the file may have been swapped since the preflight.
+        if let minimum = try container.minimumSealVersion(), minimum < raisedFloor {
+          throw RotationError.olderCopy(path: registered.path, minimum: minimum, expected: raisedFloor)
+        }
         try container.raiseMinimumSealVersion(to: active)
         let result = try container.reseal(with: self, to: active) { count in
           progress.resealed = count
@@ -561,8 +623,10 @@ extension Vault {
     }
   }
 
-  /// Step 1: every registered container must be the container that was registered.
-  private func preflight(_ provider: any ContainerProvider) throws {
+  /// Step 1: every registered container must be the container that was registered, and not an
+  /// older copy of it (a minimum seal version below `raisedFloor`, what the rotation that retired
+  /// the newest retired version raised every container to at least).
+  private func preflight(_ provider: any ContainerProvider, raisedFloor: UInt32) throws {
     for registered in manifest.containers {
       switch try provider.probe(path: registered.path) {
       case .missing: throw RotationError.containerMissing(path: registered.path)
@@ -574,6 +638,9 @@ extension Vault {
         }
         if let expected = registered.id, id != expected {
           throw RotationError.containerReplaced(path: registered.path, expected: expected, found: id)
+        }
+        if let minimum = try provider.minimumSealVersion(path: registered.path, vault: self), minimum < raisedFloor {
+          throw RotationError.olderCopy(path: registered.path, minimum: minimum, expected: raisedFloor)
         }
       }
     }
@@ -717,6 +784,7 @@ extension RotationError: CodedError {
     case .notAContainer: "rotation.not-a-container"
     case .foreignContainer: "rotation.foreign-container"
     case .containerReplaced: "rotation.container-replaced"
+    case .olderCopy: "rotation.older-copy"
     case .duplicateContainer: "rotation.duplicate-container"
     case .aborted: "rotation.aborted"
     case .compromiseUnfinished: "rotation.compromise-unfinished"

@@ -146,6 +146,14 @@ public final class QueueContainer: @unchecked Sendable {
       // A container that can hold records must be known to rotation before it holds any, or its
       // keys could be retired.
       try vault.registerContainer(path, id: storage.containerID)
+      if registered == nil {
+        // Registered now (new, or put back after `vault container forget`): raised to the active
+        // version as a rotation would, so rotation does not take it for an older copy of itself.
+        // Its records keep their versions, and those versions stay until it is re-sealed.
+        try Self.translating(path) {
+          try storage.transaction { try storage.setMinimumSealVersion(vault.activeVersion) }
+        }
+      }
       // A limit on what the cap may drop is kept in the container, so every writer honours it
       // (`vault telemetry log` into memo's container must not push out a memo either).
       if case .only(let names) = configuration.capVictims {

@@ -120,6 +120,14 @@ extension QueueContainer: SealedContainer {
     }
   }
 
+  /// The minimum seal version stored in the container's metadata (see `raiseMinimumSealVersion`).
+  ///
+  /// - Returns: the stored minimum (0 for a container made before it was kept).
+  /// - Throws: `QueueError` when the container cannot be read.
+  public func minimumSealVersion() throws -> UInt32? {
+    try withStorage { storage in try storage.minimumSealVersion() }
+  }
+
   /// The same as `checkpoint()`: empties the WAL without waiting for readers.
   ///
   /// - Returns: false when that could not be done now: old envelopes may still be in the WAL.
@@ -232,6 +240,17 @@ public struct QueueContainerProvider: ContainerProvider {
   /// - Throws: the errors of `QueueContainer.init`.
   public func open(path: String, vault: Vault) throws -> any SealedContainer {
     try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .existing)
+  }
+
+  /// Reads the container's minimum seal version through a read-only open (nothing is changed).
+  ///
+  /// - Parameters:
+  ///   - path: a registered container's absolute path.
+  ///   - vault: the vault being rotated.
+  /// - Returns: the stored minimum.
+  /// - Throws: the errors of `QueueContainer.init` in `.readOnly` mode.
+  public func minimumSealVersion(path: String, vault: Vault) throws -> UInt32? {
+    try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .readOnly).minimumSealVersion()
   }
 }
 

@@ -97,6 +97,61 @@ final class ContainerIdentityTests: XCTestCase {
     XCTAssertEqual(try QueueContainer(path: path, vault: vault).claim(queue: "q").map(\.payloadBytes), [[1]])
   }
 
+  /// Issue 15 (crash campaign): an older copy of a registered container put in its place has the
+  /// registered id, so every identity check passed; rotation re-sealed and counted the copy,
+  /// retired the version the current file's records were under, and those records never opened
+  /// again once the current file was back. Its minimum seal version, below what an earlier
+  /// rotation raised the container to, gives the copy away: rotation refuses while it is there,
+  /// however often it is run.
+  func testRotationRefusesAnOlderCopyOfAContainerAndRetiresNothing() throws {
+    let suffixes = ["", "-wal", "-shm"]
+    func move(_ from: String, _ to: String) {
+      for suffix in suffixes where FileManager.default.fileExists(atPath: from + suffix) {
+        XCTAssertEqual(rename(from + suffix, to + suffix), 0)
+      }
+    }
+    let older = temporary.sub("data/older.sqlite")
+    let current = temporary.sub("data/current.sqlite")
+    do { try QueueContainer(path: path, vault: vault).enqueue([1], queue: "q") }
+    try FileManager.default.copyItem(atPath: path, toPath: older)  // minimum seal version 1
+    XCTAssertEqual(try vault.rotate(containers: QueueContainerProvider()).retired, [1])
+    do { try QueueContainer(path: path, vault: vault).enqueue([2], queue: "q") }
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).recordCounts().byVersion, [2: 2])
+
+    move(path, current)
+    try FileManager.default.copyItem(atPath: older, toPath: path)
+    let manifestBefore = fileBytes(ManifestFile.path(home: vault.home))
+    for _ in 0..<2 {
+      XCTAssertThrowsError(try vault.rotate(containers: QueueContainerProvider())) {
+        XCTAssertEqual($0 as? RotationError, .olderCopy(path: path, minimum: 1, expected: 2))
+      }
+    }
+    XCTAssertEqual(fileBytes(ManifestFile.path(home: vault.home)), manifestBefore, "nothing was changed")
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [2])
+
+    for suffix in suffixes { unlink(path + suffix) }
+    move(current, path)
+    XCTAssertEqual(try vault.rotate(containers: QueueContainerProvider()).retired, [2])
+    let claimed = try QueueContainer(path: path, vault: vault).claim(queue: "q")
+    XCTAssertEqual(claimed.map(\.payloadBytes), [[1], [2]], "every record of the current file opens")
+  }
+
+  /// The way out the refusal names: a copy that is all that is left, forgotten and opened again,
+  /// is registered anew at the active version and rotates; its records keep their keys.
+  func testAnOlderCopyRegisteredAnewRotates() throws {
+    let older = temporary.sub("data/older.sqlite")
+    do { try QueueContainer(path: path, vault: vault).enqueue([1], queue: "q") }
+    try FileManager.default.copyItem(atPath: path, toPath: older)
+    _ = try vault.rotate(containers: QueueContainerProvider(), options: RotationOptions(retireUnused: false))
+    for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+    _ = try vault.forgetContainer(at: path)
+    XCTAssertEqual(rename(older, path), 0)
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).stats().minimumSealVersion, 2)
+    let report = try vault.rotate(containers: QueueContainerProvider())
+    XCTAssertEqual(report.resealed[path], 1)
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).claim(queue: "q").map(\.payloadBytes), [[1]])
+  }
+
   /// Writers must not re-create a registered container either: the empty file would pass for it.
   func testAWriterNeverCreatesAContainerAtARegisteredPath() throws {
     _ = try QueueContainer(path: path, vault: vault)
