@@ -98,8 +98,12 @@ extension Backup {
         (path, action) = (target.path, "merged")
       case .missing(let missing), .added(let missing):
         let target = try QueueContainer(restoring: missing, containerID: container.id, vault: vault)
+        // Its origin first: a merge stopped part way and run again restores what it had not added
+        // (as it would from the copy's origin) instead of putting it in review.
+        let origin = try source.lineage().instance
+        try target.markRestored(from: origin)
         outcome = try target.merge(from: source, fresh: true, open: open)
-        try target.markRestored(from: try source.lineage().instance)
+        try target.markRestored(from: origin)
         if case .missing = targets[index] { action = "restored" } else { action = "added" }
         path = target.path
       }
