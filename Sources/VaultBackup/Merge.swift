@@ -45,6 +45,14 @@ extension Backup {
     // version and seals under the active key, so a rotation may run meanwhile (taking the vault's
     // lock here would deadlock with registering a container, which takes it exclusively).
     try vault.reload()
+    // A container registered before container ids has none in the manifest until it is opened
+    // (which records it): opened first, so it is matched by id instead of added again beside itself.
+    if vault.manifest.containers.contains(where: { $0.id == nil }) {
+      for registered in vault.manifest.containers where registered.id == nil {
+        _ = try? QueueContainer(path: registered.path, vault: vault, mode: .existing)
+      }
+      try vault.reload()
+    }
     // Every target is opened (or found missing) before anything is merged.
     var names = Set((try? FileManager.default.contentsOfDirectory(atPath: vault.home)) ?? [])
     var targets: [MergeTarget] = []
@@ -90,8 +98,12 @@ extension Backup {
         (path, action) = (target.path, "merged")
       case .missing(let missing), .added(let missing):
         let target = try QueueContainer(restoring: missing, containerID: container.id, vault: vault)
+        // Its origin first: a merge stopped part way and run again restores what it had not added
+        // (as it would from the copy's origin) instead of putting it in review.
+        let origin = try source.lineage().instance
+        try target.markRestored(from: origin)
         outcome = try target.merge(from: source, fresh: true, open: open)
-        try target.markRestored(from: try source.lineage().instance)
+        try target.markRestored(from: origin)
         if case .missing = targets[index] { action = "restored" } else { action = "added" }
         path = target.path
       }

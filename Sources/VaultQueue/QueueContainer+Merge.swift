@@ -179,6 +179,11 @@ extension QueueContainer {
         size: Int(row.int(4)))
     }
     guard let home else {
+      // Held here at an earlier merge (or stored by it), and delivered or dropped since.
+      if try storage.statement("SELECT 1 FROM merged WHERE id = ?").scalar([.text(record.id)]) != nil {
+        outcome.goneHere += 1
+        return
+      }
       switch absent(record.id) {
       case .skip:
         outcome.goneHere += 1
@@ -201,6 +206,8 @@ extension QueueContainer {
       }
       return
     }
+    // Held here at a merge: once delivered here, merging a copy of it again does not bring it back.
+    try storage.statement("INSERT INTO merged (id) VALUES (?) ON CONFLICT (id) DO NOTHING").run([.text(record.id)])
     var homePayload = try home.envelope.withUnsafeBytes {
       try vault.open($0, context: context(queue: home.queue, id: record.id))
     }
@@ -269,6 +276,10 @@ extension QueueContainer {
     _ record: SnapshotRecord, state: RecordState, errorKind: String?, id: String, payload: [UInt8],
     storage: Storage
   ) throws -> Bool {
+    // Stored by an earlier merge and removed since (delivered, dropped): not stored again.
+    guard try storage.statement("SELECT 1 FROM merged WHERE id = ?").scalar([.text(id)]) == nil else {
+      return false
+    }
     let envelope = try payload.withUnsafeBytes { try vault.seal($0, context: context(queue: record.queue, id: id)) }
     let inserted = try envelope.withUnsafeBytes { bytes in
       try storage.statement(
@@ -286,6 +297,7 @@ extension QueueContainer {
       ])
     }
     guard inserted == 1 else { return false }
+    try storage.statement("INSERT INTO merged (id) VALUES (?) ON CONFLICT (id) DO NOTHING").run([.text(id)])
     try storage.addBytes(envelope.count)
     return true
   }

@@ -55,6 +55,11 @@ final class Storage {
     ALTER TABLE records ADD COLUMN changed;
     CREATE TABLE inherited (id TEXT PRIMARY KEY) WITHOUT ROWID;
     """,
+    // The ids this container held at a merge or a merge stored in it (records added, copies kept
+    // for review), so merging a copy of one again after it was delivered here does not bring it back.
+    """
+    CREATE TABLE merged (id TEXT PRIMARY KEY) WITHOUT ROWID;
+    """,
   ]
 
   /// How a container file is opened.

@@ -298,4 +298,51 @@ final class BackupMergeTests: XCTestCase {
     }
     XCTAssertEqual(try states(a, "q.sqlite").count, 0, "nothing merged")
   }
+
+  /// Review 14: a record a merge added, delivered here since, came back pending (and was sent
+  /// again) when the same bundle was merged again, as a merge that failed part way is told to be.
+  func testMergingAgainDoesNotBringBackWhatTheFirstMergeAddedAndWasDeliveredSince() throws {
+    let a = try makeVault("a")
+    let queueA = try container(a, "q.sqlite")
+    try queueA.enqueue(Array("before".utf8), queue: "q")
+    let b = try restore(try backup(a), as: "b")
+    let newOnA = UUID()
+    try queueA.enqueue(Array("new on A".utf8), queue: "q", id: newOnA)
+    let bundle = try backup(a)
+    XCTAssertEqual(try merge(bundle, into: b).containers.map(\.restored), [1])
+    let queueB = try container(b, "q.sqlite")
+    let claimed = try queueB.claim(queue: "q", maxCount: 10).map(\.id)
+    XCTAssertTrue(claimed.contains(newOnA))
+    try queueB.ack(claimed)
+
+    let again = try merge(bundle, into: b)
+    XCTAssertEqual(again.containers.map(\.restored), [0])
+    XCTAssertEqual(again.containers.map(\.undetermined), [0])
+    XCTAssertEqual(try states(b, "q.sqlite").count, 0, "nothing delivered here comes back")
+  }
+
+  /// Review 14: a losing copy kept for review, resent and delivered, was kept again by the next
+  /// merge of the same bundle.
+  func testAKeptCopyDeliveredSinceIsNotKeptAgain() throws {
+    let a = try makeVault("a")
+    let queueA = try container(a, "q.sqlite")
+    try queueA.enqueue(Array("seed".utf8), queue: "q")
+    let c = try restore(try backup(a), as: "c")
+    let id = UUID()
+    try container(c, "q.sqlite").enqueue(Array("older, on C".utf8), queue: "q", id: id)
+    tick()
+    try queueA.enqueue(Array("newer, on A".utf8), queue: "q", id: id)
+    let bundle = try backup(c)
+    let report = try merge(bundle, into: a)
+    XCTAssertEqual(report.containers.first?.keptForReview.map(\.from), ["bundle"])
+    let keptAs = try XCTUnwrap(report.containers.first?.keptForReview.first.flatMap { UUID(uuidString: $0.keptAs) })
+    try queueA.resend([keptAs])
+    let claimed = try queueA.claim(queue: "q", maxCount: 10).map(\.id)
+    XCTAssertTrue(claimed.contains(keptAs))
+    try queueA.ack(claimed)
+
+    let again = try merge(bundle, into: a)
+    XCTAssertEqual(again.containers.first?.keptForReview, [])
+    XCTAssertEqual(try states(a, "q.sqlite").count, 0, "the kept copy was delivered: not kept again")
+  }
 }
