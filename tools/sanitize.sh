@@ -67,7 +67,7 @@ run() {
   if [ "$san" = address ]; then
     # detect_leaks: LeakSanitizer at each process's exit. halt_on_error stays on (the default):
     # a process that corrupted memory must not go on.
-    env+=(ASAN_OPTIONS="$common:detect_leaks=1"
+    env+=(ASAN_OPTIONS="$common:detect_leaks=1:suppressions=$supp/asan.supp"
       LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0")
   else
     # halt_on_error=0: every race is reported, not just the first; the process exits 66 if any was.
