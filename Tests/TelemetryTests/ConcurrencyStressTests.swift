@@ -59,7 +59,7 @@ private final class StressLedger: @unchecked Sendable {
 final class ConcurrencyStressTests: XCTestCase {
   private static let workers = 8
   /// Each worker does at least this many rounds, and keeps going while a rotation still runs.
-  private static let minimumRounds = 15
+  private static let minimumRounds = 40
   private static let maximumRounds = 400
   private static let rotationsHere = 3
   private static let rotationsElsewhere = 2
