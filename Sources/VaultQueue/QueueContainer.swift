@@ -208,26 +208,21 @@ public final class QueueContainer: @unchecked Sendable {
     }
     guard info.st_mode & S_IFMT == S_IFREG else { return .notAContainer(reason: notRegular) }
     guard info.st_size > 0 else { return .empty }
-    // Only the 16-byte SQLite header is read here; O_NONBLOCK guards against a FIFO swapped in since lstat.
-    let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-    guard fd >= 0 else {
-      let code = errno
-      if code == EACCES || code == EPERM { throw QueueError.permissionDenied(path: path) }
-      if code == EMFILE || code == ENFILE { throw QueueError.tooManyOpenFiles(path: path) }
-      throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(code)))
-    }
-    var header = [UInt8](repeating: 0, count: 16)
-    let read = header.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, 16) }
-    close(fd)
-    guard read == 16, header == Array("SQLite format 3".utf8) + [0] else {
-      return .notAContainer(reason: notSQLite)
-    }
+    // SQLite itself tells a file that is not a database (SQLITE_NOTADB): no descriptor of our own
+    // is opened here, because closing one would drop the POSIX locks of every connection this
+    // process has open on the file, and another process closing its connection would then take
+    // itself for the last one and delete the WAL our connections still write to (records lost;
+    // ProcessLockTests). SQLite's own descriptors keep those locks.
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
       // A database with no schema at all (a container whose creation was cut short) holds nothing.
       var objects = 0
-      try connection.prepare("SELECT count(*) FROM sqlite_master").query { objects = Int($0.int(0)) }
+      do {
+        try connection.prepare("SELECT count(*) FROM sqlite_master").query { objects = Int($0.int(0)) }
+      } catch let error as SQLiteError where error.isNotADatabase {
+        return .notAContainer(reason: notSQLite)
+      }
       guard objects > 0 else { return .empty }
       var tables = 0
       try connection.prepare(

@@ -56,7 +56,8 @@ final class InstallTests: XCTestCase {
     let run = try Spawn.run(
       "/bin/bash",
       [
-        packageRoot() + "/tools/install.sh", "--prefix", prefix, "--binaries", packageRoot() + "/.build/debug",
+        packageRoot() + "/tools/install.sh", "--prefix", prefix, "--binaries",
+        (vaultBinary() as NSString).deletingLastPathComponent,
         "--units-dir", unitsDirectory,
       ])
     XCTAssertEqual(run.status, 0, run.error)

@@ -27,13 +27,9 @@ public final class RelayServer {
 
   /// Switches the answer mode (ok, 500, 503, 429, 400).
   public func setMode(_ mode: String, retryAfter: Int = 1, delay: Double = 0) throws {
-    var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/control")!)
-    request.httpMethod = "POST"
-    request.httpBody = Data(
-      "{\"mode\": \"\(mode)\", \"retry_after\": \(retryAfter), \"delay\": \(delay)}".utf8)
-    let done = DispatchSemaphore(value: 0)
-    URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
-    _ = done.wait(timeout: .now() + 10)
+    postControl(
+      "http://127.0.0.1:\(port)/control",
+      "{\"mode\": \"\(mode)\", \"retry_after\": \(retryAfter), \"delay\": \(delay)}")
   }
 
   /// Every request received: id, body and the status it was answered with.

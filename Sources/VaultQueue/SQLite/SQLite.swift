@@ -20,6 +20,8 @@ package struct SQLiteError: Error, Equatable, Sendable, CustomStringConvertible 
   public var isReadOnly: Bool { primaryCode == SQLITE_READONLY }
   public var isCannotOpen: Bool { primaryCode == SQLITE_CANTOPEN }
   public var isCorrupt: Bool { primaryCode == SQLITE_CORRUPT || primaryCode == SQLITE_NOTADB }
+  /// The file is not a SQLite database at all (its header is not SQLite's).
+  public var isNotADatabase: Bool { primaryCode == SQLITE_NOTADB }
   public var isConstraint: Bool { primaryCode == SQLITE_CONSTRAINT }
   /// Out of memory, or out of address space for a mapping: SQLITE_IOERR_SHMMAP (10 | 21 << 8, the
   /// WAL index) and SQLITE_IOERR_MMAP (10 | 24 << 8), as sqlite3.h defines them; under a tight
@@ -44,15 +46,38 @@ final class Connection {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
       // usually 0644), and make a file that was already there (an empty one made by `touch`) 0600
       // too; its -wal and -shm files take the database file's mode.
-      let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-      guard fd >= 0 else {
+      //
+      // A file that exists is never opened here: closing a descriptor of ours would drop the POSIX
+      // locks of every connection this process has open on it, and another process closing its
+      // connection would then take itself for the last one and delete the WAL (records lost;
+      // ProcessLockTests). Its mode is set by path and its writability asked of the kernel.
+      let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+      var failure: Int32 = 0
+      if fd >= 0 {
+        _ = fchmod(fd, 0o600)
+        close(fd)
+      } else if errno == EEXIST {
+        var info = stat()
+        if lstat(path, &info) != 0 {
+          failure = errno
+        } else if info.st_mode & S_IFMT == S_IFLNK {
+          failure = ELOOP  // as O_NOFOLLOW would say
+        } else if info.st_mode & S_IFMT == S_IFDIR {
+          failure = EISDIR
+        } else if faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0 {
+          failure = errno
+        } else {
+          _ = fchmodat(AT_FDCWD, path, 0o600, AT_SYMLINK_NOFOLLOW)
+        }
+      } else {
+        failure = errno
+      }
+      guard failure == 0 else {
         // Say why (read-only mount, permissions, too many open files) rather than SQLite's guess.
         var error = SQLiteError(code: SQLITE_CANTOPEN, message: "cannot create the file", operation: "open \(path)")
-        error.systemErrno = errno
+        error.systemErrno = failure
         throw error
       }
-      _ = fchmod(fd, 0o600)
-      close(fd)
     }
     var handle: OpaquePointer?
     var flags =
