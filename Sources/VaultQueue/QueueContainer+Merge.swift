@@ -208,8 +208,23 @@ extension QueueContainer {
     }
     // Held here at a merge: once delivered here, merging a copy of it again does not bring it back.
     try storage.statement("INSERT INTO merged (id) VALUES (?) ON CONFLICT (id) DO NOTHING").run([.text(record.id)])
-    var homePayload = try home.envelope.withUnsafeBytes {
-      try vault.open($0, context: context(queue: home.queue, id: record.id))
+    var homePayload: [UInt8]
+    do {
+      homePayload = try home.envelope.withUnsafeBytes {
+        try vault.open($0, context: context(queue: home.queue, id: record.id))
+      }
+    } catch is EnvelopeError {
+      // The home's copy does not open (kept in review as undecryptable): it stays as it is, and
+      // the bundle's copy, which opens, is kept for review beside it.
+      let keptAs = try Self.keptID(for: record.id, from: "bundle", changed: record.lastChange)
+      if try insert(
+        record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, storage: storage)
+      {
+        outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "bundle"))
+      } else {
+        outcome.unchanged += 1
+      }
+      return
     }
     defer { homePayload.withUnsafeMutableBytes { zeroBytes($0) } }
     let samePayload = home.queue == record.queue && homePayload == payload

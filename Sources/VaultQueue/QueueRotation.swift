@@ -158,14 +158,15 @@ extension QueueContainer: SealedContainer {
     try withStorage { storage in
       let victims = try Self.unopenable(storage, vault)
       guard !victims.isEmpty else { return 0 }
+      let now = milliseconds(clock())
       return try storage.transaction {
         var count = 0
         for seq in victims {
           count += try storage.statement(
             keep
-              ? "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0 WHERE seq = ?"
+              ? "UPDATE records SET state = 'review', error_kind = 'undecryptable', lease_until = 0, changed = ?2 WHERE seq = ?1"
               : "DELETE FROM records WHERE seq = ?"
-          ).run([.integer(seq)])
+          ).run(keep ? [.integer(seq), .integer(now)] : [.integer(seq)])
         }
         if !keep { try storage.countDrop(.undecryptable, count) }
         // Deleted sizes are not tracked row by row here: recompute the total next time.

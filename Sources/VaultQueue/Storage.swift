@@ -51,13 +51,12 @@ final class Storage {
     // `inherited` holds the ids a container restored from a backup started with, so a merge can
     // tell a record delivered here since from one added on the other copy. No declared type, as
     // for `born`.
+    // `merged` holds the ids this container held at a merge or a merge stored in it (records
+    // added, copies kept for review), so merging a copy of one again after it was delivered here
+    // does not bring it back.
     """
     ALTER TABLE records ADD COLUMN changed;
     CREATE TABLE inherited (id TEXT PRIMARY KEY) WITHOUT ROWID;
-    """,
-    // The ids this container held at a merge or a merge stored in it (records added, copies kept
-    // for review), so merging a copy of one again after it was delivered here does not bring it back.
-    """
     CREATE TABLE merged (id TEXT PRIMARY KEY) WITHOUT ROWID;
     """,
   ]

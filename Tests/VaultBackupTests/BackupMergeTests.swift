@@ -345,4 +345,33 @@ final class BackupMergeTests: XCTestCase {
     XCTAssertEqual(again.containers.first?.keptForReview, [])
     XCTAssertEqual(try states(a, "q.sqlite").count, 0, "the kept copy was delivered: not kept again")
   }
+
+  func testAHomeCopyThatDoesNotOpenStaysAndTheBundlesCopyIsKeptForReview() throws {
+    let a = try makeVault("a")
+    let queue = try container(a, "q.sqlite")
+    let damaged = UUID()
+    let other = UUID()
+    try queue.enqueue(Array("damaged here".utf8), queue: "q", id: damaged)
+    try queue.enqueue(Array("fine".utf8), queue: "q", id: other)
+    let bundle = try backup(a)
+    // One byte of the home's envelope changed: it no longer opens (claim moves it to review).
+    let script = """
+      import sqlite3,sys; c=sqlite3.connect(sys.argv[1])
+      c.execute("UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = ?", \
+      (sys.argv[2],)); c.commit(); c.close()
+      """
+    let tampered = try Spawn.run(
+      "/usr/bin/env", ["python3", "-c", script, a.home + "/q.sqlite", damaged.uuidString.lowercased()])
+    XCTAssertEqual(tampered.status, 0, tampered.error)
+    _ = try queue.claim(queue: "q")
+    try queue.release([other])
+
+    let report = try merge(bundle, into: a)
+    XCTAssertEqual(report.containers.first?.keptForReview.map(\.id), [damaged.uuidString.lowercased()])
+    let keptAs = try XCTUnwrap(UUID(uuidString: report.containers.first?.keptForReview.first?.keptAs ?? ""))
+    let after = try states(a, "q.sqlite")
+    XCTAssertEqual(after[damaged]?.1, "undecryptable", "the home's copy stays as it was")
+    XCTAssertEqual(after[other]?.0, .pending)
+    XCTAssertEqual(try payload(a, "q.sqlite", keptAs), "damaged here", "the bundle's copy opens, in review")
+  }
 }
