@@ -167,6 +167,7 @@ extension ContainerProvider {
   ///   - path: not used.
   ///   - vault: not used.
   /// - Returns: nil.
+  /// - Throws: nothing (the requirement may throw).
   public func minimumSealVersion(path: String, vault: Vault) throws -> UInt32? { nil }
 }
 
@@ -174,6 +175,7 @@ extension SealedContainer {
   /// Keeps no minimum: rotation cannot tell an older copy of such a container.
   ///
   /// - Returns: nil.
+  /// - Throws: nothing (the requirement may throw).
   public func minimumSealVersion() throws -> UInt32? { nil }
 
   /// Re-seals without reporting progress (for containers that do not count as they go).

@@ -61,6 +61,11 @@ final class Storage {
     """,
   ]
 
+  /// The oldest schema a read-only open reads as it is: what listing and counting read has not
+  /// changed since (migration 5 added only what merges use), so a container of the previous
+  /// release is listed without being upgraded first.
+  static let readableFrom = 4
+
   /// How a container file is opened.
   enum Mode: Equatable {
     /// Create the schema in an empty database (a new container, its id made here unless
@@ -102,7 +107,7 @@ final class Storage {
     let version = Int(try connection.prepare("PRAGMA user_version").scalar() ?? 0)
     guard version > 0 else { throw QueueError.notAQueueContainer(path: path) }
     guard version <= Self.migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
-    guard version == Self.migrations.count else {
+    guard version >= Self.readableFrom else {
       throw QueueError.storage(path: path, detail: "older schema \(version); open it once with a writing command")
     }
     try checkIdentity(keyringID: keyringID)
