@@ -223,16 +223,9 @@ public enum Backup {
             let path = home + "/" + name
             let file = try NewFile(path: path)
             placed.append(ContainerRecord(path: path, id: container.id))
-            let hasher = try SHA256Hasher()
-            try reader.forEachBlock(at: verified.offsets[index], count: container.size) {
-              try hasher.update($0)
-              try file.write($0)
-            }
-            try file.sync()
-            // Read again after verification: a bundle changed in between is caught here.
-            guard hex(try hasher.finish()) == container.sha256 else {
-              throw BackupError.containerHashMismatch(path: bundle, index: index + 1, container: container.path)
-            }
+            try copyContainer(
+              container, number: index + 1, at: verified.offsets[index], from: reader, bundle: bundle, into: file,
+              sync: true)
           }
           try syncDirectory(home)
         } catch {
@@ -260,10 +253,7 @@ public enum Backup {
 
   /// The lineage a container file records, read before it is opened (and upgraded) as the vault's.
   static func snapshotLineage(_ path: String) throws -> ContainerLineage {
-    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
-    defer { close(descriptor) }
-    return try ContainerReader(descriptor: descriptor, path: path, live: false).lineage()
+    try readingSnapshot(path, name: path) { try $0.lineage() }
   }
 
   /// Refuses, before anything is read or asked, a restore into a home that holds a vault (naming
@@ -427,15 +417,9 @@ public enum Backup {
     for (index, container) in manifest.containers.enumerated() {
       progress?(.verifying(container: index + 1, of: manifest.containers.count))
       let snapshot = work.path + "/\(index).sqlite"
-      let file = try NewFile(path: snapshot)
-      let hasher = try SHA256Hasher()
-      try reader.forEachBlock(at: offsets[index], count: container.size) {
-        try hasher.update($0)
-        try file.write($0)
-      }
-      guard hex(try hasher.finish()) == container.sha256 else {
-        throw BackupError.containerHashMismatch(path: path, index: index + 1, container: container.path)
-      }
+      try copyContainer(
+        container, number: index + 1, at: offsets[index], from: reader, bundle: path,
+        into: try NewFile(path: snapshot), sync: false)
       let counts = try checkEnvelopes(
         snapshot: snapshot, container: container, index: index + 1, bundle: path, keys: bundleKeys)
       unlink(snapshot)
@@ -456,14 +440,55 @@ public enum Backup {
     return Verified(manifest: manifest, keys: keys, offsets: offsets, report: report)
   }
 
+  /// Copies one container snapshot of a bundle into `file`, hashing it as it goes (and syncing it
+  /// when `sync`). The bytes are read again after the bundle was verified, so a bundle changed in
+  /// between is caught here.
+  ///
+  /// - Parameters:
+  ///   - container: the snapshot's manifest entry (its size and SHA-256).
+  ///   - number: its place in the bundle, from 1, for the error.
+  ///   - offset: where it starts in the bundle.
+  ///   - reader: the bundle.
+  ///   - bundle: the bundle's path, for the error.
+  ///   - file: the new file to write.
+  ///   - sync: whether to fsync the file before checking the hash.
+  /// - Throws: `BackupError.containerHashMismatch` when the bytes are not the manifest's; `.io`.
+  static func copyContainer(
+    _ container: BackupManifest.Container, number: Int, at offset: UInt64, from reader: BundleReader,
+    bundle: String, into file: NewFile, sync: Bool
+  ) throws {
+    let hasher = try SHA256Hasher()
+    try reader.forEachBlock(at: offset, count: container.size) {
+      try hasher.update($0)
+      try file.write($0)
+    }
+    if sync { try file.sync() }
+    guard hex(try hasher.finish()) == container.sha256 else {
+      throw BackupError.containerHashMismatch(path: bundle, index: number, container: container.path)
+    }
+  }
+
+  /// Runs `body` with the container snapshot at `path` opened read-only as a container
+  /// (`name` is how errors call it).
+  static func readingSnapshot<T>(_ path: String, name: String, _ body: (ContainerReader) throws -> T) throws -> T {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
+    defer { close(descriptor) }
+    return try body(try ContainerReader(descriptor: descriptor, path: name, live: false))
+  }
+
   /// Opens every envelope of one snapshot with the bundle's keys; counts them per version.
   static func checkEnvelopes(
     snapshot: String, container: BackupManifest.Container, index: Int, bundle: String, keys: BundleKeys
   ) throws -> [UInt32: Int] {
-    let descriptor = open(snapshot, O_RDONLY | O_CLOEXEC)
-    guard descriptor >= 0 else { throw BackupError.io(path: snapshot, operation: "open", errno: errno) }
-    defer { close(descriptor) }
-    let reader = try ContainerReader(descriptor: descriptor, path: "container \(index)", live: false)
+    try readingSnapshot(snapshot, name: "container \(index)") { reader in
+      try countEnvelopes(reader, container: container, index: index, bundle: bundle, keys: keys)
+    }
+  }
+
+  private static func countEnvelopes(
+    _ reader: ContainerReader, container: BackupManifest.Container, index: Int, bundle: String, keys: BundleKeys
+  ) throws -> [UInt32: Int] {
     guard reader.keyringID == keys.keyring.hex, reader.containerID == container.id else {
       throw BackupError.envelopesFailed(
         path: bundle, index: index, container: container.path, failed: 0, kind: "not this vault's container")

@@ -71,45 +71,41 @@ extension Backup {
     for (index, container) in manifest.containers.enumerated() {
       progress?(.merging(container: index + 1, of: manifest.containers.count))
       let snapshot = work.path + "/\(index).sqlite"
-      let file = try NewFile(path: snapshot)
-      let hasher = try SHA256Hasher()
-      try reader.forEachBlock(at: verified.offsets[index], count: container.size) {
-        try hasher.update($0)
-        try file.write($0)
-      }
-      // Read again after verification: a bundle changed in between is caught here.
-      guard hex(try hasher.finish()) == container.sha256 else {
-        throw BackupError.containerHashMismatch(path: bundle, index: index + 1, container: container.path)
-      }
+      try copyContainer(
+        container, number: index + 1, at: verified.offsets[index], from: reader, bundle: bundle,
+        into: try NewFile(path: snapshot), sync: false)
       defer { unlink(snapshot) }
-      let descriptor = open(snapshot, O_RDONLY | O_CLOEXEC)
-      guard descriptor >= 0 else { throw BackupError.io(path: snapshot, operation: "open", errno: errno) }
-      defer { close(descriptor) }
-      let source = try ContainerReader(descriptor: descriptor, path: "container \(index + 1)", live: false)
-      let open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8] = { record, context in
-        try keys.open(record.envelope, context: context)
+      let entry = try readingSnapshot(snapshot, name: "container \(index + 1)") { source in
+        try merge(container, from: source, into: targets[index], keys: keys, vault: vault)
       }
-      let outcome: QueueContainer.MergeOutcome
-      let path: String
-      let action: String
-      switch targets[index] {
-      case .existing(let target):
-        outcome = try target.merge(from: source, fresh: false, open: open)
-        (path, action) = (target.path, "merged")
-      case .missing(let missing), .added(let missing):
-        let target = try QueueContainer(restoring: missing, containerID: container.id, vault: vault)
-        // Its origin first: a merge stopped part way and run again restores what it had not added
-        // (as it would from the copy's origin) instead of putting it in review.
-        let origin = try source.lineage().instance
-        try target.markRestored(from: origin)
-        outcome = try target.merge(from: source, fresh: true, open: open)
-        try target.markRestored(from: origin)
-        if case .missing = targets[index] { action = "restored" } else { action = "added" }
-        path = target.path
-      }
-      merged.append(MergeReport.Container(from: container.path, path: path, action: action, outcome: outcome))
+      merged.append(entry)
     }
     return MergeReport(home: vault.home, vaultID: manifest.vaultID, bundle: bundle, containers: merged)
+  }
+
+  /// Merges one snapshot into its target.
+  private static func merge(
+    _ container: BackupManifest.Container, from source: ContainerReader, into target: MergeTarget, keys: BundleKeys,
+    vault: Vault
+  ) throws -> MergeReport.Container {
+    let open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8] = { record, context in
+      try keys.open(record.envelope, context: context)
+    }
+    switch target {
+    case .existing(let existing):
+      let outcome = try existing.merge(from: source, fresh: false, open: open)
+      return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
+    case .missing(let path), .added(let path):
+      let made = try QueueContainer(restoring: path, containerID: container.id, vault: vault)
+      // Its origin first: a merge stopped part way and run again restores what it had not added
+      // (as it would from the copy's origin) instead of putting it in review.
+      let origin = try source.lineage().instance
+      try made.markRestored(from: origin)
+      let outcome = try made.merge(from: source, fresh: true, open: open)
+      try made.markRestored(from: origin)
+      let action = if case .missing = target { "restored" } else { "added" }
+      return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)
+    }
   }
 
   /// Where a bundle's container goes in a merge.
