@@ -111,22 +111,7 @@ package final class ContainerReader {
   /// an older release, or one never restored.
   package func lineage() throws -> ContainerLineage {
     guard keyringID != nil else { return ContainerLineage(instance: nil, restoredFrom: nil, inherited: []) }
-    return try QueueContainer.translating(path) {
-      var instance: String?
-      var origin: String?
-      try connection.prepare("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
-        if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
-      }
-      var inherited: Set<String> = []
-      var hasTable = false
-      try connection.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inherited'").query { _ in
-        hasTable = true
-      }
-      if hasTable {
-        try connection.prepare("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
-      }
-      return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
-    }
+    return try QueueContainer.translating(path) { try ContainerLineage.read(from: connection) }
   }
 
   /// SQLite opened the file by the path the descriptor resolved to: if another file was put there
@@ -161,6 +146,24 @@ package struct SnapshotRecord: Sendable {
 
 /// Which copy of a container a file is, and where it came from (see `QueueContainer.merge`).
 package struct ContainerLineage: Sendable, Equatable {
+  /// Reads it from a container's meta and `inherited` table (absent before schema 5: none).
+  static func read(from connection: Connection) throws -> ContainerLineage {
+    var instance: String?
+    var origin: String?
+    try connection.prepare("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
+      if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
+    }
+    var inherited: Set<String> = []
+    var hasTable = false
+    try connection.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inherited'").query { _ in
+      hasTable = true
+    }
+    if hasTable {
+      try connection.prepare("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
+    }
+    return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
+  }
+
   /// This copy's random id (nil: made by a release before lineage was kept).
   package var instance: String?
   /// The instance this copy was restored from (nil: it was not restored, or it is not known).

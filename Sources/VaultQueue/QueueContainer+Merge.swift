@@ -41,16 +41,7 @@ extension QueueContainer {
   /// This copy's lineage: its instance id, the instance it was restored from, and the ids it
   /// started with then.
   package func lineage() throws -> ContainerLineage {
-    try withStorage { storage in
-      var instance: String?
-      var origin: String?
-      try storage.statement("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
-        if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
-      }
-      var inherited: Set<String> = []
-      try storage.statement("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
-      return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
-    }
+    try withStorage { try ContainerLineage.read(from: $0.connection) }
   }
 
   /// Makes this container a new copy restored from `origin` (the snapshot's instance id): a new
@@ -155,6 +146,7 @@ extension QueueContainer {
     var queue: String
     var state: String
     var lastChange: Int64
+    var createdAt: Int64
     var envelope: [UInt8]
     var size: Int
   }
@@ -172,11 +164,11 @@ extension QueueContainer {
     defer { payload.withUnsafeMutableBytes { zeroBytes($0) } }
     var home: HomeCopy?
     try storage.statement(
-      "SELECT queue, state, coalesce(changed, created_at), envelope, size FROM records WHERE id = ?"
+      "SELECT queue, state, coalesce(changed, created_at), created_at, envelope, size FROM records WHERE id = ?"
     ).query([.text(record.id)]) { row in
       home = HomeCopy(
-        queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2), envelope: row.blob(3),
-        size: Int(row.int(4)))
+        queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2), createdAt: row.int(3),
+        envelope: row.blob(4), size: Int(row.int(5)))
     }
     guard let home else {
       // Held here at an earlier merge (or stored by it), and delivered or dropped since.
@@ -249,10 +241,7 @@ extension QueueContainer {
     if !samePayload {
       var loser = record
       loser.queue = home.queue
-      loser.createdAt =
-        try storage.statement("SELECT created_at FROM records WHERE id = ?").scalar([
-          .text(record.id)
-        ]) ?? record.createdAt
+      loser.createdAt = home.createdAt
       loser.attempts = 0
       loser.changed = home.lastChange
       let keptAs = try Self.keptID(for: record.id, from: "home", changed: home.lastChange)
