@@ -7,6 +7,10 @@
 //   vault-queue-bench DIR SECONDS threads         durable enqueue from 4 threads (Scale.swift)
 //   vault-queue-bench DIR SECONDS procs           durable enqueue from 2 processes (Scale.swift)
 //   vault-queue-bench DIR SECONDS rotate MIB      rotation of a MIB-MiB container (Scale.swift)
+//   vault-queue-bench DIR COUNT profile enqueue|log|plain
+//                                                 COUNT single 200-byte enqueues, `Telemetry.log`
+//                                                 calls or plain inserts and nothing else, for
+//                                                 `valgrind --tool=callgrind` (instructions per call)
 //
 // Prints lines "name value" (rates in records/s, latencies in ms, memory in MiB).
 import CSQLite
@@ -115,6 +119,9 @@ case "procs":
 case "rotate":
   try rotationBenchmark(directory: directory, vault: vault, mebibytes: Int(arguments[4]) ?? 1024)
   exit(0)
+case "profile":
+  try profile(arguments[4], count: Int(seconds))
+  exit(0)
 default:
   break
 }
@@ -132,14 +139,41 @@ func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
   done.wait()
 }
 
+/// `count` calls of one kind and nothing else, so that an instruction count (callgrind) divided by
+/// `count` is the cost of one call: a 200-byte enqueue, a `Telemetry.log` of the benchmark's event,
+/// or a plain insert.
+func profile(_ kind: String, count: Int) throws {
+  let body = [UInt8](repeating: 0x61, count: 200)
+  let container = try QueueContainer(
+    path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
+  switch kind {
+  case "enqueue":
+    for _ in 0..<count { try container.enqueue(body, queue: "bench") }
+  case "log":
+    struct Token: TokenProvider { func token(refresh: Bool) throws -> String { "test-token" } }
+    let telemetry = Telemetry(
+      container: container, tokens: Token(), sender: try HTTPBatchSender(endpoint: URL(string: "http://127.0.0.1:9")!))
+    for _ in 0..<count { _ = try telemetry.log(type: "screen_view", payload: telemetryPayload()) }
+  default:
+    let plain = PlainTable(path: freshPath())
+    for _ in 0..<count { plain.put(body) }
+  }
+}
+
+/// The event the telemetry benchmarks log (about 360 bytes of JSON). A function: a global of
+/// main.swift is set only when the top-level code reaches it, after the `switch` above has run.
+func telemetryPayload() -> [String: JSONValue] {
+  [
+    "screen": .string("settings/notifications"), "duration_ms": .number(1234), "ok": .bool(true),
+    "detail": .string(String(repeating: "abcdefghij", count: 15)),
+  ]
+}
+
 /// Telemetry: `log` from four threads (rate and latency), then a drain of a full queue to the mock
 /// server (claim, gzip batch, POST, ack), beside plain SQLite single-row inserts.
 func telemetryBenchmark(endpoint: URL) throws {
   struct Token: TokenProvider { func token(refresh: Bool) throws -> String { "test-token" } }
-  let payload: [String: JSONValue] = [
-    "screen": .string("settings/notifications"), "duration_ms": .number(1234), "ok": .bool(true),
-    "detail": .string(String(repeating: "abcdefghij", count: 15)),
-  ]
+  let payload = telemetryPayload()
   let plain = PlainTable(path: freshPath())
   let body = [UInt8](repeating: 0x61, count: 300)
   report("telemetry_plain_insert_per_s", timed { plain.put(body) }.0)
