@@ -128,7 +128,7 @@ extension QueueContainer {
     var outcomes: [EnqueueOutcome] = []
     var added = 0
     for record in request.records {
-      let idText = record.id.uuidString.lowercased()
+      let idText = record.id.recordText
       let envelope = try vault.seal(record.payload, context: context(queue: request.queue, id: idText))
       // The unique id decides: an existing record is kept as it is and reported as a duplicate.
       let inserted = try envelope.withUnsafeBytes { bytes in

@@ -29,7 +29,7 @@ extension QueueContainer {
       var afterSeq: Int64 = 0
       if let after {
         let seqOfID = try storage.statement("SELECT seq FROM records WHERE id = ?")
-        guard let seq = try seqOfID.scalar([.text(after.uuidString.lowercased())]) else {
+        guard let seq = try seqOfID.scalar([.text(after.recordText)]) else {
           throw ListingError.unknownRecord(after)
         }
         afterSeq = seq
@@ -89,7 +89,7 @@ public enum ListingError: Error, Equatable, Sendable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .unknownRecord(let id):
-      "no record \(id.uuidString.lowercased()) in the container to list after (it may have been delivered since); "
+      "no record \(id.recordText) in the container to list after (it may have been delivered since); "
         + "list from the start or after a later id"
     case .negativeLimit: "the limit must not be negative"
     }

@@ -155,7 +155,7 @@ extension QueueContainer {
     _ record: SnapshotRecord, storage: Storage, absent: (String) -> Absent,
     open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8], into outcome: inout MergeOutcome
   ) throws {
-    guard let uuid = UUID(uuidString: record.id), uuid.uuidString.lowercased() == record.id,
+    guard let uuid = UUID(uuidString: record.id), uuid.recordText == record.id,
       let state = RecordState(rawValue: record.state), (try? Self.validate(record.queue)) != nil
     else {
       throw QueueError.storage(path: path, detail: "a snapshot record is malformed")
@@ -319,6 +319,6 @@ extension QueueContainer {
         bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
         bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
       ))
-    return uuid.uuidString.lowercased()
+    return uuid.recordText
   }
 }
