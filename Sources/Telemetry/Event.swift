@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultQueue
 
 /// A JSON value for event payloads: strings, numbers, booleans, null, arrays and objects.
 ///
@@ -165,8 +166,8 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
 }
 
 extension UUID {
-  // The wire and the queue use lowercase ids.
-  var lowercased: String { uuidString.lowercased() }
+  // The wire and the queue use lowercase ids, the same text.
+  var lowercased: String { recordText }
 }
 
 // Literals, so a payload reads as JSON does: `["screen": "home", "taps": 3, "ok": true]`.

@@ -33,6 +33,29 @@ final class JSONTests: XCTestCase {
     XCTAssertEqual(try JSONValue(parsing: value.serialized()), value)
   }
 
+  /// Every ASCII character, alone and between runs of plain text (the writer copies such runs
+  /// whole): control characters as `\uXXXX` or their short escape, quote and backslash escaped,
+  /// the rest as it is; Foundation's parser reads back the same string.
+  func testEveryASCIICharacterIsWrittenAsJSONRequires() throws {
+    let short: [UInt8: String] = [0x08: #"\b"#, 0x09: #"\t"#, 0x0A: #"\n"#, 0x0C: #"\f"#, 0x0D: #"\r"#]
+    for byte in UInt8(0)..<0x80 {
+      let character = String(UnicodeScalar(byte))
+      let expected: String =
+        switch byte {
+        case UInt8(ascii: "\""): #"\""#
+        case UInt8(ascii: "\\"): #"\\"#
+        case 0..<0x20: short[byte] ?? String(format: "\\u%04x", byte)
+        default: character
+        }
+      for text in [character, "ab" + character + "cd" + character] {
+        let written = String(decoding: JSONValue.string(text).serialized(), as: UTF8.self)
+        XCTAssertEqual(written, "\"" + text.replacingOccurrences(of: character, with: expected) + "\"")
+        let parsed = try JSONSerialization.jsonObject(with: Data(written.utf8), options: .fragmentsAllowed)
+        XCTAssertEqual(parsed as? String, text)
+      }
+    }
+  }
+
   func testKeysAreSortedAndStructureIsKept() throws {
     let text = #" { "b" : [ 1 , true , null , { } , [ ] ] , "a" : { "z" : false } } "#
     XCTAssertEqual(
