@@ -6,6 +6,13 @@ import Foundation
 /// others; each caller still returns only after the commit that holds its records has returned,
 /// so the durability promise of a single enqueue is unchanged. A lone caller leads a group of one,
 /// paying nothing but an uncontended lock.
+///
+/// A leader first gathers: when the last commit saw more callers than are waiting now (those it
+/// just woke, about to come back with their next record), it waits for them, at most
+/// `gatherLimit`, as PostgreSQL's `commit_delay` does. Without that, four threads settled into
+/// two groups of about two, each paying a whole fsync (measured: 2.3 requests per commit). A
+/// gather that times out lowers the expectation to the callers that came, so a caller that went
+/// away costs one wait; a lone caller never waits.
 final class GroupCommit: @unchecked Sendable {
   /// One enqueue waiting to be committed, and what became of it.
   final class Request {
@@ -23,6 +30,19 @@ final class GroupCommit: @unchecked Sendable {
   private let condition = NSCondition()
   private var waiting: [Request] = []
   private var leading = false
+  /// How many callers the last commit saw (its group and those that arrived meanwhile): how many
+  /// the next leader gathers.
+  private var expected = 1
+  /// Whether a leader is gathering (an arriving caller then wakes it).
+  private var gathering = false
+  /// The longest a leader waits for callers to come back: less than a commit (about 0.2–0.4 ms
+  /// here, most of it the fsync), so gathering never costs more than the commit it saves.
+  let gatherLimit: TimeInterval
+
+  /// - Parameter gatherLimit: the longest a leader waits for the callers the last commit saw.
+  init(gatherLimit: TimeInterval = 0.000_2) {
+    self.gatherLimit = gatherLimit
+  }
 
   /// How many commits ran, and how many requests they held (for tests and benchmarks).
   private(set) var statistics = (commits: 0, requests: 0)
@@ -32,6 +52,13 @@ final class GroupCommit: @unchecked Sendable {
     condition.lock()
     defer { condition.unlock() }
     return waiting.count
+  }
+
+  /// How many callers the next leader gathers (for tests).
+  var expectedCallers: Int {
+    condition.lock()
+    defer { condition.unlock() }
+    return expected
   }
 
   /// Adds `request` to the next group and returns once a commit has settled it.
@@ -47,12 +74,20 @@ final class GroupCommit: @unchecked Sendable {
   {
     condition.lock()
     waiting.append(request)
+    if gathering { condition.broadcast() }
     while request.result == nil {
       if leading {
         condition.wait()
         continue
       }
       leading = true
+      if waiting.count < expected {
+        gathering = true
+        let deadline = Date(timeIntervalSinceNow: gatherLimit)
+        while waiting.count < expected, condition.wait(until: deadline) {}
+        gathering = false
+        expected = min(expected, waiting.count)
+      }
       let group = waiting
       waiting = []
       condition.unlock()
@@ -61,6 +96,7 @@ final class GroupCommit: @unchecked Sendable {
       for (member, result) in zip(group, results) { member.result = result }
       statistics.commits += 1
       statistics.requests += group.count
+      expected = group.count + waiting.count
       leading = false
       // Wakes the group's callers, and those that arrived meanwhile: one of them leads next.
       condition.broadcast()

@@ -48,6 +48,66 @@ final class GroupCommitTests: XCTestCase {
     XCTAssertThrowsError(try results.get("fails")?.get()) { XCTAssertEqual($0 as? QueueError, .invalidQueueName) }
   }
 
+  /// Four threads that each enqueue again as soon as the last returned: the leader gathers all
+  /// four before committing, so there is about one commit per round, not two groups of two
+  /// (which is what they settled into before gathering: 2.3 requests per commit).
+  func testCallersComingBackAreGatheredIntoOneCommit() {
+    // A thread that finished its rounds one commit before the others costs the last group one
+    // whole gather: half a second, long enough that no arrival is missed on a loaded machine.
+    let group = GroupCommit(gatherLimit: 0.5)
+    let rounds = 50
+    enqueueFromFourThreads(into: group, rounds: rounds)
+    XCTAssertEqual(group.statistics.requests, 4 * rounds)
+    // The first commits may find fewer callers (threads still starting); then each round is one.
+    XCTAssertLessThanOrEqual(group.statistics.commits, rounds + 5, "\(group.statistics)")
+  }
+
+  /// Four threads, started together, each submitting `rounds` times to commits that take a
+  /// millisecond (as an fsync does), so that the others arrive while one runs.
+  private func enqueueFromFourThreads(into group: GroupCommit, rounds: Int) {
+    let start = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    for _ in 0..<4 {
+      done.enter()
+      Thread {
+        start.wait()
+        for _ in 0..<rounds {
+          _ = try? group.submit(GroupCommit.Request(records: [], queue: "q")) { requests in
+            usleep(1000)
+            return requests.map { _ in .success([.stored]) }
+          }
+        }
+        done.leave()
+      }.start()
+    }
+    for _ in 0..<4 { start.signal() }
+    done.wait()
+  }
+
+  /// A gather that times out expects only the callers that came: a caller left alone after the
+  /// others stopped waits once, then never again; a lone caller from the start never waits.
+  func testALoneCallerStopsWaitingForCallersThatLeft() throws {
+    let group = GroupCommit(gatherLimit: 0.05)
+    enqueueFromFourThreads(into: group, rounds: 10)
+    XCTAssertGreaterThan(group.expectedCallers, 1, "the last commit saw the other threads")
+    let commit: ([GroupCommit.Request]) -> [Result<[EnqueueOutcome], any Error>] = {
+      $0.map { _ in .success([.stored]) }
+    }
+    let started = Date()
+    _ = try group.submit(GroupCommit.Request(records: [], queue: "alone"), commit: commit)
+    XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.05, "it waited for the others once")
+    XCTAssertEqual(group.expectedCallers, 1)
+    for _ in 0..<20 {
+      _ = try group.submit(GroupCommit.Request(records: [], queue: "alone"), commit: commit)
+      XCTAssertEqual(group.expectedCallers, 1, "a lone caller leads at once")
+    }
+    let fresh = GroupCommit(gatherLimit: 60)
+    for _ in 0..<20 {
+      _ = try fresh.submit(GroupCommit.Request(records: [], queue: "alone"), commit: commit)
+      XCTAssertEqual(fresh.expectedCallers, 1)
+    }
+  }
+
   /// Through a real container: many threads enqueue at once; every record is stored once and
   /// opens, and there were fewer commits than records (they were grouped).
   func testManyThreadsEnqueueingLoseNothing() throws {
