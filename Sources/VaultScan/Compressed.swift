@@ -244,6 +244,9 @@ extension Scanner {
     (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
   ]
 
+  /// `isBase64` of every byte value.
+  private static let base64Table: [Bool] = (0...255).map { isBase64(UInt8($0)) }
+
   @inline(__always)
   static func isBase64(_ byte: UInt8) -> Bool {
     (byte | 0x20) &- 0x61 < 26 || byte &- 0x30 < 10 || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
@@ -375,15 +378,17 @@ extension Scanner {
     // per line.)
     let step = 60
     var position = step - 1
+    // `isBase64` as a table (one load, no branch per comparison) for the sampled bytes and their runs.
+    let table = base64Table
     while position < bytes.count {
-      guard isBase64(base[position]) else {
+      guard table[Int(base[position])] else {
         position += step
         continue
       }
       var start = position
-      while start > 0, isBase64(base[start - 1]) { start -= 1 }
+      while start > 0, table[Int(base[start - 1])] { start -= 1 }
       var end = position + 1
-      while end < bytes.count, isBase64(base[end]) { end += 1 }
+      while end < bytes.count, table[Int(base[end])] { end += 1 }
       let isLineStart = start == 0 ? from <= 0 : base[start - 1] == 0x0a && start - 1 >= max(0, from)
       if isLineStart, end - start >= 60, let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1)
       {

@@ -179,11 +179,7 @@ enum TextDetectors {
     _ table: UnsafeBufferPointer<UInt8>, _ line: UnsafeRawPointer, _ count: Int
   ) -> (start: Int, end: Int, detector: String)? {
     let needed = Double(count) * 0.8
-    // The most bytes that may be neither letters nor spaces: letters and spaces can be at most
-    // `count - others`, which must stay at least `needed`.
-    var allowed = Int((Double(count) * 0.2).rounded(.down))
-    while allowed + 1 <= count, Double(count - allowed - 1) >= needed { allowed += 1 }
-    while allowed >= 0, Double(count - allowed) < needed { allowed -= 1 }
+    let allowed = count < othersAllowedByCount.count ? othersAllowedByCount[count] : othersAllowed(count)
     guard allowed >= 0 else { return nil }
     // Eight bytes at a time first: most lines that are no sentence fail here.
     var others = 0
@@ -219,6 +215,21 @@ enum TextDetectors {
     guard words >= 8, Double(letters + spaces) >= needed else { return nil }
     return (0, count, "natural-language")
   }
+
+  /// The most bytes of a line of `count` bytes that may be neither letters nor spaces for it to be a
+  /// sentence (-1: none): letters and spaces can be at most `count - others`, which must stay at
+  /// least 80 % of `count`, compared in floating point as `sentence` compares them.
+  static func othersAllowed(_ count: Int) -> Int {
+    let needed = Double(count) * 0.8
+    var allowed = Int((Double(count) * 0.2).rounded(.down))
+    while allowed + 1 <= count, Double(count - allowed - 1) >= needed { allowed += 1 }
+    while allowed >= 0, Double(count - allowed) < needed { allowed -= 1 }
+    return allowed
+  }
+
+  /// `othersAllowed` of every line length below 4,096, computed once (per line it cost a third of
+  /// `sentence` on a log, whose lines mostly fail within 16 bytes).
+  private static let othersAllowedByCount: [Int] = (0..<4096).map(othersAllowed)
 
   /// The high bit of each byte of `word` that `classes` calls a letter (ASCII letters and every
   /// byte from 0x80) or a space, computed for all 8 at once.
@@ -311,12 +322,14 @@ enum TextDetectors {
     var fieldLines = 0
     var fieldsStart = 0
     var lineStart = 0
+    // One copy of the run, whose slices are the lines (not an array per line).
+    let text = Array(run)
     while lineStart <= run.count {
       var lineEnd = lineStart
       while lineEnd < run.count, run[lineEnd] != 0x0a { lineEnd += 1 }
       var end = lineEnd
       if end > lineStart, run[end - 1] == 0x0d { end -= 1 }
-      let line = Array(run[lineStart..<end])[...]
+      let line = text[lineStart..<end]
       if RecordSyntax.isColonField(line) {
         if fieldLines == 0 { fieldsStart = lineStart }
         fieldLines += 1
@@ -438,18 +451,30 @@ enum TextDetectors {
   /// "CREATE UNIQUE INDEX ", "CREATE VIEW " or "CREATE TRIGGER " (any case), as SQLite's own
   /// schema table does. Whole phrases, so a sentence that merely says "create the …" still counts.
   static func isSchemaText(_ run: UnsafeRawBufferPointer) -> Bool {
-    let window = Array(run.prefix(64)).map { $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }
-    for phrase in schemaPhrases where phrase.count <= window.count {
-      for start in 0...(window.count - phrase.count) where window[start] == phrase[0] {
-        if window[start..<(start + phrase.count)].elementsEqual(phrase) { return true }
+    // In place, without a lower-cased copy: every phrase starts with "create ", so the rest of each
+    // is compared only where that does (a run of text inside binary data costs a few hundred
+    // instructions here, not a few thousand).
+    let count = min(64, run.count)
+    @inline(__always) func matches(_ text: [UInt8], at start: Int) -> Bool {
+      guard start + text.count <= count else { return false }
+      for index in text.indices {
+        let byte = run[start + index]
+        if (byte >= 0x41 && byte <= 0x5a ? byte | 0x20 : byte) != text[index] { return false }
       }
+      return true
+    }
+    guard count >= schemaPrefix.count else { return false }
+    for start in 0...(count - schemaPrefix.count) where run[start] | 0x20 == 0x63 && matches(schemaPrefix, at: start) {
+      if schemaObjects.contains(where: { matches($0, at: start + schemaPrefix.count) }) { return true }
     }
     return false
   }
 
-  private static let schemaPhrases: [[UInt8]] = [
-    "create table ", "create index ", "create unique index ", "create view ", "create trigger ",
-  ].map { Array($0.utf8) }
+  /// The phrases `isSchemaText` looks for: "create " and then one of these.
+  private static let schemaPrefix = Array("create ".utf8)
+  private static let schemaObjects: [[UInt8]] = ["table ", "index ", "unique index ", "view ", "trigger "].map {
+    Array($0.utf8)
+  }
 }
 
 extension Scanner {
