@@ -185,7 +185,7 @@ enum TextDetectors {
     var others = 0
     var at = 0
     while at + 8 <= count {
-      others &+= 8 &- letterOrSpace(line.loadUnaligned(fromByteOffset: at, as: UInt64.self)).nonzeroBitCount
+      others &+= 8 &- highBits(letterOrSpace(line.loadUnaligned(fromByteOffset: at, as: UInt64.self)))
       if others > allowed { return nil }
       at += 8
     }
@@ -231,6 +231,14 @@ enum TextDetectors {
   /// `sentence` on a log, whose lines mostly fail within 16 bytes).
   private static let othersAllowedByCount: [Int] = (0..<4096).map(othersAllowed)
 
+  /// How many bytes of `mask` are 0x80, when each is 0x80 or 0: the eight bits, moved to the low bit
+  /// of each byte, summed into the top byte by one multiplication (the baseline x86-64 the package
+  /// builds for has no popcnt instruction; `nonzeroBitCount` is a dozen).
+  @inline(__always)
+  static func highBits(_ mask: UInt64) -> Int {
+    Int(truncatingIfNeeded: ((mask &>> 7) &* 0x0101_0101_0101_0101) &>> 56)
+  }
+
   /// The high bit of each byte of `word` that `classes` calls a letter (ASCII letters and every
   /// byte from 0x80) or a space, computed for all 8 at once.
   @inline(__always)
@@ -257,21 +265,22 @@ enum TextDetectors {
       (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09
     }
     var hits: [Hit] = []
-    var position = minimum - 1
+    // With `minimum` of 14 or more, every `minimum - 7`-th position is looked at, by the 8 bytes
+    // starting there (one test of all 8, without a branch per byte; random data fails it nearly
+    // always): a run of `minimum` printable bytes holds the 8 bytes from one of any `minimum - 7`
+    // consecutive positions of its first ones. So every run of `minimum` or more is still measured,
+    // once, whole; the runs judged are the same.
+    let filtered = minimum >= 14
+    let step = filtered ? minimum - 7 : minimum
+    var position = step - 1
     var scannedUpTo = 0
     while position < bytes.count {
-      // A pre-filter, 8 bytes at a time: a run of `minimum` (14 or more) printable bytes through
-      // `position` holds the 8 bytes ending there or the 8 starting there. Random data fails both
-      // nearly always, without a branch per byte; the runs found are the same.
-      if minimum >= 14, position >= 7, position + 8 <= bytes.count,
-        !allPrintable((base + position - 7).loadUnaligned(as: UInt64.self)),
-        !allPrintable((base + position).loadUnaligned(as: UInt64.self))
-      {
-        position += minimum
+      if filtered, position + 8 <= bytes.count, !allPrintable((base + position).loadUnaligned(as: UInt64.self)) {
+        position += step
         continue
       }
       guard printable(data[position]) else {
-        position += minimum
+        position += step
         continue
       }
       var start = position
@@ -285,7 +294,8 @@ enum TextDetectors {
         }
       }
       scannedUpTo = end
-      position = end + minimum
+      // The next run of `minimum` or more starts past `end` (not printable), and holds one of these.
+      position = end + step
     }
     return hits
   }
