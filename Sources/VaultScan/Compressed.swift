@@ -244,6 +244,9 @@ extension Scanner {
     (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
   ]
 
+  /// `isBase64` of every byte value.
+  private static let base64Table: [Bool] = (0...255).map { isBase64(UInt8($0)) }
+
   @inline(__always)
   static func isBase64(_ byte: UInt8) -> Bool {
     (byte | 0x20) &- 0x61 < 26 || byte &- 0x30 < 10 || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
@@ -364,26 +367,37 @@ extension Scanner {
       return (60...80).contains(before - start) && (start == 0 || base[start - 1] == 0x0a)
     }
     var blocks: [Int] = []
-    // Each line start in turn (the buffer's, then the one after each line feed from `from` on),
-    // with where its line ends: a line shorter than 60 bytes holds no base64 line and costs no more.
-    var start: Int? = from <= 0 ? 0 : nil
-    var position = max(0, from)
-    while true {
-      var lineFeed = bytes.count
-      if position < bytes.count, let found = memchr(base + position, 0x0a, bytes.count - position) {
-        lineFeed = base.distance(to: found.assumingMemoryBound(to: UInt8.self))
+    // A block's first line is a run of 60–80 base64 characters with a line feed (or the buffer's
+    // start) before it and a line break after it: a maximal run, since neither is base64. Every
+    // run of 60 or more holds one of every 60th position, so only those are looked at until one
+    // is base64; the run through it is then measured and skipped, and its start judged as a line
+    // start. The line starts judged are those after a line feed at `from` or later (and the
+    // buffer's start when `from` is 0 or less), as when each line was found by its line feed; a
+    // line start that is not where a run of 60 or more begins fails `lineLength` whatever it is,
+    // so none is missed. (Random data: one check per 60 bytes, not a memchr call and a measure
+    // per line.)
+    let step = 60
+    var position = step - 1
+    // `isBase64` as a table (one load, no branch per comparison) for the sampled bytes and their runs.
+    let table = base64Table
+    while position < bytes.count {
+      guard table[Int(base[position])] else {
+        position += step
+        continue
       }
-      // Only a block's first line, and a block is two lines or more.
-      if let start, start < bytes.count, lineFeed - start >= 60, isBase64(base[start]),
-        let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1)
+      var start = position
+      while start > 0, table[Int(base[start - 1])] { start -= 1 }
+      var end = position + 1
+      while end < bytes.count, table[Int(base[end])] { end += 1 }
+      let isLineStart = start == 0 ? from <= 0 : base[start - 1] == 0x0a && start - 1 >= max(0, from)
+      if isLineStart, end - start >= 60, let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1)
       {
         var next = start + length
         if next < bytes.count, base[next] == 0x0d { next += 1 }
         if next + 1 < bytes.count, base[next] == 0x0a, isBase64(base[next + 1]) { blocks.append(start) }
       }
-      guard lineFeed < bytes.count else { break }
-      start = lineFeed + 1
-      position = lineFeed + 1
+      // The next run of 60 or more starts past `end` (not base64), and holds one of these.
+      position = end + step
     }
     return blocks
   }

@@ -179,17 +179,13 @@ enum TextDetectors {
     _ table: UnsafeBufferPointer<UInt8>, _ line: UnsafeRawPointer, _ count: Int
   ) -> (start: Int, end: Int, detector: String)? {
     let needed = Double(count) * 0.8
-    // The most bytes that may be neither letters nor spaces: letters and spaces can be at most
-    // `count - others`, which must stay at least `needed`.
-    var allowed = Int((Double(count) * 0.2).rounded(.down))
-    while allowed + 1 <= count, Double(count - allowed - 1) >= needed { allowed += 1 }
-    while allowed >= 0, Double(count - allowed) < needed { allowed -= 1 }
+    let allowed = count < othersAllowedByCount.count ? othersAllowedByCount[count] : othersAllowed(count)
     guard allowed >= 0 else { return nil }
     // Eight bytes at a time first: most lines that are no sentence fail here.
     var others = 0
     var at = 0
     while at + 8 <= count {
-      others &+= 8 &- letterOrSpace(line.loadUnaligned(fromByteOffset: at, as: UInt64.self)).nonzeroBitCount
+      others &+= 8 &- highBits(letterOrSpace(line.loadUnaligned(fromByteOffset: at, as: UInt64.self)))
       if others > allowed { return nil }
       at += 8
     }
@@ -220,6 +216,29 @@ enum TextDetectors {
     return (0, count, "natural-language")
   }
 
+  /// The most bytes of a line of `count` bytes that may be neither letters nor spaces for it to be a
+  /// sentence (-1: none): letters and spaces can be at most `count - others`, which must stay at
+  /// least 80 % of `count`, compared in floating point as `sentence` compares them.
+  static func othersAllowed(_ count: Int) -> Int {
+    let needed = Double(count) * 0.8
+    var allowed = Int((Double(count) * 0.2).rounded(.down))
+    while allowed + 1 <= count, Double(count - allowed - 1) >= needed { allowed += 1 }
+    while allowed >= 0, Double(count - allowed) < needed { allowed -= 1 }
+    return allowed
+  }
+
+  /// `othersAllowed` of every line length below 4,096, computed once (per line it cost a third of
+  /// `sentence` on a log, whose lines mostly fail within 16 bytes).
+  private static let othersAllowedByCount: [Int] = (0..<4096).map(othersAllowed)
+
+  /// How many bytes of `mask` are 0x80, when each is 0x80 or 0: the eight bits, moved to the low bit
+  /// of each byte, summed into the top byte by one multiplication (the baseline x86-64 the package
+  /// builds for has no popcnt instruction; `nonzeroBitCount` is a dozen).
+  @inline(__always)
+  static func highBits(_ mask: UInt64) -> Int {
+    Int(truncatingIfNeeded: ((mask &>> 7) &* 0x0101_0101_0101_0101) &>> 56)
+  }
+
   /// The high bit of each byte of `word` that `classes` calls a letter (ASCII letters and every
   /// byte from 0x80) or a space, computed for all 8 at once.
   @inline(__always)
@@ -246,21 +265,22 @@ enum TextDetectors {
       (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09
     }
     var hits: [Hit] = []
-    var position = minimum - 1
+    // With `minimum` of 14 or more, every `minimum - 7`-th position is looked at, by the 8 bytes
+    // starting there (one test of all 8, without a branch per byte; random data fails it nearly
+    // always): a run of `minimum` printable bytes holds the 8 bytes from one of any `minimum - 7`
+    // consecutive positions of its first ones. So every run of `minimum` or more is still measured,
+    // once, whole; the runs judged are the same.
+    let filtered = minimum >= 14
+    let step = filtered ? minimum - 7 : minimum
+    var position = step - 1
     var scannedUpTo = 0
     while position < bytes.count {
-      // A pre-filter, 8 bytes at a time: a run of `minimum` (14 or more) printable bytes through
-      // `position` holds the 8 bytes ending there or the 8 starting there. Random data fails both
-      // nearly always, without a branch per byte; the runs found are the same.
-      if minimum >= 14, position >= 7, position + 8 <= bytes.count,
-        !allPrintable((base + position - 7).loadUnaligned(as: UInt64.self)),
-        !allPrintable((base + position).loadUnaligned(as: UInt64.self))
-      {
-        position += minimum
+      if filtered, position + 8 <= bytes.count, !allPrintable((base + position).loadUnaligned(as: UInt64.self)) {
+        position += step
         continue
       }
       guard printable(data[position]) else {
-        position += minimum
+        position += step
         continue
       }
       var start = position
@@ -274,7 +294,8 @@ enum TextDetectors {
         }
       }
       scannedUpTo = end
-      position = end + minimum
+      // The next run of `minimum` or more starts past `end` (not printable), and holds one of these.
+      position = end + step
     }
     return hits
   }
@@ -311,12 +332,14 @@ enum TextDetectors {
     var fieldLines = 0
     var fieldsStart = 0
     var lineStart = 0
+    // One copy of the run, whose slices are the lines (not an array per line).
+    let text = Array(run)
     while lineStart <= run.count {
       var lineEnd = lineStart
       while lineEnd < run.count, run[lineEnd] != 0x0a { lineEnd += 1 }
       var end = lineEnd
       if end > lineStart, run[end - 1] == 0x0d { end -= 1 }
-      let line = Array(run[lineStart..<end])[...]
+      let line = text[lineStart..<end]
       if RecordSyntax.isColonField(line) {
         if fieldLines == 0 { fieldsStart = lineStart }
         fieldLines += 1
@@ -438,18 +461,30 @@ enum TextDetectors {
   /// "CREATE UNIQUE INDEX ", "CREATE VIEW " or "CREATE TRIGGER " (any case), as SQLite's own
   /// schema table does. Whole phrases, so a sentence that merely says "create the …" still counts.
   static func isSchemaText(_ run: UnsafeRawBufferPointer) -> Bool {
-    let window = Array(run.prefix(64)).map { $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }
-    for phrase in schemaPhrases where phrase.count <= window.count {
-      for start in 0...(window.count - phrase.count) where window[start] == phrase[0] {
-        if window[start..<(start + phrase.count)].elementsEqual(phrase) { return true }
+    // In place, without a lower-cased copy: every phrase starts with "create ", so the rest of each
+    // is compared only where that does (a run of text inside binary data costs a few hundred
+    // instructions here, not a few thousand).
+    let count = min(64, run.count)
+    @inline(__always) func matches(_ text: [UInt8], at start: Int) -> Bool {
+      guard start + text.count <= count else { return false }
+      for index in text.indices {
+        let byte = run[start + index]
+        if (byte >= 0x41 && byte <= 0x5a ? byte | 0x20 : byte) != text[index] { return false }
       }
+      return true
+    }
+    guard count >= schemaPrefix.count else { return false }
+    for start in 0...(count - schemaPrefix.count) where run[start] | 0x20 == 0x63 && matches(schemaPrefix, at: start) {
+      if schemaObjects.contains(where: { matches($0, at: start + schemaPrefix.count) }) { return true }
     }
     return false
   }
 
-  private static let schemaPhrases: [[UInt8]] = [
-    "create table ", "create index ", "create unique index ", "create view ", "create trigger ",
-  ].map { Array($0.utf8) }
+  /// The phrases `isSchemaText` looks for: "create " and then one of these.
+  private static let schemaPrefix = Array("create ".utf8)
+  private static let schemaObjects: [[UInt8]] = ["table ", "index ", "unique index ", "view ", "trigger "].map {
+    Array($0.utf8)
+  }
 }
 
 extension Scanner {

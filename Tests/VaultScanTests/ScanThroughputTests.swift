@@ -232,4 +232,190 @@ final class ScanThroughputTests: XCTestCase {
     XCTAssertEqual(report.skipped.map(\.path), [tree + "/f10-link", tree + "/f40-link"])
     XCTAssertTrue(report.complete)
   }
+
+  /// Random bytes with planted pieces: text drawn from `pieces` (some judged, some not), printable
+  /// filler and line breaks, so runs and lines of every length and at every offset occur.
+  private static func mixed(_ count: Int, _ pieces: [String], using generator: inout SystemRandomNumberGenerator)
+    -> [UInt8]
+  {
+    var bytes: [UInt8] = []
+    while bytes.count < count {
+      switch Int.random(in: 0..<5, using: &generator) {
+      case 0:
+        bytes += (0..<Int.random(in: 1...40, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator)
+        }
+      case 1: bytes += Array(pieces.randomElement(using: &generator)!.utf8)
+      case 2: bytes += [0x0a]
+      case 3:
+        bytes += (0..<Int.random(in: 1...70, using: &generator)).map { _ in
+          UInt8.random(in: 0x20...0x7e, using: &generator)
+        }
+      default:
+        bytes += [0x00, 0x0d, 0x0a, 0xff].shuffled(using: &generator).prefix(Int.random(in: 1...3, using: &generator))
+      }
+    }
+    return Array(bytes.prefix(count))
+  }
+
+  /// `runFindings`, which looks at every 25th byte until a run is found, reports what judging every
+  /// maximal run of 32 or more printable bytes on its own reports (a buffer that is one run is
+  /// measured whole whatever the sampling).
+  func testSampledRunsAreEveryRunOfThirtyTwoOrMore() {
+    let pieces = [
+      "Dear Ana, the plumber comes on Tuesday so please leave the key", "user=ana&card=4111111111111111&amount=90",
+      "name: ana\nplan: gold\ncity: Porto\n", "id,name,card,city,zip\n17,ana,4111111111111111,Porto,4000",
+      "<card>4111</card><name>ana</name>", "{\"user\":\"ana\",\"note\":\"rent\"}", "CREATE TABLE t(x, y)",
+    ]
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<300 {
+      let bytes = Self.mixed(Int.random(in: 1...3000, using: &generator), pieces, using: &generator)
+      func printable(_ byte: UInt8) -> Bool {
+        (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09
+      }
+      var expected: [String] = []
+      var start = 0
+      while start < bytes.count {
+        guard printable(bytes[start]) else {
+          start += 1
+          continue
+        }
+        var end = start
+        while end < bytes.count, printable(bytes[end]) { end += 1 }
+        if end - start >= 32 {
+          let run = Array(bytes[start..<end])
+          for hit in run.withUnsafeBytes({ TextDetectors.runFindings($0) }) {
+            expected.append("\(start + hit.start)-\(start + hit.end) \(hit.detector)")
+          }
+        }
+        start = end
+      }
+      let found = bytes.withUnsafeBytes { TextDetectors.runFindings($0) }.map { "\($0.start)-\($0.end) \($0.detector)" }
+      XCTAssertEqual(found, expected, "round \(round)")
+    }
+  }
+
+  /// `wrappedBase64Blocks`, which looks at every 60th byte until a base64 run is found, gives the
+  /// blocks a search of every line start (after each line feed from `from` on) gives.
+  func testSampledWrappedBase64IsTheLineByLineSearch() {
+    func reference(_ bytes: [UInt8], from: Int) -> [Int] {
+      func lineLength(_ start: Int) -> Int? {
+        var end = start
+        while end < bytes.count, end - start <= 80, Scanner.isBase64(bytes[end]) { end += 1 }
+        guard (60...80).contains(end - start), end < bytes.count, bytes[end] == 0x0a || bytes[end] == 0x0d else {
+          return nil
+        }
+        return end - start
+      }
+      func previousLineIsBase64(_ end: Int) -> Bool {
+        var before = end
+        if before > 0, bytes[before - 1] == 0x0d { before -= 1 }
+        var start = before
+        while start > 0, before - start <= 80, Scanner.isBase64(bytes[start - 1]) { start -= 1 }
+        return (60...80).contains(before - start) && (start == 0 || bytes[start - 1] == 0x0a)
+      }
+      var starts = from <= 0 ? [0] : []
+      for index in max(0, from)..<max(max(0, from), bytes.count) where bytes[index] == 0x0a { starts.append(index + 1) }
+      return starts.filter { start in
+        guard start < bytes.count, let length = lineLength(start), start == 0 || !previousLineIsBase64(start - 1)
+        else { return false }
+        var next = start + length
+        if next < bytes.count, bytes[next] == 0x0d { next += 1 }
+        return next + 1 < bytes.count && bytes[next] == 0x0a && Scanner.isBase64(bytes[next + 1])
+      }
+    }
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_".utf8)
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<400 {
+      var bytes: [UInt8] = []
+      let count = Int.random(in: 1...4000, using: &generator)
+      while bytes.count < count {
+        switch Int.random(in: 0..<4, using: &generator) {
+        case 0, 1:
+          bytes += (0..<Int.random(in: 55...85, using: &generator)).map { _ in
+            alphabet.randomElement(using: &generator)!
+          }
+          bytes += Bool.random(using: &generator) ? [0x0a] : [0x0d, 0x0a]
+        case 2:
+          bytes += (0..<Int.random(in: 1...90, using: &generator)).map { _ in
+            UInt8.random(in: 0...255, using: &generator)
+          }
+        default: bytes += [0x0a]
+        }
+      }
+      for from in [-5, 0, 1, 59, 60, 61, Int.random(in: 0...count, using: &generator), count, count + 3] {
+        let found = bytes.withUnsafeBytes { Scanner.wrappedBase64Blocks($0, from: from) }
+        XCTAssertEqual(found, reference(bytes, from: from), "round \(round), from \(from)")
+      }
+    }
+  }
+
+  /// `beginLines` gives the offsets memmem gives for `-----BEGIN `, among runs of dashes of every length.
+  func testBeginLinesAreWhereMemmemFindsThem() {
+    let needle = Array("-----BEGIN ".utf8)
+    let alphabet = Array("-----BEGIN x".utf8)
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<2000 {
+      var bytes = (0..<Int.random(in: 0...300, using: &generator)).map { _ in alphabet.randomElement(using: &generator)!
+      }
+      for _ in 0..<Int.random(in: 0...3, using: &generator) where bytes.count > needle.count {
+        let at = Int.random(in: 0...(bytes.count - needle.count), using: &generator)
+        bytes.replaceSubrange(at..<(at + needle.count), with: needle)
+      }
+      let found = bytes.withUnsafeBytes { KeyMaterial.beginLines($0) }
+      let expected = bytes.withUnsafeBytes { Patterns.occurrences(of: needle, in: $0, longNeedle: true) }
+      XCTAssertEqual(found, expected, "round \(round)")
+    }
+  }
+
+  /// The CSV-row and schema-text tests, rewritten without copies, judge generated lines as their
+  /// first versions (below) did.
+  func testRecordTestsJudgeAsTheirFirstVersions() {
+    func delimitedRow(_ line: ArraySlice<UInt8>) -> Bool {
+      separators: for separator: UInt8 in [0x2c, 0x3b, 0x7c, 0x09] {
+        var fields = 0
+        var lettered = false
+        var numeric = false
+        var start = line.startIndex
+        while true {
+          let end = line[start...].firstIndex(of: separator) ?? line.endIndex
+          let field = line[start..<end]
+          guard !field.isEmpty, field.count <= 64, fields == 0 || field.first != 0x20 else { continue separators }
+          fields += 1
+          if !lettered { lettered = field.lazy.filter(RecordSyntax.isLetter).count >= 2 }
+          if !numeric { numeric = field.count >= 3 && field.allSatisfy(RecordSyntax.isDigit) }
+          guard end < line.endIndex else { break }
+          start = end + 1
+        }
+        if fields >= 5 && lettered && numeric { return true }
+      }
+      return false
+    }
+    func schemaText(_ run: [UInt8]) -> Bool {
+      let window = Array(run.prefix(64)).map { $0 >= 0x41 && $0 <= 0x5a ? $0 | 0x20 : $0 }
+      let phrases = ["create table ", "create index ", "create unique index ", "create view ", "create trigger "]
+      for phrase in phrases.map({ Array($0.utf8) }) where phrase.count <= window.count {
+        for start in 0...(window.count - phrase.count) where window[start] == phrase[0] {
+          if window[start..<(start + phrase.count)].elementsEqual(phrase) { return true }
+        }
+      }
+      return false
+    }
+    let words = [
+      "ana", "4111", "17", "Porto", "", " x", "CREATE", "create", "Table ", "TABLE ", "index ", "unique ", "view ",
+      "trigger ", String(repeating: "a", count: 64), String(repeating: "7", count: 65),
+    ]
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<20000 {
+      var line: [UInt8] = []
+      for _ in 0..<Int.random(in: 0...12, using: &generator) {
+        line += Array(words.randomElement(using: &generator)!.utf8)
+        if Bool.random(using: &generator) {
+          line.append([0x2c, 0x3b, 0x7c, 0x09, 0x20].randomElement(using: &generator)!)
+        }
+      }
+      let padded = [0x61, 0x62] + line
+      XCTAssertEqual(RecordSyntax.isDelimitedRow(padded[2...]), delimitedRow(padded[2...]), "round \(round)")
+      XCTAssertEqual(line.withUnsafeBytes { TextDetectors.isSchemaText($0) }, schemaText(line), "round \(round)")
+    }
+  }
 }
