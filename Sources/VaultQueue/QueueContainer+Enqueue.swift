@@ -158,6 +158,7 @@ extension QueueContainer {
   /// is under its cap, counting them. Throws (rolling the enqueue back) when that cannot be done,
   /// so a record reported as stored is never one the cap removed.
   func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64) throws {
+    guard try storage.mayExceed(configuration.byteCap) else { return }
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
     // This writer's limit, else the one a writer stored in the container, else any queue.

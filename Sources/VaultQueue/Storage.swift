@@ -223,20 +223,33 @@ final class Storage {
     return total
   }
 
+  /// Whether the records could hold more than `cap` bytes at all: every byte of their envelopes is
+  /// stored in one of the database's pages, so while the database is no larger than `cap` their
+  /// total is not either, and it need not be known. Without this, the total was summed again on
+  /// every enqueue after another connection (another process) committed, over every record.
+  func mayExceed(_ cap: Int) throws -> Bool {
+    let pages = try statement("PRAGMA page_count").scalar() ?? 0
+    let pageSize = try statement("PRAGMA page_size").scalar() ?? 0
+    return pages.multipliedReportingOverflow(by: pageSize).partialValue > cap || pages > Int64(Int32.max)
+  }
+
   /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM).
   func forgetCachedBytes() { cachedBytes = nil }
 
-  /// Adjusts the cached total for this connection's own change. Only called inside `transaction`,
-  /// which refreshed the cache before any change (no other connection can commit meanwhile).
+  /// Adjusts the cached total for this connection's own change, inside `transaction` (no other
+  /// connection can commit meanwhile). A cache made before another connection committed is
+  /// adjusted too, harmlessly: `totalBytes()` sees `data_version` changed and sums again.
   func addBytes(_ delta: Int) throws {
     cachedBytes? += delta
   }
 
   /// A `BEGIN IMMEDIATE` transaction that also forgets the cached byte total when it rolls back.
+  /// The total is not refreshed here: `totalBytes()` inside the transaction sums again when another
+  /// connection committed since the cache was made (its own changes included, the adjustments to
+  /// the old total discarded), and trusts the cache and this connection's adjustments otherwise.
   func transaction<T>(_ body: () throws -> T) throws -> T {
     try statement("BEGIN IMMEDIATE").run()
     do {
-      _ = try totalBytes()  // refresh the cache before this transaction changes anything
       let result = try body()
       try statement("COMMIT").run()
       return result

@@ -243,6 +243,23 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try first.stats().total, 10)
   }
 
+  /// While the file is smaller than the cap the total is not summed at all (it cannot pass the
+  /// cap); once the file grows past it, the cap holds exactly, with writes from two connections.
+  func testByteCapHoldsWhenTheFileGrowsPastItFromTwoConnections() throws {
+    let record = [UInt8](repeating: 0xAC, count: 911)  // 1000 bytes sealed
+    let cap = 150_000
+    let first = try container(QueueConfiguration(byteCap: cap))
+    let second = try container(QueueConfiguration(byteCap: cap))
+    for round in 0..<400 {
+      try (round % 2 == 0 ? first : second).enqueue(record, queue: "q")
+      let stats = try (round % 3 == 0 ? first : second).stats()
+      XCTAssertLessThanOrEqual(stats.bytes, cap, "round \(round)")
+      XCTAssertEqual(stats.bytes, stats.total * 1000)
+      XCTAssertEqual(stats.total + (stats.dropped["cap"] ?? 0), round + 1, "every record kept or counted")
+    }
+    XCTAssertEqual(try first.stats().total, cap / 1000, "the cap is filled, not undershot")
+  }
+
   func testMaximumAgeDropsOldRecords() throws {
     let queue = try container(QueueConfiguration(maximumAge: 3600))
     try queue.enqueue([1], queue: "q")
