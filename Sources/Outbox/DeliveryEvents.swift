@@ -29,6 +29,10 @@ package final class DeliveryEventHub: @unchecked Sendable {
 
   package init() {}
 
+  /// An outbox or telemetry dropped without `stop()` ends its streams too: a `for await` over one
+  /// would otherwise wait forever for events that can no longer come.
+  deinit { finishAll() }
+
   package func stream(bufferingNewest limit: Int) -> AsyncStream<DeliveryEvent> {
     let (stream, continuation) = AsyncStream.makeStream(
       of: DeliveryEvent.self, bufferingPolicy: .bufferingNewest(max(1, limit)))

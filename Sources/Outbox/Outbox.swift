@@ -109,7 +109,8 @@ public final class Outbox: @unchecked Sendable {
   ///
   /// Each stream buffers at most `limit` events its reader has not taken yet and drops the oldest
   /// beyond that (`AsyncStream`'s `bufferingNewest`), so a stream that is never read costs bounded
-  /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called.
+  /// memory; `droppedEventCount` counts what was dropped. Streams end when `stop()` is called, or
+  /// when the object is released without it.
   ///
   /// - Parameter limit: the most unread events kept (at least 1).
   /// - Returns: a stream of one event per record settled (`.delivered`, `.retried`, `.parked`,

@@ -183,6 +183,20 @@ final class OutboxLoopTests: XCTestCase {
     try waitUntil { kept.finished }
     XCTAssertEqual(kept.all.count, 2)
   }
+
+  /// An outbox dropped without `stop()` (never started, or its loop ended) ends its streams: a
+  /// reader's `for await` finishes instead of waiting forever.
+  func testStreamsEndWhenTheOutboxIsDroppedWithoutStop() throws {
+    var outbox: Outbox? = Outbox(container: try container(), transport: ScriptedTransport())
+    let log = EventLog(outbox!.events())
+    try outbox!.send(Array("one".utf8))
+    XCTAssertEqual(try outbox!.deliverDueWaiting().delivered, 1)
+    try waitUntil { log.all.count == 1 }
+    XCTAssertFalse(log.finished)
+    outbox = nil
+    try waitUntil { log.finished }
+    XCTAssertEqual(log.all.count, 1)
+  }
 }
 
 typealias EventLog = StreamLog<DeliveryEvent>
