@@ -208,8 +208,13 @@ public final class Vault: Sendable {
     }
     if vault.manifest.versions.contains(where: { $0.state == .pending }) {
       // A create or rotation stopped part-way; finishing it is safe because nothing was sealed
-      // under a pending version.
-      try vault.withManifestLock { try vault.completePendingVersion() }
+      // under a pending version. A rotation's (there is an older version) is then still
+      // re-sealing: recorded, so that the next rotation resumes it instead of making yet another
+      // version while the records are still under the old one.
+      try vault.withManifestLock {
+        let rotating = vault.manifest.versions.contains { $0.state != .pending }
+        try vault.completePendingVersion(resealing: rotating)
+      }
     }
     _ = try vault.activeKey()
     return vault

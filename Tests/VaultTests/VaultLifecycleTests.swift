@@ -136,6 +136,12 @@ final class VaultLifecycleTests: XCTestCase {
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
     XCTAssertEqual(reopened.manifest.activeVersion, 2)
     XCTAssertEqual(reopened.manifest.versions.map(\.state), [.decryptOnly, .active])
+    XCTAssertEqual(reopened.manifest.resealing, 2, "the rotation to 2 is still unfinished")
+    // The next rotation resumes it: no third version, and it finishes.
+    let report = try reopened.rotate()
+    XCTAssertEqual(report.newVersion, 2)
+    XCTAssertEqual(reopened.manifest.versions.map(\.version), [1, 2])
+    XCTAssertNil(reopened.manifest.resealing)
   }
 
   /// A crash after the new key reached the store but before the manifest said "active": the next
