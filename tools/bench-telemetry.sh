@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Telemetry benchmarks, with plain SQLite single-row inserts (same pragmas, 300-byte rows, no
 # encryption) run side by side as the baseline:
-#   - `log` from 4 threads: events/s and p50/p99 latency of one call (goal: p99 <= 2 ms);
+#   - `log` from 4 threads: events/s and p50/p99 latency of one call (goal: p99 <= 2 ms),
+#     alternated with the plain inserts over three rounds (medians; latencies pooled);
 #   - drain of 40,000 queued events to the local mock server (tools/telemetry_server.py):
 #     claim -> gzip batch -> POST -> ack, events/s (goal: >= 20,000 events/s).
 #
