@@ -86,10 +86,10 @@ extension QueueContainer: SealedContainer {
             }
             let envelope = try vault.seal(payload, context: recordContext)
             let sealedVersion = try Envelope.header(of: envelope).version
-            try envelope.withUnsafeBytes { bytes in
+            let updated = try envelope.withUnsafeBytes { bytes in
               try target.withUnsafeBytes { target in
                 // Only while the row's envelope header (not its key_version column) is still older.
-                result.resealed += try storage.statement(
+                try storage.statement(
                   "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"
                 ).run([
                   .blob(bytes), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)), .integer(row.seq),
@@ -97,6 +97,10 @@ extension QueueContainer: SealedContainer {
                 ])
               }
             }
+            result.resealed += updated
+            // The row's size may have changed (format 1 into format 2 adds 44 bytes): this connection's
+            // cached total, the cap's, is summed again next time, as another connection's is.
+            if updated > 0 { storage.forgetCachedBytes() }
           }
           return rows.last?.seq
         }

@@ -121,6 +121,37 @@ final class EnvelopeFormatTwoQueueTests: XCTestCase {
     XCTAssertEqual(try reopened.claim(queue: "outbox").map(\.payloadBytes), [Array("sealed under version 1".utf8)])
   }
 
+  /// Re-sealing a format-1 record into format 2 makes it 44 bytes longer. The container that
+  /// re-sealed (an app's own, handed to rotation) must count the new sizes as a fresh connection
+  /// does; a total cached from before the rotation lets an enqueue pass the byte cap unnoticed.
+  func testResealingIntoFormatTwoKeepsTheCachedByteTotalExact() throws {
+    let vault = try makeVault(suiteOne: true)
+    let path = temporary.sub("queue.sqlite")
+    let plain = try QueueContainer(path: path, vault: vault)
+    for i in 0..<10 { try plain.enqueue(Array("record \(i)".utf8), queue: "outbox") }
+    let before = try plain.stats().bytes
+    // Above the records now, below them once re-sealed (10 × 44 bytes more).
+    let cap = before + 100
+    let queue = try QueueContainer(path: path, vault: vault, configuration: QueueConfiguration(byteCap: cap))
+    XCTAssertEqual(try queue.stats().bytes, before)
+    struct Handing: ContainerProvider {
+      let container: QueueContainer
+      let inner = QueueContainerProvider()
+      func probe(path: String) throws -> ContainerProbe { try inner.probe(path: path) }
+      func open(path: String, vault: Vault) throws -> any SealedContainer { container }
+      func minimumSealVersion(path: String, vault: Vault) throws -> UInt32? {
+        try inner.minimumSealVersion(path: path, vault: vault)
+      }
+    }
+    XCTAssertEqual(try vault.rotate(containers: Handing(container: queue)).resealed[path], 10)
+    XCTAssertEqual(try formats(path), Array(repeating: 2, count: 10))
+    let resealed = try QueueContainer(path: path, vault: vault).stats().bytes
+    XCTAssertEqual(resealed, before + 10 * 44)
+    XCTAssertEqual(try queue.stats().bytes, resealed, "the re-sealing connection's total")
+    try queue.enqueue(Array("one more".utf8), queue: "outbox")
+    XCTAssertLessThanOrEqual(try QueueContainer(path: path, vault: vault).stats().bytes, cap, "the cap holds")
+  }
+
   private func formats(_ path: String) throws -> [UInt8] {
     let fd = open(path, O_RDONLY)
     defer { close(fd) }

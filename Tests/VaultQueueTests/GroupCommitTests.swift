@@ -108,6 +108,50 @@ final class GroupCommitTests: XCTestCase {
     }
   }
 
+  /// Sixty-four threads, each submitting requests of its own size (and every seventh one failing):
+  /// each caller gets back its own request's result, never another's, none is left waiting, and
+  /// the commits saw every request exactly once.
+  func testSixtyFourThreadsEachGetTheirOwnResult() {
+    let group = GroupCommit()
+    let threads = 64
+    let rounds = 30
+    let seen = CommitLog()
+    let wrong = CommitLog()
+    let done = DispatchGroup()
+    for thread in 0..<threads {
+      done.enter()
+      Thread {
+        for round in 0..<rounds {
+          let count = thread % 5 + 1
+          let name = "t\(thread)r\(round)"
+          let request = GroupCommit.Request(records: (0..<count).map { _ in (UUID(), []) }, queue: name)
+          let result = Result {
+            try group.submit(request) { requests in
+              seen.add(requests.map(\.queue))
+              return requests.map { request in
+                request.queue.hasPrefix("t7") || request.queue.hasPrefix("t14")
+                  ? .failure(QueueError.invalidQueueName)
+                  : .success(Array(repeating: .stored, count: request.records.count))
+              }
+            }
+          }
+          let fails = thread == 7 || thread == 14
+          switch result {
+          case .success(let outcomes) where !fails && outcomes.count == count: break
+          case .failure where fails: break
+          default: wrong.add([name])
+          }
+        }
+        done.leave()
+      }.start()
+    }
+    XCTAssertEqual(done.wait(timeout: .now() + 120), .success, "every caller returned")
+    XCTAssertEqual(wrong.groups, [])
+    let all = seen.groups.joined()
+    XCTAssertEqual(all.count, threads * rounds)
+    XCTAssertEqual(Set(all).count, threads * rounds, "each request committed once")
+  }
+
   /// Through a real container: many threads enqueue at once; every record is stored once and
   /// opens, and there were fewer commits than records (they were grouped).
   func testManyThreadsEnqueueingLoseNothing() throws {

@@ -75,6 +75,24 @@ final class QueueContainerAsyncTests: XCTestCase {
     assertAllOffPool()
   }
 
+  /// Two hundred async enqueues at once, through group commit (its leader gathering the callers
+  /// the last commit saw): every one returns `.stored`, and every record is there once.
+  func testManyConcurrentAsyncEnqueuesAllReturnStored() async throws {
+    let container = try QueueContainer(path: path, vault: vault)
+    let ids = (0..<200).map { _ in UUID() }
+    let outcomes = try await withThrowingTaskGroup(of: EnqueueOutcome.self) { group in
+      for (index, id) in ids.enumerated() {
+        group.addTask { try await container.enqueue(Array("record \(index)".utf8), queue: "q", id: id) }
+      }
+      return try await group.reduce(into: [EnqueueOutcome]()) { $0.append($1) }
+    }
+    XCTAssertEqual(outcomes, Array(repeating: .stored, count: ids.count))
+    let total = try await container.stats().total
+    XCTAssertEqual(total, ids.count)
+    let claimed = try await container.claim(queue: "q", maxCount: ids.count)
+    XCTAssertEqual(Set(claimed.map(\.id)), Set(ids))
+  }
+
   func testAsyncReleaseGivesClaimedRecordsBack() async throws {
     let queue = try await open()
     let id = UUID()
