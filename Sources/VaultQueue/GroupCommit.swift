@@ -27,7 +27,7 @@ final class GroupCommit: @unchecked Sendable {
     }
   }
 
-  private let condition = NSCondition()
+  private let condition = MonotonicCondition()
   private var waiting: [Request] = []
   private var leading = false
   /// How many callers the last commit saw (its group and those that arrived meanwhile): how many
@@ -83,7 +83,7 @@ final class GroupCommit: @unchecked Sendable {
       leading = true
       if waiting.count < expected {
         gathering = true
-        let deadline = Date(timeIntervalSinceNow: gatherLimit)
+        let deadline = MonotonicCondition.deadline(after: gatherLimit)
         while waiting.count < expected, condition.wait(until: deadline) {}
         gathering = false
         expected = min(expected, waiting.count)
