@@ -467,9 +467,9 @@ extension Vault {
       // nothing was ever sealed under it.
       let freshKey = !resuming || options.compromised
       if freshKey, !manifest.versions.contains(where: { $0.state == .pending }) {
-        try addPendingVersion()
+        try addPendingVersion(compromise: options.compromised)
       }
-      try completePendingVersion(resealing: true)
+      try completePendingVersion(resealing: true, compromise: options.compromised)
       let active = manifest.activeVersion
       if manifest.resealing != active || (options.compromised && manifest.unfinishedCompromise != active) {
         var next = manifest

@@ -726,8 +726,10 @@ public final class Vault: Sendable {
   /// Adds the next version as pending: generates its key, records its key-check value in the
   /// manifest, then stores the key. A crash in between leaves a pending version whose key is either
   /// absent (a new one is made on resume; nothing was sealed under it) or exactly the one recorded.
-  /// Caller holds the lock.
-  func addPendingVersion() throws {
+  /// With `compromise` (a rotation after a compromise), the same write marks the rotation as one,
+  /// so that no crash point leaves a version made for a compromise that an ordinary rotation could
+  /// finish. Caller holds the lock.
+  func addPendingVersion(compromise: Bool = false) throws {
     var next = manifest
     let (version, overflow) = next.highestVersion.addingReportingOverflow(1)
     guard !overflow, version < UInt32.max else { throw VaultError.versionsExhausted(highest: next.highestVersion) }
@@ -737,6 +739,7 @@ public final class Vault: Sendable {
       KeyVersionRecord(
         version: version, state: .pending, createdAt: timestamp(clock()),
         check: try KeyVersionRecord.checkValue(of: material), suite: KeyVersionRecord.currentSuite))
+    if compromise { next.unfinishedCompromise = version }
     try requireStoredKeysForLiveVersions()
     try save(next)
     try store.storeKey(material, keyring: keyringID, version: version)
@@ -757,8 +760,9 @@ public final class Vault: Sendable {
   /// key-check value is the one recorded, otherwise generates one (recording its check value before
   /// storing it); proves it with a seal/open round trip; then makes it active and the previous
   /// active version decrypt-only, in one manifest write that also marks the rotation as re-sealing
-  /// when `resealing` is set. Caller holds the lock.
-  func completePendingVersion(resealing: Bool = false) throws {
+  /// when `resealing` is set, and as one after a compromise when `compromise` is. Caller holds
+  /// the lock.
+  func completePendingVersion(resealing: Bool = false, compromise: Bool = false) throws {
     guard let pendingRecord = manifest.versions.first(where: { $0.state == .pending }) else { return }
     let pending = pendingRecord.version
     let material: SymmetricKey
@@ -794,6 +798,7 @@ public final class Vault: Sendable {
     next.setState(.active, of: pending)
     next.activeVersion = pending
     if resealing { next.resealing = pending }
+    if compromise { next.unfinishedCompromise = pending }
     try save(next)
     state.withLock { $0.keys[pending] = key }
   }

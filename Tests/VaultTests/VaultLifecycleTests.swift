@@ -144,6 +144,26 @@ final class VaultLifecycleTests: XCTestCase {
     XCTAssertNil(reopened.manifest.resealing)
   }
 
+  /// A rotation after a compromise that stops right after recording its new version (the store
+  /// failed storing the key) is still one after the next open finishes that version: an ordinary
+  /// rotation refuses to go on, and `status` warns (review 7: the mark was a later, separate write).
+  func testAStoppedCompromiseRotationStaysOneAfterTheNextOpen() throws {
+    let store = FlakyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    store.failStores = true
+    XCTAssertThrowsError(try vault.rotate([], options: RotationOptions(compromised: true, confirm: { _ in .purge })))
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.versions.map(\.state), [.active, .pending])
+    XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.unfinishedCompromise, 2)
+    store.failStores = false
+    let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
+    XCTAssertEqual(reopened.manifest.activeVersion, 2)
+    XCTAssertEqual(reopened.manifest.unfinishedCompromise, 2)
+    XCTAssertThrowsError(try reopened.rotate()) { error in
+      XCTAssertEqual(error as? RotationError, .compromiseUnfinished(version: 2))
+    }
+  }
+
   /// A crash after the new key reached the store but before the manifest said "active": the next
   /// open must use that stored key, not generate another one for the same version.
   func testResumeUsesAKeyThatReachedTheStore() throws {
