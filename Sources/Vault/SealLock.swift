@@ -1,6 +1,7 @@
 // C boundary: the home's lock file (open, fstat, flock) held open for seals.
 import Glibc
 import Synchronization
+import VaultCrypto
 import VaultKeys
 
 /// The shared hold on the home's lock file that every `seal` takes, so that no rotation (which
@@ -19,7 +20,8 @@ import VaultKeys
 /// Thread-safe.
 final class SealLock: Sendable {
   private let path: String
-  private let state = Mutex<Held>(Held())
+  // Not a `Mutex`: LockedValue says why (ThreadSanitizer).
+  private let state = LockedValue<Held>(Held())
 
   private struct Held {
     var descriptor: Int32 = -1

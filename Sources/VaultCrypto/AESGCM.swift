@@ -1,6 +1,5 @@
 // C boundary: AES-256-GCM through OpenSSL EVP.
 internal import COpenSSL
-import Synchronization
 
 /// AES-256-GCM with a 96-bit nonce and a 128-bit tag, bound to one key.
 ///
@@ -12,8 +11,8 @@ package final class AESGCMKey: Sendable {
   package static let tagByteCount = 16
 
   private let key: SymmetricKey
-  private let sealers = Mutex<[CipherContext]>([])
-  private let openers = Mutex<[CipherContext]>([])
+  private let sealers = LockedValue<[CipherContext]>([])
+  private let openers = LockedValue<[CipherContext]>([])
   private static let poolLimit = 8
 
   package init(_ key: SymmetricKey) { self.key = key }
@@ -45,7 +44,7 @@ package final class AESGCMKey: Sendable {
     try GCM.open(context.pointer, key: nil, ciphertextAndTag, nonce: nonce, aad, moreAAD, into: output)
   }
 
-  private func borrow(_ pool: borrowing Mutex<[CipherContext]>, encrypt: Bool) throws -> CipherContext {
+  private func borrow(_ pool: LockedValue<[CipherContext]>, encrypt: Bool) throws -> CipherContext {
     if let pooled = pool.withLock({ $0.popLast() }) { return pooled }
     guard let cipher = aes256GCMCipher else { throw CryptoError.library(call: "EVP_CIPHER_fetch(AES-256-GCM)") }
     let context = try CipherContext()
@@ -56,7 +55,7 @@ package final class AESGCMKey: Sendable {
     return context
   }
 
-  private func giveBack(_ context: CipherContext, to pool: borrowing Mutex<[CipherContext]>) {
+  private func giveBack(_ context: CipherContext, to pool: LockedValue<[CipherContext]>) {
     pool.withLock { contexts in
       if contexts.count < Self.poolLimit { contexts.append(context) }
     }

@@ -1,6 +1,5 @@
 // C boundary: SHA-256 and HKDF-SHA256 through OpenSSL EVP.
 internal import COpenSSL
-import Synchronization
 
 /// SHA-256 (FIPS 180-4).
 public enum SHA256 {
@@ -76,7 +75,7 @@ public enum SHA256 {
     try check(EVP_DigestUpdate(context.pointer, part.baseAddress, part.count), "EVP_DigestUpdate")
   }
 
-  private static let digestContexts = Mutex<[DigestContext]>([])
+  private static let digestContexts = LockedValue<[DigestContext]>([])
 }
 
 /// An owned `EVP_MD_CTX`, freed on deinit; used by one thread at a time.

@@ -1,6 +1,5 @@
 // C boundary: the page mappings that hold secrets (mmap, madvise, mlock). Only SecureBytes uses it.
 import Glibc
-import Synchronization
 
 /// Memory for key material: page-aligned anonymous mappings that are left out of core dumps
 /// (`MADV_DONTDUMP`) and locked in RAM (`mlock`, so never written to swap) when the process's
@@ -42,7 +41,7 @@ enum SecureMemory {
     var partial: [UInt] = []
   }
 
-  private static let pools = Mutex<[Int: Pool]>([:])
+  private static let pools = LockedValue<[Int: Pool]>([:])
 
   /// Zeroed memory for `count` bytes, aligned to 16 bytes.
   static func allocate(_ count: Int) -> Allocation {

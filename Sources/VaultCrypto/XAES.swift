@@ -1,6 +1,5 @@
 // C boundary: XAES-256-GCM (AES-256 in ECB for the derivation, GCM for the record) through OpenSSL EVP.
 internal import COpenSSL
-import Synchronization
 
 /// XAES-256-GCM, as specified by C2SP (https://c2sp.org/XAES-256-GCM): AES-256-GCM under a key
 /// derived from the 256-bit key and the first 12 bytes of a 192-bit nonce, with the last 12 bytes
@@ -17,8 +16,8 @@ package final class XAESKey: Sendable {
   /// K1 of the derivation: AES-256_K(0^128) doubled in GF(2^128), as CMAC's first subkey.
   private let subkey: SecureBytes
   private let key: SymmetricKey
-  private let sealers = Mutex<[Workspace]>([])
-  private let openers = Mutex<[Workspace]>([])
+  private let sealers = LockedValue<[Workspace]>([])
+  private let openers = LockedValue<[Workspace]>([])
   private static let poolLimit = 8
 
   package init(_ key: SymmetricKey) throws {
@@ -98,7 +97,7 @@ package final class XAESKey: Sendable {
     sealing ? giveBack(workspace, to: sealers) : giveBack(workspace, to: openers)
   }
 
-  private func giveBack(_ workspace: Workspace, to pool: borrowing Mutex<[Workspace]>) {
+  private func giveBack(_ workspace: Workspace, to pool: LockedValue<[Workspace]>) {
     pool.withLock { workspaces in
       if workspaces.count < Self.poolLimit { workspaces.append(workspace) }
     }

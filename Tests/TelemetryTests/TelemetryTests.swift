@@ -499,13 +499,9 @@ final class TelemetryServerStatusTests: XCTestCase {
     temporary = nil
   }
 
+  // postControl, not URLSession: FoundationNetworking leaks libcurl's URL handle per request.
   private func control(_ server: TelemetryServer, _ json: String) {
-    var request = URLRequest(url: URL(string: "http://127.0.0.1:\(server.port)/control")!)
-    request.httpMethod = "POST"
-    request.httpBody = Data(json.utf8)
-    let done = DispatchSemaphore(value: 0)
-    URLSession.shared.dataTask(with: request) { _, _, _ in done.signal() }.resume()
-    _ = done.wait(timeout: .now() + 10)
+    postControl("http://127.0.0.1:\(server.port)/control", json)
   }
 
   func testWrongTokenIsRefreshedOnceThenParked() throws {

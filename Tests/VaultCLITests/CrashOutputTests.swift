@@ -65,6 +65,12 @@ final class CrashOutputTests: XCTestCase {
   /// The threat, shown: without hardening, the default backtracer prints the plaintext and a core
   /// file holds everything. (If this ever stops leaking, the test below proves less; look again.)
   func testWithoutHardeningTheRuntimeBacktracerPrintsTheSecret() throws {
+    // The runtime's crash handler starts swift-backtrace with clone(2) from the signal handler;
+    // under ThreadSanitizer the child dies in TSan's fork hook (CHECK failed: tsan_rtl.cpp:261),
+    // and swift-backtrace, left waiting for it, keeps the worker's stderr open for ever. Under
+    // AddressSanitizer the backtrace comes, but none of the secret is in what it prints (seen in
+    // a whole-suite run), so the leak this test shows is not there to see.
+    try XCTSkipIf(Sanitizer.current != nil, "a sanitizer changes what the runtime's crash handler prints")
     let (run, cores) = try crash("overflow", harden: false)
     XCTAssertEqual(run.status, 128 + SIGILL, run.error)
     XCTAssertTrue(run.error.contains("Registers:"), run.error)

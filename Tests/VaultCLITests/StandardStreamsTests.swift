@@ -92,6 +92,9 @@ final class StandardStreamsTests: XCTestCase {
   /// Under `ulimit -f`, a write past the limit fails with EFBIG and is reported like any failed
   /// write (exit 1, `Error: …`); SIGXFSZ used to kill vault and memo without a word (exit 153).
   func testFileSizeLimitIsAnErrorNotADeathBySignal() throws {
+    // ThreadSanitizer's own files (its trace and report mappings) hit the limit first and the
+    // process dies of SIGBUS before vault's write is reached.
+    try XCTSkipIf(Sanitizer.current == .thread, "ThreadSanitizer dies of SIGBUS under ulimit -f")
     // The first external seal under a key version rewrites the keyfile (SecureFile's path).
     let keyfile = try shell(
       "ulimit -f 1 && exec \"$VAULT\" seal --context c > /dev/null", input: Array("a record".utf8), home: home)

@@ -61,7 +61,7 @@ public final class TelemetryServer {
 /// Through python's urllib rather than URLSession: FoundationNetworking leaks the libcurl URL
 /// handle of every request (`_EasyHandle.set(url:)`, curl_url_set), which LeakSanitizer reports
 /// from the test process (tools/sanitize.sh address).
-func postControl(_ url: String, _ body: String) {
+public func postControl(_ url: String, _ body: String) {
   let script = """
     import sys, urllib.request
     request = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), method="POST")
