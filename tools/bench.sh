@@ -18,6 +18,10 @@ trap 'rm -f "$log"' EXIT
 run() {  # run NAME COMMAND...: the benchmark's own report goes to the terminal and the log
   echo "== $1"
   shift
+  # Each starts with nothing left to write back: the 1 GiB rotation left over a gigabyte of dirty
+  # pages, and the telemetry benchmark after it timed its fsyncs behind that write-back (p99
+  # 3-13 ms in runs where it alone took 1.8).
+  sync
   "$@" 2>&1 | tee -a "$log"
   echo
 }
