@@ -127,6 +127,12 @@ final class CrashOutputTests: XCTestCase {
   /// handler's alarm(5) ends it by SIGALRM, even when the parent left SIGALRM blocked (a signal
   /// mask survives exec). It used to hang forever then.
   func testCrashWithBlockedStandardErrorEndsEvenWhenSIGALRMWasBlocked() throws {
+    // ThreadSanitizer intercepts signals and their handlers: in the whole-suite run at 29466e8
+    // the crashed `vault` died of TSan's own check (tsan_interceptors_posix.cpp:2184, "thr->slot")
+    // instead of running the handler under test, and the test waited its 20 s (it had passed at
+    // 402f208: the failure depends on timing). What it proves is the handler as built, which TSan
+    // replaces.
+    try XCTSkipIf(Sanitizer.current == .thread, "ThreadSanitizer replaces the fatal-signal handling under test")
     let home = temporary.sub("home")
     let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
     XCTAssertEqual(created.status, 0, created.error)
