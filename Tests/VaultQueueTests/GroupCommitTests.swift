@@ -58,8 +58,11 @@ final class GroupCommitTests: XCTestCase {
     let rounds = 50
     enqueueFromFourThreads(into: group, rounds: rounds)
     XCTAssertEqual(group.statistics.requests, 4 * rounds)
-    // The first commits may find fewer callers (threads still starting); then each round is one.
-    XCTAssertLessThanOrEqual(group.statistics.commits, rounds + 5, "\(group.statistics)")
+    // About one commit per round (the first commits may find threads still starting, and on a
+    // loaded machine a thread can miss a gather: 56 under two sanitizer runs and two CI runs at
+    // once). Without the gather, the leader's own request and the three that came during its
+    // commit alternate as groups of one and three: two requests per commit, 100 commits.
+    XCTAssertLessThanOrEqual(group.statistics.commits, rounds + rounds / 2, "\(group.statistics)")
   }
 
   /// Four threads, started together, each submitting `rounds` times to commits that take a
