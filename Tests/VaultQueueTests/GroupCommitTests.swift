@@ -91,11 +91,34 @@ final class GroupCommitTests: XCTestCase {
   /// others stopped waits once, then never again; a lone caller from the start never waits.
   func testALoneCallerStopsWaitingForCallersThatLeft() throws {
     let group = GroupCommit(gatherLimit: 0.05)
-    enqueueFromFourThreads(into: group, rounds: 10)
-    XCTAssertGreaterThan(group.expectedCallers, 1, "the last commit saw the other threads")
-    let commit: ([GroupCommit.Request]) -> [Result<[EnqueueOutcome], any Error>] = {
+    let commit: @Sendable ([GroupCommit.Request]) -> [Result<[EnqueueOutcome], any Error>] = {
       $0.map { _ in .success([.stored]) }
     }
+    // A first commit held until three others wait: it saw four callers, whatever the timing.
+    let inside = DispatchSemaphore(value: 0)
+    let release = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    done.enter()
+    Thread {
+      _ = try? group.submit(GroupCommit.Request(records: [], queue: "first")) { requests in
+        inside.signal()
+        release.wait()
+        return commit(requests)
+      }
+      done.leave()
+    }.start()
+    inside.wait()
+    for _ in 0..<3 {
+      done.enter()
+      Thread {
+        _ = try? group.submit(GroupCommit.Request(records: [], queue: "other"), commit: commit)
+        done.leave()
+      }.start()
+    }
+    XCTAssertTrue(waitUntil { group.waitingCount == 3 })
+    release.signal()
+    done.wait()
+    XCTAssertGreaterThan(group.expectedCallers, 1, "the last commit saw the other threads")
     let started = Date()
     _ = try group.submit(GroupCommit.Request(records: [], queue: "alone"), commit: commit)
     XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.05, "it waited for the others once")
