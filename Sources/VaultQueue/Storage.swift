@@ -229,9 +229,13 @@ final class Storage {
   /// every enqueue after another connection (another process) committed, over every record.
   func mayExceed(_ cap: Int) throws -> Bool {
     let pages = try statement("PRAGMA page_count").scalar() ?? 0
-    let pageSize = try statement("PRAGMA page_size").scalar() ?? 0
-    return pages.multipliedReportingOverflow(by: pageSize).partialValue > cap || pages > Int64(Int32.max)
+    if pageSize == nil { pageSize = try statement("PRAGMA page_size").scalar() ?? 0 }
+    return pages.multipliedReportingOverflow(by: pageSize ?? 0).partialValue > cap || pages > Int64(Int32.max)
   }
+
+  /// Read once per connection: a WAL database's page size cannot change (not even by VACUUM),
+  /// and `mayExceed` runs on every enqueue.
+  private var pageSize: Int64?
 
   /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM).
   func forgetCachedBytes() { cachedBytes = nil }
