@@ -12,6 +12,9 @@
 # hashes, the XAES key derivation and a GCM re-key, the 89-byte envelope and its allocation.
 # Both rates are bytes per second of CPU time (OpenSSL's: user time; vault-bench's: user and system
 # time of its thread), so other builds sharing the machine do not move the ratio.
+# Beside them, the floor: the same format-2 work written in C with nothing else (getrandom, the two
+# hashes, the derivation, GCM into a ready buffer; tools/bench-envelope2/bench.c --floor), which no
+# implementation of format 2 can beat on this machine. Its ratios are the seal goals' ceiling.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -35,10 +38,19 @@ while read -r op size rate; do
   vault_rate[$op-$size]=$rate
 done < <("$bench" "$seconds" "${sizes[@]}")
 
-printf '%-6s %8s %14s %14s %14s %8s %8s\n' size "" "openssl MB/s" "seal MB/s" "open MB/s" "seal/x" "open/x"
+floor_binary=$(mktemp /tmp/vault-bench-floor.XXXXXX)
+trap 'rm -f "$floor_binary"' EXIT
+"$(command -v gcc || command -v clang)" -O2 -Wall -Werror -o "$floor_binary" tools/bench-envelope2/bench.c -lcrypto
+while read -r op size rate; do
+  vault_rate[$op-$size]=$rate
+done < <("$floor_binary" --floor "$seconds" "${sizes[@]}")
+
+printf '%-6s %8s %14s %14s %14s %14s %8s %8s %8s\n' size "" "openssl MB/s" "seal MB/s" "open MB/s" "floor MB/s" \
+  "seal/x" "open/x" "floor/x"
 for size in "${sizes[@]}"; do
   awk -v s="$size" -v o="${openssl_rate[$size]}" -v se="${vault_rate[seal-$size]}" -v op="${vault_rate[open-$size]}" \
-    'BEGIN { printf "%-6s %8s %14.1f %14.1f %14.1f %8.2f %8.2f\n", s, "bytes", o/1e6, se/1e6, op/1e6, se/o, op/o }'
+    -v f="${vault_rate[floor-$size]}" \
+    'BEGIN { printf "%-6s %8s %14.1f %14.1f %14.1f %14.1f %8.2f %8.2f %8.2f\n", s, "bytes", o/1e6, se/1e6, op/1e6, f/1e6, se/o, op/o, f/o }'
 done
 # The summary lines tools/bench.sh collects (names stable over time).
 figure() { awk -v v="$2" -v o="$3" -v n="$1" 'BEGIN { printf "figure %s %.2f\n", n, v / o }'; }
@@ -46,3 +58,6 @@ figure seal-16KiB-vs-openssl "${vault_rate[seal-16384]}" "${openssl_rate[16384]}
 figure seal-1KiB-vs-openssl "${vault_rate[seal-1024]}" "${openssl_rate[1024]}"
 figure seal-64B-vs-openssl "${vault_rate[seal-64]}" "${openssl_rate[64]}"
 figure open-1KiB-vs-openssl "${vault_rate[open-1024]}" "${openssl_rate[1024]}"
+figure seal-floor-16KiB-vs-openssl "${vault_rate[floor-16384]}" "${openssl_rate[16384]}"
+figure seal-floor-1KiB-vs-openssl "${vault_rate[floor-1024]}" "${openssl_rate[1024]}"
+figure seal-floor-64B-vs-openssl "${vault_rate[floor-64]}" "${openssl_rate[64]}"
