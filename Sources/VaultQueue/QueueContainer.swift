@@ -258,28 +258,38 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Records grouped by the first 17 bytes of their envelope (magic, format, suite, keyring id,
-  /// version), for `headerCounts`. Counting reads the version from each envelope's authenticated
-  /// header, never from the plaintext key_version column, which anyone able to write the file could
+  /// The first 17 bytes of every record's envelope (magic, format, suite, keyring id, version),
+  /// for `headerCounts`. Counting reads the version from each envelope's authenticated header,
+  /// never from the plaintext key_version column, which anyone able to write the file could
   /// relabel; the value is cast to a BLOB first, since substr() counts characters, not bytes, in a
-  /// value someone retyped as TEXT.
-  static let headerCountsSQL: StaticString =
-    "SELECT substr(CAST(envelope AS BLOB), 1, 17) AS header, count(*) FROM records GROUP BY header"
+  /// value someone retyped as TEXT. The rows are counted in `headerCounts`, not by a `GROUP BY`:
+  /// SQLite grouped them by sorting every header in a temporary b-tree, which took six times as
+  /// long as reading them (3.3 s against 0.5 s for 262,144 records of 1 KiB, `sqlite3`).
+  static let headerCountsSQL: StaticString = "SELECT substr(CAST(envelope AS BLOB), 1, 17) FROM records"
 
-  /// Sorts the grouped 17-byte envelope headers into versions of `keyring` and foreign rows.
+  /// Counts the 17-byte envelope headers `statement` returns into versions of `keyring` and
+  /// foreign rows (another keyring's, an unknown format or suite, or shorter than a header).
   static func headerCounts(_ statement: Statement, keyring: KeyringID) throws -> RecordCounts {
-    var counts = RecordCounts(byVersion: [:])
     let prefixes = headerPrefixes(keyring)
+    // Rows per (version, suite byte): almost every row of a container shares one or two headers.
+    var perHeader: [UInt64: Int] = [:]
+    var foreign = 0
     try statement.query { row in
-      let header = row.blob(0)
-      let count = Int(row.int(1))
-      guard header.count == 17, prefixes.contains(where: { header.prefix(13).elementsEqual($0) }) else {
-        counts.foreign += count
-        return
+      row.withBlob(0) { header in
+        guard header.count == 17, prefixes.contains(where: { $0.elementsEqual(header.prefix(13)) }) else {
+          foreign += 1
+          return
+        }
+        let version = header[13..<17].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        perHeader[UInt64(version) << 8 | UInt64(header[4]), default: 0] += 1
       }
-      let version = header[13..<17].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+    }
+    var counts = RecordCounts(byVersion: [:])
+    counts.foreign = foreign
+    for (key, count) in perHeader {
+      let version = UInt32(truncatingIfNeeded: key >> 8)
       counts.byVersion[version, default: 0] += count
-      counts.suitesByVersion[version, default: []].insert(header[header.startIndex + 4])
+      counts.suitesByVersion[version, default: []].insert(UInt8(truncatingIfNeeded: key))
     }
     return counts
   }

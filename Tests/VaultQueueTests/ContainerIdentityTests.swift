@@ -214,6 +214,41 @@ final class ContainerIdentityTests: XCTestCase {
     XCTAssertEqual(try queue.claim(queue: "q").map(\.payloadBytes), [[1, 2, 3]])
   }
 
+  /// Counting reads every row's header and tallies it in Swift (SQLite's `GROUP BY` sorted them all
+  /// in a temporary b-tree): records of two versions, rows of another keyring, a header cut short,
+  /// NULL and an empty value each land where they did before.
+  func testRecordCountsTallyEveryRowByVersionAndForeign() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    for i in 0..<10 { try queue.enqueue([UInt8(i)], queue: "q") }
+    try queue.checkpoint()
+    // Seven headers name version 5 instead (the count reads headers only, it opens nothing).
+    try sqlite(
+      path,
+      "UPDATE records SET envelope = substr(envelope, 1, 13) || x'00000005' || substr(envelope, 18) WHERE seq <= 7")
+    var header = ""
+    let reader = try Connection(path: path, readOnly: true)
+    try reader.prepare("SELECT hex(substr(envelope, 1, 17)) FROM records LIMIT 1").query {
+      header = $0.text(0) ?? ""
+    }
+    // Another keyring's header (the keyring id's first byte changed), a 16-byte header, an empty value.
+    let keyringByte = header.index(header.startIndex, offsetBy: 10)
+    let otherKeyring =
+      header[..<keyringByte] + (header[keyringByte] == "0" ? "1" : "0") + header[header.index(after: keyringByte)...]
+    try sqlite(
+      path,
+      """
+      INSERT INTO records (id, queue, created_at, size, key_version, envelope) VALUES
+        ('f1', 'q', 0, 1, 1, x'\(otherKeyring)00'),
+        ('f2', 'q', 0, 1, 1, substr(x'\(header)', 1, 16)),
+        ('f3', 'q', 0, 1, 1, x'');
+      """)
+    let counts = try queue.recordCounts()
+    XCTAssertEqual(counts.byVersion, [5: 7, 1: 3])
+    XCTAssertEqual(counts.foreign, 3)
+    XCTAssertEqual(
+      counts.suitesByVersion, [5: [Envelope.suiteXAES256GCMCommitted], 1: [Envelope.suiteXAES256GCMCommitted]])
+  }
+
   /// A reader holding an old snapshot keeps old-version frames in the WAL: the key must stay,
   /// and the report must say why; once the reader is gone the next rotation retires it.
   func testAVersionWhoseFramesMayLingerInTheWALIsKept() throws {

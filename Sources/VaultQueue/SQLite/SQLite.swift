@@ -222,6 +222,13 @@ struct Row {
     guard count > 0, let base = sqlite3_column_blob(handle, column) else { return [] }
     return [UInt8](UnsafeRawBufferPointer(start: base, count: count))
   }
+  /// Calls `body` with the column's bytes in place (empty for NULL or an empty value), without
+  /// copying them; the bytes are valid only inside `body`.
+  func withBlob<T>(_ column: Int32, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+    let base = sqlite3_column_blob(handle, column)
+    let count = Int(sqlite3_column_bytes(handle, column))
+    return try body(UnsafeRawBufferPointer(start: count > 0 ? base : nil, count: base == nil ? 0 : count))
+  }
 }
 
 /// Copies the whole database behind `source` into the new file `destination` with SQLite's online
