@@ -288,6 +288,41 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.stats().total, 3, "the tampered row is kept for review, not deleted")
   }
 
+  /// Re-sealing must put every record back in its own row (one swapped would not open under the
+  /// other row's context), and count and leave as it was each record that does not open, wherever
+  /// it falls in a batch: batches of 500 and of 7 records.
+  func testResealingKeepsEveryRecordInItsRowAndLeavesTheOnesThatDoNotOpen() throws {
+    for batch in [500, 7] {
+      let path = temporary.sub("data/batch-\(batch).sqlite")
+      let queue = try QueueContainer(path: path, vault: vault, configuration: QueueConfiguration(resealBatch: batch))
+      let sealedUnder = vault.activeVersion
+      let ids = (0..<100).map { _ in UUID() }
+      for (index, id) in ids.enumerated() {
+        try queue.enqueue([UInt8](repeating: UInt8(index), count: index + 1), queue: "q", id: id)
+      }
+      let tampered = [3, 50, 77]
+      for index in tampered {
+        // One byte of the ciphertext changed: the envelope still names version 1 and no longer opens.
+        try sqlite(
+          path,
+          "UPDATE records SET envelope = substr(envelope, 1, 80) || x'00' || substr(envelope, 82) WHERE id = '\(ids[index].uuidString.lowercased())'"
+        )
+      }
+      let report = try vault.rotate(
+        containers: QueueContainerProvider(configuration: QueueConfiguration(resealBatch: batch)))
+      XCTAssertEqual(report.resealed[path], 97, "batch \(batch)")
+      XCTAssertTrue(report.keptVersions.contains(sealedUnder), "the records that did not open still need their version")
+      let claimed = try queue.claim(queue: "q", maxCount: 200)
+      XCTAssertEqual(claimed.count, 97)
+      for record in claimed {
+        let index = try XCTUnwrap(ids.firstIndex(of: record.id))
+        XCTAssertFalse(tampered.contains(index))
+        XCTAssertEqual(record.payloadBytes, [UInt8](repeating: UInt8(index), count: index + 1))
+      }
+      XCTAssertEqual(Set(try queue.list(state: .review).map(\.id)), Set(tampered.map { ids[$0] }))
+    }
+  }
+
   func testAContainerOfAnotherVaultIsRefused() throws {
     _ = try container()
     let other = try Vault.create(
