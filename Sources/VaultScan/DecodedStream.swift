@@ -26,6 +26,7 @@ final class DecodeContext {
   private(set) var findings: [Finding] = []
   private var reportedPatterns = Set<Int>()
   private var reportedDetectors = Set<String>()
+  private var reportedKey = false
 
   init(scanner: Scanner, path: String, fileOffset: Int, allowance: InflateAllowance, reportsCorruption: Bool) {
     self.reportsCorruption = reportsCorruption
@@ -49,6 +50,15 @@ final class DecodeContext {
           Finding(
             file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
             encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
+      }
+      // Key material is an exact detector too: a private key in a .gz or a ZIP entry is one on disk
+      // (one finding per stream, at its offset, as for each canary form).
+      if !reportedKey, let key = KeyMaterial.armouredKeys(bytes).first {
+        reportedKey = true
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "key-material",
+            encoding: "inflated+pem", excerpt: redact(window[key.start..<key.end])))
       }
       guard judged else { return }
       var hits: [TextDetectors.Hit] = []

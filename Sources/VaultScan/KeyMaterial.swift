@@ -201,8 +201,8 @@ enum KeyMaterial {
   /// and not a public one (`PRIVATE KEY`, `RSA PRIVATE KEY`, `OPENSSH PRIVATE KEY`, `PGP PRIVATE KEY
   /// BLOCK`, `ENCRYPTED PRIVATE KEY`, any `… KEY`), then at least 64 base64 characters (48 bytes),
   /// then `-----END <label>-----`. Header lines (`Proc-Type:`, `Version:`) may open the body; any
-  /// other line ends the block unmatched. A block the buffer cuts off inside its base64 lines counts:
-  /// the chunk ended inside it.
+  /// other line ends the block unmatched. A block the buffer cuts off inside its base64 lines or its
+  /// END line counts: the chunk ended inside it.
   static func armouredKeys(_ bytes: UnsafeRawBufferPointer) -> [(start: Int, end: Int)] {
     let begin = beginLine
     var found: [(Int, Int)] = []
@@ -231,11 +231,17 @@ enum KeyMaterial {
         var lineEnd = at
         while lineEnd < bytes.count, bytes[lineEnd] != 0x0a { lineEnd += 1 }
         let line = bytes[at..<lineEnd].filter { $0 != 0x0d && $0 != 0x20 && $0 != 0x09 }
-        if line.starts(with: end.filter { $0 != 0x20 }) {
+        let endLine = end.filter { $0 != 0x20 }
+        if line.starts(with: endLine) {
           closed = true
           at += end.count
         } else if line.allSatisfy(isBase64) {
           base64 += line.count
+        } else if lineEnd >= bytes.count, endLine.starts(with: line) {
+          // The buffer ends inside the END line: the chunk cut the block (the next chunk starts
+          // after its BEGIN line and cannot report it).
+          cut = true
+          break
         } else if !(base64 == 0 && line.contains(0x3a) && line.allSatisfy { $0 > 0x20 && $0 < 0x7f }) {
           break
         }

@@ -200,6 +200,14 @@ public struct Scanner {
               encoding: pattern.encoding,
               excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
         }
+        // A PEM key split by a page's pointer ends at the first line the pointer breaks, unmatched.
+        for key in KeyMaterial.armouredKeys(bytes)
+        where crossesPages(key.start, key.end - key.start) && seen.insert([fileOffset(key.start), -4]).inserted {
+          report.add(
+            Finding(
+              file: path, offset: fileOffset(key.start), region: "overflow-page", detector: "key-material",
+              encoding: "pem", excerpt: redact(payload[key.start..<key.end])))
+        }
         for stream in streamStarts(bytes, probe: allowance.probe)
         where stream.unreadable == nil && seen.insert([fileOffset(stream.start), -3]).inserted {
           let (findings, end) = scanCompressed(

@@ -295,6 +295,32 @@ final class CompressedStreamTests: XCTestCase {
       ["mail.eml", "blob.pem"], "\(report.findings)")
   }
 
+  /// A PEM private key inside compressed data is key material on disk, as the README promises for
+  /// the exact detectors ("on every file and on everything decoded"): a gzipped key file, a ZIP
+  /// entry, base64 of gzip in a log line. (Review: each of these was scanned clean.)
+  func testAPrivateKeyInsideCompressedDataIsFound() throws {
+    try python(
+      """
+      import base64,gzip,io,sys,zipfile
+      d = sys.argv[1]
+      body = base64.encodebytes(bytes((i * 31 + 5) % 256 for i in range(900))).decode()
+      key = ('-----BEGIN RSA PRIVATE KEY-----\\n' + body + '-----END RSA PRIVATE KEY-----\\n').encode()
+      open(d + '/id_rsa.gz', 'wb').write(gzip.compress(key))
+      buffer = io.BytesIO()
+      with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_DEFLATED) as z: z.writestr('keys/id_rsa', key)
+      open(d + '/keys.zip', 'wb').write(buffer.getvalue())
+      line = '2026-12-01 10:00:00 backup blob=' + base64.b64encode(gzip.compress(key)).decode() + '\\n'
+      open(d + '/app.log', 'w').write('2026-12-01 09:59:59 started\\n' + line + '2026-12-01 10:00:01 done\\n')
+      """, [temporary.path])
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    let keys = report.findings.filter { $0.detector == "key-material" }
+    XCTAssertEqual(
+      Set(keys.map { ($0.file as NSString).lastPathComponent }), ["id_rsa.gz", "keys.zip", "app.log"],
+      "\(report.findings)")
+    XCTAssertTrue(keys.allSatisfy { $0.encoding == "inflated+pem" && $0.region == "compressed-stream" }, "\(keys)")
+    XCTAssertFalse(keys.contains { $0.excerpt.contains("PRIVATE") }, "redacted")
+  }
+
   /// What a stream inside a document, source or configuration decodes to is not judged by the
   /// heuristics (a certificate's base64, a PDF's page streams hold text by design); canaries still
   /// are searched. Inside a binary spill file the same content is judged.

@@ -220,4 +220,29 @@ final class KeyMaterialTests: XCTestCase {
     XCTAssertEqual(found.first?.offset, 5000)
     XCTAssertFalse(found.first?.excerpt.contains("PRIVATE") ?? true, "redacted")
   }
+
+  /// A key that starts in the first chunk and whose END line the first chunk's buffer (the chunk and
+  /// its overlap) cuts: the next chunk starts after its BEGIN line, so only the first can report it.
+  /// Every cut inside the END line, in a text file whose other lines raise nothing (review: the
+  /// differential scan found such keys missed, the scan clean).
+  func testAKeyWhoseEndLineTheChunkCutsIsFound() throws {
+    let body = Data((0..<900).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 5) }).base64EncodedString(
+      options: .lineLength64Characters)
+    let head = Array("-----BEGIN RSA PRIVATE KEY-----\n\(body)\n".utf8)
+    let armour = head + Array("-----END RSA PRIVATE KEY-----\n".utf8)
+    let line = Array("2026-12-01 10:00:00 service started, nothing to report\n".utf8)
+    // The first chunk's buffer ends at `Scanner.chunk + 255` (no canary: the overlap is 255 bytes).
+    let bufferEnd = Scanner.chunk + 255
+    for cut in [1, 5, 9, 20, 29] {
+      let start = bufferEnd - head.count - cut
+      var file = Array(line.cycled(count: start / line.count + 1).prefix(start - 1)) + [0x0a]
+      file += armour + line
+      XCTAssertEqual(try finding(file).map(\.offset), [start], "END line cut after \(cut) bytes")
+    }
+  }
+}
+
+extension Collection {
+  /// The elements repeated `count` times.
+  fileprivate func cycled(count: Int) -> [Element] { (0..<count).flatMap { _ in self } }
 }

@@ -296,6 +296,25 @@ final class ReviewScanRegressionTests: XCTestCase {
       report.findings.contains { $0.encoding == "inflated+utf8" && $0.region == "overflow-page" }, "\(report.findings)")
   }
 
+  /// A PEM private key stored in a row larger than a page continues on overflow pages, each starting
+  /// with a 4-byte pointer that breaks a base64 line: only the reassembled payload holds the key
+  /// whole. (Review: with 1 KiB pages the key was not reported as key material.)
+  func testAPrivateKeyOnOverflowPagesIsKeyMaterial() throws {
+    let temporary = TemporaryDirectory()
+    try python(
+      """
+      import base64,sqlite3,sys
+      body = base64.encodebytes(bytes((i * 31 + 5) % 256 for i in range(1200))).decode()
+      key = '-----BEGIN PRIVATE KEY-----\\n' + body + '-----END PRIVATE KEY-----\\n'
+      c = sqlite3.connect(sys.argv[1]); c.execute('pragma page_size = 1024'); c.execute('create table t(k)')
+      c.execute('insert into t values (?)', (key,)); c.commit()
+      """, [temporary.sub("keys.db")])
+    let report = try Scanner(canaries: []).scan([temporary.sub("keys.db")])
+    let keys = report.findings.filter { $0.detector == "key-material" }
+    XCTAssertEqual(keys.map(\.region), ["overflow-page"], "\(report.findings)")
+    XCTAssertEqual(keys.map(\.encoding), ["pem"])
+  }
+
   /// Only SQL schema phrases are exempt; a sentence that says "create the …" is still text.
   func testASentenceMentioningCreateIsStillASentence() throws {
     let temporary = TemporaryDirectory()
