@@ -98,6 +98,12 @@ final class CrashOutputTests: XCTestCase {
   /// `vault` and `memo` harden themselves first thing: a fatal signal while they wait for a record
   /// on stdin prints the fixed message only and leaves no core.
   func testVaultAndMemoSuppressCrashReportsAndCores() throws {
+    // ThreadSanitizer intercepts signals and runs the handlers itself: in the whole-suite run at
+    // 1d1232f the `vault` sent SIGSEGV died of TSan's own check (tsan_interceptors_posix.cpp:2184,
+    // "thr->slot", a known class of TSan runtime failure in signal handling) and the `memo` after
+    // it waited in a futex inside TSan for over 30 minutes, so the suite never ended. What this
+    // proves is the handler as built, which TSan replaces.
+    try XCTSkipIf(Sanitizer.current == .thread, "ThreadSanitizer replaces the fatal-signal handling under test")
     let home = temporary.sub("home")
     let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
     XCTAssertEqual(created.status, 0, created.error)
