@@ -53,6 +53,17 @@ final class DecodeContext {
       }
       // Key material is an exact detector too: a private key in a .gz or a ZIP entry is one on disk
       // (one finding per stream, at its offset, as for each canary form).
+      // A stream that decodes to exactly a vault keyfile (a gzipped keyfile, a ZIP entry): the
+      // stream is the key, nothing else in it to judge.
+      if !reportedKey, KeyMaterial.isVaultKeyfile(bytes) {
+        reportedKey = true
+        findings.append(
+          Finding(
+            file: path, offset: fileOffset, region: "compressed-stream", detector: "key-material",
+            encoding: "inflated+vault-keyfile",
+            excerpt: "a vault keyfile inside a compressed stream (redacted); keys belong outside the data directory"))
+        return
+      }
       if !reportedKey, let key = KeyMaterial.armouredKeys(bytes).first {
         reportedKey = true
         findings.append(

@@ -29,12 +29,7 @@ extension Scanner {
     }
     guard size >= 48 else { return nil }
     let whole = size <= bytes.count ? bytes : RegionMap.read(fd, at: 0, count: size)
-    // Keyfile formats 1 and 2 both end in the SHA-256 of everything before it.
-    guard whole.count == size, Array(whole[0..<3]) == Array("VKF".utf8), whole[3] == 1 || whole[3] == 2 else {
-      return nil
-    }
-    let body = Array(whole[0..<(size - 32)])
-    guard let digest = try? SHA256.hash(body), digest == Array(whole[(size - 32)...]) else { return nil }
+    guard whole.count == size, whole.withUnsafeBytes({ KeyMaterial.isVaultKeyfile($0) }) else { return nil }
     let finding = Finding(
       file: path, offset: 0, region: "file", detector: "key-material", encoding: "vault-keyfile",
       excerpt: "a vault keyfile (redacted); keys belong outside the data directory")
@@ -49,6 +44,15 @@ extension Scanner {
 /// raw or as hex or base64, when they make up a whole file or a whole line of a small text file:
 /// 32 bytes inside a larger binary file cannot be told from ciphertext, and are not judged.
 enum KeyMaterial {
+  /// Whether `bytes` are exactly a vault keyfile: `VKF`, format 1 or 2, and (both formats end so)
+  /// the SHA-256 of everything before the last 32 bytes in those 32 bytes.
+  static func isVaultKeyfile(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    guard bytes.count >= 48, bytes.starts(with: "VKF".utf8), bytes[3] == 1 || bytes[3] == 2,
+      let digest = try? SHA256.hash(UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.count - 32)]))
+    else { return false }
+    return digest.elementsEqual(bytes[(bytes.count - 32)...])
+  }
+
   /// 32 bytes that look random: at least 24 distinct values (uniform random bytes have about 30;
   /// none of 200,000 draws here had fewer than 24) and at most 24 printable ASCII bytes (random
   /// bytes have 12 on average), so a short text (a linker script, `INPUT(libfoo.so.6)`) is no key.

@@ -15,7 +15,7 @@ public struct Finding: Codable, Equatable, Sendable {
   public var detector: String
   /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "inflated+" when found
   /// in decoded data). For key material: raw-32-bytes, hex, base64, base64url, pem, vault-keyfile
-  /// (inflated+pem for a PEM key in decoded data).
+  /// (inflated+pem and inflated+vault-keyfile for those in decoded data).
   /// For envelope checks: the problem or error kind. "inflated" for a heuristic finding in decoded
   /// data; nil otherwise.
   public var encoding: String?

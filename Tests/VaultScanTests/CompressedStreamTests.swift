@@ -321,6 +321,31 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertFalse(keys.contains { $0.excerpt.contains("PRIVATE") }, "redacted")
   }
 
+  /// A stream that decodes to exactly a vault keyfile (gzipped, or a ZIP entry) is key material, as
+  /// the keyfile on disk is (it was flagged only by the JSON heuristic); one byte changed and the
+  /// checksum no longer holds, so it is not.
+  func testAVaultKeyfileInsideCompressedDataIsKeyMaterial() throws {
+    try python(
+      """
+      import gzip,hashlib,io,os,sys,zipfile
+      d = sys.argv[1]
+      body = b'VKF\\x02' + os.urandom(600)
+      keyfile = body + hashlib.sha256(body).digest()
+      open(d + '/vault.keys.gz', 'wb').write(gzip.compress(keyfile))
+      buffer = io.BytesIO()
+      with zipfile.ZipFile(buffer, 'w', zipfile.ZIP_DEFLATED) as z: z.writestr('keys/vault.keys', keyfile)
+      open(d + '/keys.zip', 'wb').write(buffer.getvalue())
+      damaged = bytearray(keyfile); damaged[100] ^= 1
+      open(d + '/damaged.keys.gz', 'wb').write(gzip.compress(bytes(damaged)))
+      """, [temporary.path])
+    let report = try Scanner(canaries: []).scan([temporary.path])
+    let keys = report.findings.filter { $0.detector == "key-material" }
+    XCTAssertEqual(
+      Set(keys.map { ($0.file as NSString).lastPathComponent }), ["vault.keys.gz", "keys.zip"], "\(report.findings)")
+    XCTAssertTrue(
+      keys.allSatisfy { $0.encoding == "inflated+vault-keyfile" && $0.region == "compressed-stream" }, "\(keys)")
+  }
+
   /// What a stream inside a document, source or configuration decodes to is not judged by the
   /// heuristics (a certificate's base64, a PDF's page streams hold text by design); canaries still
   /// are searched. Inside a binary spill file the same content is judged.
