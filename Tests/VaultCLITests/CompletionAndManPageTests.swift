@@ -17,6 +17,10 @@ final class CompletionAndManPageTests: XCTestCase {
     try FileManager.default.createDirectory(atPath: directory + "/box", withIntermediateDirectories: false)
   }
 
+  // XCTest keeps every test case object to the end of the run, so the directory's deinit would
+  // not run before the process exits: 18 directories, with keyfiles, were left in /tmp per run.
+  override func tearDown() { temporary = nil }
+
   private func script(_ shell: String) throws -> String {
     let run = runInProcess(["completion", shell])
     XCTAssertEqual(run.status, 0, run.error)

@@ -17,6 +17,10 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(created.status, 0, created.error)
   }
 
+  // XCTest keeps every test case object to the end of the run, so the directory's deinit would
+  // not run before the process exits: 18 directories, with keyfiles, were left in /tmp per run.
+  override func tearDown() { temporary = nil }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()

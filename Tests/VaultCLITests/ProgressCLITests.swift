@@ -19,6 +19,10 @@ final class ProgressCLITests: XCTestCase {
     }
   }
 
+  // XCTest keeps every test case object to the end of the run, so the directory's deinit would
+  // not run before the process exits: 18 directories, with keyfiles, were left in /tmp per run.
+  override func tearDown() { temporary = nil }
+
   /// Runs in-process with standard error as a terminal (or not), progress shown from the start.
   private func run(_ arguments: [String], interactive: Bool) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
