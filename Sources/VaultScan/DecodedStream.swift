@@ -51,10 +51,9 @@ final class DecodeContext {
             file: path, offset: fileOffset, region: "compressed-stream", detector: "canary",
             encoding: "inflated+" + patterns[index].encoding, excerpt: "inside a compressed stream (redacted)"))
       }
-      // Key material is an exact detector too: a private key in a .gz or a ZIP entry is one on disk
-      // (one finding per stream, at its offset, as for each canary form).
-      // A stream that decodes to exactly a vault keyfile (a gzipped keyfile, a ZIP entry): the
-      // stream is the key, nothing else in it to judge.
+      // Key material is an exact detector too: a key in a .gz or a ZIP entry is one on disk (one
+      // finding per stream, at its offset, as for each canary form). A stream that decodes to
+      // exactly a vault keyfile is the key, with nothing else in it to judge.
       if !reportedKey, KeyMaterial.isVaultKeyfile(bytes) {
         reportedKey = true
         findings.append(
