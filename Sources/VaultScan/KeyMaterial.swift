@@ -227,6 +227,8 @@ enum KeyMaterial {
       else { continue }
       at += 5
       let end = Array(("-----END " + name + "-----").utf8)
+      // As the lines are compared: without the spaces every line is read without.
+      let endLine = end.filter { $0 != 0x20 }
       var base64 = 0
       var closed = false
       var cut = false
@@ -235,7 +237,6 @@ enum KeyMaterial {
         var lineEnd = at
         while lineEnd < bytes.count, bytes[lineEnd] != 0x0a { lineEnd += 1 }
         let line = bytes[at..<lineEnd].filter { $0 != 0x0d && $0 != 0x20 && $0 != 0x09 }
-        let endLine = end.filter { $0 != 0x20 }
         if line.starts(with: endLine) {
           closed = true
           at += end.count
