@@ -88,7 +88,9 @@ extension QueueContainer {
         } catch {
           // The key could not be read right now: give every claimed record back and report it.
           try storage.transaction {
-            for record in claimed { try storage.statement(Self.releaseSQL).run([.text(record.id)]) }
+            for record in claimed {
+              try storage.statement(Self.releaseSQL).run([.text(record.id), .integer(now)])
+            }
           }
           throw error
         }
@@ -222,9 +224,12 @@ extension QueueContainer {
   }
 
   /// Gives a record in flight back: pending, the claim's attempt not counted. Not fenced by the
-  /// lease (`releaseHeld` is); also what `claim` runs when a key cannot be read.
-  static let releaseSQL: StaticString =
-    "UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0) WHERE id = ? AND state = 'in_flight'"
+  /// lease (`releaseHeld` is); also what `claim` runs when a key cannot be read. Giving back is a
+  /// state change (`changed`, ?2): a merge weighs it against the other copy's changes.
+  static let releaseSQL: StaticString = """
+    UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0), changed = ?2
+    WHERE id = ?1 AND state = 'in_flight'
+    """
 
   /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
   /// pass ends before sending them.
@@ -236,9 +241,10 @@ extension QueueContainer {
   /// - Throws: `QueueError` when the container cannot be written.
   public func release(_ ids: [UUID]) throws {
     guard !ids.isEmpty else { return }
+    let now = milliseconds(clock())
     try withStorage { storage in
       try storage.transaction {
-        for id in ids { try storage.statement(Self.releaseSQL).run([.text(id.recordText)]) }
+        for id in ids { try storage.statement(Self.releaseSQL).run([.text(id.recordText), .integer(now)]) }
       }
     }
   }
@@ -343,16 +349,17 @@ extension QueueContainer {
   @discardableResult
   func release(held: [UUID: Int64]) throws -> Int {
     guard !held.isEmpty else { return 0 }
+    let now = milliseconds(clock())
     return try withStorage { storage in
       try storage.transaction {
         // Fenced like `renew`: only while the row still holds this claim's lease token (?2).
         let releaseHeld = try storage.statement(
           """
-          UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0)
+          UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0), changed = ?3
           WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2
           """)
         return try held.reduce(0) {
-          $0 + (try releaseHeld.run([.text($1.key.recordText), .integer($1.value)]))
+          $0 + (try releaseHeld.run([.text($1.key.recordText), .integer($1.value), .integer(now)]))
         }
       }
     }

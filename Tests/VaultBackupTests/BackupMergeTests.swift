@@ -216,6 +216,31 @@ final class BackupMergeTests: XCTestCase {
     XCTAssertEqual(after[ids[2]]?.0, .parked, "parked after the backup: the home's copy is newer")
   }
 
+  /// Giving a claim back (either way) is a state change: a merge keeps the home's copy over a
+  /// change made on the other copy between the claim and the give-back.
+  func testAClaimGivenBackAfterTheOtherCopysChangeKeepsTheHomesState() throws {
+    let a = try makeVault("a")
+    let queueA = try container(a, "q.sqlite")
+    let ids = [UUID(), UUID()]
+    for id in ids { try queueA.enqueue(Array("r".utf8), queue: "q", id: id) }
+    let b = try restore(try backup(a), as: "b")
+    let claimed = try queueA.claim(queue: "q", maxCount: 10)
+    XCTAssertEqual(Set(claimed.map(\.id)), Set(ids))
+    tick()
+    try container(b, "q.sqlite").park(ids, errorKind: "http-401")
+    tick()
+    try queueA.release([ids[0]])
+    let claim = Claim(container: queueA, records: claimed.filter { $0.id == ids[1] }, lease: 60)
+    XCTAssertEqual(try claim.releaseUnsettled(), 1)
+
+    let report = try merge(try backup(b), into: a)
+    XCTAssertEqual(report.containers.map(\.unchanged), [2])
+    XCTAssertEqual(report.containers.map(\.updated), [0])
+    let after = try states(a, "q.sqlite")
+    XCTAssertEqual(after[ids[0]]?.0, .pending, "given back after the park on B: the home's copy is newer")
+    XCTAssertEqual(after[ids[1]]?.0, .pending, "given back after the park on B: the home's copy is newer")
+  }
+
   func testAMissingRegisteredContainerIsRestoredFromTheBundle() throws {
     let a = try makeVault("a")
     let queue = try container(a, "q.sqlite")
