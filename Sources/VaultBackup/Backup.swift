@@ -114,7 +114,9 @@ public enum Backup {
 
     let name = bundlePrefix(vaultID: manifest.vaultID) + fileStamp(now) + BundleLayout.fileSuffix
     let final = directory + "/" + name
-    let partial = directory + "/." + name + ".partial"
+    // In the work directory (in DIR, so linking it is one file system): a backup killed while
+    // writing leaves it there, and the next one removes it with the directory.
+    let partial = work.path + "/" + name + ".partial"
     var verified: Verified
     do {
       progress?(.writing)

@@ -112,16 +112,64 @@ func hashFile(_ path: String) throws -> (size: UInt64, sha256: [UInt8]) {
 }
 
 /// A private (0700) directory made with mkdtemp under `parent`, removed with its files on deinit.
+///
+/// It holds container snapshots and a bundle being written, so one left by a killed process
+/// (no deinit) would keep a copy of the containers' envelopes and record ids outside the home
+/// for good. While it exists, its creator holds an exclusive `flock` on its `.lock` file; making
+/// a new one first removes every work directory of this user in `parent` whose lock nobody holds
+/// and that is older than `staleAfter` seconds (the gap between `mkdtemp` and taking the lock).
 final class WorkDirectory {
+  static let prefix = ".vault-backup-work-"
+  static let staleAfter: time_t = 60
+
   let path: String
+  private let lock: Int32
 
   init(parent: String) throws {
-    var template = Array((parent + "/.vault-backup-work-XXXXXX").utf8CString)
+    Self.removeStale(in: parent)
+    var template = Array((parent + "/" + Self.prefix + "XXXXXX").utf8CString)
     guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
       throw BackupError.io(path: parent, operation: "mkdtemp", errno: errno)
     }
     path = String(cString: made)
+    let descriptor = open(path + "/.lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+      let error = errno
+      if descriptor >= 0 { close(descriptor) }
+      try? FileManager.default.removeItem(atPath: path)
+      throw BackupError.io(path: path, operation: "lock", errno: error)
+    }
+    lock = descriptor
   }
 
-  deinit { try? FileManager.default.removeItem(atPath: path) }
+  deinit {
+    try? FileManager.default.removeItem(atPath: path)
+    close(lock)
+  }
+
+  /// Removes the work directories in `parent` that a killed process left: this user's, real
+  /// directories (not links), older than `staleAfter`, whose lock file is missing or not held.
+  /// Best effort: what cannot be examined or removed is left.
+  static func removeStale(in parent: String, now: time_t = time(nil)) {
+    guard let names = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return }
+    for name in names where name.hasPrefix(prefix) {
+      let directory = parent + "/" + name
+      var info = stat()
+      guard lstat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(),
+        now - info.st_mtim.tv_sec >= staleAfter
+      else { continue }
+      let descriptor = open(directory + "/.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+      if descriptor < 0 {
+        guard errno == ENOENT else { continue }
+      } else {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+          close(descriptor)
+          continue
+        }
+      }
+      // Held (or lock-less and old): no live process uses it.
+      try? FileManager.default.removeItem(atPath: directory)
+      if descriptor >= 0 { close(descriptor) }
+    }
+  }
 }

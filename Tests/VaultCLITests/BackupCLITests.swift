@@ -315,4 +315,58 @@ final class BackupCLITests: XCTestCase {
     XCTAssertGreaterThanOrEqual(ids.count, before.count)
     for id in before { XCTAssertTrue(ids.contains(id), "confirmed before the backup, missing from it: \(id)") }
   }
+
+  /// A backup killed while its work directory holds container snapshots leaves it behind (no
+  /// deinit runs); the next backup into that directory, and the next `--verify` with that
+  /// `TMPDIR`, remove it once it is a minute old and its lock is free.
+  func testWorkDirectoriesOfAKilledBackupAreRemovedByTheNextRun() throws {
+    func leftovers(_ directory: String) -> [String] {
+      ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+        $0.hasPrefix(".vault-backup-work-")
+      }
+    }
+    // The passphrase's scrypt runs (about half a second) while the snapshots are in the work
+    // directory: killed then. Tried again if the backup was done before it was seen.
+    var killedOne = false
+    for _ in 0..<5 where !killedOne {
+      let child = try Spawn.start(
+        vaultBinary(), ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile])
+      let deadline = Date().addingTimeInterval(20)
+      while Date() < deadline, child.exitStatus(within: 0) == nil {
+        if let work = leftovers(backups).first,
+          FileManager.default.fileExists(atPath: backups + "/" + work + "/1.sqlite")
+        {
+          child.kill(SIGKILL)
+          killedOne = child.exitStatus(within: 10) == 128 + SIGKILL
+          break
+        }
+        usleep(1_000)
+      }
+      _ = child.exitStatus(within: 10)
+      _ = child.finish()
+    }
+    XCTAssertTrue(killedOne, "a backup was killed with its snapshots in the work directory")
+    let left = try XCTUnwrap(leftovers(backups).first)
+    XCTAssertEqual(leftovers(backups).count, 1)
+
+    // The same leftover in a TMPDIR, for `--verify`; both aged past the minute.
+    let tmp = temporary.sub("tmp")
+    try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: true)
+    try FileManager.default.copyItem(atPath: backups + "/" + left, toPath: tmp + "/" + left)
+    var old = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
+    XCTAssertEqual(utimes(backups + "/" + left, &old), 0)
+    XCTAssertEqual(utimes(tmp + "/" + left, &old), 0)
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+
+    let written = try vault(
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(written.status, 0, written.error)
+    XCTAssertEqual(leftovers(backups), [], "the killed backup's work directory is gone")
+    let bundle = try XCTUnwrap(try json(written)["bundle"] as? String)
+    XCTAssertEqual(leftovers(tmp), [left], "another directory's leftovers are not touched")
+    let verified = try vault(
+      ["backup", "--verify", bundle, "--passphrase-file", passphraseFile], environment: environment(["TMPDIR": tmp]))
+    XCTAssertEqual(verified.status, 0, verified.error)
+    XCTAssertEqual(leftovers(tmp), [])
+  }
 }

@@ -1,0 +1,80 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import VaultBackup
+
+/// The work directory that holds snapshots and a bundle being written, and what a new one
+/// removes that killed processes left (`WorkDirectory`).
+final class WorkDirectoryTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  /// What a new work directory removes beside itself: only this user's real directories with the
+  /// work prefix, a minute old, whose lock no process holds (another process is checked for real:
+  /// `flock(1)`, not forking, holds one until it is killed).
+  func testOnlyStaleUnlockedWorkDirectoriesOfThisUserAreRemoved() throws {
+    let parent = temporary.sub("parent")
+    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+    func make(_ name: String, lockFile: Bool = true) throws -> String {
+      let path = parent + "/" + name
+      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+      if lockFile { XCTAssertTrue(FileManager.default.createFile(atPath: path + "/.lock", contents: nil)) }
+      XCTAssertTrue(FileManager.default.createFile(atPath: path + "/0.sqlite", contents: Data("snapshot".utf8)))
+      return path
+    }
+    func age(_ path: String) {
+      var old = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
+      XCTAssertEqual(lutimes(path, &old), 0)
+    }
+    let dead = try make(".vault-backup-work-dead")
+    let noLock = try make(".vault-backup-work-nolock", lockFile: false)
+    _ = try make(".vault-backup-work-young")
+    let held = try make(".vault-backup-work-held")
+    let notOurs = try make(".vault-backup-work-other")
+    let unrelated = try make("vault-backup-work-unrelated")
+    let target = try make("target")
+    XCTAssertEqual(symlink(target, parent + "/.vault-backup-work-link"), 0)
+    let holder = try Spawn.start("/usr/bin/flock", ["--exclusive", "--no-fork", held + "/.lock", "sleep", "600"])
+    defer {
+      holder.kill(SIGKILL)
+      _ = holder.finish()
+    }
+    // Until flock(1) holds the lock, a probe of ours takes it.
+    let deadline = Date().addingTimeInterval(10)
+    while Date() < deadline {
+      let probe = open(held + "/.lock", O_RDWR)
+      defer { close(probe) }
+      if flock(probe, LOCK_EX | LOCK_NB) != 0 { break }
+      flock(probe, LOCK_UN)
+      usleep(5_000)
+    }
+    if geteuid() == 0 { XCTAssertEqual(chown(notOurs, 65534, 65534), 0) }
+    for path in [dead, noLock, held, notOurs, unrelated, target, parent + "/.vault-backup-work-link"] { age(path) }
+
+    let work = try WorkDirectory(parent: parent)
+    var remaining = Set(try FileManager.default.contentsOfDirectory(atPath: parent))
+    XCTAssertFalse(remaining.contains(".vault-backup-work-dead"))
+    XCTAssertFalse(remaining.contains(".vault-backup-work-nolock"))
+    XCTAssertTrue(
+      remaining.isSuperset(of: [
+        ".vault-backup-work-young", ".vault-backup-work-held", ".vault-backup-work-link", "vault-backup-work-unrelated",
+        "target",
+      ]))
+    XCTAssertEqual(remaining.contains(".vault-backup-work-other"), geteuid() == 0)
+    XCTAssertTrue(FileManager.default.fileExists(atPath: target + "/0.sqlite"), "a link's target is not entered")
+    XCTAssertTrue(remaining.contains(URL(fileURLWithPath: work.path).lastPathComponent))
+
+    // Killed, the holder's lock is free: the next work directory removes that one too.
+    holder.kill(SIGKILL)
+    XCTAssertEqual(holder.exitStatus(within: 10), 128 + SIGKILL)
+    age(held)
+    let next = try WorkDirectory(parent: parent)
+    remaining = Set(try FileManager.default.contentsOfDirectory(atPath: parent))
+    XCTAssertFalse(remaining.contains(".vault-backup-work-held"))
+    XCTAssertTrue(remaining.contains(URL(fileURLWithPath: work.path).lastPathComponent), "held by this process")
+    XCTAssertTrue(remaining.contains(URL(fileURLWithPath: next.path).lastPathComponent))
+  }
+}
