@@ -118,9 +118,12 @@ func hashFile(_ path: String) throws -> (size: UInt64, sha256: [UInt8]) {
 /// for good. While it exists, its creator holds an exclusive `flock` on its `.lock` file; making
 /// a new one first removes every work directory of this user in `parent` whose lock nobody holds
 /// and that is older than `staleAfter` seconds (the gap between `mkdtemp` and taking the lock).
+/// One without a lock file is removed only after `lockLessAfter`: an earlier release, which
+/// locked nothing, may still be using it.
 final class WorkDirectory {
   static let prefix = ".vault-backup-work-"
   static let staleAfter: time_t = 60
+  static let lockLessAfter: time_t = 86_400
 
   let path: String
   private let lock: Int32
@@ -148,8 +151,8 @@ final class WorkDirectory {
   }
 
   /// Removes the work directories in `parent` that a killed process left: this user's, real
-  /// directories (not links), older than `staleAfter`, whose lock file is missing or not held.
-  /// Best effort: what cannot be examined or removed is left.
+  /// directories (not links), older than `staleAfter`, whose lock is not held (or older than
+  /// `lockLessAfter` without a lock file). Best effort: what cannot be examined or removed is left.
   static func removeStale(in parent: String, now: time_t = time(nil)) {
     guard let names = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return }
     for name in names where name.hasPrefix(prefix) {
@@ -160,14 +163,14 @@ final class WorkDirectory {
       else { continue }
       let descriptor = open(directory + "/.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
       if descriptor < 0 {
-        guard errno == ENOENT else { continue }
+        guard errno == ENOENT, now - info.st_mtim.tv_sec >= lockLessAfter else { continue }
       } else {
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
           close(descriptor)
           continue
         }
       }
-      // Held (or lock-less and old): no live process uses it.
+      // Not held (or lock-less for a day): no live process uses it.
       try? FileManager.default.removeItem(atPath: directory)
       if descriptor >= 0 { close(descriptor) }
     }

@@ -25,12 +25,15 @@ final class WorkDirectoryTests: XCTestCase {
       XCTAssertTrue(FileManager.default.createFile(atPath: path + "/0.sqlite", contents: Data("snapshot".utf8)))
       return path
     }
-    func age(_ path: String) {
-      var old = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
+    func age(_ path: String, seconds: Int = 120) {
+      let then = time(nil) - seconds
+      var old = [timeval(tv_sec: then, tv_usec: 0), timeval(tv_sec: then, tv_usec: 0)]
       XCTAssertEqual(lutimes(path, &old), 0)
     }
     let dead = try make(".vault-backup-work-dead")
     let noLock = try make(".vault-backup-work-nolock", lockFile: false)
+    // Without a lock file (an earlier release's, perhaps in use): a day old, not a minute.
+    let noLockRecent = try make(".vault-backup-work-nolock-recent", lockFile: false)
     _ = try make(".vault-backup-work-young")
     let held = try make(".vault-backup-work-held")
     let notOurs = try make(".vault-backup-work-other")
@@ -52,7 +55,10 @@ final class WorkDirectoryTests: XCTestCase {
       usleep(5_000)
     }
     if geteuid() == 0 { XCTAssertEqual(chown(notOurs, 65534, 65534), 0) }
-    for path in [dead, noLock, held, notOurs, unrelated, target, parent + "/.vault-backup-work-link"] { age(path) }
+    age(noLock, seconds: 2 * 86_400)
+    for path in [dead, noLockRecent, held, notOurs, unrelated, target, parent + "/.vault-backup-work-link"] {
+      age(path)
+    }
 
     let work = try WorkDirectory(parent: parent)
     var remaining = Set(try FileManager.default.contentsOfDirectory(atPath: parent))
@@ -60,7 +66,8 @@ final class WorkDirectoryTests: XCTestCase {
     XCTAssertFalse(remaining.contains(".vault-backup-work-nolock"))
     XCTAssertTrue(
       remaining.isSuperset(of: [
-        ".vault-backup-work-young", ".vault-backup-work-held", ".vault-backup-work-link", "vault-backup-work-unrelated",
+        ".vault-backup-work-young", ".vault-backup-work-nolock-recent", ".vault-backup-work-held",
+        ".vault-backup-work-link", "vault-backup-work-unrelated",
         "target",
       ]))
     XCTAssertEqual(remaining.contains(".vault-backup-work-other"), geteuid() == 0)
