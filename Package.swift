@@ -35,6 +35,8 @@ let package = Package(
     .systemLibrary(name: "CNetlink"),
     // glibc only (prctl, sigaction): the async-signal-safe crash handler behind ProcessHardening.
     .systemLibrary(name: "CProcessHardening"),
+    // VaultScan's AVX2 pre-filter: C in a header (Swift cannot target AVX2 per function).
+    .systemLibrary(name: "CScanKernels"),
 
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),
@@ -46,7 +48,8 @@ let package = Package(
       swiftSettings: strict),
     // The scan audits vault's containers itself (one walk, one reader): it reads them through VaultQueue.
     .target(
-      name: "VaultScan", dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression"],
+      name: "VaultScan",
+      dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression", "CScanKernels"],
       swiftSettings: strict),
     // Backup bundles: keys wrapped under a passphrase and container snapshots in one file.
     .target(

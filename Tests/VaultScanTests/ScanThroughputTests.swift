@@ -162,6 +162,83 @@ final class ScanThroughputTests: XCTestCase {
     }
   }
 
+  /// The AVX2 pair filter passes every pair of its set (all 65,536 pairs tried) and, for the
+  /// stream signatures, few others; and its 32-at-a-time loop passes exactly the positions its
+  /// one-position rule does, on random buffers of every length from every start.
+  func testPairFilterPassesEveryPairOfItsSetAndTheSamePositionsAsItsRule() throws {
+    let signatures = Scanner.startPairs
+    let pairs = Set((0..<65536).filter { Scanner.startTable[$0 >> 6] & (1 << ($0 & 63)) != 0 })
+    XCTAssertEqual(pairs.count, 46)
+    var passed = 0
+    for pair in 0..<65536 where signatures.passes(UInt8(pair >> 8), UInt8(pair & 0xff)) { passed += 1 }
+    for pair in pairs { XCTAssertTrue(signatures.passes(UInt8(pair >> 8), UInt8(pair & 0xff)), "pair \(pair)") }
+    XCTAssertLessThan(passed, 1000, "the buckets filter: \(passed) of 65,536 pairs pass")
+    let dashes = PairFilter(pairs: [0x2d2d])
+    for pair in 0..<65536 {
+      XCTAssertEqual(dashes.passes(UInt8(pair >> 8), UInt8(pair & 0xff)), pair == 0x2d2d)
+    }
+
+    try XCTSkipUnless(PairFilter.available, "no AVX2 here: the byte-by-byte loops run instead")
+    var generator = SystemRandomNumberGenerator()
+    // Bytes drawn from the pairs' own bytes as well, so that passing positions are frequent.
+    let alphabet = Array(Set(pairs.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xff)] })) + [0x00, 0x2d, 0x41, 0xff]
+    for round in 0..<3000 {
+      let count = Int.random(in: 0...200, using: &generator)
+      let bytes = (0..<count).map { _ in
+        Bool.random(using: &generator)
+          ? alphabet.randomElement(using: &generator)! : UInt8.random(in: 0...255, using: &generator)
+      }
+      let from = Int.random(in: -2...(count + 2), using: &generator)
+      for filter in [signatures, dashes] {
+        var found: [Int] = []
+        let rest = bytes.withUnsafeBytes { filter.forEachCandidate(in: $0, from: from) { found.append($0) } }
+        XCTAssertGreaterThanOrEqual(rest, max(from, 0))
+        XCTAssertTrue(rest >= count - 32 || count <= 32, "round \(round): stopped at \(rest) of \(count)")
+        if rest < count - 1 { found += (rest..<(count - 1)).filter { filter.passes(bytes[$0], bytes[$0 + 1]) } }
+        let expected =
+          max(from, 0) < count - 1
+          ? (max(from, 0)..<(count - 1)).filter { filter.passes(bytes[$0], bytes[$0 + 1]) } : []
+        XCTAssertEqual(found, expected, "round \(round), from \(from)")
+      }
+    }
+  }
+
+  /// `streamStarts` finds the same starts with the AVX2 pre-filter as byte by byte: signatures
+  /// planted at random offsets (either side of every 32-byte block edge) in random bytes.
+  func testStreamStartsAreTheSameWithAndWithoutThePreFilter() throws {
+    try XCTSkipUnless(PairFilter.available, "no AVX2 here: only the byte-by-byte loop runs")
+    let signatures: [[UInt8]] = [
+      [0x1f, 0x8b, 0x08, 0x00], [0x78, 0x9c], [0x78, 0x01], [0x78, 0xda], [0x08, 0x1d], [0x58, 0x85],
+      [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00], [0x28, 0xb5, 0x2f, 0xfd], Array("BZh91AY&SY".utf8),
+      [0x50, 0x4b, 0x03, 0x04, 0x14, 0x00, 0x00, 0x00, 0x08, 0x00], Array("H4sIAAAAAAAAA+3BAQ0AAADC".utf8),
+      Array("eJzzSM3JyVcozy/KSQEAGKsEPQ==".utf8), Array("KLUv/QBYAAAAAAAAAAAA".utf8), [0x04, 0x22, 0x4d, 0x18],
+    ]
+    let scanner = Scanner(canaries: [])
+    let probe = DeflateProbe()
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<1500 {
+      var bytes = (0..<Int.random(in: 0...400, using: &generator)).map { _ in
+        UInt8.random(in: 0...255, using: &generator)
+      }
+      for _ in 0..<Int.random(in: 0...6, using: &generator) {
+        let signature = signatures.randomElement(using: &generator)!
+        guard bytes.count > signature.count else { continue }
+        let block = Int.random(in: 0...(bytes.count / 32), using: &generator) * 32
+        let at = min(max(0, block + Int.random(in: -3...3, using: &generator)), bytes.count - signature.count)
+        bytes.replaceSubrange(at..<(at + signature.count), with: signature)
+      }
+      let from = Int.random(in: -1...(bytes.count + 1), using: &generator)
+      func starts(_ vectorised: Bool) -> [String] {
+        bytes.withUnsafeBytes { buffer in
+          scanner.streamStarts(buffer, from: from, probe: probe, vectorised: vectorised).map {
+            "\($0.signature) \($0.start) \($0.format) \($0.base64) \($0.unreadable ?? "-")"
+          }
+        }
+      }
+      XCTAssertEqual(starts(true), starts(false), "round \(round)")
+    }
+  }
+
   /// Two threads make the report one thread makes reading the same files one by one in walk order:
   /// the leak corpus (SQLite databases with their -wal and -shm files, audited, compressed streams,
   /// keys) with a symlink and a FIFO beside it, several times over.

@@ -1,0 +1,74 @@
+internal import CScanKernels
+
+/// A pre-filter for byte pairs that runs 32 positions at a time with AVX2
+/// (`vault_scan_pair_block_avx2`): it passes every position where one of its pairs starts and
+/// some others, so each position it passes is then checked exactly.
+///
+/// Pairs with the same first byte share one of eight buckets; each group joins the bucket whose
+/// nibble sets it widens least (counted in pairs passed), largest groups first. For the stream
+/// signatures (46 pairs) about 0.9 % of random positions pass, against 0.07 % that match.
+struct PairFilter: Sendable {
+  /// Whether this CPU and kernel run AVX2 code (CPUID and XGETBV); without it callers go byte by byte.
+  static let available = vault_scan_has_avx2() == 1
+
+  /// 64 bytes: the bucket bits of the first byte's low and high nibble, then of the second byte's.
+  let masks: [UInt8]
+
+  /// - Parameter pairs: each pair as `first << 8 | second`.
+  init(pairs: [Int]) {
+    var groups: [Int: (low: UInt16, high: UInt16)] = [:]
+    for pair in pairs {
+      groups[pair >> 8, default: (0, 0)].low |= 1 << (pair & 15)
+      groups[pair >> 8, default: (0, 0)].high |= 1 << (pair >> 4 & 15)
+    }
+    /// Each bucket's four nibble sets, 16 bits each.
+    var buckets = [[UInt16]](repeating: [0, 0, 0, 0], count: 8)
+    func passed(_ sets: [UInt16]) -> Int { sets.reduce(1) { $0 * $1.nonzeroBitCount } }
+    func size(_ group: (key: Int, value: (low: UInt16, high: UInt16))) -> Int {
+      group.value.low.nonzeroBitCount * group.value.high.nonzeroBitCount
+    }
+    for (first, second) in groups.sorted(by: { (size($0), $1.key) > (size($1), $0.key) }) {
+      let sets: [UInt16] = [1 << (first & 15), 1 << (first >> 4), second.low, second.high]
+      let widened = buckets.map { bucket in zip(bucket, sets).map { $0 | $1 } }
+      let growth = widened.indices.map { passed(widened[$0]) - passed(buckets[$0]) }
+      let best = growth.indices.min { growth[$0] < growth[$1] }!
+      buckets[best] = widened[best]
+    }
+    var masks = [UInt8](repeating: 0, count: 64)
+    for (index, bucket) in buckets.enumerated() {
+      for (part, set) in bucket.enumerated() {
+        for nibble in 0..<16 where set & (1 << nibble) != 0 { masks[part * 16 + nibble] |= 1 << index }
+      }
+    }
+    self.masks = masks
+  }
+
+  /// Whether the pair `first`, `second` passes (what the AVX2 loop computes for one position).
+  func passes(_ first: UInt8, _ second: UInt8) -> Bool {
+    masks[Int(first & 15)] & masks[16 + Int(first >> 4)] & masks[32 + Int(second & 15)] & masks[48 + Int(second >> 4)]
+      != 0
+  }
+
+  /// Calls `body` with every position from `from` on that passes, in order, 32 at a time while
+  /// at least 33 bytes are left. Returns the first position not looked at: the caller checks the
+  /// positions from there to the end itself. Only when `available`.
+  @inline(__always)
+  func forEachCandidate(in bytes: UnsafeRawBufferPointer, from: Int, _ body: (Int) -> Void) -> Int {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), from < bytes.count else {
+      return max(from, 0)
+    }
+    return masks.withUnsafeBufferPointer { masks in
+      var offset = max(from, 0)
+      var passing: UInt32 = 0
+      while true {
+        let block = vault_scan_pair_block_avx2(base, bytes.count, offset, masks.baseAddress, &passing)
+        guard passing != 0 else { return block }
+        while passing != 0 {
+          body(block + passing.trailingZeroBitCount)
+          passing &= passing - 1
+        }
+        offset = block + 32
+      }
+    }
+  }
+}
