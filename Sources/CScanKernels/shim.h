@@ -15,16 +15,17 @@ static inline int vault_scan_has_avx2(void) {
   return __builtin_cpu_supports("avx2") ? 1 : 0;
 }
 
-/// Finds the next 32 positions, from `from` on, where a byte pair (bytes[i], bytes[i + 1]) passes
-/// the nibble filter `masks`: returns the first of them (a multiple of 32 after `from`) with the
-/// ones that pass as bits of `*passing` (bit n: position + n). Returns the first position it did
-/// not look at, with `*passing` 0, when fewer than 33 bytes are left there; the caller checks the
-/// rest. `masks` is 64 bytes: 16 for the first byte's low nibble, 16 for its high nibble, then the
-/// same two for the second byte. A pair passes when the four entries its nibbles select share a
-/// set bit (one bit per bucket of pairs): every pair put in a bucket passes, and some others may,
-/// so callers check each position found exactly.
-__attribute__((target("avx2"))) static inline size_t vault_scan_pair_block_avx2(
-    const uint8_t *bytes, size_t count, size_t from, const uint8_t *masks, uint32_t *passing) {
+/// Writes to `positions`, in order, the positions from `from` on where a byte pair
+/// (bytes[i], bytes[i + 1]) passes the nibble filter `masks`, 32 positions at a time, until fewer
+/// than 33 bytes are left or `positions` might not hold the next 32 (it holds `capacity`, at least
+/// 32). Returns the first position not looked at (the caller checks the rest itself) and sets
+/// `*found` to how many were written. `masks` is 64 bytes: 16 for the first byte's low nibble, 16
+/// for its high nibble, then the same two for the second byte. A pair passes when the four entries
+/// its nibbles select share a set bit (one bit per bucket of pairs): every pair put in a bucket
+/// passes, and some others may, so callers check each position found exactly.
+__attribute__((target("avx2"))) static inline size_t vault_scan_pair_positions_avx2(
+    const uint8_t *bytes, size_t count, size_t from, const uint8_t *masks, size_t *positions, size_t capacity,
+    size_t *found) {
   const __m256i first_low = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(masks)));
   const __m256i first_high = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(masks + 16)));
   const __m256i second_low = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(masks + 32)));
@@ -32,8 +33,9 @@ __attribute__((target("avx2"))) static inline size_t vault_scan_pair_block_avx2(
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i zero = _mm256_setzero_si256();
   size_t i = from;
+  size_t written = 0;
   // The second byte of the block's last position is bytes[i + 32].
-  while (count > 32 && i < count - 32) {
+  while (count > 32 && i < count - 32 && capacity - written >= 32) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)(bytes + i));
     const __m256i y = _mm256_loadu_si256((const __m256i *)(bytes + i + 1));
     const __m256i a = _mm256_and_si256(
@@ -42,14 +44,14 @@ __attribute__((target("avx2"))) static inline size_t vault_scan_pair_block_avx2(
     const __m256i b = _mm256_and_si256(
         _mm256_shuffle_epi8(second_low, _mm256_and_si256(y, nibble)),
         _mm256_shuffle_epi8(second_high, _mm256_and_si256(_mm256_srli_epi16(y, 4), nibble)));
-    const uint32_t empty = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, b), zero));
-    if (empty != 0xffffffffu) {
-      *passing = ~empty;
-      return i;
+    uint32_t passing = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, b), zero));
+    while (passing != 0) {
+      positions[written++] = i + (size_t)__builtin_ctz(passing);
+      passing &= passing - 1;
     }
     i += 32;
   }
-  *passing = 0;
+  *found = written;
   return i;
 }
 

@@ -1,7 +1,7 @@
 internal import CScanKernels
 
 /// A pre-filter for byte pairs that runs 32 positions at a time with AVX2
-/// (`vault_scan_pair_block_avx2`): it passes every position where one of its pairs starts and
+/// (`vault_scan_pair_positions_avx2`): it passes every position where one of its pairs starts and
 /// some others, so each position it passes is then checked exactly.
 ///
 /// Pairs with the same first byte share one of eight buckets; each group joins the bucket whose
@@ -58,16 +58,17 @@ struct PairFilter: Sendable {
       return max(from, 0)
     }
     return masks.withUnsafeBufferPointer { masks in
-      var offset = max(from, 0)
-      var passing: UInt32 = 0
-      while true {
-        let block = vault_scan_pair_block_avx2(base, bytes.count, offset, masks.baseAddress, &passing)
-        guard passing != 0 else { return block }
-        while passing != 0 {
-          body(block + passing.trailingZeroBitCount)
-          passing &= passing - 1
+      withUnsafeTemporaryAllocation(of: Int.self, capacity: 512) { positions in
+        var offset = max(from, 0)
+        while true {
+          var found = 0
+          let next = vault_scan_pair_positions_avx2(
+            base, bytes.count, offset, masks.baseAddress, positions.baseAddress, positions.count, &found)
+          for index in 0..<found { body(positions[index]) }
+          // Stopped short of the end only when `positions` was nearly full.
+          guard next > offset, found > positions.count - 32 else { return next }
+          offset = next
         }
-        offset = block + 32
       }
     }
   }
