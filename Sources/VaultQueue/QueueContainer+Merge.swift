@@ -129,13 +129,21 @@ extension QueueContainer {
     var result = outcome
     try withStorage { storage in
       try storage.transaction {
+        // A record added is stamped on this container's age clock with the age it has by the wall
+        // clock, as if it had been enqueued here then: left unstamped, its `created_at` (wall
+        // clock, perhaps another machine's) would be compared with the age clock, which runs
+        // ahead of the wall clock after the wall clock is set back, and the maximum age would
+        // drop it early.
+        let wall = milliseconds(clock())
+        let ageClock = try ageNow(storage, wall: wall, reading: monotonic())
+        let born: (Int64) -> Int64 = { createdAt in ageClock - max(0, wall - createdAt) }
         let minimum = try storage.minimumSealVersion()
         if vault.activeVersion < minimum { try vault.reload() }
         guard vault.activeVersion >= minimum else {
           throw QueueError.storage(path: path, detail: "the vault's active key is older than the container's minimum")
         }
         for record in batch {
-          try mergeRecord(record, storage: storage, absent: absent, open: open, into: &result)
+          try mergeRecord(record, storage: storage, absent: absent, born: born, open: open, into: &result)
         }
       }
     }
@@ -149,10 +157,11 @@ extension QueueContainer {
     var createdAt: Int64
     var envelope: [UInt8]
     var size: Int
+    var born: Int64?
   }
 
   private func mergeRecord(
-    _ record: SnapshotRecord, storage: Storage, absent: (String) -> Absent,
+    _ record: SnapshotRecord, storage: Storage, absent: (String) -> Absent, born: (Int64) -> Int64,
     open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8], into outcome: inout MergeOutcome
   ) throws {
     guard let uuid = UUID(uuidString: record.id), uuid.recordText == record.id,
@@ -164,11 +173,11 @@ extension QueueContainer {
     defer { payload.withUnsafeMutableBytes { zeroBytes($0) } }
     var home: HomeCopy?
     try storage.statement(
-      "SELECT queue, state, coalesce(changed, created_at), created_at, envelope, size FROM records WHERE id = ?"
+      "SELECT queue, state, coalesce(changed, created_at), created_at, envelope, size, born FROM records WHERE id = ?"
     ).query([.text(record.id)]) { row in
       home = HomeCopy(
         queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2), createdAt: row.int(3),
-        envelope: row.blob(4), size: Int(row.int(5)))
+        envelope: row.blob(4), size: Int(row.int(5)), born: row.isNull(6) ? nil : row.int(6))
     }
     guard let home else {
       // Held here at an earlier merge (or stored by it), and delivered or dropped since.
@@ -182,17 +191,18 @@ extension QueueContainer {
       case .restore:
         try insert(
           record, state: state == .inFlight ? .pending : state, errorKind: record.errorKind,
-          id: record.id, payload: payload, storage: storage)
+          id: record.id, payload: payload, born: born, storage: storage)
         outcome.restored += 1
       case .undetermined:
         if state == .pending || state == .inFlight {
           try insert(
             record, state: .review, errorKind: Self.maybeDeliveredKind, id: record.id, payload: payload,
-            storage: storage)
+            born: born, storage: storage)
           outcome.undetermined += 1
         } else {
           try insert(
-            record, state: state, errorKind: record.errorKind, id: record.id, payload: payload, storage: storage)
+            record, state: state, errorKind: record.errorKind, id: record.id, payload: payload, born: born,
+            storage: storage)
           outcome.restored += 1
         }
       }
@@ -210,7 +220,8 @@ extension QueueContainer {
       // the bundle's copy, which opens, is kept for review beside it.
       let keptAs = try Self.keptID(for: record.id, from: "bundle", changed: record.lastChange)
       if try insert(
-        record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, storage: storage)
+        record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, born: born,
+        storage: storage)
       {
         outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "bundle"))
       } else {
@@ -226,7 +237,8 @@ extension QueueContainer {
       } else {
         let keptAs = try Self.keptID(for: record.id, from: "bundle", changed: record.lastChange)
         if try insert(
-          record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, storage: storage)
+          record, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: payload, born: born,
+          storage: storage)
         {
           outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "bundle"))
         } else {
@@ -246,7 +258,8 @@ extension QueueContainer {
       loser.changed = home.lastChange
       let keptAs = try Self.keptID(for: record.id, from: "home", changed: home.lastChange)
       if try insert(
-        loser, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: homePayload, storage: storage)
+        loser, state: .review, errorKind: Self.supersededKind, id: keptAs, payload: homePayload,
+        born: { home.born ?? born($0) }, storage: storage)
       {
         outcome.keptForReview.append(KeptCopy(id: record.id, keptAs: keptAs, from: "home"))
       }
@@ -278,7 +291,7 @@ extension QueueContainer {
   @discardableResult
   private func insert(
     _ record: SnapshotRecord, state: RecordState, errorKind: String?, id: String, payload: [UInt8],
-    storage: Storage
+    born: (Int64) -> Int64, storage: Storage
   ) throws -> Bool {
     // Stored by an earlier merge and removed since (delivered, dropped): not stored again.
     guard try storage.statement("SELECT 1 FROM merged WHERE id = ?").scalar([.text(id)]) == nil else {
@@ -289,15 +302,15 @@ extension QueueContainer {
       try storage.statement(
         """
         INSERT INTO records (id, queue, created_at, size, key_version, envelope, state, attempts, error_kind,
-          next_attempt_at, server_failures, changed)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING
+          next_attempt_at, server_failures, changed, born)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING
         """
       ).run([
         .text(id), .text(record.queue), .integer(record.createdAt), .integer(Int64(envelope.count)),
         .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .text(state.rawValue),
         .integer(record.attempts), errorKind.map { .text($0) } ?? .null,
         .integer(state == .pending ? record.nextAttemptAt : 0), .integer(record.serverFailures),
-        record.changed.map { .integer($0) } ?? .null,
+        record.changed.map { .integer($0) } ?? .null, .integer(born(record.createdAt)),
       ])
     }
     guard inserted == 1 else { return false }

@@ -241,6 +241,39 @@ final class BackupMergeTests: XCTestCase {
     XCTAssertEqual(after[ids[1]]?.0, .pending, "given back after the park on B: the home's copy is newer")
   }
 
+  /// A record a merge adds is stamped on the home container's age clock with the age the wall
+  /// clock gives it. The home's wall clock ran two hours ahead while its container was made and
+  /// filled, then was set right: its age clock (time that really passed, from the wall clock it
+  /// started at) is two hours ahead of the wall clock. A record made on the other copy minutes
+  /// ago must not look two hours old to a one-hour maximum age.
+  func testARecordAddedByAMergeIsAgedByTheWallClockNotByTheHomesAgeClock() throws {
+    let a = try makeVault("a")
+    let queueA = try container(a, "q.sqlite")
+    let seed = UUID()
+    try queueA.enqueue(Array("seed".utf8), queue: "q", id: seed)
+    let b = try restore(try backup(a), as: "b")
+    let added = UUID()
+    try container(b, "q.sqlite").enqueue(Array("added on B".utf8), queue: "q", id: added)
+    let bundle = try backup(b)
+    let twoHours = 7_200_000
+    let script = """
+      import sqlite3, sys
+      c = sqlite3.connect(sys.argv[1])
+      c.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + \(twoHours) AS TEXT) WHERE key = 'age_clock'")
+      c.execute("UPDATE records SET born = born + \(twoHours)")
+      c.commit()
+      """
+    let shifted = try Spawn.run("/usr/bin/env", ["python3", "-c", script, a.home + "/q.sqlite"])
+    XCTAssertEqual(shifted.status, 0, shifted.error)
+
+    let report = try merge(bundle, into: a)
+    XCTAssertEqual(report.containers.map(\.restored), [1])
+    let aged = try QueueContainer(
+      path: a.home + "/q.sqlite", vault: a, configuration: QueueConfiguration(maximumAge: 3600))
+    XCTAssertEqual(Set(try aged.claim(queue: "q", maxCount: 10).map(\.id)), [seed, added])
+    XCTAssertEqual(try aged.stats().dropped["age"] ?? 0, 0, "nothing here is an hour old")
+  }
+
   func testAMissingRegisteredContainerIsRestoredFromTheBundle() throws {
     let a = try makeVault("a")
     let queue = try container(a, "q.sqlite")
