@@ -116,10 +116,17 @@ func hashFile(_ path: String) throws -> (size: UInt64, sha256: [UInt8]) {
 /// It holds container snapshots and a bundle being written, so one left by a killed process
 /// (no deinit) would keep a copy of the containers' envelopes and record ids outside the home
 /// for good. While it exists, its creator holds an exclusive `flock` on its `.lock` file; making
-/// a new one first removes every work directory of this user in `parent` whose lock nobody holds
-/// and that is older than `staleAfter` seconds (the gap between `mkdtemp` and taking the lock).
-/// One without a lock file is removed only after `lockLessAfter`: an earlier release, which
-/// locked nothing, may still be using it.
+/// a new one first removes this user's work directories in `parent` whose lock nobody holds and
+/// that are older than `staleAfter` seconds (the gap between `mkdtemp` and taking the lock). One
+/// without a lock file is removed only after `lockLessAfter`: an earlier release, which locked
+/// nothing, may still be using it.
+///
+/// Removal never follows a path another user could change: entries are unlinked relative to the
+/// directory's own descriptor, never recursively (a directory inside stops it), and stale ones
+/// are looked for only where no other user can rename entries: a parent owned by this user or
+/// root that only its owner can write, or that has the sticky bit (`/tmp`). Elsewhere (a shared,
+/// group-writable backup directory) another user could rename their own directory, or a link,
+/// to a work directory's name, so nothing there is swept.
 final class WorkDirectory {
   static let prefix = ".vault-backup-work-"
   static let staleAfter: time_t = 60
@@ -127,6 +134,7 @@ final class WorkDirectory {
 
   let path: String
   private let lock: Int32
+  private let directory: Int32
 
   init(parent: String) throws {
     Self.removeStale(in: parent)
@@ -135,44 +143,94 @@ final class WorkDirectory {
       throw BackupError.io(path: parent, operation: "mkdtemp", errno: errno)
     }
     path = String(cString: made)
-    let descriptor = open(path + "/.lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    let descriptor =
+      directory < 0 ? -1 : openat(directory, ".lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
     guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
       let error = errno
       if descriptor >= 0 { close(descriptor) }
-      try? FileManager.default.removeItem(atPath: path)
+      if directory >= 0 {
+        Self.remove(directory, named: path, lock: -1)
+      } else {
+        rmdir(path)
+      }
       throw BackupError.io(path: path, operation: "lock", errno: error)
     }
     lock = descriptor
   }
 
-  deinit {
-    try? FileManager.default.removeItem(atPath: path)
-    close(lock)
+  deinit { Self.remove(directory, named: path, lock: lock) }
+
+  /// Removes the work directory open as `directory`: every entry that is not a directory,
+  /// unlinked relative to it; then its lock file after closing `lock` (on NFS an open file
+  /// unlinked is renamed, and the directory would not be empty); then the directory itself by
+  /// `name`, which fails harmlessly if anything is left in what is there now. Closes `directory`.
+  private static func remove(_ directory: Int32, named name: String, lock: Int32) {
+    for entry in entries(of: directory) where entry.name != ".lock" && !entry.isDirectory {
+      unlinkat(directory, entry.name, 0)
+    }
+    if lock >= 0 { close(lock) }
+    unlinkat(directory, ".lock", 0)
+    close(directory)
+    rmdir(name)
   }
 
-  /// Removes the work directories in `parent` that a killed process left: this user's, real
-  /// directories (not links), older than `staleAfter`, whose lock is not held (or older than
-  /// `lockLessAfter` without a lock file). Best effort: what cannot be examined or removed is left.
-  static func removeStale(in parent: String, now: time_t = time(nil)) {
-    guard let names = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return }
-    for name in names where name.hasPrefix(prefix) {
-      let directory = parent + "/" + name
+  /// The names in the directory open as `directory` (not `.` and `..`), each with whether it is a
+  /// directory (not following links).
+  private static func entries(of directory: Int32) -> [(name: String, isDirectory: Bool)] {
+    let copy = dup(directory)
+    guard copy >= 0, let stream = fdopendir(copy) else {
+      if copy >= 0 { close(copy) }
+      return []
+    }
+    defer { closedir(stream) }
+    // The copy shares the descriptor's position: an earlier listing left it at the end.
+    rewinddir(stream)
+    var found: [(String, Bool)] = []
+    while let entry = readdir(stream) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+      guard name != ".", name != ".." else { continue }
       var info = stat()
-      guard lstat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(),
-        now - info.st_mtim.tv_sec >= staleAfter
-      else { continue }
-      let descriptor = open(directory + "/.lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-      if descriptor < 0 {
-        guard errno == ENOENT, now - info.st_mtim.tv_sec >= lockLessAfter else { continue }
-      } else {
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-          close(descriptor)
-          continue
-        }
+      let isDirectory = fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) != 0 || info.st_mode & S_IFMT == S_IFDIR
+      found.append((name, isDirectory))
+    }
+    return found
+  }
+
+  /// Removes the work directories in `parent` that a killed process left: this user's, mode 0700,
+  /// a minute old (by the wall clock either way), holding no directory, whose lock is not held
+  /// (or a day old without a lock file). Nothing is looked at where another user could rename
+  /// entries (see the type's comment). Best effort: what cannot be examined or removed is left.
+  static func removeStale(in parent: String, now: time_t = time(nil)) {
+    let parentDirectory = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard parentDirectory >= 0 else { return }
+    defer { close(parentDirectory) }
+    var parentInfo = stat()
+    guard fstat(parentDirectory, &parentInfo) == 0,
+      parentInfo.st_uid == geteuid() || parentInfo.st_uid == 0,
+      parentInfo.st_mode & 0o022 == 0 || parentInfo.st_mode & S_ISVTX != 0
+    else { return }
+    for entry in entries(of: parentDirectory) where entry.name.hasPrefix(prefix) && entry.isDirectory {
+      let directory = openat(parentDirectory, entry.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+      guard directory >= 0 else { continue }
+      var info = stat()
+      let age = fstat(directory, &info) == 0 ? abs(now - info.st_mtim.tv_sec) : 0
+      guard info.st_uid == geteuid(), info.st_mode & 0o7777 == 0o700, age >= staleAfter,
+        !entries(of: directory).contains(where: \.isDirectory)
+      else {
+        close(directory)
+        continue
+      }
+      let lock = openat(directory, ".lock", O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+      let free =
+        lock >= 0 ? flock(lock, LOCK_EX | LOCK_NB) == 0 : errno == ENOENT && age >= lockLessAfter
+      guard free else {
+        if lock >= 0 { close(lock) }
+        close(directory)
+        continue
       }
       // Not held (or lock-less for a day): no live process uses it.
-      try? FileManager.default.removeItem(atPath: directory)
-      if descriptor >= 0 { close(descriptor) }
+      remove(directory, named: parent + "/" + entry.name, lock: lock)
     }
   }
 }

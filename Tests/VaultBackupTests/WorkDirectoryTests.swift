@@ -20,7 +20,8 @@ final class WorkDirectoryTests: XCTestCase {
     try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
     func make(_ name: String, lockFile: Bool = true) throws -> String {
       let path = parent + "/" + name
-      try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+      try FileManager.default.createDirectory(
+        atPath: path, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
       if lockFile { XCTAssertTrue(FileManager.default.createFile(atPath: path + "/.lock", contents: nil)) }
       XCTAssertTrue(FileManager.default.createFile(atPath: path + "/0.sqlite", contents: Data("snapshot".utf8)))
       return path
@@ -83,5 +84,48 @@ final class WorkDirectoryTests: XCTestCase {
     XCTAssertFalse(remaining.contains(".vault-backup-work-held"))
     XCTAssertTrue(remaining.contains(URL(fileURLWithPath: work.path).lastPathComponent), "held by this process")
     XCTAssertTrue(remaining.contains(URL(fileURLWithPath: next.path).lastPathComponent))
+  }
+
+  /// Where another user could rename entries (a group-writable parent without the sticky bit),
+  /// nothing is swept: they could rename their own directory, or one they may not delete, to a
+  /// work directory's name. With the sticky bit (as /tmp) it is. A stale directory holding a
+  /// directory, or not 0700, is left; one whose time is in the future (the clock set back) is
+  /// stale by its distance from now.
+  func testNothingIsSweptWhereOthersCanRenameEntriesAndOnlyFlatPrivateDirectoriesElsewhere() throws {
+    let parent = temporary.sub("shared")
+    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+    func make(_ name: String, mode: mode_t = 0o700, seconds: Int = -120) throws -> String {
+      let path = parent + "/" + name
+      XCTAssertEqual(mkdir(path, mode), 0)
+      XCTAssertEqual(chmod(path, mode), 0)
+      XCTAssertTrue(FileManager.default.createFile(atPath: path + "/.lock", contents: nil))
+      let then = time(nil) + seconds
+      var times = [timeval(tv_sec: then, tv_usec: 0), timeval(tv_sec: then, tv_usec: 0)]
+      XCTAssertEqual(utimes(path, &times), 0)
+      return path
+    }
+    func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
+    let stale = try make(".vault-backup-work-stale")
+
+    XCTAssertEqual(chmod(parent, 0o775), 0)
+    WorkDirectory.removeStale(in: parent)
+    XCTAssertTrue(exists(stale), "group-writable without the sticky bit: nothing swept")
+    XCTAssertEqual(chmod(parent, 0o777), 0)
+    WorkDirectory.removeStale(in: parent)
+    XCTAssertTrue(exists(stale), "world-writable without the sticky bit: nothing swept")
+
+    XCTAssertEqual(chmod(parent, 0o1777), 0)
+    let nested = try make(".vault-backup-work-nested")
+    XCTAssertEqual(mkdir(nested + "/inner", 0o700), 0)
+    XCTAssertTrue(FileManager.default.createFile(atPath: nested + "/inner/kept", contents: nil))
+    var back = [timeval(tv_sec: time(nil) - 120, tv_usec: 0), timeval(tv_sec: time(nil) - 120, tv_usec: 0)]
+    XCTAssertEqual(utimes(nested, &back), 0)
+    let open = try make(".vault-backup-work-open", mode: 0o755)
+    let future = try make(".vault-backup-work-future", seconds: 7200)
+    WorkDirectory.removeStale(in: parent)
+    XCTAssertFalse(exists(stale), "sticky, as /tmp: swept")
+    XCTAssertFalse(exists(future), "two hours in the future is two hours away: swept")
+    XCTAssertTrue(exists(nested + "/inner/kept"), "a directory inside is never entered")
+    XCTAssertTrue(exists(open), "not 0700: not made by mkdtemp")
   }
 }
