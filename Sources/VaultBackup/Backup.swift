@@ -28,7 +28,8 @@ public enum Backup {
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was written, verified and removed.
   /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.containerMissing`, `.io`, or a
-  ///   verification failure of the new bundle, which is then left in place under its name);
+  ///   verification failure of the new bundle, which is then removed and never takes a bundle's
+  ///   name);
   ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
   ///   cannot be snapshotted.
   public static func create(
