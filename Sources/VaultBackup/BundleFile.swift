@@ -122,7 +122,8 @@ func hashFile(_ path: String) throws -> (size: UInt64, sha256: [UInt8]) {
 /// nothing, may still be using it.
 ///
 /// Removal never follows a path another user could change: entries are unlinked relative to the
-/// directory's own descriptor, never recursively (a directory inside stops it), and stale ones
+/// directory's own descriptor (checked when it is made to be the empty 0700 directory of this
+/// user that mkdtemp made), never recursively (a directory inside stops it), and stale ones
 /// are looked for only where no other user can rename entries: a parent owned by this user or
 /// root that only its owner can write, or that has the sticky bit (`/tmp`). Elsewhere (a shared,
 /// group-writable backup directory) another user could rename their own directory, or a link,
@@ -144,16 +145,22 @@ final class WorkDirectory {
     }
     path = String(cString: made)
     directory = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-    let descriptor =
-      directory < 0 ? -1 : openat(directory, ".lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    // What is at `path` now must be what mkdtemp made: in a parent where another user can rename
+    // entries it could have been swapped for someone else's directory between the two calls, and
+    // removing ours would then unlink its files. Ours is this user's, 0700 and empty.
+    var info = stat()
+    guard directory >= 0, fstat(directory, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o7777 == 0o700,
+      Self.entries(of: directory).isEmpty
+    else {
+      let error = directory >= 0 ? EEXIST : errno
+      if directory >= 0 { close(directory) }
+      throw BackupError.io(path: path, operation: "open", errno: error)
+    }
+    let descriptor = openat(directory, ".lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
     guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
       let error = errno
       if descriptor >= 0 { close(descriptor) }
-      if directory >= 0 {
-        Self.remove(directory, named: path, lock: -1)
-      } else {
-        rmdir(path)
-      }
+      Self.remove(directory, named: path, lock: -1)
       throw BackupError.io(path: path, operation: "lock", errno: error)
     }
     lock = descriptor
