@@ -212,18 +212,19 @@ extension Scanner {
     return bits
   }()
 
+  /// The 2-byte values `startTable` holds (first byte high), in order.
+  static let startHeaders = (0..<65536).filter { startTable[$0 >> 6] & (1 << ($0 & 63)) != 0 }
+
   /// `startTable` as one byte per 2-byte value (64 KiB), indexed by the two bytes as one
   /// little-endian load gives them (first byte low): 1 where a signature may start.
   static let startBytesByLoad: [UInt8] = {
     var bytes = [UInt8](repeating: 0, count: 65536)
-    for header in 0..<65536 where startTable[header >> 6] & (1 << (header & 63)) != 0 {
-      bytes[header >> 8 | (header & 0xff) << 8] = 1
-    }
+    for header in startHeaders { bytes[header >> 8 | (header & 0xff) << 8] = 1 }
     return bytes
   }()
 
   /// `startTable`'s pairs for the AVX2 pre-filter.
-  static let startPairs = PairFilter(pairs: (0..<65536).filter { startTable[$0 >> 6] & (1 << ($0 & 63)) != 0 })
+  static let startPairs = PairFilter(pairs: startHeaders)
 
   static func isZlibHeader(_ header: Int) -> Bool {
     header >> 8 & 0x8f == 0x08 && header % 31 == 0 && header & 0x20 == 0
