@@ -256,15 +256,12 @@ final class BackupMergeTests: XCTestCase {
     try container(b, "q.sqlite").enqueue(Array("added on B".utf8), queue: "q", id: added)
     let bundle = try backup(b)
     let twoHours = 7_200_000
-    let script = """
-      import sqlite3, sys
-      c = sqlite3.connect(sys.argv[1])
-      c.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + \(twoHours) AS TEXT) WHERE key = 'age_clock'")
-      c.execute("UPDATE records SET born = born + \(twoHours)")
-      c.commit()
+    try SQLiteScript.run(
+      a.home + "/q.sqlite",
       """
-    let shifted = try Spawn.run("/usr/bin/env", ["python3", "-c", script, a.home + "/q.sqlite"])
-    XCTAssertEqual(shifted.status, 0, shifted.error)
+      UPDATE meta SET value = CAST(CAST(value AS INTEGER) + \(twoHours) AS TEXT) WHERE key = 'age_clock';
+      UPDATE records SET born = born + \(twoHours);
+      """)
 
     let report = try merge(bundle, into: a)
     XCTAssertEqual(report.containers.map(\.restored), [1])

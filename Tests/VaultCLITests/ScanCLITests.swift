@@ -47,7 +47,7 @@ final class ScanCLITests: XCTestCase {
       (try JSONSerialization.jsonObject(with: Data(good.output)) as! [String: Any])["verify"] as! [String: Any]
     XCTAssertEqual(verify["opened"] as? Int, 5)
     XCTAssertEqual((verify["containers"] as? [String: [String: Int]])?[home + "/queue.sqlite"], ["1": 5])
-    try sqlite3(
+    try SQLiteScript.run(
       home + "/queue.sqlite",
       "UPDATE records SET envelope = substr(envelope, 1, 80) || "
         + "(CASE WHEN substr(envelope, 81, 1) = x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 82) "
@@ -65,7 +65,7 @@ final class ScanCLITests: XCTestCase {
     let home = try makeHome(temporary)
     for i in 0..<3 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("e\(i)".utf8)) }
     XCTAssertEqual(try vault(["scan", home]).status, 0)
-    try sqlite3(
+    try SQLiteScript.run(
       home + "/queue.sqlite",
       """
       UPDATE records SET envelope = CAST('a memo written in plain text by a buggy writer' AS BLOB) WHERE seq = 1;
@@ -110,7 +110,7 @@ final class ScanCLITests: XCTestCase {
     try vault(["--home", home, "queue", "put", "--queue", "outbox"], input: Array("one".utf8))
     try vault(["--home", home, "queue", "put", "--queue", "outbox", "--container", second], input: Array("two".utf8))
     XCTAssertEqual(try vault(["--home", home, "scan", second, "--verify"]).status, 0)
-    try sqlite3(
+    try SQLiteScript.run(
       second,
       """
       ATTACH '\(first)' AS a;
@@ -122,11 +122,6 @@ final class ScanCLITests: XCTestCase {
     let run = try vault(["--home", home, "scan", second, "--verify"])
     XCTAssertEqual(run.status, 1, run.outputText)
     XCTAssertTrue(run.outputText.contains("envelope-verify (replaced-container)"), run.outputText)
-  }
-
-  private func sqlite3(_ path: String, _ sql: String) throws {
-    let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"
-    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)
   }
 
   /// A container whose writers were SIGKILLed mid-write, then restarted, still scans clean.

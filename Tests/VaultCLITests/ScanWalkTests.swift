@@ -58,11 +58,6 @@ final class ScanWalkTests: XCTestCase {
     close(fd)
   }
 
-  private func sqlite3(_ path: String, _ sql: String) throws {
-    let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()"
-    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql]).status, 0)
-  }
-
   /// A vault home with `count` records in `queue.sqlite`.
   private func makeHome(_ temporary: TemporaryDirectory, records count: Int) throws -> String {
     let home = temporary.sub("home")
@@ -137,7 +132,7 @@ final class ScanWalkTests: XCTestCase {
     let temporary = TemporaryDirectory()
     // Outside the tree: a file holding the canary and a vault container with plaintext in it.
     let home = try makeHome(temporary, records: 2)
-    try sqlite3(home + "/queue.sqlite", "UPDATE records SET envelope = CAST('plain words here' AS BLOB)")
+    try SQLiteScript.run(home + "/queue.sqlite", "UPDATE records SET envelope = CAST('plain words here' AS BLOB)")
     try make(Array(temporary.sub("outside.log").utf8), contents: "special-canary")
     let tree = temporary.sub("tree")
     try make(Array(tree.utf8), directory: true)
@@ -282,7 +277,8 @@ final class ScanWalkTests: XCTestCase {
     let tree = temporary.sub("tree")
     try make(Array(tree.utf8), directory: true)
     let good = try Data(contentsOf: URL(fileURLWithPath: home + "/queue.sqlite"))
-    try sqlite3(home + "/queue.sqlite", "UPDATE records SET envelope = CAST('plain words here' AS BLOB) WHERE seq = 1")
+    try SQLiteScript.run(
+      home + "/queue.sqlite", "UPDATE records SET envelope = CAST('plain words here' AS BLOB) WHERE seq = 1")
     let bad = try Data(contentsOf: URL(fileURLWithPath: home + "/queue.sqlite"))
     for (name, data) in [([0x67, 0xff] as [UInt8], good), ([0x62, 0xfe], bad)] {
       let cPath = (Array(tree.utf8) + [0x2f] + name + [0]).map { CChar(bitPattern: $0) }

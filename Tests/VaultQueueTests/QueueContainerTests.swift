@@ -398,10 +398,5 @@ final class QueueContainerTests: XCTestCase {
   }
 }
 
-/// Runs SQL against a database with Python's sqlite3 module: an independent writer, used to
-/// tamper with or create files behind vault's back.
-func sqlite(_ path: String, _ sql: String) throws {
-  let script = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit(); c.close()"
-  let result = try Spawn.run("/usr/bin/env", ["python3", "-c", script, path, sql])
-  XCTAssertEqual(result.status, 0, result.error)
-}
+/// Runs SQL against a database with Python's sqlite3 module (`SQLiteScript`).
+func sqlite(_ path: String, _ sql: String) throws { try SQLiteScript.run(path, sql) }
