@@ -25,18 +25,22 @@ let package = Package(
     .executable(name: "memo", targets: ["memo"]),
   ],
   targets: [
-    // C libraries from Debian, one system-library target each (module.modulemap + shim.h only).
+    // C libraries from Debian, one system-library target each (module.modulemap + shim.h only),
+    // except the two loaded with dlopen on first use (a C target each, with its loader).
     .systemLibrary(name: "COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
-    .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
     .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
     .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
     .systemLibrary(name: "CCompression", providers: [.apt(["liblzma-dev", "libbz2-dev", "libzstd-dev"])]),
-    .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
     .systemLibrary(name: "CNetlink"),
     // glibc only (prctl, sigaction): the async-signal-safe crash handler behind ProcessHardening.
     .systemLibrary(name: "CProcessHardening"),
     // VaultScan's AVX2 pre-filter: C in a header (Swift cannot target AVX2 per function).
     .systemLibrary(name: "CScanKernels"),
+    // libcurl, loaded with dlopen on first use (headers from libcurl4-openssl-dev): Sources/CCurl.
+    .target(name: "CCurl"),
+    // libsecret (with GLib and GIO), loaded with dlopen on first use, declared without its headers:
+    // Sources/CLibSecret.
+    .target(name: "CLibSecret", exclude: ["abi.h"]),
 
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),

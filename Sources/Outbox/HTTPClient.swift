@@ -103,13 +103,13 @@ public final class HTTPClient: @unchecked Sendable {
     // a pointer to the previous exchange's last header across curl_easy_reset, and a folded header
     // line in the next answer wrote through it (a heap use-after-free any server could trigger;
     // found by Fuzz/fuzz-http; curl issue 11101, fixed upstream in May 2023 by pull request 11103).
-    guard let easy = curl_easy_init() else { return .unreachable(kind: "client-unavailable") }
-    defer { curl_easy_cleanup(easy) }
+    guard let easy = vault_curl_easy_init() else { return .unreachable(kind: "client-unavailable") }
+    defer { vault_curl_easy_cleanup(easy) }
     let exchange = Exchange(responseLimit: responseLimit)
     let context = Unmanaged.passRetained(exchange)
     defer { context.release() }
     var headers: UnsafeMutablePointer<curl_slist>?
-    defer { curl_slist_free_all(headers) }
+    defer { vault_curl_slist_free_all(headers) }
     // A CR, LF or other control character in a header (a token read from a file, say) would
     // inject headers or a whole second request: such a request is never sent.
     for header in request.headers {
@@ -120,7 +120,7 @@ public final class HTTPClient: @unchecked Sendable {
     }
     // "Expect:" switches off libcurl's wait for a 100-continue before larger bodies.
     for line in request.headers.map({ "\($0.name): \($0.value)" }) + ["Expect:"] {
-      guard let appended = curl_slist_append(headers, line) else { return .unreachable(kind: "local-memory") }
+      guard let appended = vault_curl_slist_append(headers, line) else { return .unreachable(kind: "local-memory") }
       headers = appended
     }
     let milliseconds = Int(min(max(timeout, 0.001), 86_400) * 1000)
@@ -305,37 +305,37 @@ final class CurlHandles {
   let multi: UnsafeMutableRawPointer
 
   init?() {
-    guard CurlLibrary.ready, let multi = curl_multi_init() else { return nil }
+    guard CurlLibrary.ready, let multi = vault_curl_multi_init() else { return nil }
     self.multi = multi
   }
 
   /// Runs the exchange configured on `easy` to its end and returns libcurl's result for it.
   func run(_ easy: UnsafeMutableRawPointer) -> CURLcode {
-    guard curl_multi_add_handle(multi, easy) == CURLM_OK else { return CURLE_FAILED_INIT }
+    guard vault_curl_multi_add_handle(multi, easy) == CURLM_OK else { return CURLE_FAILED_INIT }
     // curl_multi_wakeup may be called from any thread; the registry calls it only until unregister.
     let waker = HTTPCancellation.register { [handle = MultiHandle(pointer: multi)] in
-      _ = curl_multi_wakeup(handle.pointer)
+      _ = vault_curl_multi_wakeup(handle.pointer)
     }
     defer {
       HTTPCancellation.unregister(waker)
-      curl_multi_remove_handle(multi, easy)
+      vault_curl_multi_remove_handle(multi, easy)
     }
     var running: Int32 = 1
     while running > 0 {
       if HTTPCancellation.isCancelled { return CURLE_ABORTED_BY_CALLBACK }
-      guard curl_multi_perform(multi, &running) == CURLM_OK else { return CURLE_FAILED_INIT }
+      guard vault_curl_multi_perform(multi, &running) == CURLM_OK else { return CURLE_FAILED_INIT }
       if running == 0 { break }
       // libcurl never sleeps past its own next timeout (the exchange's deadline among them).
-      guard curl_multi_poll(multi, nil, 0, 1000, nil) == CURLM_OK else { return CURLE_FAILED_INIT }
+      guard vault_curl_multi_poll(multi, nil, 0, 1000, nil) == CURLM_OK else { return CURLE_FAILED_INIT }
     }
     var remaining: Int32 = 0
-    while let message = curl_multi_info_read(multi, &remaining) {
+    while let message = vault_curl_multi_info_read(multi, &remaining) {
       if message.pointee.msg == CURLMSG_DONE { return message.pointee.data.result }
     }
     return CURLE_FAILED_INIT
   }
 
-  deinit { curl_multi_cleanup(multi) }
+  deinit { vault_curl_multi_cleanup(multi) }
 }
 
 /// A multi handle as the cancellation registry holds it (curl_multi_wakeup is thread-safe).
@@ -343,12 +343,8 @@ private struct MultiHandle: @unchecked Sendable {
   let pointer: UnsafeMutableRawPointer
 }
 
-/// curl_global_init, once per process, before the first handle.
+/// libcurl loaded (dlopen) and curl_global_init called, once per process, before the first handle;
+/// the loader also drops `SSLKEYLOGFILE` from the environment first (CCurl.h).
 enum CurlLibrary {
-  static let ready: Bool = {
-    // OpenSSL (through libcurl) would write every TLS session secret to this file: whoever has
-    // the file and a capture of the traffic reads the token and the records.
-    unsetenv("SSLKEYLOGFILE")
-    return curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
-  }()
+  static let ready: Bool = vault_curl_load() != 0
 }

@@ -47,7 +47,7 @@ extension Vault {
       orphans = try secretService.keyringIDs(forHome: home)
     } catch let error as KeyStoreError {
       switch error {
-      case .noSessionBus, .noProvider: return .secretServiceSkipped(reason: error)
+      case .noSessionBus, .noProvider, .libraryMissing: return .secretServiceSkipped(reason: error)
       default: throw error
       }
     }

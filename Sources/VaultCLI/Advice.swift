@@ -13,7 +13,8 @@ enum Advice {
     switch error {
     case VaultError.alreadyExists: return " (use `vault status` to inspect it)"
     case ManifestFile.Failure.missing: return "; `vault init` creates one"
-    case KeyStoreError.noSessionBus, KeyStoreError.noProvider: return " (`vault init --store keyfile`)"
+    case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
+      return " (`vault init --store keyfile`)"
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,
       KeyStoreError.unsafeKeyfileDirectory(_, _, let owner, let expected) where expected == 0 && owner != 0:
       return " (e.g. sudo -u '#\(owner)' vault …, or `vault init --keyfile PATH`)"

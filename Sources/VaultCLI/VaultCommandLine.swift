@@ -195,6 +195,7 @@ public struct VaultCommandLine {
         switch reason {
         case .noSessionBus: "no D-Bus session bus"
         case .noProvider: "no Secret Service provider"
+        case .libraryMissing: "libsecret is not installed"
         default: "\(reason)"
         }
       terminal.note(

@@ -1,4 +1,5 @@
-// C boundary: libsecret and GIO. Every GError in VaultKeys is turned into a KeyStoreError here.
+// C boundary: libsecret and GIO, loaded on first use (CLibSecret). Every GError in VaultKeys is turned
+// into a KeyStoreError here.
 internal import CLibSecret
 import Dispatch
 import Foundation
@@ -89,7 +90,7 @@ public final class SecretServiceStore: KeyStore {
       try lock.withLock { _ in
         try withDeadline("probe") { cancellable in
           let service = try connect(cancellable)
-          defer { g_object_unref(service) }
+          defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
           try requireUnlockedDefaultCollection(service, cancellable)
         }
       }
@@ -109,7 +110,7 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("load key") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
         defer { vault_item_list_free(list) }
         let items = Self.items(list)
@@ -117,13 +118,13 @@ public final class SecretServiceStore: KeyStore {
         // Several items for one version: which key sealed the data is unknowable; never pick one.
         guard items.count == 1 else { throw KeyStoreError.ambiguousKey(version: version, count: items.count) }
         // A locked item is present but unreadable: never report it as absent.
-        guard secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
-        guard let value = secret_item_get_secret(item) else {
+        guard vault_secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
+        guard let value = vault_secret_item_get_secret(item) else {
           throw KeyStoreError.service(detail: "item returned no secret")
         }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        defer { vault_secret_value_unref(value) }
         var length = 0
-        let bytes = secret_value_get(value, &length)
+        let bytes = vault_secret_value_get(value, &length)
         guard let bytes, length == SymmetricKey.byteCount else { throw KeyStoreError.corruptKey(version: version) }
         return try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length))
       }
@@ -134,24 +135,24 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("store key") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         try requireUnlockedDefaultCollection(service, cancellable)
         let existing = try search(service, keyring: keyring, version: version, loadSecrets: false, cancellable)
         vault_item_list_free(existing)
         guard existing == nil else { throw KeyStoreError.keyExists(version: version) }
 
         let schema = vault_key_schema_new()
-        defer { secret_schema_unref(schema) }
+        defer { vault_secret_schema_unref(schema) }
         let attributes = vault_attributes_new(keyring.hex, String(version), home)
-        defer { g_hash_table_unref(attributes) }
+        defer { vault_g_hash_table_unref(attributes) }
         let value = key.withUnsafeBytes { bytes in
-          secret_value_new(
+          vault_secret_value_new(
             bytes.baseAddress!.assumingMemoryBound(to: CChar.self), bytes.count, "application/octet-stream")
         }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        var error: UnsafeMutablePointer<GError>?
+        defer { vault_secret_value_unref(value) }
+        var error: UnsafeMutablePointer<VaultGError>?
         let label = "vault key \(keyring.hex) version \(version)"
-        let stored = secret_service_store_sync(
+        let stored = vault_secret_store(
           service, schema, attributes, "default", label, value, cancellable, &error)
         guard stored != 0 else { throw translate(error, cancellable, operation: "store key") }
       }
@@ -162,13 +163,13 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("delete key") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         let schema = vault_key_schema_new()
-        defer { secret_schema_unref(schema) }
+        defer { vault_secret_schema_unref(schema) }
         let attributes = vault_attributes_new(keyring.hex, String(version), nil)
-        defer { g_hash_table_unref(attributes) }
-        var error: UnsafeMutablePointer<GError>?
-        let deleted = secret_service_clear_sync(service, schema, attributes, cancellable, &error)
+        defer { vault_g_hash_table_unref(attributes) }
+        var error: UnsafeMutablePointer<VaultGError>?
+        let deleted = vault_secret_clear(service, schema, attributes, cancellable, &error)
         if let error { throw translate(error, cancellable, operation: "delete key") }
         return deleted != 0
       }
@@ -179,7 +180,7 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("list keys") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         let items = try search(service, keyring: keyring, version: nil, loadSecrets: false, cancellable)
         defer { vault_item_list_free(items) }
         // Duplicates are listed once; loading that version reports them (`ambiguousKey`).
@@ -217,24 +218,24 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("load record") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         let list = try searchRecords(service, keyring: keyring, record: record, loadSecrets: true, cancellable)
         defer { vault_item_list_free(list) }
         let items = Self.items(list)
         guard !items.isEmpty else { return nil }
         // A locked item is present but unreadable (and may be the newest): never report "absent".
-        guard items.allSatisfy({ secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
+        guard items.allSatisfy({ vault_secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
         let newest = items.map { ($0, generation(of: $0)) }.sorted { $0.1 > $1.1 }
         if newest.count > 1, newest[0].1 == newest[1].1 {
           throw KeyStoreError.ambiguousRecord(
             record: record.rawValue, count: newest.filter { $0.1 == newest[0].1 }.count)
         }
-        guard let value = secret_item_get_secret(newest[0].0) else {
+        guard let value = vault_secret_item_get_secret(newest[0].0) else {
           throw KeyStoreError.service(detail: "item returned no secret")
         }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        defer { vault_secret_value_unref(value) }
         var length = 0
-        let bytes = secret_value_get(value, &length)
+        let bytes = vault_secret_value_get(value, &length)
         guard length <= KeyStoreRecord.maximumByteCount, bytes != nil || length == 0 else {
           throw KeyStoreError.corruptRecord(record: record.rawValue)
         }
@@ -263,28 +264,28 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("store record") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         try requireUnlockedDefaultCollection(service, cancellable)
         let existing = try searchRecords(service, keyring: keyring, record: record, loadSecrets: false, cancellable)
         let existingItems = Self.items(existing)
         defer { vault_item_list_free(existing) }
-        guard existingItems.allSatisfy({ secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
+        guard existingItems.allSatisfy({ vault_secret_item_get_locked($0) == 0 }) else { throw KeyStoreError.locked }
         let (next, overflow) = (existingItems.map { generation(of: $0) }.max() ?? 0).addingReportingOverflow(1)
         guard !overflow else { throw KeyStoreError.corruptRecord(record: record.rawValue) }
 
         let schema = vault_record_schema_new()
-        defer { secret_schema_unref(schema) }
+        defer { vault_secret_schema_unref(schema) }
         let attributes = vault_record_attributes_new(keyring.hex, record.rawValue, home, String(next))
-        defer { g_hash_table_unref(attributes) }
+        defer { vault_g_hash_table_unref(attributes) }
         // An empty buffer may have no base address; libsecret needs a pointer either way.
         let value = withUnsafePointer(to: 0 as CChar) { empty in
-          secret_value_new(
+          vault_secret_value_new(
             bytes.baseAddress?.assumingMemoryBound(to: CChar.self) ?? empty, bytes.count, "application/octet-stream")
         }
-        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        var error: UnsafeMutablePointer<GError>?
+        defer { vault_secret_value_unref(value) }
+        var error: UnsafeMutablePointer<VaultGError>?
         let label = "vault record \(record.rawValue) of \(keyring.hex)"
-        let stored = secret_service_store_sync(
+        let stored = vault_secret_store(
           service, schema, attributes, "default", label, value, cancellable, &error)
         guard stored != 0 else { throw translate(error, cancellable, operation: "store record") }
 
@@ -294,9 +295,9 @@ public final class SecretServiceStore: KeyStore {
         else { return }
         defer { vault_item_list_free(after) }
         for item in Self.items(after) where generation(of: item) < next {
-          var deleteError: UnsafeMutablePointer<GError>?
-          secret_item_delete_sync(item, cancellable, &deleteError)
-          if let deleteError { g_error_free(deleteError) }
+          var deleteError: UnsafeMutablePointer<VaultGError>?
+          vault_secret_item_delete(item, cancellable, &deleteError)
+          if let deleteError { vault_g_error_free(deleteError) }
         }
       }
     }
@@ -315,22 +316,22 @@ public final class SecretServiceStore: KeyStore {
     try lock.withLock { _ in
       try withDeadline("list vaults") { cancellable in
         let service = try connect(cancellable)
-        defer { g_object_unref(service) }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         var ids: Set<String> = []
         // Keys only: a vault id with records but no key (an `init` that failed before storing its
         // first key) never sealed anything, and must not block the retry.
         for makeSchema in [vault_key_schema_new] {
           let schema = makeSchema()
-          defer { secret_schema_unref(schema) }
+          defer { vault_secret_schema_unref(schema) }
           let attributes = vault_attributes_new(nil, nil, home)
-          defer { g_hash_table_unref(attributes) }
-          var error: UnsafeMutablePointer<GError>?
-          let list = secret_service_search_sync(service, schema, attributes, SECRET_SEARCH_ALL, cancellable, &error)
+          defer { vault_g_hash_table_unref(attributes) }
+          var error: UnsafeMutablePointer<VaultGError>?
+          let list = vault_secret_search(service, schema, attributes, 0, cancellable, &error)
           if let error { throw translate(error, cancellable, operation: "list vaults") }
           defer { vault_item_list_free(list) }
           for item in Self.items(list) {
             let id = vault_item_attribute(item, "vault-id")
-            defer { g_free(id) }
+            defer { vault_g_free(id) }
             ids.insert(id.map { String(cString: $0) } ?? "unknown")
           }
         }
@@ -341,113 +342,113 @@ public final class SecretServiceStore: KeyStore {
 
   // MARK: - libsecret plumbing
 
-  private func attributeValues(_ items: UnsafeMutablePointer<GList>?, _ name: String) -> [String] {
+  private func attributeValues(_ items: UnsafeMutablePointer<VaultGList>?, _ name: String) -> [String] {
     var values: [String] = []
     var node = items
     while let current = node {
-      let item = current.pointee.data.assumingMemoryBound(to: SecretItem.self)
+      let item = OpaquePointer(current.pointee.data)
       if let value = vault_item_attribute(item, name) {
         values.append(String(cString: value))
-        g_free(value)
+        vault_g_free(value)
       }
       node = current.pointee.next
     }
     return values
   }
 
-  private static func items(_ list: UnsafeMutablePointer<GList>?) -> [UnsafeMutablePointer<SecretItem>] {
-    var items: [UnsafeMutablePointer<SecretItem>] = []
+  private static func items(_ list: UnsafeMutablePointer<VaultGList>?) -> [OpaquePointer] {
+    var items: [OpaquePointer] = []
     var node = list
     while let current = node {
-      items.append(current.pointee.data.assumingMemoryBound(to: SecretItem.self))
+      items.append(OpaquePointer(current.pointee.data))
       node = current.pointee.next
     }
     return items
   }
 
   /// A record item's `generation`; 0 when it has none (an item vault did not write).
-  private func generation(of item: UnsafeMutablePointer<SecretItem>) -> UInt64 {
+  private func generation(of item: OpaquePointer) -> UInt64 {
     guard let value = vault_item_attribute(item, "generation") else { return 0 }
-    defer { g_free(value) }
+    defer { vault_g_free(value) }
     return UInt64(String(cString: value)) ?? 0
   }
 
   private func searchRecords(
-    _ service: UnsafeMutablePointer<SecretService>, keyring: KeyringID, record: KeyStoreRecord, loadSecrets: Bool,
-    _ cancellable: UnsafeMutablePointer<GCancellable>
-  ) throws -> UnsafeMutablePointer<GList>? {
+    _ service: OpaquePointer, keyring: KeyringID, record: KeyStoreRecord, loadSecrets: Bool,
+    _ cancellable: OpaquePointer
+  ) throws -> UnsafeMutablePointer<VaultGList>? {
     let schema = vault_record_schema_new()
-    defer { secret_schema_unref(schema) }
+    defer { vault_secret_schema_unref(schema) }
     let attributes = vault_record_attributes_new(keyring.hex, record.rawValue, nil, nil)
-    defer { g_hash_table_unref(attributes) }
-    var error: UnsafeMutablePointer<GError>?
-    var flags = SECRET_SEARCH_ALL
-    if loadSecrets { flags = SecretSearchFlags(flags.rawValue | SECRET_SEARCH_LOAD_SECRETS.rawValue) }
-    let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
+    defer { vault_g_hash_table_unref(attributes) }
+    var error: UnsafeMutablePointer<VaultGError>?
+    let items = vault_secret_search(service, schema, attributes, loadSecrets ? 1 : 0, cancellable, &error)
     if let error { throw translate(error, cancellable, operation: "search records") }
     return items
   }
 
   private func search(
-    _ service: UnsafeMutablePointer<SecretService>, keyring: KeyringID, version: UInt32?, loadSecrets: Bool,
-    _ cancellable: UnsafeMutablePointer<GCancellable>
-  ) throws -> UnsafeMutablePointer<GList>? {
+    _ service: OpaquePointer, keyring: KeyringID, version: UInt32?, loadSecrets: Bool,
+    _ cancellable: OpaquePointer
+  ) throws -> UnsafeMutablePointer<VaultGList>? {
     let schema = vault_key_schema_new()
-    defer { secret_schema_unref(schema) }
+    defer { vault_secret_schema_unref(schema) }
     let attributes = vault_attributes_new(keyring.hex, version.map { String($0) }, nil)
-    defer { g_hash_table_unref(attributes) }
-    var error: UnsafeMutablePointer<GError>?
+    defer { vault_g_hash_table_unref(attributes) }
+    var error: UnsafeMutablePointer<VaultGError>?
     // SEARCH_ALL returns locked items too (without secrets), which is how "locked" is told from "absent".
-    var flags = SECRET_SEARCH_ALL
-    if loadSecrets { flags = SecretSearchFlags(flags.rawValue | SECRET_SEARCH_LOAD_SECRETS.rawValue) }
-    let items = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error)
+    let items = vault_secret_search(service, schema, attributes, loadSecrets ? 1 : 0, cancellable, &error)
     if let error { throw translate(error, cancellable, operation: "search") }
     return items
   }
 
   /// Connects to the session bus, checks a provider exists (so libsecret does not wait on an
   /// activation that cannot happen), and returns the Secret Service proxy (caller unrefs).
-  private func connect(_ cancellable: UnsafeMutablePointer<GCancellable>) throws -> UnsafeMutablePointer<SecretService>
-  {
-    var error: UnsafeMutablePointer<GError>?
-    guard let bus = g_bus_get_sync(G_BUS_TYPE_SESSION, cancellable, &error) else {
-      if g_cancellable_is_cancelled(cancellable) != 0 {
-        g_error_free(error)
+  private func connect(_ cancellable: OpaquePointer) throws -> OpaquePointer {
+    var error: UnsafeMutablePointer<VaultGError>?
+    guard let bus = vault_g_bus_get_session(cancellable, &error) else {
+      if vault_g_cancellable_is_cancelled(cancellable) != 0 {
+        vault_g_error_free(error)
         throw KeyStoreError.timedOut(seconds: timeout, operation: "connect to the session bus")
       }
       let detail = error.map { String(cString: $0.pointee.message) } ?? "unknown"
-      g_error_free(error)
+      vault_g_error_free(error)
       throw KeyStoreError.noSessionBus(detail: Self.redactPaths(detail))
     }
-    defer { g_object_unref(UnsafeMutableRawPointer(bus)) }
+    defer { vault_g_object_unref(UnsafeMutableRawPointer(bus)) }
     let present = vault_secret_provider_present(bus, Int32(timeout * 1000), cancellable, &error)
     if present < 0 { throw translate(error, cancellable, operation: "look for a provider") }
     if present == 0 { throw KeyStoreError.noProvider }
-    let flags = SECRET_SERVICE_OPEN_SESSION
-    guard let service = secret_service_get_sync(flags, cancellable, &error) else {
+    guard let service = vault_secret_service_open(cancellable, &error) else {
       throw translate(error, cancellable, operation: "connect to the Secret Service")
     }
     // libsecret falls back to a "plain" session when the provider offers no encrypted one.
-    let algorithms = secret_service_get_session_algorithms(service).map { String(cString: $0) }
+    let algorithms = vault_secret_service_get_session_algorithms(service).map { String(cString: $0) }
     lastTransfer.withLock { $0 = SecretTransfer(algorithms: algorithms) }
     return service
   }
 
   private func requireUnlockedDefaultCollection(
-    _ service: UnsafeMutablePointer<SecretService>, _ cancellable: UnsafeMutablePointer<GCancellable>
+    _ service: OpaquePointer, _ cancellable: OpaquePointer
   ) throws {
-    var error: UnsafeMutablePointer<GError>?
-    let collection = secret_collection_for_alias_sync(service, "default", SECRET_COLLECTION_NONE, cancellable, &error)
+    var error: UnsafeMutablePointer<VaultGError>?
+    let collection = vault_secret_default_collection(service, cancellable, &error)
     if let error { throw translate(error, cancellable, operation: "find the default collection") }
     guard let collection else { throw KeyStoreError.noDefaultCollection }
-    defer { g_object_unref(collection) }
-    guard secret_collection_get_locked(collection) == 0 else { throw KeyStoreError.locked }
+    defer { vault_g_object_unref(UnsafeMutableRawPointer(collection)) }
+    guard vault_secret_collection_get_locked(collection) == 0 else { throw KeyStoreError.locked }
   }
 
-  /// Runs `body` with a cancellable that fires after `timeout` seconds.
+  /// The soname `vault_secret_load` opens (CLibSecret's loader.c).
+  static let library = "libsecret-1.so.0"
+  /// libsecret loaded and resolved, once per process, on the first use of any store.
+  private static let libraryLoaded: Bool = vault_secret_load() != 0
+
+  /// Runs `body` with a cancellable that fires after `timeout` seconds, once libsecret is loaded.
   private func withDeadline<T>(
-    _ operation: String, _ body: (UnsafeMutablePointer<GCancellable>) throws -> T
+    _ operation: String, _ body: (OpaquePointer) throws -> T
   ) throws -> T {
+    guard Self.libraryLoaded else { throw KeyStoreError.libraryMissing(library: Self.library) }
     let cancellable = CancellableHandle()
     let timer = DispatchWorkItem { [cancellable] in cancellable.cancel() }
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
@@ -459,7 +460,7 @@ public final class SecretServiceStore: KeyStore {
         // libsecret caches one Secret Service proxy, with its transfer session, per process. When
         // the keyring daemon restarts, that session dies with it; drop the cache and try once more.
         guard !cancellable.isCancelled else { throw KeyStoreError.timedOut(seconds: timeout, operation: operation) }
-        secret_service_disconnect()
+        vault_secret_service_disconnect()
         return try body(cancellable.pointer)
       }
     } catch let error as KeyStoreError {
@@ -472,11 +473,11 @@ public final class SecretServiceStore: KeyStore {
 
   /// Turns a GError into a KeyStoreError and frees it.
   private func translate(
-    _ error: UnsafeMutablePointer<GError>?, _ cancellable: UnsafeMutablePointer<GCancellable>, operation: String
+    _ error: UnsafeMutablePointer<VaultGError>?, _ cancellable: OpaquePointer, operation: String
   ) -> KeyStoreError {
     guard let error else { return .service(detail: "\(operation) failed without a reason") }
-    defer { g_error_free(error) }
-    if vault_error_is_cancelled(error) != 0 || g_cancellable_is_cancelled(cancellable) != 0
+    defer { vault_g_error_free(error) }
+    if vault_error_is_cancelled(error) != 0 || vault_g_cancellable_is_cancelled(cancellable) != 0
       || vault_error_is_timeout(error) != 0
     {
       return .timedOut(seconds: timeout, operation: operation)
@@ -493,11 +494,11 @@ public final class SecretServiceStore: KeyStore {
 
 /// An owned GCancellable that a timer on another thread may cancel.
 private final class CancellableHandle: @unchecked Sendable {
-  let pointer: UnsafeMutablePointer<GCancellable>
+  let pointer: OpaquePointer
 
-  init() { pointer = g_cancellable_new() }
-  deinit { g_object_unref(pointer) }
+  init() { pointer = vault_g_cancellable_new() }
+  deinit { vault_g_object_unref(UnsafeMutableRawPointer(pointer)) }
 
-  func cancel() { g_cancellable_cancel(pointer) }
-  var isCancelled: Bool { g_cancellable_is_cancelled(pointer) != 0 }
+  func cancel() { vault_g_cancellable_cancel(pointer) }
+  var isCancelled: Bool { vault_g_cancellable_is_cancelled(pointer) != 0 }
 }

@@ -1,0 +1,147 @@
+// libcurl through dlopen (see CCurl.h): one table of function pointers, filled once.
+#include "CCurl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+static struct {
+  CURLcode (*global_init)(long flags);
+  CURL *(*easy_init)(void);
+  void (*easy_cleanup)(CURL *handle);
+  CURLcode (*easy_setopt)(CURL *handle, CURLoption option, ...);
+  CURLcode (*easy_getinfo)(CURL *handle, CURLINFO info, ...);
+  struct curl_slist *(*slist_append)(struct curl_slist *list, const char *line);
+  void (*slist_free_all)(struct curl_slist *list);
+  CURLM *(*multi_init)(void);
+  CURLMcode (*multi_add_handle)(CURLM *multi, CURL *easy);
+  CURLMcode (*multi_remove_handle)(CURLM *multi, CURL *easy);
+  CURLMcode (*multi_perform)(CURLM *multi, int *running);
+  CURLMcode (*multi_poll)(CURLM *multi, struct curl_waitfd *extra, unsigned int count, int timeout_ms, int *ready);
+  CURLMcode (*multi_wakeup)(CURLM *multi);
+  CURLMsg *(*multi_info_read)(CURLM *multi, int *remaining);
+  CURLMcode (*multi_cleanup)(CURLM *multi);
+} api;
+
+static int ready;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+// 1 when `name` was found; the pointer is stored through a void * because ISO C has no cast from
+// an object pointer (dlsym's result) to a function pointer.
+static int resolve(void *library, const char *name, void *slot) {
+  void *symbol = dlsym(library, name);
+  if (!symbol) return 0;
+  *(void **)slot = symbol;
+  return 1;
+}
+
+static void load(void) {
+  // The soname Debian 12's libcurl4-openssl installs; never unloaded (libcurl's global state and
+  // OpenSSL's stay for the process).
+  void *library = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+  if (!library) return;
+  int found = resolve(library, "curl_global_init", &api.global_init) &&
+              resolve(library, "curl_easy_init", &api.easy_init) &&
+              resolve(library, "curl_easy_cleanup", &api.easy_cleanup) &&
+              resolve(library, "curl_easy_setopt", &api.easy_setopt) &&
+              resolve(library, "curl_easy_getinfo", &api.easy_getinfo) &&
+              resolve(library, "curl_slist_append", &api.slist_append) &&
+              resolve(library, "curl_slist_free_all", &api.slist_free_all) &&
+              resolve(library, "curl_multi_init", &api.multi_init) &&
+              resolve(library, "curl_multi_add_handle", &api.multi_add_handle) &&
+              resolve(library, "curl_multi_remove_handle", &api.multi_remove_handle) &&
+              resolve(library, "curl_multi_perform", &api.multi_perform) &&
+              resolve(library, "curl_multi_poll", &api.multi_poll) &&
+              resolve(library, "curl_multi_wakeup", &api.multi_wakeup) &&
+              resolve(library, "curl_multi_info_read", &api.multi_info_read) &&
+              resolve(library, "curl_multi_cleanup", &api.multi_cleanup);
+  // An older libcurl without curl_multi_poll (before 7.66) or curl_multi_wakeup (7.68) is refused
+  // whole rather than half used.
+  if (!found) return;
+  // OpenSSL (through libcurl) would write every TLS session secret to this file: whoever has the
+  // file and a capture of the traffic reads the token and the records.
+  unsetenv("SSLKEYLOGFILE");
+  ready = api.global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
+
+int vault_curl_load(void) {
+  pthread_once(&once, load);
+  return ready;
+}
+
+CURL *vault_curl_easy_init(void) { return vault_curl_load() ? api.easy_init() : NULL; }
+
+void vault_curl_easy_cleanup(CURL *handle) {
+  if (vault_curl_load()) api.easy_cleanup(handle);
+}
+
+struct curl_slist *vault_curl_slist_append(struct curl_slist *list, const char *line) {
+  return vault_curl_load() ? api.slist_append(list, line) : NULL;
+}
+
+void vault_curl_slist_free_all(struct curl_slist *list) {
+  if (vault_curl_load()) api.slist_free_all(list);
+}
+
+CURLcode vault_curl_set_long(CURL *handle, CURLoption option, long value) {
+  return vault_curl_load() ? api.easy_setopt(handle, option, value) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_set_string(CURL *handle, CURLoption option, const char *value) {
+  return vault_curl_load() ? api.easy_setopt(handle, option, value) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_set_pointer(CURL *handle, CURLoption option, void *value) {
+  return vault_curl_load() ? api.easy_setopt(handle, option, value) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_set_offset(CURL *handle, CURLoption option, curl_off_t value) {
+  return vault_curl_load() ? api.easy_setopt(handle, option, value) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_set_data_callback(CURL *handle, CURLoption option, vault_curl_data_callback callback) {
+  return vault_curl_load() ? api.easy_setopt(handle, option, callback) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_set_progress_callback(CURL *handle, vault_curl_progress_callback callback) {
+  return vault_curl_load() ? api.easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_response_code(CURL *handle, long *code) {
+  return vault_curl_load() ? api.easy_getinfo(handle, CURLINFO_RESPONSE_CODE, code) : CURLE_FAILED_INIT;
+}
+
+CURLcode vault_curl_os_errno(CURL *handle, long *value) {
+  return vault_curl_load() ? api.easy_getinfo(handle, CURLINFO_OS_ERRNO, value) : CURLE_FAILED_INIT;
+}
+
+CURLM *vault_curl_multi_init(void) { return vault_curl_load() ? api.multi_init() : NULL; }
+
+CURLMcode vault_curl_multi_add_handle(CURLM *multi, CURL *easy) {
+  return vault_curl_load() ? api.multi_add_handle(multi, easy) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode vault_curl_multi_remove_handle(CURLM *multi, CURL *easy) {
+  return vault_curl_load() ? api.multi_remove_handle(multi, easy) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode vault_curl_multi_perform(CURLM *multi, int *running) {
+  return vault_curl_load() ? api.multi_perform(multi, running) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode vault_curl_multi_poll(CURLM *multi, struct curl_waitfd *extra, unsigned int count, int timeout_ms,
+                                int *ready_count) {
+  return vault_curl_load() ? api.multi_poll(multi, extra, count, timeout_ms, ready_count) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode vault_curl_multi_wakeup(CURLM *multi) {
+  return vault_curl_load() ? api.multi_wakeup(multi) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMsg *vault_curl_multi_info_read(CURLM *multi, int *remaining) {
+  return vault_curl_load() ? api.multi_info_read(multi, remaining) : NULL;
+}
+
+CURLMcode vault_curl_multi_cleanup(CURLM *multi) {
+  return vault_curl_load() ? api.multi_cleanup(multi) : CURLM_INTERNAL_ERROR;
+}

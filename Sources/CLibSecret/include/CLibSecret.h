@@ -1,0 +1,119 @@
+// libsecret (and the GIO and GLib it brings) for VaultKeys/SecretService, loaded with dlopen on
+// first use rather than linked. Only Sources/VaultKeys/SecretService imports this module.
+//
+// Why loaded: a process that never touches the Secret Service (`vault scan`, a keyfile vault on a
+// server) neither needs libsecret installed nor pays for loading it, GLib, GIO and libgcrypt at
+// start-up. Why declared here rather than by including <libsecret/secret.h>: those headers live
+// outside the compiler's search path (pkg-config adds it), and a system-library target that asks
+// pkg-config for it is also linked against the libraries. So this header stands alone: opaque
+// types, the two GLib structures vault reads (GError, GList), and the functions vault needs, each
+// prefixed vault_. The constants and layouts loader.c relies on are compared with the real headers
+// by a test (LibSecretABITests), compiled against them.
+#ifndef VAULT_CLIBSECRET_H
+#define VAULT_CLIBSECRET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct VaultSecretService VaultSecretService;
+typedef struct VaultSecretCollection VaultSecretCollection;
+typedef struct VaultSecretItem VaultSecretItem;
+typedef struct VaultSecretValue VaultSecretValue;
+typedef struct VaultSecretSchema VaultSecretSchema;
+typedef struct VaultGHashTable VaultGHashTable;
+typedef struct VaultGCancellable VaultGCancellable;
+typedef struct VaultGDBusConnection VaultGDBusConnection;
+
+/// GLib's GError, field for field (domain is a GQuark, code a gint).
+typedef struct VaultGError {
+  uint32_t domain;
+  int code;
+  char *message;
+} VaultGError;
+
+/// GLib's GList node, field for field.
+typedef struct VaultGList {
+  void *data;
+  struct VaultGList *next;
+  struct VaultGList *prev;
+} VaultGList;
+
+/// Loads libsecret-1.so.0 and resolves every function vault calls in it and in GLib/GIO, once per
+/// process (thread-safe). 1 when ready; 0 when the library is not installed or lacks a function,
+/// and then no other function here may be called.
+int vault_secret_load(void);
+
+// GObject and GLib memory.
+void vault_g_object_unref(void *object);
+void vault_g_free(void *memory);
+void vault_g_error_free(VaultGError *error);
+void vault_g_hash_table_unref(VaultGHashTable *table);
+
+VaultGCancellable *vault_g_cancellable_new(void);
+void vault_g_cancellable_cancel(VaultGCancellable *cancellable);
+int vault_g_cancellable_is_cancelled(VaultGCancellable *cancellable);
+
+/// The session bus (g_bus_get_sync with G_BUS_TYPE_SESSION); the caller unrefs it.
+VaultGDBusConnection *vault_g_bus_get_session(VaultGCancellable *cancellable, VaultGError **error);
+
+/// Asks the bus daemon whether org.freedesktop.secrets has an owner or can be activated.
+/// Returns 1 when it does, 0 when it has neither, -1 on error (error set).
+int vault_secret_provider_present(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                  VaultGError **error);
+
+/// The Secret Service proxy with a transfer session open (secret_service_get_sync with
+/// SECRET_SERVICE_OPEN_SESSION); the caller unrefs it.
+VaultSecretService *vault_secret_service_open(VaultGCancellable *cancellable, VaultGError **error);
+/// libsecret's name for the open session's algorithms ("plain" or an encrypted one), or NULL.
+const char *vault_secret_service_get_session_algorithms(VaultSecretService *service);
+/// Drops libsecret's cached proxy (and its session), so the next open connects afresh.
+void vault_secret_service_disconnect(void);
+
+/// The collection behind the "default" alias, without its items; NULL with error unset when there
+/// is none. The caller unrefs it.
+VaultSecretCollection *vault_secret_default_collection(VaultSecretService *service, VaultGCancellable *cancellable,
+                                                       VaultGError **error);
+int vault_secret_collection_get_locked(VaultSecretCollection *collection);
+
+/// The schema of vault's key items (org.vault.Key: vault-id, version, home).
+VaultSecretSchema *vault_key_schema_new(void);
+/// The schema of vault's named records (org.vault.Record: vault-id, record, home, generation).
+VaultSecretSchema *vault_record_schema_new(void);
+void vault_secret_schema_unref(VaultSecretSchema *schema);
+
+/// An attribute table owning copies of its strings. A NULL value leaves that attribute out.
+VaultGHashTable *vault_attributes_new(const char *vault_id, const char *version, const char *home);
+/// The attribute table of a record item (or search). A NULL value leaves that attribute out.
+VaultGHashTable *vault_record_attributes_new(const char *vault_id, const char *record, const char *home,
+                                             const char *generation);
+
+/// Items matching `attributes`, locked ones included (SECRET_SEARCH_ALL), with their secrets
+/// when `load_secrets` is 1. Free the list with vault_item_list_free.
+VaultGList *vault_secret_search(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                                int load_secrets, VaultGCancellable *cancellable, VaultGError **error);
+/// Stores a new item in `collection` (an alias such as "default"). 1 when stored.
+int vault_secret_store(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                       const char *collection, const char *label, VaultSecretValue *value,
+                       VaultGCancellable *cancellable, VaultGError **error);
+/// Removes the items matching `attributes`. 1 when any was removed.
+int vault_secret_clear(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                       VaultGCancellable *cancellable, VaultGError **error);
+
+int vault_secret_item_get_locked(VaultSecretItem *item);
+/// The item's secret, loaded by the search, or NULL; the caller unrefs it.
+VaultSecretValue *vault_secret_item_get_secret(VaultSecretItem *item);
+int vault_secret_item_delete(VaultSecretItem *item, VaultGCancellable *cancellable, VaultGError **error);
+/// Looks up one attribute of an item; the caller frees the result with vault_g_free.
+char *vault_item_attribute(VaultSecretItem *item, const char *name);
+void vault_item_list_free(VaultGList *items);
+
+VaultSecretValue *vault_secret_value_new(const char *secret, ptrdiff_t length, const char *content_type);
+const char *vault_secret_value_get(VaultSecretValue *value, size_t *length);
+void vault_secret_value_unref(VaultSecretValue *value);
+
+// Error classification (GLib error domains are functions returning quarks, the codes enums).
+int vault_error_is_cancelled(const VaultGError *error);
+int vault_error_is_timeout(const VaultGError *error);
+int vault_error_is_service_unknown(const VaultGError *error);
+
+#endif

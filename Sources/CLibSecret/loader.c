@@ -1,0 +1,286 @@
+// libsecret, GIO and GLib through dlopen (see CLibSecret.h): one table of function pointers, filled
+// once. The functions are declared here with vault's opaque types; their real signatures take the
+// same pointers and ints (enums are ints in the C ABI), and abi.h's constants are checked against
+// the real headers by a test.
+#include "CLibSecret.h"
+#include "abi.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+typedef unsigned (*hash_function)(const void *key);
+typedef int (*equal_function)(const void *a, const void *b);
+typedef void (*destroy_function)(void *data);
+
+static struct {
+  // GLib and GObject
+  void (*g_object_unref)(void *object);
+  void (*g_free)(void *memory);
+  char *(*g_strdup)(const char *text);
+  int (*g_strcmp0)(const char *a, const char *b);
+  unsigned (*g_str_hash)(const void *key);
+  int (*g_str_equal)(const void *a, const void *b);
+  void (*g_error_free)(VaultGError *error);
+  int (*g_error_matches)(const VaultGError *error, uint32_t domain, int code);
+  uint32_t (*g_io_error_quark)(void);
+  uint32_t (*g_dbus_error_quark)(void);
+  VaultGHashTable *(*g_hash_table_new_full)(hash_function hash, equal_function equal, destroy_function key_destroy,
+                                            destroy_function value_destroy);
+  int (*g_hash_table_insert)(VaultGHashTable *table, void *key, void *value);
+  void *(*g_hash_table_lookup)(VaultGHashTable *table, const void *key);
+  void (*g_hash_table_unref)(VaultGHashTable *table);
+  void (*g_list_free_full)(VaultGList *list, destroy_function free_function);
+  void *(*g_variant_new)(const char *format, ...);
+  void (*g_variant_get)(void *variant, const char *format, ...);
+  void (*g_variant_unref)(void *variant);
+  int (*g_variant_iter_loop)(void *iter, const char *format, ...);
+  void (*g_variant_iter_free)(void *iter);
+  // GIO
+  VaultGCancellable *(*g_cancellable_new)(void);
+  void (*g_cancellable_cancel)(VaultGCancellable *cancellable);
+  int (*g_cancellable_is_cancelled)(VaultGCancellable *cancellable);
+  VaultGDBusConnection *(*g_bus_get_sync)(int bus_type, VaultGCancellable *cancellable, VaultGError **error);
+  void *(*g_dbus_connection_call_sync)(VaultGDBusConnection *connection, const char *bus_name, const char *object_path,
+                                       const char *interface_name, const char *method_name, void *parameters,
+                                       const void *reply_type, int flags, int timeout_ms,
+                                       VaultGCancellable *cancellable, VaultGError **error);
+  // libsecret
+  VaultSecretSchema *(*secret_schema_new)(const char *name, int flags, ...);
+  void (*secret_schema_unref)(VaultSecretSchema *schema);
+  VaultSecretService *(*secret_service_get_sync)(int flags, VaultGCancellable *cancellable, VaultGError **error);
+  const char *(*secret_service_get_session_algorithms)(VaultSecretService *service);
+  void (*secret_service_disconnect)(void);
+  VaultGList *(*secret_service_search_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
+                                            VaultGHashTable *attributes, int flags, VaultGCancellable *cancellable,
+                                            VaultGError **error);
+  int (*secret_service_store_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
+                                   VaultGHashTable *attributes, const char *collection, const char *label,
+                                   VaultSecretValue *value, VaultGCancellable *cancellable, VaultGError **error);
+  int (*secret_service_clear_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
+                                   VaultGHashTable *attributes, VaultGCancellable *cancellable, VaultGError **error);
+  VaultSecretCollection *(*secret_collection_for_alias_sync)(VaultSecretService *service, const char *alias, int flags,
+                                                             VaultGCancellable *cancellable, VaultGError **error);
+  int (*secret_collection_get_locked)(VaultSecretCollection *collection);
+  int (*secret_item_get_locked)(VaultSecretItem *item);
+  VaultSecretValue *(*secret_item_get_secret)(VaultSecretItem *item);
+  VaultGHashTable *(*secret_item_get_attributes)(VaultSecretItem *item);
+  int (*secret_item_delete_sync)(VaultSecretItem *item, VaultGCancellable *cancellable, VaultGError **error);
+  VaultSecretValue *(*secret_value_new)(const char *secret, ptrdiff_t length, const char *content_type);
+  const char *(*secret_value_get)(VaultSecretValue *value, size_t *length);
+  void (*secret_value_unref)(void *value);
+} api;
+
+static int ready;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+// 1 when `name` was found; stored through a void * because ISO C has no cast from an object pointer
+// (dlsym's result) to a function pointer.
+static int resolve(void *library, const char *name, void *slot) {
+  void *symbol = dlsym(library, name);
+  if (!symbol) return 0;
+  *(void **)slot = symbol;
+  return 1;
+}
+
+#define RESOLVE(name) resolve(library, #name, &api.name)
+
+static void load(void) {
+  // The soname of Debian 12's libsecret-1-0. GLib, GObject and GIO come with it as its
+  // dependencies, and dlsym on its handle finds their functions too. Never unloaded: GLib's type
+  // system cannot be.
+  void *library = dlopen("libsecret-1.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!library) return;
+  ready = RESOLVE(g_object_unref) && RESOLVE(g_free) && RESOLVE(g_strdup) && RESOLVE(g_strcmp0) &&
+          RESOLVE(g_str_hash) && RESOLVE(g_str_equal) && RESOLVE(g_error_free) && RESOLVE(g_error_matches) &&
+          RESOLVE(g_io_error_quark) && RESOLVE(g_dbus_error_quark) && RESOLVE(g_hash_table_new_full) &&
+          RESOLVE(g_hash_table_insert) && RESOLVE(g_hash_table_lookup) && RESOLVE(g_hash_table_unref) &&
+          RESOLVE(g_list_free_full) && RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
+          RESOLVE(g_variant_unref) && RESOLVE(g_variant_iter_loop) && RESOLVE(g_variant_iter_free) &&
+          RESOLVE(g_cancellable_new) && RESOLVE(g_cancellable_cancel) && RESOLVE(g_cancellable_is_cancelled) &&
+          RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(secret_schema_new) &&
+          RESOLVE(secret_schema_unref) && RESOLVE(secret_service_get_sync) &&
+          RESOLVE(secret_service_get_session_algorithms) && RESOLVE(secret_service_disconnect) &&
+          RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
+          RESOLVE(secret_service_clear_sync) && RESOLVE(secret_collection_for_alias_sync) &&
+          RESOLVE(secret_collection_get_locked) && RESOLVE(secret_item_get_locked) &&
+          RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_get_attributes) &&
+          RESOLVE(secret_item_delete_sync) && RESOLVE(secret_value_new) && RESOLVE(secret_value_get) &&
+          RESOLVE(secret_value_unref);
+}
+
+int vault_secret_load(void) {
+  pthread_once(&once, load);
+  return ready;
+}
+
+void vault_g_object_unref(void *object) { api.g_object_unref(object); }
+void vault_g_free(void *memory) { api.g_free(memory); }
+void vault_g_error_free(VaultGError *error) { api.g_error_free(error); }
+void vault_g_hash_table_unref(VaultGHashTable *table) { api.g_hash_table_unref(table); }
+
+VaultGCancellable *vault_g_cancellable_new(void) { return api.g_cancellable_new(); }
+void vault_g_cancellable_cancel(VaultGCancellable *cancellable) { api.g_cancellable_cancel(cancellable); }
+int vault_g_cancellable_is_cancelled(VaultGCancellable *cancellable) {
+  return api.g_cancellable_is_cancelled(cancellable);
+}
+
+VaultGDBusConnection *vault_g_bus_get_session(VaultGCancellable *cancellable, VaultGError **error) {
+  return api.g_bus_get_sync(VAULT_G_BUS_TYPE_SESSION, cancellable, error);
+}
+
+int vault_secret_provider_present(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                  VaultGError **error) {
+  const char *name = "org.freedesktop.secrets";
+  // A GVariantType is its type string (G_VARIANT_TYPE is a cast).
+  void *reply = api.g_dbus_connection_call_sync(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                                "org.freedesktop.DBus", "NameHasOwner", api.g_variant_new("(s)", name),
+                                                "(b)", VAULT_G_DBUS_CALL_FLAGS_NONE, timeout_ms, cancellable, error);
+  if (!reply) return -1;
+  int owned = 0;  // gboolean
+  api.g_variant_get(reply, "(b)", &owned);
+  api.g_variant_unref(reply);
+  if (owned) return 1;
+  reply = api.g_dbus_connection_call_sync(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                          "ListActivatableNames", NULL, "(as)", VAULT_G_DBUS_CALL_FLAGS_NONE,
+                                          timeout_ms, cancellable, error);
+  if (!reply) return -1;
+  void *iter = NULL;
+  const char *each = NULL;
+  int found = 0;
+  api.g_variant_get(reply, "(as)", &iter);
+  while (api.g_variant_iter_loop(iter, "&s", &each)) {
+    if (api.g_strcmp0(each, name) == 0) found = 1;
+  }
+  api.g_variant_iter_free(iter);
+  api.g_variant_unref(reply);
+  return found;
+}
+
+VaultSecretService *vault_secret_service_open(VaultGCancellable *cancellable, VaultGError **error) {
+  return api.secret_service_get_sync(VAULT_SECRET_SERVICE_OPEN_SESSION, cancellable, error);
+}
+
+const char *vault_secret_service_get_session_algorithms(VaultSecretService *service) {
+  return api.secret_service_get_session_algorithms(service);
+}
+
+void vault_secret_service_disconnect(void) { api.secret_service_disconnect(); }
+
+VaultSecretCollection *vault_secret_default_collection(VaultSecretService *service, VaultGCancellable *cancellable,
+                                                       VaultGError **error) {
+  return api.secret_collection_for_alias_sync(service, "default", VAULT_SECRET_COLLECTION_NONE, cancellable, error);
+}
+
+int vault_secret_collection_get_locked(VaultSecretCollection *collection) {
+  return api.secret_collection_get_locked(collection);
+}
+
+// secret_schema_new is variadic: name, type pairs ended by NULL. SECRET_SCHEMA_NONE keeps the
+// xdg:schema attribute, so lookups match only vault's items.
+VaultSecretSchema *vault_key_schema_new(void) {
+  return api.secret_schema_new("org.vault.Key", VAULT_SECRET_SCHEMA_NONE, "vault-id",
+                               VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING, "version", VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING,
+                               "home", VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING, NULL);
+}
+
+// A schema of its own, so a search for keys never matches a record and a search for records never
+// matches a key. `generation` orders the items of one record: a replace stores a new item, then
+// removes older ones.
+VaultSecretSchema *vault_record_schema_new(void) {
+  return api.secret_schema_new("org.vault.Record", VAULT_SECRET_SCHEMA_NONE, "vault-id",
+                               VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING, "record", VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING,
+                               "home", VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING, "generation",
+                               VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING, NULL);
+}
+
+void vault_secret_schema_unref(VaultSecretSchema *schema) { api.secret_schema_unref(schema); }
+
+static VaultGHashTable *string_table(void) {
+  return api.g_hash_table_new_full(api.g_str_hash, api.g_str_equal, api.g_free, api.g_free);
+}
+
+static void put(VaultGHashTable *table, const char *name, const char *value) {
+  if (value) api.g_hash_table_insert(table, api.g_strdup(name), api.g_strdup(value));
+}
+
+VaultGHashTable *vault_attributes_new(const char *vault_id, const char *version, const char *home) {
+  VaultGHashTable *table = string_table();
+  put(table, "vault-id", vault_id);
+  put(table, "version", version);
+  put(table, "home", home);
+  return table;
+}
+
+VaultGHashTable *vault_record_attributes_new(const char *vault_id, const char *record, const char *home,
+                                             const char *generation) {
+  VaultGHashTable *table = string_table();
+  put(table, "vault-id", vault_id);
+  put(table, "record", record);
+  put(table, "home", home);
+  put(table, "generation", generation);
+  return table;
+}
+
+VaultGList *vault_secret_search(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                                int load_secrets, VaultGCancellable *cancellable, VaultGError **error) {
+  int flags = VAULT_SECRET_SEARCH_ALL | (load_secrets ? VAULT_SECRET_SEARCH_LOAD_SECRETS : 0);
+  return api.secret_service_search_sync(service, schema, attributes, flags, cancellable, error);
+}
+
+int vault_secret_store(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                       const char *collection, const char *label, VaultSecretValue *value,
+                       VaultGCancellable *cancellable, VaultGError **error) {
+  return api.secret_service_store_sync(service, schema, attributes, collection, label, value, cancellable, error);
+}
+
+int vault_secret_clear(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
+                       VaultGCancellable *cancellable, VaultGError **error) {
+  return api.secret_service_clear_sync(service, schema, attributes, cancellable, error);
+}
+
+int vault_secret_item_get_locked(VaultSecretItem *item) { return api.secret_item_get_locked(item); }
+
+VaultSecretValue *vault_secret_item_get_secret(VaultSecretItem *item) { return api.secret_item_get_secret(item); }
+
+int vault_secret_item_delete(VaultSecretItem *item, VaultGCancellable *cancellable, VaultGError **error) {
+  return api.secret_item_delete_sync(item, cancellable, error);
+}
+
+char *vault_item_attribute(VaultSecretItem *item, const char *name) {
+  VaultGHashTable *attributes = api.secret_item_get_attributes(item);
+  if (!attributes) return NULL;
+  char *value = api.g_strdup((const char *)api.g_hash_table_lookup(attributes, name));
+  api.g_hash_table_unref(attributes);
+  return value;
+}
+
+void vault_item_list_free(VaultGList *items) { api.g_list_free_full(items, api.g_object_unref); }
+
+VaultSecretValue *vault_secret_value_new(const char *secret, ptrdiff_t length, const char *content_type) {
+  return api.secret_value_new(secret, length, content_type);
+}
+
+const char *vault_secret_value_get(VaultSecretValue *value, size_t *length) {
+  return api.secret_value_get(value, length);
+}
+
+void vault_secret_value_unref(VaultSecretValue *value) { api.secret_value_unref(value); }
+
+int vault_error_is_cancelled(const VaultGError *error) {
+  return api.g_error_matches(error, api.g_io_error_quark(), VAULT_G_IO_ERROR_CANCELLED);
+}
+
+int vault_error_is_timeout(const VaultGError *error) {
+  uint32_t dbus = api.g_dbus_error_quark();
+  return api.g_error_matches(error, api.g_io_error_quark(), VAULT_G_IO_ERROR_TIMED_OUT) ||
+         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_NO_REPLY) ||
+         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_TIMEOUT) ||
+         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_TIMED_OUT);
+}
+
+int vault_error_is_service_unknown(const VaultGError *error) {
+  uint32_t dbus = api.g_dbus_error_quark();
+  return api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_SERVICE_UNKNOWN) ||
+         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_NAME_HAS_NO_OWNER) ||
+         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_SPAWN_SERVICE_NOT_FOUND);
+}
