@@ -84,11 +84,15 @@ done
 bin=$(swift build --show-bin-path)
 
 # What the compiler needs to load the modules again: the built Swift modules, the system-library
-# module maps under Sources/C*, and the header paths of the pkg-config packages Package.swift names.
+# module maps under Sources/C*, the ones SwiftPM made for the C targets (CCurl, CLibSecret), and
+# the header paths of the pkg-config packages Package.swift names.
 triple=$(swiftc -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["target"]["triple"])')
 search=(-I "$bin/Modules")
 for map in Sources/*/module.modulemap; do
   search+=(-Xcc "-fmodule-map-file=$root/$map")
+done
+for map in "$bin"/C*.build/module.modulemap; do
+  [ -f "$map" ] && search+=(-Xcc "-fmodule-map-file=$map")
 done
 mapfile -t pkgconfig < <(sed -n 's/.*pkgConfig: "\([^"]*\)".*/\1/p' Package.swift)
 if [ ${#pkgconfig[@]} -gt 0 ]; then
