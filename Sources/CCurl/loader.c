@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static struct {
@@ -23,14 +25,39 @@ static struct {
   CURLMcode (*multi_cleanup)(CURLM *multi);
 } api;
 
-static int ready;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+// Each pointer has the type of the function it holds (the compiler checks it against curl.h).
+#define SAME_TYPE(field, function) \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(api.field), __typeof__(&function)), #function)
+SAME_TYPE(global_init, curl_global_init);
+SAME_TYPE(easy_init, curl_easy_init);
+SAME_TYPE(easy_cleanup, curl_easy_cleanup);
+SAME_TYPE(easy_setopt, curl_easy_setopt);
+SAME_TYPE(easy_getinfo, curl_easy_getinfo);
+SAME_TYPE(slist_append, curl_slist_append);
+SAME_TYPE(slist_free_all, curl_slist_free_all);
+SAME_TYPE(multi_init, curl_multi_init);
+SAME_TYPE(multi_add_handle, curl_multi_add_handle);
+SAME_TYPE(multi_remove_handle, curl_multi_remove_handle);
+SAME_TYPE(multi_perform, curl_multi_perform);
+SAME_TYPE(multi_poll, curl_multi_poll);
+SAME_TYPE(multi_wakeup, curl_multi_wakeup);
+SAME_TYPE(multi_info_read, curl_multi_info_read);
+SAME_TYPE(multi_cleanup, curl_multi_cleanup);
+
+// Set once, when everything is loaded; read without the lock by every call.
+static atomic_int ready;
+// Serialises the loading attempts and guards `failure`.
+static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
+static char failure[256];
 
 // 1 when `name` was found; the pointer is stored through a void * because ISO C has no cast from
 // an object pointer (dlsym's result) to a function pointer.
 static int resolve(void *library, const char *name, void *slot) {
   void *symbol = dlsym(library, name);
-  if (!symbol) return 0;
+  if (!symbol) {
+    snprintf(failure, sizeof failure, "libcurl.so.4 has no %s", name);
+    return 0;
+  }
   *(void **)slot = symbol;
   return 1;
 }
@@ -39,7 +66,11 @@ static void load(void) {
   // The soname Debian 12's libcurl4-openssl installs; never unloaded (libcurl's global state and
   // OpenSSL's stay for the process).
   void *library = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!library) return;
+  if (!library) {
+    const char *reason = dlerror();
+    snprintf(failure, sizeof failure, "%s", reason ? reason : "libcurl.so.4 could not be opened");
+    return;
+  }
   int found = resolve(library, "curl_global_init", &api.global_init) &&
               resolve(library, "curl_easy_init", &api.easy_init) &&
               resolve(library, "curl_easy_cleanup", &api.easy_cleanup) &&
@@ -61,12 +92,27 @@ static void load(void) {
   // OpenSSL (through libcurl) would write every TLS session secret to this file: whoever has the
   // file and a capture of the traffic reads the token and the records.
   unsetenv("SSLKEYLOGFILE");
-  ready = api.global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+  if (api.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(failure, sizeof failure, "curl_global_init failed");
+    return;
+  }
+  failure[0] = 0;
+  atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
 int vault_curl_load(void) {
-  pthread_once(&once, load);
-  return ready;
+  if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
+  pthread_mutex_lock(&loading);
+  if (!atomic_load_explicit(&ready, memory_order_relaxed)) load();
+  pthread_mutex_unlock(&loading);
+  return atomic_load_explicit(&ready, memory_order_acquire);
+}
+
+void vault_curl_load_error(char *buffer, size_t size) {
+  if (size == 0) return;
+  pthread_mutex_lock(&loading);
+  snprintf(buffer, size, "%s", failure);
+  pthread_mutex_unlock(&loading);
 }
 
 CURL *vault_curl_easy_init(void) { return vault_curl_load() ? api.easy_init() : NULL; }

@@ -1,9 +1,22 @@
 // The constants of libsecret, GIO and GLib that loader.c passes or compares, with the values
-// Debian 12's headers give them (libsecret 0.20, GLib 2.74). Tests/VaultKeysTests/LibSecretABITests
-// compiles this file beside the real headers and checks each value, and the layout of VaultGError
-// and VaultGList, with static assertions.
+// Debian 12's headers give them (libsecret 0.20, GLib 2.74), and the types loader.c declares their
+// functions with. Tests/VaultKeysTests/LibSecretABITests compiles loader.c with the real headers
+// (VAULT_CLIBSECRET_REAL_TYPES), where loader.c asserts each value, type and layout against them.
 #ifndef VAULT_CLIBSECRET_ABI_H
 #define VAULT_CLIBSECRET_ABI_H
+
+#ifdef VAULT_CLIBSECRET_REAL_TYPES
+typedef GVariant VaultGVariant;
+typedef GVariantIter VaultGVariantIter;
+typedef GVariantType VaultGVariantType;
+// An enum parameter: the enum itself here, an int (its size and passing in the C ABI) otherwise.
+#define VAULT_ENUM(type) type
+#else
+typedef void VaultGVariant;
+typedef void VaultGVariantIter;
+typedef void VaultGVariantType;
+#define VAULT_ENUM(type) int
+#endif
 
 #define VAULT_SECRET_SCHEMA_NONE 0            // SecretSchemaFlags
 #define VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING 0  // SecretSchemaAttributeType

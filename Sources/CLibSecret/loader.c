@@ -7,6 +7,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 
 typedef unsigned (*hash_function)(const void *key);
 typedef int (*equal_function)(const void *a, const void *b);
@@ -30,35 +32,39 @@ static struct {
   void *(*g_hash_table_lookup)(VaultGHashTable *table, const void *key);
   void (*g_hash_table_unref)(VaultGHashTable *table);
   void (*g_list_free_full)(VaultGList *list, destroy_function free_function);
-  void *(*g_variant_new)(const char *format, ...);
-  void (*g_variant_get)(void *variant, const char *format, ...);
-  void (*g_variant_unref)(void *variant);
-  int (*g_variant_iter_loop)(void *iter, const char *format, ...);
-  void (*g_variant_iter_free)(void *iter);
+  VaultGVariant *(*g_variant_new)(const char *format, ...);
+  void (*g_variant_get)(VaultGVariant *variant, const char *format, ...);
+  void (*g_variant_unref)(VaultGVariant *variant);
+  int (*g_variant_iter_loop)(VaultGVariantIter *iter, const char *format, ...);
+  void (*g_variant_iter_free)(VaultGVariantIter *iter);
   // GIO
   VaultGCancellable *(*g_cancellable_new)(void);
   void (*g_cancellable_cancel)(VaultGCancellable *cancellable);
   int (*g_cancellable_is_cancelled)(VaultGCancellable *cancellable);
-  VaultGDBusConnection *(*g_bus_get_sync)(int bus_type, VaultGCancellable *cancellable, VaultGError **error);
-  void *(*g_dbus_connection_call_sync)(VaultGDBusConnection *connection, const char *bus_name, const char *object_path,
-                                       const char *interface_name, const char *method_name, void *parameters,
-                                       const void *reply_type, int flags, int timeout_ms,
-                                       VaultGCancellable *cancellable, VaultGError **error);
+  VaultGDBusConnection *(*g_bus_get_sync)(VAULT_ENUM(GBusType) bus_type, VaultGCancellable *cancellable,
+                                          VaultGError **error);
+  VaultGVariant *(*g_dbus_connection_call_sync)(VaultGDBusConnection *connection, const char *bus_name,
+                                                const char *object_path, const char *interface_name,
+                                                const char *method_name, VaultGVariant *parameters,
+                                                const VaultGVariantType *reply_type, VAULT_ENUM(GDBusCallFlags) flags,
+                                                int timeout_ms, VaultGCancellable *cancellable, VaultGError **error);
   // libsecret
-  VaultSecretSchema *(*secret_schema_new)(const char *name, int flags, ...);
+  VaultSecretSchema *(*secret_schema_new)(const char *name, VAULT_ENUM(SecretSchemaFlags) flags, ...);
   void (*secret_schema_unref)(VaultSecretSchema *schema);
-  VaultSecretService *(*secret_service_get_sync)(int flags, VaultGCancellable *cancellable, VaultGError **error);
+  VaultSecretService *(*secret_service_get_sync)(VAULT_ENUM(SecretServiceFlags) flags, VaultGCancellable *cancellable,
+                                                 VaultGError **error);
   const char *(*secret_service_get_session_algorithms)(VaultSecretService *service);
   void (*secret_service_disconnect)(void);
   VaultGList *(*secret_service_search_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
-                                            VaultGHashTable *attributes, int flags, VaultGCancellable *cancellable,
-                                            VaultGError **error);
+                                            VaultGHashTable *attributes, VAULT_ENUM(SecretSearchFlags) flags,
+                                            VaultGCancellable *cancellable, VaultGError **error);
   int (*secret_service_store_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
                                    VaultGHashTable *attributes, const char *collection, const char *label,
                                    VaultSecretValue *value, VaultGCancellable *cancellable, VaultGError **error);
   int (*secret_service_clear_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
                                    VaultGHashTable *attributes, VaultGCancellable *cancellable, VaultGError **error);
-  VaultSecretCollection *(*secret_collection_for_alias_sync)(VaultSecretService *service, const char *alias, int flags,
+  VaultSecretCollection *(*secret_collection_for_alias_sync)(VaultSecretService *service, const char *alias,
+                                                             VAULT_ENUM(SecretCollectionFlags) flags,
                                                              VaultGCancellable *cancellable, VaultGError **error);
   int (*secret_collection_get_locked)(VaultSecretCollection *collection);
   int (*secret_item_get_locked)(VaultSecretItem *item);
@@ -70,14 +76,104 @@ static struct {
   void (*secret_value_unref)(void *value);
 } api;
 
-static int ready;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+#ifdef VAULT_CLIBSECRET_REAL_TYPES
+// Only in LibSecretABITests' compile, with the real headers: each pointer has the type of the
+// function it holds, each constant its value, each structure its layout.
+#define SAME_TYPE(function) \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(api.function), __typeof__(&function)), #function)
+SAME_TYPE(g_object_unref);
+SAME_TYPE(g_free);
+SAME_TYPE(g_strdup);
+SAME_TYPE(g_strcmp0);
+SAME_TYPE(g_str_hash);
+SAME_TYPE(g_str_equal);
+SAME_TYPE(g_error_free);
+SAME_TYPE(g_error_matches);
+SAME_TYPE(g_io_error_quark);
+SAME_TYPE(g_dbus_error_quark);
+SAME_TYPE(g_hash_table_new_full);
+SAME_TYPE(g_hash_table_insert);
+SAME_TYPE(g_hash_table_lookup);
+SAME_TYPE(g_hash_table_unref);
+SAME_TYPE(g_list_free_full);
+SAME_TYPE(g_variant_new);
+SAME_TYPE(g_variant_get);
+SAME_TYPE(g_variant_unref);
+SAME_TYPE(g_variant_iter_loop);
+SAME_TYPE(g_variant_iter_free);
+SAME_TYPE(g_cancellable_new);
+SAME_TYPE(g_cancellable_cancel);
+SAME_TYPE(g_cancellable_is_cancelled);
+SAME_TYPE(g_bus_get_sync);
+SAME_TYPE(g_dbus_connection_call_sync);
+SAME_TYPE(secret_schema_new);
+SAME_TYPE(secret_schema_unref);
+SAME_TYPE(secret_service_get_sync);
+SAME_TYPE(secret_service_get_session_algorithms);
+SAME_TYPE(secret_service_disconnect);
+SAME_TYPE(secret_service_search_sync);
+SAME_TYPE(secret_service_store_sync);
+SAME_TYPE(secret_service_clear_sync);
+SAME_TYPE(secret_collection_for_alias_sync);
+SAME_TYPE(secret_collection_get_locked);
+SAME_TYPE(secret_item_get_locked);
+SAME_TYPE(secret_item_get_secret);
+SAME_TYPE(secret_item_get_attributes);
+SAME_TYPE(secret_item_delete_sync);
+SAME_TYPE(secret_value_new);
+SAME_TYPE(secret_value_get);
+SAME_TYPE(secret_value_unref);
+#define SAME_VALUE(name) _Static_assert(VAULT_##name == name, #name)
+SAME_VALUE(SECRET_SCHEMA_NONE);
+SAME_VALUE(SECRET_SCHEMA_ATTRIBUTE_STRING);
+SAME_VALUE(SECRET_SEARCH_ALL);
+SAME_VALUE(SECRET_SEARCH_LOAD_SECRETS);
+SAME_VALUE(SECRET_SERVICE_OPEN_SESSION);
+SAME_VALUE(SECRET_COLLECTION_NONE);
+SAME_VALUE(G_BUS_TYPE_SESSION);
+SAME_VALUE(G_DBUS_CALL_FLAGS_NONE);
+SAME_VALUE(G_IO_ERROR_CANCELLED);
+SAME_VALUE(G_IO_ERROR_TIMED_OUT);
+SAME_VALUE(G_DBUS_ERROR_SERVICE_UNKNOWN);
+SAME_VALUE(G_DBUS_ERROR_NAME_HAS_NO_OWNER);
+SAME_VALUE(G_DBUS_ERROR_NO_REPLY);
+SAME_VALUE(G_DBUS_ERROR_TIMEOUT);
+SAME_VALUE(G_DBUS_ERROR_TIMED_OUT);
+SAME_VALUE(G_DBUS_ERROR_SPAWN_SERVICE_NOT_FOUND);
+struct declared_error {
+  VAULT_GERROR_FIELDS
+};
+struct declared_list {
+  VAULT_GLIST_FIELDS(declared_list)
+};
+#define SAME_FIELD(declared, real, field)                                                  \
+  _Static_assert(offsetof(struct declared, field) == offsetof(real, field) &&              \
+                     sizeof(((struct declared *)0)->field) == sizeof(((real *)0)->field), \
+                 #real "." #field)
+_Static_assert(sizeof(struct declared_error) == sizeof(GError), "GError");
+SAME_FIELD(declared_error, GError, domain);
+SAME_FIELD(declared_error, GError, code);
+SAME_FIELD(declared_error, GError, message);
+_Static_assert(sizeof(struct declared_list) == sizeof(GList), "GList");
+SAME_FIELD(declared_list, GList, data);
+SAME_FIELD(declared_list, GList, next);
+SAME_FIELD(declared_list, GList, prev);
+#endif
+
+// Set once, when everything is resolved; read without the lock by every call.
+static atomic_int ready;
+// Serialises the loading attempts and guards `failure`.
+static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
+static char failure[256];
 
 // 1 when `name` was found; stored through a void * because ISO C has no cast from an object pointer
 // (dlsym's result) to a function pointer.
 static int resolve(void *library, const char *name, void *slot) {
   void *symbol = dlsym(library, name);
-  if (!symbol) return 0;
+  if (!symbol) {
+    snprintf(failure, sizeof failure, "libsecret-1.so.0 (or the GLib it loads) has no %s", name);
+    return 0;
+  }
   *(void **)slot = symbol;
   return 1;
 }
@@ -89,8 +185,12 @@ static void load(void) {
   // dependencies, and dlsym on its handle finds their functions too. Never unloaded: GLib's type
   // system cannot be.
   void *library = dlopen("libsecret-1.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (!library) return;
-  ready = RESOLVE(g_object_unref) && RESOLVE(g_free) && RESOLVE(g_strdup) && RESOLVE(g_strcmp0) &&
+  if (!library) {
+    const char *reason = dlerror();
+    snprintf(failure, sizeof failure, "%s", reason ? reason : "libsecret-1.so.0 could not be opened");
+    return;
+  }
+  int found = RESOLVE(g_object_unref) && RESOLVE(g_free) && RESOLVE(g_strdup) && RESOLVE(g_strcmp0) &&
           RESOLVE(g_str_hash) && RESOLVE(g_str_equal) && RESOLVE(g_error_free) && RESOLVE(g_error_matches) &&
           RESOLVE(g_io_error_quark) && RESOLVE(g_dbus_error_quark) && RESOLVE(g_hash_table_new_full) &&
           RESOLVE(g_hash_table_insert) && RESOLVE(g_hash_table_lookup) && RESOLVE(g_hash_table_unref) &&
@@ -106,11 +206,24 @@ static void load(void) {
           RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_get_attributes) &&
           RESOLVE(secret_item_delete_sync) && RESOLVE(secret_value_new) && RESOLVE(secret_value_get) &&
           RESOLVE(secret_value_unref);
+  if (!found) return;
+  failure[0] = 0;
+  atomic_store_explicit(&ready, 1, memory_order_release);
 }
 
 int vault_secret_load(void) {
-  pthread_once(&once, load);
-  return ready;
+  if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
+  pthread_mutex_lock(&loading);
+  if (!atomic_load_explicit(&ready, memory_order_relaxed)) load();
+  pthread_mutex_unlock(&loading);
+  return atomic_load_explicit(&ready, memory_order_acquire);
+}
+
+void vault_secret_load_error(char *buffer, size_t size) {
+  if (size == 0) return;
+  pthread_mutex_lock(&loading);
+  snprintf(buffer, size, "%s", failure);
+  pthread_mutex_unlock(&loading);
 }
 
 void vault_g_object_unref(void *object) { api.g_object_unref(object); }
@@ -132,19 +245,20 @@ int vault_secret_provider_present(VaultGDBusConnection *bus, int timeout_ms, Vau
                                   VaultGError **error) {
   const char *name = "org.freedesktop.secrets";
   // A GVariantType is its type string (G_VARIANT_TYPE is a cast).
-  void *reply = api.g_dbus_connection_call_sync(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                                "org.freedesktop.DBus", "NameHasOwner", api.g_variant_new("(s)", name),
-                                                "(b)", VAULT_G_DBUS_CALL_FLAGS_NONE, timeout_ms, cancellable, error);
+  VaultGVariant *reply = api.g_dbus_connection_call_sync(
+      bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameHasOwner",
+      api.g_variant_new("(s)", name), (const VaultGVariantType *)"(b)", VAULT_G_DBUS_CALL_FLAGS_NONE, timeout_ms,
+      cancellable, error);
   if (!reply) return -1;
   int owned = 0;  // gboolean
   api.g_variant_get(reply, "(b)", &owned);
   api.g_variant_unref(reply);
   if (owned) return 1;
   reply = api.g_dbus_connection_call_sync(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
-                                          "ListActivatableNames", NULL, "(as)", VAULT_G_DBUS_CALL_FLAGS_NONE,
-                                          timeout_ms, cancellable, error);
+                                          "ListActivatableNames", NULL, (const VaultGVariantType *)"(as)",
+                                          VAULT_G_DBUS_CALL_FLAGS_NONE, timeout_ms, cancellable, error);
   if (!reply) return -1;
-  void *iter = NULL;
+  VaultGVariantIter *iter = NULL;
   const char *each = NULL;
   int found = 0;
   api.g_variant_get(reply, "(as)", &iter);

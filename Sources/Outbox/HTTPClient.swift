@@ -69,7 +69,8 @@ public final class HTTPClient: @unchecked Sendable {
   /// A PEM file of the only certificate authorities trusted, or nil for the system's.
   public let certificateAuthorities: String?
   private let lock = NSLock()
-  private let handles: CurlHandles?
+  /// Made by the first exchange (nil until then, and while libcurl cannot be loaded); under `lock`.
+  private var handles: CurlHandles?
 
   /// Makes a client; every exchange it makes follows the rules above.
   ///
@@ -82,7 +83,18 @@ public final class HTTPClient: @unchecked Sendable {
     self.timeout = timeout
     self.responseLimit = responseLimit
     self.certificateAuthorities = certificateAuthorities
-    handles = CurlHandles()
+  }
+
+  /// Why libcurl (`libcurl.so.4`, loaded with dlopen when a client first sends) cannot be used
+  /// here, or nil when it can: the dynamic linker's message, or the function it lacks. Asking loads
+  /// it, as the first exchange would; after a failure each ask (and each exchange) tries again.
+  public static var unavailableReason: String? {
+    guard vault_curl_load() == 0 else { return nil }
+    let reason = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer in
+      vault_curl_load_error(buffer.baseAddress, buffer.count)
+      return String(cString: buffer.baseAddress!)
+    }
+    return reason.isEmpty ? "unknown" : reason
   }
 
   /// Sends `request` and waits for the answer, at most `timeout` seconds (or until
@@ -94,8 +106,11 @@ public final class HTTPClient: @unchecked Sendable {
   ///   not start, `ca-file-unusable` when `certificateAuthorities` is not a regular file).
   public func send(_ request: HTTPRequest) -> HTTPOutcome {
     if HTTPCancellation.isCancelled { return .unreachable(kind: "cancelled") }
-    guard let handles else { return .unreachable(kind: "client-unavailable") }
-    return lock.withLock { perform(request, handles) }
+    return lock.withLock {
+      if handles == nil { handles = CurlHandles() }
+      guard let handles else { return .unreachable(kind: "client-unavailable") }
+      return perform(request, handles)
+    }
   }
 
   private func perform(_ request: HTTPRequest, _ handles: CurlHandles) -> HTTPOutcome {
@@ -343,8 +358,9 @@ private struct MultiHandle: @unchecked Sendable {
   let pointer: UnsafeMutableRawPointer
 }
 
-/// libcurl loaded (dlopen) and curl_global_init called, once per process, before the first handle;
-/// the loader also drops `SSLKEYLOGFILE` from the environment first (CCurl.h).
+/// libcurl loaded (dlopen) and curl_global_init called before the first handle; the loader also
+/// drops `SSLKEYLOGFILE` from the environment first (CCurl.h).
 enum CurlLibrary {
-  static let ready: Bool = vault_curl_load() != 0
+  /// True once libcurl is loaded; a false answer is asked again next time.
+  static var ready: Bool { vault_curl_load() != 0 }
 }

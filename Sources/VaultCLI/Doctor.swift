@@ -1,4 +1,5 @@
 import Foundation
+import Outbox
 import Vault
 import VaultKeys
 
@@ -74,6 +75,15 @@ extension VaultCommandLine {
       }
     }
     report.add("keyfile store", .ok, keyfileDirectoryReport())
+    // Only sending needs libcurl: without it a vault works, and delivery waits.
+    if let reason = HTTPClient.unavailableReason {
+      report.add(
+        "http client", .warning,
+        "warning: libcurl (libcurl.so.4) could not be loaded (\(reason)): telemetry and outbox delivery cannot send "
+          + "until it is installed (Debian: libcurl4); the records wait")
+    } else {
+      report.add("http client", .ok, "ok (libcurl loaded)")
+    }
 
     switch inspected {
     case .failure(let error):
@@ -177,10 +187,10 @@ enum DoctorCommand: Subcommand {
     name: "doctor", abstract: "Explain which key store works here and why the other does not.",
     discussion: """
       Checks the D-Bus session, the Secret Service provider and its default collection (locked or not, \
-      answering in time), the keyfile's permissions and owner, the manifest, and whether the active key can be \
-      read. A store this vault does not use is reported, not held against it (a keyfile vault needs no session \
-      bus); a keyfile that is gone is "not found" with its path. Exits 1 when the vault exists but its key \
-      cannot be read.
+      answering in time), the keyfile's permissions and owner, whether libcurl loads (delivery needs it; a \
+      warning without it), the manifest, and whether the active key can be read. A store this vault does not \
+      use is reported, not held against it (a keyfile vault needs no session bus); a keyfile that is gone is \
+      "not found" with its path. Exits 1 when the vault exists but its key cannot be read.
       """,
     parameters: [
       .flag(

@@ -77,6 +77,11 @@ extension VaultCommandLine {
           certificateAuthorities: arguments.options["--ca-file"])
       } ?? NoBatchSender(),
       sessionID: arguments.options["--session"] ?? "cli")
+    // Without libcurl nothing can be sent: say so before anything is claimed, rather than let every
+    // event fail its attempt as `client-unavailable` (a pass would exit 0, as for a server down).
+    if action != "log", endpoint != nil, let reason = HTTPClient.unavailableReason {
+      throw DeliveryLibraryMissing(reason: reason, waiting: "events")
+    }
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {
       let id = try client.log(type: type, payload: payload)
@@ -115,6 +120,19 @@ struct LogResult: Encodable {
   var id: String
   var type: String
   var session: String
+}
+
+/// `telemetry flush` or `watch` on a machine where libcurl cannot be loaded: exit 1 before anything
+/// is claimed.
+struct DeliveryLibraryMissing: Error, CustomStringConvertible {
+  var reason: String
+  /// What stays queued ("events").
+  var waiting: String
+
+  var description: String {
+    "libcurl (libcurl.so.4) could not be loaded (\(reason)), so nothing can be sent; install it (Debian: libcurl4) "
+      + "and run again (nothing was claimed: the \(waiting) wait)"
+  }
 }
 
 /// A flush that delivered nothing because the server refused the credentials or the endpoint:
@@ -212,7 +230,8 @@ enum TelemetryCommand: Subcommand {
           to review.
 
           Exit 1 when the pass delivered nothing because of 401, 403 or 404 (a 401 without --token-file also \
-          warns to give one); else exit 0, even if the server refused some batches.
+          warns to give one), or when libcurl cannot be loaded (before anything is claimed); else exit 0, even \
+          if the server refused some batches.
           """,
         parameters: delivery + [
           .flag(
@@ -230,7 +249,7 @@ enum TelemetryCommand: Subcommand {
           their interfaces changes (rtnetlink), which also restarts the backoff of events that waited for the \
           network. Prints one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the request in \
           progress is abandoned, the events it claimed are given back, and it exits 0. A 401 without \
-          --token-file warns to give one.
+          --token-file warns to give one. Exits 1 at once when libcurl cannot be loaded.
           """,
         parameters: delivery + [
           .option(

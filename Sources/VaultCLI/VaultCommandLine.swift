@@ -110,7 +110,7 @@ public struct VaultCommandLine {
   static let reportable: [any Error.Type] = [
     EnvelopeError.self, KeyStoreError.self, VaultError.self, CryptoError.self, QueueError.self,
     QueueCommandError.self, ListingError.self, TelemetryError.self, ScanError.self, RotationError.self,
-    FlushRefused.self,
+    FlushRefused.self, DeliveryLibraryMissing.self,
   ]
 
   static func describe(_ error: any Error) -> (String, ExitCode) {

@@ -151,8 +151,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The session bus has no Secret Service provider (no keyring daemon running).
   case noProvider
   /// libsecret (`library`, the soname vault loads when the Secret Service is first used) is not
-  /// installed or lacks a function vault calls: the Secret Service cannot be reached from here.
-  case libraryMissing(library: String)
+  /// installed or lacks a function vault calls (`reason`, the dynamic linker's message): the
+  /// Secret Service cannot be reached from here. The next use tries again.
+  case libraryMissing(library: String, reason: String)
   /// The Secret Service has no default collection to keep keys in.
   case noDefaultCollection
   /// The Secret Service collection or item is locked: the user must unlock it first.
@@ -203,8 +204,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "no D-Bus session bus (\(detail)); run inside a desktop session or dbus-run-session, or use a keyfile store"
     case .noProvider:
       "no Secret Service provider on the session bus (org.freedesktop.secrets); start gnome-keyring-daemon or use a keyfile store"
-    case .libraryMissing(let library):
-      "libsecret (\(library)) could not be loaded; install it (Debian: libsecret-1-0) or use a keyfile store"
+    case .libraryMissing(let library, let reason):
+      "libsecret (\(library)) could not be loaded (\(reason)); install it (Debian: libsecret-1-0) or use a keyfile store"
     case .noDefaultCollection:
       "the Secret Service has no default collection; create one with your keyring manager"
     case .locked:

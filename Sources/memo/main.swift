@@ -228,6 +228,13 @@ do {
     } catch {
       fail("--endpoint: \(error)", code: 64)
     }
+    // Without libcurl nothing can be sent: said before any memo is claimed.
+    if let reason = HTTPClient.unavailableReason {
+      fail(
+        "libcurl (libcurl.so.4) could not be loaded (\(reason)), so nothing can be sent; install it (Debian: "
+          + "libcurl4) and run relay again (nothing was claimed: every memo is still queued)", code: 1,
+        kind: "http-library")
+    }
     let transport = RecordingTransport(inner: relayTransport, history: history)
     let outbox = Outbox(container: container, queue: "memo", transport: transport)
     // Claiming and opening a memo holds its envelope twice (SQLite's and ours), its text as the

@@ -71,6 +71,7 @@ final class OptionalLibrariesTests: XCTestCase {
     let open = try withoutLibraries([Self.libsecret], ["--home", home, "open", "--context", "c"], input: sealed.output)
     XCTAssertEqual(open.status, 1, open.error)
     XCTAssertTrue(open.error.contains(missing), open.error)
+    XCTAssertTrue(open.error.contains("file too short"), "the dynamic linker's reason: \(open.error)")
     XCTAssertTrue(open.output.isEmpty)
     let rotate = try withoutLibraries([Self.libsecret], ["--home", home, "rotate"])
     XCTAssertEqual(rotate.status, 1, rotate.error)
@@ -100,7 +101,7 @@ final class OptionalLibrariesTests: XCTestCase {
     XCTAssertEqual(reopened.output, secret)
   }
 
-  func testWithoutLibcurlEventsWaitWithAKindAndAreSentOnceItIsBack() throws {
+  func testWithoutLibcurlNothingIsClaimedTheCommandSaysWhyAndDeliveryWorksOnceItIsBack() throws {
     let home = temporary.sub("home")
     let keyfile = temporary.sub("keys/v.keys")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
@@ -113,32 +114,55 @@ final class OptionalLibrariesTests: XCTestCase {
     let flushArguments = [
       "--home", home, "telemetry", "flush", "--endpoint", endpoint, "--token-file", token, "--json",
     ]
+    let missing = "libcurl (\(Self.libcurl)) could not be loaded"
 
-    let flush = try withoutLibraries([Self.libcurl], flushArguments)
-    XCTAssertEqual(flush.status, 0, flush.error)
-    XCTAssertTrue(flush.outputText.contains("\"delivered\" : 0"), flush.outputText)
-    XCTAssertTrue(flush.outputText.contains("\"pending\" : 1"), flush.outputText)
+    for action in ["flush", "watch"] {
+      var arguments = flushArguments
+      arguments[3] = action
+      if action == "watch" { arguments.removeLast() }
+      let refused = try withoutLibraries([Self.libcurl], arguments)
+      XCTAssertEqual(refused.status, 1, "\(action): \(refused.error)")
+      XCTAssertTrue(refused.error.contains(missing), refused.error)
+      XCTAssertTrue(refused.error.contains("file too short"), "the dynamic linker's reason: \(refused.error)")
+      XCTAssertTrue(refused.error.contains("nothing was claimed"), refused.error)
+    }
+    // The event was not touched: no attempt counted, no backoff, no error kind.
     let listed = try vault(["--home", home, "queue", "list", "--json"])
-    XCTAssertTrue(listed.outputText.contains("\"error_kind\" : \"client-unavailable\""), listed.outputText)
+    XCTAssertTrue(listed.outputText.contains("\"attempts\" : 0"), listed.outputText)
+    XCTAssertTrue(listed.outputText.contains("\"error_kind\" : null"), listed.outputText)
     XCTAssertTrue(listed.outputText.contains("\"state\" : \"pending\""), listed.outputText)
     XCTAssertEqual(server.received.count, 0)
 
-    // Once its backoff (under a second after a first failure) has passed, the event goes.
-    var delivered = false
-    for _ in 0..<40 where !delivered {
-      usleep(250_000)
-      let sent = try vault(flushArguments)
-      XCTAssertEqual(sent.status, 0, sent.error)
-      delivered = sent.outputText.contains("\"delivered\" : 1")
-    }
-    XCTAssertTrue(delivered, "the event was sent once libcurl was back")
+    // doctor warns, and does not call a vault that only cannot send unhealthy.
+    let doctor = try withoutLibraries([Self.libcurl], ["--home", home, "doctor", "--json"])
+    XCTAssertEqual(doctor.status, 0, doctor.outputText)
+    XCTAssertTrue(doctor.outputText.contains("\"detail\" : \"warning: \(missing)"), doctor.outputText)
+    let healthy = try vault(["--home", home, "doctor", "--json"])
+    XCTAssertTrue(healthy.outputText.contains("ok (libcurl loaded)"), healthy.outputText)
+
+    // With libcurl there, the event goes at once.
+    let sent = try vault(flushArguments)
+    XCTAssertEqual(sent.status, 0, sent.error)
+    XCTAssertTrue(sent.outputText.contains("\"delivered\" : 1"), sent.outputText)
     XCTAssertEqual(server.received.map(\.status), [200])
+
+    // memo relay says so too, and keeps every memo.
+    let memo = (vaultBinary() as NSString).deletingLastPathComponent + "/memo"
+    XCTAssertEqual(try Spawn.run(memo, ["--home", home, "send", "hello"]).status, 0)
+    let relay = try withoutLibraries([Self.libcurl], ["--home", home, "relay", "--endpoint", endpoint], binary: memo)
+    XCTAssertEqual(relay.status, 1, relay.error)
+    XCTAssertTrue(relay.error.contains(missing), relay.error)
+    XCTAssertTrue(
+      try vault(["--home", home, "queue", "list", "--queue", "memo", "--json"]).outputText.contains(
+        "\"attempts\" : 0"))
   }
 
-  /// Runs `vault arguments` in a private mount namespace where each of `sonames` is an empty file
+  /// Runs `binary arguments` (vault by default) in a private mount namespace where each of `sonames` is an empty file
   /// (bind-mounted over the library the dynamic linker would find), so dlopen fails as on a
   /// machine without it. Needs root, as the test command runs.
-  private func withoutLibraries(_ sonames: [String], _ arguments: [String], input: [UInt8] = []) throws -> Spawned {
+  private func withoutLibraries(
+    _ sonames: [String], _ arguments: [String], input: [UInt8] = [], binary: String = vaultBinary()
+  ) throws -> Spawned {
     let empty = temporary.sub("empty-library")
     if !FileManager.default.fileExists(atPath: empty) {
       XCTAssertTrue(FileManager.default.createFile(atPath: empty, contents: Data()))
@@ -157,7 +181,7 @@ final class OptionalLibrariesTests: XCTestCase {
       """
     let run = try Spawn.run(
       "/usr/bin/unshare",
-      ["-m", "/bin/sh", "-c", script, "sh", empty, String(targets.count)] + targets + [vaultBinary()] + arguments,
+      ["-m", "/bin/sh", "-c", script, "sh", empty, String(targets.count)] + targets + [binary] + arguments,
       input: input)
     XCTAssertNotEqual(run.status, 99, "could not hide a library: \(run.error)")
     return run

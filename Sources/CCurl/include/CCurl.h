@@ -15,11 +15,16 @@
 #define CURL_DISABLE_TYPECHECK 1
 #include <curl/curl.h>
 
-/// Loads libcurl.so.4 and resolves every function below, once per process (thread-safe), then
-/// calls curl_global_init(CURL_GLOBAL_DEFAULT). 1 when libcurl is ready, 0 when it could not be
-/// loaded, lacks a function, or failed to initialise; every other function here then fails as
-/// libcurl itself would on a handle it could not make (NULL, CURLE_FAILED_INIT, CURLM_INTERNAL_ERROR).
+/// Loads libcurl.so.4, resolves every function below and calls curl_global_init(CURL_GLOBAL_DEFAULT)
+/// (thread-safe). 1 when libcurl is ready, 0 when it could not be loaded, lacks a function, or
+/// failed to initialise; every other function here then fails as libcurl itself would on a handle
+/// it could not make (NULL, CURLE_FAILED_INIT, CURLM_INTERNAL_ERROR). Once ready it stays ready;
+/// after a failure the next call tries again (the library may have been installed since).
 int vault_curl_load(void);
+
+/// Why the last vault_curl_load failed (the dynamic linker's message, or the function missing),
+/// copied into `buffer` as a C string of at most `size` bytes; empty when none failed.
+void vault_curl_load_error(char *buffer, size_t size);
 
 CURL *vault_curl_easy_init(void);
 void vault_curl_easy_cleanup(CURL *handle);

@@ -7,14 +7,42 @@
 // outside the compiler's search path (pkg-config adds it), and a system-library target that asks
 // pkg-config for it is also linked against the libraries. So this header stands alone: opaque
 // types, the two GLib structures vault reads (GError, GList), and the functions vault needs, each
-// prefixed vault_. The constants and layouts loader.c relies on are compared with the real headers
-// by a test (LibSecretABITests), compiled against them.
+// prefixed vault_.
+//
+// A test (LibSecretABITests) compiles loader.c with VAULT_CLIBSECRET_REAL_TYPES defined and the real
+// headers' paths: every type here is then the real one, and loader.c asserts that each function
+// pointer it calls through has the type of the real function, each constant its real value, and
+// both structures their real layout.
 #ifndef VAULT_CLIBSECRET_H
 #define VAULT_CLIBSECRET_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+// GLib's GError and GList, field for field (GQuark is a guint32, gint an int).
+#define VAULT_GERROR_FIELDS \
+  uint32_t domain;          \
+  int code;                 \
+  char *message;
+#define VAULT_GLIST_FIELDS(node) \
+  void *data;                    \
+  struct node *next;             \
+  struct node *prev;
+
+#ifdef VAULT_CLIBSECRET_REAL_TYPES
+#include <gio/gio.h>
+#include <libsecret/secret.h>
+typedef SecretService VaultSecretService;
+typedef SecretCollection VaultSecretCollection;
+typedef SecretItem VaultSecretItem;
+typedef SecretValue VaultSecretValue;
+typedef SecretSchema VaultSecretSchema;
+typedef GHashTable VaultGHashTable;
+typedef GCancellable VaultGCancellable;
+typedef GDBusConnection VaultGDBusConnection;
+typedef GError VaultGError;
+typedef GList VaultGList;
+#else
 typedef struct VaultSecretService VaultSecretService;
 typedef struct VaultSecretCollection VaultSecretCollection;
 typedef struct VaultSecretItem VaultSecretItem;
@@ -24,24 +52,26 @@ typedef struct VaultGHashTable VaultGHashTable;
 typedef struct VaultGCancellable VaultGCancellable;
 typedef struct VaultGDBusConnection VaultGDBusConnection;
 
-/// GLib's GError, field for field (domain is a GQuark, code a gint).
+/// GLib's GError.
 typedef struct VaultGError {
-  uint32_t domain;
-  int code;
-  char *message;
+  VAULT_GERROR_FIELDS
 } VaultGError;
 
-/// GLib's GList node, field for field.
+/// GLib's GList node.
 typedef struct VaultGList {
-  void *data;
-  struct VaultGList *next;
-  struct VaultGList *prev;
+  VAULT_GLIST_FIELDS(VaultGList)
 } VaultGList;
+#endif
 
-/// Loads libsecret-1.so.0 and resolves every function vault calls in it and in GLib/GIO, once per
-/// process (thread-safe). 1 when ready; 0 when the library is not installed or lacks a function,
-/// and then no other function here may be called.
+/// Loads libsecret-1.so.0 and resolves every function vault calls in it and in GLib/GIO
+/// (thread-safe). 1 when ready; 0 when the library is not installed or lacks a function, and then
+/// no other function here may be called. Once ready it stays ready; after a failure the next call
+/// tries again (the library may have been installed since).
 int vault_secret_load(void);
+
+/// Why the last vault_secret_load failed (the dynamic linker's message, or the function missing),
+/// copied into `buffer` as a C string of at most `size` bytes; empty when none failed.
+void vault_secret_load_error(char *buffer, size_t size);
 
 // GObject and GLib memory.
 void vault_g_object_unref(void *object);

@@ -441,14 +441,23 @@ public final class SecretServiceStore: KeyStore {
 
   /// The soname `vault_secret_load` opens (CLibSecret's loader.c).
   static let library = "libsecret-1.so.0"
-  /// libsecret loaded and resolved, once per process, on the first use of any store.
-  private static let libraryLoaded: Bool = vault_secret_load() != 0
+
+  /// Loads libsecret on the first use of any store (again after a failure: it may have been
+  /// installed since), or throws `.libraryMissing` with the dynamic linker's reason.
+  private static func loadLibrary() throws {
+    guard vault_secret_load() == 0 else { return }
+    let reason = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 256) { buffer in
+      vault_secret_load_error(buffer.baseAddress, buffer.count)
+      return String(cString: buffer.baseAddress!)
+    }
+    throw KeyStoreError.libraryMissing(library: library, reason: reason.isEmpty ? "unknown" : reason)
+  }
 
   /// Runs `body` with a cancellable that fires after `timeout` seconds, once libsecret is loaded.
   private func withDeadline<T>(
     _ operation: String, _ body: (OpaquePointer) throws -> T
   ) throws -> T {
-    guard Self.libraryLoaded else { throw KeyStoreError.libraryMissing(library: Self.library) }
+    try Self.loadLibrary()
     let cancellable = CancellableHandle()
     let timer = DispatchWorkItem { [cancellable] in cancellable.cancel() }
     DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
