@@ -20,14 +20,16 @@ public enum Backup {
   ///
   /// - Parameters:
   ///   - vault: the vault to back up.
-  ///   - directory: where bundles are kept; must exist.
+  ///   - directory: where bundles are kept; must exist, and be writable only by its owner (this user
+  ///     or root) or have the sticky bit.
   ///   - passphrase: wraps the keys (scrypt, then AES-256-GCM).
   ///   - keep: how many of this vault's bundles to keep, at least 1.
   ///   - toolVersion: the release writing it, recorded in the manifest.
   ///   - clock: the time recorded and used in the bundle's name.
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was written, verified and removed.
-  /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.containerMissing`, `.io`, or a
+  /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.sharedDirectory` (others may
+  ///   rename entries in `directory`), `.containerMissing`, `.io`, or a
   ///   verification failure of the new bundle, which is then removed and never takes a bundle's
   ///   name);
   ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
@@ -53,6 +55,13 @@ public enum Backup {
     var info = stat()
     guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
       throw BackupError.notADirectory(path: directory)
+    }
+    // Everything in DIR is reached by path: another user who may rename entries there could swap a
+    // work directory (and read a snapshot) or the partial bundle (and have an older genuine bundle
+    // linked in, after which pruning drops the newer ones). The sticky bit stops renames by others.
+    let othersMayWrite = info.st_mode & (S_IWGRP | S_IWOTH) != 0 && info.st_mode & S_ISVTX == 0
+    if othersMayWrite || (info.st_uid != geteuid() && info.st_uid != 0) {
+      throw BackupError.sharedDirectory(path: directory, mode: UInt32(info.st_mode), owner: info.st_uid)
     }
     let work = try WorkDirectory(parent: directory)
     let now = clock()

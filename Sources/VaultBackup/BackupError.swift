@@ -33,6 +33,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   case invalidKeep(Int)
   /// The backup destination is not a directory.
   case notADirectory(path: String)
+  /// The backup destination lets another user rename or replace what is in it: it is writable by
+  /// group or others without the sticky bit, or owned by another user (not root). A backup there
+  /// could have a snapshot read or an older bundle swapped in while it runs; nothing was written.
+  case sharedDirectory(path: String, mode: UInt32, owner: UInt32)
   /// A registered container is missing: a backup never leaves one out silently.
   case containerMissing(path: String)
   /// A file-system call failed, with its errno.
@@ -68,6 +72,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
     case .emptyPassphrase: "the passphrase is empty"
     case .invalidKeep(let keep): "--keep must be at least 1 (got \(keep))"
     case .notADirectory(let path): "\(path) is not a directory"
+    case .sharedDirectory(let path, let mode, let owner):
+      "\(path) lets other users rename or replace its files (mode \(String(mode & 0o7777, radix: 8)), owner uid "
+        + "\(owner)), so a backup there could be read or swapped while it runs; nothing was written: use a directory "
+        + "of your own that only you can write to (chmod go-w), or one with the sticky bit (chmod +t)"
     case .containerMissing(let path):
       "registered container \(path) is missing; restore it, or forget it (`vault container forget`) before a backup"
     case .io(let path, let operation, let code): "\(operation) \(path) failed: \(String(cString: strerror(code)))"

@@ -157,7 +157,8 @@ extension VaultCommandLine {
     } catch let error as BackupError {
       terminal.note("Error: \(error.description)")
       switch error {
-      case .io, .notADirectory, .containerMissing, .emptyPassphrase: return ExitCode.couldNotRun.rawValue
+      case .io, .notADirectory, .sharedDirectory, .containerMissing, .emptyPassphrase:
+        return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }
     } catch let error as PassphraseInputError {
@@ -249,7 +250,9 @@ enum BackupCommand: Subcommand {
       error (never in a pipe or with --json).
       """,
     parameters: [
-      .option("--to", "DIR", .directory, help: "The directory that keeps the bundles (must exist)."),
+      .option(
+        "--to", "DIR", .directory,
+        help: "The directory that keeps the bundles (must exist; writable only by its owner, or sticky)."),
       .option(
         "--keep", "N", .wholeNumber(1...10_000, unit: nil),
         help: "Bundles of this vault to keep in DIR, 1 to 10000 (default 5)."),

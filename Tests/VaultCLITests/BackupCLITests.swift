@@ -37,6 +37,29 @@ final class BackupCLITests: XCTestCase {
     try FileManager.default.contentsOfDirectory(atPath: backups).sorted().map { backups + "/" + $0 }
   }
 
+  /// A directory where another user may rename or replace entries is refused before anything is
+  /// written: writable by group or others without the sticky bit, or owned by another user.
+  func testABackupDirectoryOthersCanRenameEntriesInIsRefused() throws {
+    let arguments = ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]
+    for (mode, owner) in [(0o777 as mode_t, 0 as uid_t), (0o775, 0), (0o757, 0), (0o755, 1234)] {
+      XCTAssertEqual(chmod(backups, mode), 0)
+      XCTAssertEqual(chown(backups, owner, 0), 0)
+      let refused = try vault(arguments)
+      XCTAssertEqual(refused.status, 2, "mode \(String(mode, radix: 8)) owner \(owner): \(refused.error)")
+      XCTAssertTrue(refused.error.contains("lets other users rename or replace its files"), refused.error)
+      XCTAssertTrue(refused.error.contains("mode \(String(mode, radix: 8)), owner uid \(owner)"), refused.error)
+      XCTAssertEqual(try bundles(), [], "nothing was written")
+    }
+    // Sticky (as /tmp), or writable only by its owner: a backup is made.
+    for mode: mode_t in [0o1777, 0o700] {
+      XCTAssertEqual(chown(backups, 0, 0), 0)
+      XCTAssertEqual(chmod(backups, mode), 0)
+      let written = try vault(arguments)
+      XCTAssertEqual(written.status, 0, "mode \(String(mode, radix: 8)): \(written.error)")
+    }
+    XCTAssertEqual(try bundles().count, 2)
+  }
+
   func testBackupVerifyAndRestoreRoundTripThroughTheBinary() throws {
     let written = try vault(
       ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
