@@ -37,10 +37,12 @@ let package = Package(
     // VaultScan's AVX2 pre-filter: C in a header (Swift cannot target AVX2 per function).
     .systemLibrary(name: "CScanKernels"),
     // libcurl, loaded with dlopen on first use (headers from libcurl4-openssl-dev): Sources/CCurl.
-    .target(name: "CCurl"),
+    .target(name: "CCurl", dependencies: ["CDynamicLibrary"]),
     // libsecret (with GLib and GIO), loaded with dlopen on first use, declared without its headers:
     // Sources/CLibSecret.
-    .target(name: "CLibSecret", exclude: ["abi.h"]),
+    .target(name: "CLibSecret", dependencies: ["CDynamicLibrary"], exclude: ["abi.h"]),
+    // What both loaders share: one attempt at a time, success kept, the reason of a failure kept.
+    .target(name: "CDynamicLibrary"),
 
     .target(name: "VaultCrypto", dependencies: ["COpenSSL"], swiftSettings: strict),
     .target(name: "VaultKeys", dependencies: ["VaultCrypto", "CLibSecret"], swiftSettings: strict),

@@ -1,11 +1,9 @@
 // libcurl through dlopen (see CCurl.h): one table of function pointers, filled once.
 #include "CCurl.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
+
+#include "CDynamicLibrary.h"
 
 static struct {
   CURLcode (*global_init)(long flags);
@@ -44,76 +42,37 @@ SAME_TYPE(multi_wakeup, curl_multi_wakeup);
 SAME_TYPE(multi_info_read, curl_multi_info_read);
 SAME_TYPE(multi_cleanup, curl_multi_cleanup);
 
-// Set once, when everything is loaded; read without the lock by every call.
-static atomic_int ready;
-// Serialises the loading attempts and guards `failure`.
-static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
-static char failure[256];
+#define RESOLVE(field, name) vault_library_resolve(library, handle, name, &api.field)
 
-// 1 when `name` was found; the pointer is stored through a void * because ISO C has no cast from
-// an object pointer (dlsym's result) to a function pointer.
-static int resolve(void *library, const char *name, void *slot) {
-  void *symbol = dlsym(library, name);
-  if (!symbol) {
-    snprintf(failure, sizeof failure, "libcurl.so.4 has no %s", name);
-    return 0;
-  }
-  *(void **)slot = symbol;
-  return 1;
-}
-
-static void load(void) {
-  // The soname Debian 12's libcurl4-openssl installs; never unloaded (libcurl's global state and
-  // OpenSSL's stay for the process).
-  void *library = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    const char *reason = dlerror();
-    snprintf(failure, sizeof failure, "%s", reason ? reason : "libcurl.so.4 could not be opened");
-    return;
-  }
-  int found = resolve(library, "curl_global_init", &api.global_init) &&
-              resolve(library, "curl_easy_init", &api.easy_init) &&
-              resolve(library, "curl_easy_cleanup", &api.easy_cleanup) &&
-              resolve(library, "curl_easy_setopt", &api.easy_setopt) &&
-              resolve(library, "curl_easy_getinfo", &api.easy_getinfo) &&
-              resolve(library, "curl_slist_append", &api.slist_append) &&
-              resolve(library, "curl_slist_free_all", &api.slist_free_all) &&
-              resolve(library, "curl_multi_init", &api.multi_init) &&
-              resolve(library, "curl_multi_add_handle", &api.multi_add_handle) &&
-              resolve(library, "curl_multi_remove_handle", &api.multi_remove_handle) &&
-              resolve(library, "curl_multi_perform", &api.multi_perform) &&
-              resolve(library, "curl_multi_poll", &api.multi_poll) &&
-              resolve(library, "curl_multi_wakeup", &api.multi_wakeup) &&
-              resolve(library, "curl_multi_info_read", &api.multi_info_read) &&
-              resolve(library, "curl_multi_cleanup", &api.multi_cleanup);
+static int resolve_all(vault_library *library, void *handle) {
   // An older libcurl without curl_multi_poll (before 7.66) or curl_multi_wakeup (7.68) is refused
   // whole rather than half used.
-  if (!found) return;
+  return RESOLVE(global_init, "curl_global_init") && RESOLVE(easy_init, "curl_easy_init") &&
+         RESOLVE(easy_cleanup, "curl_easy_cleanup") && RESOLVE(easy_setopt, "curl_easy_setopt") &&
+         RESOLVE(easy_getinfo, "curl_easy_getinfo") && RESOLVE(slist_append, "curl_slist_append") &&
+         RESOLVE(slist_free_all, "curl_slist_free_all") && RESOLVE(multi_init, "curl_multi_init") &&
+         RESOLVE(multi_add_handle, "curl_multi_add_handle") &&
+         RESOLVE(multi_remove_handle, "curl_multi_remove_handle") &&
+         RESOLVE(multi_perform, "curl_multi_perform") && RESOLVE(multi_poll, "curl_multi_poll") &&
+         RESOLVE(multi_wakeup, "curl_multi_wakeup") && RESOLVE(multi_info_read, "curl_multi_info_read") &&
+         RESOLVE(multi_cleanup, "curl_multi_cleanup");
+}
+
+static int start(vault_library *library) {
   // OpenSSL (through libcurl) would write every TLS session secret to this file: whoever has the
   // file and a capture of the traffic reads the token and the records.
   unsetenv("SSLKEYLOGFILE");
-  if (api.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    snprintf(failure, sizeof failure, "curl_global_init failed");
-    return;
-  }
-  failure[0] = 0;
-  atomic_store_explicit(&ready, 1, memory_order_release);
+  if (api.global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK) return 1;
+  vault_library_fail(library, "curl_global_init failed");
+  return 0;
 }
 
-int vault_curl_load(void) {
-  if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
-  pthread_mutex_lock(&loading);
-  if (!atomic_load_explicit(&ready, memory_order_relaxed)) load();
-  pthread_mutex_unlock(&loading);
-  return atomic_load_explicit(&ready, memory_order_acquire);
-}
+// The soname Debian 12's libcurl4-openssl installs.
+static vault_library curl = VAULT_LIBRARY("libcurl.so.4", resolve_all, start);
 
-void vault_curl_load_error(char *buffer, size_t size) {
-  if (size == 0) return;
-  pthread_mutex_lock(&loading);
-  snprintf(buffer, size, "%s", failure);
-  pthread_mutex_unlock(&loading);
-}
+int vault_curl_load(void) { return vault_library_load(&curl); }
+
+void vault_curl_load_error(char *buffer, size_t size) { vault_library_error(&curl, buffer, size); }
 
 CURL *vault_curl_easy_init(void) { return vault_curl_load() ? api.easy_init() : NULL; }
 

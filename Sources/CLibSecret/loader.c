@@ -5,10 +5,7 @@
 #include "CLibSecret.h"
 #include "abi.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdio.h>
+#include "CDynamicLibrary.h"
 
 typedef unsigned (*hash_function)(const void *key);
 typedef int (*equal_function)(const void *a, const void *b);
@@ -160,71 +157,35 @@ SAME_FIELD(declared_list, GList, next);
 SAME_FIELD(declared_list, GList, prev);
 #endif
 
-// Set once, when everything is resolved; read without the lock by every call.
-static atomic_int ready;
-// Serialises the loading attempts and guards `failure`.
-static pthread_mutex_t loading = PTHREAD_MUTEX_INITIALIZER;
-static char failure[256];
+#define RESOLVE(name) vault_library_resolve(library, handle, #name, &api.name)
 
-// 1 when `name` was found; stored through a void * because ISO C has no cast from an object pointer
-// (dlsym's result) to a function pointer.
-static int resolve(void *library, const char *name, void *slot) {
-  void *symbol = dlsym(library, name);
-  if (!symbol) {
-    snprintf(failure, sizeof failure, "libsecret-1.so.0 (or the GLib it loads) has no %s", name);
-    return 0;
-  }
-  *(void **)slot = symbol;
-  return 1;
+static int resolve_all(vault_library *library, void *handle) {
+  // GLib, GObject and GIO come with libsecret as its dependencies, and dlsym on its handle finds
+  // their functions too.
+  return RESOLVE(g_object_unref) && RESOLVE(g_free) && RESOLVE(g_strdup) && RESOLVE(g_strcmp0) &&
+         RESOLVE(g_str_hash) && RESOLVE(g_str_equal) && RESOLVE(g_error_free) && RESOLVE(g_error_matches) &&
+         RESOLVE(g_io_error_quark) && RESOLVE(g_dbus_error_quark) && RESOLVE(g_hash_table_new_full) &&
+         RESOLVE(g_hash_table_insert) && RESOLVE(g_hash_table_lookup) && RESOLVE(g_hash_table_unref) &&
+         RESOLVE(g_list_free_full) && RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
+         RESOLVE(g_variant_unref) && RESOLVE(g_variant_iter_loop) && RESOLVE(g_variant_iter_free) &&
+         RESOLVE(g_cancellable_new) && RESOLVE(g_cancellable_cancel) && RESOLVE(g_cancellable_is_cancelled) &&
+         RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(secret_schema_new) &&
+         RESOLVE(secret_schema_unref) && RESOLVE(secret_service_get_sync) &&
+         RESOLVE(secret_service_get_session_algorithms) && RESOLVE(secret_service_disconnect) &&
+         RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
+         RESOLVE(secret_service_clear_sync) && RESOLVE(secret_collection_for_alias_sync) &&
+         RESOLVE(secret_collection_get_locked) && RESOLVE(secret_item_get_locked) &&
+         RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_get_attributes) &&
+         RESOLVE(secret_item_delete_sync) && RESOLVE(secret_value_new) && RESOLVE(secret_value_get) &&
+         RESOLVE(secret_value_unref);
 }
 
-#define RESOLVE(name) resolve(library, #name, &api.name)
+// The soname of Debian 12's libsecret-1-0.
+static vault_library secret = VAULT_LIBRARY("libsecret-1.so.0", resolve_all, NULL);
 
-static void load(void) {
-  // The soname of Debian 12's libsecret-1-0. GLib, GObject and GIO come with it as its
-  // dependencies, and dlsym on its handle finds their functions too. Never unloaded: GLib's type
-  // system cannot be.
-  void *library = dlopen("libsecret-1.so.0", RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    const char *reason = dlerror();
-    snprintf(failure, sizeof failure, "%s", reason ? reason : "libsecret-1.so.0 could not be opened");
-    return;
-  }
-  int found = RESOLVE(g_object_unref) && RESOLVE(g_free) && RESOLVE(g_strdup) && RESOLVE(g_strcmp0) &&
-          RESOLVE(g_str_hash) && RESOLVE(g_str_equal) && RESOLVE(g_error_free) && RESOLVE(g_error_matches) &&
-          RESOLVE(g_io_error_quark) && RESOLVE(g_dbus_error_quark) && RESOLVE(g_hash_table_new_full) &&
-          RESOLVE(g_hash_table_insert) && RESOLVE(g_hash_table_lookup) && RESOLVE(g_hash_table_unref) &&
-          RESOLVE(g_list_free_full) && RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
-          RESOLVE(g_variant_unref) && RESOLVE(g_variant_iter_loop) && RESOLVE(g_variant_iter_free) &&
-          RESOLVE(g_cancellable_new) && RESOLVE(g_cancellable_cancel) && RESOLVE(g_cancellable_is_cancelled) &&
-          RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(secret_schema_new) &&
-          RESOLVE(secret_schema_unref) && RESOLVE(secret_service_get_sync) &&
-          RESOLVE(secret_service_get_session_algorithms) && RESOLVE(secret_service_disconnect) &&
-          RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
-          RESOLVE(secret_service_clear_sync) && RESOLVE(secret_collection_for_alias_sync) &&
-          RESOLVE(secret_collection_get_locked) && RESOLVE(secret_item_get_locked) &&
-          RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_get_attributes) &&
-          RESOLVE(secret_item_delete_sync) && RESOLVE(secret_value_new) && RESOLVE(secret_value_get) &&
-          RESOLVE(secret_value_unref);
-  if (!found) return;
-  failure[0] = 0;
-  atomic_store_explicit(&ready, 1, memory_order_release);
-}
+int vault_secret_load(void) { return vault_library_load(&secret); }
 
-int vault_secret_load(void) {
-  if (atomic_load_explicit(&ready, memory_order_acquire)) return 1;
-  pthread_mutex_lock(&loading);
-  if (!atomic_load_explicit(&ready, memory_order_relaxed)) load();
-  pthread_mutex_unlock(&loading);
-  return atomic_load_explicit(&ready, memory_order_acquire);
-}
-
-void vault_secret_load_error(char *buffer, size_t size) {
-  if (size == 0) return;
-  pthread_mutex_lock(&loading);
-  snprintf(buffer, size, "%s", failure);
-  pthread_mutex_unlock(&loading);
-}
+void vault_secret_load_error(char *buffer, size_t size) { vault_library_error(&secret, buffer, size); }
 
 void vault_g_object_unref(void *object) { api.g_object_unref(object); }
 void vault_g_free(void *memory) { api.g_free(memory); }

@@ -19,7 +19,8 @@ final class LibSecretABITests: XCTestCase {
     return try Spawn.run(
       "/usr/bin/env",
       ["clang", "-fsyntax-only", "-std=c11", "-DVAULT_CLIBSECRET_REAL_TYPES", "-I", directory + "/include"]
-        + ["-I", directory] + headerPaths + [directory + "/loader.c"])
+        + ["-I", directory, "-I", packageRoot() + "/Sources/CDynamicLibrary/include"] + headerPaths
+        + [directory + "/loader.c"])
   }
 
   func testTheLoadersTypesConstantsAndLayoutsAreTheRealHeaders() throws {
