@@ -61,6 +61,10 @@ public enum HTTPOutcome: Sendable, Equatable {
 ///
 /// `send` blocks the calling thread; exchanges of one client run one at a time, each on a fresh
 /// connection (none is kept for the next request). Thread-safe.
+///
+/// libcurl (`libcurl.so.4`) is loaded with dlopen by the first exchange, not linked: a process that
+/// never sends never loads it. Where it cannot be loaded, every exchange is `client-unavailable`
+/// (and tries to load it again); ``unavailableReason`` says why, before anything is claimed.
 public final class HTTPClient: @unchecked Sendable {
   /// The deadline of one whole exchange.
   public let timeout: TimeInterval
