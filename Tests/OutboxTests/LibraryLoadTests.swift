@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import VaultTestSupport
 import XCTest
 
@@ -15,7 +14,7 @@ final class LibraryLoadTests: XCTestCase {
     let url = URL(string: "http://127.0.0.1:\(server.port)/load")!
     let start = DispatchSemaphore(value: 0)
     let done = DispatchGroup()
-    let results = Mutex<[String]>([])
+    let results = Results()
     for _ in 0..<8 {
       done.enter()
       Thread.detachNewThread {
@@ -23,15 +22,24 @@ final class LibraryLoadTests: XCTestCase {
         // Each asks whether libcurl loads, then sends: whichever comes first loads it.
         let reason = HTTPClient.unavailableReason
         let outcome = HTTPClient(timeout: 10).send(HTTPRequest(url: url, body: Array("x".utf8)))
-        results.withLock { $0.append("\(reason ?? "loaded") \(outcome)") }
+        results.append("\(reason ?? "loaded") \(outcome)")
         done.leave()
       }
     }
     for _ in 0..<8 { start.signal() }
     XCTAssertEqual(done.wait(timeout: .now() + 60), .success)
-    let seen = results.withLock { $0 }
+    let seen = results.lines
     XCTAssertEqual(seen.count, 8)
     for line in seen { XCTAssertEqual(line, "loaded status(204, retryAfter: nil)") }
     XCTAssertEqual(HTTPClient.unavailableReason, nil)
   }
+}
+
+/// What each thread saw, behind a lock.
+private final class Results: @unchecked Sendable {
+  private let lock = NSLock()
+  private var kept: [String] = []
+
+  func append(_ line: String) { lock.withLock { kept.append(line) } }
+  var lines: [String] { lock.withLock { kept } }
 }
