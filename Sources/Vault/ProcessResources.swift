@@ -127,7 +127,7 @@ public enum ProcessResources {
       let own = dirfd(directory)
       var found: [Int32] = []
       while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let name = String(decoding: directoryEntryName(entry), as: UTF8.self)
         if let fd = Int32(name), fd != own, fd < limit { found.append(fd) }
       }
       return found

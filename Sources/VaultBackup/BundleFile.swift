@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultCrypto
 
 /// A bundle opened for reading (positional reads; the descriptor is closed on deinit).
@@ -195,7 +196,7 @@ final class WorkDirectory {
     rewinddir(stream)
     var found: [(String, Bool)] = []
     while let entry = readdir(stream) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+      let name = String(decoding: directoryEntryName(entry), as: UTF8.self)
       guard name != ".", name != ".." else { continue }
       var info = stat()
       let isDirectory = fstatat(directory, name, &info, AT_SYMLINK_NOFOLLOW) != 0 || info.st_mode & S_IFMT == S_IFDIR

@@ -1,5 +1,6 @@
 // C boundary: open, openat, fstatat, fdopendir and readdir, for the scan's one walk of the tree.
 import Foundation
+import Vault
 
 /// How the scan shows a path that is raw bytes: as valid UTF-8 that names it exactly.
 ///
@@ -217,7 +218,7 @@ extension Scanner {
         }
         break
       }
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
+      let name = directoryEntryName(entry)
       if name != [0x2e], name != [0x2e, 0x2e] { names.append(name) }
     }
     names.sort { $0.lexicographicallyPrecedes($1) }
