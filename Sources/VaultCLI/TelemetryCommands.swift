@@ -80,7 +80,7 @@ extension VaultCommandLine {
     // Without libcurl nothing can be sent: say so before anything is claimed, rather than let every
     // event fail its attempt as `client-unavailable` (a pass would exit 0, as for a server down).
     if action != "log", endpoint != nil, let reason = HTTPClient.unavailableReason {
-      throw DeliveryLibraryMissing(reason: reason, waiting: "events")
+      throw DeliveryLibraryMissing(reason: reason)
     }
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {
@@ -126,12 +126,10 @@ struct LogResult: Encodable {
 /// is claimed.
 struct DeliveryLibraryMissing: Error, CustomStringConvertible {
   var reason: String
-  /// What stays queued ("events").
-  var waiting: String
 
   var description: String {
     "libcurl (libcurl.so.4) could not be loaded (\(reason)), so nothing can be sent; install it (Debian: libcurl4) "
-      + "and run again (nothing was claimed: the \(waiting) wait)"
+      + "and run again (nothing was claimed: the events wait)"
   }
 }
 
