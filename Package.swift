@@ -55,7 +55,9 @@ let package = Package(
     // The scan audits vault's containers itself (one walk, one reader): it reads them through VaultQueue.
     .target(
       name: "VaultScan",
-      dependencies: ["Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression", "CScanKernels"],
+      dependencies: [
+        "Vault", "VaultKeys", "VaultQueue", "VaultCrypto", "CZlib", "CCompression", "CScanKernels", "CProcessHardening",
+      ],
       swiftSettings: strict),
     // Backup bundles: keys wrapped under a passphrase and container snapshots in one file.
     .target(

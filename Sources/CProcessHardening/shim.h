@@ -1,7 +1,8 @@
-// Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift): the
-// fatal-signal handler must be async-signal-safe, so it is C, not Swift (no allocation, no locks,
-// no runtime calls: write(2), sigaction(2), sigprocmask(2), alarm(2), raise(3) only). prctl is variadic, so it needs a
-// wrapper to be called from Swift. No library to link: everything here is glibc.
+// Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift), and the
+// scan's private descriptor table (VaultScan's FilePipeline). The fatal-signal handler must be
+// async-signal-safe, so it is C, not Swift (no allocation, no locks, no runtime calls: write(2),
+// sigaction(2), sigprocmask(2), alarm(2), raise(3) only). prctl and syscall are variadic, so they
+// need wrappers to be called from Swift. No library to link: everything here is glibc.
 #ifndef VAULT_CPROCESSHARDENING_SHIM_H
 #define VAULT_CPROCESSHARDENING_SHIM_H
 
@@ -10,10 +11,33 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // glibc's short program name (errno.h declares it only under _GNU_SOURCE).
 extern char *program_invocation_short_name;
+
+// unshare(2) is declared by sched.h only under _GNU_SOURCE; CLONE_FILES is its flag (linux/sched.h).
+extern int unshare(int flags);
+#define VAULT_CLONE_FILES 0x00000400
+
+/// Gives the calling thread a descriptor table of its own (a copy of the process's), so that what
+/// it opens and closes cannot drop the POSIX record locks the rest of the process holds: Linux
+/// keys those locks by descriptor table, and closing any descriptor of a file drops every lock its
+/// table holds on that file (SQLite's, for a database this thread reads). The copies of the
+/// process's descriptors above 2 are then closed in the new table (close_range, Linux 5.9), which
+/// leaves the process's own descriptors and locks as they were; on an older kernel they stay open
+/// until the thread ends. Threads this thread starts share its table. 0 on success, else an errno.
+static inline int vault_private_descriptor_table(void) {
+  if (unshare(VAULT_CLONE_FILES) != 0) return errno;
+#ifdef SYS_close_range
+  (void)syscall(SYS_close_range, 3U, ~0U, 0U);
+#endif
+  return 0;
+}
+
+/// The calling thread's id (gettid), which names its descriptor table under /proc/self/task.
+static inline long vault_thread_id(void) { return syscall(SYS_gettid); }
 
 /// Marks the process non-dumpable: no core file and no systemd-coredump entry for it, and no
 /// ptrace attach or /proc/PID/mem read by other processes of the same user. 0 on success.

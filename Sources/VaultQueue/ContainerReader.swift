@@ -4,9 +4,11 @@ import Foundation
 /// a single SQLite connection that creates nothing and changes nothing. Package API: VaultScan's.
 ///
 /// The file is the one behind a descriptor the caller opened (and keeps open and closes): SQLite is
-/// given `/proc/self/fd/N` and resolves it to the file's path, so names that are not UTF-8 work and
-/// its WAL is found next to it. The descriptor and the file SQLite opened are compared (device and
-/// inode) after the read; a file replaced in between is an error, not an audit of another file.
+/// given its link under /proc (`/proc/self/fd/N`, or `/proc/self/task/T/fd/N` for a descriptor of
+/// a thread with a table of its own) and resolves it to the file's path, so names that are not
+/// UTF-8 work and its WAL is found next to it. The descriptor's file and the file SQLite opened
+/// are compared (device and inode) after the read; a file replaced in between is an error, not an
+/// audit of another file.
 package final class ContainerReader {
   /// The keyring id (hex) recorded in the container; nil when the database is not a vault queue
   /// container (no `records` and `meta` tables, or no keyring id), and then it holds no records.
@@ -16,7 +18,8 @@ package final class ContainerReader {
   /// opened for writing since).
   package let containerID: String?
   private let connection: Connection
-  private let descriptor: Int32
+  /// The descriptor's link under /proc: `stat` of it is the file the caller opened.
+  private let link: String
   /// The path the descriptor resolved to when it was opened, as raw bytes (NUL-terminated).
   private let resolved: [CChar]
   private let path: String
@@ -30,10 +33,20 @@ package final class ContainerReader {
   ///     otherwise the file is opened `immutable` and no -wal or -shm file is created.
   /// - Throws: `QueueError` (`.corrupt`, `.busy`, `.permissionDenied`, `.cannotOpen`…) when the
   ///   file cannot be read as a database.
-  package init(descriptor: Int32, path: String, live: Bool) throws {
-    self.descriptor = descriptor
+  package convenience init(descriptor: Int32, path: String, live: Bool) throws {
+    try self.init(link: "/proc/self/fd/\(descriptor)", path: path, live: live)
+  }
+
+  /// Opens the database file behind the descriptor whose link under /proc is `link`.
+  /// - Parameters:
+  ///   - link: `/proc/self/fd/N`, or `/proc/self/task/T/fd/N` for descriptor N of thread T's own
+  ///     table; the descriptor stays open while the reader is used (the caller closes it).
+  ///   - path: how errors name the file (the caller's display path).
+  ///   - live: as for `init(descriptor:path:live:)`.
+  /// - Throws: as `init(descriptor:path:live:)` does.
+  package init(link: String, path: String, live: Bool) throws {
+    self.link = link
     self.path = path
-    let link = "/proc/self/fd/\(descriptor)"
     var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let count = readlink(link, &buffer, buffer.count - 1)
     guard count > 0 else {
@@ -119,7 +132,7 @@ package final class ContainerReader {
   private func checkSameFile() throws {
     var mine = stat()
     var theirs = stat()
-    guard fstat(descriptor, &mine) == 0, stat(resolved, &theirs) == 0, mine.st_dev == theirs.st_dev,
+    guard stat(link, &mine) == 0, stat(resolved, &theirs) == 0, mine.st_dev == theirs.st_dev,
       mine.st_ino == theirs.st_ino
     else { throw QueueError.cannotOpen(path: path, reason: "the file was replaced while it was read") }
   }

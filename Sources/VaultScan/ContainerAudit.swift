@@ -12,20 +12,20 @@ import VaultQueue
 /// also opened with the context the queue sealed it with, and each one that does not open is an
 /// `envelope-verify` finding. A database that cannot be read this way leaves the audit incomplete.
 extension Scanner {
-  /// Audits the database open at `fd` (shown as `path`); `live` says whether a -wal or -shm file
-  /// sits next to it.
+  /// Audits the database whose open descriptor's link under /proc is `link` (shown as `path`);
+  /// `live` says whether a -wal or -shm file sits next to it.
   /// - Throws: what the vault throws opening an envelope other than `EnvelopeError` (a key store
   ///   that cannot be read): the audit cannot go on without it.
-  func audit(_ fd: Int32, path: String, live: Bool, report: inout ScanReport) throws {
+  func audit(link: String, path: String, live: Bool, report: inout ScanReport) throws {
     var counts: [String: Int] = [:]
     var fatal: (any Error)?
     do {
-      let reader = try ContainerReader(descriptor: fd, path: path, live: live)
+      let reader = try ContainerReader(link: link, path: path, live: live)
       guard let keyring = reader.keyringID else { return }
       // A file at a registered container's path must hold that container: the records of another
       // (a file swapped in, its meta edited to claim the id) are not what the vault registered,
       // however well they open, and rotation and the queue refuse such a file too.
-      if let vault, let registered = Self.registration(of: fd, in: vault.manifest), let expected = registered.id,
+      if let vault, let registered = Self.registration(of: link, in: vault.manifest), let expected = registered.id,
         reader.containerID != expected
       {
         report.add(
@@ -69,10 +69,11 @@ extension Scanner {
     }
   }
 
-  /// The registered container whose path is the file open at `fd` (same device and inode), if any.
-  static func registration(of fd: Int32, in manifest: Manifest) -> ContainerRecord? {
+  /// The registered container whose path is the open file whose link under /proc is `link` (same
+  /// device and inode), if any.
+  static func registration(of link: String, in manifest: Manifest) -> ContainerRecord? {
     var file = stat()
-    guard fstat(fd, &file) == 0 else { return nil }
+    guard stat(link, &file) == 0 else { return nil }
     return manifest.containers.first { container in
       var registered = stat()
       return stat(container.path, &registered) == 0 && registered.st_dev == file.st_dev

@@ -1,3 +1,4 @@
+import CProcessHardening
 import Foundation
 
 /// Memory one scanning thread reuses from file to file: the buffer each chunk is read into (4 MiB
@@ -31,21 +32,51 @@ struct OpenedFile {
   let size: Int
 }
 
+/// Where the scan's descriptors are seen from other threads: `/proc/self/fd/` for the process's
+/// own table, `/proc/self/task/T/fd/` for the private table of the scan's walk thread T. A link
+/// under it names the open file itself (`stat` follows it), from any thread of the process.
+struct DescriptorLinks {
+  let prefix: String
+
+  static let process = DescriptorLinks(prefix: "/proc/self/fd/")
+
+  /// The link of descriptor `fd`.
+  func link(_ fd: Int32) -> String { prefix + String(fd) }
+
+  /// The path of `name` (raw bytes) in the directory open at `directory` (or `name` itself, a
+  /// path, for `AT_FDCWD`), through the directory's link.
+  func path(in directory: Int32, _ name: [UInt8]) -> [UInt8] {
+    directory == AT_FDCWD ? name : Array(link(directory).utf8) + [0x2f] + name
+  }
+}
+
 /// Scans the files one walk opens on two worker threads, and puts together the report in walk
 /// order, exactly as one thread reading them one after the other would: each file's detector
 /// findings are collected apart, then, on the calling thread and in walk order, its container
 /// audit runs (`--verify` opens envelopes on one thread only), its per-file limits apply, and it
 /// joins the report after what the walk noted before it (skipped and unreadable paths).
 ///
+/// The walk and the workers run on threads with a descriptor table of their own
+/// (`vault_private_descriptor_table`): on Linux, closing any descriptor of a file drops every POSIX
+/// lock the closing table holds on that file, so a scan that opened and closed a database with its
+/// descriptors in the process's table would drop the locks of the SQLite connections the process
+/// has open on it (another process could then take itself for the last user and remove its WAL).
+/// The calling thread opens nothing itself: it reads each database it audits through SQLite, by
+/// the walk thread's link to the descriptor (`DescriptorLinks`), and SQLite keeps one process's
+/// connections to a file from dropping each other's locks. Only the walk thread closes the
+/// descriptors it opened, once the calling thread is done with them. Nothing the caller gave runs on
+/// those threads: the progress handler and the vault are used on the calling thread alone.
+///
 /// Memory stays bounded: at most two files are read at once, each by its thread's one chunk
 /// buffer (4 MiB and the overlap) and that file's decoders (`InflateAllowance`), and at most
 /// `window` files (2 to 16, fewer under a low open-file limit) are open and waiting to be put in
 /// the report; each holds its descriptor, one for its directory, and its findings (at most 100
 /// per detector, `ScanReport.findingsPerDetectorPerFile`). The walk waits when the window is full.
-/// A scan of a single file starts no thread.
+/// A scan of a single file starts no worker (the walk thread reads it).
 final class FilePipeline: @unchecked Sendable {
   // Everything below is guarded by `condition`, except `scanner` (read-only: its patterns, searcher
-  // and budget are all a worker uses) and `report` (the calling thread's alone).
+  // and budget are all a worker uses), `report` (the calling thread's alone), `walkBody` and
+  // `inlineScratch` (the walk thread's alone).
   private let condition = NSCondition()
   private let scanner: Scanner
   private let window: Int
@@ -68,16 +99,32 @@ final class FilePipeline: @unchecked Sendable {
     case file(Job)
   }
 
+  /// The walk stops at its next file: the calling thread failed, the rest is not read.
+  private struct Abandoned: Error {}
+
   private var slots: [Slot] = []
   private var front = 0
+  /// Slots handed to the calling thread and not yet in its report.
+  private var outstanding = 0
   private var waiting: [Job] = []
-  private var openJobs = 0
+  /// Files opened by the walk and not yet closed.
+  private var openFiles = 0
+  /// Files the calling thread is done with: the walk thread closes them.
+  private var closable: [OpenedFile] = []
   private var started = 0
   private var stopping = false
+  private var abandoned = false
   private var live = 0
+  private var walking = true
+  private var walkError: (any Error)?
+  private var finished = false
+  private var walkEnded = false
+  private var links = DescriptorLinks.process
   private var filesStarted = 0
   private var bytesDone = 0
   private var report: ScanReport
+  private var walkBody: ((FilePipeline, inout ScanReport) throws -> Void)?
+  private lazy var inlineScratch = ScanScratch()
 
   init(scanner: Scanner) {
     self.scanner = scanner
@@ -89,84 +136,190 @@ final class FilePipeline: @unchecked Sendable {
     if scanner.vault != nil { report.verify = VerifyReport() }
   }
 
+  /// Runs `walk` on a thread of its own, which submits each file it finds (`submit`) and notes what
+  /// it skips in the report it is given, and puts every file in the report here, on the calling
+  /// thread, in walk order. Returns once the walk thread has closed every descriptor it opened.
+  /// - Returns: the report in walk order (findings not yet sorted).
+  /// - Throws: what `walk` throws (`ScanError.unreadable`), or what `Scanner.completeFile` throws.
+  func run(_ walk: @escaping (FilePipeline, inout ScanReport) throws -> Void) throws -> ScanReport {
+    walkBody = walk
+    let thread = Thread { [self] in walkThread() }
+    // The walk keeps its own stack of directories; this is the main thread's usual stack.
+    thread.stackSize = 8 << 20
+    thread.start()
+    var failure: (any Error)?
+    do {
+      try mergeWhileWalking()
+    } catch {
+      failure = error
+    }
+    condition.lock()
+    if failure != nil { abandoned = true }
+    finished = true
+    condition.broadcast()
+    while !walkEnded { condition.wait() }
+    let walkError = walkError
+    condition.unlock()
+    if let failure { throw failure }
+    if let walkError { throw walkError }
+    return report
+  }
+
+  /// The walk thread: takes a descriptor table of its own, walks, then closes what the calling
+  /// thread is done with until it is done with everything, stops the workers, and closes the rest.
+  private func walkThread() {
+    var ownTable = false
+    if vault_private_descriptor_table() == 0 {
+      ownTable = true
+    }
+    condition.lock()
+    if ownTable { links = DescriptorLinks(prefix: "/proc/self/task/\(vault_thread_id())/fd/") }
+    condition.unlock()
+    var segment = ScanReport()
+    var failure: (any Error)?
+    do {
+      try walkBody?(self, &segment)
+      try awaitFiles { $0.waiting.isEmpty }
+    } catch {
+      failure = error
+    }
+    walkBody = nil
+    condition.lock()
+    if failure == nil && !segment.isEmpty {
+      slots.append(.walk(segment))
+      outstanding += 1
+    }
+    if !(failure is Abandoned) { walkError = failure }
+    walking = false
+    condition.broadcast()
+    while true {
+      if !closable.isEmpty {
+        closeClosable()
+        continue
+      }
+      if finished { break }
+      condition.wait()
+    }
+    stopping = true
+    condition.broadcast()
+    while live > 0 { condition.wait() }
+    let left = slots[front...].compactMap { slot -> OpenedFile? in
+      if case .file(let job) = slot { return job.file }
+      return nil
+    }
+    slots = []
+    front = 0
+    waiting = []
+    closable += left
+    closeClosable()
+    walkEnded = true
+    condition.broadcast()
+    condition.unlock()
+  }
+
+  /// Closes the files in `closable` (`condition` held; released while closing). Walk thread only.
+  private func closeClosable() {
+    let files = closable
+    closable = []
+    condition.unlock()
+    for file in files { Self.close(file) }
+    condition.lock()
+    openFiles -= files.count
+    condition.broadcast()
+  }
+
+  /// Waits on the walk thread, closing what the calling thread is done with, until `done` holds
+  /// (`condition` not held). A queued file no worker was started for is read here meanwhile.
+  /// - Throws: `Abandoned` once the calling thread has failed.
+  private func awaitFiles(until done: (FilePipeline) -> Bool) throws {
+    condition.lock()
+    defer { condition.unlock() }
+    while true {
+      if !closable.isEmpty {
+        closeClosable()
+        continue
+      }
+      if abandoned { throw Abandoned() }
+      if started == 0, !waiting.isEmpty {
+        let job = waiting.removeFirst()
+        filesStarted += 1
+        condition.unlock()
+        var part = ScanReport()
+        let kind = scanner.readDetectors(job.file, scratch: inlineScratch, report: &part) { done in
+          condition.lock()
+          bytesDone += done - job.bytesDone
+          job.bytesDone = done
+          condition.unlock()
+        }
+        condition.lock()
+        job.kind = kind
+        job.result = part
+        condition.broadcast()
+        continue
+      }
+      if done(self) { return }
+      condition.wait()
+    }
+  }
+
   /// Opens the regular file `name` in `directory` (as `Scanner.openFile` does) and queues it
   /// behind what the walk noted so far (`segment`, emptied). Waits while `window` files are open.
-  /// - Throws: what `Scanner.completeFile` throws for a file put in the report meanwhile.
+  /// Walk thread only.
+  /// - Throws: `Abandoned` once the calling thread has failed.
   func submit(in directory: Int32, name: [UInt8], shown: String, segment: inout ScanReport) throws {
     // A database's container audit reads it through SQLite, which may write its -shm file (the
     // WAL index): a -wal, -shm or -journal file is read only once every file before it is in the
     // report, audits included, as one thread reading them in turn would (its name sorts right
     // after the database's, so little is lost).
     if Self.sidecarSuffixes.contains(where: { name.count > $0.count && name.suffix($0.count).elementsEqual($0) }) {
-      try drain()
+      try awaitFiles { $0.waiting.isEmpty && $0.outstanding == 0 }
     }
+    try awaitFiles { $0.openFiles < $0.window }
     guard let file = scanner.openFile(in: directory, name: name, shown: shown, report: &segment) else { return }
-    // The workers read the file after the walk has moved on and closed its directory: the job
-    // keeps its own descriptor of it. Without one, the file is read here, in order, at once.
-    let own = directory == AT_FDCWD ? AT_FDCWD : fcntl(directory, F_DUPFD_CLOEXEC, 0)
-    guard own >= 0 else {
-      try drain()
-      report.append(segment)
-      segment = ScanReport()
-      try read(file, into: &report)
-      Glibc.close(file.fd)
-      return
+    // The file is read after the walk has moved on and closed its directory: the job keeps its
+    // own descriptor of it. Without one (the open-file limit), once every file before is closed.
+    var own = directory == AT_FDCWD ? AT_FDCWD : fcntl(directory, F_DUPFD_CLOEXEC, 0)
+    if directory != AT_FDCWD && own < 0 {
+      condition.lock()
+      openFiles += 1
+      condition.unlock()
+      try awaitFiles { $0.outstanding == 0 && $0.openFiles == 1 && $0.waiting.isEmpty }
+      own = fcntl(directory, F_DUPFD_CLOEXEC, 0)
+      condition.lock()
+      openFiles -= 1
+      condition.unlock()
+      guard own >= 0 else {
+        let reason = Scanner.reason(errno)
+        Glibc.close(file.fd)
+        segment.incomplete.append(Skipped(path: shown, reason: "not read (\(reason))"))
+        return
+      }
     }
     let job = Job(OpenedFile(fd: file.fd, directory: own, name: file.name, shown: file.shown, size: file.size))
     condition.lock()
-    if !segment.isEmpty { slots.append(.walk(segment)) }
+    if !segment.isEmpty {
+      slots.append(.walk(segment))
+      outstanding += 1
+    }
     segment = ScanReport()
     slots.append(.file(job))
+    outstanding += 1
     waiting.append(job)
-    openJobs += 1
-    // Threads start with the second file: a scan of one file (the fuzz target's) starts none.
-    if started == 0 && openJobs >= 2 { startWorkers() }
+    openFiles += 1
+    // Workers start with the second file: a scan of one file starts none.
+    if started == 0 && openFiles >= 2 { startWorkers() }
     condition.broadcast()
     condition.unlock()
-    try merge(waitingAbove: window - 1)
   }
 
-  /// Waits for every file, adds what the walk noted after the last one (`segment`), and returns the
-  /// report in walk order (findings not yet sorted).
-  /// - Throws: what `Scanner.completeFile` throws.
-  func finish(segment: ScanReport) throws -> ScanReport {
-    try drain()
-    report.append(segment)
-    return report
-  }
-
-  /// Puts every queued file in the report: read on this thread if no worker was started.
-  private func drain() throws {
+  /// The calling thread's part: puts each slot into the report as soon as it and every slot
+  /// before it are ready, audits included, until the walk has ended and every slot is in, calling
+  /// the scanner's progress about four times a second meanwhile.
+  /// - Throws: what `Scanner.completeFile` throws; stops at once when the walk failed.
+  private func mergeWhileWalking() throws {
+    var reported = (0, 0)
     condition.lock()
-    let unstarted = started == 0
-    condition.unlock()
-    if unstarted {
-      // At most one file is queued when no thread was started.
-      condition.lock()
-      let jobs = waiting
-      waiting = []
-      condition.unlock()
-      for job in jobs {
-        var part = ScanReport()
-        let (files, bytes) = (report.filesScanned + 1, report.bytesScanned)
-        job.kind = scanner.readDetectors(job.file, scratch: inlineScratch, report: &part) { done in
-          scanner.progress?(files, bytes + done)
-        }
-        condition.lock()
-        job.result = part
-        condition.unlock()
-      }
-    }
-    try merge(waitingAbove: 0)
-  }
-
-  private lazy var inlineScratch = ScanScratch()
-
-  /// Puts finished files at the front into the report, in order, then waits until at most `limit`
-  /// files are open, calling the scanner's progress about four times a second while it waits.
-  private func merge(waitingAbove limit: Int) throws {
     while true {
-      condition.lock()
       var ready: [Slot] = []
       while front < slots.count {
         if case .file(let job) = slots[front], job.result == nil { break }
@@ -177,54 +330,57 @@ final class FilePipeline: @unchecked Sendable {
         slots = []
         front = 0
       }
-      let blocked = ready.isEmpty && openJobs > limit
-      if blocked { _ = condition.wait(until: Date(timeIntervalSinceNow: 0.25)) }
-      let (files, bytes) = (filesStarted, bytesDone)
+      if ready.isEmpty {
+        if walkError != nil || (!walking && slots.isEmpty) { break }
+        _ = condition.wait(until: Date(timeIntervalSinceNow: 0.25))
+      }
+      let (files, bytes, links) = (filesStarted, bytesDone, links)
       condition.unlock()
       for (index, slot) in ready.enumerated() {
         switch slot {
         case .walk(let segment): report.append(segment)
         case .file(let job):
           do {
-            try complete(job)
+            try complete(job, links: links)
           } catch {
-            // The files taken off the queue with it are not read further: their descriptors close.
-            for case .file(let rest) in ready[(index + 1)...] { Self.close(rest.file) }
+            // The files taken off the queue with it are not read further: the walk closes them.
+            condition.lock()
+            for case .file(let rest) in ready[index...] { closable.append(rest.file) }
+            condition.broadcast()
+            condition.unlock()
             throw error
           }
         }
+        condition.lock()
+        outstanding -= 1
+        if case .file(let job) = slot { closable.append(job.file) }
+        condition.broadcast()
+        condition.unlock()
       }
-      if started > 0 { scanner.progress?(files, bytes) }
-      if ready.isEmpty && !blocked { return }
+      if (files, bytes) != reported {
+        reported = (files, bytes)
+        scanner.progress?(files, bytes)
+      }
+      condition.lock()
     }
+    condition.unlock()
   }
 
-  /// The rest of a file, on this thread and in walk order: its container audit and limits, then
-  /// its place in the report. Its descriptors are closed whatever happens.
-  private func complete(_ job: Job) throws {
+  /// The rest of a file, on the calling thread and in walk order: its container audit and limits,
+  /// then its place in the report.
+  private func complete(_ job: Job, links: DescriptorLinks) throws {
     condition.lock()
-    openJobs -= 1
     var part = job.result ?? ScanReport()
     job.result = nil
     condition.unlock()
-    defer { Self.close(job.file) }
     part.verify = report.verify
-    try scanner.completeFile(job.file, kind: job.kind, report: &part)
+    try scanner.completeFile(job.file, kind: job.kind, links: links, report: &part)
     report.verify = part.verify
     part.verify = nil
     report.append(part)
   }
 
-  /// Reads a file the walk could not hand over, here and now, into the report.
-  private func read(_ file: OpenedFile, into report: inout ScanReport) throws {
-    let (files, bytes) = (report.filesScanned + 1, report.bytesScanned)
-    let kind = scanner.readDetectors(file, scratch: inlineScratch, report: &report) { done in
-      scanner.progress?(files, bytes + done)
-    }
-    try scanner.completeFile(file, kind: kind, report: &report)
-  }
-
-  /// Starts the workers (`condition` held).
+  /// Starts the workers (`condition` held), on the walk thread: they share its descriptor table.
   private func startWorkers() {
     started = Self.workers
     live = Self.workers
@@ -261,24 +417,6 @@ final class FilePipeline: @unchecked Sendable {
     live -= 1
     condition.broadcast()
     condition.unlock()
-  }
-
-  /// Stops the workers once each has finished the file it is reading, and closes every file still
-  /// open (after an error, the rest is not read). Safe to call more than once.
-  func stop() {
-    condition.lock()
-    stopping = true
-    condition.broadcast()
-    while live > 0 { condition.wait() }
-    let left = slots[front...].compactMap { slot -> Job? in
-      if case .file(let job) = slot { return job }
-      return nil
-    }
-    slots = []
-    front = 0
-    waiting = []
-    condition.unlock()
-    for job in left { Self.close(job.file) }
   }
 
   /// Closes a queued file's descriptor and its own one of its directory.
@@ -320,18 +458,21 @@ extension Scanner {
       report: &report, progress: progress)
   }
 
-  /// The rest of reading `file`, in walk order on the scan's own thread: a SQLite database is
-  /// audited as a container on the same descriptor (through its WAL when a `-wal` or `-shm` file
-  /// sits next to it), then the file's findings beyond the per-detector limit are counted.
+  /// The rest of reading `file`, in walk order on the scan's calling thread: a SQLite database is
+  /// audited as a container through the link to the same descriptor (through its WAL when a `-wal`
+  /// or `-shm` file sits next to it), then the file's findings beyond the per-detector limit are
+  /// counted. `links` says where the descriptors of `file` are seen from this thread.
   /// - Throws: what `audit` throws.
-  func completeFile(_ file: OpenedFile, kind: FileKind, report: inout ScanReport) throws {
+  func completeFile(_ file: OpenedFile, kind: FileKind, links: DescriptorLinks, report: inout ScanReport) throws {
     if kind == .database {
       // A -wal or -shm file next to it means a connection is or was live: read through the WAL.
       let live = [Array("-wal".utf8), Array("-shm".utf8)].contains { suffix in
         var sidecar = stat()
-        return Self.withCString(file.name + suffix) { fstatat(file.directory, $0, &sidecar, AT_SYMLINK_NOFOLLOW) } == 0
+        return Self.withCString(links.path(in: file.directory, file.name + suffix)) {
+          fstatat(AT_FDCWD, $0, &sidecar, AT_SYMLINK_NOFOLLOW)
+        } == 0
       }
-      try audit(file.fd, path: file.shown, live: live, report: &report)
+      try audit(link: links.link(file.fd), path: file.shown, live: live, report: &report)
     }
     report.finishFile(file.shown)
   }

@@ -22,7 +22,9 @@ public struct Scanner {
   let searcher: MultiSearcher
   /// The longest canary form, in bytes (what consecutive windows must overlap by).
   let longestPattern: Int
-  /// Called after each chunk with files and bytes done so far (for a progress line).
+  /// Called with files and bytes done so far (for a progress line), on the thread that called
+  /// `scan`, when they have changed: after each file is put in the report, and about four times a
+  /// second while a file is read.
   public var progress: ((_ files: Int, _ bytes: Int) -> Void)?
   /// What inflating compressed streams may cost per file; a file that exceeds it is reported as
   /// incomplete (`ScanReport.incomplete`), with what was inflated up to then still searched.
@@ -53,6 +55,10 @@ public struct Scanner {
   /// and special files are reported in `skipped` and never opened; what cannot be read is listed in
   /// `incomplete`. Paths in the report are shown as `PathText.display` shows them.
   ///
+  /// Files are opened, read and closed on threads with a descriptor table of their own, so a
+  /// process may scan containers it has open without dropping their SQLite locks; `progress` is
+  /// called on the calling thread.
+  ///
   /// - Parameter paths: files and directories to scan, in order.
   /// - Returns: every finding (sorted by file and offset), with what was skipped or could not be
   ///   read in full. Only a report both `clean` and `complete` says the paths hold nothing found.
@@ -60,12 +66,10 @@ public struct Scanner {
   ///   store error that stops envelopes from being opened.
   public func scan(_ paths: [String]) throws -> ScanReport {
     // Files are read on two threads and put in the report in walk order (`FilePipeline`).
-    let files = FilePipeline(scanner: self)
-    defer { files.stop() }
-    var segment = ScanReport()
     let depthLimit = Self.depthLimit()
-    for path in paths { try walk(root: path, depthLimit: depthLimit, report: &segment, files: files) }
-    var report = try files.finish(segment: segment)
+    var report = try FilePipeline(scanner: self).run { files, segment in
+      for path in paths { try walk(root: path, depthLimit: depthLimit, report: &segment, files: files) }
+    }
     report.findings.sort { ($0.file, $0.offset) < ($1.file, $1.offset) }
     return report
   }

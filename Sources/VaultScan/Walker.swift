@@ -234,7 +234,7 @@ extension Scanner {
     guard let file = openFile(in: directory, name: name, shown: shown, report: &report) else { return }
     defer { close(file.fd) }
     let kind = readDetectors(file, scratch: ScanScratch(), report: &report) { _ in }
-    try completeFile(file, kind: kind, report: &report)
+    try completeFile(file, kind: kind, links: .process, report: &report)
   }
 
   /// Calls `body` with `bytes` as a NUL-terminated C string.

@@ -1,0 +1,126 @@
+import Foundation
+import Vault
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+@testable import VaultScan
+
+/// A scan run inside a process that has the scanned containers open (an app auditing its own
+/// home). SQLite's locks are POSIX record locks, and closing any descriptor of a file drops every
+/// lock the closing descriptor table holds on it: the scan opens and closes each file it reads, so
+/// it must do so in a table of its own, or another process could take itself for a container's
+/// last connection and delete the WAL this process is still writing to.
+final class InProcessScanTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var vault: Vault!
+  var path: String { temporary.sub("data/queue.sqlite") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    try FileManager.default.createDirectory(atPath: temporary.sub("data"), withIntermediateDirectories: true)
+  }
+
+  override func tearDown() {
+    vault = nil
+    temporary = nil
+  }
+
+  /// This process's POSIX record locks, from /proc/locks: inode, kind and byte range, sorted.
+  private func ourLocks() throws -> [String] {
+    let text = try String(contentsOfFile: "/proc/locks", encoding: .utf8)
+    let pid = String(getpid())
+    return text.split(separator: "\n").compactMap { line -> String? in
+      let fields = line.split(whereSeparator: \.isWhitespace).map(String.init)
+      // "1: POSIX  ADVISORY  READ 4242 08:01:1234 128 128" ("->" marks a waiter, not a holder)
+      guard fields.count >= 8, fields[1] == "POSIX", fields[4] == pid else { return nil }
+      return fields[3...].filter { $0 != pid }.joined(separator: " ")
+    }.sorted()
+  }
+
+  private func storedIDs() throws -> Set<String> {
+    let script = """
+      import sqlite3,sys
+      c=sqlite3.connect(sys.argv[1])
+      print(' '.join(sorted(r[0] for r in c.execute('SELECT id FROM records'))))
+      """
+    let listed = try Spawn.run("/usr/bin/env", ["python3", "-c", script, path])
+    XCTAssertEqual(listed.status, 0, listed.error)
+    return Set(listed.outputText.split(whereSeparator: \.isWhitespace).map { $0.lowercased() })
+  }
+
+  func testAScanInTheProcessThatHasTheContainerOpenLeavesItsLocksAndItsLog() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    let first = UUID()
+    let second = UUID()
+    XCTAssertEqual(try queue.enqueue(Array("first".utf8), queue: "q", id: first), .stored)
+    let before = try ourLocks()
+    XCTAssertFalse(before.isEmpty, "the open connection holds no lock: this test would show nothing")
+
+    let report = try Scanner(canaries: ["canary-not-here-7Qz"], verifyingWith: vault).scan([temporary.sub("data")])
+    XCTAssertTrue(report.clean, "\(report.findings)")
+    XCTAssertTrue(report.complete, "\(report.incomplete)")
+    XCTAssertEqual(report.filesScanned, 3, "the database, its -wal and its -shm")
+    XCTAssertEqual(report.verify?.opened, 1, "the record was audited through the scan's own descriptor")
+    XCTAssertEqual(try ourLocks(), before, "the scan dropped locks of this process's connection")
+
+    // Another process connects and disconnects: with this process's locks gone it would take
+    // itself for the last connection, checkpoint, and delete the log still in use here.
+    let other = try Spawn.run(
+      "/usr/bin/env",
+      [
+        "python3", "-c",
+        "import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM records').fetchall()", path,
+      ])
+    XCTAssertEqual(other.status, 0, other.error)
+    XCTAssertTrue(FileManager.default.fileExists(atPath: path + "-wal"), "another process deleted the log")
+    XCTAssertEqual(try queue.enqueue(Array("second".utf8), queue: "q", id: second), .stored)
+    XCTAssertEqual(try storedIDs(), [first.uuidString.lowercased(), second.uuidString.lowercased()])
+  }
+
+  /// This process's descriptors and what each is open on.
+  private func descriptors() throws -> [String: String] {
+    var table: [String: String] = [:]
+    for name in try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") {
+      table[name] = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name)
+    }
+    return table
+  }
+
+  /// The scan's own descriptors live and die in its own table: none is left in the process's, and
+  /// the process's own are untouched (a pipe's write end the scan's table copied does not keep the
+  /// reader waiting after the scan).
+  func testTheScanLeavesTheProcessDescriptorTableAsItWas() throws {
+    var queue: QueueContainer? = try QueueContainer(path: path, vault: vault)
+    XCTAssertEqual(try queue?.enqueue(Array("first".utf8), queue: "q", id: UUID()), .stored)
+    for index in 0..<20 {
+      try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: temporary.sub("data/f\(index)")))
+    }
+    var ends: [Int32] = [0, 0]
+    XCTAssertEqual(pipe(&ends), 0)
+    XCTAssertEqual(fcntl(ends[0], F_SETFL, O_NONBLOCK), 0)
+    let before = try descriptors()
+
+    for _ in 0..<3 {
+      let report = try Scanner(canaries: ["canary-not-here-7Qz"], verifyingWith: vault).scan([temporary.sub("data")])
+      XCTAssertEqual(report.filesScanned, 23)
+      XCTAssertEqual(report.verify?.opened, 1)
+    }
+    // The audit's connection is SQLite's: while the queue's connection holds its locks, SQLite
+    // keeps the audit's descriptor of the database open (closing it would drop them) and reuses it
+    // for the next audit, so there is one, whatever the number of scans, until the queue closes.
+    let added = try descriptors().filter { before[$0.key] != $0.value }
+    XCTAssertEqual(Array(added.values), [path], "\(added)")
+    queue = nil
+    XCTAssertEqual(try descriptors(), before.filter { !$0.value.hasPrefix(path) }, "the queue's own are closed now")
+
+    close(ends[1])
+    var byte: UInt8 = 0
+    // 0 is the end of the pipe; -1 (EAGAIN) would mean a copy of its write end is still open.
+    XCTAssertEqual(read(ends[0], &byte, 1), 0, "the pipe's write end is still open somewhere")
+    close(ends[0])
+  }
+}
