@@ -195,7 +195,7 @@ public struct VaultCommandLine {
         switch reason {
         case .noSessionBus: "no D-Bus session bus"
         case .noProvider: "no Secret Service provider"
-        case .libraryMissing: "libsecret is not installed"
+        case .libraryMissing: "libsecret could not be loaded"
         default: "\(reason)"
         }
       terminal.note(
