@@ -3,7 +3,7 @@
 # user would: notes saved while the server is down, then a sync that delivers them to the relay
 # (tools/relay_server.py, POST /notes) and their telemetry to the collector
 # (tools/telemetry_server.py), and finally `vault scan --verify` over its home with every note as
-# a canary: nothing readable on disk.
+# a canary: nothing readable on disk; then the same audit in-process (`notes HOME audit`).
 #
 #   tools/check-notes-app.sh [VAULT_BINARY]
 set -euo pipefail
@@ -48,4 +48,8 @@ done
 canaries=()
 for text in "${texts[@]}"; do canaries+=(--canary "$text"); done
 scan=$("$vault" --home "$home" scan "$home" "${canaries[@]}" --verify) || fail "vault scan found something: $scan"
+# The same audit in-process, with the app's container open: it must find nothing, and the app then
+# sends through the same container (InProcessScanTests shows its SQLite locks are kept).
+audit=$("$notes" "$home" audit "${texts[@]}") || fail "the in-process audit failed: $audit"
+echo "$audit" | grep -q "clean and complete" || fail "the in-process audit said: $audit"
 echo "check-notes-app: Examples/NotesApp saved 3 notes offline, delivered them and their telemetry, and left nothing readable"

@@ -20,6 +20,7 @@ let package = Package(
       dependencies: [
         .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
         .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
+        .product(name: "VaultScan", package: vault),
       ], swiftSettings: [.treatAllWarnings(as: .error)])
   ]
 )

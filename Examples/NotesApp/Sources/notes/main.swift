@@ -3,6 +3,7 @@
 //   notes HOME add TEXT                                           save a note, queue it for the server
 //   notes HOME sync SERVER_URL COLLECTOR_URL TOKEN_FILE           deliver what is queued
 //   notes HOME list                                               the saved notes
+//   notes HOME audit CANARY...                                    scan HOME for the canaries, in-process
 //
 // HOME is a vault made by `vault init` (the notes live beside it, in HOME/notes).
 import Foundation
@@ -10,13 +11,15 @@ import Outbox
 import Telemetry
 import Vault
 import VaultQueue
+import VaultScan
 
 ProcessHardening.apply()           // no core dumps, no register dumps on a crash, fds 0–2 held open
 try ProcessResources.ensure()      // optional: a clear error now rather than a trap or hang later
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count >= 2 else {
-  FileHandle.standardError.write(Data("usage: notes HOME add TEXT | sync SERVER COLLECTOR TOKEN_FILE | list\n".utf8))
+  FileHandle.standardError.write(
+    Data("usage: notes HOME add TEXT | sync SERVER COLLECTOR TOKEN_FILE | list | audit CANARY...\n".utf8))
   exit(64)
 }
 let vault = try Vault.open(home: arguments[0])
@@ -57,6 +60,21 @@ case ("sync", 5):
   print("events delivered \(report.delivered) in \(report.batches) batches")
 case ("list", 2):
   for id in try store.ids() { print("\(id.uuidString.lowercased())  \(try store.read(id: id))") }
+case ("audit", 3...):
+  // The app's own containers stay open while it audits its home, as in a long-running app.
+  let delivery = try Delivery(
+    vault: vault, server: URL(string: "http://127.0.0.1:1/notes")!,
+    collector: URL(string: "http://127.0.0.1:1/v1/telemetry/batch")!, tokenFile: "/dev/null")
+  let canaries = Array(arguments[2...])
+  // guide:audit
+  let report = try Scanner(canaries: canaries, verifyingWith: vault).scan([vault.home])
+  guard report.clean && report.complete else {
+    print("audit: \(report.findings.count) findings, \(report.incomplete.count) not read in full")
+    exit(1)
+  }
+  // guide:end
+  print("audit: \(report.filesScanned) files, \(report.verify?.opened ?? 0) records opened: clean and complete")
+  _ = try delivery.outbox.send(Data("sent after the audit".utf8))  // the container is still usable
 default:
   exit(64)
 }
