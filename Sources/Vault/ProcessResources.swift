@@ -104,10 +104,13 @@ public enum ProcessResources {
       started.append(thread)
     }
     for thread in started { pthread_join(thread, nil) }
-    guard failure == 0 else {
-      throw .threads(
-        errno: failure, addressSpaceLimit: finiteLimit(RLIMIT_AS), processLimit: finiteLimit(__RLIMIT_NPROC))
-    }
+    guard failure == 0 else { throw threadShortage(errno: failure) }
+  }
+
+  /// ``Shortage/threads(errno:addressSpaceLimit:processLimit:)`` for a thread that could not be
+  /// created just now (`errno`, from `pthread_create`), with the limits in force.
+  package static func threadShortage(errno: Int32) -> Shortage {
+    .threads(errno: errno, addressSpaceLimit: finiteLimit(RLIMIT_AS), processLimit: finiteLimit(__RLIMIT_NPROC))
   }
 
   /// A note for storage errors when a file-size limit (`ulimit -f`) is in force, else "". With

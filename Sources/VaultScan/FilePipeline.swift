@@ -1,5 +1,6 @@
 import CProcessHardening
 import Foundation
+import Vault
 
 /// Memory one scanning thread reuses from file to file: the buffer each chunk is read into (4 MiB
 /// and the overlap), allocated once instead of an array per chunk.
@@ -72,7 +73,9 @@ struct DescriptorLinks {
 /// `window` files (2 to 16, fewer under a low open-file limit) are open and waiting to be put in
 /// the report; each holds its descriptor, one for its directory, and its findings (at most 100
 /// per detector, `ScanReport.findingsPerDetectorPerFile`). The walk waits when the window is full.
-/// A scan of a single file starts no worker (the walk thread reads it).
+/// A scan of a single file starts no worker (the walk thread reads it). Threads are started with
+/// `DetachedThread`, which says when one cannot be: the scan then fails with
+/// `ProcessResources.Shortage.threads` (no walk thread) or goes on with fewer workers.
 final class FilePipeline: @unchecked Sendable {
   // Everything below is guarded by `condition`, except `scanner` (read-only: its patterns, searcher
   // and budget are all a worker uses), `report` (the calling thread's alone), `walkBody` and
@@ -112,6 +115,7 @@ final class FilePipeline: @unchecked Sendable {
   /// Files the calling thread is done with: the walk thread closes them.
   private var closable: [OpenedFile] = []
   private var started = 0
+  private var workersTried = false
   private var stopping = false
   private var abandoned = false
   private var live = 0
@@ -143,10 +147,9 @@ final class FilePipeline: @unchecked Sendable {
   /// - Throws: what `walk` throws (`ScanError.unreadable`), or what `Scanner.completeFile` throws.
   func run(_ walk: @escaping (FilePipeline, inout ScanReport) throws -> Void) throws -> ScanReport {
     walkBody = walk
-    let thread = Thread { [self] in walkThread() }
     // The walk keeps its own stack of directories; this is the main thread's usual stack.
-    thread.stackSize = 8 << 20
-    thread.start()
+    let started = DetachedThread.start(stackSize: 8 << 20) { [self] in walkThread() }
+    guard started == 0 else { throw ProcessResources.threadShortage(errno: started) }
     var failure: (any Error)?
     do {
       try mergeWhileWalking()
@@ -307,7 +310,7 @@ final class FilePipeline: @unchecked Sendable {
     waiting.append(job)
     openFiles += 1
     // Workers start with the second file: a scan of one file starts none.
-    if started == 0 && openFiles >= 2 { startWorkers() }
+    if !workersTried && openFiles >= 2 { startWorkers() }
     condition.broadcast()
     condition.unlock()
   }
@@ -381,14 +384,14 @@ final class FilePipeline: @unchecked Sendable {
   }
 
   /// Starts the workers (`condition` held), on the walk thread: they share its descriptor table.
+  /// A worker that cannot be started is done without: with none, the walk thread reads each file.
   private func startWorkers() {
-    started = Self.workers
-    live = Self.workers
+    workersTried = true
     for _ in 0..<Self.workers {
-      let thread = Thread { [self] in work() }
       // The scan's own recursion is shallow; this is the main thread's usual stack.
-      thread.stackSize = 8 << 20
-      thread.start()
+      guard DetachedThread.start(stackSize: 8 << 20, { [self] in work() }) == 0 else { break }
+      started += 1
+      live += 1
     }
   }
 
