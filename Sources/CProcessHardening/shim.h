@@ -6,8 +6,11 @@
 #ifndef VAULT_CPROCESSHARDENING_SHIM_H
 #define VAULT_CPROCESSHARDENING_SHIM_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -25,20 +28,43 @@ extern int unshare(int flags);
 /// it opens and closes cannot drop the POSIX record locks the rest of the process holds: Linux
 /// keys those locks by descriptor table, and closing any descriptor of a file drops every lock its
 /// table holds on that file (SQLite's, for a database this thread reads). The copies of the
-/// process's descriptors above 2 are then closed in the new table (close_range, Linux 5.9), which
-/// leaves the process's own descriptors and locks as they were; on an older kernel they stay open
-/// until the thread ends. Threads this thread starts share its table. 0 on success, else an errno.
+/// process's descriptors above 2 are then closed in the new table, which leaves the process's own
+/// descriptors and locks as they were: with close_range (Linux 5.9), else one by one as
+/// /proc/thread-self/fd lists them. Threads this thread starts share its table. 0 on success, else
+/// an errno value (the table is then the process's, or its copies could not all be closed).
 static inline int vault_private_descriptor_table(void) {
   if (unshare(VAULT_CLONE_FILES) != 0) return errno;
 #ifdef SYS_close_range
-  (void)syscall(SYS_close_range, 3U, ~0U, 0U);
+  if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return 0;
 #endif
+  DIR *listing = opendir("/proc/thread-self/fd");
+  if (listing == NULL) return errno;
+  int own = dirfd(listing);
+  struct dirent *entry;
+  while ((entry = readdir(listing)) != NULL) {
+    char *end;
+    long fd = strtol(entry->d_name, &end, 10);
+    if (*end == 0 && end != entry->d_name && fd > 2 && fd != own) close((int)fd);
+  }
+  closedir(listing);
   return 0;
 }
 
-/// The calling thread's id (gettid), which names its descriptor table under /proc/self/task.
-static inline long vault_thread_id(void) { return syscall(SYS_gettid); }
-
+/// Writes "/proc/PID/task/TID/fd/" for the calling thread into `buffer` (NUL-terminated), as the
+/// process's /proc names it (its PID namespace may not be the process's own): from the
+/// /proc/thread-self link, else from getpid and gettid. 0 on success, else an errno value.
+static inline int vault_thread_descriptor_directory(char *buffer, size_t size) {
+  char target[64];
+  ssize_t count = readlink("/proc/thread-self", target, sizeof target - 1);
+  int written;
+  if (count > 0) {
+    target[count] = 0;
+    written = snprintf(buffer, size, "/proc/%s/fd/", target);
+  } else {
+    written = snprintf(buffer, size, "/proc/%ld/task/%ld/fd/", (long)getpid(), (long)syscall(SYS_gettid));
+  }
+  return written > 0 && (size_t)written < size ? 0 : ENAMETOOLONG;
+}
 /// Marks the process non-dumpable: no core file and no systemd-coredump entry for it, and no
 /// ptrace attach or /proc/PID/mem read by other processes of the same user. 0 on success.
 static inline int vault_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }

@@ -53,6 +53,15 @@ package final class ContainerReader {
       throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
     }
     resolved = Array(buffer.prefix(count)) + [0]
+    // The path must still name the open file, a regular file: a file removed since reads back as
+    // "PATH (deleted)", and whatever sits at that path (a FIFO would block SQLite's open
+    // forever) is not the file that was read. (Checked once here; swapped after the check, the
+    // file is still found different by `checkSameFile`, unless it blocks the open.)
+    var opened = stat()
+    var named = stat()
+    guard stat(link, &opened) == 0, opened.st_nlink > 0, lstat(resolved, &named) == 0,
+      named.st_mode & S_IFMT == S_IFREG, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino
+    else { throw QueueError.cannotOpen(path: path, reason: "the file was removed or replaced while it was read") }
     let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")

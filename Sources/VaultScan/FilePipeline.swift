@@ -66,7 +66,11 @@ struct DescriptorLinks {
 /// the walk thread's link to the descriptor (`DescriptorLinks`), and SQLite keeps one process's
 /// connections to a file from dropping each other's locks. Only the walk thread closes the
 /// descriptors it opened, once the calling thread is done with them. Nothing the caller gave runs on
-/// those threads: the progress handler and the vault are used on the calling thread alone.
+/// those threads: the progress handler and the vault are used on the calling thread alone, and the
+/// threads are joined before `run` returns, so nothing the caller gave is released there either.
+/// Where a table of its own is refused (a seccomp filter that denies unshare), the scan reads
+/// nothing (`ScanError.noPrivateDescriptorTable`), unless the scanner may share the process's
+/// (`Scanner.sharesProcessDescriptorTable`, for `vault scan`).
 ///
 /// Memory stays bounded: at most two files are read at once, each by its thread's one chunk
 /// buffer (4 MiB and the overlap) and that file's decoders (`InflateAllowance`), and at most
@@ -74,7 +78,7 @@ struct DescriptorLinks {
 /// the report; each holds its descriptor, one for its directory, and its findings (at most 100
 /// per detector, `ScanReport.findingsPerDetectorPerFile`). The walk waits when the window is full.
 /// A scan of a single file starts no worker (the walk thread reads it). Threads are started with
-/// `DetachedThread`, which says when one cannot be: the scan then fails with
+/// `SystemThread`, which says when one cannot be: the scan then fails with
 /// `ProcessResources.Shortage.threads` (no walk thread) or goes on with fewer workers.
 final class FilePipeline: @unchecked Sendable {
   // Everything below is guarded by `condition`, except `scanner` (read-only: its patterns, searcher
@@ -84,6 +88,9 @@ final class FilePipeline: @unchecked Sendable {
   private let scanner: Scanner
   private let window: Int
   static let workers = 2
+  /// Gives the calling thread a descriptor table of its own (0), or says why not (an errno).
+  /// Tests replace it to see what a refusal does.
+  nonisolated(unsafe) static var privateDescriptorTable: () -> Int32 = { vault_private_descriptor_table() }
   private static let sidecarSuffixes = ["-wal", "-shm", "-journal"].map { Array($0.utf8) }
 
   /// A file handed to the workers, and what they found in it.
@@ -116,6 +123,7 @@ final class FilePipeline: @unchecked Sendable {
   private var closable: [OpenedFile] = []
   private var started = 0
   private var workersTried = false
+  private var workerThreads: [pthread_t] = []
   private var stopping = false
   private var abandoned = false
   private var live = 0
@@ -148,8 +156,8 @@ final class FilePipeline: @unchecked Sendable {
   func run(_ walk: @escaping (FilePipeline, inout ScanReport) throws -> Void) throws -> ScanReport {
     walkBody = walk
     // The walk keeps its own stack of directories; this is the main thread's usual stack.
-    let started = DetachedThread.start(stackSize: 8 << 20) { [self] in walkThread() }
-    guard started == 0 else { throw ProcessResources.threadShortage(errno: started) }
+    let (walker, error) = SystemThread.spawn(stackSize: 8 << 20) { [self] in walkThread() }
+    guard let walker else { throw ProcessResources.threadShortage(errno: error) }
     var failure: (any Error)?
     do {
       try mergeWhileWalking()
@@ -163,6 +171,10 @@ final class FilePipeline: @unchecked Sendable {
     while !walkEnded { condition.wait() }
     let walkError = walkError
     condition.unlock()
+    // Joined, so that nothing of this pipeline (the scanner, its vault and progress handler) is
+    // released on the walk thread or a worker, whose descriptor table is not the process's: a
+    // deinit there that closes a descriptor would close the wrong one.
+    SystemThread.join(walker)
     if let failure { throw failure }
     if let walkError { throw walkError }
     return report
@@ -171,22 +183,28 @@ final class FilePipeline: @unchecked Sendable {
   /// The walk thread: takes a descriptor table of its own, walks, then closes what the calling
   /// thread is done with until it is done with everything, stops the workers, and closes the rest.
   private func walkThread() {
-    var ownTable = false
-    if vault_private_descriptor_table() == 0 {
-      ownTable = true
-    }
-    condition.lock()
-    if ownTable { links = DescriptorLinks(prefix: "/proc/self/task/\(vault_thread_id())/fd/") }
-    condition.unlock()
-    var segment = ScanReport()
     var failure: (any Error)?
-    do {
-      try walkBody?(self, &segment)
-      try awaitFiles { $0.waiting.isEmpty }
-    } catch {
-      failure = error
+    let refused = Self.privateDescriptorTable()
+    var directory = [CChar](repeating: 0, count: 128)
+    if refused == 0, vault_thread_descriptor_directory(&directory, directory.count) == 0 {
+      let prefix = String(decoding: directory.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+      condition.lock()
+      links = DescriptorLinks(prefix: prefix)
+      condition.unlock()
+    } else if !scanner.sharesProcessDescriptorTable {
+      // Closing what it read in the process's table could drop the locks of the process's own
+      // SQLite connections: not scanned at all (a seccomp filter that denies unshare).
+      failure = ScanError.noPrivateDescriptorTable(errno: refused == 0 ? ENAMETOOLONG : refused)
     }
-    walkBody = nil
+    var segment = ScanReport()
+    if failure == nil {
+      do {
+        try walkBody?(self, &segment)
+        try awaitFiles { $0.waiting.isEmpty }
+      } catch {
+        failure = error
+      }
+    }
     condition.lock()
     if failure == nil && !segment.isEmpty {
       slots.append(.walk(segment))
@@ -206,6 +224,11 @@ final class FilePipeline: @unchecked Sendable {
     stopping = true
     condition.broadcast()
     while live > 0 { condition.wait() }
+    let workers = workerThreads
+    workerThreads = []
+    condition.unlock()
+    for worker in workers { SystemThread.join(worker) }
+    condition.lock()
     let left = slots[front...].compactMap { slot -> OpenedFile? in
       if case .file(let job) = slot { return job.file }
       return nil
@@ -286,7 +309,15 @@ final class FilePipeline: @unchecked Sendable {
       condition.lock()
       openFiles += 1
       condition.unlock()
-      try awaitFiles { $0.outstanding == 0 && $0.openFiles == 1 && $0.waiting.isEmpty }
+      do {
+        try awaitFiles { $0.outstanding == 0 && $0.openFiles == 1 && $0.waiting.isEmpty }
+      } catch {
+        Glibc.close(file.fd)
+        condition.lock()
+        openFiles -= 1
+        condition.unlock()
+        throw error
+      }
       own = fcntl(directory, F_DUPFD_CLOEXEC, 0)
       condition.lock()
       openFiles -= 1
@@ -389,7 +420,8 @@ final class FilePipeline: @unchecked Sendable {
     workersTried = true
     for _ in 0..<Self.workers {
       // The scan's own recursion is shallow; this is the main thread's usual stack.
-      guard DetachedThread.start(stackSize: 8 << 20, { [self] in work() }) == 0 else { break }
+      guard let worker = SystemThread.spawn(stackSize: 8 << 20, { [self] in work() }).0 else { break }
+      workerThreads.append(worker)
       started += 1
       live += 1
     }

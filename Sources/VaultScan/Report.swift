@@ -190,11 +190,20 @@ public struct ScanReport: Codable, Equatable, Sendable {
 public enum ScanError: Error, Equatable, CustomStringConvertible {
   /// A path given to `Scanner.scan` does not exist or cannot be looked at.
   case unreadable(path: String, errno: Int32)
+  /// The scan's threads could not get a descriptor table of their own (`unshare` refused, as a
+  /// seccomp filter may): nothing was read, since closing what it read in the process's table
+  /// could drop the SQLite locks of containers this process has open. Run `vault scan` in a
+  /// process of its own instead.
+  case noPrivateDescriptorTable(errno: Int32)
 
   /// What happened, naming the path and the system's reason.
   public var description: String {
     switch self {
     case .unreadable(let path, let code): "cannot read \(path): \(String(cString: strerror(code)))"
+    case .noPrivateDescriptorTable(let code):
+      "cannot scan in this process: its scan threads could not get a descriptor table of their own "
+        + "(\(String(cString: strerror(code)))), and closing files in the process's table could drop "
+        + "the SQLite locks of containers it has open; run `vault scan` in a process of its own"
     }
   }
 }
@@ -204,6 +213,7 @@ extension ScanError: CodedError {
   public var code: String {
     switch self {
     case .unreadable: "scan.unreadable"
+    case .noPrivateDescriptorTable: "scan.no-private-descriptor-table"
     }
   }
 }

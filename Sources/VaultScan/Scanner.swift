@@ -29,6 +29,10 @@ public struct Scanner {
   /// What inflating compressed streams may cost per file; a file that exceeds it is reported as
   /// incomplete (`ScanReport.incomplete`), with what was inflated up to then still searched.
   public var inflateBudget = InflateBudget()
+  /// Whether the scan may read files in the process's own descriptor table when its threads cannot
+  /// get one of their own (`unshare` refused). Only for a process with no container open but
+  /// the audit's own, such as `vault scan`: there, closing what was read drops no one's locks.
+  package var sharesProcessDescriptorTable = false
   static let chunk = 4 << 20
   /// Consecutive chunks (and windows of decoded output) share at least this many bytes, more than
   /// `StreamStart.lookahead`, so nothing that starts near an edge is missed.
@@ -57,13 +61,15 @@ public struct Scanner {
   ///
   /// Files are opened, read and closed on threads with a descriptor table of their own, so a
   /// process may scan containers it has open without dropping their SQLite locks; `progress` is
-  /// called on the calling thread.
+  /// called on the calling thread, and the scanner is released there.
   ///
   /// - Parameter paths: files and directories to scan, in order.
   /// - Returns: every finding (sorted by file and offset), with what was skipped or could not be
   ///   read in full. Only a report both `clean` and `complete` says the paths hold nothing found.
-  /// - Throws: `ScanError.unreadable` when a path given cannot be looked at; with a vault, a key
-  ///   store error that stops envelopes from being opened.
+  /// - Throws: `ScanError.unreadable` when a path given cannot be looked at;
+  ///   `ScanError.noPrivateDescriptorTable` when the scan threads cannot get a descriptor table of
+  ///   their own (nothing is read); `ProcessResources.Shortage.threads` when the scan's thread
+  ///   cannot be started; with a vault, a key store error that stops envelopes from being opened.
   public func scan(_ paths: [String]) throws -> ScanReport {
     // Files are read on two threads and put in the report in walk order (`FilePipeline`).
     let depthLimit = Self.depthLimit()

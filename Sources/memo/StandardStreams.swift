@@ -1,5 +1,5 @@
 // memo's standard streams, through vault's public StandardStreamIO (read(2) and write(2), with the
-// same headroom checks as vault), and a helper thread (Vault's DetachedThread, pthread_create).
+// same headroom checks as vault), and a helper thread (Vault's SystemThread, pthread_create).
 import Foundation
 import Vault
 
@@ -68,7 +68,7 @@ enum StandardStreams {
 /// when a thread cannot be created it retries pthread_create forever and never returns.)
 func onAnotherThread(timeout: Double, _ body: @escaping @Sendable () -> Void) {
   let done = DispatchSemaphore(value: 0)
-  let started = DetachedThread.start {
+  let started = SystemThread.detach {
     body()
     done.signal()
   }

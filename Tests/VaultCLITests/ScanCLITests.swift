@@ -37,6 +37,22 @@ final class ScanCLITests: XCTestCase {
     XCTAssertFalse(leaked.outputText.contains("scan-canary-3"), "the leaked text is not printed")
   }
 
+  /// In a PID namespace of its own under the host's /proc, the scan thread's tid is not the one
+  /// /proc knows: the audit finds the files it read through /proc/thread-self (found by an
+  /// outside review: every container was "not checked").
+  func testVerifyWorksInAPIDNamespaceOfItsOwn() throws {
+    try XCTSkipUnless(getuid() == 0, "unshare --pid needs root")
+    let temporary = TemporaryDirectory()
+    let home = try makeHome(temporary)
+    for i in 0..<3 { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("v\(i)".utf8)) }
+    let run = try Spawn.run(
+      "/usr/bin/unshare", ["--pid", "--fork", vaultBinary(), "--home", home, "scan", home, "--verify", "--json"])
+    XCTAssertEqual(run.status, 0, run.outputText + run.error)
+    let report = try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any]
+    XCTAssertEqual((report?["verify"] as? [String: Any])?["opened"] as? Int, 3, run.outputText)
+    XCTAssertEqual(report?["complete"] as? Bool, true, run.outputText)
+  }
+
   func testVerifyOpensEveryEnvelopeAndCountsVersions() throws {
     let temporary = TemporaryDirectory()
     let home = try makeHome(temporary)

@@ -124,3 +124,75 @@ final class InProcessScanTests: XCTestCase {
     close(ends[0])
   }
 }
+
+/// What the scan does where it cannot get a descriptor table of its own, and where its objects end.
+final class PrivateTableTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  let privateDescriptorTable = FilePipeline.privateDescriptorTable
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() {
+    FilePipeline.privateDescriptorTable = privateDescriptorTable
+    temporary = nil
+  }
+
+  /// A seccomp filter may deny unshare: a scan in a process that may have containers open then
+  /// reads nothing and says why; `vault scan` (a process of its own) may share the process's table.
+  func testARefusedPrivateTableStopsAnInProcessScanBeforeItOpensAnything() throws {
+    try Data("canary-here-7Qz".utf8).write(to: URL(fileURLWithPath: temporary.sub("a.txt")))
+    FilePipeline.privateDescriptorTable = { EPERM }
+    var scanner = Scanner(canaries: ["canary-here-7Qz"])
+    XCTAssertThrowsError(try scanner.scan([temporary.path])) { error in
+      XCTAssertEqual(error as? ScanError, .noPrivateDescriptorTable(errno: EPERM))
+      XCTAssertTrue("\(error)".contains("run `vault scan` in a process of its own"), "\(error)")
+    }
+    scanner.sharesProcessDescriptorTable = true
+    let report = try scanner.scan([temporary.path])
+    XCTAssertEqual(report.findings.map(\.detector), ["canary"])
+  }
+
+  /// The scanner (its vault, its progress handler and what they hold) is released on the thread
+  /// that called `scan`, never on a scan thread, whose descriptor table is not the process's: a
+  /// deinit there that closes a descriptor would close the wrong one (found by an outside review:
+  /// each `Vault` released there leaked its lock file's descriptor).
+  func testTheScannerIsReleasedOnTheCallingThread() throws {
+    final class Witness: @unchecked Sendable {
+      let onRelease: (Bool) -> Void
+      let caller = pthread_self()
+      init(_ onRelease: @escaping (Bool) -> Void) { self.onRelease = onRelease }
+      deinit { onRelease(pthread_equal(pthread_self(), caller) != 0) }
+    }
+    for index in 0..<20 {
+      try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: temporary.sub("f\(index)")))
+    }
+    var elsewhere = 0
+    var released = 0
+    for _ in 0..<100 {
+      let witness = Witness { onCaller in
+        released += 1
+        if !onCaller { elsewhere += 1 }
+      }
+      var scanner = Scanner(canaries: ["canary-not-here-7Qz"])
+      scanner.progress = { _, _ in _ = witness }
+      _ = try scanner.scan([temporary.path])
+    }
+    XCTAssertEqual(released, 100)
+    XCTAssertEqual(elsewhere, 0, "released on a scan thread")
+  }
+
+  /// A database removed after it was opened reads back from /proc as "PATH (deleted)": whatever
+  /// sits at that path is not the file (a FIFO there blocked the audit's open forever, found by an
+  /// outside review). The audit refuses at once.
+  func testTheAuditRefusesAPathThatNoLongerNamesTheOpenFile() throws {
+    let path = temporary.sub("gone.sqlite")
+    try python("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table t(x)'); c.commit()", [path])
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    XCTAssertGreaterThanOrEqual(descriptor, 0)
+    defer { close(descriptor) }
+    XCTAssertEqual(unlink(path), 0)
+    XCTAssertEqual(mkfifo(path + " (deleted)", 0o600), 0)
+    XCTAssertThrowsError(try ContainerReader(descriptor: descriptor, path: "gone.sqlite", live: true)) { error in
+      XCTAssertTrue("\(error)".contains("removed or replaced"), "\(error)")
+    }
+  }
+}
