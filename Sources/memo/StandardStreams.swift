@@ -1,5 +1,5 @@
 // memo's standard streams, through vault's public StandardStreamIO (read(2) and write(2), with the
-// same headroom checks as vault), and a helper thread (Vault's SystemThread, pthread_create).
+// same headroom checks as vault), and a helper thread made with pthread_create.
 import Foundation
 import Vault
 
@@ -67,14 +67,27 @@ enum StandardStreams {
 /// calling thread when no thread can be started. (DispatchQueue.async is not used for this:
 /// when a thread cannot be created it retries pthread_create forever and never returns.)
 func onAnotherThread(timeout: Double, _ body: @escaping @Sendable () -> Void) {
-  let done = DispatchSemaphore(value: 0)
-  let started = SystemThread.detach {
-    body()
-    done.signal()
+  final class Job: Sendable {
+    let body: @Sendable () -> Void
+    let done = DispatchSemaphore(value: 0)
+    init(_ body: @escaping @Sendable () -> Void) { self.body = body }
   }
+  let job = Job(body)
+  let context = Unmanaged.passRetained(job).toOpaque()
+  var thread = pthread_t()
+  let started = pthread_create(
+    &thread, nil,
+    { raw in
+      let job = Unmanaged<Job>.fromOpaque(raw!).takeRetainedValue()
+      job.body()
+      job.done.signal()
+      return nil
+    }, context)
   guard started == 0 else {
+    Unmanaged<Job>.fromOpaque(context).release()
     body()
     return
   }
-  _ = done.wait(timeout: .now() + timeout)
+  pthread_detach(thread)
+  _ = job.done.wait(timeout: .now() + timeout)
 }
