@@ -375,13 +375,29 @@ public final class QueueContainer: @unchecked Sendable {
           default: break
           }
         }
+        if let special = specialFile(at: path) { throw special }
         throw QueueError.cannotOpen(
           path: path, reason: error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message)
       }
       if error.isCorrupt { throw QueueError.corrupt(path: path) }
       if error.isBusy { throw QueueError.busy(path: path) }
+      if error.systemErrno == ENXIO, let special = specialFile(at: path) { throw special }
       throw QueueError.storage(path: path, detail: error.description)
     }
+  }
+
+  /// The error for a FIFO or socket at `path` or at its -wal, -shm or -journal path, which SQLite
+  /// refuses to open (`vault_sqlite_refuse_fifos`) rather than wait on; nil when there is none.
+  private static func specialFile(at path: String) -> QueueError? {
+    for name in [path, path + "-wal", path + "-shm", path + "-journal"] {
+      var info = stat()
+      guard lstat(name, &info) == 0, info.st_mode & S_IFMT == S_IFIFO || info.st_mode & S_IFMT == S_IFSOCK
+      else { continue }
+      return QueueError.cannotOpen(
+        path: path, reason: "\(name) is a FIFO or socket, not a file: not opened (remove it if nothing should be there)"
+      )
+    }
+    return nil
   }
 }
 
