@@ -54,9 +54,9 @@ package final class ContainerReader {
     }
     resolved = Array(buffer.prefix(count)) + [0]
     // The path must still name the open file, a regular file: a file removed since reads back as
-    // "PATH (deleted)", and whatever sits at that path (a FIFO would block SQLite's open
-    // forever) is not the file that was read. (Checked once here; swapped after the check, the
-    // file is still found different by `checkSameFile`, unless it blocks the open.)
+    // "PATH (deleted)", and whatever sits at that path is not the file that was read. (Checked
+    // once here; a file swapped in after the check is found different by `checkSameFile`, and a
+    // FIFO is refused by SQLite's open, `vault_sqlite_refuse_fifos`, rather than waited on.)
     var opened = stat()
     var named = stat()
     guard stat(link, &opened) == 0, opened.st_nlink > 0, lstat(resolved, &named) == 0,
