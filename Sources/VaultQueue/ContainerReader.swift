@@ -54,14 +54,21 @@ package final class ContainerReader {
     }
     resolved = Array(buffer.prefix(count)) + [0]
     // The path must still name the open file, a regular file: a file removed since reads back as
-    // "PATH (deleted)", and whatever sits at that path is not the file that was read. (Checked
-    // once here; a file swapped in after the check is found different by `checkSameFile`, and a
-    // FIFO is refused by SQLite's open, `vault_sqlite_refuse_fifos`, rather than waited on.)
+    // "PATH (deleted)", and whatever sits at that path is not the file that was read; and read
+    // through its WAL, its -wal and -shm files must be regular files too: SQLite opens them with a
+    // blocking open(2), and a read-only open of a FIFO waits for a writer forever. (Checked once
+    // here: a file swapped in after the check is found different by `checkSameFile`, but a FIFO
+    // swapped in between this check and SQLite's open would still block it.)
     var opened = stat()
     var named = stat()
     guard stat(link, &opened) == 0, opened.st_nlink > 0, lstat(resolved, &named) == 0,
       named.st_mode & S_IFMT == S_IFREG, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino
     else { throw QueueError.cannotOpen(path: path, reason: "the file was removed or replaced while it was read") }
+    if live,
+      let special = QueueContainer.specialFile(at: resolved.dropLast().map { UInt8(bitPattern: $0) }, reported: path)
+    {
+      throw special
+    }
     let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")

@@ -375,27 +375,43 @@ public final class QueueContainer: @unchecked Sendable {
           default: break
           }
         }
-        if let special = specialFile(at: path) { throw special }
+        if let special = specialFile(at: path, reported: path) { throw special }
         throw QueueError.cannotOpen(
           path: path, reason: error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message)
       }
       if error.isCorrupt { throw QueueError.corrupt(path: path) }
       if error.isBusy { throw QueueError.busy(path: path) }
-      if error.systemErrno == ENXIO, let special = specialFile(at: path) { throw special }
+      if let special = specialFile(at: path, reported: path) { throw special }
       throw QueueError.storage(path: path, detail: error.description)
     }
   }
 
-  /// The error for a FIFO or socket at `path` or at its -wal, -shm or -journal path, which SQLite
-  /// refuses to open (`vault_sqlite_refuse_fifos`) rather than wait on; nil when there is none.
-  private static func specialFile(at path: String) -> QueueError? {
-    for name in [path, path + "-wal", path + "-shm", path + "-journal"] {
+  /// The error for something other than a regular file (a FIFO, socket, device, symlink or
+  /// directory) at the database `path` or at its -wal, -shm or -journal path, which SQLite cannot
+  /// use as one and may wait on (a FIFO); nil when there is none. `reported` names the container.
+  package static func specialFile(at path: String, reported: String) -> QueueError? {
+    specialFile(at: Array(path.utf8), reported: reported)
+  }
+
+  /// `specialFile(at:reported:)` for a path given as its bytes (without a NUL).
+  package static func specialFile(at path: [UInt8], reported: String) -> QueueError? {
+    for suffix in ["", "-wal", "-shm", "-journal"] {
       var info = stat()
-      guard lstat(name, &info) == 0, info.st_mode & S_IFMT == S_IFIFO || info.st_mode & S_IFMT == S_IFSOCK
-      else { continue }
+      let name = (path + Array(suffix.utf8) + [0]).map { CChar(bitPattern: $0) }
+      guard lstat(name, &info) == 0, info.st_mode & S_IFMT != S_IFREG else { continue }
+      let kind =
+        switch info.st_mode & S_IFMT {
+        case S_IFIFO: "a FIFO"
+        case S_IFSOCK: "a socket"
+        case S_IFCHR, S_IFBLK: "a device"
+        case S_IFLNK: "a symlink"
+        case S_IFDIR: "a directory"
+        default: "not a regular file"
+        }
       return QueueError.cannotOpen(
-        path: path, reason: "\(name) is a FIFO or socket, not a file: not opened (remove it if nothing should be there)"
-      )
+        path: reported,
+        reason: "its \(suffix.isEmpty ? "database file" : suffix + " file") is \(kind), not a regular file: "
+          + "not opened (remove it if nothing should be there)")
     }
     return nil
   }

@@ -6,9 +6,13 @@ import XCTest
 
 @testable import VaultQueue
 
-/// A FIFO put where a container, or its WAL, was (by anyone who can write in its directory): SQLite
-/// opened files with a blocking open(2), and opening or reading a FIFO waits for a writer forever,
-/// so `vault rotate`, `vault scan` or the app hung. Now refused at once (`vault_sqlite_refuse_fifos`).
+/// A FIFO (or socket, device, symlink) put where a container, or its WAL, was, by anyone who can
+/// write in its directory: SQLite opens these files with a blocking open(2), and a read-only open
+/// of a FIFO with no writer waits forever (an outside review hung `vault scan` with a FIFO at a
+/// removed container's path).
+/// The container's own path is looked at before SQLite is asked; its -wal and -shm files are
+/// looked at before the audit reads through them, and after any SQLite error, which then names
+/// the file. Nothing stored is lost.
 final class SpecialFileTests: XCTestCase {
   var temporary: TemporaryDirectory!
   var vault: Vault!
@@ -53,20 +57,30 @@ final class SpecialFileTests: XCTestCase {
     XCTAssertTrue("\(error.map { "\($0)" } ?? "")".contains("FIFO"), "\(String(describing: error))")
   }
 
-  /// The audit (`vault scan`) opens the file a descriptor's /proc link resolves to; swapped for a
-  /// FIFO just before (the audit checks the path first, so only a race gets this far), SQLite's
-  /// read-only open waited for a writer forever.
-  func testSQLiteRefusesAFIFOInsteadOfWaitingOnIt() throws {
-    let path = temporary.sub("swapped.sqlite")
-    XCTAssertEqual(mkfifo(path, 0o600), 0)
-    for live in [true, false] {
-      let error = withinSeconds { _ = try Connection(path: path, readOnly: true, live: live) }
-      XCTAssertEqual((error as? SQLiteError)?.systemErrno, ENXIO, "\(String(describing: error))")
+  /// The audit (`vault scan`) reads a live container read-only through its WAL: a FIFO in the
+  /// WAL's place is refused before SQLite opens anything, naming it.
+  func testTheAuditRefusesAFIFOWhereTheLogWas() throws {
+    let path = temporary.sub("queue.sqlite")
+    let queue = try QueueContainer(path: path, vault: vault)
+    XCTAssertEqual(try queue.enqueue(Array("kept".utf8), queue: "q", id: UUID()), .stored)
+    // Copied aside with its -shm file while the queue is open; the copy's log becomes a FIFO.
+    let copy = temporary.sub("copy.sqlite")
+    XCTAssertNoThrow(try FileManager.default.copyItem(atPath: path, toPath: copy))
+    XCTAssertNoThrow(try FileManager.default.copyItem(atPath: path + "-shm", toPath: copy + "-shm"))
+    XCTAssertEqual(mkfifo(copy + "-wal", 0o600), 0)
+    let descriptor = open(copy, O_RDONLY | O_CLOEXEC)
+    XCTAssertGreaterThanOrEqual(descriptor, 0)
+    defer { close(descriptor) }
+    let error = withinSeconds {
+      let reader = try ContainerReader(descriptor: descriptor, path: "copy.sqlite", live: true)
+      try reader.forEachEnvelope { _, _, _, _ in }
     }
+    XCTAssertTrue("\(error.map { "\($0)" } ?? "none")".contains("-wal file is a FIFO"), "\(String(describing: error))")
+    XCTAssertEqual(try queue.stats().total, 1)
   }
 
-  /// A FIFO where a container's log was: refused, naming it, and the records are kept.
-  func testAFIFOWhereTheLogWasIsRefusedByNameAndTheRecordsAreKept() throws {
+  /// A FIFO where a container's log was, for the queue itself: no wait, and the records are kept.
+  func testAFIFOWhereTheLogWasLosesNothing() throws {
     let path = temporary.sub("queue.sqlite")
     do {
       let queue = try QueueContainer(path: path, vault: vault)
@@ -76,10 +90,12 @@ final class SpecialFileTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"))
     XCTAssertEqual(mkfifo(path + "-wal", 0o600), 0)
     let vault = vault!
-    let error = withinSeconds { _ = try QueueContainer(path: path, vault: vault).stats() }
-    XCTAssertTrue(
-      "\(error.map { "\($0)" } ?? "none")".contains("queue.sqlite-wal is a FIFO"), "\(String(describing: error))")
-    XCTAssertEqual(unlink(path + "-wal"), 0)
-    XCTAssertEqual(try QueueContainer(path: path, vault: vault).stats().total, 1, "the record is still there")
+    let error = withinSeconds {
+      let queue = try QueueContainer(path: path, vault: vault)
+      _ = try queue.enqueue(Array("second".utf8), queue: "q", id: UUID())
+    }
+    XCTAssertTrue("\(error.map { "\($0)" } ?? "none")".contains("-wal file is a FIFO"), "\(String(describing: error))")
+    _ = unlink(path + "-wal")  // (SQLite may have removed it already, closing as the last connection)
+    XCTAssertEqual(try QueueContainer(path: path, vault: vault).stats().total, 1, "the stored record is still there")
   }
 }

@@ -42,7 +42,6 @@ final class Connection {
   ///   the caller knows better than `path` can tell (a `/proc/self/fd` path has no siblings);
   ///   nil looks for `path`-wal and `path`-shm.
   init(path: String, readOnly: Bool = false, create: Bool = true, live: Bool? = nil) throws {
-    _ = Self.fifosRefused
     if !readOnly, create {
       // Create the file private to the user before SQLite does (SQLite would use the umask,
       // usually 0644), and make a file that was already there (an empty one made by `touch`) 0600
@@ -109,12 +108,6 @@ final class Connection {
   }
 
   deinit { sqlite3_close_v2(handle) }
-
-  /// SQLite opens files with a blocking open(2): a FIFO put where a container, its WAL or its
-  /// journal was (by anyone who can write in that directory) would keep the open waiting for a
-  /// writer forever, and `vault scan`, `rotate` or the app with it. Installed once, before the
-  /// first connection of this process is opened (`vault_sqlite_refuse_fifos`).
-  private static let fifosRefused: Int32 = vault_sqlite_refuse_fifos()
 
   /// Checks a result code; anything but `SQLITE_OK`, `SQLITE_ROW` or `SQLITE_DONE` throws.
   @discardableResult
