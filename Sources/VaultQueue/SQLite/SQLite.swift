@@ -250,7 +250,13 @@ func backupDatabase(from source: Connection, to destination: String) throws {
     }
   } while (result == SQLITE_BUSY || result == SQLITE_LOCKED) && attempts < 1000
   let finished = sqlite3_backup_finish(backup)
-  if result != SQLITE_DONE { try source.check(result == SQLITE_OK ? SQLITE_ERROR : result, "backup step") }
+  if result != SQLITE_DONE {
+    let code = result == SQLITE_OK ? SQLITE_ERROR : result
+    // sqlite3_backup_finish records a failed step's error on the destination's handle; the
+    // source's holds one only when reading the source failed (else its message is "not an error").
+    if sqlite3_errcode(source.handle) != SQLITE_OK { try source.check(code, "backup step") }
+    try target.check(finished != SQLITE_OK ? finished : code, "backup step")
+  }
   try target.check(finished, "backup finish")
   try target.execute("PRAGMA journal_mode = DELETE")
 }
