@@ -267,20 +267,7 @@ final class FilePipeline: @unchecked Sendable {
       }
       if abandoned { throw Abandoned() }
       if started == 0, !waiting.isEmpty {
-        let job = waiting.removeFirst()
-        filesStarted += 1
-        condition.unlock()
-        var part = ScanReport()
-        let kind = scanner.readDetectors(job.file, scratch: inlineScratch, report: &part) { done in
-          condition.lock()
-          bytesDone += done - job.bytesDone
-          job.bytesDone = done
-          condition.unlock()
-        }
-        condition.lock()
-        job.kind = kind
-        job.result = part
-        condition.broadcast()
+        readNext(scratch: inlineScratch)
         continue
       }
       if done(self) { return }
@@ -427,6 +414,25 @@ final class FilePipeline: @unchecked Sendable {
     }
   }
 
+  /// Takes the next queued file, runs the detectors over it (`condition` released meanwhile) and
+  /// hands the result back; `condition` held on entry and on return, and a file queued.
+  private func readNext(scratch: ScanScratch) {
+    let job = waiting.removeFirst()
+    filesStarted += 1
+    condition.unlock()
+    var part = ScanReport()
+    let kind = scanner.readDetectors(job.file, scratch: scratch, report: &part) { done in
+      condition.lock()
+      bytesDone += done - job.bytesDone
+      job.bytesDone = done
+      condition.unlock()
+    }
+    condition.lock()
+    job.kind = kind
+    job.result = part
+    condition.broadcast()
+  }
+
   /// A worker: takes the next queued file, runs the detectors over it, hands the result back.
   private func work() {
     let scratch = ScanScratch()
@@ -434,20 +440,7 @@ final class FilePipeline: @unchecked Sendable {
     while true {
       while waiting.isEmpty && !stopping { condition.wait() }
       guard !stopping else { break }
-      let job = waiting.removeFirst()
-      filesStarted += 1
-      condition.unlock()
-      var part = ScanReport()
-      let kind = scanner.readDetectors(job.file, scratch: scratch, report: &part) { done in
-        condition.lock()
-        bytesDone += done - job.bytesDone
-        job.bytesDone = done
-        condition.unlock()
-      }
-      condition.lock()
-      job.kind = kind
-      job.result = part
-      condition.broadcast()
+      readNext(scratch: scratch)
     }
     live -= 1
     condition.broadcast()
