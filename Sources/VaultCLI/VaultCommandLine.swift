@@ -343,9 +343,20 @@ public struct VaultCommandLine {
       })
     // The containers are checked, then opened one at a time, under the manifest lock.
     let report: RotationReport
+    let activeBefore = vault.activeVersion
     do {
       defer { progress.finish() }
       report = try vault.rotate(containers: QueueContainerProvider(), options: options)
+    } catch {
+      // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
+      // resumes it (it adds no further version). Said before the error itself is printed.
+      if let active = try? ManifestFile.read(home: vault.home).manifest.activeVersion, active != activeBefore {
+        terminal.note(
+          "vault: the rotation stopped part-way: version \(active) is active, and the versions before it keep "
+            + "their keys until a rotation finishes; fix what the error below says, then run `vault rotate` "
+            + "again: it resumes")
+      }
+      throw error
     }
     if arguments.flags.contains("--json") {
       if let schedule {

@@ -1,4 +1,6 @@
 import Foundation
+import Vault
+import VaultQueue
 import VaultTestSupport
 import XCTest
 
@@ -18,6 +20,36 @@ final class RotationCLITests: XCTestCase {
 
   private func shell(_ script: String, input: [UInt8] = []) throws -> Spawned {
     try Spawn.run("/bin/sh", ["-c", script], input: input)
+  }
+
+  /// A rotation that fails after its new version is active (here every write past 512 KiB fails,
+  /// `ulimit -f`, while the container is re-sealed) says so and how to finish; the rerun resumes,
+  /// and every record opens.
+  func testARotationStoppedPartWaySaysSoAndTheRerunFinishesIt() throws {
+    do {
+      let vault = try Vault.open(home: home)
+      let queue = try QueueContainer(path: home + "/queue.sqlite", vault: vault)
+      let records = (0..<1500).map { index in (id: UUID(), payload: Array(repeating: UInt8(index % 251), count: 1000)) }
+      XCTAssertEqual(try queue.enqueue(contentsOf: records, queue: "q").filter { $0 == .stored }.count, 1500)
+    }
+    let stopped = try shell("ulimit -f 512; exec '\(vaultBinary())' --home '\(home)' rotate")
+    XCTAssertNotEqual(stopped.status, 0, stopped.outputText)
+    XCTAssertTrue(stopped.error.contains("the rotation stopped part-way: version 2 is active"), stopped.error)
+    XCTAssertTrue(stopped.error.contains("run `vault rotate` again: it resumes"), stopped.error)
+    let rerun = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rerun.status, 0, rerun.error)
+    let scan = try vault(["--home", home, "scan", home, "--verify", "--json"])
+    XCTAssertEqual(scan.status, 0, scan.error)
+    let verify = (try JSONSerialization.jsonObject(with: Data(scan.output)) as? [String: Any])?["verify"]
+    XCTAssertEqual((verify as? [String: Any])?["opened"] as? Int, 1500, scan.outputText)
+    // A rotation refused before anything changed (a registered container gone) says nothing of the kind.
+    XCTAssertEqual(rename(home + "/queue.sqlite", temporary.sub("aside.sqlite")), 0)
+    let refused = try vault(["--home", home, "rotate"])
+    XCTAssertNotEqual(refused.status, 0)
+    XCTAssertTrue(refused.error.contains("queue.sqlite"), refused.error)
+    XCTAssertFalse(refused.error.contains("stopped part-way"), refused.error)
+    XCTAssertEqual(rename(temporary.sub("aside.sqlite"), home + "/queue.sqlite"), 0)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
   }
 
   func testReadingCommandsNeverCreateOrRegisterAContainer() throws {
