@@ -26,6 +26,8 @@ final class RotationCLITests: XCTestCase {
   /// `ulimit -f`, while the container is re-sealed) says so and how to finish; the rerun resumes,
   /// and every record opens.
   func testARotationStoppedPartWaySaysSoAndTheRerunFinishesIt() throws {
+    // Under a sanitizer the file-size limit also stops the runtime's own writes (SIGBUS under TSan).
+    try XCTSkipIf(Sanitizer.current != nil, "ulimit -f stops the sanitizer runtime's own writes")
     do {
       let vault = try Vault.open(home: home)
       let queue = try QueueContainer(path: home + "/queue.sqlite", vault: vault)
