@@ -121,12 +121,10 @@ final class FilePipeline: @unchecked Sendable {
   private var openFiles = 0
   /// Files the calling thread is done with: the walk thread closes them.
   private var closable: [OpenedFile] = []
-  private var started = 0
   private var workersTried = false
   private var workerThreads: [pthread_t] = []
   private var stopping = false
   private var abandoned = false
-  private var live = 0
   private var walking = true
   private var walkError: (any Error)?
   private var finished = false
@@ -221,9 +219,9 @@ final class FilePipeline: @unchecked Sendable {
       if finished { break }
       condition.wait()
     }
+    // Each worker ends once it has finished the file it is reading.
     stopping = true
     condition.broadcast()
-    while live > 0 { condition.wait() }
     let workers = workerThreads
     workerThreads = []
     condition.unlock()
@@ -266,7 +264,7 @@ final class FilePipeline: @unchecked Sendable {
         continue
       }
       if abandoned { throw Abandoned() }
-      if started == 0, !waiting.isEmpty {
+      if workerThreads.isEmpty, !waiting.isEmpty {
         readNext(scratch: inlineScratch)
         continue
       }
@@ -409,8 +407,6 @@ final class FilePipeline: @unchecked Sendable {
       // The scan's own recursion is shallow; this is the main thread's usual stack.
       guard let worker = SystemThread.spawn(stackSize: 8 << 20, { [self] in work() }).0 else { break }
       workerThreads.append(worker)
-      started += 1
-      live += 1
     }
   }
 
@@ -442,8 +438,6 @@ final class FilePipeline: @unchecked Sendable {
       guard !stopping else { break }
       readNext(scratch: scratch)
     }
-    live -= 1
-    condition.broadcast()
     condition.unlock()
   }
 
