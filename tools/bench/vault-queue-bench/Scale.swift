@@ -188,6 +188,35 @@ func processesBenchmark(directory: String, seconds: Double) throws {
     }
     report("procs_2_plain_poll_per_s", pollRates.sorted()[1])
   }
+  if let gather = ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_SHARED_SYNC"].flatMap(Int.init) {
+    // An experiment, not a baseline: the most a group commit shared between processes could give
+    // here, measured on plain SQLite (no encryption, so an upper bound for vault). Each insert
+    // commits with synchronous=NORMAL, then waits for an fdatasync of the WAL that began after its
+    // commit, made by whichever process gets there first (`SharedSync`); the syncer first waits up
+    // to `gather` µs for the other process's insert in flight. Alternated with plain FULL rounds.
+    var fullRates: [Double] = []
+    var sharedRates: [Double] = []
+    var perSync: [Double] = []
+    for round in 0..<3 {
+      let fullPath = directory + "/procs-full-\(round).sqlite"
+      _ = PlainTable(path: fullPath)
+      fullRates.append(try runWorkers("plain", path: fullPath, home: home, directory: directory, seconds: seconds).rate)
+      removeDatabase(fullPath)
+      let sharedPath = directory + "/procs-shared-\(round).sqlite"
+      _ = PlainTable(path: sharedPath)
+      let shared = try runWorkers(
+        "plain-shared-sync-\(gather)", path: sharedPath, home: home, directory: directory, seconds: seconds)
+      sharedRates.append(shared.rate)
+      let counters = SharedSync(path: sharedPath + "-sync").counters()
+      perSync.append(shared.rate * seconds / Double(max(counters.completed, 1)))
+      removeDatabase(sharedPath)
+      unlink(sharedPath + "-sync")
+    }
+    report("procs_2_plain_full_per_s", fullRates.sorted()[1])
+    report("procs_2_plain_shared_sync_per_s", sharedRates.sorted()[1])
+    report("procs_2_plain_shared_sync_records_per_fsync", perSync.sorted()[1])
+    report("procs_2_plain_shared_sync_vs_full", sharedRates.sorted()[1] / fullRates.sorted()[1])
+  }
   plainLatencies.sort()
   vaultLatencies.sort()
   report("procs_2_plain_per_s", plainRates.sorted()[1])
@@ -265,7 +294,20 @@ func processWorker(_ arguments: [String]) throws {
           return 1
         }, nil)
     }
-    operation = { table.put(body) }
+    if arguments[4].hasPrefix("plain-shared-sync-"), let gather = Int(arguments[4].split(separator: "-").last!) {
+      sqlite3_exec(table.db, "PRAGMA synchronous = NORMAL", nil, nil, nil)
+      let sync = SharedSync(path: arguments[5] + "-sync")
+      var wal: Int32 = -1
+      operation = {
+        sync.add(busy: 1)
+        table.put(body)
+        sync.add(busy: -1)
+        if wal < 0 { wal = open(arguments[5] + "-wal", O_RDWR) }
+        sync.awaitSync(of: wal, gatherMicroseconds: gather)
+      }
+    } else {
+      operation = { table.put(body) }
+    }
   } else {
     let vault = try Vault.open(home: arguments[6])
     let queue = try QueueContainer(
@@ -457,5 +499,75 @@ extension PlainTable {
     }
     sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
     return total
+  }
+}
+
+/// The cross-process sync of the shared-sync experiment (`VAULT_QUEUE_BENCH_SHARED_SYNC`), on a
+/// side file of three counters: syncs started, syncs completed, inserts in flight. Byte 0 of the
+/// file is locked (fcntl) around an fdatasync; byte 1 around any read or write of the counters,
+/// never across an fdatasync. A commit is durable once a sync numbered above the "started" count
+/// read after the commit has completed: that sync's fdatasync began after the commit was written.
+final class SharedSync {
+  let descriptor: Int32
+
+  init(path: String) {
+    descriptor = open(path, O_RDWR | O_CREAT, 0o600)
+    guard descriptor >= 0 else { fatalError("cannot open the shared-sync file") }
+  }
+
+  deinit { close(descriptor) }
+
+  private func lock(_ byte: Int, _ type: Int32) {
+    var region = flock()
+    region.l_type = Int16(type)
+    region.l_whence = Int16(SEEK_SET)
+    region.l_start = off_t(byte)
+    region.l_len = 1
+    while fcntl(descriptor, F_SETLKW, &region) != 0 {
+      guard errno == EINTR else { fatalError("fcntl lock failed") }
+    }
+  }
+
+  private func read() -> (started: Int64, completed: Int64, busy: Int64) {
+    var values = [Int64](repeating: 0, count: 3)
+    _ = values.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, 24, 0) }
+    return (values[0], values[1], values[2])
+  }
+
+  private func write(_ counters: (started: Int64, completed: Int64, busy: Int64)) {
+    let values = [counters.started, counters.completed, counters.busy]
+    _ = values.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, 24, 0) }
+  }
+
+  private func withCounters<T>(_ body: (inout (started: Int64, completed: Int64, busy: Int64)) -> T) -> T {
+    lock(1, Int32(F_WRLCK))
+    defer { lock(1, Int32(F_UNLCK)) }
+    var counters = read()
+    let before = counters
+    let result = body(&counters)
+    if counters != before { write(counters) }
+    return result
+  }
+
+  func counters() -> (started: Int64, completed: Int64, busy: Int64) { withCounters { $0 } }
+
+  func add(busy: Int64) { withCounters { $0.busy += busy } }
+
+  /// Returns once an fdatasync of `wal` that began after this call has completed.
+  func awaitSync(of wal: Int32, gatherMicroseconds: Int) {
+    let seen = withCounters { $0.started }
+    lock(0, Int32(F_WRLCK))
+    defer { lock(0, Int32(F_UNLCK)) }
+    if withCounters({ $0.completed > seen }) { return }
+    if gatherMicroseconds > 0 {
+      let until = now() + Double(gatherMicroseconds) / 1e6
+      while now() < until, withCounters({ $0.busy > 0 }) { sched_yield() }
+    }
+    let number = withCounters { counters -> Int64 in
+      counters.started += 1
+      return counters.started
+    }
+    guard fdatasync(wal) == 0 else { fatalError("fdatasync failed") }
+    withCounters { $0.completed = max($0.completed, number) }
   }
 }

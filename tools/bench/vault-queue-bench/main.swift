@@ -12,6 +12,11 @@
 //                                                 calls or plain inserts and nothing else, for
 //                                                 `valgrind --tool=callgrind` (instructions per call)
 //
+// With `procs`, VAULT_QUEUE_BENCH_SHARED_SYNC=MICROSECONDS adds an experiment: plain SQLite from 2
+// processes committing with synchronous=NORMAL and sharing each WAL fdatasync across processes
+// (`SharedSync`, its syncer waiting up to MICROSECONDS for the other process's insert), beside
+// plain FULL: the most a group commit across processes could give on this machine.
+//
 // Prints lines "name value" (rates in records/s, latencies in ms, memory in MiB).
 import CSQLite
 import Foundation
