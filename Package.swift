@@ -109,14 +109,14 @@ let package = Package(
       name: "VaultTests", dependencies: ["Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"], swiftSettings: strict
     ),
     .testTarget(
-      name: "VaultQueueTests", dependencies: ["VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
+      name: "VaultQueueTests", dependencies: ["VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "OutboxTests", dependencies: ["Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "TelemetryTests",
-      dependencies: ["Telemetry", "Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultTestSupport"],
+      dependencies: ["Telemetry", "Outbox", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
       name: "VaultScanTests",

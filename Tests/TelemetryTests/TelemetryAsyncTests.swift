@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import VaultCrypto
 import VaultKeys
 import VaultQueue
 import VaultTestSupport
@@ -10,7 +10,7 @@ import XCTest
 
 /// A sender that notes whether it was called on a `BlockingWork` queue and answers 200.
 final class ObservedSender: BatchSender {
-  let offPool = Mutex<[Bool]>([])
+  let offPool = LockedValue<[Bool]>([])
   func send(_ batch: TelemetryBatch, token: String) -> SendResult {
     offPool.withLock { $0.append(BlockingWork.isCurrent) }
     return .status(200, retryAfter: nil)
@@ -29,7 +29,7 @@ final class TelemetryAsyncTests: XCTestCase {
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
     let container = try await QueueContainer.open(path: temporary.sub("home/queue.sqlite"), vault: vault)
-    let clockReads = Mutex<[Bool]>([])
+    let clockReads = LockedValue<[Bool]>([])
     let sender = ObservedSender()
     let telemetry = Telemetry(
       container: container, tokens: CountingTokens(), sender: sender, sessionID: "s1",

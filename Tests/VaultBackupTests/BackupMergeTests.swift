@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Vault
 import VaultBackup
 import VaultCrypto
@@ -82,8 +81,8 @@ final class BackupMergeTests: XCTestCase {
     }
     // A writer keeps enqueueing into the other container while the backup is taken.
     let other = try container(a, "other.sqlite")
-    let confirmed = Mutex<[UUID]>([])
-    let stop = Mutex(false)
+    let confirmed = LockedValue<[UUID]>([])
+    let stop = LockedValue(false)
     let writer = Thread {
       while !stop.withLock({ $0 }) {
         let id = UUID()

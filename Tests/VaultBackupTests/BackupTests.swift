@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Vault
 import VaultBackup
 import VaultCrypto
@@ -99,8 +98,8 @@ final class BackupTests: XCTestCase {
     let path = temporary.sub("busy.sqlite")
     let container = try QueueContainer(path: path, vault: vault)
     for i in 0..<50 { _ = try container.enqueue(Array("before \(i)".utf8), queue: "q") }
-    let stop = Mutex(false)
-    let written = Mutex(0)
+    let stop = LockedValue(false)
+    let written = LockedValue(0)
     let writer = Thread {
       let mine = try! QueueContainer(path: path, vault: vault)
       var i = 0

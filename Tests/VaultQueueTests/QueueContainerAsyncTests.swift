@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import VaultCrypto
 import VaultKeys
 import VaultTestSupport
 import XCTest
@@ -11,7 +11,7 @@ import XCTest
 /// same results as the synchronous calls, and the work (seen through the container's clock, read
 /// inside every call) never on a thread of Swift's pool.
 final class Reads: Sendable {
-  let list = Mutex<[Bool]>([])
+  let list = LockedValue<[Bool]>([])
 }
 
 final class QueueContainerAsyncTests: XCTestCase {
@@ -133,7 +133,7 @@ final class QueueContainerAsyncTests: XCTestCase {
   /// Cancelled while its transaction runs, the enqueue commits and says so: a started fsync is not
   /// undone, and the caller is not told otherwise.
   func testEnqueueCancelledAfterStartIsStored() async throws {
-    let started = Mutex(false)
+    let started = LockedValue(false)
     let clock: @Sendable () -> Date = {
       if BlockingWork.isCurrent, !started.withLock({ $0 }) {
         started.withLock { $0 = true }
