@@ -120,7 +120,9 @@ let package = Package(
       swiftSettings: strict),
     .testTarget(
       name: "VaultScanTests",
-      dependencies: ["VaultScan", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
+      dependencies: [
+        "VaultScan", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "CProcessHardening", "VaultTestSupport",
+      ],
       swiftSettings: strict),
     .testTarget(
       name: "VaultBackupTests",

@@ -32,10 +32,11 @@ extern int unshare(int flags);
 /// descriptors and locks as they were: with close_range (Linux 5.9), else one by one as
 /// /proc/thread-self/fd lists them. Threads this thread starts share its table. 0 on success, else
 /// an errno value (the table is then the process's, or its copies could not all be closed).
-static inline int vault_private_descriptor_table(void) {
+/// `try_close_range` 0 skips close_range and takes the one-by-one path (for its test).
+static inline int vault_private_descriptor_table_closing(int try_close_range) {
   if (unshare(VAULT_CLONE_FILES) != 0) return errno;
 #ifdef SYS_close_range
-  if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return 0;
+  if (try_close_range && syscall(SYS_close_range, 3U, ~0U, 0U) == 0) return 0;
 #endif
   DIR *listing = opendir("/proc/thread-self/fd");
   if (listing == NULL) return errno;
@@ -49,6 +50,9 @@ static inline int vault_private_descriptor_table(void) {
   closedir(listing);
   return 0;
 }
+
+/// `vault_private_descriptor_table_closing` with close_range tried first: what the scan calls.
+static inline int vault_private_descriptor_table(void) { return vault_private_descriptor_table_closing(1); }
 
 /// Writes "/proc/PID/task/TID/fd/" for the calling thread into `buffer` (NUL-terminated), as the
 /// process's /proc names it (its PID namespace may not be the process's own): from the

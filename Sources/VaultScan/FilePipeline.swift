@@ -91,6 +91,11 @@ final class FilePipeline: @unchecked Sendable {
   /// Gives the calling thread a descriptor table of its own (0), or says why not (an errno).
   /// Tests replace it to see what a refusal does.
   nonisolated(unsafe) static var privateDescriptorTable: () -> Int32 = { vault_private_descriptor_table() }
+  /// Starts the walk thread and the workers (`SystemThread.spawn`). Tests replace it to see what a
+  /// thread that cannot be created does.
+  nonisolated(unsafe) static var spawnThread: (Int, @escaping @Sendable () -> Void) -> (pthread_t?, Int32) = {
+    SystemThread.spawn(stackSize: $0, $1)
+  }
   private static let sidecarSuffixes = ["-wal", "-shm", "-journal"].map { Array($0.utf8) }
 
   /// A file handed to the workers, and what they found in it.
@@ -154,7 +159,7 @@ final class FilePipeline: @unchecked Sendable {
   func run(_ walk: @escaping (FilePipeline, inout ScanReport) throws -> Void) throws -> ScanReport {
     walkBody = walk
     // The walk keeps its own stack of directories; this is the main thread's usual stack.
-    let (walker, error) = SystemThread.spawn(stackSize: 8 << 20) { [self] in walkThread() }
+    let (walker, error) = Self.spawnThread(8 << 20) { [self] in walkThread() }
     guard let walker else { throw ProcessResources.threadShortage(errno: error) }
     var failure: (any Error)?
     do {
@@ -405,7 +410,7 @@ final class FilePipeline: @unchecked Sendable {
     workersTried = true
     for _ in 0..<Self.workers {
       // The scan's own recursion is shallow; this is the main thread's usual stack.
-      guard let worker = SystemThread.spawn(stackSize: 8 << 20, { [self] in work() }).0 else { break }
+      guard let worker = Self.spawnThread(8 << 20, { [self] in work() }).0 else { break }
       workerThreads.append(worker)
     }
   }

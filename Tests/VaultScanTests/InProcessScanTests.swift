@@ -1,5 +1,7 @@
+import CProcessHardening
 import Foundation
 import Vault
+import VaultCrypto
 import VaultKeys
 import VaultQueue
 import VaultTestSupport
@@ -129,10 +131,12 @@ final class InProcessScanTests: XCTestCase {
 final class PrivateTableTests: XCTestCase {
   var temporary: TemporaryDirectory!
   let privateDescriptorTable = FilePipeline.privateDescriptorTable
+  let spawnThread = FilePipeline.spawnThread
 
   override func setUp() { temporary = TemporaryDirectory() }
   override func tearDown() {
     FilePipeline.privateDescriptorTable = privateDescriptorTable
+    FilePipeline.spawnThread = spawnThread
     temporary = nil
   }
 
@@ -178,6 +182,91 @@ final class PrivateTableTests: XCTestCase {
     }
     XCTAssertEqual(released, 100)
     XCTAssertEqual(elsewhere, 0, "released on a scan thread")
+  }
+
+  /// A thread that cannot be created (a cgroup's pids limit, `ulimit -v`): without a walk thread
+  /// the scan fails at once and says which limit; without workers the walk thread reads every file
+  /// itself, and the report is the same as with them.
+  func testAScanWithoutItsThreadsFailsOrReadsOnOneThread() throws {
+    for index in 0..<12 {
+      let text = index == 7 ? "a canary-here-7Qz in file \(index)\n" : "file \(index)\n"
+      try Data(text.utf8).write(to: URL(fileURLWithPath: temporary.sub("f\(index)")))
+    }
+    let scanner = Scanner(canaries: ["canary-here-7Qz"])
+    let expected = try scanner.scan([temporary.path])
+    XCTAssertEqual(expected.filesScanned, 12)
+    XCTAssertEqual(expected.findings.map(\.detector), ["canary"])
+
+    let calls = LockedValue(0)
+    FilePipeline.spawnThread = { _, _ in
+      calls.withLock { $0 += 1 }
+      return (nil, EAGAIN)
+    }
+    XCTAssertThrowsError(try scanner.scan([temporary.path])) { error in
+      guard case .threads(let errno, _, _) = error as? ProcessResources.Shortage else {
+        return XCTFail("\(error)")
+      }
+      XCTAssertEqual(errno, EAGAIN)
+      XCTAssertTrue("\(error)".contains("thread"), "\(error)")
+    }
+    XCTAssertEqual(calls.withLock { $0 }, 1, "nothing more is tried without the walk thread")
+
+    // The walk thread starts; no worker does.
+    calls.withLock { $0 = 0 }
+    FilePipeline.spawnThread = { stack, body in
+      guard
+        calls.withLock({ count in
+          count += 1
+          return count == 1
+        })
+      else { return (nil, EAGAIN) }
+      return self.spawnThread(stack, body)
+    }
+    let inline = try scanner.scan([temporary.path])
+    XCTAssertEqual(calls.withLock { $0 }, 2, "the walk thread, then one worker: no more after it failed")
+    XCTAssertEqual(inline, expected)
+  }
+
+  /// Both ways of closing the copies a private table starts with (close_range, and one by one as
+  /// /proc/thread-self/fd lists them, where close_range fails: Linux before 5.9, a seccomp filter)
+  /// leave the scan thread's table with 0, 1 and 2 alone, and the process's own table as it was.
+  func testAPrivateTableKeepsOnlyTheStandardDescriptorsEitherWay() throws {
+    /// The calling thread's descriptors, without the one its listing uses.
+    @Sendable func threadDescriptors() -> [Int32] {
+      guard let listing = opendir("/proc/thread-self/fd") else { return [-1] }
+      defer { closedir(listing) }
+      var found: [Int32] = []
+      while let entry = readdir(listing) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        if let number = Int32(name), number != dirfd(listing) { found.append(number) }
+      }
+      return found.sorted()
+    }
+    var ends: [Int32] = [0, 0]
+    XCTAssertEqual(pipe(&ends), 0)
+    defer { _ = ends.map { close($0) } }
+    let processBefore = threadDescriptors()
+    XCTAssertTrue(Set(ends).isSubset(of: processBefore))
+    for tryCloseRange: Int32 in [1, 0] {
+      let seen = LockedValue<(status: Int32, descriptors: [Int32])>((-1, []))
+      let (thread, error) = SystemThread.spawn {
+        let status = vault_private_descriptor_table_closing(tryCloseRange)
+        let descriptors = threadDescriptors()
+        seen.withLock { $0 = (status, descriptors) }
+      }
+      let started = try XCTUnwrap(thread, "no thread: errno \(error)")
+      SystemThread.join(started)
+      let (status, descriptors) = seen.withLock { $0 }
+      XCTAssertEqual(status, 0, "close_range tried: \(tryCloseRange)")
+      XCTAssertEqual(descriptors, [0, 1, 2], "close_range tried: \(tryCloseRange)")
+      // The process's own are all still open (others may have been opened meanwhile by the runtime).
+      XCTAssertTrue(Set(processBefore).isSubset(of: threadDescriptors()), "close_range tried: \(tryCloseRange)")
+      var byte: UInt8 = 0x2a
+      XCTAssertEqual(write(ends[1], &byte, 1), 1, "the process's write end was closed")
+      byte = 0
+      XCTAssertEqual(read(ends[0], &byte, 1), 1, "the process's read end was closed")
+      XCTAssertEqual(byte, 0x2a)
+    }
   }
 
   /// A database removed after it was opened reads back from /proc as "PATH (deleted)": whatever
