@@ -209,28 +209,43 @@ final class Storage {
 
   // The container's total envelope bytes, for the cap. Keeping it in a table would dirty one more
   // page on every commit (measured: the single-record enqueue rate drops by about a tenth), so it
-  // is cached per connection: adjusted for this connection's own writes, recomputed when
-  // `PRAGMA data_version` shows another connection committed, and dropped on rollback.
-  private var cachedBytes: Int?
+  // is cached per connection: adjusted for this connection's own writes, trusted only while
+  // `PRAGMA data_version` shows no other connection committed, and dropped on rollback. What is
+  // cached is either the exact total (`exact`, summed) or a bound the total cannot be above (the
+  // database's bytes when read, `mayExceed`, plus this connection's own changes since: every byte
+  // added to the total is added to the bound, every byte removed is removed from both).
+  private var knownBytes: (value: Int, exact: Bool)?
   private var cachedDataVersion: Int64 = -1
 
   func totalBytes() throws -> Int {
     let version = try statement("PRAGMA data_version").scalar() ?? 0
-    if let cached = cachedBytes, version == cachedDataVersion { return cached }
+    if let known = knownBytes, known.exact, version == cachedDataVersion { return known.value }
     let total = Int(try statement("SELECT coalesce(sum(size), 0) FROM records").scalar() ?? 0)
-    cachedBytes = total
+    knownBytes = (total, true)
     cachedDataVersion = version
     return total
   }
 
-  /// Whether the records could hold more than `cap` bytes at all: every byte of their envelopes is
-  /// stored in one of the database's pages, so while the database is no larger than `cap` their
-  /// total is not either, and it need not be known. Without this, the total was summed again on
-  /// every enqueue after another connection (another process) committed, over every record.
+  /// Whether the records could hold more than `cap` bytes at all. What this connection knows
+  /// answers first: a total or a bound no larger than `cap` says no, an exact total above it yes.
+  /// Else the database's size: every byte of the envelopes is stored in one of its pages, so while
+  /// the database is no larger than `cap` their total is not either, and need not be summed (before
+  /// this, every enqueue after another process committed summed every record's size). That size is
+  /// kept as the bound: `PRAGMA page_count` is compiled again each time it runs, which cost a
+  /// single enqueue about 6,000 of its 100,000 instructions (callgrind).
   func mayExceed(_ cap: Int) throws -> Bool {
+    let version = try statement("PRAGMA data_version").scalar() ?? 0
+    if let known = knownBytes, version == cachedDataVersion {
+      if known.value <= cap { return false }
+      if known.exact { return true }
+    }
     let pages = try statement("PRAGMA page_count").scalar() ?? 0
     if pageSize == nil { pageSize = try statement("PRAGMA page_size").scalar() ?? 0 }
-    return pages.multipliedReportingOverflow(by: pageSize ?? 0).partialValue > cap || pages > Int64(Int32.max)
+    let (bytes, overflow) = pages.multipliedReportingOverflow(by: pageSize ?? 0)
+    guard !overflow, bytes <= cap, pages <= Int64(Int32.max) else { return true }
+    knownBytes = (Int(bytes), false)
+    cachedDataVersion = version
+    return false
   }
 
   /// Read once per connection: a WAL database's page size cannot change (not even by VACUUM),
@@ -238,13 +253,13 @@ final class Storage {
   private var pageSize: Int64?
 
   /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM).
-  func forgetCachedBytes() { cachedBytes = nil }
+  func forgetCachedBytes() { knownBytes = nil }
 
-  /// Adjusts the cached total for this connection's own change, inside `transaction` (no other
-  /// connection can commit meanwhile). A cache made before another connection committed is
-  /// adjusted too, harmlessly: `totalBytes()` sees `data_version` changed and sums again.
+  /// Adjusts the cached total or bound for this connection's own change, inside `transaction` (no
+  /// other connection can commit meanwhile). One made before another connection committed is
+  /// adjusted too, harmlessly: `data_version` has changed, and it is not trusted again.
   func addBytes(_ delta: Int) throws {
-    cachedBytes? += delta
+    knownBytes?.value += delta
   }
 
   /// A `BEGIN IMMEDIATE` transaction that also forgets the cached byte total when it rolls back.
@@ -258,7 +273,7 @@ final class Storage {
       try statement("COMMIT").run()
       return result
     } catch {
-      cachedBytes = nil
+      knownBytes = nil
       try? connection.execute("ROLLBACK")
       throw error
     }
@@ -276,7 +291,7 @@ final class Storage {
       try statement("RELEASE grouped").run()
       return result
     } catch {
-      cachedBytes = nil
+      knownBytes = nil
       do {
         try connection.execute("ROLLBACK TO grouped")
         try connection.execute("RELEASE grouped")

@@ -260,6 +260,31 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try first.stats().total, cap / 1000, "the cap is filled, not undershot")
   }
 
+  /// One connection alone keeps a bound on its total while the file is below the cap (its size
+  /// when read, plus what it added and less what it removed since) and asks the file again only
+  /// once the bound passes the cap: the cap still holds exactly, with deliveries removing records.
+  func testByteCapHoldsWhenTheFileGrowsPastItFromOneConnection() throws {
+    let record = [UInt8](repeating: 0xAD, count: 911)  // 1000 bytes sealed
+    let cap = 150_000
+    let queue = try container(QueueConfiguration(byteCap: cap))
+    // Counted through another connection: the writer's own `stats()` would sum its total exactly.
+    let observer = try container(QueueConfiguration(byteCap: cap))
+    var acked = 0
+    for round in 0..<400 {
+      try queue.enqueue(record, queue: "q")
+      if round % 5 == 0 {
+        let claimed = try queue.claim(queue: "q", maxCount: 1).map(\.id)
+        try queue.ack(claimed)
+        acked += claimed.count
+      }
+      let stats = try observer.stats()
+      XCTAssertLessThanOrEqual(stats.bytes, cap, "round \(round)")
+      XCTAssertEqual(stats.bytes, stats.total * 1000)
+      XCTAssertEqual(stats.total + (stats.dropped["cap"] ?? 0) + acked, round + 1, "every record kept or counted")
+    }
+    XCTAssertEqual(try observer.stats().total, cap / 1000, "the cap is filled, not undershot")
+  }
+
   func testMaximumAgeDropsOldRecords() throws {
     let queue = try container(QueueConfiguration(maximumAge: 3600))
     try queue.enqueue([1], queue: "q")
