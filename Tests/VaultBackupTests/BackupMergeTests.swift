@@ -411,7 +411,7 @@ final class BackupMergeTests: XCTestCase {
     // One byte of the home's envelope changed: it no longer opens (claim moves it to review).
     let script = """
       import sqlite3,sys; c=sqlite3.connect(sys.argv[1])
-      c.execute("UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = ?", \
+      c.execute("UPDATE records SET envelope = substr(envelope, 1, 40) || (CASE substr(envelope, 41, 1) WHEN x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) WHERE id = ?", \
       (sys.argv[2],)); c.commit(); c.close()
       """
     let tampered = try Spawn.run(

@@ -302,7 +302,7 @@ final class QueueContainerTests: XCTestCase {
     for id in ids { try queue.enqueue(Array("payload".utf8), queue: "q", id: id) }
     try sqlite(
       path,
-      "UPDATE records SET envelope = substr(envelope, 1, 40) || x'00' || substr(envelope, 42) WHERE id = '\(ids[1].uuidString.lowercased())'"
+      "UPDATE records SET envelope = substr(envelope, 1, 40) || (CASE substr(envelope, 41, 1) WHEN x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) WHERE id = '\(ids[1].uuidString.lowercased())'"
     )
     let claimed = try queue.claim(queue: "q")
     XCTAssertEqual(claimed.map(\.id), [ids[0], ids[2]])
@@ -330,7 +330,7 @@ final class QueueContainerTests: XCTestCase {
         // One byte of the ciphertext changed: the envelope still names version 1 and no longer opens.
         try sqlite(
           path,
-          "UPDATE records SET envelope = substr(envelope, 1, 80) || x'00' || substr(envelope, 82) WHERE id = '\(ids[index].uuidString.lowercased())'"
+          "UPDATE records SET envelope = substr(envelope, 1, 80) || (CASE substr(envelope, 81, 1) WHEN x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 82) WHERE id = '\(ids[index].uuidString.lowercased())'"
         )
       }
       let report = try vault.rotate(
