@@ -229,7 +229,7 @@ final class PrivateTableTests: XCTestCase {
 
   /// Both ways of closing the copies a private table starts with (close_range, and one by one as
   /// /proc/thread-self/fd lists them, where close_range fails: Linux before 5.9, a seccomp filter)
-  /// leave the scan thread's table with 0, 1 and 2 alone, and the process's own table as it was.
+  /// leave the scan thread's table with 0, 1 and 2 alone, and the process's own descriptors open.
   func testAPrivateTableKeepsOnlyTheStandardDescriptorsEitherWay() throws {
     /// The calling thread's descriptors, without the one its listing uses.
     @Sendable func threadDescriptors() -> [Int32] {
@@ -237,7 +237,8 @@ final class PrivateTableTests: XCTestCase {
       defer { closedir(listing) }
       var found: [Int32] = []
       while let entry = readdir(listing) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        // In place: copying d_name's 256-byte tuple can read past the last entry of readdir's buffer.
+        let name = String(decoding: directoryEntryName(entry), as: UTF8.self)
         if let number = Int32(name), number != dirfd(listing) { found.append(number) }
       }
       return found.sorted()
