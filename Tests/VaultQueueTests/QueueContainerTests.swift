@@ -28,11 +28,14 @@ final class QueueContainerTests: XCTestCase {
     temporary = nil
   }
 
-  func container(_ configuration: QueueConfiguration = QueueConfiguration(), random: Double = 0.5) throws
-    -> QueueContainer
+  /// A container at `path` (or at `file`), on the test's clock.
+  func container(
+    _ configuration: QueueConfiguration = QueueConfiguration(), random: Double = 0.5, at file: String? = nil
+  )
+    throws -> QueueContainer
   {
     try QueueContainer(
-      path: path, vault: vault, configuration: configuration, clock: clock.function, random: { random },
+      path: file ?? path, vault: vault, configuration: configuration, clock: clock.function, random: { random },
       monotonic: { [clock] in MonotonicReading(boot: "b", milliseconds: clock!.milliseconds) })
   }
 
