@@ -48,7 +48,8 @@ extension QueueContainer {
   /// - Returns: one outcome per record, in order: `.stored`, or `.duplicate` when its id was
   ///   already in the container.
   /// - Throws: `QueueError.invalidQueueName`; `.recordTooLarge` (checked before anything is
-  ///   written); `.capExceeded` when the cap cannot make room; `.storage` when the vault's active
+  ///   written); `.capExceeded` when the cap cannot make room (never when every record was a
+  ///   duplicate: such a call stores and drops nothing); `.storage` when the vault's active
   ///   key is older than the container's minimum even after a reload; the other `QueueError` kinds
   ///   for a full, read-only or corrupt file; `KeyStoreError` when the key cannot be read right
   ///   now; the vault's errors (`VaultError`, the manifest's) when its reload or seal fails.
@@ -121,7 +122,7 @@ extension QueueContainer {
   }
 
   /// One request's records: sealed under the active key and inserted, duplicates reported, then
-  /// the cap enforced on records older than the group.
+  /// (when one was stored) the cap enforced on records older than the group.
   private func insert(
     _ request: GroupCommit.Request, into storage: Storage, now: Int64, born: Int64, victimsUpTo lastExisting: Int64
   ) throws -> [EnqueueOutcome] {
@@ -149,6 +150,9 @@ extension QueueContainer {
       added += envelope.count
       outcomes.append(.stored)
     }
+    // A request that stored nothing removes nothing and cannot fail on the cap: its records are
+    // already in the container, and an error would have the caller retry one that is safe.
+    guard added > 0 else { return outcomes }
     try storage.addBytes(added)
     try enforceCap(storage, victimsUpTo: lastExisting)
     return outcomes

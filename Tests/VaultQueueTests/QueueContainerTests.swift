@@ -230,6 +230,42 @@ final class QueueContainerTests: XCTestCase {
     }
   }
 
+  /// An enqueue that stores nothing (every id already there) drops nothing and cannot fail on the
+  /// cap, even when the container holds more than this writer's cap (a smaller cap than the
+  /// writer before it, a merged backup): its records are already stored, and an error would
+  /// send the caller retrying a record that is safe.
+  func testADuplicateOnlyEnqueueNeitherDropsNorFailsOnTheCap() throws {
+    let record = [UInt8](repeating: 0xA5, count: 911)  // 1000 bytes sealed
+    let ids = (0..<6).map { _ in UUID() }
+    let roomy = try container(QueueConfiguration(byteCap: 100_000))
+    for id in ids { try roomy.enqueue(record, queue: "q", id: id) }
+    XCTAssertEqual(try roomy.claim(queue: "q", maxCount: 2).count, 2)
+
+    let tight = try container(QueueConfiguration(byteCap: 3_000))
+    XCTAssertEqual(try tight.enqueue(record, queue: "q", id: ids[5]), .duplicate)
+    XCTAssertEqual(
+      try tight.enqueue(contentsOf: [(ids[0], record), (ids[3], record)], queue: "q"), [.duplicate, .duplicate])
+    var stats = try tight.stats()
+    XCTAssertEqual(stats.total, 6, "nothing dropped by an enqueue that stored nothing")
+    XCTAssertEqual(stats.dropped["cap"] ?? 0, 0)
+
+    // A record that is stored brings the cap back: the oldest not in flight go first.
+    XCTAssertEqual(try tight.enqueue(record, queue: "q", id: UUID()), .stored)
+    stats = try tight.stats()
+    XCTAssertEqual(stats.total, 3)
+    XCTAssertEqual(stats.dropped["cap"], 4)
+    XCTAssertEqual(try tight.count(queue: "q", state: .inFlight), 2)
+
+    // Every record in flight: a new record finds no room, a duplicate is still just a duplicate.
+    XCTAssertEqual(try tight.claim(queue: "q").count, 1)
+    let tighter = try container(QueueConfiguration(byteCap: 1_500))
+    XCTAssertThrowsError(try tighter.enqueue(record, queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 1_500))
+    }
+    XCTAssertEqual(try tighter.enqueue(record, queue: "q", id: ids[0]), .duplicate)
+    XCTAssertEqual(try tighter.stats().total, 3)
+  }
+
   /// The byte total is cached per connection; writes through another connection (another
   /// process) must still be counted exactly.
   func testByteCapHoldsAcrossTwoConnections() throws {
