@@ -179,8 +179,21 @@ package struct ContainerLineage: Sendable, Equatable {
   static func read(from connection: Connection) throws -> ContainerLineage {
     var instance: String?
     var origin: String?
-    try connection.prepare("SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from')").query {
-      if $0.text(0) == "instance_id" { instance = $0.text(1) } else { origin = $0.text(1) }
+    var token: String?
+    var passed: Set<String> = []
+    try connection.prepare(
+      """
+      SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from', 'snapshot_token')
+        OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')
+      """
+    ).query {
+      let key = $0.text(0) ?? ""
+      switch key {
+      case "instance_id": instance = $0.text(1)
+      case "restored_from": origin = $0.text(1)
+      case "snapshot_token": token = $0.text(1)
+      default: passed.insert(String(key.dropFirst(passedPrefix.count)))
+      }
     }
     var inherited: Set<String> = []
     var hasTable = false
@@ -190,8 +203,12 @@ package struct ContainerLineage: Sendable, Equatable {
     if hasTable {
       try connection.prepare("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
     }
-    return ContainerLineage(instance: instance, restoredFrom: origin, inherited: inherited)
+    return ContainerLineage(
+      instance: instance, restoredFrom: origin, inherited: inherited, snapshotToken: token, passedSnapshots: passed)
   }
+
+  /// The meta key prefix of a snapshot mark (`passed_snapshot:TOKEN`).
+  static let passedPrefix = "passed_snapshot:"
 
   /// This copy's random id (nil: made by a release before lineage was kept).
   package var instance: String?
@@ -199,4 +216,16 @@ package struct ContainerLineage: Sendable, Equatable {
   package var restoredFrom: String?
   /// The record ids the restored copy started with.
   package var inherited: Set<String>
+  /// In a snapshot (a bundle's copy): the token its backup gave it (nil: made before tokens).
+  package var snapshotToken: String? = nil
+  /// The tokens of snapshots taken of this container that it has gone on from (its newest marks).
+  package var passedSnapshots: Set<String> = []
+
+  /// Whether `snapshot` is this container's own past: the same instance, and a snapshot this
+  /// container recorded having passed. Same instance alone is not enough: a container put back
+  /// from an older file-system copy shares the instance id but not what came after the copy.
+  package func hasPassed(_ snapshot: ContainerLineage) -> Bool {
+    guard let instance, snapshot.instance == instance, let token = snapshot.snapshotToken else { return false }
+    return passedSnapshots.contains(token)
+  }
 }

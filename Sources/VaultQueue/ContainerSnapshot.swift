@@ -8,12 +8,51 @@ extension QueueContainer {
   ///
   /// - Throws: `QueueError.noContainer` when nothing is at `path`; other `QueueError` kinds when
   ///   either file cannot be read or written.
+  ///
+  /// The copy gets a new random snapshot token (meta `snapshot_token`), and then the container
+  /// records it as passed (meta `passed_snapshot:TOKEN`): a later merge of the copy into the
+  /// container knows the copy is the container's own past only when the container holds that
+  /// mark. A container put back from an older file-system copy (a rollback: same instance id, but
+  /// an earlier state) lacks it, and what the copy holds that it does not is never taken for
+  /// delivered. Marking is best effort (a read-only container still backs up): without the mark a
+  /// merge treats such records as undetermined, which loses nothing.
   package static func snapshot(path: String, to destination: String) throws {
     guard case .container = try probe(path: path) else { throw QueueError.noContainer(path: path) }
+    let token = try Storage.newContainerID()
     try translating(path) {
       let source = try Connection(path: path, create: false)
       try source.execute("PRAGMA busy_timeout = 10000")
       try backupDatabase(from: source, to: destination)
+      let copy = try Connection(path: destination, create: false)
+      try copy.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot_token', ?)").run([.text(token)])
+      try? markPassed(token, in: source)
+    }
+  }
+
+  /// The most recent snapshot marks a container keeps: a merge of a bundle older than that many
+  /// backups treats what it holds beyond the container as undetermined (in review), never lost.
+  static let keptSnapshotMarks = 256
+
+  /// Records in the live container that it has passed the snapshot `token`, keeping the newest
+  /// `keptSnapshotMarks` marks.
+  private static func markPassed(_ token: String, in source: Connection) throws {
+    try source.execute("BEGIN IMMEDIATE")
+    do {
+      let now = Int64(Date().timeIntervalSince1970 * 1000)
+      try source.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").run([
+        .text(ContainerLineage.passedPrefix + token), .text(String(now)),
+      ])
+      try source.prepare(
+        """
+        DELETE FROM meta WHERE key >= 'passed_snapshot:' AND key < 'passed_snapshot;' AND key NOT IN (
+          SELECT key FROM meta WHERE key >= 'passed_snapshot:' AND key < 'passed_snapshot;'
+          ORDER BY CAST(value AS INTEGER) DESC, key LIMIT ?)
+        """
+      ).run([.integer(Int64(keptSnapshotMarks))])
+      try source.execute("COMMIT")
+    } catch {
+      try? source.execute("ROLLBACK")
+      throw error
     }
   }
 }

@@ -56,6 +56,10 @@ extension QueueContainer {
         if let origin {
           try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
         }
+        // A new copy has a history of its own: the original's snapshot marks are not its.
+        try storage.statement(
+          "DELETE FROM meta WHERE key = 'snapshot_token' OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')"
+        ).run()
         try storage.statement("DELETE FROM inherited").run()
         try storage.statement("INSERT INTO inherited (id) SELECT id FROM records").run()
       }
@@ -98,7 +102,11 @@ extension QueueContainer {
       if fresh { return .restore }
       // This copy started with it (a restore) and holds it no more: removed here, whatever the source.
       if mine.inherited.contains(id) { return .skip }
-      if let instance = theirs.instance, instance == mine.instance { return .skip }
+      // The source is this copy's own past (a snapshot it went on from): removed here since.
+      if mine.hasPassed(theirs) { return .skip }
+      // The same instance without that mark: this copy may be an older file-system copy put back
+      // (a rollback), which never held what was stored after it; it cannot be told.
+      if let instance = theirs.instance, instance == mine.instance { return .undetermined }
       // The source is this copy's origin: what it holds beyond what this copy started with is new here.
       if let instance = theirs.instance, mine.restoredFrom == instance { return .restore }
       // The source was restored from this copy: what it started with, this copy held.

@@ -215,6 +215,45 @@ final class BackupMergeTests: XCTestCase {
     XCTAssertEqual(after[ids[2]]?.0, .parked, "parked after the backup: the home's copy is newer")
   }
 
+  /// A home put back from a file-system copy older than a bundle (tar, rsync, a VM snapshot)
+  /// shares the bundle's instance id but not what came after the copy: a record stored after it
+  /// is not taken for delivered here. It cannot be told whether the rolled-back home delivered
+  /// it, so it comes back in review; a record the bundle lacks stays as it is.
+  func testAHomePutBackFromAnOlderFileCopyGetsBackWhatCameAfterIt() throws {
+    let a = try makeVault("a")
+    let path = a.home + "/q.sqlite"
+    let old = UUID()
+    let deliveredBefore = UUID()
+    var queue: QueueContainer? = try container(a, "q.sqlite")
+    try queue?.enqueue(Array("old".utf8), queue: "q", id: old)
+    try queue?.enqueue(Array("delivered".utf8), queue: "q", id: deliveredBefore)
+    let copy = temporary.sub("file-copy")
+    try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+    for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: path + suffix) {
+      try FileManager.default.copyItem(atPath: path + suffix, toPath: copy + "/q.sqlite" + suffix)
+    }
+    let later = UUID()
+    try queue?.enqueue(Array("after the copy".utf8), queue: "q", id: later)
+    try queue?.ack([deliveredBefore])
+    let bundle = try backup(a)
+    queue = nil
+
+    for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+    for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: copy + "/q.sqlite" + suffix) {
+      try FileManager.default.copyItem(atPath: copy + "/q.sqlite" + suffix, toPath: path + suffix)
+    }
+    XCTAssertEqual(Set(try states(a, "q.sqlite").keys), [old, deliveredBefore], "the home as the file copy had it")
+
+    let report = try merge(bundle, into: a)
+    XCTAssertEqual(report.containers.map(\.undetermined), [1], "stored after the copy: not taken for delivered")
+    XCTAssertEqual(report.containers.map(\.goneHere), [0])
+    let after = try states(a, "q.sqlite")
+    XCTAssertEqual(after[later]?.0, .review)
+    XCTAssertEqual(after[later]?.1, QueueContainer.maybeDeliveredKind)
+    XCTAssertEqual(after[deliveredBefore]?.0, .pending, "delivered only on the lost disk: the home's copy stays")
+    XCTAssertEqual(try payload(a, "q.sqlite", later), "after the copy", "returned with resend")
+  }
+
   /// Giving a claim back (either way) is a state change: a merge keeps the home's copy over a
   /// change made on the other copy between the claim and the give-back.
   func testAClaimGivenBackAfterTheOtherCopysChangeKeepsTheHomesState() throws {
