@@ -529,6 +529,19 @@ public enum Backup {
 
   static func bundlePrefix(vaultID: String) -> String { "vault-\(vaultID)-" }
 
+  /// The names in `directory` of this vault's bundles that this user wrote: regular files with
+  /// the vault's prefix, owned by the effective user. In a shared (sticky) directory anyone may
+  /// make a file with such a name; it is neither counted, pruned nor taken for the last backup.
+  static func ownBundleNames(in directory: String, vaultID: String) -> [String] {
+    let prefix = bundlePrefix(vaultID: vaultID)
+    let user = geteuid()
+    return ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { name in
+      guard name.hasPrefix(prefix), name.hasSuffix(BundleLayout.fileSuffix) else { return false }
+      var info = stat()
+      return lstat(directory + "/" + name, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_uid == user
+    }
+  }
+
   /// `20261201T160512.123Z`: sorts by time as text.
   static func fileStamp(_ date: Date) -> String {
     let formatter = DateFormatter()
@@ -541,10 +554,7 @@ public enum Backup {
   /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
   /// names); `newest`, just written and verified, is always kept.
   static func prune(directory: String, vaultID: String, keep: Int, newest: String) throws -> [String] {
-    let prefix = bundlePrefix(vaultID: vaultID)
-    let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
-      .filter { $0.hasPrefix(prefix) && $0.hasSuffix(BundleLayout.fileSuffix) && $0 != newest }
-      .sorted()
+    let names = ownBundleNames(in: directory, vaultID: vaultID).filter { $0 != newest }.sorted()
     let excess = names.count + 1 - keep
     guard excess > 0 else { return [] }
     var removed: [String] = []

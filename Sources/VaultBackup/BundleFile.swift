@@ -10,7 +10,9 @@ final class BundleReader {
 
   init(path: String) throws {
     self.path = path
-    descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+    // Non-blocking: a FIFO planted under a bundle's name (a sticky backup directory lets anyone
+    // make one) would hold a blocking open until a writer came; it is refused below instead.
+    descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY)
     guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
     var info = stat()
     guard fstat(descriptor, &info) == 0 else {

@@ -88,10 +88,7 @@ extension Backup {
     let prefix = bundlePrefix(vaultID: vaultID)
     var found: [String] = []
     for directory in backupDirectories(home: absolutePath(home)) {
-      let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-      found += names.filter { $0.hasPrefix(prefix) && $0.hasSuffix(BundleLayout.fileSuffix) }.map {
-        directory + "/" + $0
-      }
+      found += ownBundleNames(in: directory, vaultID: vaultID).map { directory + "/" + $0 }
     }
     // Names carry the time (sortable text) after the prefix: the newest sorts last.
     guard let newest = found.max(by: { ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent })
@@ -104,6 +101,10 @@ extension Backup {
     var versions: [UInt32] = []
     do {
       let manifest = try inspect(bundle: newest)
+      // The name is not authenticated: a bundle of another vault renamed as this one's is not it.
+      guard manifest.vaultID == vaultID else {
+        throw BackupError.damagedManifest(path: newest, reason: "it names another vault")
+      }
       createdAt = manifest.createdAt
       versions = manifest.versions.map(\.version)
       if let date = parseMillisecondTimestamp(manifest.createdAt) {
@@ -150,7 +151,9 @@ extension Backup {
     guard hashingSnapshots else { return manifest }
     var offset = manifestOffset + UInt64(header.manifestCount) + UInt64(header.keySectionCount)
     for (index, container) in manifest.containers.enumerated() {
-      guard reader.size >= offset + container.size else {
+      // The manifest is not authenticated here: a size near 2^64 must not wrap the sum (a trap).
+      let (end, overflow) = offset.addingReportingOverflow(container.size)
+      guard !overflow, reader.size >= end else {
         throw BackupError.truncated(path: path, part: "container \(index + 1)")
       }
       let hasher = try SHA256Hasher()
@@ -158,7 +161,7 @@ extension Backup {
       guard hex(try hasher.finish()) == container.sha256 else {
         throw BackupError.containerHashMismatch(path: path, index: index + 1, container: container.path)
       }
-      offset += container.size
+      offset = end
     }
     guard reader.size == offset else {
       throw BackupError.damagedHeader(path: path, reason: "bytes after the last part")

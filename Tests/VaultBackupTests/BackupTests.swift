@@ -272,6 +272,56 @@ final class BackupTests: XCTestCase {
     }
   }
 
+  /// In a shared (sticky) backup directory anyone may make files named as this vault's newest
+  /// bundles. Another user's file and a FIFO are neither counted against `keep` (pruning the
+  /// real ones), nor taken for the last backup, nor opened (a FIFO would hang the open); a
+  /// bundle of this user's whose unauthenticated manifest claims a size near 2^64 is reported
+  /// damaged, not a trap.
+  func testFilesPlantedUnderABundlesNameAreNeitherCountedNorTakenForTheLastBackup() throws {
+    let vault = try makeVault()
+    _ = try populate(vault)
+    let directory = temporary.sub("backups")
+    var genuine: [String] = []
+    for _ in 0..<2 {
+      genuine.append(try backup(vault, keep: 3).bundle)
+      usleep(5000)
+    }
+    let name = (genuine[0] as NSString).lastPathComponent
+    let vaultID = String(name.dropFirst("vault-".count).prefix { $0 != "-" })
+    let prefix = directory + "/vault-\(vaultID)-"
+    let planted = (1...3).map { prefix + "2999010\($0)T000000.000Z.vaultbackup" }
+    try FileManager.default.copyItem(atPath: genuine[0], toPath: planted[0])
+    XCTAssertEqual(chown(planted[0], 65534, 65534), 0)
+    try FileManager.default.copyItem(atPath: genuine[0], toPath: planted[1])
+    XCTAssertEqual(chown(planted[1], 65534, 65534), 0)
+    XCTAssertEqual(mkfifo(planted[2], 0o600), 0)
+
+    let last = Backup.lastBackup(home: vault.home, vaultID: vaultID)
+    XCTAssertEqual(last?.bundle, genuine[1])
+    XCTAssertEqual(last?.bundles, 2)
+    XCTAssertEqual(last?.intact, true)
+    genuine.append(try backup(vault, keep: 3).bundle)
+    for path in genuine + planted { XCTAssertTrue(FileManager.default.fileExists(atPath: path), path) }
+
+    // This user's newest bundle, its manifest's container size made 2^64 - 1 (hash recomputed).
+    var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: genuine[2])))
+    let manifestCount = Int(bytes[12..<16].reduce(0) { $0 << 8 | UInt32($1) })
+    var manifest = String(decoding: bytes[52..<(52 + manifestCount)], as: UTF8.self)
+    let size = try XCTUnwrap(manifest.range(of: #""size":[0-9]+"#, options: .regularExpression))
+    manifest.replaceSubrange(size, with: #""size":18446744073709551615"#)
+    let newManifest = Array(manifest.utf8)
+    let count = UInt32(newManifest.count)
+    bytes.replaceSubrange(12..<16, with: (0..<4).map { UInt8(truncatingIfNeeded: count >> (24 - 8 * $0)) })
+    bytes.replaceSubrange(20..<52, with: try SHA256.hash(newManifest))
+    bytes.replaceSubrange(52..<(52 + manifestCount), with: newManifest)
+    let hostile = prefix + "29980101T000000.000Z.vaultbackup"
+    try Data(bytes).write(to: URL(fileURLWithPath: hostile))
+    let damaged = Backup.lastBackup(home: vault.home, vaultID: vaultID)
+    XCTAssertEqual(damaged?.bundle, hostile)
+    XCTAssertEqual(damaged?.intact, false)
+    XCTAssertTrue(damaged?.problem?.contains("truncated") == true, "\(String(describing: damaged?.problem))")
+  }
+
   func testKeepRemovesOlderBundlesOnlyAfterTheNewOneVerified() throws {
     let vault = try makeVault()
     _ = try populate(vault)
