@@ -44,8 +44,12 @@ struct Delivery {
   // guide:make-delivery
   init(vault: Vault, server: URL, collector: URL, tokenFile: String) throws {
     // The vault's default container (the one `vault init` made and `vault queue …` reads): the
-    // outbox's notes and telemetry's events, sealed until delivered.
-    let container = try QueueContainer(path: vault.home + "/queue.sqlite", vault: vault)
+    // outbox's notes and telemetry's events, sealed until delivered. Past its byte cap (20 MB) the
+    // oldest records are dropped; only telemetry's may be, so events never push out a saved note
+    // (a note that finds the container full of notes is refused with `capExceeded` instead).
+    let container = try QueueContainer(
+      path: vault.home + "/queue.sqlite", vault: vault,
+      configuration: QueueConfiguration(capVictims: .only([Telemetry.queueName])))
     let transport = try HTTPBodyTransport(
       endpoint: server, headers: [(name: "Content-Type", value: "text/plain; charset=utf-8")])
     outbox = Outbox(container: container, queue: "notes", transport: transport)
