@@ -34,10 +34,11 @@ final class Connection {
   let handle: OpaquePointer
   let path: String
 
-  /// - Parameter readOnly: open without changing anything. When no -wal or -shm file exists (no
-  ///   connection is or was live) the file is opened `immutable`: no files are created, no locks
-  ///   taken. Otherwise it is opened read-only through its WAL and shared memory, with locks, so
-  ///   committed records in the WAL are read and a concurrent checkpoint cannot tear the read.
+  /// - Parameter readOnly: open without writing the database. It is read through its WAL and
+  ///   shared memory, with locks, so committed records in the WAL are read and a concurrent
+  ///   checkpoint cannot tear the read (SQLite creates the -wal and -shm files when missing).
+  ///   Only where they cannot be made (no -wal or -shm file, and a directory this process cannot
+  ///   write) is the file opened `immutable`: no files created, no locks taken.
   /// - Parameter live: for `readOnly`, whether a -wal or -shm file sits next to the database, when
   ///   the caller knows better than `path` can tell (a `/proc/self/fd` path has no siblings);
   ///   nil looks for `path`-wal and `path`-shm.
@@ -87,10 +88,19 @@ final class Connection {
     if readOnly {
       flags |= SQLITE_OPEN_URI
       let escaped = path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path
-      // immutable only when no connection is or was live: a -shm file means one may be writing,
-      // and a lock-free read could then see pages a checkpoint is rewriting.
+      // immutable only when the read cannot go through the WAL: a lock-free read sees pages a
+      // checkpoint is rewriting. A -wal or -shm file means a connection is or was live; and where
+      // this process may create them, a writer may start at any moment (its first checkpoint
+      // rewrote pages under an immutable reader, which then found a healthy container "corrupt"),
+      // so the read goes through the WAL there too (SQLite creates the -wal and -shm files, as
+      // any reader of a WAL database does).
       var info = stat()
-      let live = live ?? (stat(path + "-wal", &info) == 0 || stat(path + "-shm", &info) == 0)
+      let live =
+        live
+        ?? (stat(path + "-wal", &info) == 0 || stat(path + "-shm", &info) == 0
+          || access(
+            (path as NSString).deletingLastPathComponent.isEmpty
+              ? "." : (path as NSString).deletingLastPathComponent, W_OK) == 0)
       name = "file:\(escaped)?mode=ro" + (live ? "" : "&immutable=1")
     }
     let result = sqlite3_open_v2(name, &handle, flags, nil)
