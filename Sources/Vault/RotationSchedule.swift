@@ -13,14 +13,19 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
   public var ageDays: Double?
   /// The policy judged against: the age in days at which a version is due.
   public var maxAgeDays: Double
-  /// Whether to rotate now: the age has reached `maxAgeDays`, or is unknown.
+  /// Whether a rotation began and did not finish (stopped or killed before its re-sealing and
+  /// retiring were done): the old key may still be live, so the rotation is due now, and running
+  /// it resumes that rotation.
+  public var unfinished: Bool
+  /// Whether to rotate now: the age has reached `maxAgeDays` or is unknown, or a rotation is
+  /// unfinished.
   public var due: Bool
 
   /// The policy's default: a version is rotated once it is 90 days old.
   public static let defaultMaxAgeDays = 90.0
 
   enum CodingKeys: String, CodingKey {
-    case due
+    case due, unfinished
     case activeVersion = "active_version"
     case activeSince = "active_since"
     case ageDays = "age_days"
@@ -38,6 +43,7 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
     try container.encode(activeSince.isEmpty ? nil : jsonTimestamp(activeSince), forKey: .activeSince)
     try container.encode(ageDays, forKey: .ageDays)
     try container.encode(maxAgeDays, forKey: .maxAgeDays)
+    try container.encode(unfinished, forKey: .unfinished)
     try container.encode(due, forKey: .due)
   }
 
@@ -53,7 +59,8 @@ public struct RotationSchedule: Codable, Sendable, Equatable {
     activeSince = active?.createdAt ?? ""
     self.maxAgeDays = maxAgeDays
     ageDays = Self.ageDays(of: activeSince, now: now)
-    due = ageDays.map { $0 >= maxAgeDays } ?? true
+    unfinished = manifest.resealing != nil
+    due = unfinished || (ageDays.map { $0 >= maxAgeDays } ?? true)
   }
 
   /// The age in days of a version created at `timestamp` (nil when it is not a manifest time).

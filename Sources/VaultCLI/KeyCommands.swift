@@ -79,8 +79,8 @@ enum RotateCommand: Subcommand {
           + "is not a terminal)."),
       .flag(
         "--if-due",
-        help: "Rotate only when the active version is older than the policy (for a daily timer); otherwise say so "
-          + "and change nothing."),
+        help: "Rotate only when the active version is older than the policy, or a rotation did not finish (it "
+          + "resumes it); otherwise say so and change nothing (for a daily timer)."),
       .option(
         "--max-age", "DAYS", .number(0...36500, unit: "days"),
         help: "The policy for --if-due: 0 to 36500 days (default 90; 0 rotates every time)."),
@@ -89,7 +89,7 @@ enum RotateCommand: Subcommand {
         help: """
           Print JSON: previous_version, new_version, resealed (container -> records), retired, kept_versions, \
           kept_because (version -> reasons), compromised, purged, kept_unreadable, seconds. With --if-due: \
-          rotated, schedule (active_version, active_since, age_days, max_age_days, due) and rotation (the report \
+          rotated, schedule (active_version, active_since, age_days, max_age_days, unfinished, due) and rotation (the report \
           above, or null when not due).
           """),
     ],

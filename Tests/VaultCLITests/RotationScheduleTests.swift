@@ -98,5 +98,12 @@ final class RotationScheduleTests: XCTestCase {
     let unknown = RotationSchedule(manifest: manifest, maxAgeDays: 90, now: created)
     XCTAssertTrue(unknown.due)
     XCTAssertNil(unknown.ageDays)
+    // A rotation that began and did not finish is due at once, whatever the age: the old key
+    // may still be live, and a timer running `--if-due` resumes it.
+    manifest.versions[0].createdAt = "2026-01-01T00:00:00Z"
+    manifest.resealing = 1
+    let stopped = RotationSchedule(manifest: manifest, maxAgeDays: 90, now: created + day)
+    XCTAssertTrue(stopped.unfinished)
+    XCTAssertTrue(stopped.due)
   }
 }
