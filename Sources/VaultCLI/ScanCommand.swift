@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultKeys
 import VaultScan
 
 extension VaultCommandLine {
@@ -28,7 +29,14 @@ extension VaultCommandLine {
     if let mebibytes = arguments.wholeNumber("--inflate-limit") { budget.baseBytes = mebibytes << 20 }
     if let seconds = arguments.number("--inflate-seconds") { budget.seconds = seconds }
     // With --verify, the vault is opened first: a home that cannot be opened scans nothing.
-    let vault = arguments.flags.contains("--verify") ? try openVault(arguments) : nil
+    let vault: Vault?
+    do {
+      vault = arguments.flags.contains("--verify") ? try openVault(arguments) : nil
+    } catch let error as KeyStoreError {
+      // Its keys cannot be read now (a locked keyring, a missing keyfile): nothing was scanned.
+      terminal.note("Error: \(error)")
+      return ExitCode.couldNotRun.rawValue
+    }
     var report: ScanReport
     // Each directory level of the walk holds a descriptor: the soft open-file limit (often 1,024)
     // is raised to the hard one, so deep trees are read rather than cut at half the soft limit.
@@ -46,6 +54,11 @@ extension VaultCommandLine {
       defer { progress.finish() }
       report = try scanner.scan(arguments.positionals)
     } catch let error as ScanError {
+      terminal.note("Error: \(error)")
+      return ExitCode.couldNotRun.rawValue
+    } catch let error as KeyStoreError where vault != nil {
+      // --verify could not read the vault's keys (a locked keyring, a missing keyfile): the scan
+      // did not run to the end, which is not a finding.
       terminal.note("Error: \(error)")
       return ExitCode.couldNotRun.rawValue
     }

@@ -61,6 +61,10 @@ final class SecretServiceCLITests: XCTestCase {
     let doctor = try vault(["--home", home, "doctor"])
     XCTAssertEqual(doctor.status, 1)
     XCTAssertTrue(doctor.outputText.contains("locked"), doctor.outputText)
+    // --verify could not open the vault: exit 2 (could not run), never 1 (findings).
+    let scan = try vault(["--home", home, "scan", home, "--verify"])
+    XCTAssertEqual(scan.status, 2, scan.error)
+    XCTAssertTrue(scan.error.contains("locked"), scan.error)
     let auto = try vault(["--home", temporary.sub("other"), "init", "--keyfile", temporary.sub("k/k.keys")])
     XCTAssertEqual(auto.status, 0, auto.error)
     XCTAssertTrue(auto.error.contains("locked"), "auto says why it fell back: \(auto.error)")
