@@ -1,4 +1,5 @@
 import Foundation
+import VaultCrypto
 
 /// Listing a large container without holding it in memory: `vault queue list` streams its rows
 /// and pages with `--limit` and `--after`. Metadata only, never contents.
@@ -79,7 +80,7 @@ extension QueueContainer {
 }
 
 /// Why a listing could not start.
-public enum ListingError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum ListingError: Error, Equatable, Sendable, CodedError {
   /// No record has the id a page was to start after (delivered or removed since, or never there).
   case unknownRecord(UUID)
   /// A negative limit.
@@ -92,6 +93,14 @@ public enum ListingError: Error, Equatable, Sendable, CustomStringConvertible {
       "no record \(id.recordText) in the container to list after (it may have been delivered since); "
         + "list from the start or after a later id"
     case .negativeLimit: "the limit must not be negative"
+    }
+  }
+
+  /// A stable code: `listing.unknown-record` or `listing.negative-limit`.
+  public var code: String {
+    switch self {
+    case .unknownRecord: "listing.unknown-record"
+    case .negativeLimit: "listing.negative-limit"
     }
   }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultCrypto
 import VaultKeys
 import VaultTestSupport
 import XCTest
@@ -322,6 +323,24 @@ final class QueueContainerTests: XCTestCase {
       XCTAssertEqual(stats.total + (stats.dropped["cap"] ?? 0) + acked, round + 1, "every record kept or counted")
     }
     XCTAssertEqual(try observer.stats().total, cap / 1000, "the cap is filled, not undershot")
+  }
+
+  /// Listing's errors are `CodedError`s like the rest: a sentence for people, a stable code.
+  func testListingErrorsHaveCodesAndSentences() throws {
+    let queue = try container()
+    let id = UUID()
+    try queue.enqueue([1], queue: "q", id: id)
+    XCTAssertEqual(try queue.forEachRecord(after: id) { _ in }, 0)
+    let missing = UUID()
+    XCTAssertThrowsError(try queue.forEachRecord(after: missing) { _ in }) { error in
+      XCTAssertEqual(error as? ListingError, .unknownRecord(missing))
+      XCTAssertEqual((error as? any CodedError)?.code, "listing.unknown-record")
+      XCTAssertTrue(error.localizedDescription.hasPrefix("no record \(missing.recordText)"), error.localizedDescription)
+    }
+    XCTAssertThrowsError(try queue.forEachRecord(limit: -1) { _ in }) { error in
+      XCTAssertEqual((error as? any CodedError)?.code, "listing.negative-limit")
+      XCTAssertEqual(error.localizedDescription, "the limit must not be negative")
+    }
   }
 
   func testMaximumAgeDropsOldRecords() throws {
