@@ -268,7 +268,7 @@ public final class Outbox: @unchecked Sendable {
       guard try claim.keep().contains(record.id) else { continue }
       attempted.insert(record.id)
       let id = record.id
-      let result = await transport.deliver(id: id, payload: record.payload)
+      let result = await transport.deliver(id: id, payload: record.payload).withNamedKind
       switch result {
       case .delivered:
         try await storage { [container] in try container.ack([id]) }

@@ -1,7 +1,12 @@
 import Foundation
 import Vault
+import VaultQueue
 
 /// What a transport says about one delivery attempt.
+///
+/// Each kind names what happened (`http-503`, `connection-refused`), never a content: it is stored
+/// with the record, listed, published and logged in the clear, cut before its first character
+/// outside ASCII letters, digits, `-`, `.` and `_` (and to 64 bytes).
 public enum DeliveryResult: Sendable, Equatable {
   /// The receiver has it (2xx): the record is deleted.
   case delivered
@@ -13,6 +18,18 @@ public enum DeliveryResult: Sendable, Equatable {
   /// The receiver could not be reached (no route, refused, timed out): try again later; this
   /// never counts toward parking.
   case unreachable(kind: String)
+
+  /// The same result with its kind cut to a name, as the container stores it: a kind is kept,
+  /// listed, published in events and logged in the clear, so everything from its first character
+  /// outside letters, digits, `-`, `.` and `_` is dropped (`invalid: <a field>` → `invalid`).
+  package var withNamedKind: DeliveryResult {
+    switch self {
+    case .delivered: .delivered
+    case .retry(let kind, let after): .retry(kind: ErrorKindText.sanitized(kind), after: after)
+    case .reject(let kind): .reject(kind: ErrorKindText.sanitized(kind))
+    case .unreachable(let kind): .unreachable(kind: ErrorKindText.sanitized(kind))
+    }
+  }
 }
 
 /// Delivers one message. Implementations must not log or throw payload contents.

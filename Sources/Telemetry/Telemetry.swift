@@ -491,7 +491,7 @@ public final class Telemetry: @unchecked Sendable {
 
   private func settle(_ result: DeliveryResult, _ ids: [UUID], _ report: inout FlushReport) {
     do {
-      switch result {
+      switch result.withNamedKind {
       case .delivered:
         try container.ack(ids)
         report.delivered += ids.count

@@ -140,7 +140,9 @@ extension QueueContainer {
   ///
   /// - Parameters:
   ///   - ids: the claimed records that failed.
-  ///   - errorKind: what failed, by kind (`http-503`, `connection-refused`), never a content.
+  ///   - errorKind: what failed, by kind (`http-503`, `connection-refused`), never a content:
+  ///     stored in the clear, cut before its first character outside letters, digits, `-`, `.`
+  ///     and `_` (and to 64 bytes).
   ///   - retryAfter: the server's Retry-After, if it gave one: the next attempt is then (within
   ///     the cap).
   ///   - serverAnswered: false for network failures (no route, refused connection, timeout).
@@ -157,7 +159,8 @@ extension QueueContainer {
     _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
     sharedDelay: Bool = false
   ) throws -> [UUID: FailOutcome] {
-    try withStorage { storage in
+    let errorKind = ErrorKindText.sanitized(errorKind)
+    return try withStorage { storage in
       let attemptsOf = try storage.statement(
         "SELECT attempts, server_failures FROM records WHERE id = ? AND state = 'in_flight'")
       let now = clock()
@@ -217,7 +220,8 @@ extension QueueContainer {
   ///
   /// - Parameters:
   ///   - ids: the records to park, whatever their state; unknown ids are ignored.
-  ///   - errorKind: why, by kind (`http-401`), never a content.
+  ///   - errorKind: why, by kind (`http-401`), never a content: stored in the clear, cut before
+  ///     its first character outside letters, digits, `-`, `.` and `_`.
   /// - Throws: `QueueError` when the container cannot be written.
   public func park(_ ids: [UUID], errorKind: String) throws {
     try move(ids, to: .parked, errorKind: errorKind, counting: .parked)
@@ -254,7 +258,8 @@ extension QueueContainer {
   ///
   /// - Parameters:
   ///   - ids: the records to move, whatever their state; unknown ids are ignored.
-  ///   - errorKind: why, by kind (`http-400`, `too-large`), never a content.
+  ///   - errorKind: why, by kind (`http-400`, `too-large`), never a content: stored in the clear,
+  ///     cut before its first character outside letters, digits, `-`, `.` and `_`.
   /// - Throws: `QueueError` when the container cannot be written.
   public func reject(_ ids: [UUID], errorKind: String) throws {
     try move(ids, to: .review, errorKind: errorKind, counting: .rejected)
@@ -262,6 +267,7 @@ extension QueueContainer {
 
   /// Moves records out of the delivery flow in one transaction and counts them in the ledger.
   func move(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws {
+    let errorKind = ErrorKindText.sanitized(errorKind)
     try withStorage { storage in
       let now = milliseconds(clock())
       try storage.transaction {

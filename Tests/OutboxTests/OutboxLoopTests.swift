@@ -58,6 +58,34 @@ final class OutboxLoopTests: XCTestCase {
   }
 
   /// Every outcome is published with the record ids: delivered, retried, parked, rejected.
+  /// A custom transport's kind built from the server's message (`invalid: <a field's value>`)
+  /// would be stored with the record in the clear, listed, published and logged: only its name
+  /// is kept, everywhere.
+  func testAKindCarryingAMessageKeepsOnlyItsNameInTheRecordEventsAndLogs() throws {
+    let canary = "canary-7Qz value of a field"
+    let transport = ScriptedTransport([
+      .reject(kind: "invalid: \(canary)"), .retry(kind: "slow down (\(canary))", after: nil),
+      .unreachable(kind: " \(canary)"),
+    ])
+    let log = InMemoryLogHandler()
+    let outbox = Outbox(
+      container: try container(), transport: transport,
+      logger: DeliveryLogger(label: "t", logLevel: .trace, handler: log))
+    let events = EventLog(outbox.events())
+    let ids = try (0..<3).map { try outbox.send(Array("m\($0)".utf8)).id }
+    _ = try outbox.deliverDueWaiting()
+    let kinds = Dictionary(uniqueKeysWithValues: try outbox.container.list().map { ($0.id, $0.errorKind) })
+    XCTAssertEqual(kinds, [ids[0]: "invalid", ids[1]: "slow", ids[2]: "unnamed"])
+    try waitUntil { events.all.count == 3 }
+    XCTAssertEqual(events.all[0], .rejected(ids: [ids[0]], errorKind: "invalid"))
+    let logged = log.entries.map { "\($0.message) \($0.metadata)" }.joined(separator: "\n")
+    XCTAssertFalse(logged.contains("canary"), logged)
+    XCTAssertFalse("\(events.all)".contains("canary"))
+    XCTAssertEqual(ErrorKindText.sanitized(String(repeating: "k", count: 100)).count, 64)
+    XCTAssertEqual(ErrorKindText.sanitized("http-503"), "http-503")
+    outbox.stop()
+  }
+
   func testEventsReportEveryOutcomeWithItsIds() throws {
     let server = try LoopbackHTTPServer([.init(status: 200), .init(status: 500), .init(status: 400)])
     defer { server.stop() }
