@@ -11,6 +11,16 @@ extension VaultCommandLine {
     arguments.options["--container"] ?? (absolutePath(homePath(arguments)) + "/" + Self.defaultContainerName)
   }
 
+  /// Says on standard error when the byte cap dropped records since its ledger read `before`: a
+  /// put that pushes older records out must not look like one that only stored.
+  func noteCapDrops(since before: Int, in container: QueueContainer) {
+    guard let after = try? container.dropped()["cap"], after > before else { return }
+    let count = after - before
+    terminal.note(
+      "note: the container's byte cap dropped \(count) older \(count == 1 ? "record" : "records") meanwhile "
+        + "(counted in 'vault queue stats' as dropped: cap)")
+  }
+
   /// `vault queue put|stats|list|resend`.
   func queue(_ arguments: Arguments) throws {
     let action = arguments.action ?? ""
@@ -48,7 +58,9 @@ extension VaultCommandLine {
     switch action {
     case "put":
       let id = try arguments.uuid("--id") ?? SecureRandom.uuid()
+      let droppedBefore = try container.dropped()["cap"] ?? 0
       let outcome = try container.enqueue(payload, queue: arguments.options["--queue"] ?? "", id: id)
+      noteCapDrops(since: droppedBefore, in: container)
       let word = outcome == .stored ? "stored" : "duplicate"
       if arguments.flags.contains("--json") {
         terminal.print(
@@ -142,7 +154,9 @@ enum QueueCommand: Subcommand {
         name: "put", abstract: "Seal standard input and store it durably.",
         discussion: """
           Prints 'stored ID', or 'duplicate ID' when a record with that id already exists (the payload is then \
-          not stored again).
+          not stored again). The container holds at most its byte cap (20 MB of sealed records by default): \
+          past it the oldest records not in flight are dropped (only those of the queues a writer limited the \
+          cap to, if one did), counted in 'queue stats', and a note on standard error says how many.
           """,
         parameters: [
           .option("--queue", "NAME", .name, required: true, help: "The queue within the container."),

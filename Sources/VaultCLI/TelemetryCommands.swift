@@ -84,7 +84,9 @@ extension VaultCommandLine {
     }
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {
+      let droppedBefore = try container.dropped()["cap"] ?? 0
       let id = try client.log(type: type, payload: payload)
+      noteCapDrops(since: droppedBefore, in: container)
       if arguments.flags.contains("--json") {
         terminal.print(
           try JSON.encode(LogResult(id: id.uuidString.lowercased(), type: type, session: client.sessionID)))
@@ -206,6 +208,11 @@ enum TelemetryCommand: Subcommand {
     actions: [
       CommandDeclaration(
         name: "log", abstract: "Seal one event durably; prints 'logged ID'.",
+        discussion: """
+          Events go to the container's 'telemetry' queue. Past the container's byte cap (20 MB of sealed \
+          records by default) the oldest records not in flight are dropped, of any queue unless a writer \
+          limited the cap to some queues; a note on standard error says how many.
+          """,
         parameters: [
           .argument("TYPE", .required, .name, help: "The event's type, 1 to 128 characters."),
           .option(

@@ -11,39 +11,61 @@ extension QueueContainer {
   /// Counts for `vault queue stats`: records per state, key version and queue, bytes, the drop
   /// ledger and the minimum seal version. Reads metadata and envelope headers only, no key.
   ///
-  /// - Returns: the counts as of one read.
+  /// - Returns: the counts as of one read (one snapshot of the file, while others write).
   /// - Throws: `QueueError` when the container cannot be read.
   public func stats() throws -> QueueStats {
+    try withStorage { storage in try storage.readSnapshot { try stats(storage) } }
+  }
+
+  /// The drop ledger alone, as `stats().dropped` gives it: records removed without delivery, by
+  /// reason (`cap`, `age`, `parked`, `rejected`, …), counted since the container was made. Cheap
+  /// (no record is read): compare it before and after an enqueue to learn whether the byte cap
+  /// dropped older records.
+  ///
+  /// - Returns: the count per reason (every reason listed, zero when none).
+  /// - Throws: `QueueError` when the container cannot be read.
+  public func dropped() throws -> [String: Int] {
     try withStorage { storage in
-      var stats = QueueStats(
-        container: path, total: 0, bytes: 0, byState: [:], byVersion: [:], byQueue: [:], dropped: [:],
-        minimumSealVersion: UInt32(try storage.minimumSealVersion()))
-      for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
-      for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
-      try storage.statement("SELECT state, count(*) FROM records GROUP BY state").query {
-        stats.byState[$0.text(0) ?? "?"] = Int($0.int(1))
-      }
-      // From the envelopes' own headers, as rotation counts them (not the plaintext column).
-      let headers = try storage.statement(Self.headerCountsSQL)
-      for (version, count) in try Self.headerCounts(headers, keyring: vault.keyringID).byVersion {
-        stats.byVersion[String(version)] = count
-      }
-      try storage.statement("SELECT queue, count(*) FROM records GROUP BY queue").query {
-        stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1))
-      }
-      // The same table holds the resend ledger, under `resent-<state>` (see `resend(_:)`).
+      var dropped: [String: Int] = [:]
+      for reason in DropReason.allCases { dropped[reason.rawValue] = 0 }
       try storage.statement("SELECT reason, count FROM drops").query {
         let reason = $0.text(0) ?? "?"
-        if reason.hasPrefix(Self.resentPrefix) {
-          stats.resent[String(reason.dropFirst(Self.resentPrefix.count))] = Int($0.int(1))
-        } else {
-          stats.dropped[reason] = Int($0.int(1))
-        }
+        if !reason.hasPrefix(Self.resentPrefix) { dropped[reason] = Int($0.int(1)) }
       }
-      stats.total = stats.byState.values.reduce(0, +)
-      stats.bytes = try storage.totalBytes()
-      return stats
+      return dropped
     }
+  }
+
+  /// `stats()`'s counts, read with `storage` inside its read transaction.
+  private func stats(_ storage: Storage) throws -> QueueStats {
+    var stats = QueueStats(
+      container: path, total: 0, bytes: 0, byState: [:], byVersion: [:], byQueue: [:], dropped: [:],
+      minimumSealVersion: UInt32(try storage.minimumSealVersion()))
+    for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
+    for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
+    try storage.statement("SELECT state, count(*) FROM records GROUP BY state").query {
+      stats.byState[$0.text(0) ?? "?"] = Int($0.int(1))
+    }
+    // From the envelopes' own headers, as rotation counts them (not the plaintext column).
+    let headers = try storage.statement(Self.headerCountsSQL)
+    for (version, count) in try Self.headerCounts(headers, keyring: vault.keyringID).byVersion {
+      stats.byVersion[String(version)] = count
+    }
+    try storage.statement("SELECT queue, count(*) FROM records GROUP BY queue").query {
+      stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1))
+    }
+    // The same table holds the resend ledger, under `resent-<state>` (see `resend(_:)`).
+    try storage.statement("SELECT reason, count FROM drops").query {
+      let reason = $0.text(0) ?? "?"
+      if reason.hasPrefix(Self.resentPrefix) {
+        stats.resent[String(reason.dropFirst(Self.resentPrefix.count))] = Int($0.int(1))
+      } else {
+        stats.dropped[reason] = Int($0.int(1))
+      }
+    }
+    stats.total = stats.byState.values.reduce(0, +)
+    stats.bytes = try storage.totalBytes()
+    return stats
   }
 
   /// Records (metadata only) of `queue` (all queues when nil) in `state` (all when nil), oldest first.

@@ -262,6 +262,14 @@ final class Storage {
     knownBytes?.value += delta
   }
 
+  /// A read transaction (`BEGIN`, deferred): every statement of `body` reads one snapshot of the
+  /// file, whatever other connections commit meanwhile.
+  func readSnapshot<T>(_ body: () throws -> T) throws -> T {
+    try statement("BEGIN").run()
+    defer { try? connection.execute("COMMIT") }
+    return try body()
+  }
+
   /// A `BEGIN IMMEDIATE` transaction that also forgets the cached byte total when it rolls back.
   /// The total is not refreshed here: `totalBytes()` inside the transaction sums again when another
   /// connection committed since the cache was made (its own changes included, the adjustments to

@@ -21,6 +21,26 @@ final class QueueCLITests: XCTestCase {
     return try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any]
   }
 
+  /// A put that pushes older records out past the byte cap (20 MB) says so on standard error,
+  /// with the count; puts that drop nothing say nothing more than 'stored ID' (an outside
+  /// operator review: a CLI put deleted an app's record and printed only 'stored').
+  func testAPutPastTheCapSaysHowManyOlderRecordsItDropped() throws {
+    let megabyte = [UInt8](repeating: 0x41, count: 1 << 20)
+    var notes: [String] = []
+    for index in 0..<21 {
+      let put = try vault(["--home", home, "queue", "put", "--queue", "bulk"], input: megabyte)
+      XCTAssertEqual(put.status, 0, put.error)
+      if !put.error.isEmpty { notes.append("\(index): \(put.error)") }
+    }
+    let stats = try json(["queue", "stats", "--json"])
+    let dropped = (stats["dropped"] as? [String: Int])?["cap"] ?? 0
+    XCTAssertGreaterThan(dropped, 0)
+    XCTAssertEqual(notes.count, dropped, "one note per put that dropped one record: \(notes)")
+    XCTAssertTrue(
+      notes.allSatisfy { $0.contains("byte cap dropped 1 older record meanwhile") }, "\(notes)")
+    XCTAssertTrue(notes.first?.hasPrefix("19: ") == true, "the first put past 20 MB: \(notes)")
+  }
+
   func testPutStatsDuplicateRotateAndStatus() throws {
     let id = "0b6e3f5a-2c1d-4e8f-9a7b-123456789abc"
     let put = try vault(

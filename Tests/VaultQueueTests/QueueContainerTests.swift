@@ -225,6 +225,7 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(stats.total, 10)
     XCTAssertEqual(stats.bytes, 10_000)
     XCTAssertEqual(stats.dropped["cap"], 15)
+    XCTAssertEqual(try queue.dropped(), stats.dropped, "the ledger alone, as stats gives it")
     XCTAssertEqual(try queue.list().map(\.id), Array(ids.suffix(10)), "the newest are kept")
     XCTAssertThrowsError(try queue.enqueue([UInt8](repeating: 0, count: 20_000), queue: "q")) {
       XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 20_089, cap: 10_000))
