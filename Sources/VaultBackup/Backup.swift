@@ -286,7 +286,11 @@ public enum Backup {
       }
       throw VaultError.alreadyExists(home: home)
     }
-    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home), !entries.isEmpty {
+    // The vault's lock file alone is no vault (a restore or an init that failed leaves it, and
+    // `Vault.restore` accepts it): a rerun must not be refused for it.
+    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
+      entries.contains(where: { $0 != "vault.lock" })
+    {
       throw VaultError.homeNotEmpty(home: home)
     }
   }

@@ -234,6 +234,13 @@ final class BackupTests: XCTestCase {
         bundle: bundle, passphrase: try Passphrase("correct horse"), into: other,
         store: vault.manifest.store, resolver: resolver))
     XCTAssertFalse(FileManager.default.fileExists(atPath: other + "/manifest.json"))
+    // What a failed restore may leave (the vault's lock file) does not refuse the rerun.
+    try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+    XCTAssertTrue(FileManager.default.createFile(atPath: other + "/vault.lock", contents: nil))
+    let rerun = try Backup.restore(
+      bundle: bundle, passphrase: try Passphrase("correct horse"), into: other,
+      store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys-other/v.keys")), resolver: resolver)
+    XCTAssertEqual(rerun.home, other)
   }
 
   func testKeyfileVaultRestoredIntoTheSecretServiceAndBack() throws {
