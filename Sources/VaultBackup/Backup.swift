@@ -556,13 +556,15 @@ public enum Backup {
   }
 
   /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
-  /// names); `newest`, just written and verified, is always kept.
+  /// names); `newest`, just written and verified, is always kept. A bundle newer than `newest`
+  /// (a backup running at the same time) counts among the newest and is never removed for it.
   static func prune(directory: String, vaultID: String, keep: Int, newest: String) throws -> [String] {
-    let names = ownBundleNames(in: directory, vaultID: vaultID).filter { $0 != newest }.sorted()
-    let excess = names.count + 1 - keep
-    guard excess > 0 else { return [] }
+    var names = ownBundleNames(in: directory, vaultID: vaultID)
+    if !names.contains(newest) { names.append(newest) }
+    let older = names.sorted().dropLast(keep).filter { $0 != newest }
+    guard !older.isEmpty else { return [] }
     var removed: [String] = []
-    for name in names.prefix(excess) {
+    for name in older {
       let path = directory + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }

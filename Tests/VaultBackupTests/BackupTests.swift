@@ -329,6 +329,23 @@ final class BackupTests: XCTestCase {
     XCTAssertTrue(damaged?.problem?.contains("truncated") == true, "\(String(describing: damaged?.problem))")
   }
 
+  /// Two backups at once: the one that finishes last may see a bundle newer than its own (named
+  /// by a later start time). That bundle counts among the newest `keep`, and is never removed
+  /// to make room for an older one.
+  func testKeepNeverRemovesABundleNewerThanTheOneJustWritten() throws {
+    let vault = try makeVault()
+    _ = try populate(vault)
+    let directory = temporary.sub("backups")
+    let oldest = try backup(vault, keep: 5).bundle
+    let name = (oldest as NSString).lastPathComponent
+    let prefix = directory + "/" + name.prefix { $0 != "-" } + "-" + name.dropFirst("vault-".count).prefix { $0 != "-" }
+    let newer = ["29990101T000000.000Z", "29990102T000000.000Z"].map { prefix + "-" + $0 + ".vaultbackup" }
+    for path in newer { try FileManager.default.copyItem(atPath: oldest, toPath: path) }
+    let written = try backup(vault, keep: 2).bundle
+    for path in newer + [written] { XCTAssertTrue(FileManager.default.fileExists(atPath: path), path) }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: oldest), "the oldest goes")
+  }
+
   func testKeepRemovesOlderBundlesOnlyAfterTheNewOneVerified() throws {
     let vault = try makeVault()
     _ = try populate(vault)
