@@ -11,7 +11,7 @@ import Foundation
 /// and another deliverer took it) must not be sent. `releaseUnsettled()` gives back whatever is
 /// still held, as when a pass is stopped.
 ///
-/// Renewal and release are fenced by the lease each record was given: they never touch a record
+/// Renewal, release and `ack` are fenced by the lease each record was given: they never touch a record
 /// that was acked, failed, parked, released or claimed again since. A lease must be longer than
 /// twice the longest single send, so that it cannot end during one. Not thread-safe: one pass uses
 /// it at a time.
@@ -59,6 +59,21 @@ public final class Claim {
   /// - Parameter id: a claimed record's id.
   /// - Returns: false for a record this claim never held or lost at its last renewal.
   public func holds(_ id: UUID) -> Bool { held[id] != nil }
+
+  /// Deletes the records of `ids` that the receiver has and this claim still holds (in flight
+  /// under its lease), fenced as renewal is: a record this claim never held, lost, or that was
+  /// settled since is left as it is, whatever its state. Acked records are no longer held.
+  ///
+  /// - Parameter ids: the delivered records.
+  /// - Returns: the ids deleted.
+  /// - Throws: `QueueError` when the container cannot be written.
+  @discardableResult
+  public func ack(_ ids: [UUID]) throws -> Set<UUID> {
+    let mine = held.filter { ids.contains($0.key) }
+    let acked = try container.ack(held: mine)
+    for id in acked { held[id] = nil }
+    return acked
+  }
 
   /// Gives back every record this claim still holds and has not settled (pending again, the
   /// claim's attempt not counted). Afterwards the claim holds nothing.

@@ -113,6 +113,11 @@ extension QueueContainer {
 
   /// Deletes delivered records, then checkpoints the WAL so their frames do not linger.
   ///
+  /// Not fenced: it deletes the records with these ids whatever their state (pending, parked, in
+  /// review, claimed by another deliverer), uncounted in the drop ledger. A deliverer that works
+  /// from a `Claim` should settle through `Claim.ack(_:)`, which deletes only what the claim
+  /// still holds.
+  ///
   /// - Parameter ids: the records the receiver has; ids no longer in the container are ignored.
   /// - Throws: `QueueError` when the container cannot be written.
   public func ack(_ ids: [UUID]) throws {
@@ -131,6 +136,31 @@ extension QueueContainer {
         try storage.addBytes(-freed)
       }
       storage.checkpoint()
+    }
+  }
+
+  /// Deletes the delivered records of `held` (record id → lease token) that still hold that lease
+  /// (in flight under this claim), then checkpoints; returns the ids deleted.
+  func ack(held: [UUID: Int64]) throws -> Set<UUID> {
+    guard !held.isEmpty else { return [] }
+    return try withStorage { storage in
+      let acked: Set<UUID> = try storage.transaction {
+        // Fenced like `renew`: a record settled, given back or claimed again since is left alone.
+        let sizeOf = try storage.statement(
+          "SELECT size FROM records WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2")
+        var acked: Set<UUID> = []
+        var freed = 0
+        for (id, token) in held {
+          guard let size = try sizeOf.scalar([.text(id.recordText), .integer(token)]) else { continue }
+          try storage.statement("DELETE FROM records WHERE id = ?").run([.text(id.recordText)])
+          freed += Int(size)
+          acked.insert(id)
+        }
+        try storage.addBytes(-freed)
+        return acked
+      }
+      storage.checkpoint()
+      return acked
     }
   }
 

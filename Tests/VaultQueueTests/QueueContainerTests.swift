@@ -132,6 +132,27 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(again.first?.attempts, 2)
   }
 
+  /// A claim's ack deletes only what the claim still holds: not a record it never claimed
+  /// (pending, parked, in review), nor one it lost when its lease ran out and another deliverer
+  /// claimed it. The container's own ack is not fenced (it acts on the ids given).
+  func testAClaimsAckDeletesOnlyWhatTheClaimStillHolds() throws {
+    let queue = try container()
+    let ids = (0..<4).map { _ in UUID() }
+    for id in ids { try queue.enqueue([1], queue: "q", id: id) }
+    let mine = Claim(container: queue, records: try queue.claim(queue: "q", maxCount: 2, lease: 30), lease: 30)
+    XCTAssertEqual(mine.records.map(\.id), [ids[0], ids[1]])
+    try queue.park([ids[3]], errorKind: "http-401")
+    XCTAssertEqual(try mine.ack([ids[0], ids[2], ids[3]]), [ids[0]], "not the pending or the parked record")
+    XCTAssertFalse(mine.holds(ids[0]))
+    clock.advance(31)
+    let other = try queue.claim(queue: "q", maxCount: 1, lease: 30)
+    XCTAssertEqual(other.map(\.id), [ids[1]], "the lease ran out: claimed by another deliverer")
+    XCTAssertEqual(try mine.ack([ids[1]]), [], "lost: the other deliverer's now")
+    XCTAssertEqual(Set(try queue.list().map(\.id)), [ids[1], ids[2], ids[3]])
+    try queue.ack([ids[3]])
+    XCTAssertEqual(Set(try queue.list().map(\.id)), [ids[1], ids[2]], "the container's ack is not fenced")
+  }
+
   func testFailSchedulesBackoffWithFullJitterAndParksAtTheCeiling() throws {
     let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 2, cap: 60))
     let queue = try container(configuration, random: 0.5)
