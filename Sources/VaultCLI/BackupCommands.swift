@@ -163,22 +163,33 @@ extension VaultCommandLine {
       }
     } catch let error as PassphraseInputError {
       terminal.note("Error: \(error.description)")
-      return (error == .noTerminal ? ExitCode.couldNotRun : ExitCode.failure).rawValue
+      return (error == .mismatch ? ExitCode.failure : ExitCode.couldNotRun).rawValue
     }
   }
+
+  /// The largest passphrase file read (64 KiB).
+  static let passphraseFileLimit = 64 * 1024
 
   /// The passphrase from `--passphrase-file` (one trailing newline dropped), else typed on the
   /// terminal without echo (twice for a new bundle); refused when there is no terminal.
   private func readPassphrase(_ arguments: Arguments, confirm: Bool) throws -> Passphrase {
     if let path = arguments.options["--passphrase-file"] {
       var info = stat()
+      // A pipe (`<(cmd)`, /dev/stdin) cannot be read without waiting on it, and standard input is
+      // not where a passphrase comes from here: say so in the passphrase's terms, before warning.
+      if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+        throw PassphraseInputError.notAFile(path: path)
+      }
+      if stat(path, &info) == 0, info.st_size > Self.passphraseFileLimit {
+        throw PassphraseInputError.tooLong(path: path)
+      }
       if stat(path, &info) == 0, info.st_mode & 0o077 != 0 {
         // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
         terminal.note(
           "vault: warning: the passphrase file \(path) is open to group or others (mode "
             + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
       }
-      var bytes = try FileIO.readRegularFile(path, limit: 64 * 1024).0
+      var bytes = try FileIO.readRegularFile(path, limit: Self.passphraseFileLimit).0
       defer { bytes.withUnsafeMutableBytes { zeroBytes($0) } }
       if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
       if bytes.last == UInt8(ascii: "\r") { bytes.removeLast() }
@@ -223,14 +234,21 @@ extension VaultCommandLine {
 }
 
 /// Why no passphrase could be read.
-enum PassphraseInputError: Error, CustomStringConvertible {
+enum PassphraseInputError: Error, Equatable, CustomStringConvertible {
   case noTerminal
   case mismatch
+  case notAFile(path: String)
+  case tooLong(path: String)
 
   var description: String {
     switch self {
     case .noTerminal: "no terminal to ask for the passphrase on; give --passphrase-file FILE"
     case .mismatch: "the two passphrases differ; nothing was written"
+    case .notAFile(let path):
+      "the passphrase file \(path) is not a regular file (a pipe, a device or a directory); write the passphrase "
+        + "into a file only you can read (chmod 600) and give that"
+    case .tooLong(let path):
+      "the passphrase file \(path) is larger than 64 KiB; it should hold the passphrase alone, on one line"
     }
   }
 }

@@ -234,6 +234,24 @@ final class BackupCLITests: XCTestCase {
     XCTAssertFalse(typed.outputText.contains("a long passphrase"), "the passphrase was echoed")
   }
 
+  /// A passphrase file that is a pipe (`<(cmd)`, /dev/stdin) or far too large is refused in the
+  /// passphrase's own terms (exit 2, nothing written), not as a record's input would be.
+  func testAPassphraseFileThatIsAPipeOrTooLargeIsRefusedInItsOwnTerms() throws {
+    let fifo = temporary.sub("passphrase-fifo")
+    XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+    let piped = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", fifo])
+    XCTAssertEqual(piped.status, 2, piped.error)
+    XCTAssertTrue(piped.error.contains("passphrase file \(fifo) is not a regular file"), piped.error)
+    XCTAssertFalse(piped.error.contains("standard input"), piped.error)
+    let large = temporary.sub("passphrase-large")
+    try String(repeating: "x", count: 70_000).write(toFile: large, atomically: true, encoding: .utf8)
+    let tooLong = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", large])
+    XCTAssertEqual(tooLong.status, 2, tooLong.error)
+    XCTAssertTrue(tooLong.error.contains("larger than 64 KiB"), tooLong.error)
+    XCTAssertFalse(tooLong.error.contains("1 GiB"), tooLong.error)
+    XCTAssertEqual(try bundles(), [])
+  }
+
   func testUsageErrors() throws {
     XCTAssertEqual(try vault(["--home", home, "backup"]).status, 64)
     XCTAssertEqual(try vault(["--home", home, "backup", "--to", backups, "--keep", "0"]).status, 64)
