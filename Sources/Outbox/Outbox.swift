@@ -81,8 +81,11 @@ public final class Outbox: @unchecked Sendable {
   ///
   /// - Parameters:
   ///   - message: the message's bytes, exactly as the transport will get them.
-  ///   - id: the message's id; a random one when nil. Sending an id again stores nothing new.
-  /// - Returns: the receipt: the id, and whether it was a duplicate.
+  ///   - id: the message's id; a random one when nil. Sending an id again stores nothing new. Ids
+  ///     are unique per container, across its queues: outboxes sharing a container must not reuse
+  ///     an app's own entity ids between them (a send whose id another queue holds is a duplicate
+  ///     and stores nothing; check the receipt).
+  /// - Returns: the receipt: the id, and whether it was a duplicate (nothing was stored).
   /// - Throws: `CryptoError.randomUnavailable` when no random id can be drawn; the errors of
   ///   `QueueContainer.enqueue` (`QueueError` such as `.capExceeded` or `.diskFull`,
   ///   `KeyStoreError` when the key cannot be read right now): the message was then not saved.

@@ -13,7 +13,8 @@ extension QueueContainer {
   /// - Parameters:
   ///   - payload: the record, up to the container's byte cap less 89 bytes of envelope.
   ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
-  ///   - id: the record's id; a random one when nil. An id already in the container is not stored again.
+  ///   - id: the record's id; a random one when nil. An id already in the container, in any queue,
+  ///     is not stored again.
   /// - Returns: `.stored`, or `.duplicate` (storing nothing) when a record with `id` is already in
   ///   the container.
   /// - Throws: as `enqueue(contentsOf:queue:)`; also `CryptoError.randomUnavailable` when no random
@@ -28,7 +29,8 @@ extension QueueContainer {
   /// - Parameters:
   ///   - payload: the record, up to the container's byte cap less 89 bytes of envelope.
   ///   - queue: the queue within the container (1–128 bytes of UTF-8, no NUL).
-  ///   - id: the record's id; a random one when nil. An id already in the container is not stored again.
+  ///   - id: the record's id; a random one when nil. An id already in the container, in any queue,
+  ///     is not stored again.
   /// - Returns: `.stored`, or `.duplicate` (storing nothing) when a record with `id` exists.
   /// - Throws: as the `[UInt8]` form: `QueueError` (too large, the cap reached with every older
   ///   record in flight, a full or read-only disk, a corrupt file); `KeyStoreError` when the key
