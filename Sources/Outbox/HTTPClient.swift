@@ -5,7 +5,7 @@ import Foundation
 
 /// One HTTP request: a method, the configured endpoint, headers and a body. Nothing in it is ever
 /// logged or put into an error.
-public struct HTTPRequest: Sendable {
+public struct HTTPRequest: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
   /// Where the request goes; `http` or `https` only.
   public var url: URL
   /// The HTTP method (`POST` by default).
@@ -15,6 +15,23 @@ public struct HTTPRequest: Sendable {
   public var headers: [(name: String, value: String)]
   /// The body, sent as it is, with its length.
   public var body: [UInt8]
+
+  /// `HTTPRequest(POST, headers: [Content-Type, Authorization], body: B bytes)`: printing a
+  /// request never shows its URL (a query string may carry a key), its header values (a bearer
+  /// token) or its body.
+  public var description: String {
+    "HTTPRequest(\(method), headers: [\(headers.map(\.name).joined(separator: ", "))], body: \(body.count) bytes)"
+  }
+
+  /// The same as `description`.
+  public var debugDescription: String { description }
+
+  /// What `dump` and debuggers show: the method, the header names and the body's size only.
+  public var customMirror: Mirror {
+    Mirror(
+      self, children: ["method": method, "headerNames": headers.map(\.name), "bodyBytes": body.count],
+      displayStyle: .struct)
+  }
 
   /// Makes a request.
   ///

@@ -89,7 +89,9 @@ public indirect enum JSONValue: Codable, Equatable, Sendable {
 
 /// One telemetry event, as it travels in a batch and as it is sealed at rest (type and payload
 /// included).
-public struct TelemetryEvent: Codable, Equatable, Sendable {
+public struct TelemetryEvent: Codable, Equatable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+  CustomReflectable
+{
   /// The event's id (its record id in the queue), for the collector to deduplicate by.
   public var id: UUID
   /// ISO 8601 in UTC with milliseconds, e.g. 2026-11-30T10:15:02.123Z.
@@ -104,6 +106,22 @@ public struct TelemetryEvent: Codable, Equatable, Sendable {
   enum CodingKeys: String, CodingKey {
     case id, ts, type, payload
     case sessionID = "session_id"
+  }
+
+  /// `TelemetryEvent(ID, type: T, ts: TS, payload: N keys)`: printing an event never shows its
+  /// payload's values (an app's data).
+  public var description: String {
+    "TelemetryEvent(\(id.uuidString.lowercased()), type: \(type), ts: \(ts), payload: \(payload.count) keys)"
+  }
+
+  /// The same as `description`.
+  public var debugDescription: String { description }
+
+  /// What `dump` and debuggers show: the metadata and the payload's keys' count only.
+  public var customMirror: Mirror {
+    Mirror(
+      self, children: ["id": id, "ts": ts, "type": type, "payloadKeys": payload.count, "sessionID": sessionID],
+      displayStyle: .struct)
   }
 
   /// Makes an event stamped with `date`.

@@ -207,6 +207,29 @@ public struct ClaimedRecord: Sendable, Equatable {
   let leasedAt: UInt64
 }
 
+/// Printing a claimed record (`print`, string interpolation, `dump`, a debugger) shows its id,
+/// queue, attempts and payload size, never the payload: an app that logs the record it is
+/// delivering must not write the plaintext it holds.
+extension ClaimedRecord: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+  /// `ClaimedRecord(ID, queue: Q, attempts: N, payload: B bytes)`, without the payload.
+  public var description: String {
+    "ClaimedRecord(\(id.recordText), queue: \(queue), attempts: \(attempts), payload: \(payload.count) bytes)"
+  }
+
+  /// The same as `description`.
+  public var debugDescription: String { description }
+
+  /// What `dump` and debuggers show: the metadata and the payload's size only.
+  public var customMirror: Mirror {
+    Mirror(
+      self,
+      children: [
+        "id": id, "queue": queue, "attempts": attempts, "createdAt": createdAt, "payloadBytes": payload.count,
+      ],
+      displayStyle: .struct)
+  }
+}
+
 /// What `enqueue` did with a record.
 public enum EnqueueOutcome: Sendable, Equatable {
   /// The record was sealed and committed: it survives a crash from now on.

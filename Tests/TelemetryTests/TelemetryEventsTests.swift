@@ -126,3 +126,24 @@ struct FixedToken: TokenProvider {
 }
 
 typealias TelemetryEventLog = StreamLog<DeliveryEvent>
+
+/// Printing what an app holds while delivering (`print`, interpolation, `dump`) shows metadata,
+/// never a payload, a header value, a URL or a body: an outside review found all three printed.
+final class RedactedDescriptionTests: XCTestCase {
+  func testEventsRequestsAndClaimedRecordsPrintNoContent() {
+    let canary = "canary-7Qz-secret"
+    let event = TelemetryEvent(
+      id: UUID(), date: Date(), type: "note_added", payload: ["text": .string(canary)], sessionID: "s")
+    let request = HTTPRequest(
+      url: URL(string: "https://collector.example/v1?key=\(canary)")!,
+      headers: [(name: "Authorization", value: "Bearer \(canary)")], body: Array(canary.utf8))
+    for value in [event as Any, request as Any] {
+      var dumped = ""
+      dump(value, to: &dumped)
+      let printed = ["\(value)", String(reflecting: value), dumped]
+      for text in printed { XCTAssertFalse(text.contains(canary), text) }
+    }
+    XCTAssertTrue("\(event)".contains("note_added"))
+    XCTAssertEqual("\(request)", "HTTPRequest(POST, headers: [Authorization], body: 17 bytes)")
+  }
+}

@@ -153,6 +153,20 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(Set(try queue.list().map(\.id)), [ids[1], ids[2]], "the container's ack is not fenced")
   }
 
+  /// A claimed record holds plaintext: printing or dumping it shows its metadata only.
+  func testAClaimedRecordPrintsNoPayload() throws {
+    let queue = try container()
+    try queue.enqueue(Array("canary-7Qz-payload".utf8), queue: "q")
+    let record = try XCTUnwrap(try queue.claim(queue: "q").first)
+    var dumped = ""
+    dump(record, to: &dumped)
+    for text in ["\(record)", String(reflecting: record), dumped] {
+      XCTAssertFalse(text.contains("canary"), text)
+      XCTAssertFalse(text.contains("99, 97, 110"), text)  // "can" as dumped bytes
+    }
+    XCTAssertTrue("\(record)".contains("payload: 18 bytes"), "\(record)")
+  }
+
   func testFailSchedulesBackoffWithFullJitterAndParksAtTheCeiling() throws {
     let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 2, cap: 60))
     let queue = try container(configuration, random: 0.5)
