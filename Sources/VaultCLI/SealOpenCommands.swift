@@ -15,6 +15,11 @@ extension VaultCommandLine {
     let input = arguments.positionals.first.flatMap { $0 == "-" ? nil : $0 }
     let output = arguments.options["-o"]
     if let output {
+      // IN's `-` is standard input, so `-o -` reads as standard output; it would make a file named
+      // "-" and skip the refusal to write binary to a terminal.
+      if output == "-" {
+        throw UsageError(message: "-o - is not standard output here; leave out -o to write there", command: command)
+      }
       if let existing = FileIO.identity(output) {
         let source = input.map { FileIO.identity($0) } ?? FileIO.standardInputIdentity()
         if existing == source {

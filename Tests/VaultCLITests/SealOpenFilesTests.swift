@@ -123,6 +123,15 @@ final class SealOpenFilesTests: XCTestCase {
     try FileManager.default.createSymbolicLink(atPath: work + "/link", withDestinationPath: plain)
     let viaLink = try vault(["--home", home, "seal", "--context", "c", "-o", work + "/link", plain])
     XCTAssertEqual(viaLink.status, 64, "the same file by device and inode, whatever the name")
+    // `-o -` is not standard output (IN's `-` is standard input): refused, no file named "-".
+    let dash = FileManager.default.currentDirectoryPath + "/-"
+    XCTAssertFalse(FileManager.default.fileExists(atPath: dash))
+    for command in ["seal", "open"] {
+      let refused = try vault(["--home", home, command, "--context", "c", "-o", "-", plain])
+      XCTAssertEqual(refused.status, 64, refused.error)
+      XCTAssertTrue(refused.error.contains("leave out -o to write there"), refused.error)
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: dash))
   }
 
   func testAnExistingOutputIsNeverOverwritten() throws {
