@@ -351,9 +351,12 @@ public struct VaultCommandLine {
       // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
       // resumes it (it adds no further version). Said before the error itself is printed.
       if let active = try? ManifestFile.read(home: vault.home).manifest.activeVersion, active != activeBefore {
+        // After a compromise only `rotate --compromised` may finish it (an ordinary rotation
+        // refuses): name the command that resumes this one.
+        let again = compromised ? "vault rotate --compromised" : "vault rotate"
         terminal.note(
           "vault: the rotation stopped part-way: version \(active) is active, and the versions before it keep "
-            + "their keys until a rotation finishes; fix what the error below says, then run `vault rotate` "
+            + "their keys until a rotation finishes; fix what the error below says, then run `\(again)` "
             + "again: it resumes")
       }
       throw error

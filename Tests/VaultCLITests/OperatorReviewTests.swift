@@ -73,6 +73,9 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertTrue(stopped.error.contains("Retire them anyway (y), or stop (n)? "), stopped.error)
     XCTAssertTrue(stopped.error.contains("please answer y or n"), stopped.error)
     XCTAssertTrue(stopped.error.contains("`vault rotate --compromised`"), stopped.error)
+    // The advice names the command that finishes it, never the ordinary rotation that refuses.
+    XCTAssertTrue(stopped.error.contains("then run `vault rotate --compromised` again"), stopped.error)
+    XCTAssertFalse(stopped.error.contains("run `vault rotate` again"), stopped.error)
     XCTAssertEqual(try versions(), [1: "decrypt-only", 2: "active"])
     let warnings = try status()["warnings"] as? [String] ?? []
     XCTAssertTrue(warnings.contains { $0.contains("has not finished") }, "\(warnings)")
