@@ -76,7 +76,12 @@ public enum Backup {
           throw BackupError.containerMissing(path: container.path)
         }
         let snapshot = work.path + "/\(index).sqlite"
-        try QueueContainer.snapshot(path: container.path, to: snapshot)
+        do {
+          try QueueContainer.snapshot(path: container.path, to: snapshot)
+        } catch QueueError.diskFull(let path) where path == snapshot {
+          // The destination's disk, not the container's: nothing was written, the backup cannot run.
+          throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
+        }
         let (size, digest) = try hashFile(snapshot)
         let id = container.id ?? ""
         containers.append(

@@ -7,7 +7,8 @@ extension QueueContainer {
   /// in one file without a WAL. Package API: VaultBackup's.
   ///
   /// - Throws: `QueueError.noContainer` when nothing is at `path`; other `QueueError` kinds when
-  ///   either file cannot be read or written.
+  ///   either file cannot be read or written, naming the file that failed (`destination` for a
+  ///   full or unwritable destination).
   ///
   /// The copy gets a new random snapshot token (meta `snapshot_token`), and then the container
   /// records it as passed (meta `passed_snapshot:TOKEN`): a later merge of the copy into the
@@ -22,9 +23,16 @@ extension QueueContainer {
     try translating(path) {
       let source = try Connection(path: path, create: false)
       try source.execute("PRAGMA busy_timeout = 10000")
-      try backupDatabase(from: source, to: destination)
-      let copy = try Connection(path: destination, create: false)
-      try copy.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot_token', ?)").run([.text(token)])
+      do {
+        try backupDatabase(from: source, to: destination)
+      } catch let failure as DestinationFailure {
+        // The copy's disk or file failed, not the container: say which.
+        try translating(destination) { throw failure.error }
+      }
+      try translating(destination) {
+        let copy = try Connection(path: destination, create: false)
+        try copy.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot_token', ?)").run([.text(token)])
+      }
       try? markPassed(token, in: source)
     }
   }

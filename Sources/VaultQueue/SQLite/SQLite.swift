@@ -244,8 +244,15 @@ struct Row {
 /// Copies the whole database behind `source` into the new file `destination` with SQLite's online
 /// backup API, in one step: the copy is one read transaction of the source, so it is consistent, and
 /// writers in WAL mode go on meanwhile. The destination is created 0600 and synced.
+/// A failure of the backup's destination (its file, its disk), as opposed to the source's: the
+/// caller names the destination in the error it reports.
+struct DestinationFailure: Error {
+  let error: any Error
+}
+
 func backupDatabase(from source: Connection, to destination: String) throws {
-  let target = try Connection(path: destination)
+  let target: Connection
+  do { target = try Connection(path: destination) } catch { throw DestinationFailure(error: error) }
   guard let backup = sqlite3_backup_init(target.handle, "main", source.handle, "main") else {
     try target.check(sqlite3_errcode(target.handle), "backup init")
     throw SQLiteError(code: SQLITE_ERROR, message: "backup init failed", operation: "backup")
@@ -265,10 +272,16 @@ func backupDatabase(from source: Connection, to destination: String) throws {
     // sqlite3_backup_finish records a failed step's error on the destination's handle; the
     // source's holds one only when reading the source failed (else its message is "not an error").
     if sqlite3_errcode(source.handle) != SQLITE_OK { try source.check(code, "backup step") }
-    try target.check(finished != SQLITE_OK ? finished : code, "backup step")
+    do { try target.check(finished != SQLITE_OK ? finished : code, "backup step") } catch {
+      throw DestinationFailure(error: error)
+    }
   }
-  try target.check(finished, "backup finish")
-  try target.execute("PRAGMA journal_mode = DELETE")
+  do {
+    try target.check(finished, "backup finish")
+    try target.execute("PRAGMA journal_mode = DELETE")
+  } catch {
+    throw DestinationFailure(error: error)
+  }
 }
 
 /// The SQLite that this process runs with, for `vault version`.
