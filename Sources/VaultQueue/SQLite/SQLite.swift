@@ -241,15 +241,17 @@ struct Row {
   }
 }
 
-/// Copies the whole database behind `source` into the new file `destination` with SQLite's online
-/// backup API, in one step: the copy is one read transaction of the source, so it is consistent, and
-/// writers in WAL mode go on meanwhile. The destination is created 0600 and synced.
 /// A failure of the backup's destination (its file, its disk), as opposed to the source's: the
 /// caller names the destination in the error it reports.
 struct DestinationFailure: Error {
   let error: any Error
 }
 
+/// Copies the whole database behind `source` into the new file `destination` with SQLite's online
+/// backup API, in one step: the copy is one read transaction of the source, so it is consistent, and
+/// writers in WAL mode go on meanwhile. The destination is created 0600 and synced.
+/// - Throws: `DestinationFailure` around what the destination's file or disk threw; the source's
+///   errors as they are.
 func backupDatabase(from source: Connection, to destination: String) throws {
   let target: Connection
   do { target = try Connection(path: destination) } catch { throw DestinationFailure(error: error) }
