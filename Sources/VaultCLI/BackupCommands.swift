@@ -175,19 +175,17 @@ extension VaultCommandLine {
   private func readPassphrase(_ arguments: Arguments, confirm: Bool) throws -> Passphrase {
     if let path = arguments.options["--passphrase-file"] {
       var info = stat()
-      // A pipe (`<(cmd)`, /dev/stdin) cannot be read without waiting on it, and standard input is
-      // not where a passphrase comes from here: say so in the passphrase's terms, before warning.
-      if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
-        throw PassphraseInputError.notAFile(path: path)
-      }
-      if stat(path, &info) == 0, info.st_size > Self.passphraseFileLimit {
-        throw PassphraseInputError.tooLong(path: path)
-      }
-      if stat(path, &info) == 0, info.st_mode & 0o077 != 0 {
-        // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
-        terminal.note(
-          "vault: warning: the passphrase file \(path) is open to group or others (mode "
-            + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
+      if stat(path, &info) == 0 {
+        // A pipe (`<(cmd)`, /dev/stdin) cannot be read without waiting on it, and standard input
+        // is not where a passphrase comes from here: say so in the passphrase's terms, before warning.
+        guard info.st_mode & S_IFMT == S_IFREG else { throw PassphraseInputError.notAFile(path: path) }
+        guard info.st_size <= Self.passphraseFileLimit else { throw PassphraseInputError.tooLong(path: path) }
+        if info.st_mode & 0o077 != 0 {
+          // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
+          terminal.note(
+            "vault: warning: the passphrase file \(path) is open to group or others (mode "
+              + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
+        }
       }
       var bytes = try FileIO.readRegularFile(path, limit: Self.passphraseFileLimit).0
       defer { bytes.withUnsafeMutableBytes { zeroBytes($0) } }

@@ -184,7 +184,7 @@ package struct ContainerLineage: Sendable, Equatable {
     try connection.prepare(
       """
       SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from', 'snapshot_token')
-        OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')
+        OR (\(passedMarks))
       """
     ).query {
       let key = $0.text(0) ?? ""
@@ -209,6 +209,8 @@ package struct ContainerLineage: Sendable, Equatable {
 
   /// The meta key prefix of a snapshot mark (`passed_snapshot:TOKEN`).
   static let passedPrefix = "passed_snapshot:"
+  /// The SQL condition on `key` that selects the snapshot marks in `meta` (`;` follows `:`).
+  static let passedMarks = "key >= 'passed_snapshot:' AND key < 'passed_snapshot;'"
 
   /// This copy's random id (nil: made by a release before lineage was kept).
   package var instance: String?

@@ -52,8 +52,8 @@ extension QueueContainer {
       ])
       try source.prepare(
         """
-        DELETE FROM meta WHERE key >= 'passed_snapshot:' AND key < 'passed_snapshot;' AND key NOT IN (
-          SELECT key FROM meta WHERE key >= 'passed_snapshot:' AND key < 'passed_snapshot;'
+        DELETE FROM meta WHERE \(ContainerLineage.passedMarks) AND key NOT IN (
+          SELECT key FROM meta WHERE \(ContainerLineage.passedMarks)
           ORDER BY CAST(value AS INTEGER) DESC, key LIMIT ?)
         """
       ).run([.integer(Int64(keptSnapshotMarks))])

@@ -121,46 +121,44 @@ extension QueueContainer {
   /// - Parameter ids: the records the receiver has; ids no longer in the container are ignored.
   /// - Throws: `QueueError` when the container cannot be written.
   public func ack(_ ids: [UUID]) throws {
-    guard !ids.isEmpty else { return }
-    try withStorage { storage in
-      try storage.transaction {
-        var freed = 0
-        for id in ids {
-          if let size = try storage.statement("SELECT size FROM records WHERE id = ?").scalar([
-            .text(id.recordText)
-          ]) {
-            try storage.statement("DELETE FROM records WHERE id = ?").run([.text(id.recordText)])
-            freed += Int(size)
-          }
-        }
-        try storage.addBytes(-freed)
-      }
-      storage.checkpoint()
-    }
+    _ = try deleteDelivered(ids.map { ($0, nil) })
   }
 
   /// Deletes the delivered records of `held` (record id → lease token) that still hold that lease
   /// (in flight under this claim), then checkpoints; returns the ids deleted.
   func ack(held: [UUID: Int64]) throws -> Set<UUID> {
-    guard !held.isEmpty else { return [] }
+    try deleteDelivered(held.map { ($0.key, $0.value) })
+  }
+
+  /// Deletes delivered records in one transaction, then checkpoints the WAL so their frames do
+  /// not linger; returns the ids deleted. A record given with a lease token is deleted only while
+  /// it is in flight under that lease (fenced like `renew`: one settled, given back or claimed
+  /// again since is left alone); one without, whatever its state.
+  private func deleteDelivered(_ records: [(id: UUID, token: Int64?)]) throws -> Set<UUID> {
+    guard !records.isEmpty else { return [] }
     return try withStorage { storage in
-      let acked: Set<UUID> = try storage.transaction {
-        // Fenced like `renew`: a record settled, given back or claimed again since is left alone.
-        let sizeOf = try storage.statement(
-          "SELECT size FROM records WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2")
-        var acked: Set<UUID> = []
+      let deleted: Set<UUID> = try storage.transaction {
+        var deleted: Set<UUID> = []
         var freed = 0
-        for (id, token) in held {
-          guard let size = try sizeOf.scalar([.text(id.recordText), .integer(token)]) else { continue }
+        for (id, token) in records {
+          let size =
+            if let token {
+              try storage.statement(
+                "SELECT size FROM records WHERE id = ?1 AND state = 'in_flight' AND lease_until = ?2"
+              ).scalar([.text(id.recordText), .integer(token)])
+            } else {
+              try storage.statement("SELECT size FROM records WHERE id = ?").scalar([.text(id.recordText)])
+            }
+          guard let size else { continue }
           try storage.statement("DELETE FROM records WHERE id = ?").run([.text(id.recordText)])
           freed += Int(size)
-          acked.insert(id)
+          deleted.insert(id)
         }
         try storage.addBytes(-freed)
-        return acked
+        return deleted
       }
       storage.checkpoint()
-      return acked
+      return deleted
     }
   }
 

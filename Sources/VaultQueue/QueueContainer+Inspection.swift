@@ -25,15 +25,24 @@ extension QueueContainer {
   /// - Returns: the count per reason (every reason listed, zero when none).
   /// - Throws: `QueueError` when the container cannot be read.
   public func dropped() throws -> [String: Int] {
-    try withStorage { storage in
-      var dropped: [String: Int] = [:]
-      for reason in DropReason.allCases { dropped[reason.rawValue] = 0 }
-      try storage.statement("SELECT reason, count FROM drops").query {
-        let reason = $0.text(0) ?? "?"
-        if !reason.hasPrefix(Self.resentPrefix) { dropped[reason] = Int($0.int(1)) }
+    try withStorage { try ledgers($0).dropped }
+  }
+
+  /// The drop ledger (every reason listed, zero when none) and the resend ledger, which the same
+  /// table holds under `resent-<state>` (see `resend(_:)`).
+  private func ledgers(_ storage: Storage) throws -> (dropped: [String: Int], resent: [String: Int]) {
+    var dropped: [String: Int] = [:]
+    var resent: [String: Int] = [:]
+    for reason in DropReason.allCases { dropped[reason.rawValue] = 0 }
+    try storage.statement("SELECT reason, count FROM drops").query {
+      let reason = $0.text(0) ?? "?"
+      if reason.hasPrefix(Self.resentPrefix) {
+        resent[String(reason.dropFirst(Self.resentPrefix.count))] = Int($0.int(1))
+      } else {
+        dropped[reason] = Int($0.int(1))
       }
-      return dropped
     }
+    return (dropped, resent)
   }
 
   /// `stats()`'s counts, read with `storage` inside its read transaction.
@@ -42,7 +51,6 @@ extension QueueContainer {
       container: path, total: 0, bytes: 0, byState: [:], byVersion: [:], byQueue: [:], dropped: [:],
       minimumSealVersion: UInt32(try storage.minimumSealVersion()))
     for state in RecordState.allCases { stats.byState[state.rawValue] = 0 }
-    for reason in DropReason.allCases { stats.dropped[reason.rawValue] = 0 }
     try storage.statement("SELECT state, count(*) FROM records GROUP BY state").query {
       stats.byState[$0.text(0) ?? "?"] = Int($0.int(1))
     }
@@ -54,15 +62,9 @@ extension QueueContainer {
     try storage.statement("SELECT queue, count(*) FROM records GROUP BY queue").query {
       stats.byQueue[$0.text(0) ?? "?"] = Int($0.int(1))
     }
-    // The same table holds the resend ledger, under `resent-<state>` (see `resend(_:)`).
-    try storage.statement("SELECT reason, count FROM drops").query {
-      let reason = $0.text(0) ?? "?"
-      if reason.hasPrefix(Self.resentPrefix) {
-        stats.resent[String(reason.dropFirst(Self.resentPrefix.count))] = Int($0.int(1))
-      } else {
-        stats.dropped[reason] = Int($0.int(1))
-      }
-    }
+    let ledgers = try ledgers(storage)
+    stats.dropped = ledgers.dropped
+    stats.resent.merge(ledgers.resent) { $1 }
     stats.total = stats.byState.values.reduce(0, +)
     stats.bytes = try storage.totalBytes()
     return stats

@@ -56,7 +56,8 @@ extension QueueContainer {
         if let origin {
           try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
         }
-        // A new copy has a history of its own: the original's snapshot marks are not its.
+        // A new copy has a history of its own: the original's snapshot marks are not its
+        // (`ContainerLineage.passedMarks`, spelled out: cached statements take static text).
         try storage.statement(
           "DELETE FROM meta WHERE key = 'snapshot_token' OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')"
         ).run()
