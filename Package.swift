@@ -129,7 +129,8 @@ let package = Package(
       dependencies: ["VaultBackup", "VaultQueue", "Vault", "VaultKeys", "VaultCrypto", "VaultTestSupport"],
       swiftSettings: strict),
     .testTarget(
-      name: "VaultCLITests", dependencies: ["VaultCLI", "Vault", "VaultKeys", "VaultQueue", "VaultTestSupport"],
+      name: "VaultCLITests",
+      dependencies: ["VaultCLI", "Vault", "VaultBackup", "VaultCrypto", "VaultKeys", "VaultQueue", "VaultTestSupport"],
       exclude: ["Golden", "Fixtures"],
       swiftSettings: strict),
   ],

@@ -53,22 +53,32 @@ extension Vault {
   ///
   /// Refuses, changing nothing, when a vault exists in `home`, `home` holds other files, the
   /// keyfile exists, or the store already holds keys of this vault (the vault lives on here).
+  /// Before it writes anything it leaves a marker in the home (`RestoreMarker`), which stays until
+  /// the caller's `finishRestore()`: a home with the marker is not opened as a vault, and a rerun
+  /// into it takes up what a stopped restore of the same vault wrote (its files in the home, a
+  /// keyfile it made, key items identical to `keys` in the same store) instead of being refused.
   /// When a later step fails, the manifest, the containers placed and a keyfile made here are
-  /// removed again (Secret Service items already written stay: deleting keys is never a side effect).
+  /// removed again (Secret Service items already written stay, and so does the marker, for the
+  /// rerun: deleting keys is never a side effect).
   ///
   /// - Throws: `VaultError`, `KeyStoreError` as `create`; `VaultError.keyCheckFailed` when a key
-  ///   does not match its record's key-check value; what `placeContainers` throws.
+  ///   does not match its record's key-check value; `VaultError.restoreUnfinished` when the home
+  ///   holds a stopped restore of another vault, `.restoreStoreDiffers` when this one's stopped
+  ///   restore used another store; what `placeContainers` throws.
   package static func restore(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver, keyring: KeyringID,
     keys: [ExportedKey], activeVersion: UInt32, highestVersion: UInt32, externalSealVersions: [UInt32],
     placeContainers: (String) throws -> [ContainerRecord], clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
-    if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
-    if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
-      entries.contains(where: { $0 != lockFileName })
-    {
-      throw VaultError.homeNotEmpty(home: home)
+    let stopped = try stoppedRestore(home: home, vaultID: keyring.hex)
+    if stopped == nil {
+      if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
+      if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
+        entries.contains(where: { $0 != lockFileName })
+      {
+        throw VaultError.homeNotEmpty(home: home)
+      }
     }
     guard keys.contains(where: { $0.record.version == activeVersion && $0.record.state == .active }) else {
       throw VaultError.noActiveKey
@@ -79,24 +89,39 @@ extension Vault {
         throw VaultError.keyCheckFailed(version: exported.record.version)
       }
     }
+    var lock: FileLock?
+    defer { lock?.release() }
+    var resumed: [UInt32] = []
+    if let stopped {
+      lock = try FileLock(path: home + "/" + lockFileName)
+      try takeUpStoppedRestore(stopped, home: home, descriptor: descriptor, keyring: keyring, keys: keys)
+    }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
     let store = try resolver.store(for: descriptor, home: home)
-    if let present = try store.storedVersions(keyring: keyring).first {
+    if stopped?.store == descriptor {
+      // Items the stopped restore wrote are taken over only when they are the bundle's own keys.
+      resumed = try identicalVersions(in: store, keyring: keyring, keys: keys)
+    } else if let present = try store.storedVersions(keyring: keyring).first {
       throw KeyStoreError.keyExists(version: present)
     }
 
-    try SecureFile.makeDirectory(home, mode: 0o700)
-    guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
-    let lock = try FileLock(path: home + "/" + lockFileName)
-    defer { lock.release() }
-    if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
+    if lock == nil {
+      try SecureFile.makeDirectory(home, mode: 0o700)
+      guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
+      lock = try FileLock(path: home + "/" + lockFileName)
+      if ManifestFile.exists(home: home) || RestoreMarker.exists(home: home) {
+        throw VaultError.alreadyExists(home: home)
+      }
+      try RestoreMarker(vaultID: keyring.hex, store: descriptor).write(home: home)
+    }
 
     var placed: [ContainerRecord] = []
     do {
       let integrityKey = try SymmetricKey.generate()
       try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
-      for exported in keys.sorted(by: { $0.record.version < $1.record.version }) {
+      for exported in keys.sorted(by: { $0.record.version < $1.record.version })
+      where !resumed.contains(exported.record.version) {
         try store.storeKey(exported.key, keyring: keyring, version: exported.record.version)
       }
       placed = try placeContainers(home)
@@ -112,9 +137,111 @@ extension Vault {
     } catch {
       unlink(ManifestFile.path(home: home))
       for container in placed { unlink(container.path) }
-      if madeKeyfile, let path = descriptor.keyfile { unlink(path) }
+      if madeKeyfile, let path = descriptor.keyfile {
+        unlink(path)
+        // Nothing of this restore is left anywhere: the home is as empty as it was.
+        try? RestoreMarker.remove(home: home)
+      }
       throw error
     }
+  }
+
+  /// A stopped restore into `home`, as its marker tells: the vault it restores (nil when the
+  /// marker does not parse) and the store it began writing keys into; nil when there is none.
+  package static func unfinishedRestore(home: String) -> (vaultID: String?, store: StoreDescriptor?)? {
+    switch RestoreMarker.read(home: absolutePath(home)) {
+    case .none: nil
+    case .unreadable: (nil, nil)
+    case .marker(let marker): (marker.vaultID, marker.store)
+    }
+  }
+
+  /// Ends a restore: removes the marker `restore` left, so the home opens as a vault from now on.
+  /// Called once every container is in place and marked as a restored copy.
+  package func finishRestore() throws {
+    try RestoreMarker.remove(home: home)
+  }
+
+  /// The marker of a stopped restore of `vaultID` in `home`, or nil when there is none.
+  ///
+  /// - Throws: `VaultError.restoreUnfinished` when the home holds a stopped restore of another
+  ///   vault, or an unreadable marker beside files (whose they are cannot be told).
+  static func stoppedRestore(home: String, vaultID: String) throws -> RestoreMarker? {
+    switch RestoreMarker.read(home: home) {
+    case .none: return nil
+    case .marker(let marker):
+      guard marker.vaultID == vaultID else { throw VaultError.restoreUnfinished(home: home, vaultID: marker.vaultID) }
+      return marker
+    case .unreadable:
+      // Written and synced before anything else: a marker that does not parse stopped the restore
+      // before it wrote anything more. Alone in the home (beside the lock) it is dropped.
+      let entries = (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? []
+      guard entries.allSatisfy({ $0 == lockFileName || $0 == RestoreMarker.fileName }) else {
+        throw VaultError.restoreUnfinished(home: home, vaultID: nil)
+      }
+      try RestoreMarker.remove(home: home)
+      return nil
+    }
+  }
+
+  /// Clears what a stopped restore of the same vault left in `home` (under the home's lock): the
+  /// manifest, the container files and their journals (every regular file but the lock and the
+  /// marker: the home held nothing when it began, and nothing could open it since), and the
+  /// keyfile it made when that keyfile holds nothing but the bundle's keys.
+  ///
+  /// - Throws: `VaultError.restoreStoreDiffers` when the rerun names another store than the
+  ///   stopped restore wrote into; `KeyStoreError` when files cannot be removed.
+  private static func takeUpStoppedRestore(
+    _ stopped: RestoreMarker, home: String, descriptor: StoreDescriptor, keyring: KeyringID, keys: [ExportedKey]
+  ) throws {
+    var wanted = descriptor
+    if wanted.kind == .keyfile {
+      wanted.keyfile = absolutePath(
+        wanted.keyfile ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
+    }
+    guard wanted == stopped.store else {
+      throw VaultError.restoreStoreDiffers(home: home, store: stopped.store.kind, keyfile: stopped.store.keyfile)
+    }
+    let entries = try FileManager.default.contentsOfDirectory(atPath: home)
+    for name in entries where name != lockFileName && name != RestoreMarker.fileName {
+      let path = home + "/" + name
+      var info = stat()
+      guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFLNK else {
+        continue
+      }
+      guard unlink(path) == 0 || errno == ENOENT else {
+        throw KeyStoreError.io(path: path, operation: "unlink", errno: errno)
+      }
+    }
+    try SecureFile.syncDirectory(home)
+    if stopped.store.kind == .keyfile, let path = stopped.store.keyfile, KeyfileStore(path: path).exists {
+      let versions = try identicalVersions(in: KeyfileStore(path: path), keyring: keyring, keys: keys)
+      guard try KeyfileStore(path: path).storedVersions(keyring: keyring) == versions else {
+        throw VaultError.keyfileExists(path: path)
+      }
+      guard unlink(path) == 0 else { throw KeyStoreError.io(path: path, operation: "unlink", errno: errno) }
+      try SecureFile.syncDirectory((path as NSString).deletingLastPathComponent)
+    }
+  }
+
+  /// The versions `store` holds for `keyring`, each of which must be byte for byte the key `keys`
+  /// carries for it.
+  ///
+  /// - Throws: `KeyStoreError.keyExists` for the first version that is not one of `keys`, or holds
+  ///   other bytes: it is not this restore's, and is never overwritten.
+  private static func identicalVersions(
+    in store: any KeyStore, keyring: KeyringID, keys: [ExportedKey]
+  ) throws -> [UInt32] {
+    let present = try store.storedVersions(keyring: keyring)
+    for version in present {
+      guard let expected = keys.first(where: { $0.record.version == version }),
+        let found = try store.loadKey(keyring: keyring, version: version),
+        found.withUnsafeBytes({ a in expected.key.withUnsafeBytes { constantTimeEquals(a, $0) } })
+      else {
+        throw KeyStoreError.keyExists(version: version)
+      }
+    }
+    return present
   }
 }
 

@@ -76,8 +76,8 @@ public final class Vault: Sendable {
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
-  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists` or `.orphanedKeys`
-  ///   (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
+  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys` or
+  ///   `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
   ///   `VaultError.roundTripFailed` when the new key fails its self-test.
   public static func create(
@@ -85,6 +85,7 @@ public final class Vault: Sendable {
     clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
+    try refuseUnfinishedRestore(home)
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
     if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
       entries.contains(where: { $0 != lockFileName })
@@ -167,6 +168,16 @@ public final class Vault: Sendable {
     return descriptor
   }
 
+  /// Refuses a home that a stopped restore left half made (it holds the restore's marker): it is
+  /// no vault until that restore runs again.
+  ///
+  /// - Throws: `VaultError.restoreUnfinished`.
+  package static func refuseUnfinishedRestore(_ home: String) throws {
+    let home = absolutePath(home)
+    let found = RestoreMarker.read(home: home)
+    if found != .none { throw VaultError.restoreUnfinished(home: home, vaultID: found.vaultID) }
+  }
+
   /// Opens the vault in `home` and loads its active key.
   ///
   /// The manifest must carry a valid MAC under the vault's integrity key (a manifest written by the
@@ -183,11 +194,13 @@ public final class Vault: Sendable {
   ///   its MAC; `KeyStoreError` when the store cannot be read (locked, timed out, bad permissions);
   ///   `VaultError.keyMissing` when the active key is absent, `.integrityKeyMissing` when the store
   ///   has no integrity key for a signed manifest, `.keyCheckFailed` when the active key is not
-  ///   the one recorded. It never creates a key for a version that may have sealed data.
+  ///   the one recorded; `.restoreUnfinished` when a restore into `home` stopped part-way. It
+  ///   never creates a key for a version that may have sealed data.
   public static func open(
     home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
+    try refuseUnfinishedRestore(home)
     let signed = try ManifestFile.read(home: home)
     let store = try resolver.store(for: signed.manifest.store, home: home)
     let keyring = signed.manifest.keyringID!
@@ -230,9 +243,11 @@ public final class Vault: Sendable {
   ///   - home: the home directory (made absolute against the working directory).
   ///   - resolver: builds the key store, to read the integrity key and the store's copy.
   /// - Returns: the manifest shown, and `verified`, `unverified: <why>` or `legacy` as above.
-  /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt or fails its MAC.
+  /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt or fails its MAC;
+  ///   `VaultError.restoreUnfinished` when a restore into `home` stopped part-way.
   public static func inspect(home: String, resolver: KeyStoreResolver = .system()) throws -> (Manifest, String) {
     let home = absolutePath(home)
+    try refuseUnfinishedRestore(home)
     let signed = try ManifestFile.read(home: home)
     let keyring = signed.manifest.keyringID!
     let integrityKey: SymmetricKey

@@ -52,6 +52,12 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The key version is not pinned for envelopes sealed outside containers (`pinned` are the
   /// versions that are), so there is no pin to release.
   case versionNotPinned(version: UInt32, pinned: [UInt32])
+  /// A restore into `home` stopped before it finished (the home holds its marker): the home is not a
+  /// vault until that restore, of vault `vaultID` (nil when the marker is unreadable), is run again.
+  case restoreUnfinished(home: String, vaultID: String?)
+  /// A rerun of a stopped restore into `home` named another key store than the one it began writing
+  /// keys into (`store`, at `keyfile` for a keyfile).
+  case restoreStoreDiffers(home: String, store: KeyStoreKind, keyfile: String?)
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -108,6 +114,15 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "key version \(version) is not kept for envelopes sealed outside containers (pinned: "
         + (pinned.isEmpty ? "none" : pinned.map(String.init).joined(separator: ", "))
         + "); nothing was changed"
+    case .restoreUnfinished(let home, let vaultID):
+      "a restore into \(home) did not finish"
+        + (vaultID.map { " (vault \($0))" } ?? "")
+        + ", so it holds no usable vault yet; run the same restore of that vault's bundle again to finish it "
+        + "(it takes up what the stopped one wrote), or remove \(home) and restore elsewhere"
+    case .restoreStoreDiffers(let home, let store, let keyfile):
+      "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
+        + (keyfile.map { " at \($0)" } ?? "")
+        + "; run it again with that store to finish it (nothing was changed)"
     }
   }
 }
@@ -135,6 +150,8 @@ extension VaultError: CodedError {
     case .unknownVersion: "vault.unknown-version"
     case .versionRetired: "vault.version-retired"
     case .versionNotPinned: "vault.version-not-pinned"
+    case .restoreUnfinished: "vault.restore-unfinished"
+    case .restoreStoreDiffers: "vault.restore-store-differs"
     }
   }
 }

@@ -210,9 +210,16 @@ public enum Backup {
   ///   - resolver: builds that key store.
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: the new home, its store and the records restored per container.
+  /// A restore stopped part-way (killed, a full disk) leaves a marker in the home: the home does
+  /// not open as a vault, and running the same restore again finishes it, taking up what the
+  /// stopped one wrote (see `Vault.restore`'s rules: the same store, key items identical to the
+  /// bundle's).
+  ///
   /// - Throws: `VaultError.alreadyExists` / `.homeNotEmpty` for an existing home (checked before
-  ///   anything else), `BackupError` from verification, `VaultError.keyfileExists` or
-  ///   `KeyStoreError.keyExists` when the store already holds this vault's keys.
+  ///   anything else), `VaultError.restoreUnfinished` for a home a stopped restore of another
+  ///   vault left, `BackupError` from verification, `VaultError.keyfileExists` or
+  ///   `KeyStoreError.keyExists` when the store already holds this vault's keys,
+  ///   `VaultError.restoreStoreDiffers` when a rerun names another store than the stopped restore's.
   public static func restore(
     bundle: String, passphrase: Passphrase, into home: String, store: StoreDescriptor,
     resolver: KeyStoreResolver = .system(), progress: (@Sendable (BackupStep) -> Void)? = nil
@@ -261,6 +268,7 @@ public enum Backup {
       restored.append(
         RestoreReport.Container(from: from, path: record.path, records: verified.report.containers[index].records))
     }
+    try vault.finishRestore()
     let descriptor = vault.manifest.store
     return RestoreReport(
       home: vault.home, vaultID: manifest.vaultID, store: descriptor.kind.rawValue,
@@ -279,10 +287,20 @@ public enum Backup {
   /// - Parameters:
   ///   - home: the home a restore would create.
   ///   - bundle: the bundle to restore; its manifest is read only to name the vault.
-  /// - Throws: `BackupError.homeHoldsThisVault`, `VaultError.alreadyExists` (another vault) or
-  ///   `VaultError.homeNotEmpty`.
+  /// - Throws: `BackupError.homeHoldsThisVault`, `VaultError.alreadyExists` (another vault),
+  ///   `VaultError.homeNotEmpty`, or `VaultError.restoreUnfinished` when a stopped restore of
+  ///   another vault holds the home (one of this bundle's vault is let through, to be taken up).
   public static func refuseExistingHome(_ home: String, bundle: String) throws {
     let home = absolutePath(home)
+    if let stopped = Vault.unfinishedRestore(home: home) {
+      // A rerun of a stopped restore of this bundle's vault takes it up; `Vault.restore` checks
+      // the rest (a marker that does not parse, the store it names).
+      let bundleVault = try? inspectManifest(bundle: absolutePath(bundle)).vaultID
+      if let vaultID = stopped.vaultID, let bundleVault, vaultID != bundleVault {
+        throw VaultError.restoreUnfinished(home: home, vaultID: vaultID)
+      }
+      return
+    }
     if ManifestFile.exists(home: home) {
       if let resident = try? ManifestFile.read(home: home).manifest.vaultID,
         let manifest = try? inspectManifest(bundle: absolutePath(bundle)), manifest.vaultID == resident

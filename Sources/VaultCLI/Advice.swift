@@ -32,6 +32,9 @@ enum Advice {
     case VaultError.sealPinOnActiveVersion(let version):
       return "; next: `vault rotate`, `vault reseal` the envelopes, then `vault unpin \(version)`"
     case VaultError.versionNotPinned: return "; `vault status` lists the pins (external_seal_versions)"
+    case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(home)`)"
+    case VaultError.restoreStoreDiffers(_, let store, let keyfile):
+      return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \($0)" } ?? "") + ")"
     default: return ""
     }
   }

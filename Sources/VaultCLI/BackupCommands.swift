@@ -72,11 +72,16 @@ extension VaultCommandLine {
         return
       }
       var descriptor = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+      let stoppedStore = Vault.unfinishedRestore(home: home)?.store
       switch choice {
       case "secret-service": descriptor = StoreDescriptor(kind: .secretService)
       case "keyfile": break
       default:
-        if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
+        if let stoppedStore, keyfile == nil {
+          // A rerun finishes a stopped restore in the store it began writing keys into.
+          descriptor = stoppedStore
+          terminal.note("vault: finishing the restore that stopped part-way in \(home); keys go to the same store")
+        } else if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
           descriptor = StoreDescriptor(kind: .secretService)
           terminal.note("vault: the Secret Service is available and unlocked; keys go there")
         } else {
@@ -310,7 +315,8 @@ enum RestoreCommand: Subcommand {
       with the same vault id and key versions, the keys in the chosen store, and the containers copied into the \
       home and registered there. A vault may move between key stores this way (a keyfile vault restored into \
       the Secret Service and back). Refuses a home that holds another vault or other files, and a store that \
-      already holds this vault's keys.
+      already holds this vault's keys. A restore that stopped part-way (killed, a failed store) leaves the \
+      home refused by every command until the same restore is run again, which finishes it.
 
       Into a home that holds the same vault: merges, keeping the home's key store. A record the home lacks is \
       added, unless the home delivered or dropped it since; one that may have been delivered goes to review \

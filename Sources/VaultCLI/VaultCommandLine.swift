@@ -171,6 +171,7 @@ public struct VaultCommandLine {
       throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "init")
     }
     // Refuse before probing anything, so an existing vault is reported first and untouched.
+    try Vault.refuseUnfinishedRestore(homePath(arguments))
     if ManifestFile.exists(home: homePath(arguments)) { throw VaultError.alreadyExists(home: homePath(arguments)) }
     var descriptor: StoreDescriptor
     switch choice {

@@ -18,6 +18,8 @@ final class ErrorCodeTests: XCTestCase {
     RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
     RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
+    VaultError.restoreUnfinished(home: "/h", vaultID: "0011223344556677"),
+    VaultError.restoreStoreDiffers(home: "/h", store: .keyfile, keyfile: "/k"),
   ]
 
   func testLocalizedDescriptionIsTheDescription() {

@@ -1,0 +1,81 @@
+import Foundation
+import VaultCrypto
+import VaultKeys
+
+/// The file a restore writes into its new home before anything else and removes last.
+///
+/// While it is there the home is not a vault yet: opening it is refused (`VaultError.restoreUnfinished`),
+/// so nothing can seal into, enqueue into or deliver from a half-made copy. A rerun of the same
+/// restore takes up what the stopped one wrote: the files in the home are its own (the home held
+/// nothing when it began), and key items it finds in the store it names are taken over only when
+/// they are byte for byte the bundle's keys.
+struct RestoreMarker: Codable, Equatable {
+  static let fileName = "restore-unfinished"
+
+  /// The vault being restored (its keyring id in hex).
+  var vaultID: String
+  /// The store the stopped restore wrote keys into: checked against the store before it wrote.
+  var store: StoreDescriptor
+
+  enum CodingKeys: String, CodingKey {
+    case vaultID = "vault_id"
+    case store
+  }
+
+  static func path(home: String) -> String { home + "/" + fileName }
+
+  /// Whether `home` holds a marker at all (readable or not).
+  static func exists(home: String) -> Bool {
+    var info = stat()
+    return lstat(path(home: home), &info) == 0
+  }
+
+  /// What a marker in `home` says.
+  enum Found: Equatable {
+    case none
+    /// A marker whose bytes do not parse: the stopped restore wrote nothing after it (the marker is
+    /// on disk, synced, before anything else is written), so only the marker itself is its own.
+    case unreadable
+    case marker(RestoreMarker)
+
+    var vaultID: String? {
+      if case .marker(let marker) = self { return marker.vaultID }
+      return nil
+    }
+  }
+
+  static func read(home: String) -> Found {
+    guard exists(home: home) else { return .none }
+    guard let bytes = try? SecureFile.read(path(home: home), requirePrivate: false),
+      let marker = try? bytes.withUnsafeBytes({ try JSONDecoder().decode(RestoreMarker.self, from: Data($0)) })
+    else {
+      return .unreadable
+    }
+    return .marker(marker)
+  }
+
+  /// Writes the marker as a new file (never over another) and syncs it and the home, so that it is
+  /// on disk before the first key item or container is.
+  func write(home: String) throws {
+    let path = Self.path(home: home)
+    let bytes = try JSONEncoder().encode(self)
+    let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "create", errno: errno) }
+    defer { close(fd) }
+    // One write of a few hundred bytes: a kill lands before or after it, never inside.
+    let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress!, $0.count) }
+    guard written == bytes.count else {
+      throw KeyStoreError.io(path: path, operation: "write", errno: written < 0 ? errno : EIO)
+    }
+    guard fsync(fd) == 0 else { throw KeyStoreError.io(path: path, operation: "fsync", errno: errno) }
+    try SecureFile.syncDirectory(home)
+  }
+
+  /// Removes the marker from `home`: the home is a vault from here on.
+  static func remove(home: String) throws {
+    guard unlink(path(home: home)) == 0 || errno == ENOENT else {
+      throw KeyStoreError.io(path: path(home: home), operation: "unlink", errno: errno)
+    }
+    try SecureFile.syncDirectory(home)
+  }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import Vault
+import VaultBackup
+import VaultCrypto
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+/// A restore stopped part-way (killed, a store that failed) leaves a home that does not open as a
+/// vault, and the same restore run again finishes it: nothing is refused for what the stopped one
+/// wrote, and nothing of anyone else's is taken over. (A real SIGKILL at each sync is in
+/// VaultCLITests' RestoreKillTests.)
+final class RestoreResumeTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  let resolver = KeyStoreResolver.system(secretServiceTimeout: 10)
+  let passphrase = "correct horse"
+
+  override func setUp() { temporary = TemporaryDirectory() }
+  override func tearDown() { temporary = nil }
+
+  /// A vault with two key versions and records in two containers, and its bundle.
+  private func bundle() throws -> (bundle: String, vaultID: String, expected: [String: [String]]) {
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")),
+      resolver: resolver)
+    var expected: [String: [String]] = [:]
+    for name in ["a.sqlite", "b.sqlite"] {
+      let container = try QueueContainer(path: temporary.sub(name), vault: vault)
+      for record in 0..<3 {
+        _ = try container.enqueue(Array("\(record) of \(name)".utf8), queue: "q")
+        expected[name, default: []].append("\(record) of \(name)")
+      }
+      if name == "a.sqlite" { try vault.rotate(options: RotationOptions(retireUnused: false)) }
+    }
+    let directory = temporary.sub("backups")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let report = try Backup.create(
+      vault: vault, to: directory, passphrase: try Passphrase(passphrase), keep: 5, toolVersion: "test",
+      clock: Date.init, kdf: ScryptParameters(logN: 10, r: 8, p: 1))
+    return (report.bundle, vault.keyringID.hex, expected)
+  }
+
+  private func restore(_ bundle: String, into home: String, store: StoreDescriptor, resolver: KeyStoreResolver)
+    throws -> RestoreReport
+  {
+    try Backup.restore(
+      bundle: bundle, passphrase: try Passphrase(passphrase), into: home, store: store, resolver: resolver)
+  }
+
+  private func assertRecords(_ home: String, _ expected: [String: [String]], resolver: KeyStoreResolver) throws {
+    let vault = try Vault.open(home: home, resolver: resolver)
+    for (name, texts) in expected {
+      let container = try QueueContainer(path: home + "/" + name, vault: vault, mode: .existing)
+      let payloads = try container.claim(queue: "q", maxCount: 100).map { String(decoding: $0.payload, as: UTF8.self) }
+      XCTAssertEqual(payloads.sorted(), texts.sorted(), name)
+    }
+  }
+
+  private func assertRefusedAsUnfinished(_ home: String, vaultID: String?, resolver: KeyStoreResolver) {
+    let expected = VaultError.restoreUnfinished(home: home, vaultID: vaultID)
+    XCTAssertThrowsError(try Vault.open(home: home, resolver: resolver)) { XCTAssertEqual($0 as? VaultError, expected) }
+    XCTAssertThrowsError(try Vault.inspect(home: home, resolver: resolver)) {
+      XCTAssertEqual($0 as? VaultError, expected)
+    }
+    XCTAssertThrowsError(try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: resolver)) {
+      XCTAssertEqual($0 as? VaultError, expected)
+    }
+  }
+
+  /// The Secret Service keeps what a failed restore stored (deleting keys is never a side effect);
+  /// the rerun takes over the items that are byte for byte the bundle's keys and stores the rest.
+  func testARestoreWhoseStoreFailedAfterTheFirstKeyIsFinishedByRunningItAgain() throws {
+    let (bundle, vaultID, expected) = try bundle()
+    let store = FailingStore(failAtStore: 2)
+    let home = temporary.sub("restored")
+    let keeping = StoreDescriptor(kind: .secretService)
+    XCTAssertThrowsError(try restore(bundle, into: home, store: keeping, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? KeyStoreError, .locked)
+    }
+    XCTAssertEqual(try store.storedVersions(keyring: XCTUnwrap(KeyringID(hex: vaultID))), [1], "version 1 stays")
+    assertRefusedAsUnfinished(home, vaultID: vaultID, resolver: .fixed(store))
+    XCTAssertNoThrow(try Backup.refuseExistingHome(home, bundle: bundle), "the rerun is let through")
+
+    let report = try restore(bundle, into: home, store: keeping, resolver: .fixed(store))
+    XCTAssertEqual(report.records, 6)
+    try assertRecords(home, expected, resolver: .fixed(store))
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/restore-unfinished"))
+  }
+
+  /// Stopped after the manifest was written but before the end: the home is not opened as a vault
+  /// (an app could otherwise work on it while the rerun rebuilds it), and the rerun rebuilds it from
+  /// the bundle, taking over the keyfile the stopped run made (it holds only the bundle's keys).
+  func testARestoreStoppedBeforeItsLastStepIsRebuiltByTheRerun() throws {
+    let (bundle, vaultID, expected) = try bundle()
+    let home = temporary.sub("restored")
+    let keyfile = temporary.sub("keys-restored/v.keys")
+    let store = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+    _ = try restore(bundle, into: home, store: store, resolver: resolver)
+    // What a SIGKILL before the marker's removal leaves: the marker, written first, still there.
+    let marker = #"{"vault_id":"\#(vaultID)","store":{"kind":"keyfile","keyfile":"\#(keyfile)"}}"#
+    XCTAssertTrue(FileManager.default.createFile(atPath: home + "/restore-unfinished", contents: Data(marker.utf8)))
+    XCTAssertEqual(chmod(home + "/restore-unfinished", 0o600), 0)
+    assertRefusedAsUnfinished(home, vaultID: vaultID, resolver: resolver)
+
+    // Another store than the stopped one's is refused, changing nothing.
+    XCTAssertThrowsError(
+      try restore(
+        bundle, into: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("other/v.keys")),
+        resolver: resolver)
+    ) {
+      XCTAssertEqual($0 as? VaultError, .restoreStoreDiffers(home: home, store: .keyfile, keyfile: keyfile))
+    }
+    XCTAssertTrue(FileManager.default.fileExists(atPath: home + "/a.sqlite"))
+
+    _ = try restore(bundle, into: home, store: store, resolver: resolver)
+    try assertRecords(home, expected, resolver: resolver)
+    XCTAssertEqual(
+      try FileManager.default.contentsOfDirectory(atPath: home).filter { $0.hasSuffix(".sqlite") }.sorted(),
+      ["a.sqlite", "b.sqlite"])
+  }
+
+  /// A marker of another vault, a keyfile at the marker's path that holds other keys, and an
+  /// unreadable marker beside files are never taken over.
+  func testWhatIsNotTheStoppedRestoresOwnIsRefused() throws {
+    let (bundle, vaultID, _) = try bundle()
+    let home = temporary.sub("restored")
+    try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+    let keyfile = temporary.sub("keys-restored/v.keys")
+    let store = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
+    func mark(_ text: String) {
+      XCTAssertTrue(FileManager.default.createFile(atPath: home + "/restore-unfinished", contents: Data(text.utf8)))
+      XCTAssertEqual(chmod(home + "/restore-unfinished", 0o600), 0)
+    }
+
+    mark(#"{"vault_id":"00112233aabbccdd","store":{"kind":"keyfile","keyfile":"\#(keyfile)"}}"#)
+    XCTAssertThrowsError(try restore(bundle, into: home, store: store, resolver: resolver)) {
+      XCTAssertEqual($0 as? VaultError, .restoreUnfinished(home: home, vaultID: "00112233aabbccdd"))
+    }
+
+    // The marker's keyfile now holds another vault's keys: left alone, and the restore refused.
+    let other = try Vault.create(home: temporary.sub("other"), store: store, resolver: resolver)
+    let otherKeys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    mark(#"{"vault_id":"\#(vaultID)","store":{"kind":"keyfile","keyfile":"\#(keyfile)"}}"#)
+    XCTAssertThrowsError(try restore(bundle, into: home, store: store, resolver: resolver))
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), otherKeys)
+    XCTAssertNoThrow(try Vault.open(home: other.home, resolver: resolver))
+
+    // Unreadable beside a file: whose that file is cannot be told.
+    mark("{\"vault")
+    XCTAssertTrue(FileManager.default.createFile(atPath: home + "/notes.txt", contents: Data("mine".utf8)))
+    XCTAssertThrowsError(
+      try restore(
+        bundle, into: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("k3/v.keys")),
+        resolver: resolver)
+    ) {
+      XCTAssertEqual($0 as? VaultError, .restoreUnfinished(home: home, vaultID: nil))
+    }
+    XCTAssertEqual(try String(contentsOfFile: home + "/notes.txt", encoding: .utf8), "mine")
+
+    // Unreadable and alone: the stopped run wrote nothing after it, so the restore proceeds.
+    XCTAssertEqual(unlink(home + "/notes.txt"), 0)
+    _ = try restore(
+      bundle, into: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("k3/v.keys")),
+      resolver: resolver)
+    XCTAssertNoThrow(try Vault.open(home: home, resolver: resolver))
+  }
+}
+
+/// A memory key store that keeps what it stored and fails (as a keyring that locked) at the
+/// `failAtStore`th key it is asked to store, once.
+private final class FailingStore: KeyStore, @unchecked Sendable {
+  let kind = KeyStoreKind.secretService
+  private let inner = InMemoryKeyStore()
+  private let lock = NSLock()
+  private var stores = 0
+  private let failAtStore: Int
+
+  init(failAtStore: Int) { self.failAtStore = failAtStore }
+
+  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    try inner.loadKey(keyring: keyring, version: version)
+  }
+  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    let count = lock.withLock {
+      stores += 1
+      return stores
+    }
+    if count == failAtStore { throw KeyStoreError.locked }
+    try inner.storeKey(key, keyring: keyring, version: version)
+  }
+  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+    try inner.deleteKey(keyring: keyring, version: version)
+  }
+  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+  func checkWritable() throws { try inner.checkWritable() }
+  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+    try inner.loadRecord(record, keyring: keyring)
+  }
+  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+  }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Vault
+import VaultBackup
+import VaultCrypto
+import VaultKeys
+import VaultQueue
+import VaultTestSupport
+import XCTest
+
+/// `vault restore BUNDLE --into HOME` killed with SIGKILL at each of its syncs, renames and
+/// unlinks in turn (strace injects the signal at the Nth such call), then run again: the rerun
+/// finishes the restore with every record, in a keyfile and in the Secret Service. Until it does,
+/// the half-made home is refused as a vault.
+final class RestoreKillTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var bundle = ""
+  var vaultID = ""
+  var passphraseFile: String { temporary.sub("passphrase") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let resolver = KeyStoreResolver.system(secretServiceTimeout: 10)
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")),
+      resolver: resolver)
+    for (name, count) in [("queue.sqlite", 4), ("other.sqlite", 2)] {
+      let directory = name == "queue.sqlite" ? vault.home : temporary.sub("elsewhere")
+      try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+      let container = try QueueContainer(path: directory + "/" + name, vault: vault)
+      for i in 0..<count { _ = try container.enqueue(Array("record \(i)".utf8), queue: "q") }
+    }
+    try FileManager.default.createDirectory(atPath: temporary.sub("backups"), withIntermediateDirectories: true)
+    // Cheap scrypt (the package knob) keeps each of the many restores short.
+    bundle =
+      try Backup.create(
+        vault: vault, to: temporary.sub("backups"), passphrase: try Passphrase("a long passphrase"), keep: 5,
+        toolVersion: "test", clock: Date.init, kdf: ScryptParameters(logN: 10, r: 8, p: 1)
+      ).bundle
+    vaultID = vault.keyringID.hex
+    try "a long passphrase\n".write(toFile: passphraseFile, atomically: true, encoding: .utf8)
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+  }
+
+  override func tearDown() {
+    removeSecretServiceItems()
+    temporary = nil
+  }
+
+  private func strace() throws -> String {
+    try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+      "strace is installed by tools/setup.sh")
+  }
+
+  private func removeSecretServiceItems() {
+    // Each clear removes the items it finds; the restore writes keys, the integrity key and the manifest copy.
+    for _ in 0..<6 { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+  }
+
+  private func total(_ home: String, container: String) throws -> Int? {
+    let stats = try vault(["--home", home, "queue", "stats", "--container", home + "/" + container, "--json"])
+    guard stats.status == 0 else { return nil }
+    return (try JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["total"] as? Int
+  }
+
+  /// Kills a restore at the 1st, 2nd, … call of `calls` until one runs to the end; after each kill
+  /// the home is no vault yet, and the same command run again restores every record.
+  private func killEachStep(of calls: String, store: [String], limit: Int = 60) throws -> Int {
+    let home = temporary.sub("restored")
+    let restore = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile] + store
+    var kills = 0
+    for step in 1...limit {
+      try? FileManager.default.removeItem(atPath: home)
+      try? FileManager.default.removeItem(atPath: temporary.sub("restored-keys"))
+      removeSecretServiceItems()
+      let killed = try Spawn.run(
+        try strace(),
+        ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + restore)
+      if killed.status == 0 { break }
+      XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+      kills += 1
+      if FileManager.default.fileExists(atPath: home + "/manifest.json") {
+        let status = try vault(["--home", home, "status"])
+        XCTAssertNotEqual(status.status, 0, "\(calls) #\(step): a half-made home is no vault")
+        XCTAssertTrue(status.error.contains("did not finish"), "\(calls) #\(step): \(status.error)")
+      }
+      let rerun = try vault(restore)
+      XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
+      XCTAssertEqual(try total(home, container: "queue.sqlite"), 4, "\(calls) #\(step)")
+      XCTAssertEqual(try total(home, container: "other.sqlite"), 2, "\(calls) #\(step)")
+      XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/restore-unfinished"), "\(calls) #\(step)")
+    }
+    return kills
+  }
+
+  func testARestoreKilledAtAnyStepIntoAKeyfileIsFinishedByRunningItAgain() throws {
+    let keyfile = ["--store", "keyfile", "--keyfile", temporary.sub("restored-keys/v.keys")]
+    var kills = 0
+    for calls in ["fsync,fdatasync", "rename,renameat,renameat2", "unlink,unlinkat"] {
+      kills += try killEachStep(of: calls, store: keyfile)
+    }
+    XCTAssertGreaterThan(kills, 20, "the restore was killed at every step")
+  }
+
+  func testARestoreKilledAtAnyStepIntoTheSecretServiceIsFinishedByRunningItAgain() throws {
+    XCTAssertGreaterThan(try killEachStep(of: "fsync,fdatasync", store: ["--store", "secret-service"]), 10)
+  }
+}
