@@ -38,9 +38,18 @@ enum Patterns {
     patterns.append(Pattern(bytes: Array(hex.uppercased().utf8), encoding: "hex", canary: index))
     // JSON writers differ: '/' escaped or not, non-ASCII raw or as \u escapes in either case.
     var escapedForms = Set<String>()
+    // Writers differ in four ways: "/" escaped or not; non-ASCII raw or as \u in either case;
+    // control characters as \n, \t … (most) or all as \u; "<", ">", "&" as \u (Go's default).
     for escapeSlash in [false, true] {
       for nonASCII in [JSONNonASCII.raw, .lowercase, .uppercase] {
-        escapedForms.insert(jsonEscaped(canary, escapeSlash: escapeSlash, nonASCII: nonASCII))
+        for shortControls in [false, true] {
+          for htmlSafe in [false, true] {
+            escapedForms.insert(
+              jsonEscaped(
+                canary, escapeSlash: escapeSlash, nonASCII: nonASCII, shortControls: shortControls,
+                htmlSafe: htmlSafe))
+          }
+        }
       }
     }
     escapedForms.remove(canary)
@@ -52,13 +61,21 @@ enum Patterns {
 
   enum JSONNonASCII { case raw, lowercase, uppercase }
 
-  static func jsonEscaped(_ text: String, escapeSlash: Bool = true, nonASCII: JSONNonASCII = .lowercase) -> String {
+  static func jsonEscaped(
+    _ text: String, escapeSlash: Bool = true, nonASCII: JSONNonASCII = .lowercase, shortControls: Bool = false,
+    htmlSafe: Bool = false
+  ) -> String {
+    // RFC 8259 §7: the two-character escapes for these five controls, \uXXXX for any character.
+    let short: [Unicode.Scalar: String] = ["\u{8}": "\\b", "\u{c}": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"]
     var out = ""
     for scalar in text.unicodeScalars {
       switch scalar {
       case "\"": out += "\\\""
       case "\\": out += "\\\\"
       case "/" where escapeSlash: out += "\\/"
+      case _ where shortControls && short[scalar] != nil: out += short[scalar, default: ""]
+      case _ where htmlSafe && (scalar == "<" || scalar == ">" || scalar == "&"):
+        out += String(format: nonASCII == .uppercase ? "\\u%04X" : "\\u%04x", scalar.value)
       case _ where scalar.value < 0x20 || (scalar.value > 0x7e && nonASCII != .raw):
         for unit in String(scalar).utf16 { out += String(format: nonASCII == .uppercase ? "\\u%04X" : "\\u%04x", unit) }
       default: out.unicodeScalars.append(scalar)

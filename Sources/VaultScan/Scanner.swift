@@ -193,12 +193,24 @@ public struct Scanner {
   ) {
     var seen = Set<[Int]>()
     regions.forEachOverflowPayload { payload, segments in
+      // Segments are in payload order: each hit finds its own by binary search, so a payload
+      // full of hits costs hits × log(pages), not hits × pages.
+      func segment(holding payloadOffset: Int) -> RegionMap.Segment {
+        var low = 0
+        var high = segments.count - 1
+        while low < high {
+          let middle = (low + high + 1) / 2
+          if segments[middle].payloadOffset <= payloadOffset { low = middle } else { high = middle - 1 }
+        }
+        return segments[low]
+      }
       func fileOffset(_ payloadOffset: Int) -> Int {
-        let segment = segments.last { $0.payloadOffset <= payloadOffset } ?? segments[0]
+        let segment = segment(holding: payloadOffset)
         return segment.fileOffset + payloadOffset - segment.payloadOffset
       }
       func crossesPages(_ start: Int, _ count: Int) -> Bool {
-        !segments.contains { $0.payloadOffset <= start && start + count <= $0.payloadOffset + $0.count }
+        let segment = segment(holding: start)
+        return start + count > segment.payloadOffset + segment.count
       }
       payload.withUnsafeBytes { bytes in
         searcher.search(bytes) { hit, index in

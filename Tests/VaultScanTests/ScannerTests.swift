@@ -279,6 +279,47 @@ final class ReviewScanRegressionTests: XCTestCase {
     XCTAssertEqual(report.findings.filter { $0.detector == "canary" }.count, 3, "\(report.findings)")
   }
 
+  /// Control characters as most writers escape them (\t, \n, not \u0009), and "<", ">", "&" as
+  /// Go's encoding/json writes them by default (\u003c …) (review: both were missed).
+  func testJSONWritersShortControlEscapesAndGoHTMLEscapesAreFound() throws {
+    let temporary = TemporaryDirectory()
+    let tabbed = "Zq9\tcol-secret"
+    let lines = "Zq9-line1\nline2-abc"
+    let html = "a<b>&c secret-tag"
+    try python(
+      """
+      import json,sys
+      open(sys.argv[1], 'w').write(json.dumps({'t': sys.argv[2], 'n': sys.argv[3]}) + '|' + json.dumps({'h': sys.argv[4]})
+        .replace('<', '\\\\u003c').replace('>', '\\\\u003e').replace('&', '\\\\u0026'))
+      """, [temporary.sub("j.json"), tabbed, lines, html])
+    for canary in [tabbed, lines, html] {
+      let found = try Scanner(canaries: [canary]).scan([temporary.sub("j.json")]).findings.filter {
+        $0.detector == "canary"
+      }
+      XCTAssertEqual(found.map(\.encoding), ["json-escaped"], canary)
+    }
+  }
+
+  /// A blob of 1 MiB on 512-byte pages that is nothing but canaries: every hit looks up its page
+  /// by binary search (review: a linear search per hit made a 4 MiB blob take a minute in a debug
+  /// build, 16 MiB twenty seconds in release). The findings stay capped per file.
+  func testAnOverflowPayloadFullOfCanariesIsScannedInOnePass() throws {
+    let temporary = TemporaryDirectory()
+    let canary = "Zq9-canary-secret-77"
+    try python(
+      """
+      import sqlite3,sys
+      blob = (sys.argv[2].encode() + b'-') * (2**20 // 21)
+      c = sqlite3.connect(sys.argv[1]); c.execute('pragma page_size=512'); c.execute('create table t(a)')
+      c.execute('insert into t values(?)', (blob,)); c.commit()
+      """, [temporary.sub("db.sqlite"), canary])
+    let found = try Scanner(canaries: [canary]).scan([temporary.sub("db.sqlite")]).findings.filter {
+      $0.detector == "canary"
+    }
+    XCTAssertEqual(found.count, ScanReport.findingsPerDetectorPerFile + 1, "the cap and one line saying how many more")
+    XCTAssertTrue(found.contains { $0.region == "overflow-page" }, "hits across pages are among them")
+  }
+
   /// A compressed blob larger than a page continues on overflow pages, each starting with a 4-byte
   /// pointer: only the reassembled payload inflates (from review).
   func testACompressedBlobOnOverflowPagesIsReassembledAndInflated() throws {
