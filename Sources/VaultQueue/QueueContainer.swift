@@ -213,6 +213,7 @@ public final class QueueContainer: @unchecked Sendable {
     // process has open on the file, and another process closing its connection would then take
     // itself for the last one and delete the WAL our connections still write to (records lost;
     // ProcessLockTests). SQLite's own descriptors keep those locks.
+    rollBackInterruptedWrite(path)
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
@@ -239,6 +240,26 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
+  /// Rolls back what a writer killed in a rollback-journal transaction left (a hot `-journal`:
+  /// a container's creation runs in one, before the file switches to WAL), as SQLite does whenever
+  /// a connection that may write reads the file. A read-only connection cannot, and fails with
+  /// SQLITE_READONLY_ROLLBACK (named a read-only file) on every read, so a container killed while
+  /// being created would be refused forever. Nothing happens without a `-journal` file; when the
+  /// rollback cannot be done (a read-only mount, a locked file), the read that follows says why.
+  ///
+  /// - Parameter path: the database file (its `-journal` is looked for beside it).
+  package static func rollBackInterruptedWrite(_ path: String) {
+    var info = stat()
+    guard lstat(path + "-journal", &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > 0,
+      lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+      let connection = try? Connection(path: path, create: false)
+    else { return }
+    // The first read takes a shared lock, finds the journal hot (no writer holds a reserved lock)
+    // and plays it back; a live writer's journal is not hot and is left to it.
+    try? connection.execute("PRAGMA busy_timeout = 10000")
+    try? connection.prepare("SELECT count(*) FROM sqlite_master").query { _ in }
+  }
+
   /// Records per key version in the container at `path`, from each envelope's header, read without
   /// any key (for `vault status`, which must work while the keyring is locked). Nil when the file
   /// does not exist.
@@ -251,6 +272,7 @@ public final class QueueContainer: @unchecked Sendable {
   ///   included).
   public static func recordCounts(path: String, keyring: KeyringID) throws -> RecordCounts? {
     guard FileManager.default.fileExists(atPath: path) else { return nil }
+    rollBackInterruptedWrite(path)
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")

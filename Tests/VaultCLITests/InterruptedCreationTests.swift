@@ -1,0 +1,79 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+/// A command killed while it creates a container (SQLite writes the new file's first pages in a
+/// rollback-journal transaction before switching it to WAL) leaves a hot `-journal`. Read-only
+/// opens cannot play it back, and every later command called the file read-only (review). Each
+/// kill point of the creation is tried: the same command run again works, and so do the readers.
+final class InterruptedCreationTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  var home: String { temporary.sub("home") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  override func tearDown() { temporary = nil }
+
+  private func strace() throws -> String {
+    try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+      "strace is installed by tools/setup.sh")
+  }
+
+  func testAPutKilledWhileItCreatesAContainerWorksWhenRunAgain() throws {
+    let directory = temporary.sub("elsewhere")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    var hotJournals = 0
+    for calls in ["unlink,unlinkat", "fsync,fdatasync"] {
+      for step in 1...40 {
+        // A new container each time: one the killed put registered is never made again from nothing.
+        let container = directory + "/new-\(calls.prefix(5))-\(step).sqlite"
+        let id = UUID().uuidString.lowercased()
+        let put = ["--home", home, "queue", "put", "--queue", "q", "--id", id, "--container", container]
+        let killed = try Spawn.run(
+          try strace(),
+          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + put,
+          input: Array("payload".utf8))
+        if killed.status == 0 { break }
+        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+        if FileManager.default.fileExists(atPath: container + "-journal") { hotJournals += 1 }
+        let again = try vault(put, input: Array("payload".utf8))
+        XCTAssertEqual(again.status, 0, "\(calls) #\(step): \(again.error)")
+        let stats = try vault(["--home", home, "queue", "stats", "--container", container, "--json"])
+        XCTAssertEqual(stats.status, 0, "\(calls) #\(step): \(stats.error)")
+        let total = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["total"] as? Int
+        XCTAssertEqual(total, 1, "\(calls) #\(step)")
+        let list = try vault(["--home", home, "container", "list"])
+        XCTAssertEqual(list.status, 0, "\(calls) #\(step): \(list.error)")
+      }
+    }
+    XCTAssertGreaterThan(hotJournals, 0, "some kill left a hot journal (the case under test)")
+  }
+
+  func testAnInitKilledWhileItCreatesTheDefaultQueueLeavesAQueueThatWorks() throws {
+    let fresh = temporary.sub("fresh")
+    var hotJournals = 0
+    for step in 1...10 {
+      try? FileManager.default.removeItem(atPath: fresh)
+      try? FileManager.default.removeItem(atPath: temporary.sub("k2"))
+      let killed = try Spawn.run(
+        try strace(),
+        ["-f", "-o", "/dev/null", "-e", "inject=unlink,unlinkat:signal=KILL:when=\(step)", vaultBinary()]
+          + ["--home", fresh, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys")])
+      if killed.status == 0 { break }
+      guard FileManager.default.fileExists(atPath: fresh + "/queue.sqlite-journal"),
+        FileManager.default.fileExists(atPath: fresh + "/manifest.json")
+      else { continue }
+      hotJournals += 1
+      let put = try vault(["--home", fresh, "queue", "put", "--queue", "q"], input: Array("payload".utf8))
+      XCTAssertEqual(put.status, 0, "unlink #\(step): \(put.error)")
+      let stats = try vault(["--home", fresh, "queue", "stats", "--json"])
+      XCTAssertEqual(stats.status, 0, "unlink #\(step): \(stats.error)")
+    }
+    XCTAssertGreaterThan(hotJournals, 0, "some kill left the default queue with a hot journal")
+  }
+}
