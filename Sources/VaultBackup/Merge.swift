@@ -96,11 +96,10 @@ extension Backup {
       let outcome = try existing.merge(from: source, fresh: false, open: open)
       return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
     case .missing(let path), .added(let path):
-      let made = try QueueContainer(restoring: path, containerID: container.id, vault: vault)
-      // Its origin first: a merge stopped part way and run again restores what it had not added
-      // (as it would from the copy's origin) instead of putting it in review.
+      // Made with its origin: a merge stopped part way and run again restores what it had not
+      // added (as it would from the copy's origin) instead of putting it in review.
       let origin = try source.lineage().instance
-      try made.markRestored(from: origin)
+      let made = try QueueContainer(restoring: path, containerID: container.id, origin: origin, vault: vault)
       let outcome = try made.merge(from: source, fresh: true, open: open)
       try made.markRestored(from: origin)
       let action = if case .missing = target { "restored" } else { "added" }

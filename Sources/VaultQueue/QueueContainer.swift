@@ -84,17 +84,20 @@ public final class QueueContainer: @unchecked Sendable {
   /// Makes an empty container at `path` under the id `containerID` for a backup's snapshot of it to
   /// be merged into (VaultBackup): a registered container whose file is missing or empty (its id
   /// must be the registered one), or a container this vault does not know yet. Registered as the
-  /// public initializer registers; a file that holds anything is refused.
+  /// public initializer registers; a file that holds anything is refused. `origin`, the snapshot's
+  /// instance, is recorded as `restored_from` in the transaction that makes the container, so a
+  /// merge stopped at any point after finds it a copy of that snapshot when run again (and
+  /// restores what it had not added yet) rather than a container of unknown past (review).
   ///
   /// - Throws: `QueueError.storage` when the file is not missing or empty, or the registered id
   ///   differs; otherwise what the public initializer throws.
-  package convenience init(restoring path: String, containerID: String, vault: Vault) throws {
-    try self.init(path: path, vault: vault, mode: .createIfNeeded, restoring: containerID)
+  package convenience init(restoring path: String, containerID: String, origin: String?, vault: Vault) throws {
+    try self.init(path: path, vault: vault, mode: .createIfNeeded, restoring: containerID, origin: origin)
   }
 
   private init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(), mode: OpenMode,
-    restoring restoredID: String?, clock: @escaping @Sendable () -> Date = Date.init,
+    restoring restoredID: String?, origin: String? = nil, clock: @escaping @Sendable () -> Date = Date.init,
     random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
     monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
@@ -120,7 +123,7 @@ public final class QueueContainer: @unchecked Sendable {
         throw QueueError.registeredContainerReplaced(path: path, expected: expected, found: restoredID ?? "")
       }
       if registered == nil { try vault.checkContainerLocation(path) }
-      storageMode = .create(minimumSealVersion: vault.activeVersion, containerID: restoredID)
+      storageMode = .create(minimumSealVersion: vault.activeVersion, containerID: restoredID, restoredFrom: origin)
     case (_, _) where restoredID != nil && !restorable:
       throw QueueError.storage(path: path, detail: "a container to restore into must be missing or empty")
     case (.missing, .some), (.empty, .some):

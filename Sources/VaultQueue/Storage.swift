@@ -69,9 +69,10 @@ final class Storage {
   /// How a container file is opened.
   enum Mode: Equatable {
     /// Create the schema in an empty database (a new container, its id made here unless
-    /// `containerID` names it: a container restored from a backup keeps its id); an existing
-    /// container is opened as with `.existing`.
-    case create(minimumSealVersion: UInt32, containerID: String? = nil)
+    /// `containerID` names it: a container restored from a backup keeps its id, and records the
+    /// snapshot's instance it is a copy of as `restoredFrom`); an existing container is opened as
+    /// with `.existing`.
+    case create(minimumSealVersion: UInt32, containerID: String? = nil, restoredFrom: String? = nil)
     /// The file must already be a vault container; nothing is created.
     case existing
     /// Read-only: no schema change, no WAL switch, no files created when none exist.
@@ -126,10 +127,11 @@ final class Storage {
         try connection.execute("PRAGMA user_version = \(index + 1)")
       }
       var givenID: String?
-      if version == 0, case .create(let minimum, let containerID) = mode {
+      if version == 0, case .create(let minimum, let containerID, let restoredFrom) = mode {
         givenID = containerID
         let insert = try connection.prepare("INSERT INTO meta (key, value) VALUES (?, ?)")
         try insert.run([.text("keyring_id"), .text(keyringID)])
+        if let restoredFrom { try insert.run([.text("restored_from"), .text(restoredFrom)]) }
         // A new container starts at the vault's active version: nothing older may enter it.
         try connection.prepare("UPDATE meta SET value = ? WHERE key = 'min_seal_version'").run([
           .text(String(minimum))

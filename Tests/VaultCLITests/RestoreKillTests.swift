@@ -93,6 +93,36 @@ final class RestoreKillTests: XCTestCase {
     return kills
   }
 
+  /// A merge into the vault's own home that rebuilds a registered container whose file is gone,
+  /// killed at each sync and rename: run again, it restores every record of that container as it
+  /// was (pending), never to review as "maybe delivered" (review: the rebuilt container had no
+  /// origin until a later step, so the rerun could not tell it was a copy of the snapshot).
+  func testAMergeKilledWhileItRebuildsAContainerRestoresItsRecordsWhenRunAgain() throws {
+    let home = temporary.sub("home")
+    let lost = temporary.sub("elsewhere/other.sqlite")
+    let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
+    var kills = 0
+    for calls in ["fsync,fdatasync", "rename,renameat,renameat2"] {
+      for step in 1...60 {
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(lost + suffix) }
+        let killed = try Spawn.run(
+          try strace(),
+          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + merge)
+        if killed.status == 0 { break }
+        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+        kills += 1
+        let rerun = try vault(merge)
+        XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
+        let stats = try vault(["--home", home, "queue", "stats", "--container", lost, "--json"])
+        XCTAssertEqual(stats.status, 0, "\(calls) #\(step): \(stats.error)")
+        let states = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["by_state"]
+        XCTAssertEqual(
+          states as? [String: Int], ["pending": 2, "in_flight": 0, "parked": 0, "review": 0], "\(calls) #\(step)")
+      }
+    }
+    XCTAssertGreaterThan(kills, 10)
+  }
+
   func testARestoreKilledAtAnyStepIntoAKeyfileIsFinishedByRunningItAgain() throws {
     let keyfile = ["--store", "keyfile", "--keyfile", temporary.sub("restored-keys/v.keys")]
     var kills = 0
