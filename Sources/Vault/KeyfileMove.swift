@@ -12,7 +12,9 @@ extension Vault {
   /// versions and is in an allowed place, writes the manifest naming it (signed, and mirrored into
   /// the new keyfile), and only then removes the old file. A crash before the manifest write leaves
   /// an unused copy at `newPath` (running the move again adopts it when it is identical); a crash
-  /// after it leaves the old file, which the next move reports.
+  /// after it leaves the old file, which the next move removes (the home's `keyfile-move-pending`,
+  /// written before the manifest, names it; it is removed only when every key it holds is the
+  /// current keyfile's too).
   ///
   /// A manifest from the release before MACs is rewritten unsigned with the new path; the next
   /// `open` upgrades it.
@@ -42,6 +44,16 @@ extension Vault {
       throw VaultError.notAKeyfileVault(home: home)
     }
     let keyring = signed.manifest.keyringID!
+    if let stopped = try finishStoppedMove(home: home, current: oldPath, manifest: signed.manifest),
+      sameFile(oldPath, newPath)
+    {
+      // The same move run again after it was killed past its manifest write: now finished.
+      return stopped
+    }
+    if oldPath == newPath {
+      // Already there (the same move run again after it finished): nothing to do.
+      return oldPath
+    }
     if sameFile(oldPath, newPath) {
       // Another name for the keyfile itself (a symlinked directory, a hard link): "moving" it
       // would end by unlinking the only copy.
@@ -56,8 +68,12 @@ extension Vault {
     let newStore = KeyfileStore(path: newPath) { .init(home: home, containers: containers) }
 
     if let existing = try SecureFile.read(newPath, requirePrivate: true) {
-      // Only an identical copy (a move that stopped before the manifest write) is adopted.
-      guard existing == oldBytes else { throw VaultError.keyfileExists(path: newPath) }
+      // Only a copy of this keyfile (a move that stopped before its manifest write) is adopted:
+      // identical, or holding the same keys and integrity key (the stopped move had stored the
+      // manifest's copy in it).
+      guard existing == oldBytes || (try? sameKeys(newPath, oldPath, keyring: keyring)) == true else {
+        throw VaultError.keyfileExists(path: newPath)
+      }
     } else {
       try SecureFile.makeDirectory((newPath as NSString).deletingLastPathComponent, mode: 0o700)
       try oldBytes.withUnsafeBytes { try SecureFile.atomicWrite(newPath, bytes: $0, mode: 0o600) }
@@ -72,6 +88,10 @@ extension Vault {
       throw error
     }
 
+    // Written before the manifest names the new place, removed once the old file is gone: a move
+    // killed in between is finished by the next move (the old path is nowhere else once the
+    // manifest names the new one, and the old file still holds every key).
+    try Array(oldPath.utf8).withUnsafeBytes { try SecureFile.atomicWrite(home + "/" + movePendingName, bytes: $0) }
     var manifest = signed.manifest
     if signed.isLegacy {
       // No MAC yet: rewrite the previous release's JSON with the new path; the next open upgrades it.
@@ -98,6 +118,74 @@ extension Vault {
       throw KeyStoreError.io(path: oldPath, operation: "remove the old keyfile", errno: errno)
     }
     try SecureFile.syncDirectory((oldPath as NSString).deletingLastPathComponent)
+    unlink(home + "/" + movePendingName)
+    try SecureFile.syncDirectory(home)
     return oldPath
+  }
+
+  /// Whether the keyfiles at `a` and `b` hold the same key versions of `keyring` with the same
+  /// bytes, and the same integrity key: copies of one keyfile, whatever manifest copy they hold.
+  private static func sameKeys(_ a: String, _ b: String, keyring: KeyringID) throws -> Bool {
+    let first = KeyfileStore(path: a)
+    let second = KeyfileStore(path: b)
+    let versions = try first.storedVersions(keyring: keyring)
+    guard try second.storedVersions(keyring: keyring) == versions else { return false }
+    func equal(_ x: SecureBytes?, _ y: SecureBytes?) -> Bool {
+      guard let x, let y else { return x == nil && y == nil }
+      return x.withUnsafeBytes { a in y.withUnsafeBytes { constantTimeEquals(a, $0) } }
+    }
+    for version in versions {
+      guard let x = try first.loadKey(keyring: keyring, version: version),
+        let y = try second.loadKey(keyring: keyring, version: version),
+        x.withUnsafeBytes({ a in y.withUnsafeBytes { constantTimeEquals(a, $0) } })
+      else { return false }
+    }
+    return equal(
+      try first.loadRecord(.integrityKey, keyring: keyring), try second.loadRecord(.integrityKey, keyring: keyring))
+  }
+
+  /// The file in the home naming the keyfile a move is leaving, while that move is under way.
+  static let movePendingName = "keyfile-move-pending"
+
+  /// Finishes a keyfile move that was killed after its manifest write and before the old keyfile
+  /// was removed (its pending file names the old path, the manifest already names `current`):
+  /// removes the old file when every key it holds is `current`'s too, byte for byte, or belongs
+  /// to a version retired since (a rotation ran in between).
+  ///
+  /// - Returns: the old path it removed (or found gone); nil when no move was pending, or the
+  ///   pending move stopped before its manifest write (the new move then starts over from `current`).
+  /// - Throws: `VaultError.keyfileExists` when the old file holds a key the current keyfile does
+  ///   not (it is left in place); `KeyStoreError` when a file cannot be read or removed.
+  private static func finishStoppedMove(home: String, current: String, manifest: Manifest) throws -> String? {
+    guard let keyring = manifest.keyringID else { return nil }
+    let pending = home + "/" + movePendingName
+    guard let bytes = try SecureFile.read(pending, requirePrivate: true) else { return nil }
+    let old = bytes.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+    guard !old.isEmpty, old.hasPrefix("/"), !sameFile(old, current) else {
+      unlink(pending)
+      return nil
+    }
+    if KeyfileStore(path: old).exists {
+      let left = KeyfileStore(path: old)
+      let kept = KeyfileStore(path: current)
+      for version in try left.storedVersions(keyring: keyring) {
+        guard let held = try kept.loadKey(keyring: keyring, version: version) else {
+          // Gone from the current keyfile: only a version retired since may be.
+          let state = manifest.record(version)?.state
+          guard state == nil || state == .retired else { throw VaultError.keyfileExists(path: old) }
+          continue
+        }
+        guard let key = try left.loadKey(keyring: keyring, version: version),
+          key.withUnsafeBytes({ a in held.withUnsafeBytes { constantTimeEquals(a, $0) } })
+        else { throw VaultError.keyfileExists(path: old) }
+      }
+      guard unlink(old) == 0 || errno == ENOENT else {
+        throw KeyStoreError.io(path: old, operation: "remove the old keyfile", errno: errno)
+      }
+      try SecureFile.syncDirectory((old as NSString).deletingLastPathComponent)
+    }
+    unlink(pending)
+    try SecureFile.syncDirectory(home)
+    return old
   }
 }

@@ -5,7 +5,11 @@ extension VaultCommandLine {
   func keyfile(_ arguments: Arguments) throws {
     let target = arguments.positionals[0]
     let old = try Vault.moveKeyfile(home: homePath(arguments), to: target)
-    terminal.print("Moved the keyfile from \(old) to \(absolutePath(target)); the old file was removed")
+    if old == absolutePath(target) {
+      terminal.print("The keyfile is already at \(old); nothing was changed")
+    } else {
+      terminal.print("Moved the keyfile from \(old) to \(absolutePath(target)); the old file was removed")
+    }
   }
 }
 

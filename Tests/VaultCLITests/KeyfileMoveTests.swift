@@ -80,4 +80,40 @@ final class KeyfileMoveTests: XCTestCase {
       try vault(["--home", home, "open", "--context", "c"], input: sealed.output).outputText,
       "sealed before the upgrade")
   }
+
+  /// `keyfile move` killed at each rename, unlink and fsync (strace), then run again: it finishes,
+  /// the old keyfile is gone (a kill after the manifest write used to leave it, keys and all, with
+  /// the rerun refused as "a keyfile already exists"), and the record still opens (review).
+  func testAMoveKilledAtAnyStepIsFinishedByRunningItAgain() throws {
+    let strace = try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+      "strace is installed by tools/setup.sh")
+    let temporary = TemporaryDirectory()
+    var kills = 0
+    for calls in ["rename,renameat,renameat2", "unlink,unlinkat", "fsync,fdatasync"] {
+      for step in 1...30 {
+        let run = temporary.sub("\(calls.prefix(5))-\(step)")
+        let home = run + "/home"
+        let old = run + "/keys/v.keys"
+        let new = run + "/moved/v.keys"
+        XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
+        XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
+        let killed = try Spawn.run(
+          strace,
+          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()]
+            + ["--home", home, "keyfile", "move", new])
+        if killed.status == 0 { break }
+        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+        kills += 1
+        let again = try vault(["--home", home, "keyfile", "move", new])
+        XCTAssertEqual(again.status, 0, "\(calls) #\(step): \(again.error)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: old), "\(calls) #\(step): the old keyfile is gone")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keyfile-move-pending"), "\(calls) #\(step)")
+        let claimed = try vault(["--home", home, "queue", "stats", "--json"])
+        XCTAssertEqual(claimed.status, 0, "\(calls) #\(step): \(claimed.error)")
+        XCTAssertTrue(claimed.outputText.contains("\"total\" : 1"), "\(calls) #\(step)")
+      }
+    }
+    XCTAssertGreaterThan(kills, 10)
+  }
 }
