@@ -459,8 +459,13 @@ extension Vault {
       if let unfinished = manifest.unfinishedCompromise, !options.compromised {
         throw RotationError.compromiseUnfinished(version: unfinished)
       }
-      let previous = manifest.activeVersion
       let resuming = manifest.resealing != nil && manifest.resealing == manifest.activeVersion
+      // A resumed rotation reports the version it rotated from (the newest below its own), not
+      // "version 5 -> 5".
+      let previous =
+        resuming
+        ? manifest.versions.map(\.version).filter { $0 < manifest.activeVersion }.max() ?? manifest.activeVersion
+        : manifest.activeVersion
       // After a compromise the active key may be the leaked one (an unfinished rotation made it
       // active long ago and it has sealed since, or the operator runs it again because that key
       // leaked too): always a fresh key, never a resumed one. A pending version is fine to finish:

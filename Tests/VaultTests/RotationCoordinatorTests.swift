@@ -135,6 +135,7 @@ final class RotationResumeTests: XCTestCase {
     XCTAssertEqual(vault.manifest.activeVersion, 2)
     let report = try Vault.open(home: vault.home, resolver: .fixed(store)).rotate([container])
     XCTAssertEqual(report.newVersion, 2, "resumed, not rotated again")
+    XCTAssertEqual(report.previousVersion, 1, "from the version it rotated from, not \"2 -> 2\"")
     XCTAssertEqual(report.retired, [1])
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.resealing, nil)
     XCTAssertEqual(try vault.open(records.records[0].envelope, context: Array("a".utf8)), Array("body".utf8))
