@@ -32,10 +32,13 @@ package enum CommandLineEnvironment {
   }
 
   /// Seconds from `text`: a finite number in `range`, or `fallback` when absent or empty. Nil for
-  /// anything else (inf, nan, 1e300, "5s", " 5"), which the caller reports as a usage error.
+  /// anything else (inf, nan, 1e300, 0x10, "5s", " 5"), which the caller reports as a usage error.
   package static func seconds(_ text: String?, in range: ClosedRange<Double>, fallback: Double) -> Double? {
     guard let text, !text.isEmpty else { return fallback }
-    guard let value = Double(text), value.isFinite, range.contains(value) else { return nil }
+    // Plain decimals only: Double() also reads hexadecimal and exponents, which no operator means.
+    guard text.range(of: #"^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$"#, options: .regularExpression) != nil,
+      let value = Double(text), value.isFinite, range.contains(value)
+    else { return nil }
     return value
   }
 

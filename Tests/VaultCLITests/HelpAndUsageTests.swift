@@ -96,6 +96,10 @@ final class HelpAndUsageTests: XCTestCase {
         "Error: unknown option '--yaml'\nUsage: vault [--home DIR] status [--json]\n  See 'vault help status'.\n"
       ),
       (
+        ["rotate", "--if-due", "--max-age", "0x10"],
+        "Error: --max-age must be a number of days from 0 to 36500 (got '0x10')\nUsage: vault [--home DIR] rotate [--compromised [--yes] | --if-due [--max-age DAYS]] [--json]\n  See 'vault help rotate'.\n"
+      ),
+      (
         ["init", "--store", "cloud"],
         "Error: --store must be auto, secret-service or keyfile (got 'cloud')\nUsage: vault [--home DIR] init [--store auto|secret-service|keyfile] [--keyfile PATH] [--json]\n  See 'vault help init'.\n"
       ),
