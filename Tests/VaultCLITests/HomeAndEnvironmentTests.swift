@@ -73,7 +73,7 @@ final class HomeAndEnvironmentTests: XCTestCase {
   /// memo parses VAULT_SECRET_SERVICE_TIMEOUT exactly as vault does: strictly, 64 on a bad value
   /// (it used to ignore the variable and always wait 5 s).
   func testMemoParsesTheSecretServiceTimeoutAsVaultDoes() throws {
-    for value in ["inf", "nan", "1e300", "0", "5000", "abc", "5s"] {
+    for value in ["inf", "nan", "1e300", "0", "5000", "abc", "5s", "0x10", "1e1"] {
       let expected =
         "Error: VAULT_SECRET_SERVICE_TIMEOUT must be a number of seconds from 0.1 to 3600 (got '\(value)')"
       let changes: [String: String?] = ["VAULT_HOME": home, "VAULT_SECRET_SERVICE_TIMEOUT": value]
