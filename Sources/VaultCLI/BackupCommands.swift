@@ -104,7 +104,7 @@ extension VaultCommandLine {
         report.keyfile.map { "Keys: keyfile \($0) (mode 0600)" } ?? "Keys: Secret Service, default collection")
       terminal.print("Active key version: \(report.activeVersion)")
       for container in report.containers {
-        terminal.print("  \(container.from) -> \(container.path): \(container.records) records")
+        terminal.print("  \(container.from) -> \(container.path): \(counted(container.records, "record"))")
       }
     }
   }
@@ -147,7 +147,7 @@ extension VaultCommandLine {
     for (index, container) in report.containers.enumerated() {
       let byVersion = container.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key): \($0.value)" }
       terminal.print(
-        "  container \(index + 1): \(container.path)  \(container.records) records"
+        "  container \(index + 1): \(container.path)  \(counted(container.records, "record"))"
           + (byVersion.isEmpty ? "" : " (" + byVersion.joined(separator: ", ") + ")"))
     }
     terminal.print("  records:  \(report.records), every one opened with the bundle's keys")

@@ -45,7 +45,7 @@ extension VaultCommandLine {
             resealed: results.filter { $0.outcome == .resealed }.count,
             current: results.filter { $0.outcome == .current }.count, failed: failed)))
     } else if failed > 0 {
-      terminal.note("vault: \(failed) of \(results.count) files could not be re-sealed")
+      terminal.note("vault: \(failed) of \(counted(results.count, "file")) could not be re-sealed")
     }
     return (failed > 0 ? ExitCode.failure : ExitCode.success).rawValue
   }

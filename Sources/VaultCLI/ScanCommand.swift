@@ -66,7 +66,7 @@ extension VaultCommandLine {
       terminal.print(try JSON.encode(report))
     } else {
       terminal.print(
-        "Scanned \(report.filesScanned) files (\(report.bytesScanned) bytes) for \(canaries.count) canaries: "
+        "Scanned \(counted(report.filesScanned, "file")) (\(report.bytesScanned) bytes) for \(counted(canaries.count, "canary", plural: "canaries")): "
           + (report.clean ? "no findings" : "\(report.findings.count) findings"))
       for finding in report.findings {
         terminal.print(

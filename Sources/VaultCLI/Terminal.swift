@@ -65,3 +65,13 @@ public enum ExitCode: Int32, Sendable {
   case couldNotRun = 2
   case usage = 64
 }
+
+/// "1 record", "2 records": a count with its noun, singular for one.
+///
+/// - Parameters:
+///   - count: how many.
+///   - noun: the singular.
+///   - plural: the plural, when it is not `noun` + "s".
+func counted(_ count: Int, _ noun: String, plural: String? = nil) -> String {
+  "\(count) " + (count == 1 ? noun : plural ?? noun + "s")
+}

@@ -278,7 +278,7 @@ public struct VaultCommandLine {
     }
     terminal.print("  containers:")
     for container in vault.containers {
-      let records = container.records.map { $0.values.reduce(0, +) }.map { "\($0) records" } ?? "missing"
+      let records = container.records.map { $0.values.reduce(0, +) }.map { counted($0, "record") } ?? "missing"
       terminal.print("    \(container.path)  \(records)")
     }
   }
@@ -340,7 +340,7 @@ public struct VaultCommandLine {
       },
       progress: { step in
         progress.update(
-          "rotating: container \(step.container) of \(step.containers), \(step.resealed) records re-sealed")
+          "rotating: container \(step.container) of \(step.containers), \(counted(step.resealed, "record")) re-sealed")
       })
     // The containers are checked, then opened one at a time, under the manifest lock.
     let report: RotationReport
@@ -377,13 +377,13 @@ public struct VaultCommandLine {
     }
     terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
     for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Re-sealed \(count) records in \(path)")
+      terminal.print("Re-sealed \(counted(count, "record")) in \(path)")
     }
     for (path, count) in report.purged.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Purged \(count) records that did not open from \(path)")
+      terminal.print("Purged \(counted(count, "record")) that did not open from \(path)")
     }
     for (path, count) in report.keptUnreadable.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Kept \(count) records that do not open (now unreadable) in review in \(path)")
+      terminal.print("Kept \(counted(count, "record")) that do not open (now unreadable) in review in \(path)")
     }
     if !report.retired.isEmpty {
       terminal.print("Retired (keys deleted): " + report.retired.map(String.init).joined(separator: ", "))
@@ -427,7 +427,7 @@ public struct VaultCommandLine {
     var text = "vault rotate --compromised will retire key versions "
     text += plan.retiring.map(String.init).joined(separator: ", ") + ".\n"
     for (path, count) in plan.unopenable.sorted(by: { $0.key < $1.key }) {
-      text += "  \(count) records in \(path) do not open under any key present.\n"
+      text += "  \(counted(count, "record")) in \(path) do not open under any key present.\n"
     }
     if !plan.externalSealVersions.isEmpty {
       text +=

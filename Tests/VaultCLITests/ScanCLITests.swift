@@ -216,7 +216,7 @@ final class ScanCLITests: XCTestCase {
     let tty = try Spawn.run("/usr/bin/script", ["-qec", command, "/dev/null"])
     // A scan this short ends before the line's first second: only the result reaches the terminal
     // (ProgressCLITests shows the line itself, drawn and cleared).
-    XCTAssertTrue(tty.outputText.contains("Scanned 1 files"), tty.outputText)
+    XCTAssertTrue(tty.outputText.contains("Scanned 1 file "), tty.outputText)
     XCTAssertFalse(tty.outputText.contains("scanning:"), tty.outputText)
   }
 
