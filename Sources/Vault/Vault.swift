@@ -66,7 +66,10 @@ public final class Vault: Sendable {
   ///
   /// Refuses, changing nothing, when a vault already exists there, when `home` holds other files,
   /// when the keyfile already exists, or when the Secret Service already holds keys for `home`.
-  /// If a later step fails, the manifest is removed again so the call can be retried.
+  /// If a later step fails, the manifest is removed again so the call can be retried. A home that
+  /// holds only `vault.lock` and manifest temporary files a killed `init` left
+  /// (`manifest.json.tmp-` and 12 hex digits, regular files of this user) counts as empty; those
+  /// files are removed under the home's lock.
   ///
   /// - Parameters:
   ///   - home: the home directory (made absolute against the working directory); created 0700 if
@@ -87,8 +90,10 @@ public final class Vault: Sendable {
     let home = absolutePath(home)
     try refuseUnfinishedRestore(home)
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
+    // The lock file and the manifest temporary files of a killed write (an init killed before its
+    // manifest was renamed into place) are no one's data: a home holding only those is empty.
     if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
-      entries.contains(where: { $0 != lockFileName })
+      entries.contains(where: { $0 != lockFileName && !isStaleManifestTemporary($0, home: home) })
     {
       throw VaultError.homeNotEmpty(home: home)
     }
@@ -122,6 +127,8 @@ public final class Vault: Sendable {
       }
     }
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
+    // Under the lock no manifest write is in progress, so every such temporary file is debris.
+    try removeStaleManifestTemporaries(home: home)
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()
