@@ -53,4 +53,52 @@ extension Vault {
     // The home must not come back after a crash still holding them, or the next init is refused.
     if removed { try SecureFile.syncDirectory(home) }
   }
+
+  /// Whether the keyfile at `path` was left by an `init` that was killed before it stored a key,
+  /// so that a new `init` may replace it: nothing was ever sealed under it and it protects nothing.
+  ///
+  /// True only when all of this holds; anything else may be a vault's only copy of its keys, and
+  /// is refused as before:
+  /// - it is a private regular file of this user, not a symlink, with one link, in a private
+  ///   directory (`SecureFile.read`'s checks for keyfiles), and it parses as a keyfile (any vault id);
+  /// - it holds no key version at all;
+  /// - its only records are the integrity key and, optionally, the manifest copy, and no record of
+  ///   a name this release does not know;
+  /// - a manifest copy, when there, verifies under the file's own integrity key, names the file's
+  ///   vault, and lists only pending versions: the manifest of a vault whose first key was never
+  ///   stored. (A vault that ever had an active key and now has none lost its keys; that keyfile
+  ///   is evidence to keep, not debris.)
+  ///
+  /// Reads only; never throws (a file that cannot be read is not known to be debris).
+  static func isKeyfileLeftByKilledInit(_ path: String) -> Bool {
+    guard let file = try? SecureFile.read(path, requirePrivate: true) else { return false }
+    // The vault id sits at bytes 4..<12 of both formats; the parse below checks all the rest.
+    guard let keyring = file.withUnsafeBytes({ $0.count >= 12 ? KeyringID(bytes: Array($0[4..<12])) : nil }),
+      let contents = try? file.withUnsafeBytes({ try KeyfileContents(parsing: $0, path: path, expecting: keyring) })
+    else { return false }
+    guard contents.keys.isEmpty else { return false }
+    let known: Set<String> = [KeyStoreRecord.integrityKey.rawValue, KeyStoreRecord.manifestMirror.rawValue]
+    guard Set(contents.records.keys).isSubset(of: known) else { return false }
+    guard let mirrorBytes = contents.records[KeyStoreRecord.manifestMirror.rawValue] else { return true }
+    guard let integrityBytes = contents.records[KeyStoreRecord.integrityKey.rawValue],
+      let integrityKey = try? SymmetricKey(storage: integrityBytes),
+      let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path),
+      (try? mirror.isAuthentic(under: integrityKey)) == true,
+      mirror.manifest.vaultID == keyring.hex
+    else { return false }
+    return !mirror.manifest.versions.isEmpty && mirror.manifest.versions.allSatisfy { $0.state == .pending }
+  }
+
+  /// Removes a keyfile `isKeyfileLeftByKilledInit` accepted, after asking again (it was first
+  /// asked before the home's lock was taken), so that the new vault's keyfile can be made there.
+  ///
+  /// - Throws: `VaultError.keyfileExists` when the file is no longer such debris;
+  ///   `KeyStoreError.io` when it cannot be removed or its directory cannot be synced.
+  static func removeKeyfileLeftByKilledInit(_ path: String) throws {
+    guard isKeyfileLeftByKilledInit(path) else { throw VaultError.keyfileExists(path: path) }
+    guard unlink(path) == 0 || errno == ENOENT else {
+      throw KeyStoreError.io(path: path, operation: "unlink", errno: errno)
+    }
+    try SecureFile.syncDirectory((path as NSString).deletingLastPathComponent)
+  }
 }

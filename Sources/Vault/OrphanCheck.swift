@@ -20,7 +20,8 @@ extension Vault {
   ///   while the collection is locked (locked items are found with their attributes), so `auto`
   ///   falling back to a keyfile because of a lock still refuses.
   /// - A keyfile at the path the new vault would use. This function does not look for it:
-  ///   `Vault.create` does, and refuses it as `VaultError.keyfileExists`. Keyfiles do not record
+  ///   `Vault.create` does, and refuses it as `VaultError.keyfileExists` (unless an `init` killed
+  ///   before it stored a key left it: `Vault.isKeyfileLeftByKilledInit`). Keyfiles do not record
   ///   their home, so a keyfile elsewhere (the default `<vault id>.keys` of the lost vault, under a
   ///   different id) is not found.
   ///

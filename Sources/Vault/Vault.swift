@@ -69,7 +69,8 @@ public final class Vault: Sendable {
   /// If a later step fails, the manifest is removed again so the call can be retried. A home that
   /// holds only `vault.lock` and manifest temporary files a killed `init` left
   /// (`manifest.json.tmp-` and 12 hex digits, regular files of this user) counts as empty; those
-  /// files are removed under the home's lock.
+  /// files are removed under the home's lock. A keyfile such an `init` left holding no key
+  /// (`isKeyfileLeftByKilledInit`) is replaced; any other existing keyfile is refused.
   ///
   /// - Parameters:
   ///   - home: the home directory (made absolute against the working directory); created 0700 if
@@ -99,7 +100,7 @@ public final class Vault: Sendable {
     }
     // Every check that can refuse runs before anything is created or changed.
     let keyring = try KeyringID.random()
-    let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
+    let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home, acceptingKilledInit: true)
     let store = try resolver.store(for: descriptor, home: home)
     // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
     _ = try checkForOrphanedKeys(home: home, resolver: resolver)
@@ -129,6 +130,10 @@ public final class Vault: Sendable {
     if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
     // Under the lock no manifest write is in progress, so every such temporary file is debris.
     try removeStaleManifestTemporaries(home: home)
+    // Every check has passed: a keyfile still in the way is one a killed init left (checked again).
+    if descriptor.kind == .keyfile, let path = descriptor.keyfile, KeyfileStore(path: path).exists {
+      try removeKeyfileLeftByKilledInit(path)
+    }
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()
@@ -157,16 +162,22 @@ public final class Vault: Sendable {
   /// checked before anything is made: the file must not exist (it may hold another vault's keys),
   /// and it must not lie inside the home, where keys would travel with every copy of the data.
   /// `create` and `restore` both make new keyfiles through this.
-  static func newKeyfileChecked(_ descriptor: StoreDescriptor, keyring: KeyringID, home: String) throws
-    -> StoreDescriptor
-  {
+  ///
+  /// - Parameter acceptingKilledInit: let a keyfile an `init` killed before it stored a key left
+  ///   (`isKeyfileLeftByKilledInit`) pass: it protects nothing, and `create` replaces it once every
+  ///   other check has passed. `restore` does not pass it: it takes up only its own keyfile.
+  static func newKeyfileChecked(
+    _ descriptor: StoreDescriptor, keyring: KeyringID, home: String, acceptingKilledInit: Bool = false
+  ) throws -> StoreDescriptor {
     guard descriptor.kind == .keyfile else { return descriptor }
     var descriptor = descriptor
     let path = absolutePath(
       descriptor.keyfile
         ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
     descriptor.keyfile = path
-    if KeyfileStore(path: path).exists { throw VaultError.keyfileExists(path: path) }
+    if KeyfileStore(path: path).exists, !(acceptingKilledInit && isKeyfileLeftByKilledInit(path)) {
+      throw VaultError.keyfileExists(path: path)
+    }
     let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
     let resolvedHome = (home as NSString).resolvingSymlinksInPath
     if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {

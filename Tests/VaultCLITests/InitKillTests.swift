@@ -85,6 +85,30 @@ final class InitKillTests: XCTestCase {
     XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).filter { $0.contains(".tmp-") }, [])
   }
 
+  /// The review's case (b): `--keyfile P` killed at the second rename leaves P holding the
+  /// integrity key and no key; it protects nothing, and the rerun replaces it.
+  func testInitKilledBeforeItStoredAKeyIsRetriedOverItsKeyfile() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let arguments = ["--store", "keyfile", "--keyfile", keyfile]
+    let killed = try killedInit(arguments, calls: "rename,renameat,renameat2", step: 2)
+    XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+    XCTAssertTrue(FileManager.default.fileExists(atPath: keyfile))
+    let rerun = try vault(["--home", home, "init"] + arguments, environment: env)
+    XCTAssertEqual(rerun.status, 0, rerun.error)
+    let manifest = try ManifestFile.read(home: home).manifest
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: XCTUnwrap(manifest.keyringID)), [1])
+  }
+
+  func testAKeyfileInitKilledAtAnyStepIsRetried() throws {
+    let arguments = ["--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")]
+    var kills = 0
+    for calls in ["rename,renameat,renameat2", "fsync,fdatasync"] {
+      kills += try killEachStep(of: calls, init: arguments)
+    }
+    kills += try killEachStep(of: "write", init: arguments, limit: 12)
+    XCTAssertGreaterThan(kills, 20, "init was killed at every step")
+  }
+
   func testADefaultKeyfileInitKilledAtAnyRenameIsRetried() throws {
     XCTAssertGreaterThan(try killEachStep(of: "rename,renameat,renameat2", init: ["--store", "keyfile"]), 5)
   }

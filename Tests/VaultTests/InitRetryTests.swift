@@ -67,4 +67,112 @@ final class InitRetryTests: XCTestCase {
     ) { XCTAssertEqual($0 as? VaultError, .homeNotEmpty(home: home)) }
     XCTAssertTrue(FileManager.default.fileExists(atPath: home + "/manifest.json.tmp-0123456789ab"), "nothing changed")
   }
+
+  // MARK: - A keyfile a killed init left
+
+  /// A keyfile store that stands for a process killed at the first `storeKey` (or at the first
+  /// manifest copy): it throws there, and, not being a `KeyfileStore`, gets none of the clean-up
+  /// `create` does for a failure it sees.
+  private struct KilledAt: KeyStore {
+    let inner: KeyfileStore
+    let manifestCopy: Bool
+    struct Killed: Error {}
+    var kind: KeyStoreKind { .keyfile }
+    func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+      try inner.loadKey(keyring: keyring, version: version)
+    }
+    func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws { throw Killed() }
+    func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
+      try inner.deleteKey(keyring: keyring, version: version)
+    }
+    func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
+    func checkWritable() throws { try inner.checkWritable() }
+    func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
+      try inner.loadRecord(record, keyring: keyring)
+    }
+    func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
+      if manifestCopy, record == .manifestMirror { throw Killed() }
+      try inner.storeRecord(record, bytes: bytes, keyring: keyring)
+    }
+  }
+
+  /// Runs a `create` into `home` with the keyfile `keyfile` that stops where `KilledAt` says, and
+  /// removes the manifest, as a kill before it was renamed into place would leave the home.
+  private func killedCreate(home: String, keyfile: String, atManifestCopy: Bool) {
+    let resolver = KeyStoreResolver { descriptor, _ in
+      KilledAt(inner: KeyfileStore(path: descriptor.keyfile ?? ""), manifestCopy: atManifestCopy)
+    }
+    XCTAssertThrowsError(
+      try Vault.create(home: home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile), resolver: resolver))
+    unlink(ManifestFile.path(home: home))
+    XCTAssertTrue(FileManager.default.fileExists(atPath: keyfile), "the killed init left its keyfile")
+  }
+
+  func testAKeyfileWithOnlyTheIntegrityKeyIsReplaced() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    killedCreate(home: temporary.sub("home"), keyfile: keyfile, atManifestCopy: true)
+    XCTAssertTrue(Vault.isKeyfileLeftByKilledInit(keyfile))
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1])
+    var info = stat()
+    XCTAssertEqual(stat(keyfile, &info), 0)
+    XCTAssertEqual(info.st_mode & 0o7777, 0o600)
+  }
+
+  func testAKeyfileWithAPendingOnlyManifestCopyAndNoKeyIsReplaced() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    killedCreate(home: temporary.sub("home"), keyfile: keyfile, atManifestCopy: false)
+    XCTAssertTrue(Vault.isKeyfileLeftByKilledInit(keyfile))
+    // Another home may take it over too: it protects nothing anywhere.
+    let vault = try Vault.create(home: temporary.sub("other"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1])
+  }
+
+  func testAKeyfileOfAVaultThatLostItsKeyIsStillRefused() throws {
+    let keyfile = temporary.sub("keys/v.keys")
+    let vault = try Vault.create(home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    XCTAssertTrue(try KeyfileStore(path: keyfile).deleteKey(keyring: vault.keyringID, version: 1))
+    // No key, but its manifest copy has an active version: records were sealed under it.
+    XCTAssertFalse(Vault.isKeyfileLeftByKilledInit(keyfile))
+    let before = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    XCTAssertThrowsError(
+      try Vault.create(home: temporary.sub("new"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+    ) { XCTAssertEqual($0 as? VaultError, .keyfileExists(path: keyfile)) }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), before)
+  }
+
+  func testAKeyfileWithAnyKeyOrAnUnknownRecordOrBadModeIsStillRefused() throws {
+    let keyring = try KeyringID.random()
+    let withKey = temporary.sub("a/with-key.keys")
+    try KeyfileStore(path: withKey).storeKey(try SymmetricKey.generate(), keyring: keyring, version: 7)
+    let unknownRecord = temporary.sub("b/unknown.keys")
+    var contents = KeyfileContents(keyring: keyring)
+    contents.records["integrity-key"] = [UInt8](repeating: 1, count: 32).withUnsafeBytes { SecureBytes(copying: $0) }
+    contents.records["from-a-newer-release"] = [UInt8]([0]).withUnsafeBytes { SecureBytes(copying: $0) }
+    try FileManager.default.createDirectory(atPath: temporary.sub("b"), withIntermediateDirectories: true)
+    XCTAssertEqual(chmod(temporary.sub("b"), 0o700), 0)
+    try contents.serialized(path: unknownRecord).withUnsafeBytes {
+      try SecureFile.atomicWrite(unknownRecord, bytes: $0, mode: 0o600)
+    }
+    let readable = temporary.sub("c/readable.keys")
+    killedCreate(home: temporary.sub("home"), keyfile: readable, atManifestCopy: true)
+    XCTAssertEqual(chmod(readable, 0o644), 0)
+    let linked = temporary.sub("d/linked.keys")
+    killedCreate(home: temporary.sub("home2"), keyfile: temporary.sub("d/target.keys"), atManifestCopy: true)
+    XCTAssertEqual(symlink(temporary.sub("d/target.keys"), linked), 0)
+    // Never followed here; `create` itself resolves a keyfile path's links, and judges the target.
+    XCTAssertFalse(Vault.isKeyfileLeftByKilledInit(linked))
+    let garbage = temporary.sub("e/garbage.keys")
+    try FileManager.default.createDirectory(atPath: temporary.sub("e"), withIntermediateDirectories: true)
+    XCTAssertTrue(
+      FileManager.default.createFile(atPath: garbage, contents: Data(), attributes: [.posixPermissions: 0o600]))
+
+    for keyfile in [withKey, unknownRecord, readable, garbage] {
+      XCTAssertFalse(Vault.isKeyfileLeftByKilledInit(keyfile), keyfile)
+      XCTAssertThrowsError(
+        try Vault.create(home: temporary.sub("new"), store: StoreDescriptor(kind: .keyfile, keyfile: keyfile))
+      ) { XCTAssertEqual($0 as? VaultError, .keyfileExists(path: keyfile), keyfile) }
+      XCTAssertFalse(ManifestFile.exists(home: temporary.sub("new")), keyfile)
+    }
+  }
 }
