@@ -99,11 +99,66 @@ extension Backup {
       // Made with its origin: a merge stopped part way and run again restores what it had not
       // added (as it would from the copy's origin) instead of putting it in review.
       let origin = try source.lineage().instance
+      var path = path
+      if case .added = target {
+        // A merge killed after it made this container and before it registered it left the file:
+        // taken up under its name, rather than a second copy beside it.
+        switch try strayCopy(before: path, of: container, origin: origin, vault: vault) {
+        case .copy(let stray):
+          let outcome = try stray.merge(from: source, fresh: false, open: open)
+          return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
+        case .empty(let place): path = place
+        case nil: break
+        }
+      }
       let made = try QueueContainer(restoring: path, containerID: container.id, origin: origin, vault: vault)
       let outcome = try made.merge(from: source, fresh: true, open: open)
       try made.markRestored(from: origin)
       let action = if case .missing = target { "restored" } else { "added" }
       return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)
+    }
+  }
+
+  /// The lineage of the container file at `path`, read through its WAL (a container a killed
+  /// merge made holds its meta rows there until a checkpoint).
+  private static func liveLineage(_ path: String) throws -> ContainerLineage {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
+    defer { close(descriptor) }
+    return try ContainerReader(descriptor: descriptor, path: path, live: true).lineage()
+  }
+
+  /// What an earlier, killed merge left for a container it was adding.
+  private enum Stray {
+    /// The container it made (this vault's, the same id, a copy of this snapshot), opened and so
+    /// registered.
+    case copy(QueueContainer)
+    /// An empty file where it began making it (its creation was cut short): holds nothing.
+    case empty(String)
+  }
+
+  /// What an earlier, killed merge left for `container` and did not register, among the files the
+  /// new name `path` was chosen around (its base name, then `-2`, … before `path`), none of them
+  /// registered: the container it made (this vault's, with `container`'s id, `restored_from` this
+  /// snapshot's instance `origin`), else an empty file; nil when there is neither.
+  private static func strayCopy(
+    before path: String, of container: BackupManifest.Container, origin: String?, vault: Vault
+  ) throws -> Stray? {
+    let directory = (path as NSString).deletingLastPathComponent
+    var taken = Set<String>()
+    var empty: String?
+    while true {
+      let candidate = directory + "/" + uniqueName(for: container.path, taken: &taken)
+      guard candidate != path else { return empty.map(Stray.empty) }
+      guard vault.manifest.containers.allSatisfy({ $0.path != candidate }) else { continue }
+      switch try? QueueContainer.probe(path: candidate) {
+      case .container(let keyring, let id)
+      where keyring == vault.keyringID.hex && id == container.id && origin != nil
+        && (try? liveLineage(candidate))?.restoredFrom == origin:
+        return .copy(try QueueContainer(path: candidate, vault: vault, mode: .existing))
+      case .empty: if empty == nil { empty = candidate }
+      default: continue
+      }
     }
   }
 

@@ -123,6 +123,39 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertGreaterThan(kills, 10)
   }
 
+  /// A merge that adds a container the home does not know, killed at each sync and rename: run
+  /// again, it takes up the file the killed run made (no second copy beside it, review: a stray
+  /// `other.sqlite` stayed and the rerun added `other-2.sqlite`), with every record pending.
+  func testAMergeKilledWhileItAddsAContainerTakesUpItsFileWhenRunAgain() throws {
+    let home = temporary.sub("home")
+    let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
+    let places = [temporary.sub("elsewhere/other.sqlite"), home + "/other.sqlite", home + "/other-2.sqlite"]
+    var kills = 0
+    for calls in ["fsync,fdatasync", "rename,renameat,renameat2"] {
+      for step in 1...60 {
+        for place in places {
+          for suffix in ["", "-journal", "-wal", "-shm"] { unlink(place + suffix) }
+          _ = try vault(["--home", home, "container", "forget", place])
+        }
+        let killed = try Spawn.run(
+          try strace(),
+          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + merge)
+        if killed.status == 0 { break }
+        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+        kills += 1
+        let rerun = try vault(merge)
+        XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: places[2]), "\(calls) #\(step): one copy")
+        let stats = try vault(["--home", home, "queue", "stats", "--container", places[1], "--json"])
+        XCTAssertEqual(stats.status, 0, "\(calls) #\(step): \(stats.error)")
+        let states = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["by_state"]
+        XCTAssertEqual(
+          states as? [String: Int], ["pending": 2, "in_flight": 0, "parked": 0, "review": 0], "\(calls) #\(step)")
+      }
+    }
+    XCTAssertGreaterThan(kills, 10)
+  }
+
   func testARestoreKilledAtAnyStepIntoAKeyfileIsFinishedByRunningItAgain() throws {
     let keyfile = ["--store", "keyfile", "--keyfile", temporary.sub("restored-keys/v.keys")]
     var kills = 0
