@@ -13,10 +13,25 @@ import VaultQueue
 /// `envelope-verify` finding. A database that cannot be read this way leaves the audit incomplete.
 extension Scanner {
   /// Audits the database whose open descriptor's link under /proc is `link` (shown as `path`);
-  /// `live` says whether a -wal or -shm file sits next to it.
+  /// `live` says whether a -wal or -shm file sits next to it. Read without them (`immutable`, no
+  /// files created), a database a writer started on meanwhile can read as torn: when the audit
+  /// fails that way and `sidecarsAppeared` now finds a -wal or -shm file, it is read again through
+  /// the WAL rather than reported unreadable.
   /// - Throws: what the vault throws opening an envelope other than `EnvelopeError` (a key store
   ///   that cannot be read): the audit cannot go on without it.
-  func audit(link: String, path: String, live: Bool, report: inout ScanReport) throws {
+  func audit(
+    link: String, path: String, live: Bool, sidecarsAppeared: () -> Bool = { false }, report: inout ScanReport
+  ) throws {
+    guard !live else { return try auditOnce(link: link, path: path, live: true, report: &report) }
+    let before = report
+    try auditOnce(link: link, path: path, live: false, report: &report)
+    if report.incomplete.count > before.incomplete.count, sidecarsAppeared() {
+      report = before
+      try auditOnce(link: link, path: path, live: true, report: &report)
+    }
+  }
+
+  private func auditOnce(link: String, path: String, live: Bool, report: inout ScanReport) throws {
     var counts: [String: Int] = [:]
     var fatal: (any Error)?
     do {

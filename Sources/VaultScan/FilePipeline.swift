@@ -493,13 +493,16 @@ extension Scanner {
   func completeFile(_ file: OpenedFile, kind: FileKind, links: DescriptorLinks, report: inout ScanReport) throws {
     if kind == .database {
       // A -wal or -shm file next to it means a connection is or was live: read through the WAL.
-      let live = [Array("-wal".utf8), Array("-shm".utf8)].contains { suffix in
-        var sidecar = stat()
-        return Self.withCString(links.path(in: file.directory, file.name + suffix)) {
-          fstatat(AT_FDCWD, $0, &sidecar, AT_SYMLINK_NOFOLLOW)
-        } == 0
+      let sidecars = {
+        [Array("-wal".utf8), Array("-shm".utf8)].contains { suffix in
+          var sidecar = stat()
+          return Self.withCString(links.path(in: file.directory, file.name + suffix)) {
+            fstatat(AT_FDCWD, $0, &sidecar, AT_SYMLINK_NOFOLLOW)
+          } == 0
+        }
       }
-      try audit(link: links.link(file.fd), path: file.shown, live: live, report: &report)
+      try audit(
+        link: links.link(file.fd), path: file.shown, live: sidecars(), sidecarsAppeared: sidecars, report: &report)
     }
     report.finishFile(file.shown)
   }
