@@ -36,9 +36,7 @@ package enum CommandLineEnvironment {
   package static func seconds(_ text: String?, in range: ClosedRange<Double>, fallback: Double) -> Double? {
     guard let text, !text.isEmpty else { return fallback }
     // Plain decimals only: Double() also reads hexadecimal and exponents, which no operator means.
-    guard text.range(of: #"^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$"#, options: .regularExpression) != nil,
-      let value = Double(text), value.isFinite, range.contains(value)
-    else { return nil }
+    guard isPlainDecimal(text), let value = Double(text), value.isFinite, range.contains(value) else { return nil }
     return value
   }
 
@@ -46,5 +44,22 @@ package enum CommandLineEnvironment {
   package struct InvalidValue: Error, Equatable, CustomStringConvertible {
     package let message: String
     package var description: String { message }
+  }
+
+  /// Whether `text` is digits with at most one decimal point among or before them ("5", "0.5",
+  /// ".5"): what an operator types for a number. Double() alone also reads "0x10", "1e3", "nan".
+  package static func isPlainDecimal(_ text: String) -> Bool {
+    var digits = 0
+    var points = 0
+    for byte in text.utf8 {
+      if byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
+        digits += 1
+      } else if byte == UInt8(ascii: ".") {
+        points += 1
+      } else {
+        return false
+      }
+    }
+    return digits > 0 && points <= 1 && text.utf8.last != UInt8(ascii: ".")
   }
 }

@@ -293,8 +293,9 @@ package struct CommandParser {
     case .number(let range, let unit):
       // Finite and bounded: timers convert seconds to nanoseconds, where inf or 1e300 trap. Plain
       // decimals only: Double() also reads "0x10", "1e3" and "nan", which no operator means.
-      let plain = text.range(of: #"^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$"#, options: .regularExpression) != nil
-      guard plain, let number = Double(text), number.isFinite, range.contains(number) else {
+      guard CommandLineEnvironment.isPlainDecimal(text), let number = Double(text), number.isFinite,
+        range.contains(number)
+      else {
         throw fail(
           "\(name) must be a number of \(unit) from \(decimal(range.lowerBound)) to \(decimal(range.upperBound)) \(got)"
         )

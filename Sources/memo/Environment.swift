@@ -20,9 +20,10 @@ enum MemoEnvironment {
     guard !text.isEmpty else { return defaultSecretServiceTimeout }
     let range = secretServiceTimeoutRange
     // Plain decimals only, as vault reads it: Double() also takes "0x10" and "1e1".
-    guard text.range(of: #"^[0-9]+(\.[0-9]+)?$|^\.[0-9]+$"#, options: .regularExpression) != nil,
-      let value = Double(text), value.isFinite, range.contains(value)
-    else {
+    let plain =
+      !text.isEmpty && text.last != "." && text.filter { $0 == "." }.count <= 1
+      && text.allSatisfy { $0 == "." || ("0"..."9").contains($0) }
+    guard plain, let value = Double(text), value.isFinite, range.contains(value) else {
       throw UsageProblem(
         message: "VAULT_SECRET_SERVICE_TIMEOUT must be a number of seconds from \(range.lowerBound) to "
           + "\(Int(range.upperBound)) (got '\(text)'); unset it for the default, "

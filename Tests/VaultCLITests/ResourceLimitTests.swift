@@ -55,12 +55,21 @@ final class ResourceLimitTests: XCTestCase {
   func testTightMemoryLimitGivesAnErrorNeverATrapOrAHang() throws {
     try skipUnderASanitizer()
     var outcomes: [String: Int32] = [:]
+    // Commands that have run any of their own code under a lower limit.
+    var started = Set<String>()
     for megabytes in stride(from: 60, through: 260, by: 20) {
       for command in commands {
         let run = try shell(
           "ulimit -v \(megabytes * 1024) && exec timeout -s KILL 30 \(command)", input: Array("x".utf8), home: home)
         let what = "\(command) with ulimit -v \(megabytes) MiB"
         outcomes[what] = run.status
+        // Just above the limit where the loader refuses the libraries (127), the libraries map but
+        // the Swift runtime's own start-up allocations fail: it traps silently in the loader's
+        // initialisers, before main (gdb: swift_addNewDSOImage in _dl_init), where no code of ours
+        // can answer. Which grid step lands there moves with the binary's size. Allowed only while
+        // the command has not yet run any code of its own at a lower limit.
+        if run.status == 128 + SIGILL, run.error.isEmpty, !started.contains(command) { continue }
+        if run.status != 127 { started.insert(command) }
         assertNoTrap(run, what)
         switch run.status {
         case 0:
