@@ -415,14 +415,23 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
   }
 
   /// "Moving" the keyfile onto another name of itself (a symlinked directory) ended by unlinking
-  /// the only copy of the keys, and reported success.
-  func testMovingTheKeyfileOntoItselfIsRefusedAndKeepsTheKeys() throws {
+  /// the only copy of the keys, and reported success. Now a name that resolves to the keyfile's
+  /// own path is "already there" (nothing done), and another name for the same file (a hard link)
+  /// is refused; the keys stay either way.
+  func testMovingTheKeyfileOntoItselfKeepsTheKeys() throws {
     try SecureFile.makeDirectory(temporary.sub("real"))
     XCTAssertEqual(symlink(temporary.sub("real"), temporary.sub("link")), 0)
     let vault = try keyfileVault(temporary.sub("link/x.keys"))
+    let keyfile = try XCTUnwrap(vault.manifest.store.keyfile)
     let envelope = try vault.seal([1], context: [1])
-    XCTAssertThrowsError(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("real/x.keys")))
-    XCTAssertThrowsError(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("link/./x.keys")))
+    XCTAssertEqual(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("real/x.keys")), keyfile)
+    XCTAssertEqual(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("link/./x.keys")), keyfile)
+    XCTAssertEqual(link(keyfile, temporary.sub("real/hard.keys")), 0)
+    XCTAssertThrowsError(try Vault.moveKeyfile(home: vault.home, to: temporary.sub("real/hard.keys"))) {
+      XCTAssertEqual($0 as? VaultError, .keyfileExists(path: self.temporary.sub("real/hard.keys")))
+    }
+    XCTAssertTrue(FileManager.default.fileExists(atPath: keyfile))
+    XCTAssertEqual(unlink(temporary.sub("real/hard.keys")), 0)
     XCTAssertEqual(try Vault.open(home: vault.home).open(envelope, context: [1]), [1])
   }
 
