@@ -23,6 +23,11 @@ final class RegionMap {
   private lazy var overflowPages: Set<Int> = findOverflowPages()
   private var walValid: [Bool] = []  // per frame: committed and current
   private var walFrameCount = 0
+  /// Per WAL frame, the page number its header names (the image follows the 24-byte header).
+  private var walFramePages: [Int] = []
+  /// A rollback journal's page records: where the first starts (after the header's sector), and
+  /// the page size; nil when neither the header nor a guess gives a layout.
+  private var journalLayout: (recordsStart: Int, pageSize: Int)?
 
   init(fd: Int32, size: Int, name: String) {
     self.fd = fd
@@ -47,6 +52,7 @@ final class RegionMap {
     switch kind {
     case .database: loadDatabase(head)
     case .wal: loadWAL(head)
+    case .journal: loadJournal(head)
     default: break
     }
   }
@@ -104,11 +110,41 @@ final class RegionMap {
       let header = Self.read(fd, at: 32 + frame * (24 + pageSize), count: 24)
       let ok = header.count == 24 && Array(header[8..<16]) == salt
       saltOK.append(ok)
+      walFramePages.append(header.count == 24 ? Self.be32(header, 0) : 0)
       if ok, Self.be32(header, 4) != 0 { lastCommit = frame }
     }
     // Frames with the current salts up to the last commit frame are the WAL's live content;
     // frames after it, or from an earlier generation (old salts), are stale.
     walValid = saltOK.enumerated().map { $0.element && $0.offset <= lastCommit }
+  }
+
+  /// Finds where a rollback journal's page records are (SQLite's pager.c: a header of magic,
+  /// record count, nonce, initial page count, sector size and page size, padded to one sector;
+  /// then per record a 4-byte page number, the page image and a 4-byte checksum). A PERSIST-mode
+  /// journal has its first 28 bytes zeroed on commit, sizes included, though its records stay:
+  /// then the sizes are guessed, as the pair under which the first records all carry plausible
+  /// page numbers. A wrong guess costs nothing but seams that hold no canary.
+  private func loadJournal(_ head: [UInt8]) {
+    let pageSizes = [4096, 1024, 512, 2048, 8192, 16384, 32768, 65536]
+    let valid = { (value: Int, low: Int) in value >= low && value <= 65536 && value & (value - 1) == 0 }
+    if head.count >= 28, valid(Self.be32(head, 24), 512), valid(Self.be32(head, 20), 32) {
+      journalLayout = (Self.be32(head, 20), Self.be32(head, 24))
+      return
+    }
+    for sector in [512, 4096, 1024, 2048, 8192, 16384, 32768, 65536] {
+      for page in pageSizes {
+        let records = (size - sector) / (page + 8)
+        guard records > 0 else { continue }
+        let plausible = (0..<min(8, records)).allSatisfy { index in
+          let number = Self.read(fd, at: sector + index * (page + 8), count: 4)
+          return number.count == 4 && (1...(1 << 24)).contains(Self.be32(number, 0))
+        }
+        if plausible {
+          journalLayout = (sector, page)
+          return
+        }
+      }
+    }
   }
 
   /// Walks every b-tree page's cells and follows each overflow chain (SQLite file format §1.6:
@@ -200,6 +236,101 @@ final class RegionMap {
       }
       body(payload, segments)
     }
+  }
+
+  /// Where a chain of overflow pages that is no longer live may cross from one page image to the
+  /// next: the last `leftCount` bytes of an image's content, then the first bytes of the next
+  /// page's content (after its 4-byte pointer), wherever that image is in the file.
+  struct Seam {
+    let bytes: [UInt8]
+    let leftCount: Int
+    /// Where `bytes[0]` is in the file.
+    let leftOffset: Int
+  }
+
+  /// How many images of one page a seam is tried with (a WAL or journal may hold several): the
+  /// nearest in the file, as the pages of one row are written together.
+  static let imagesPerSeam = 8
+
+  /// Calls `body` with every seam of the overflow chains the live-cell reassembly does not see:
+  /// from each freelist page of a database (a deleted row's pages), each frame's image in a WAL
+  /// and each page record in a rollback journal, to the image in the same file of the page its
+  /// first 4 bytes name, `reach` bytes from either side. Any page starts with 4 bytes that may be
+  /// a next-page number; on a page that is not an overflow page they name a random page (or
+  /// none), whose seam holds no canary across it. Each image starts at most `imagesPerSeam`
+  /// seams, so the cost is linear in the file's size whatever the file holds.
+  func forEachLooseSeam(reach: Int, _ body: (Seam) -> Void) {
+    // Images that may start a seam, and where the images of a page number are.
+    var sources: [Int] = []
+    var images: [Int: [Int]] = [:]
+    var imageSize = pageSize
+    switch kind {
+    case .database:
+      let pageCount = size / pageSize
+      sources = freelist.filter { $0 <= pageCount }.sorted().map { ($0 - 1) * pageSize }
+    case .wal:
+      guard pageSize >= 512 else { return }
+      for (frame, page) in walFramePages.enumerated() {
+        let image = 32 + frame * (24 + pageSize) + 24
+        sources.append(image)
+        images[page, default: []].append(image)
+      }
+    case .journal:
+      guard let layout = journalLayout else { return }
+      imageSize = layout.pageSize
+      let stride = layout.pageSize + 8
+      for record in 0..<max(0, (size - layout.recordsStart) / stride) {
+        let start = layout.recordsStart + record * stride
+        let number = Self.read(fd, at: start, count: 4)
+        guard number.count == 4 else { break }
+        sources.append(start + 4)
+        images[Self.be32(number, 0), default: []].append(start + 4)
+      }
+    case .shm, .other: return
+    }
+    // Reserved bytes at each page's end are not content; only page 1 says how many.
+    let reserved = kind == .database ? reservedBytes : reservedBytes(images[1]?.first, imageSize: imageSize)
+    let side = min(reach, imageSize - reserved - 4)
+    guard side > 0 else { return }
+    for source in sources {
+      let pointer = Self.read(fd, at: source, count: 4)
+      guard pointer.count == 4 else { continue }
+      let next = Self.be32(pointer, 0)
+      let targets: ArraySlice<Int>
+      if kind == .database {
+        guard next > 0, next <= size / pageSize else { continue }
+        targets = [(next - 1) * pageSize]
+      } else {
+        guard let all = images[next] else { continue }
+        // The nearest images before and after the source (ascending file order: binary search).
+        var low = 0
+        var high = all.count
+        while low < high {
+          let middle = (low + high) / 2
+          if all[middle] < source { low = middle + 1 } else { high = middle }
+        }
+        let half = Self.imagesPerSeam / 2
+        targets = all[max(0, low - half)..<min(all.count, low + half)]
+      }
+      let leftOffset = source + imageSize - reserved - side
+      let left = Self.read(fd, at: leftOffset, count: side)
+      guard left.count == side else { continue }
+      for target in targets where target != source {
+        let right = Self.read(fd, at: target + 4, count: side)
+        guard !right.isEmpty else { continue }
+        body(Seam(bytes: left + right, leftCount: side, leftOffset: leftOffset))
+      }
+    }
+  }
+
+  /// The reserved bytes per page that page 1's image at `image` gives (0 without one, or when the
+  /// value leaves less than SQLite's minimum usable size of `imageSize`-byte pages).
+  private func reservedBytes(_ image: Int?, imageSize: Int) -> Int {
+    guard let image else { return 0 }
+    let header = Self.read(fd, at: image, count: 21)
+    guard header.count == 21, header.starts(with: Array("SQLite format 3".utf8) + [0]) else { return 0 }
+    let reserved = Int(header[20])
+    return imageSize - reserved >= 480 ? reserved : 0
   }
 
   /// A SQLite varint (1–9 bytes, big-endian, 7 bits per byte, the ninth byte whole).

@@ -172,6 +172,7 @@ public struct Scanner {
     if regions.kind == .database {
       scanOverflowPayloads(regions, fd: fd, path: path, allowance: allowance, report: &report)
     }
+    scanLooseSeams(regions, path: path, report: &report)
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = unreadable { report.incomplete.append(Skipped(path: path, reason: reason)) }
@@ -242,6 +243,33 @@ public struct Scanner {
             finding.region = "overflow-page"
             if !report.findings.contains(finding) { report.add(finding) }
           }
+        }
+      }
+    }
+  }
+
+  /// Overflow chains that are no longer live cannot be reassembled from the b-trees: a deleted
+  /// row's pages on a database's freelist, and page images in a WAL or a rollback journal, where
+  /// the next page's image may sit anywhere (behind a frame header, a journal record's checksum
+  /// and page number). A canary split by such a boundary is looked for across every seam
+  /// `RegionMap.forEachLooseSeam` gives; what lies within one image was found by the chunk pass.
+  private func scanLooseSeams(_ regions: RegionMap, path: String, report: inout ScanReport) {
+    // Without a canary there is nothing to look for: no read at all.
+    guard !patterns.isEmpty else { return }
+    // A seam tried with several images of the next page finds the same hit more than once.
+    var seen = Set<[Int]>()
+    regions.forEachLooseSeam(reach: longestPattern - 1) { seam in
+      seam.bytes.withUnsafeBytes { bytes in
+        searcher.search(bytes) { hit, index in
+          let pattern = patterns[index]
+          let offset = seam.leftOffset + hit
+          guard hit < seam.leftCount, hit + pattern.bytes.count > seam.leftCount,
+            seen.insert([offset, index]).inserted
+          else { return }
+          report.add(
+            Finding(
+              file: path, offset: offset, region: regions.region(at: offset), detector: "canary",
+              encoding: pattern.encoding, excerpt: redact(seam.bytes[hit..<(hit + pattern.bytes.count)])))
         }
       }
     }

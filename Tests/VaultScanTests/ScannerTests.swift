@@ -102,6 +102,91 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertEqual(try scan(temporary.sub("big.db")).findings.map(\.region), ["overflow-page"])
   }
 
+  /// Python that defines `blob(canary)`: 40,000 random bytes with `canary` placed so that, on
+  /// 4 KiB pages, its first 5 bytes end one overflow page and the rest begin the next (found by
+  /// writing the blob once and measuring where it landed).
+  private static let blobAcrossAPageBoundary = """
+    import os,sqlite3,tempfile
+    def blob(canary):
+        base = os.urandom(40000); probe = bytearray(base); probe[20000:20020] = canary
+        path = os.path.join(tempfile.mkdtemp(), 'probe.db')
+        c = sqlite3.connect(path); c.execute('create table t(a)'); c.execute('insert into t values(?)', (bytes(probe),))
+        c.commit(); c.close()
+        at = open(path, 'rb').read().find(probe[19936:20000]) + 64
+        start = 20000 + (4096 - at % 4096) - 5
+        b = bytearray(base); b[start:start + 20] = canary; return bytes(b)
+    """ + "\n"
+
+  /// A committed row still in the WAL (connection open, no checkpoint): its overflow pages are
+  /// frames, and a canary across two of them is split by a pointer and a frame header (review F1).
+  func testACanaryAcrossOverflowPagesInAWALIsFound() throws {
+    let canary = "Zq9-canary-secret-77"
+    try python(
+      Self.blobAcrossAPageBoundary + """
+        import shutil,sys
+        c = sqlite3.connect(sys.argv[1]); c.execute('pragma journal_mode=wal'); c.execute('pragma wal_autocheckpoint=0')
+        c.execute('create table t(a)'); c.commit(); c.execute('insert into t values(?)', (blob(sys.argv[3].encode()),))
+        c.commit(); shutil.copy(sys.argv[1] + '-wal', sys.argv[2])
+        """, [temporary.sub("live.db"), temporary.sub("copy-wal"), canary])
+    let found = try scan(temporary.sub("copy-wal"), canaries: [canary]).findings
+    XCTAssertEqual(found.map(\.region), ["wal-frame"], "\(found)")
+    XCTAssertEqual(found.map(\.encoding), ["utf8"])
+  }
+
+  /// A deleted row's overflow pages go to the freelist unchanged (secure_delete off): a canary
+  /// across two of them is still on disk, split by the pointer (review F1).
+  func testACanaryAcrossADeletedRowsOverflowPagesIsFound() throws {
+    let canary = "Zq9-canary-secret-77"
+    try python(
+      Self.blobAcrossAPageBoundary + """
+        import sys
+        c = sqlite3.connect(sys.argv[1]); c.execute('pragma secure_delete=off'); c.execute('create table t(a)')
+        c.execute('insert into t values(?)', (blob(sys.argv[2].encode()),)); c.commit()
+        c.execute('delete from t'); c.commit(); c.close()
+        """, [temporary.sub("deleted.db"), canary])
+    let found = try scan(temporary.sub("deleted.db"), canaries: [canary]).findings
+    XCTAssertEqual(found.map(\.region), ["freelist-page"], "\(found)")
+  }
+
+  /// A rollback journal saves the overflow pages a transaction rewrites, each as a record (page
+  /// number, image, checksum): a canary across two of them is found, in a journal copied while
+  /// hot (its header whole) and in the PERSIST-mode journal left after commit (its header zeroed,
+  /// the sizes guessed) (review F1).
+  func testACanaryAcrossOverflowPagesInARollbackJournalIsFound() throws {
+    let canary = "Zq9-canary-secret-77"
+    try python(
+      Self.blobAcrossAPageBoundary + """
+        import shutil,sys
+        c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('pragma journal_mode=persist')
+        c.execute('create table t(a)'); c.execute('insert into t values(?)', (blob(sys.argv[3].encode()),))
+        c.execute('begin'); c.execute('update t set a=zeroblob(40000)')
+        shutil.copy(sys.argv[1] + '-journal', sys.argv[2]); c.execute('commit'); c.close()
+        """, [temporary.sub("j.db"), temporary.sub("hot-journal"), canary])
+    for name in ["hot-journal", "j.db-journal"] {
+      let found = try scan(temporary.sub(name), canaries: [canary]).findings
+      XCTAssertEqual(found.map(\.region), ["journal"], "\(name): \(found)")
+    }
+  }
+
+  /// Seams are looked for in whatever a WAL, journal or database holds: random page images name
+  /// random next pages, out of range or themselves, and a truncated file ends inside an image.
+  /// None of it crashes or reports anything.
+  func testSeamsInRandomAndTruncatedSQLiteFilesFindNothing() throws {
+    try python(
+      """
+      import os,struct,sys
+      d = sys.argv[1]
+      wal = struct.pack('>IIIIII', 0x377f0682, 3007000, 512, 0, 1, 2) + bytes(8)
+      for n in range(40): wal += struct.pack('>II', n % 3, 0) + os.urandom(16) + struct.pack('>I', n % 3) + os.urandom(508)
+      open(os.path.join(d, 'x.db-wal'), 'wb').write(wal[:-100])
+      open(os.path.join(d, 'y.db-journal'), 'wb').write(os.urandom(70000))
+      db = bytearray(b'SQLite format 3' + bytes(1) + struct.pack('>H', 512) + bytes(14) + struct.pack('>II', 2, 1) + bytes(60))
+      db += bytes(512 - len(db)) + struct.pack('>II', 0, 1) + struct.pack('>I', 3) + bytes(500) + struct.pack('>I', 9999) + os.urandom(300)
+      open(os.path.join(d, 'z.db'), 'wb').write(bytes(db))
+      """, [temporary.path])
+    XCTAssertEqual(try scan(temporary.path, canaries: ["Zq9-canary-secret-77"]).findings, [])
+  }
+
   func testEncodedAndCompressedCanariesAreFound() throws {
     try python(
       """
