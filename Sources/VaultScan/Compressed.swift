@@ -35,13 +35,13 @@ public struct InflateBudget: Sendable, Equatable {
 /// Where a stream's compressed bytes come from: the file itself, or a payload reassembled in memory.
 enum CompressedInput {
   case file(fd: Int32)
-  case memory([UInt8])
+  /// A payload on SQLite overflow pages, offsets counted in the payload.
+  case overflow(RegionMap.OverflowPayload)
 
   func read(at offset: Int, count: Int) -> [UInt8] {
     switch self {
     case .file(let fd): RegionMap.read(fd, at: offset, count: count)
-    case .memory(let bytes):
-      offset < bytes.count ? Array(bytes[offset..<min(bytes.count, offset + count)]) : []
+    case .overflow(let payload): payload.read(at: offset, count: count)
     }
   }
 }

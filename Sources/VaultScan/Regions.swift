@@ -211,30 +211,73 @@ final class RegionMap {
     let count: Int
   }
 
-  /// Reassembles every payload that spills onto overflow pages (local part, then each overflow
-  /// page without its 4-byte next-page pointer), up to `limit` bytes each, so data split across
-  /// pages (a compressed blob, a long text) can be searched whole.
-  func forEachOverflowPayload(limit: Int = 64 << 20, _ body: (_ payload: [UInt8], _ segments: [Segment]) -> Void) {
+  /// A payload that spills onto overflow pages, read through its segments (the local part, then
+  /// each overflow page without its 4-byte next-page pointer) as if it were contiguous, a window at
+  /// a time: never held whole, so a row of any size is searched in bounded memory.
+  struct OverflowPayload {
+    let fd: Int32
+    /// In payload order, contiguous: each starts where the one before ends.
+    let segments: [Segment]
+    /// The payload's bytes on disk (less than the cell says when its chain ends early).
+    var count: Int { segments.last.map { $0.payloadOffset + $0.count } ?? 0 }
+
+    /// The index of the segment holding `payloadOffset` (by binary search: a payload full of hits
+    /// costs hits × log(pages), not hits × pages).
+    func segmentIndex(holding payloadOffset: Int) -> Int {
+      var low = 0
+      var high = segments.count - 1
+      while low < high {
+        let middle = (low + high + 1) / 2
+        if segments[middle].payloadOffset <= payloadOffset { low = middle } else { high = middle - 1 }
+      }
+      return low
+    }
+
+    /// Up to `count` bytes from `payloadOffset` (fewer at the payload's end or where the file is
+    /// short), one `pread` per segment they cover.
+    func read(at payloadOffset: Int, count: Int) -> [UInt8] {
+      guard payloadOffset >= 0, payloadOffset < self.count, count > 0 else { return [] }
+      var bytes: [UInt8] = []
+      bytes.reserveCapacity(min(count, self.count - payloadOffset))
+      var index = segmentIndex(holding: payloadOffset)
+      var at = payloadOffset
+      while index < segments.count, bytes.count < count {
+        let segment = segments[index]
+        let wanted = min(segment.payloadOffset + segment.count - at, count - bytes.count)
+        let part = RegionMap.read(fd, at: segment.fileOffset + at - segment.payloadOffset, count: wanted)
+        bytes += part
+        // A short read (the file shrank): what follows would be out of place.
+        guard part.count == wanted else { break }
+        at += wanted
+        index += 1
+      }
+      return bytes
+    }
+  }
+
+  /// Calls `body` with every payload that spills onto overflow pages, so data split across pages
+  /// (a compressed blob, a long text) can be searched as it was written. Only each chain's pointers
+  /// are read here (4 bytes a page); `OverflowPayload.read` reads the content.
+  func forEachOverflowPayload(_ body: (OverflowPayload) -> Void) {
     let usable = pageSize - reservedBytes
     // A valid overflow page belongs to exactly one cell: pages are visited once in all, so a
-    // crafted file whose cells share one long chain costs no more than the file's size.
+    // crafted file whose cells share one long chain costs no more than the file's size (and its
+    // segments, 24 bytes a page, no more than a small part of it).
     var visited = Set<Int>()
     forEachOverflowingCell { _, localOffset, localCount, firstOverflow, payloadSize in
       guard !visited.contains(firstOverflow) else { return }
-      var payload = Self.read(fd, at: localOffset, count: localCount)
-      var segments = [Segment(payloadOffset: 0, fileOffset: localOffset, count: payload.count)]
+      var segments = [Segment(payloadOffset: 0, fileOffset: localOffset, count: localCount)]
+      var total = localCount
       var next = firstOverflow
-      let wanted = min(payloadSize, limit)
-      while next > 0, next <= size / pageSize, payload.count < wanted, visited.insert(next).inserted {
-        let page = Self.read(fd, at: (next - 1) * pageSize, count: usable)
-        guard page.count > 4 else { break }
-        let content = page[4..<min(page.count, 4 + wanted - payload.count)]
-        segments.append(
-          Segment(payloadOffset: payload.count, fileOffset: (next - 1) * pageSize + 4, count: content.count))
-        payload += content
-        next = Self.be32(page, 0)
+      while next > 0, next <= size / pageSize, total < payloadSize, visited.insert(next).inserted {
+        let pointer = Self.read(fd, at: (next - 1) * pageSize, count: 4)
+        guard pointer.count == 4 else { break }
+        let count = min(usable - 4, payloadSize - total)
+        segments.append(Segment(payloadOffset: total, fileOffset: (next - 1) * pageSize + 4, count: count))
+        total += count
+        next = Self.be32(pointer, 0)
       }
-      body(payload, segments)
+      body(OverflowPayload(fd: fd, segments: segments))
     }
   }
 

@@ -34,9 +34,15 @@ public struct Scanner {
   /// the audit's own, such as `vault scan`: there, closing what was read drops no one's locks.
   package var sharesProcessDescriptorTable = false
   static let chunk = 4 << 20
+  /// How much of an overflow payload is searched at a time (the chunk size; tests make it small to
+  /// put window edges where they want them).
+  var overflowWindow = Scanner.chunk
   /// Consecutive chunks (and windows of decoded output) share at least this many bytes, more than
   /// `StreamStart.lookahead`, so nothing that starts near an edge is missed.
   static let minimumOverlap = 256
+  /// Consecutive windows of an overflow payload share this many bytes (or the longest canary
+  /// form): a PEM key of up to 64 KiB split by a window's edge is still seen whole.
+  static let overflowOverlap = 64 << 10
 
   /// A scanner for `canaries` (in each encoding `Finding.encoding` lists) and, given a vault, an
   /// auditor of the envelopes in vault's containers.
@@ -187,63 +193,77 @@ public struct Scanner {
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so
   /// the chunk pass cannot see a canary or a compressed stream that crosses a page. Payloads are
-  /// reassembled and searched again; only what crosses a page boundary (or sits in a compressed
-  /// stream) is reported here, the rest was found already.
+  /// read again without the pointers and searched; only what crosses a page boundary (or sits in
+  /// a compressed stream) is reported here, the rest was found already.
+  ///
+  /// A payload is searched in windows of `overflowWindow` bytes that overlap by `overflowOverlap` (as the
+  /// file is read in chunks), never held whole: a row of any size is searched to its end in
+  /// bounded memory. A compressed stream is decoded from the payload itself, to its end. A PEM key
+  /// is found when it fits in the overlap, or starts and ends in one window.
   private func scanOverflowPayloads(
     _ regions: RegionMap, fd: Int32, path: String, allowance: InflateAllowance, report: inout ScanReport
   ) {
     var seen = Set<[Int]>()
-    regions.forEachOverflowPayload { payload, segments in
-      // Segments are in payload order: each hit finds its own by binary search, so a payload
-      // full of hits costs hits × log(pages), not hits × pages.
-      func segment(holding payloadOffset: Int) -> RegionMap.Segment {
-        var low = 0
-        var high = segments.count - 1
-        while low < high {
-          let middle = (low + high + 1) / 2
-          if segments[middle].payloadOffset <= payloadOffset { low = middle } else { high = middle - 1 }
-        }
-        return segments[low]
-      }
+    let overlap = max(longestPattern - 1, Self.overflowOverlap)
+    regions.forEachOverflowPayload { payload in
       func fileOffset(_ payloadOffset: Int) -> Int {
-        let segment = segment(holding: payloadOffset)
+        let segment = payload.segments[payload.segmentIndex(holding: payloadOffset)]
         return segment.fileOffset + payloadOffset - segment.payloadOffset
       }
       func crossesPages(_ start: Int, _ count: Int) -> Bool {
-        let segment = segment(holding: start)
+        let segment = payload.segments[payload.segmentIndex(holding: start)]
         return start + count > segment.payloadOffset + segment.count
       }
-      payload.withUnsafeBytes { bytes in
-        searcher.search(bytes) { hit, index in
-          let pattern = patterns[index]
-          guard crossesPages(hit, pattern.bytes.count), seen.insert([fileOffset(hit), index]).inserted else { return }
-          report.add(
-            Finding(
-              file: path, offset: fileOffset(hit), region: "overflow-page", detector: "canary",
-              encoding: pattern.encoding,
-              excerpt: redact(payload[hit..<(hit + pattern.bytes.count)])))
-        }
-        // A PEM key split by a page's pointer ends at the first line the pointer breaks, unmatched.
-        for key in KeyMaterial.armouredKeys(bytes)
-        where crossesPages(key.start, key.end - key.start) && seen.insert([fileOffset(key.start), -4]).inserted {
-          report.add(
-            Finding(
-              file: path, offset: fileOffset(key.start), region: "overflow-page", detector: "key-material",
-              encoding: "pem", excerpt: redact(payload[key.start..<key.end])))
-        }
-        for stream in streamStarts(bytes, probe: allowance.probe)
-        where stream.unreadable == nil && seen.insert([fileOffset(stream.start), -3]).inserted {
-          let (findings, end) = scanCompressed(
-            .memory(payload), at: stream.start, format: stream.format, base64: stream.base64, path: path,
-            fileOffset: fileOffset(stream.start), allowance: allowance, reportsCorruption: true,
-            holder: Holder(kind: .sqlite, isArchive: false))
-          // A stream that ends inside one page was inflated whole by the chunk pass already.
-          guard crossesPages(stream.start, max(1, end.consumed)) else { continue }
-          for var finding in findings {
-            finding.region = "overflow-page"
-            if !report.findings.contains(finding) { report.add(finding) }
+      var examinedUpTo = 0
+      var windowStart = 0
+      while windowStart < payload.count {
+        let window = payload.read(at: windowStart, count: min(overflowWindow + overlap, payload.count - windowStart))
+        guard !window.isEmpty else { break }
+        let last = windowStart + window.count >= payload.count
+        // What starts in the overlap is reported with the next window, which sees it whole.
+        let reportBelow = last ? Int.max : windowStart + overflowWindow
+        window.withUnsafeBytes { bytes in
+          searcher.search(bytes) { hit, index in
+            let pattern = patterns[index]
+            let start = windowStart + hit
+            guard start < reportBelow, crossesPages(start, pattern.bytes.count),
+              seen.insert([fileOffset(start), index]).inserted
+            else { return }
+            report.add(
+              Finding(
+                file: path, offset: fileOffset(start), region: "overflow-page", detector: "canary",
+                encoding: pattern.encoding, excerpt: redact(window[hit..<(hit + pattern.bytes.count)])))
+          }
+          // A PEM key split by a page's pointer ends at the first line the pointer breaks, unmatched.
+          for key in KeyMaterial.armouredKeys(bytes) {
+            let start = windowStart + key.start
+            guard start < reportBelow, crossesPages(start, key.end - key.start),
+              seen.insert([fileOffset(start), -4]).inserted
+            else { continue }
+            report.add(
+              Finding(
+                file: path, offset: fileOffset(start), region: "overflow-page", detector: "key-material",
+                encoding: "pem", excerpt: redact(window[key.start..<key.end])))
+          }
+          // Signatures in the last `StreamStart.lookahead` bytes of a window are examined with the next.
+          for stream in streamStarts(bytes, from: examinedUpTo - windowStart, probe: allowance.probe)
+          where stream.unreadable == nil && seen.insert([fileOffset(windowStart + stream.start), -3]).inserted {
+            let start = windowStart + stream.start
+            let (findings, end) = scanCompressed(
+              .overflow(payload), at: start, format: stream.format, base64: stream.base64, path: path,
+              fileOffset: fileOffset(start), allowance: allowance, reportsCorruption: true,
+              holder: Holder(kind: .sqlite, isArchive: false))
+            // A stream that ends inside one page was inflated whole by the chunk pass already.
+            guard crossesPages(start, max(1, end.consumed)) else { continue }
+            for var finding in findings {
+              finding.region = "overflow-page"
+              if !report.findings.contains(finding) { report.add(finding) }
+            }
           }
         }
+        if last { break }
+        examinedUpTo = windowStart + window.count - StreamStart.lookahead
+        windowStart += overflowWindow
       }
     }
   }

@@ -405,6 +405,57 @@ final class ReviewScanRegressionTests: XCTestCase {
     XCTAssertTrue(found.contains { $0.region == "overflow-page" }, "hits across pages are among them")
   }
 
+  /// Python that writes a table of one zero blob of `argv[2]` bytes to the database `argv[1]`
+  /// (4 KiB pages, fresh: its overflow pages follow each other in the file), then writes the
+  /// canary `argv[3]` across the page boundary after each offset of the blob in `argv[4:]` (past the
+  /// leaf page, and none within 16 bytes before a page's end): 5 bytes before it, the rest after the
+  /// next page's 4-byte pointer.
+  private static let canariesAcrossPageBoundaries = """
+    import sqlite3,sys
+    path, size, canary = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+    marks = [int(a) for a in sys.argv[4:]]
+    blob = bytearray(size)
+    for m in marks: blob[m:m + 16] = b'mark%012d' % m
+    c = sqlite3.connect(path); c.execute('create table t(a)'); c.execute('insert into t values(?)', (bytes(blob),))
+    c.commit(); c.close()
+    data = bytearray(open(path, 'rb').read())
+    for m in marks:
+        at = data.find(b'mark%012d' % m); boundary = (at // 4096 + 1) * 4096
+        assert at > 8192, 'a mark split by a pointer, or on the leaf page (whose end holds the first pointer)'
+        data[at:at + 16] = bytes(16); data[boundary - 5:boundary] = canary[:5]
+        data[boundary + 4:boundary + 4 + len(canary) - 5] = canary[5:]
+    open(path, 'wb').write(bytes(data))
+    """
+
+  /// A row of more than 64 MiB was reassembled only up to 64 MiB, and a canary crossing a page
+  /// beyond that was missed with nothing saying so (review F2): payloads are now searched in
+  /// windows, to their end.
+  func testACanaryAcrossOverflowPagesBeyond64MiBIsFound() throws {
+    let temporary = TemporaryDirectory()
+    let canary = "Zq9-canary-secret-77"
+    try python(Self.canariesAcrossPageBoundaries, [temporary.sub("huge.db"), "\(68 << 20)", canary, "68000000"])
+    let report = try Scanner(canaries: [canary]).scan([temporary.sub("huge.db")])
+    XCTAssertEqual(report.findings.map(\.region), ["overflow-page"], "\(report.findings)")
+    XCTAssertEqual(report.incomplete, [])
+  }
+
+  /// Window edges lose nothing and repeat nothing: canaries across page boundaries all along a
+  /// payload many windows long are each found once, whatever the window.
+  func testCanariesAcrossOverflowPagesAreFoundOnceWhateverTheWindow() throws {
+    let temporary = TemporaryDirectory()
+    let canary = "Zq9-canary-secret-77"
+    let marks = stride(from: 9000, to: 390_000, by: 38_111).map(String.init)
+    try python(Self.canariesAcrossPageBoundaries, [temporary.sub("rows.db"), "400000", canary] + marks)
+    for window in [8192, 65536, Scanner.chunk] {
+      var scanner = Scanner(canaries: [canary])
+      scanner.overflowWindow = window
+      let found = try scanner.scan([temporary.sub("rows.db")]).findings
+      XCTAssertEqual(found.count, marks.count, "window \(window): \(found)")
+      XCTAssertEqual(Set(found.map(\.offset)).count, marks.count, "window \(window)")
+      XCTAssertEqual(Set(found.map(\.region)), ["overflow-page"], "window \(window)")
+    }
+  }
+
   /// A compressed blob larger than a page continues on overflow pages, each starting with a 4-byte
   /// pointer: only the reassembled payload inflates (from review).
   func testACompressedBlobOnOverflowPagesIsReassembledAndInflated() throws {
