@@ -68,7 +68,8 @@ extension Vault {
   package static func restore(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver, keyring: KeyringID,
     keys: [ExportedKey], activeVersion: UInt32, highestVersion: UInt32, externalSealVersions: [UInt32],
-    placeContainers: (String) throws -> [ContainerRecord], clock: @escaping @Sendable () -> Date = Date.init
+    containerNames: [String] = [], placeContainers: (String) throws -> [ContainerRecord],
+    clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
     let stopped = try stoppedRestore(home: home, vaultID: keyring.hex)
@@ -94,7 +95,8 @@ extension Vault {
     var resumed: [UInt32] = []
     if let stopped {
       lock = try FileLock(path: home + "/" + lockFileName)
-      try takeUpStoppedRestore(stopped, home: home, descriptor: descriptor, keyring: keyring, keys: keys)
+      try takeUpStoppedRestore(
+        stopped, home: home, names: containerNames, descriptor: descriptor, keyring: keyring, keys: keys)
     }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
@@ -146,6 +148,10 @@ extension Vault {
     }
   }
 
+  /// The name of the marker a restore leaves in its home until it is finished: no container may
+  /// take it.
+  package static let restoreMarkerName = RestoreMarker.fileName
+
   /// A stopped restore into `home`, as its marker tells: the vault it restores (nil when the
   /// marker does not parse) and the store it began writing keys into; nil when there is none.
   package static func unfinishedRestore(home: String) -> (vaultID: String?, store: StoreDescriptor?)? {
@@ -185,14 +191,15 @@ extension Vault {
   }
 
   /// Clears what a stopped restore of the same vault left in `home` (under the home's lock): the
-  /// manifest, the container files and their journals (every regular file but the lock and the
-  /// marker: the home held nothing when it began, and nothing could open it since), and the
-  /// keyfile it made when that keyfile holds nothing but the bundle's keys.
+  /// manifest and its temporary files, each container file `names` lists (the names this restore
+  /// gives its containers) with its -wal, -shm and -journal, and the keyfile it made when that
+  /// keyfile holds nothing but the bundle's keys. Anything else in the home is left where it is.
   ///
   /// - Throws: `VaultError.restoreStoreDiffers` when the rerun names another store than the
   ///   stopped restore wrote into; `KeyStoreError` when files cannot be removed.
   private static func takeUpStoppedRestore(
-    _ stopped: RestoreMarker, home: String, descriptor: StoreDescriptor, keyring: KeyringID, keys: [ExportedKey]
+    _ stopped: RestoreMarker, home: String, names: [String], descriptor: StoreDescriptor, keyring: KeyringID,
+    keys: [ExportedKey]
   ) throws {
     var wanted = descriptor
     if wanted.kind == .keyfile {
@@ -202,8 +209,9 @@ extension Vault {
     guard wanted == stopped.store else {
       throw VaultError.restoreStoreDiffers(home: home, store: stopped.store.kind, keyfile: stopped.store.keyfile)
     }
+    let own = Set(names.flatMap { [$0, $0 + "-wal", $0 + "-shm", $0 + "-journal"] } + [Manifest.fileName])
     let entries = try FileManager.default.contentsOfDirectory(atPath: home)
-    for name in entries where name != lockFileName && name != RestoreMarker.fileName {
+    for name in entries where own.contains(name) || isManifestTemporaryName(name) {
       let path = home + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFLNK else {

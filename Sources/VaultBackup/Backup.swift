@@ -233,18 +233,19 @@ public enum Backup {
       throw BackupError.damagedManifest(path: bundle, reason: "keyring id")
     }
     let reader = try BundleReader(path: bundle)
-    var names: Set<String> = [Manifest.fileName, "vault.lock"]
+    // The names the containers get, the same on every run: a rerun clears only these.
+    var planned: Set<String> = [Manifest.fileName, "vault.lock", Vault.restoreMarkerName]
+    let containerNames = manifest.containers.map { uniqueName(for: $0.path, taken: &planned) }
     let vault = try Vault.restore(
       home: home, store: store, resolver: resolver, keyring: keyring, keys: verified.keys,
       activeVersion: manifest.activeVersion, highestVersion: manifest.highestVersion,
-      externalSealVersions: manifest.externalSealVersions,
+      externalSealVersions: manifest.externalSealVersions, containerNames: containerNames,
       placeContainers: { home in
         var placed: [ContainerRecord] = []
         do {
           for (index, container) in manifest.containers.enumerated() {
             progress?(.restoring(container: index + 1, of: manifest.containers.count))
-            let name = uniqueName(for: container.path, taken: &names)
-            let path = home + "/" + name
+            let path = home + "/" + containerNames[index]
             let file = try NewFile(path: path)
             placed.append(ContainerRecord(path: path, id: container.id))
             try copyContainer(

@@ -113,11 +113,14 @@ final class RestoreResumeTests: XCTestCase {
     }
     XCTAssertTrue(FileManager.default.fileExists(atPath: home + "/a.sqlite"))
 
+    // Someone's file put there meanwhile is not the restore's to remove.
+    XCTAssertTrue(FileManager.default.createFile(atPath: home + "/notes.txt", contents: Data("mine".utf8)))
     _ = try restore(bundle, into: home, store: store, resolver: resolver)
     try assertRecords(home, expected, resolver: resolver)
     XCTAssertEqual(
       try FileManager.default.contentsOfDirectory(atPath: home).filter { $0.hasSuffix(".sqlite") }.sorted(),
       ["a.sqlite", "b.sqlite"])
+    XCTAssertEqual(try String(contentsOfFile: home + "/notes.txt", encoding: .utf8), "mine")
   }
 
   /// A marker of another vault, a keyfile at the marker's path that holds other keys, and an
