@@ -234,7 +234,8 @@ public struct VaultCommandLine {
   }
 
   func status(_ arguments: Arguments) throws {
-    let home = homePath(arguments)
+    // Absolute, as every other path status prints (and as a script reading --json needs it).
+    let home = absolutePath(homePath(arguments))
     // Status reads only the manifest: it must work even when the key store is locked.
     let (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
     var counts: [String: [UInt32: Int]?] = [:]

@@ -24,6 +24,18 @@ final class JSONResultsCLITests: XCTestCase {
       "\(what): '\(text)' is not ISO 8601 UTC with milliseconds", file: file, line: line)
   }
 
+  /// A relative --home is printed absolute by status, as by every other command (it was echoed
+  /// as given).
+  func testStatusPrintsARelativeHomeAbsolute() throws {
+    _ = try object(["init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys"), "--json"])
+    let parent = (home as NSString).deletingLastPathComponent
+    let name = (home as NSString).lastPathComponent
+    let run = try Spawn.run("/usr/bin/env", ["-C", parent, vaultBinary(), "--home", name, "status", "--json"])
+    XCTAssertEqual(run.status, 0, run.error)
+    let status = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any])
+    XCTAssertEqual(status["home"] as? String, home)
+  }
+
   func testInitPutAndLogPrintEveryKey() throws {
     let keyfile = temporary.sub("keys/v.keys")
     let created = try object(["init", "--store", "keyfile", "--keyfile", keyfile, "--json"])
