@@ -142,7 +142,7 @@ enum ScanCommand: Subcommand {
         help: """
           Print JSON: files_scanned, bytes_scanned, findings (file, offset, region, detector, encoding, \
           excerpt), skipped (path, reason), incomplete (path, reason), complete, and with --verify: verify \
-          (containers: key version -> records, opened, failed).
+          (containers: key version -> records, opened, failed, unreadable).
           """),
     ],
     exitCodes: """
