@@ -69,9 +69,6 @@ package final class ContainerReader {
     {
       throw special
     }
-    // SQLite looks for a hot journal beside the name it opens, and /proc/self/fd/N has none.
-    QueueContainer.rollBackInterruptedWrite(
-      String(decoding: resolved.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
     let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")

@@ -110,6 +110,9 @@ public final class QueueContainer: @unchecked Sendable {
     self.random = random
     let keyring = vault.keyringID.hex
     let registered = try vault.registeredContainer(at: path)
+    // A writer plays back what a writer killed mid-transaction left, as SQLite itself would; the
+    // read-only probe below could not, and readers (status, stats, scan) never change a file.
+    if mode != .readOnly { Self.rollBackInterruptedWrite(path) }
     let probe = try Self.probe(path: path)
     let storageMode: Storage.Mode
     let restorable: Bool
@@ -216,7 +219,6 @@ public final class QueueContainer: @unchecked Sendable {
     // process has open on the file, and another process closing its connection would then take
     // itself for the last one and delete the WAL our connections still write to (records lost;
     // ProcessLockTests). SQLite's own descriptors keep those locks.
-    rollBackInterruptedWrite(path)
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
@@ -246,9 +248,11 @@ public final class QueueContainer: @unchecked Sendable {
   /// Rolls back what a writer killed in a rollback-journal transaction left (a hot `-journal`:
   /// a container's creation runs in one, before the file switches to WAL), as SQLite does whenever
   /// a connection that may write reads the file. A read-only connection cannot, and fails with
-  /// SQLITE_READONLY_ROLLBACK (named a read-only file) on every read, so a container killed while
-  /// being created would be refused forever. Nothing happens without a `-journal` file; when the
-  /// rollback cannot be done (a read-only mount, a locked file), the read that follows says why.
+  /// SQLITE_READONLY_ROLLBACK on every read, so a container killed while being created would be
+  /// refused forever. Called only where the caller is about to write the container anyway (never
+  /// by a reader: status, stats and scan change no file). Nothing happens without a `-journal`
+  /// file; when the rollback cannot be done (a read-only mount, a locked file), the open that
+  /// follows says why.
   ///
   /// - Parameter path: the database file (its `-journal` is looked for beside it).
   package static func rollBackInterruptedWrite(_ path: String) {
@@ -275,7 +279,6 @@ public final class QueueContainer: @unchecked Sendable {
   ///   included).
   public static func recordCounts(path: String, keyring: KeyringID) throws -> RecordCounts? {
     guard FileManager.default.fileExists(atPath: path) else { return nil }
-    rollBackInterruptedWrite(path)
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
@@ -389,6 +392,12 @@ public final class QueueContainer: @unchecked Sendable {
       }
       if error.isFull { throw QueueError.diskFull(path: path) }
       if error.isOutOfMemory { throw QueueError.outOfMemory(path: path) }
+      // SQLITE_READONLY_ROLLBACK (8 | 3 << 8): a hot journal a read-only open cannot play back.
+      if error.code == 776 {
+        throw QueueError.cannotOpen(
+          path: path,
+          reason: "a write to it was cut short (its -journal is beside it); the next open for writing plays it back")
+      }
       if error.isReadOnly { throw QueueError.readOnly(path: path) }
       if error.isCannotOpen {
         // SQLite's errno is often that of its last fallback (a missing -shm); ask the file system.
