@@ -150,7 +150,15 @@ extension Backup {
     while true {
       let candidate = directory + "/" + uniqueName(for: container.path, taken: &taken)
       guard candidate != path else { return empty.map(Stray.empty) }
-      guard vault.manifest.containers.allSatisfy({ $0.path != candidate }) else { continue }
+      // Only a file of this user's with no other name: a hard link would make the container, or
+      // the empty file written into, someone else's file too (another home's container, a note).
+      var info = stat()
+      guard vault.manifest.containers.allSatisfy({ $0.path != candidate }), lstat(candidate, &info) == 0,
+        info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1, info.st_uid == geteuid()
+      else { continue }
+      // A creation killed mid-transaction leaves a hot journal only a writer plays back; this
+      // file, in the vault's home under the container's name, is about to be written anyway.
+      QueueContainer.rollBackInterruptedWrite(candidate)
       switch try? QueueContainer.probe(path: candidate) {
       case .container(let keyring, let id)
       where keyring == vault.keyringID.hex && id == container.id && origin != nil

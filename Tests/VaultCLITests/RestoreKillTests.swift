@@ -156,6 +156,23 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertGreaterThan(kills, 10)
   }
 
+  /// An empty file under the name a merge would give a container is taken up only when it has no
+  /// other name (review: a hard link to someone's empty file became the container, so the merge
+  /// wrote into that file).
+  func testAMergeNeverWritesIntoAHardLinkedFile() throws {
+    let home = temporary.sub("home")
+    let lost = temporary.sub("elsewhere/other.sqlite")
+    for suffix in ["", "-wal", "-shm"] { unlink(lost + suffix) }
+    XCTAssertEqual(try vault(["--home", home, "container", "forget", lost]).status, 0)
+    let note = temporary.sub("notes.txt")
+    XCTAssertTrue(FileManager.default.createFile(atPath: note, contents: Data()))
+    XCTAssertEqual(link(note, home + "/other.sqlite"), 0)
+    let merged = try vault(["restore", bundle, "--into", home, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(merged.status, 0, merged.error)
+    XCTAssertTrue(merged.outputText.contains("other-2.sqlite (added)"), merged.outputText)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: note)), Data(), "the note is untouched")
+  }
+
   func testARestoreKilledAtAnyStepIntoAKeyfileIsFinishedByRunningItAgain() throws {
     let keyfile = ["--store", "keyfile", "--keyfile", temporary.sub("restored-keys/v.keys")]
     var kills = 0
