@@ -120,6 +120,9 @@ extension Vault {
     try SecureFile.syncDirectory((oldPath as NSString).deletingLastPathComponent)
     unlink(home + "/" + movePendingName)
     try SecureFile.syncDirectory(home)
+    // Temporaries a killed earlier attempt left beside either place hold keys too.
+    _ = try? KeyfileStore(path: oldPath).removeLeftoverTemporaryFiles()
+    _ = try? KeyfileStore(path: newPath).removeLeftoverTemporaryFiles()
     return oldPath
   }
 
@@ -144,6 +147,34 @@ extension Vault {
       try first.loadRecord(.integrityKey, keyring: keyring), try second.loadRecord(.integrityKey, keyring: keyring))
   }
 
+  /// Whether the keyfile at `old` is what a move of this vault's keyfile to `current` left: it
+  /// holds this vault's integrity key (so it is this vault's own, not a restored copy's, which gets
+  /// a new one), and each key in it is in `current` byte for byte or belongs to a version this
+  /// vault retired since (a version the manifest names as active, decrypt-only or pending, but
+  /// `current` lacks, is never deleted). Anything that does not parse as such is not.
+  private static func isLeftByThisVault(
+    _ old: String, current: String, manifest: Manifest, keyring: KeyringID
+  ) throws -> Bool {
+    let left = KeyfileStore(path: old)
+    let kept = KeyfileStore(path: current)
+    guard let theirs = try? left.loadRecord(.integrityKey, keyring: keyring),
+      let ours = try kept.loadRecord(.integrityKey, keyring: keyring),
+      theirs.withUnsafeBytes({ a in ours.withUnsafeBytes { constantTimeEquals(a, $0) } }),
+      let versions = try? left.storedVersions(keyring: keyring)
+    else { return false }
+    for version in versions {
+      guard let held = try kept.loadKey(keyring: keyring, version: version) else {
+        let state = manifest.record(version)?.state
+        guard state == nil || state == .retired else { return false }
+        continue
+      }
+      guard let key = try? left.loadKey(keyring: keyring, version: version),
+        key.withUnsafeBytes({ a in held.withUnsafeBytes { constantTimeEquals(a, $0) } })
+      else { return false }
+    }
+    return true
+  }
+
   /// The file in the home naming the keyfile a move is leaving, while that move is under way.
   static let movePendingName = "keyfile-move-pending"
 
@@ -154,8 +185,10 @@ extension Vault {
   ///
   /// - Returns: the old path it removed (or found gone); nil when no move was pending, or the
   ///   pending move stopped before its manifest write (the new move then starts over from `current`).
-  /// - Throws: `VaultError.keyfileExists` when the old file holds a key the current keyfile does
-  ///   not (it is left in place); `KeyStoreError` when a file cannot be read or removed.
+  /// A file at the old path that is not this vault's old keyfile any more (`isLeftByThisVault`)
+  /// is left alone, and the pending note dropped.
+  ///
+  /// - Throws: `KeyStoreError` when the current keyfile cannot be read or a file cannot be removed.
   private static func finishStoppedMove(home: String, current: String, manifest: Manifest) throws -> String? {
     guard let keyring = manifest.keyringID else { return nil }
     let pending = home + "/" + movePendingName
@@ -166,24 +199,20 @@ extension Vault {
       return nil
     }
     if KeyfileStore(path: old).exists {
-      let left = KeyfileStore(path: old)
-      let kept = KeyfileStore(path: current)
-      for version in try left.storedVersions(keyring: keyring) {
-        guard let held = try kept.loadKey(keyring: keyring, version: version) else {
-          // Gone from the current keyfile: only a version retired since may be.
-          let state = manifest.record(version)?.state
-          guard state == nil || state == .retired else { throw VaultError.keyfileExists(path: old) }
-          continue
-        }
-        guard let key = try left.loadKey(keyring: keyring, version: version),
-          key.withUnsafeBytes({ a in held.withUnsafeBytes { constantTimeEquals(a, $0) } })
-        else { throw VaultError.keyfileExists(path: old) }
+      guard try isLeftByThisVault(old, current: current, manifest: manifest, keyring: keyring) else {
+        // Not this vault's old keyfile any more (replaced since: another vault's, someone's file):
+        // left alone, and the pending move forgotten.
+        unlink(pending)
+        try SecureFile.syncDirectory(home)
+        return nil
       }
       guard unlink(old) == 0 || errno == ENOENT else {
         throw KeyStoreError.io(path: old, operation: "remove the old keyfile", errno: errno)
       }
       try SecureFile.syncDirectory((old as NSString).deletingLastPathComponent)
     }
+    // A copy killed mid-write left its temporary (keys and all) beside the old place.
+    _ = try? KeyfileStore(path: old).removeLeftoverTemporaryFiles()
     unlink(pending)
     try SecureFile.syncDirectory(home)
     return old
