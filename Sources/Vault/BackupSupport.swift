@@ -95,18 +95,34 @@ extension Vault {
     var resumed: [UInt32] = []
     if let stopped {
       lock = try FileLock(path: home + "/" + lockFileName)
+      // Under the lock: a restore still running held it until it had finished and removed its
+      // marker; it is not taken over.
+      guard RestoreMarker.read(home: home) == .marker(stopped) else { throw VaultError.alreadyExists(home: home) }
       try takeUpStoppedRestore(
         stopped, home: home, names: containerNames, descriptor: descriptor, keyring: keyring, keys: keys)
     }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
     let store = try resolver.store(for: descriptor, home: home)
-    if stopped?.store == descriptor {
+    // The integrity key is made before anything is stored and its check recorded in the marker:
+    // a rerun takes over items only from a store whose integrity key is the stopped run's own
+    // (another home restored from the same bundle into the same store has its own).
+    var integrityKey = try SymmetricKey.generate()
+    if let stopped, stopped.store == descriptor,
+      let stored = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) })
+    {
+      guard let check = stopped.integrityCheck, constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
+      else {
+        throw KeyStoreError.keyExists(version: try store.storedVersions(keyring: keyring).first ?? activeVersion)
+      }
+      integrityKey = stored
       // Items the stopped restore wrote are taken over only when they are the bundle's own keys.
       resumed = try identicalVersions(in: store, keyring: keyring, keys: keys)
     } else if let present = try store.storedVersions(keyring: keyring).first {
       throw KeyStoreError.keyExists(version: present)
     }
+    let marker = RestoreMarker(
+      vaultID: keyring.hex, store: descriptor, integrityCheck: try KeyVersionRecord.checkValue(of: integrityKey))
 
     if lock == nil {
       try SecureFile.makeDirectory(home, mode: 0o700)
@@ -115,12 +131,13 @@ extension Vault {
       if ManifestFile.exists(home: home) || RestoreMarker.exists(home: home) {
         throw VaultError.alreadyExists(home: home)
       }
-      try RestoreMarker(vaultID: keyring.hex, store: descriptor).write(home: home)
+      try marker.write(home: home)
+    } else if RestoreMarker.read(home: home) != .marker(marker) {
+      try marker.replace(home: home)
     }
 
     var placed: [ContainerRecord] = []
     do {
-      let integrityKey = try SymmetricKey.generate()
       try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
       for exported in keys.sorted(by: { $0.record.version < $1.record.version })
       where !resumed.contains(exported.record.version) {
@@ -211,7 +228,8 @@ extension Vault {
     }
     let own = Set(names.flatMap { [$0, $0 + "-wal", $0 + "-shm", $0 + "-journal"] } + [Manifest.fileName])
     let entries = try FileManager.default.contentsOfDirectory(atPath: home)
-    for name in entries where own.contains(name) || isManifestTemporaryName(name) {
+    let markerTemporary = RestoreMarker.fileName + ".tmp-"
+    for name in entries where own.contains(name) || isManifestTemporaryName(name) || name.hasPrefix(markerTemporary) {
       let path = home + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFLNK else {
@@ -223,10 +241,14 @@ extension Vault {
     }
     try SecureFile.syncDirectory(home)
     if stopped.store.kind == .keyfile, let path = stopped.store.keyfile, KeyfileStore(path: path).exists {
-      let versions = try identicalVersions(in: KeyfileStore(path: path), keyring: keyring, keys: keys)
-      guard try KeyfileStore(path: path).storedVersions(keyring: keyring) == versions else {
-        throw VaultError.keyfileExists(path: path)
-      }
+      // Only the keyfile the stopped run made: its integrity key is the one the marker checks,
+      // and its keys are the bundle's (another home restored into that path since has its own).
+      let made = KeyfileStore(path: path)
+      guard let check = stopped.integrityCheck,
+        let stored = try? made.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) }),
+        constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
+      else { throw VaultError.keyfileExists(path: path) }
+      _ = try identicalVersions(in: made, keyring: keyring, keys: keys)
       guard unlink(path) == 0 else { throw KeyStoreError.io(path: path, operation: "unlink", errno: errno) }
       try SecureFile.syncDirectory((path as NSString).deletingLastPathComponent)
     }

@@ -16,10 +16,14 @@ struct RestoreMarker: Codable, Equatable {
   var vaultID: String
   /// The store the stopped restore wrote keys into: checked against the store before it wrote.
   var store: StoreDescriptor
+  /// The key-check value of the integrity key it stores (`KeyVersionRecord.checkValue`): items in
+  /// that store are the stopped run's only when its integrity key has this check.
+  var integrityCheck: String?
 
   enum CodingKeys: String, CodingKey {
     case vaultID = "vault_id"
     case store
+    case integrityCheck = "integrity_check"
   }
 
   static func path(home: String) -> String { home + "/" + fileName }
@@ -69,6 +73,13 @@ struct RestoreMarker: Codable, Equatable {
     }
     guard fsync(fd) == 0 else { throw KeyStoreError.io(path: path, operation: "fsync", errno: errno) }
     try SecureFile.syncDirectory(home)
+  }
+
+  /// Replaces the marker of a stopped restore with this one (a rerun that makes a new integrity
+  /// key records its check before storing it): atomically, so a kill leaves one or the other.
+  func replace(home: String) throws {
+    let bytes = try JSONEncoder().encode(self)
+    try bytes.withUnsafeBytes { try SecureFile.atomicWrite(Self.path(home: home), bytes: $0) }
   }
 
   /// Removes the marker from `home`: the home is a vault from here on.

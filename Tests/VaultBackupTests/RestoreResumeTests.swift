@@ -97,8 +97,13 @@ final class RestoreResumeTests: XCTestCase {
     let keyfile = temporary.sub("keys-restored/v.keys")
     let store = StoreDescriptor(kind: .keyfile, keyfile: keyfile)
     _ = try restore(bundle, into: home, store: store, resolver: resolver)
-    // What a SIGKILL before the marker's removal leaves: the marker, written first, still there.
-    let marker = #"{"vault_id":"\#(vaultID)","store":{"kind":"keyfile","keyfile":"\#(keyfile)"}}"#
+    // What a SIGKILL before the marker's removal leaves: the marker, written first, still there,
+    // with the check of the integrity key the run stored.
+    let keyring = try XCTUnwrap(KeyringID(hex: vaultID))
+    let integrity = try XCTUnwrap(try KeyfileStore(path: keyfile).loadRecord(.integrityKey, keyring: keyring))
+    let check = try KeyVersionRecord.checkValue(of: try SymmetricKey(storage: integrity))
+    let marker =
+      #"{"vault_id":"\#(vaultID)","store":{"kind":"keyfile","keyfile":"\#(keyfile)"},"integrity_check":"\#(check)"}"#
     XCTAssertTrue(FileManager.default.createFile(atPath: home + "/restore-unfinished", contents: Data(marker.utf8)))
     XCTAssertEqual(chmod(home + "/restore-unfinished", 0o600), 0)
     assertRefusedAsUnfinished(home, vaultID: vaultID, resolver: resolver)
@@ -121,6 +126,34 @@ final class RestoreResumeTests: XCTestCase {
       try FileManager.default.contentsOfDirectory(atPath: home).filter { $0.hasSuffix(".sqlite") }.sorted(),
       ["a.sqlite", "b.sqlite"])
     XCTAssertEqual(try String(contentsOfFile: home + "/notes.txt", encoding: .utf8), "mine")
+  }
+
+  /// A restore stopped before it stored anything, then the same bundle restored into another home
+  /// with the same keyfile path or the same key store: running the stopped one again must not take
+  /// over that home's keys (review: it deleted the other home's keyfile, or overwrote its integrity
+  /// key in the Secret Service, and that home no longer opened).
+  func testARerunNeverTakesOverAnotherHomesKeysRestoredFromTheSameBundle() throws {
+    let (bundle, vaultID, expected) = try bundle()
+    let keyfile = temporary.sub("keys-restored/v.keys")
+    let shared = InMemoryKeyStore()
+    for (store, resolver) in [
+      (StoreDescriptor(kind: .keyfile, keyfile: keyfile), resolver),
+      (StoreDescriptor(kind: .secretService), KeyStoreResolver.fixed(shared)),
+    ] {
+      let stopped = temporary.sub("stopped-\(store.kind.rawValue)")
+      let other = temporary.sub("other-\(store.kind.rawValue)")
+      try FileManager.default.createDirectory(atPath: stopped, withIntermediateDirectories: true)
+      XCTAssertEqual(chmod(stopped, 0o700), 0)
+      let storeJSON = String(decoding: try JSONEncoder().encode(store), as: UTF8.self)
+      let marker =
+        #"{"vault_id":"\#(vaultID)","store":\#(storeJSON),"integrity_check":"00112233445566778899aabbccddeeff"}"#
+      XCTAssertTrue(
+        FileManager.default.createFile(atPath: stopped + "/restore-unfinished", contents: Data(marker.utf8)))
+      _ = try restore(bundle, into: other, store: store, resolver: resolver)
+
+      XCTAssertThrowsError(try restore(bundle, into: stopped, store: store, resolver: resolver), store.kind.rawValue)
+      try assertRecords(other, expected, resolver: resolver)
+    }
   }
 
   /// A marker of another vault, a keyfile at the marker's path that holds other keys, and an
