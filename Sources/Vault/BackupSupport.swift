@@ -53,8 +53,8 @@ extension Vault {
   ///
   /// Refuses, changing nothing, when a vault exists in `home`, `home` holds other files, the
   /// keyfile exists, or the store already holds keys of this vault (the vault lives on here).
-  /// Before it writes anything it leaves a marker in the home (`RestoreMarker`), which stays until
-  /// the caller's `finishRestore()`: a home with the marker is not opened as a vault, and a rerun
+  /// Before it writes anything it leaves a marker in the home (`RestoreMarker`), removed as the
+  /// last step under the home's lock: a home with the marker is not opened as a vault, and a rerun
   /// into it takes up what a stopped restore of the same vault wrote (its files in the home, a
   /// keyfile it made, key items identical to `keys` in the same store) instead of being refused.
   /// When a later step fails, the manifest, the containers placed and a keyfile made here are
@@ -152,6 +152,9 @@ extension Vault {
       manifest.containers = placed
       let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)
       try vault.save(manifest)
+      // The last step, under the home's lock: from here on the home opens as a vault, and a
+      // restore started meanwhile (waiting for the lock) finds a vault, not a stopped restore.
+      try RestoreMarker.remove(home: home)
       return vault
     } catch {
       unlink(ManifestFile.path(home: home))
@@ -177,12 +180,6 @@ extension Vault {
     case .unreadable: (nil, nil)
     case .marker(let marker): (marker.vaultID, marker.store)
     }
-  }
-
-  /// Ends a restore: removes the marker `restore` left, so the home opens as a vault from now on.
-  /// Called once every container is in place and marked as a restored copy.
-  package func finishRestore() throws {
-    try RestoreMarker.remove(home: home)
   }
 
   /// The marker of a stopped restore of `vaultID` in `home`, or nil when there is none.

@@ -251,6 +251,10 @@ public enum Backup {
             try copyContainer(
               container, number: index + 1, at: verified.offsets[index], from: reader, bundle: bundle, into: file,
               sync: true)
+            // A new copy of each container, marked before the home is a vault: a later merge tells
+            // its records from the original's.
+            let origin = try snapshotLineage(path).instance
+            try QueueContainer.markRestored(path: path, keyringID: keyring.hex, from: origin)
           }
           try syncDirectory(home)
         } catch {
@@ -259,17 +263,12 @@ public enum Backup {
         }
         return placed
       })
-    // Each container is opened once as the vault's: its keyring and container id match the manifest.
     var restored: [RestoreReport.Container] = []
     for (index, record) in vault.manifest.containers.enumerated() {
-      // A new copy of each container: a later merge tells its records from the original's.
-      let origin = try snapshotLineage(record.path).instance
-      try QueueContainer(path: record.path, vault: vault, mode: .existing).markRestored(from: origin)
       let from = manifest.containers[index].path
       restored.append(
         RestoreReport.Container(from: from, path: record.path, records: verified.report.containers[index].records))
     }
-    try vault.finishRestore()
     let descriptor = vault.manifest.store
     return RestoreReport(
       home: vault.home, vaultID: manifest.vaultID, store: descriptor.kind.rawValue,

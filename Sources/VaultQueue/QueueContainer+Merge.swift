@@ -47,23 +47,35 @@ extension QueueContainer {
   /// Makes this container a new copy restored from `origin` (the snapshot's instance id): a new
   /// instance id, `origin` recorded, and the ids it holds now recorded as the ones it started with.
   package func markRestored(from origin: String?) throws {
-    try withStorage { storage in
-      try storage.transaction {
-        try storage.statement("UPDATE meta SET value = ? WHERE key = 'instance_id'").run([
-          .text(try Storage.newContainerID())
-        ])
-        try storage.statement("DELETE FROM meta WHERE key = 'restored_from'").run()
-        if let origin {
-          try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
-        }
-        // A new copy has a history of its own: the original's snapshot marks are not its
-        // (`ContainerLineage.passedMarks`, spelled out: cached statements take static text).
-        try storage.statement(
-          "DELETE FROM meta WHERE key = 'snapshot_token' OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')"
-        ).run()
-        try storage.statement("DELETE FROM inherited").run()
-        try storage.statement("INSERT INTO inherited (id) SELECT id FROM records").run()
+    try withStorage { try Self.markRestored($0, from: origin) }
+  }
+
+  /// `markRestored(from:)` on the container file at `path` of the vault `keyringID`, before any
+  /// vault registers it (a restore marks each copy while its home is not a vault yet).
+  ///
+  /// - Throws: `QueueError` when the file is not such a container or cannot be written.
+  package static func markRestored(path: String, keyringID: String, from origin: String?) throws {
+    try translating(path) {
+      try markRestored(Storage(path: path, keyringID: keyringID, mode: .existing), from: origin)
+    }
+  }
+
+  private static func markRestored(_ storage: Storage, from origin: String?) throws {
+    try storage.transaction {
+      try storage.statement("UPDATE meta SET value = ? WHERE key = 'instance_id'").run([
+        .text(try Storage.newContainerID())
+      ])
+      try storage.statement("DELETE FROM meta WHERE key = 'restored_from'").run()
+      if let origin {
+        try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
       }
+      // A new copy has a history of its own: the original's snapshot marks are not its
+      // (`ContainerLineage.passedMarks`, spelled out: cached statements take static text).
+      try storage.statement(
+        "DELETE FROM meta WHERE key = 'snapshot_token' OR (key >= 'passed_snapshot:' AND key < 'passed_snapshot;')"
+      ).run()
+      try storage.statement("DELETE FROM inherited").run()
+      try storage.statement("INSERT INTO inherited (id) SELECT id FROM records").run()
     }
   }
 
