@@ -237,6 +237,10 @@ extension Vault {
       }
     }
     try SecureFile.syncDirectory(home)
+    // A keyfile write killed mid-way leaves a temporary beside it, keys and all.
+    if stopped.store.kind == .keyfile, let path = stopped.store.keyfile {
+      _ = try? KeyfileStore(path: path).removeLeftoverTemporaryFiles()
+    }
     if stopped.store.kind == .keyfile, let path = stopped.store.keyfile, KeyfileStore(path: path).exists {
       // Only the keyfile the stopped run made: its integrity key is the one the marker checks,
       // and its keys are the bundle's (another home restored into that path since has its own).

@@ -86,7 +86,14 @@ extension Vault {
       (try? mirror.isAuthentic(under: integrityKey)) == true,
       mirror.manifest.vaultID == keyring.hex
     else { return false }
-    return !mirror.manifest.versions.isEmpty && mirror.manifest.versions.allSatisfy { $0.state == .pending }
+    guard !mirror.manifest.versions.isEmpty, mirror.manifest.versions.allSatisfy({ $0.state == .pending }) else {
+      return false
+    }
+    // The killed init may have got as far as its manifest: then that home is a vault whose next
+    // open finishes the pending version with this keyfile, and it is not debris (review). Its
+    // home is the one the copy names.
+    if let home = mirror.manifest.home, ManifestFile.exists(home: home) { return false }
+    return true
   }
 
   /// Removes a keyfile `isKeyfileLeftByKilledInit` accepted, after asking again (it was first

@@ -49,7 +49,10 @@ struct RestoreMarker: Codable, Equatable {
   }
 
   static func read(home: String) -> Found {
-    guard exists(home: home) else { return .none }
+    // Only this user's marker counts: in a home others can write to (vault does not refuse one),
+    // a marker planted by another user must not lock the vault out.
+    var info = stat()
+    guard lstat(path(home: home), &info) == 0, info.st_uid == geteuid() else { return .none }
     guard let bytes = try? SecureFile.read(path(home: home), requirePrivate: false),
       let marker = try? bytes.withUnsafeBytes({ try JSONDecoder().decode(RestoreMarker.self, from: Data($0)) })
     else {

@@ -131,8 +131,10 @@ public final class Vault: Sendable {
     // Under the lock no manifest write is in progress, so every such temporary file is debris.
     try removeStaleManifestTemporaries(home: home)
     // Every check has passed: a keyfile still in the way is one a killed init left (checked again).
-    if descriptor.kind == .keyfile, let path = descriptor.keyfile, KeyfileStore(path: path).exists {
-      try removeKeyfileLeftByKilledInit(path)
+    if descriptor.kind == .keyfile, let path = descriptor.keyfile {
+      if KeyfileStore(path: path).exists { try removeKeyfileLeftByKilledInit(path) }
+      // A keyfile write a killed init left mid-way: its temporary holds an integrity key.
+      _ = try? KeyfileStore(path: path).removeLeftoverTemporaryFiles()
     }
 
     // The integrity key goes first: every manifest, from the first, is authenticated by it.

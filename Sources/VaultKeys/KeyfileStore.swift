@@ -220,18 +220,24 @@ public final class KeyfileStore: KeyStore {
       while flock(fd, LOCK_EX) != 0 {
         guard errno == EINTR else { throw KeyStoreError.io(path: directory, operation: "lock", errno: errno) }
       }
-      let prefix = (path as NSString).lastPathComponent + ".tmp-"
-      var removed = 0
-      for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
-        var info = stat()
-        let leftover = directory + "/" + name
-        // Only regular files of ours (never follow a planted symlink).
-        guard lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() else { continue }
-        if unlink(leftover) == 0 { removed += 1 }
-      }
-      if removed > 0 { try SecureFile.syncDirectory(directory) }
-      return removed
+      return try sweepTemporaries()
     }
+  }
+
+  /// Removes this keyfile's `.tmp-*` files; the caller holds the directory's `flock`, which every
+  /// writer takes, so none of them is a write in progress.
+  private func sweepTemporaries() throws -> Int {
+    let prefix = (path as NSString).lastPathComponent + ".tmp-"
+    var removed = 0
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+      var info = stat()
+      let leftover = directory + "/" + name
+      // Only regular files of ours (never follow a planted symlink).
+      guard lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() else { continue }
+      if unlink(leftover) == 0 { removed += 1 }
+    }
+    if removed > 0 { try SecureFile.syncDirectory(directory) }
+    return removed
   }
 
   /// Reads, lets `body` change the contents (it returns whether it changed anything), and
@@ -253,6 +259,9 @@ public final class KeyfileStore: KeyStore {
       guard try body(&contents) else { return }
       let file = try contents.serialized(path: path)
       try file.withUnsafeBytes { try SecureFile.atomicWrite(path, bytes: $0, mode: 0o600) }
+      // A rewrite killed before its rename left a temporary with the keys of that moment: every
+      // later rewrite removes it (best effort; the new file is already in place).
+      _ = try? sweepTemporaries()
     }
   }
 }

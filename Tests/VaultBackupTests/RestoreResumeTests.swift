@@ -156,6 +156,19 @@ final class RestoreResumeTests: XCTestCase {
     }
   }
 
+  /// A marker another user put in a home others may write to is not this user's restore: the
+  /// vault still opens (review: anyone could lock a 0777 home's vault out).
+  func testAMarkerOfAnotherUserIsIgnored() throws {
+    let (bundle, _, expected) = try bundle()
+    let home = temporary.sub("restored")
+    _ = try restore(
+      bundle, into: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys-restored/v.keys")),
+      resolver: resolver)
+    XCTAssertTrue(FileManager.default.createFile(atPath: home + "/restore-unfinished", contents: Data("{}".utf8)))
+    XCTAssertEqual(chown(home + "/restore-unfinished", 65534, 65534), 0)
+    try assertRecords(home, expected, resolver: resolver)
+  }
+
   /// A marker of another vault, a keyfile at the marker's path that holds other keys, and an
   /// unreadable marker beside files are never taken over.
   func testWhatIsNotTheStoppedRestoresOwnIsRefused() throws {
