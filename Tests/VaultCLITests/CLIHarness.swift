@@ -46,3 +46,18 @@ func environment(_ changes: [String: String?]) -> [String: String] {
   for (key, value) in changes { env[key] = value }
   return env
 }
+
+/// Runs the real binary with `arguments`, SIGKILLed by strace at its `step`th system call among
+/// `calls` (a comma-separated strace set such as "fsync,fdatasync"): its status is 128 + SIGKILL
+/// when the kill came, the command's own once it finished before its `step`th such call. strace
+/// is installed by tools/setup.sh.
+func vaultKilled(
+  at calls: String, step: Int, _ arguments: [String], input: [UInt8] = [], environment: [String: String]? = nil
+) throws -> Spawned {
+  let strace = try XCTUnwrap(
+    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+    "strace is installed by tools/setup.sh")
+  return try Spawn.run(
+    strace, ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + arguments,
+    input: input, environment: environment)
+}

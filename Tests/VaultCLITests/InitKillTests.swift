@@ -22,12 +22,6 @@ final class InitKillTests: XCTestCase {
     temporary = nil
   }
 
-  private func strace() throws -> String {
-    try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
-  }
-
   private func removeSecretServiceItems() {
     // Each clear removes the items it finds: an init writes the integrity key, manifest copies and a key.
     for _ in 0..<6 { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "home", home]) }
@@ -35,13 +29,7 @@ final class InitKillTests: XCTestCase {
 
   /// Runs `init` with `arguments` killed at the `step`th call of `calls`.
   private func killedInit(_ arguments: [String], calls: String, step: Int) throws -> Spawned {
-    try Spawn.run(
-      try strace(),
-      [
-        "-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary(), "--home", home,
-        "init",
-      ]
-        + arguments, environment: env)
+    try vaultKilled(at: calls, step: step, ["--home", home, "init"] + arguments, environment: env)
   }
 
   /// Kills `init` at the 1st, 2nd, … call of `calls` until one runs to the end, each time from

@@ -18,12 +18,6 @@ final class InterruptedCreationTests: XCTestCase {
 
   override func tearDown() { temporary = nil }
 
-  private func strace() throws -> String {
-    try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
-  }
-
   func testAPutKilledWhileItCreatesAContainerWorksWhenRunAgain() throws {
     let directory = temporary.sub("elsewhere")
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -34,10 +28,7 @@ final class InterruptedCreationTests: XCTestCase {
         let container = directory + "/new-\(calls.prefix(5))-\(step).sqlite"
         let id = UUID().uuidString.lowercased()
         let put = ["--home", home, "queue", "put", "--queue", "q", "--id", id, "--container", container]
-        let killed = try Spawn.run(
-          try strace(),
-          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + put,
-          input: Array("payload".utf8))
+        let killed = try vaultKilled(at: calls, step: step, put, input: Array("payload".utf8))
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         if FileManager.default.fileExists(atPath: container + "-journal") { hotJournals += 1 }
@@ -60,10 +51,9 @@ final class InterruptedCreationTests: XCTestCase {
     for step in 1...10 {
       try? FileManager.default.removeItem(atPath: fresh)
       try? FileManager.default.removeItem(atPath: temporary.sub("k2"))
-      let killed = try Spawn.run(
-        try strace(),
-        ["-f", "-o", "/dev/null", "-e", "inject=unlink,unlinkat:signal=KILL:when=\(step)", vaultBinary()]
-          + ["--home", fresh, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys")])
+      let killed = try vaultKilled(
+        at: "unlink,unlinkat", step: step,
+        ["--home", fresh, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys")])
       if killed.status == 0 { break }
       guard FileManager.default.fileExists(atPath: fresh + "/queue.sqlite-journal"),
         FileManager.default.fileExists(atPath: fresh + "/manifest.json")

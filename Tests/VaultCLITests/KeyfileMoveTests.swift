@@ -85,9 +85,6 @@ final class KeyfileMoveTests: XCTestCase {
   /// the old keyfile is gone (a kill after the manifest write used to leave it, keys and all, with
   /// the rerun refused as "a keyfile already exists"), and the record still opens (review).
   func testAMoveKilledAtAnyStepIsFinishedByRunningItAgain() throws {
-    let strace = try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
     let temporary = TemporaryDirectory()
     var kills = 0
     for calls in ["rename,renameat,renameat2", "unlink,unlinkat", "fsync,fdatasync"] {
@@ -98,10 +95,7 @@ final class KeyfileMoveTests: XCTestCase {
         let new = run + "/moved/v.keys"
         XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
         XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
-        let killed = try Spawn.run(
-          strace,
-          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()]
-            + ["--home", home, "keyfile", "move", new])
+        let killed = try vaultKilled(at: calls, step: step, ["--home", home, "keyfile", "move", new])
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         kills += 1

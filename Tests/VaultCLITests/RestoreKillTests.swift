@@ -46,12 +46,6 @@ final class RestoreKillTests: XCTestCase {
     temporary = nil
   }
 
-  private func strace() throws -> String {
-    try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
-  }
-
   private func removeSecretServiceItems() {
     // Each clear removes the items it finds; the restore writes keys, the integrity key and the manifest copy.
     for _ in 0..<6 { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
@@ -73,9 +67,7 @@ final class RestoreKillTests: XCTestCase {
       try? FileManager.default.removeItem(atPath: home)
       try? FileManager.default.removeItem(atPath: temporary.sub("restored-keys"))
       removeSecretServiceItems()
-      let killed = try Spawn.run(
-        try strace(),
-        ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + restore)
+      let killed = try vaultKilled(at: calls, step: step, restore)
       if killed.status == 0 { break }
       XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
       kills += 1
@@ -93,33 +85,41 @@ final class RestoreKillTests: XCTestCase {
     return kills
   }
 
-  /// A merge into the vault's own home that rebuilds a registered container whose file is gone,
-  /// killed at each sync and rename: run again, it restores every record of that container as it
-  /// was (pending), never to review as "maybe delivered" (review: the rebuilt container had no
-  /// origin until a later step, so the rerun could not tell it was a copy of the snapshot).
-  func testAMergeKilledWhileItRebuildsAContainerRestoresItsRecordsWhenRunAgain() throws {
+  /// Kills a merge of the bundle into its own home at each sync and rename, `reset` first each
+  /// time; after each kill the merge runs again and the container at `container` must hold both
+  /// of its records, pending (never in review as "maybe delivered").
+  private func killEachMergeStep(reset: () throws -> Void, container: String) throws -> Int {
     let home = temporary.sub("home")
-    let lost = temporary.sub("elsewhere/other.sqlite")
     let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
     var kills = 0
     for calls in ["fsync,fdatasync", "rename,renameat,renameat2"] {
       for step in 1...60 {
-        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(lost + suffix) }
-        let killed = try Spawn.run(
-          try strace(),
-          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + merge)
+        try reset()
+        let killed = try vaultKilled(at: calls, step: step, merge)
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         kills += 1
         let rerun = try vault(merge)
         XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
-        let stats = try vault(["--home", home, "queue", "stats", "--container", lost, "--json"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/other-2.sqlite"), "\(calls) #\(step): one copy")
+        let stats = try vault(["--home", home, "queue", "stats", "--container", container, "--json"])
         XCTAssertEqual(stats.status, 0, "\(calls) #\(step): \(stats.error)")
         let states = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["by_state"]
         XCTAssertEqual(
           states as? [String: Int], ["pending": 2, "in_flight": 0, "parked": 0, "review": 0], "\(calls) #\(step)")
       }
     }
+    return kills
+  }
+
+  /// A merge into the vault's own home that rebuilds a registered container whose file is gone,
+  /// killed at each sync and rename: run again, it restores every record of that container as it
+  /// was (pending), never to review as "maybe delivered" (review: the rebuilt container had no
+  /// origin until a later step, so the rerun could not tell it was a copy of the snapshot).
+  func testAMergeKilledWhileItRebuildsAContainerRestoresItsRecordsWhenRunAgain() throws {
+    let lost = temporary.sub("elsewhere/other.sqlite")
+    let kills = try killEachMergeStep(
+      reset: { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(lost + suffix) } }, container: lost)
     XCTAssertGreaterThan(kills, 10)
   }
 
@@ -128,31 +128,14 @@ final class RestoreKillTests: XCTestCase {
   /// `other.sqlite` stayed and the rerun added `other-2.sqlite`), with every record pending.
   func testAMergeKilledWhileItAddsAContainerTakesUpItsFileWhenRunAgain() throws {
     let home = temporary.sub("home")
-    let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
     let places = [temporary.sub("elsewhere/other.sqlite"), home + "/other.sqlite", home + "/other-2.sqlite"]
-    var kills = 0
-    for calls in ["fsync,fdatasync", "rename,renameat,renameat2"] {
-      for step in 1...60 {
+    let kills = try killEachMergeStep(
+      reset: {
         for place in places {
           for suffix in ["", "-journal", "-wal", "-shm"] { unlink(place + suffix) }
           _ = try vault(["--home", home, "container", "forget", place])
         }
-        let killed = try Spawn.run(
-          try strace(),
-          ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + merge)
-        if killed.status == 0 { break }
-        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
-        kills += 1
-        let rerun = try vault(merge)
-        XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: places[2]), "\(calls) #\(step): one copy")
-        let stats = try vault(["--home", home, "queue", "stats", "--container", places[1], "--json"])
-        XCTAssertEqual(stats.status, 0, "\(calls) #\(step): \(stats.error)")
-        let states = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["by_state"]
-        XCTAssertEqual(
-          states as? [String: Int], ["pending": 2, "in_flight": 0, "parked": 0, "review": 0], "\(calls) #\(step)")
-      }
-    }
+      }, container: places[1])
     XCTAssertGreaterThan(kills, 10)
   }
 
