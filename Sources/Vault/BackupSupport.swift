@@ -55,8 +55,9 @@ extension Vault {
   /// keyfile exists, or the store already holds keys of this vault (the vault lives on here).
   /// Before it writes anything it leaves a marker in the home (`RestoreMarker`), removed as the
   /// last step under the home's lock: a home with the marker is not opened as a vault, and a rerun
-  /// into it takes up what a stopped restore of the same vault wrote (its files in the home, a
-  /// keyfile it made, key items identical to `keys` in the same store) instead of being refused.
+  /// into it takes up what a stopped restore of the same vault wrote (the files it writes in the
+  /// home; a keyfile or key items in the same store whose integrity key has the check the marker
+  /// records, their keys identical to `keys`) instead of being refused.
   /// When a later step fails, the manifest, the containers placed and a keyfile made here are
   /// removed again (Secret Service items already written stay, and so does the marker, for the
   /// rerun: deleting keys is never a side effect).
@@ -109,13 +110,12 @@ extension Vault {
     // (another home restored from the same bundle into the same store has its own).
     var integrityKey = try SymmetricKey.generate()
     if let stopped, stopped.store == descriptor,
-      let stored = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) })
+      let stored = try stopped.storedIntegrityKey(in: store, keyring: keyring)
     {
-      guard let check = stopped.integrityCheck, constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
-      else {
+      guard stored.own else {
         throw KeyStoreError.keyExists(version: try store.storedVersions(keyring: keyring).first ?? activeVersion)
       }
-      integrityKey = stored
+      integrityKey = stored.key
       // Items the stopped restore wrote are taken over only when they are the bundle's own keys.
       resumed = try identicalVersions(in: store, keyring: keyring, keys: keys)
     } else if let present = try store.storedVersions(keyring: keyring).first {
@@ -206,8 +206,9 @@ extension Vault {
 
   /// Clears what a stopped restore of the same vault left in `home` (under the home's lock): the
   /// manifest and its temporary files, each container file `names` lists (the names this restore
-  /// gives its containers) with its -wal, -shm and -journal, and the keyfile it made when that
-  /// keyfile holds nothing but the bundle's keys. Anything else in the home is left where it is.
+  /// gives its containers) with its -wal, -shm and -journal, and the keyfile it made (its integrity
+  /// key has the marker's check, its keys are the bundle's) with that keyfile's temporaries.
+  /// Anything else in the home is left where it is.
   ///
   /// - Throws: `VaultError.restoreStoreDiffers` when the rerun names another store than the
   ///   stopped restore wrote into; `KeyStoreError` when files cannot be removed.
@@ -215,18 +216,13 @@ extension Vault {
     _ stopped: RestoreMarker, home: String, names: [String], descriptor: StoreDescriptor, keyring: KeyringID,
     keys: [ExportedKey]
   ) throws {
-    var wanted = descriptor
-    if wanted.kind == .keyfile {
-      wanted.keyfile = absolutePath(
-        wanted.keyfile ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
-    }
-    guard wanted == stopped.store else {
+    guard resolvingKeyfile(descriptor, keyring: keyring) == stopped.store else {
       throw VaultError.restoreStoreDiffers(home: home, store: stopped.store.kind, keyfile: stopped.store.keyfile)
     }
     let own = Set(names.flatMap { [$0, $0 + "-wal", $0 + "-shm", $0 + "-journal"] } + [Manifest.fileName])
     let entries = try FileManager.default.contentsOfDirectory(atPath: home)
-    let markerTemporary = RestoreMarker.fileName + ".tmp-"
-    for name in entries where own.contains(name) || isManifestTemporaryName(name) || name.hasPrefix(markerTemporary) {
+    for name in entries
+    where own.contains(name) || isTemporaryName(name) || isTemporaryName(name, of: RestoreMarker.fileName) {
       let path = home + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG || info.st_mode & S_IFMT == S_IFLNK else {
@@ -237,22 +233,19 @@ extension Vault {
       }
     }
     try SecureFile.syncDirectory(home)
+    guard stopped.store.kind == .keyfile, let path = stopped.store.keyfile else { return }
+    let made = KeyfileStore(path: path)
     // A keyfile write killed mid-way leaves a temporary beside it, keys and all.
-    if stopped.store.kind == .keyfile, let path = stopped.store.keyfile {
-      _ = try? KeyfileStore(path: path).removeLeftoverTemporaryFiles()
+    _ = try? made.removeLeftoverTemporaryFiles()
+    guard made.exists else { return }
+    // Only the keyfile the stopped run made: its integrity key is the one the marker checks, and
+    // its keys are the bundle's (another home restored into that path since has its own).
+    guard (try? stopped.storedIntegrityKey(in: made, keyring: keyring))??.own == true else {
+      throw VaultError.keyfileExists(path: path)
     }
-    if stopped.store.kind == .keyfile, let path = stopped.store.keyfile, KeyfileStore(path: path).exists {
-      // Only the keyfile the stopped run made: its integrity key is the one the marker checks,
-      // and its keys are the bundle's (another home restored into that path since has its own).
-      let made = KeyfileStore(path: path)
-      guard let check = stopped.integrityCheck,
-        let stored = try? made.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) }),
-        constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
-      else { throw VaultError.keyfileExists(path: path) }
-      _ = try identicalVersions(in: made, keyring: keyring, keys: keys)
-      guard unlink(path) == 0 else { throw KeyStoreError.io(path: path, operation: "unlink", errno: errno) }
-      try SecureFile.syncDirectory((path as NSString).deletingLastPathComponent)
-    }
+    _ = try identicalVersions(in: made, keyring: keyring, keys: keys)
+    guard unlink(path) == 0 else { throw KeyStoreError.io(path: path, operation: "unlink", errno: errno) }
+    try SecureFile.syncDirectory((path as NSString).deletingLastPathComponent)
   }
 
   /// The versions `store` holds for `keyring`, each of which must be byte for byte the key `keys`
@@ -266,8 +259,7 @@ extension Vault {
     let present = try store.storedVersions(keyring: keyring)
     for version in present {
       guard let expected = keys.first(where: { $0.record.version == version }),
-        let found = try store.loadKey(keyring: keyring, version: version),
-        found.withUnsafeBytes({ a in expected.key.withUnsafeBytes { constantTimeEquals(a, $0) } })
+        try store.loadKey(keyring: keyring, version: version) == expected.key
       else {
         throw KeyStoreError.keyExists(version: version)
       }

@@ -15,10 +15,10 @@ extension Vault {
   /// in lowercase hex.
   static let temporarySuffixLength = 12
 
-  /// Whether `name` is exactly what `SecureFile.atomicWrite` names a manifest's temporary file:
-  /// `manifest.json.tmp-` and 12 lowercase hex digits. Anything else in a home is someone's file.
-  static func isManifestTemporaryName(_ name: String) -> Bool {
-    let prefix = Manifest.fileName + ".tmp-"
+  /// Whether `name` is exactly what `SecureFile.atomicWrite` names a temporary file of `fileName`:
+  /// `fileName`, `.tmp-` and 12 lowercase hex digits. Anything else in a home is someone's file.
+  static func isTemporaryName(_ name: String, of fileName: String = Manifest.fileName) -> Bool {
+    let prefix = fileName + ".tmp-"
     guard name.hasPrefix(prefix) else { return false }
     let suffix = name.utf8.dropFirst(prefix.utf8.count)
     return suffix.count == temporarySuffixLength
@@ -28,10 +28,10 @@ extension Vault {
   }
 
   /// Whether the entry `name` in `home` is a manifest temporary file a killed write left: the
-  /// name `isManifestTemporaryName` accepts, a regular file (a symlink is never followed) owned by
+  /// name `isTemporaryName` accepts, a regular file (a symlink is never followed) owned by
   /// this user. Such a file never became the manifest, so no vault depends on it.
   static func isStaleManifestTemporary(_ name: String, home: String) -> Bool {
-    guard isManifestTemporaryName(name) else { return false }
+    guard isTemporaryName(name) else { return false }
     var info = stat()
     return lstat(home + "/" + name, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_uid == geteuid()
   }

@@ -133,18 +133,13 @@ extension Vault {
     let second = KeyfileStore(path: b)
     let versions = try first.storedVersions(keyring: keyring)
     guard try second.storedVersions(keyring: keyring) == versions else { return false }
-    func equal(_ x: SecureBytes?, _ y: SecureBytes?) -> Bool {
-      guard let x, let y else { return x == nil && y == nil }
-      return x.withUnsafeBytes { a in y.withUnsafeBytes { constantTimeEquals(a, $0) } }
-    }
     for version in versions {
+      // (`==` on keys and secure bytes compares in constant time.)
       guard let x = try first.loadKey(keyring: keyring, version: version),
-        let y = try second.loadKey(keyring: keyring, version: version),
-        x.withUnsafeBytes({ a in y.withUnsafeBytes { constantTimeEquals(a, $0) } })
+        try x == second.loadKey(keyring: keyring, version: version)
       else { return false }
     }
-    return equal(
-      try first.loadRecord(.integrityKey, keyring: keyring), try second.loadRecord(.integrityKey, keyring: keyring))
+    return try first.loadRecord(.integrityKey, keyring: keyring) == second.loadRecord(.integrityKey, keyring: keyring)
   }
 
   /// Whether the keyfile at `old` is what a move of this vault's keyfile to `current` left: it
@@ -158,8 +153,7 @@ extension Vault {
     let left = KeyfileStore(path: old)
     let kept = KeyfileStore(path: current)
     guard let theirs = try? left.loadRecord(.integrityKey, keyring: keyring),
-      let ours = try kept.loadRecord(.integrityKey, keyring: keyring),
-      theirs.withUnsafeBytes({ a in ours.withUnsafeBytes { constantTimeEquals(a, $0) } }),
+      try theirs == kept.loadRecord(.integrityKey, keyring: keyring),
       let versions = try? left.storedVersions(keyring: keyring)
     else { return false }
     for version in versions {
@@ -168,9 +162,7 @@ extension Vault {
         guard state == nil || state == .retired else { return false }
         continue
       }
-      guard let key = try? left.loadKey(keyring: keyring, version: version),
-        key.withUnsafeBytes({ a in held.withUnsafeBytes { constantTimeEquals(a, $0) } })
-      else { return false }
+      guard let key = try? left.loadKey(keyring: keyring, version: version), key == held else { return false }
     }
     return true
   }

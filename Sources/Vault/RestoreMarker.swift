@@ -6,9 +6,9 @@ import VaultKeys
 ///
 /// While it is there the home is not a vault yet: opening it is refused (`VaultError.restoreUnfinished`),
 /// so nothing can seal into, enqueue into or deliver from a half-made copy. A rerun of the same
-/// restore takes up what the stopped one wrote: the files in the home are its own (the home held
-/// nothing when it began), and key items it finds in the store it names are taken over only when
-/// they are byte for byte the bundle's keys.
+/// restore takes up what the stopped one wrote: the files it writes in the home, and a keyfile or
+/// key items in the store it names whose integrity key has the check the marker records (and whose
+/// keys are byte for byte the bundle's).
 struct RestoreMarker: Codable, Equatable {
   static let fileName = "restore-unfinished"
 
@@ -27,6 +27,15 @@ struct RestoreMarker: Codable, Equatable {
   }
 
   static func path(home: String) -> String { home + "/" + fileName }
+
+  /// The integrity key `store` holds for `keyring`, and whether it is the stopped run's own (its
+  /// key-check value is the one this marker records); nil when the store holds none.
+  func storedIntegrityKey(in store: any KeyStore, keyring: KeyringID) throws -> (key: SymmetricKey, own: Bool)? {
+    guard let stored = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) })
+    else { return nil }
+    guard let integrityCheck else { return (stored, false) }
+    return (stored, constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), integrityCheck))
+  }
 
   /// Whether `home` holds a marker at all (readable or not).
   static func exists(home: String) -> Bool {

@@ -173,9 +173,7 @@ public final class Vault: Sendable {
   ) throws -> StoreDescriptor {
     guard descriptor.kind == .keyfile else { return descriptor }
     var descriptor = descriptor
-    let path = absolutePath(
-      descriptor.keyfile
-        ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
+    let path = keyfilePath(of: descriptor, keyring: keyring)
     descriptor.keyfile = path
     if KeyfileStore(path: path).exists, !(acceptingKilledInit && isKeyfileLeftByKilledInit(path)) {
       throw VaultError.keyfileExists(path: path)
@@ -186,6 +184,22 @@ public final class Vault: Sendable {
       throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
     }
     return descriptor
+  }
+
+  /// The absolute path of the keyfile `descriptor` names, or the default path for `keyring` when
+  /// it names none.
+  static func keyfilePath(of descriptor: StoreDescriptor, keyring: KeyringID) -> String {
+    absolutePath(
+      descriptor.keyfile
+        ?? KeyfileStore.defaultPath(keyring: keyring, environment: ProcessInfo.processInfo.environment))
+  }
+
+  /// `descriptor` with its keyfile path resolved (`keyfilePath`); any other store as it is.
+  static func resolvingKeyfile(_ descriptor: StoreDescriptor, keyring: KeyringID) -> StoreDescriptor {
+    guard descriptor.kind == .keyfile else { return descriptor }
+    var resolved = descriptor
+    resolved.keyfile = keyfilePath(of: descriptor, keyring: keyring)
+    return resolved
   }
 
   /// Refuses a home that a stopped restore left half made (it holds the restore's marker): it is

@@ -508,12 +508,15 @@ public enum Backup {
   }
 
   /// Runs `body` with the container snapshot at `path` opened read-only as a container
-  /// (`name` is how errors call it).
-  static func readingSnapshot<T>(_ path: String, name: String, _ body: (ContainerReader) throws -> T) throws -> T {
+  /// (`name` is how errors call it); `live` reads it through its WAL (a container a writer left
+  /// rows in there), else the file alone.
+  static func readingSnapshot<T>(
+    _ path: String, name: String, live: Bool = false, _ body: (ContainerReader) throws -> T
+  ) throws -> T {
     let descriptor = open(path, O_RDONLY | O_CLOEXEC)
     guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
     defer { close(descriptor) }
-    return try body(try ContainerReader(descriptor: descriptor, path: name, live: false))
+    return try body(try ContainerReader(descriptor: descriptor, path: name, live: live))
   }
 
   /// Opens every envelope of one snapshot with the bundle's keys; counts them per version.

@@ -119,15 +119,6 @@ extension Backup {
     }
   }
 
-  /// The lineage of the container file at `path`, read through its WAL (a container a killed
-  /// merge made holds its meta rows there until a checkpoint).
-  private static func liveLineage(_ path: String) throws -> ContainerLineage {
-    let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open", errno: errno) }
-    defer { close(descriptor) }
-    return try ContainerReader(descriptor: descriptor, path: path, live: true).lineage()
-  }
-
   /// What an earlier, killed merge left for a container it was adding.
   private enum Stray {
     /// The container it made (this vault's, the same id, a copy of this snapshot), opened and so
@@ -162,7 +153,8 @@ extension Backup {
       switch try? QueueContainer.probe(path: candidate) {
       case .container(let keyring, let id)
       where keyring == vault.keyringID.hex && id == container.id && origin != nil
-        && (try? liveLineage(candidate))?.restoredFrom == origin:
+        // Read through its WAL: a container a killed merge made holds its meta rows there.
+        && (try? readingSnapshot(candidate, name: candidate, live: true) { try $0.lineage() })?.restoredFrom == origin:
         return .copy(try QueueContainer(path: candidate, vault: vault, mode: .existing))
       case .empty: if empty == nil { empty = candidate }
       default: continue
