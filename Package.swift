@@ -91,7 +91,9 @@ let package = Package(
     fuzzTarget("arguments", ["VaultCLI"]),
 
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
-    .target(name: "VaultTestSupport", path: "Tests/VaultTestSupport", swiftSettings: strict),
+    .target(
+      name: "VaultTestSupport", dependencies: ["VaultKeys", "VaultCrypto"], path: "Tests/VaultTestSupport",
+      swiftSettings: strict),
     .executableTarget(
       name: "vault-queue-bench", dependencies: ["Vault", "VaultKeys", "VaultQueue", "Telemetry", "CSQLite"],
       path: "tools/bench/vault-queue-bench", swiftSettings: strict),

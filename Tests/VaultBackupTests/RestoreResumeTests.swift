@@ -72,7 +72,18 @@ final class RestoreResumeTests: XCTestCase {
   /// the rerun takes over the items that are byte for byte the bundle's keys and stores the rest.
   func testARestoreWhoseStoreFailedAfterTheFirstKeyIsFinishedByRunningItAgain() throws {
     let (bundle, vaultID, expected) = try bundle()
-    let store = FailingStore(failAtStore: 2)
+    // A keyring that locked at the second key it was asked to store, once.
+    let stores = LockedValue(0)
+    let store = InterposedKeyStore(InMemoryKeyStore(), kind: .secretService) { call in
+      guard case .storeKey = call else { return .forward }
+      if stores.withLock({
+        $0 += 1
+        return $0
+      }) == 2 {
+        throw KeyStoreError.locked
+      }
+      return .forward
+    }
     let home = temporary.sub("restored")
     let keeping = StoreDescriptor(kind: .secretService)
     XCTAssertThrowsError(try restore(bundle, into: home, store: keeping, resolver: .fixed(store))) {
@@ -213,40 +224,5 @@ final class RestoreResumeTests: XCTestCase {
       bundle, into: home, store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("k3/v.keys")),
       resolver: resolver)
     XCTAssertNoThrow(try Vault.open(home: home, resolver: resolver))
-  }
-}
-
-/// A memory key store that keeps what it stored and fails (as a keyring that locked) at the
-/// `failAtStore`th key it is asked to store, once.
-private final class FailingStore: KeyStore, @unchecked Sendable {
-  let kind = KeyStoreKind.secretService
-  private let inner = InMemoryKeyStore()
-  private let lock = NSLock()
-  private var stores = 0
-  private let failAtStore: Int
-
-  init(failAtStore: Int) { self.failAtStore = failAtStore }
-
-  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-    try inner.loadKey(keyring: keyring, version: version)
-  }
-  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    let count = lock.withLock {
-      stores += 1
-      return stores
-    }
-    if count == failAtStore { throw KeyStoreError.locked }
-    try inner.storeKey(key, keyring: keyring, version: version)
-  }
-  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-    try inner.deleteKey(keyring: keyring, version: version)
-  }
-  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
-  func checkWritable() throws { try inner.checkWritable() }
-  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    try inner.loadRecord(record, keyring: keyring)
-  }
-  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
   }
 }

@@ -70,37 +70,19 @@ final class InitRetryTests: XCTestCase {
 
   // MARK: - A keyfile a killed init left
 
-  /// A keyfile store that stands for a process killed at the first `storeKey` (or at the first
-  /// manifest copy): it throws there, and, not being a `KeyfileStore`, gets none of the clean-up
-  /// `create` does for a failure it sees.
-  private struct KilledAt: KeyStore {
-    let inner: KeyfileStore
-    let manifestCopy: Bool
-    struct Killed: Error {}
-    var kind: KeyStoreKind { .keyfile }
-    func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-      try inner.loadKey(keyring: keyring, version: version)
-    }
-    func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws { throw Killed() }
-    func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-      try inner.deleteKey(keyring: keyring, version: version)
-    }
-    func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
-    func checkWritable() throws { try inner.checkWritable() }
-    func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-      try inner.loadRecord(record, keyring: keyring)
-    }
-    func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-      if manifestCopy, record == .manifestMirror { throw Killed() }
-      try inner.storeRecord(record, bytes: bytes, keyring: keyring)
-    }
-  }
+  private struct Killed: Error {}
 
-  /// Runs a `create` into `home` with the keyfile `keyfile` that stops where `KilledAt` says, and
-  /// removes the manifest, as a kill before it was renamed into place would leave the home.
+  /// Runs a `create` into `home` with the keyfile `keyfile` that stops as a process killed at the
+  /// first `storeKey` (or at the first manifest copy) would: the store throws there and, not being
+  /// a `KeyfileStore`, gets none of the clean-up `create` does for a failure it sees. Then removes
+  /// the manifest, as a kill before it was renamed into place would leave the home.
   private func killedCreate(home: String, keyfile: String, atManifestCopy: Bool) {
     let resolver = KeyStoreResolver { descriptor, _ in
-      KilledAt(inner: KeyfileStore(path: descriptor.keyfile ?? ""), manifestCopy: atManifestCopy)
+      InterposedKeyStore(KeyfileStore(path: descriptor.keyfile ?? "")) { call in
+        if case .storeKey = call { throw Killed() }
+        if atManifestCopy, call == .storeRecord(.manifestMirror) { throw Killed() }
+        return .forward
+      }
     }
     XCTAssertThrowsError(
       try Vault.create(home: home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile), resolver: resolver))

@@ -439,7 +439,10 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
   /// previous release and be "upgraded": a forged one then drove a retirement.
   func testAnUnsignedManifestIsNotAnOldVaultWhenTheKeyStoreHoldsASignedCopy() throws {
     let inner = InMemoryKeyStore()
-    let store = WithoutIntegrityKey(inner)
+    let hideIntegrityKey = LockedValue(false)
+    let store = InterposedKeyStore(inner) { call in
+      call == .loadRecord(.integrityKey) && hideIntegrityKey.withLock { $0 } ? .absent : .forward
+    }
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(inner))
     let legacy = """
@@ -451,7 +454,7 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
     unlink(path)
     XCTAssertTrue(
       FileManager.default.createFile(atPath: path, contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
-    store.hideIntegrityKey = true
+    hideIntegrityKey.withLock { $0 = true }
     XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
       XCTAssertEqual($0 as? VaultError, .integrityKeyMissing(store: .memory))
     }
@@ -531,32 +534,6 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
       XCTAssertEqual($0 as? VaultError, .storeMoved(home: vault.home))
     }
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.store.keyfile, temporary.sub("elsewhere/v.keys"))
-  }
-}
-
-/// Forwards to a memory store but can pretend the integrity-key record was deleted.
-final class WithoutIntegrityKey: KeyStore, @unchecked Sendable {
-  let inner: InMemoryKeyStore
-  var hideIntegrityKey = false
-  init(_ inner: InMemoryKeyStore) { self.inner = inner }
-  var kind: KeyStoreKind { .memory }
-  func checkWritable() throws {}
-  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-    try inner.loadKey(keyring: keyring, version: version)
-  }
-  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    try inner.storeKey(key, keyring: keyring, version: version)
-  }
-  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-    try inner.deleteKey(keyring: keyring, version: version)
-  }
-  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
-  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    if hideIntegrityKey, record == .integrityKey { return nil }
-    return try inner.loadRecord(record, keyring: keyring)
-  }
-  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
   }
 }
 

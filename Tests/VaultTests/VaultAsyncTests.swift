@@ -7,39 +7,28 @@ import XCTest
 
 @testable import Vault
 
-/// A key store that notes, for every read, whether it ran on a `BlockingWork` queue, and can be
-/// made slow (a Secret Service near its timeout).
-final class ObservedKeyStore: KeyStore {
-  let inner = InMemoryKeyStore()
+/// Notes, for every key store read, whether it ran on a `BlockingWork` queue, and can make each
+/// read slow (a Secret Service near its timeout).
+final class KeyStoreReads: Sendable {
   // LockedValue, not Mutex: ThreadSanitizer does not see Mutex's lock and reported the appends below as a race.
   let delay = LockedValue<UInt32>(0)
   let offPool = LockedValue<[Bool]>([])
-  var kind: KeyStoreKind { inner.kind }
+
+  /// A memory store whose reads are noted here.
+  func observedStore() -> InterposedKeyStore {
+    InterposedKeyStore(InMemoryKeyStore()) { [self] call in
+      switch call {
+      case .loadKey, .loadRecord: note()
+      default: break
+      }
+      return .forward
+    }
+  }
 
   private func note() {
     offPool.withLock { $0.append(BlockingWork.isCurrent) }
     let microseconds = delay.withLock { $0 }
     if microseconds > 0 { usleep(microseconds) }
-  }
-
-  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-    note()
-    return try inner.loadKey(keyring: keyring, version: version)
-  }
-  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    try inner.storeKey(key, keyring: keyring, version: version)
-  }
-  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-    try inner.deleteKey(keyring: keyring, version: version)
-  }
-  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
-  func checkWritable() throws { try inner.checkWritable() }
-  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    note()
-    return try inner.loadRecord(record, keyring: keyring)
-  }
-  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
   }
 }
 
@@ -47,14 +36,16 @@ final class ObservedKeyStore: KeyStore {
 /// results as the synchronous calls, the blocking work never on a thread of Swift's pool.
 final class VaultAsyncTests: XCTestCase {
   var temporary: TemporaryDirectory!
-  var store: ObservedKeyStore!
+  var reads: KeyStoreReads!
+  var store: InterposedKeyStore!
   var home: String { temporary.sub("home") }
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    store = ObservedKeyStore()
+    reads = KeyStoreReads()
+    store = reads.observedStore()
     _ = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
-    store.offPool.withLock { $0 = [] }
+    reads.offPool.withLock { $0 = [] }
   }
 
   override func tearDown() {
@@ -85,15 +76,15 @@ final class VaultAsyncTests: XCTestCase {
     } catch let error as EnvelopeError {
       XCTAssertEqual(error.code, expected)
     }
-    let reads = store.offPool.withLock { $0 }
-    XCTAssertFalse(reads.isEmpty, "the key store was read")
-    XCTAssertEqual(reads.filter { !$0 }.count, 0, "every key store read ran on a BlockingWork queue")
+    let observed = reads.offPool.withLock { $0 }
+    XCTAssertFalse(observed.isEmpty, "the key store was read")
+    XCTAssertEqual(observed.filter { !$0 }.count, 0, "every key store read ran on a BlockingWork queue")
   }
 
   /// Twice as many slow opens as the pool has threads finish in about the time of one, and a task
   /// started meanwhile runs at once: the waits hold no thread of the pool.
   func testSlowOpensDoNotHoldThePoolsThreads() async throws {
-    store.delay.withLock { $0 = 400_000 }
+    reads.delay.withLock { $0 = 400_000 }
     let calls = 2 * ProcessInfo.processInfo.activeProcessorCount
     let started = Date()
     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -108,7 +99,7 @@ final class VaultAsyncTests: XCTestCase {
     }
     // Each open reads the store more than once (0.4 s each); on the pool, the calls would queue
     // behind its threads and take at least twice as long as one call.
-    let one = 0.4 * Double(store.offPool.withLock { $0.count } / calls)
+    let one = 0.4 * Double(reads.offPool.withLock { $0.count } / calls)
     XCTAssertLessThan(Date().timeIntervalSince(started), one * 1.8)
   }
 
@@ -121,14 +112,14 @@ final class VaultAsyncTests: XCTestCase {
       _ = try await task.value
       XCTFail("opened although cancelled")
     } catch is CancellationError {}
-    XCTAssertEqual(store.offPool.withLock { $0.count }, 0, "the key store was never read")
+    XCTAssertEqual(reads.offPool.withLock { $0.count }, 0, "the key store was never read")
   }
 
   /// Cancelled while it runs, the call finishes and returns its result: nothing is undone.
   func testCancelledAfterStartFinishes() async throws {
-    store.delay.withLock { $0 = 300_000 }
+    reads.delay.withLock { $0 = 300_000 }
     let task = Task { [home, store] in try await Vault.open(home: home, resolver: .fixed(store!)) }
-    while store.offPool.withLock({ $0.isEmpty }) { try await Task.sleep(nanoseconds: 10_000_000) }
+    while reads.offPool.withLock({ $0.isEmpty }) { try await Task.sleep(nanoseconds: 10_000_000) }
     task.cancel()
     let vault = try await task.value
     let sealed = try await vault.seal(Data("x".utf8), context: "c")

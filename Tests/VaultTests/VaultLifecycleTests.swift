@@ -126,13 +126,13 @@ final class VaultLifecycleTests: XCTestCase {
   /// A rotation that stops after recording the pending version (the store failed mid-way) is
   /// finished by the next open once the store answers again.
   func testInterruptedRotationIsFinishedByTheNextOpen() throws {
-    let store = FlakyStore()
+    let (store, failing) = flakyStore()
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
-    store.failStores = true
+    failing.withLock { $0 = true }
     XCTAssertThrowsError(try vault.rotate())
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.versions.map(\.state), [.active, .pending])
-    store.failStores = false
+    failing.withLock { $0 = false }
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
     XCTAssertEqual(reopened.manifest.activeVersion, 2)
     XCTAssertEqual(reopened.manifest.versions.map(\.state), [.decryptOnly, .active])
@@ -148,14 +148,14 @@ final class VaultLifecycleTests: XCTestCase {
   /// failed storing the key) is still one after the next open finishes that version: an ordinary
   /// rotation refuses to go on, and `status` warns (review 7: the mark was a later, separate write).
   func testAStoppedCompromiseRotationStaysOneAfterTheNextOpen() throws {
-    let store = FlakyStore()
+    let (store, failing) = flakyStore()
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
-    store.failStores = true
+    failing.withLock { $0 = true }
     XCTAssertThrowsError(try vault.rotate([], options: RotationOptions(compromised: true, confirm: { _ in .purge })))
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.versions.map(\.state), [.active, .pending])
     XCTAssertEqual(try ManifestFile.read(home: vault.home).manifest.unfinishedCompromise, 2)
-    store.failStores = false
+    failing.withLock { $0 = false }
     let reopened = try Vault.open(home: vault.home, resolver: .fixed(store))
     XCTAssertEqual(reopened.manifest.activeVersion, 2)
     XCTAssertEqual(reopened.manifest.unfinishedCompromise, 2)
@@ -254,27 +254,15 @@ final class Sealed: @unchecked Sendable {
   var all: [([UInt8], [UInt8])] { lock.withLock { items } }
 }
 
-/// A store whose writes fail on demand, after its availability check has passed.
-final class FlakyStore: KeyStore, @unchecked Sendable {
-  let inner = InMemoryKeyStore()
-  var failStores = false
-  var kind: KeyStoreKind { .memory }
-  func checkWritable() throws {}
-  func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
-    try inner.loadKey(keyring: keyring, version: version)
+/// A memory store whose key writes fail (EIO) while `failing` is true, after its availability
+/// check has passed.
+func flakyStore() -> (store: InterposedKeyStore, failing: LockedValue<Bool>) {
+  let failing = LockedValue(false)
+  let store = InterposedKeyStore(InMemoryKeyStore()) { call in
+    if case .storeKey = call, failing.withLock({ $0 }) {
+      throw KeyStoreError.io(path: "flaky", operation: "write", errno: EIO)
+    }
+    return .forward
   }
-  func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    if failStores { throw KeyStoreError.io(path: "flaky", operation: "write", errno: EIO) }
-    try inner.storeKey(key, keyring: keyring, version: version)
-  }
-  func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
-    try inner.deleteKey(keyring: keyring, version: version)
-  }
-  func storedVersions(keyring: KeyringID) throws -> [UInt32] { try inner.storedVersions(keyring: keyring) }
-  func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
-    try inner.loadRecord(record, keyring: keyring)
-  }
-  func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws {
-    try inner.storeRecord(record, bytes: bytes, keyring: keyring)
-  }
+  return (store, failing)
 }
