@@ -13,8 +13,7 @@ final class BackupCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
     for i in 0..<3 {
       let put = try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("\(canary) \(i)".utf8))
       XCTAssertEqual(put.status, 0, put.error)

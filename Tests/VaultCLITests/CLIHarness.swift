@@ -40,6 +40,12 @@ func vault(
   try Spawn.run(vaultBinary(), arguments, input: input, environment: environment)
 }
 
+/// Makes a keyfile vault at `home` with `vault init`, failing the test unless it succeeded.
+func initKeyfileVault(home: String, keyfile: String, file: StaticString = #filePath, line: UInt = #line) throws {
+  let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
+  XCTAssertEqual(created.status, 0, created.error, file: file, line: line)
+}
+
 /// The current environment with changes (nil removes a variable).
 func environment(_ changes: [String: String?]) -> [String: String] {
   var env = ProcessInfo.processInfo.environment

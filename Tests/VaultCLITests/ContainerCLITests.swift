@@ -11,8 +11,7 @@ final class ContainerCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: keyfile)
   }
 
   override func tearDown() { temporary = nil }

@@ -22,8 +22,7 @@ final class ContextBytesTests: XCTestCase {
 
   func testContextsDifferingOnlyInInvalidUTF8NeverOpenEachOthersEnvelopes() throws {
     let home = temporary.sub("home")
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
     let plaintext = Array("bound to its place".utf8)
 
     let sealed = try run("seal", home: home, context: "ctx\\377", input: plaintext)

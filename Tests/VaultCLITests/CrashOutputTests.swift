@@ -105,8 +105,7 @@ final class CrashOutputTests: XCTestCase {
     // proves is the handler as built, which TSan replaces.
     try XCTSkipIf(Sanitizer.current == .thread, "ThreadSanitizer replaces the fatal-signal handling under test")
     let home = temporary.sub("home")
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("keys/v.keys"))
     let memo = (vaultBinary() as NSString).deletingLastPathComponent + "/memo"
     for (name, arguments) in [("vault", [vaultBinary(), "seal", "--context", "c"]), ("memo", [memo, "send"])] {
       for signal in [SIGSEGV, SIGQUIT] {
@@ -140,8 +139,7 @@ final class CrashOutputTests: XCTestCase {
     // replaces.
     try XCTSkipIf(Sanitizer.current == .thread, "ThreadSanitizer replaces the fatal-signal handling under test")
     let home = temporary.sub("home")
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("keys/v.keys"))
     for blocked in [[SIGALRM], []] {
       var full: [Int32] = [0, 0]
       XCTAssertEqual(pipe(&full), 0)

@@ -91,8 +91,7 @@ final class FlushRefusalCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/k.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/k.keys"))
     try "test-token".write(toFile: token, atomically: true, encoding: .utf8)
     for type in ["a", "b"] { XCTAssertEqual(try vault(["--home", home, "telemetry", "log", type]).status, 0) }
   }

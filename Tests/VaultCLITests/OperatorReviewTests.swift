@@ -13,8 +13,7 @@ final class OperatorReviewTests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
   }
 
   // XCTest keeps every test case object to the end of the run, so the directory's deinit would

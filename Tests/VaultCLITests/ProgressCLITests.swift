@@ -12,8 +12,7 @@ final class ProgressCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
     for i in 0..<3 {
       XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("r\(i)".utf8)).status, 0)
     }

@@ -10,8 +10,7 @@ final class QueueListingTests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("keys/v.keys"))
     ids = (0..<5).map { String(format: "00000000-0000-4000-8000-%012d", $0) }
     for (index, id) in ids.enumerated() {
       let queue = index % 2 == 0 ? "even" : "odd"

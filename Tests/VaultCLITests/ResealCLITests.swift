@@ -13,8 +13,7 @@ final class ResealCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("keys/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("keys/v.keys"))
     try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: false)
   }
 

@@ -12,8 +12,7 @@ final class RotationCLITests: XCTestCase {
 
   override func setUpWithError() throws {
     temporary = TemporaryDirectory()
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
   }
 
   override func tearDown() { temporary = nil }

@@ -7,8 +7,7 @@ final class ScanCLITests: XCTestCase {
   /// A keyfile vault in `temporary/home` (its keyfile outside the home, as by default).
   private func makeHome(_ temporary: TemporaryDirectory) throws -> String {
     let home = temporary.sub("home")
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
     return home
   }
 

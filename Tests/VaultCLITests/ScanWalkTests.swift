@@ -61,8 +61,7 @@ final class ScanWalkTests: XCTestCase {
   /// A vault home with `count` records in `queue.sqlite`.
   private func makeHome(_ temporary: TemporaryDirectory, records count: Int) throws -> String {
     let home = temporary.sub("home")
-    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
-    XCTAssertEqual(created.status, 0, created.error)
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
     for i in 0..<count { try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("r\(i)".utf8)) }
     return home
   }

@@ -27,18 +27,44 @@ public enum TestKeyring {
     try waitUntilUnlocked()
   }
 
+  /// Waits (up to 10 s) until the daemon that owns the Secret Service's name has the login
+  /// collection unlocked.
+  ///
+  /// The probe goes to the owner's unique name, never to `org.freedesktop.secrets`: a call to that
+  /// name in the moment between the old daemon leaving and the new one taking it (`--replace`)
+  /// makes D-Bus start a third daemon, locked, which every later test then finds (seen under
+  /// load as "still locked" here, then "no default collection" in the tests after it).
   public static func waitUntilUnlocked() throws {
     for _ in 0..<100 {
-      let probe = try Spawn.run(
-        "/usr/bin/gdbus",
-        [
-          "introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
-          "/org/freedesktop/secrets/collection/login", "--only-properties",
-        ])
-      if probe.outputText.contains("Locked = false") { return }
+      if let owner = try serviceOwner() {
+        let probe = try Spawn.run(
+          "/usr/bin/gdbus",
+          [
+            "introspect", "--session", "--dest", owner, "--object-path", "/org/freedesktop/secrets/collection/login",
+            "--only-properties",
+          ])
+        if probe.outputText.contains("Locked = false") { return }
+      }
       Thread.sleep(forTimeInterval: 0.1)
     }
     throw TestKeyringError.command("waiting for the keyring", "still locked after 10 s")
+  }
+
+  /// The unique bus name (":1.42") of the process that owns `org.freedesktop.secrets` now, or nil
+  /// while nobody does. Asking the bus itself starts nothing.
+  static func serviceOwner() throws -> String? {
+    let result = try Spawn.run(
+      "/usr/bin/gdbus",
+      [
+        "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+        "--method", "org.freedesktop.DBus.GetNameOwner", "org.freedesktop.secrets",
+      ])
+    // Prints "(':1.42',)"; fails with NameHasNoOwner while the name is free.
+    guard result.status == 0, let start = result.outputText.firstIndex(of: "'") else { return nil }
+    let rest = result.outputText[result.outputText.index(after: start)...]
+    guard let end = rest.firstIndex(of: "'") else { return nil }
+    let name = String(rest[..<end])
+    return name.hasPrefix(":") ? name : nil
   }
 
   /// Stops or resumes the keyring daemon (SIGSTOP makes a provider that never answers).
