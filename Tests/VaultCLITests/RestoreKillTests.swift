@@ -165,6 +165,40 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertGreaterThan(kills, 20, "the restore was killed at every step")
   }
 
+  /// Two operators (or a script run twice) restoring the same bundle into the same new home at
+  /// once: one restores it, the other finishes it too or is refused as "a vault already exists",
+  /// and the home holds one vault with every record, whoever came second (neither takes the
+  /// other's files for leftovers of a stopped restore and clears them).
+  func testTwoRestoresRacingIntoOneHomeLeaveOneVaultWithEveryRecord() throws {
+    let home = temporary.sub("restored")
+    let restore = [
+      "restore", bundle, "--into", home, "--passphrase-file", passphraseFile, "--store", "keyfile", "--keyfile",
+      temporary.sub("restored-keys/v.keys"),
+    ]
+    var outcomes: [Int32: Int] = [:]
+    for round in 1...8 {
+      try? FileManager.default.removeItem(atPath: home)
+      try? FileManager.default.removeItem(atPath: temporary.sub("restored-keys"))
+      let first = try Spawn.start(vaultBinary(), restore)
+      let second = try Spawn.start(vaultBinary(), restore)
+      let results = [first.finish(), second.finish()]
+      for result in results {
+        outcomes[result.status, default: 0] += 1
+        XCTAssertTrue([0, 1].contains(result.status), "round \(round): \(result.status) \(result.error)")
+        if result.status == 1 {
+          XCTAssertTrue(result.error.contains("already"), "round \(round): \(result.error)")
+        }
+      }
+      XCTAssertTrue(results.contains { $0.status == 0 }, "round \(round): one restore finished")
+      XCTAssertEqual(try total(home, container: "queue.sqlite"), 4, "round \(round)")
+      XCTAssertEqual(try total(home, container: "other.sqlite"), 2, "round \(round)")
+      XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/restore-unfinished"), "round \(round)")
+      let verify = try vault(["scan", "--verify", "--home", home, home])
+      XCTAssertEqual(verify.status, 0, "round \(round): \(verify.outputText) \(verify.error)")
+    }
+    print("racing restores, exit statuses over 8 rounds: \(outcomes)")
+  }
+
   func testARestoreKilledAtAnyStepIntoTheSecretServiceIsFinishedByRunningItAgain() throws {
     XCTAssertGreaterThan(try killEachStep(of: "fsync,fdatasync", store: ["--store", "secret-service"]), 10)
   }
