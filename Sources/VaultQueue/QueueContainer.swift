@@ -410,6 +410,12 @@ public final class QueueContainer: @unchecked Sendable {
           }
         }
         if let special = specialFile(at: path, reported: path) { throw special }
+        // A disk without a free block or inode cannot make the -wal or -shm beside the file; SQLite
+        // then retries read-only and reports that retry's errno (ENOENT: no such -wal), which
+        // would send the operator looking for a file that is there.
+        if fileSystemIsFull(holding: (path as NSString).deletingLastPathComponent) {
+          throw QueueError.diskFull(path: path)
+        }
         throw QueueError.cannotOpen(
           path: path, reason: error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message)
       }
@@ -418,6 +424,15 @@ public final class QueueContainer: @unchecked Sendable {
       if let special = specialFile(at: path, reported: path) { throw special }
       throw QueueError.storage(path: path, detail: error.description)
     }
+  }
+
+  /// Whether the file system holding `directory` has no block or no inode left for this user
+  /// (statvfs), so no new file can be made there. A file system that reports no inode count at
+  /// all (btrfs) is judged by its blocks alone.
+  static func fileSystemIsFull(holding directory: String) -> Bool {
+    var info = statvfs()
+    guard statvfs(directory.isEmpty ? "." : directory, &info) == 0 else { return false }
+    return info.f_bavail == 0 || (info.f_files > 0 && info.f_favail == 0)
   }
 
   /// The error for something other than a regular file (a FIFO, socket, device, symlink or

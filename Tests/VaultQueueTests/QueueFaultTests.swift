@@ -29,8 +29,9 @@ final class QueueFaultTests: XCTestCase {
     temporary = nil
   }
 
-  private func mount(size: String) throws {
-    let result = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint])
+  private func mount(size: String, inodes: Int? = nil) throws {
+    let options = "size=\(size)" + (inodes.map { ",nr_inodes=\($0)" } ?? "")
+    let result = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", options, "tmpfs", mountPoint])
     XCTAssertEqual(result.status, 0, result.error)
   }
 
@@ -64,6 +65,40 @@ final class QueueFaultTests: XCTestCase {
     let claimed = try queue.claim(queue: "q", maxCount: 10_000, maxBytes: 1 << 30)
     XCTAssertEqual(claimed.map(\.id), stored + [late])
     XCTAssertTrue(claimed.allSatisfy { $0.payloadBytes == payload })
+  }
+
+  /// A disk with blocks to spare but no free inode cannot make the -wal and -shm an open needs;
+  /// SQLite then retries read-only and reports that retry's ENOENT, which read as "could not
+  /// open queue.sqlite: No such file or directory" on every command, rotate included.
+  func testADiskWithoutFreeInodesIsReportedFullNotMissing() throws {
+    try mount(size: "4m", inodes: 64)
+    let path = mountPoint + "/queue.sqlite"
+    let id = UUID()
+    do {
+      let queue = try QueueContainer(path: path, vault: vault)
+      try queue.enqueue([1, 2, 3], queue: "q", id: id)
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: path + "-wal"), "the last close removes the log")
+    var fillers: [String] = []
+    while true {
+      let filler = mountPoint + "/filler-\(fillers.count)"
+      let fd = open(filler, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+      if fd < 0 {
+        XCTAssertEqual(errno, ENOSPC)
+        break
+      }
+      close(fd)
+      fillers.append(filler)
+    }
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault).enqueue([4], queue: "q")) { error in
+      XCTAssertEqual(error as? QueueError, .diskFull(path: path), "\(error)")
+    }
+    XCTAssertThrowsError(try QueueContainer(path: path, vault: vault).stats()) { error in
+      XCTAssertEqual(error as? QueueError, .diskFull(path: path), "\(error)")
+    }
+    for filler in fillers { unlink(filler) }
+    let queue = try QueueContainer(path: path, vault: vault)
+    XCTAssertEqual(try queue.claim(queue: "q").map(\.id), [id])
   }
 
   func testReadOnlyFileSystemIsReportedAndNothingChanges() throws {
