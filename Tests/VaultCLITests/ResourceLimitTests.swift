@@ -41,6 +41,22 @@ final class ResourceLimitTests: XCTestCase {
     }
   }
 
+  /// On Linux the Swift runtime finds a program's arguments through /proc/self/maps. A chroot or
+  /// sandbox without /proc left it with none, not even the program's name, and every command
+  /// trapped (SIGILL, "Range requires lowerBound <= upperBound") before it could say why.
+  func testWithoutProcTheCommandSaysSoInsteadOfTrapping() throws {
+    try XCTSkipUnless(geteuid() == 0, "a mount namespace without /proc needs root (CI runs as root)")
+    try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"), "unshare (util-linux)")
+    let run = try shell(
+      "exec /usr/bin/unshare -m --propagation private /bin/sh -c 'umount -l /proc && exec \"$VAULT\" --version'",
+      home: home)
+    try XCTSkipIf(run.error.contains("unshare:"), "no mount namespace here: \(run.error)")
+    assertNoTrap(run, "vault --version without /proc")
+    XCTAssertEqual(run.status, 2, run.error)
+    XCTAssertTrue(run.error.hasPrefix("Error: could not read the command line"), run.error)
+    XCTAssertTrue(run.error.contains("mount /proc"), run.error)
+  }
+
   func testLowSoftOpenFileLimitIsRaisedToWhatIsNeeded() throws {
     let run = try shell("ulimit -Sn 8 && exec \"$MEMO\" send 'a memo'", home: home)
     assertNoTrap(run, "memo send with a soft limit of 8")
