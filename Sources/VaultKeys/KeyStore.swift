@@ -236,6 +236,11 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "keyfile \(path) is corrupt (\(reason)); restore it from a backup: no new key was made"
     case .foreignKeyfile(let path, let found, let expected):
       "keyfile \(path) belongs to vault \(found), not \(expected); use this vault's keyfile"
+    case .io(let path, let operation, let code) where code == ENOSPC || code == EDQUOT:
+      // A full disk is not damage: the file a write replaces stays as it was (atomicWrite), so the
+      // fix is space, never a restore.
+      "\(operation) \(path) failed: \(String(cString: strerror(code))); the disk (or quota) holding "
+        + "\((path as NSString).deletingLastPathComponent) is full: free space there and retry"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
     case .recordTooLarge(let record, let byteCount, let limit):

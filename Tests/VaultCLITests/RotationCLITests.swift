@@ -17,6 +17,52 @@ final class RotationCLITests: XCTestCase {
 
   override func tearDown() { temporary = nil }
 
+  /// A keyfile on a full disk (its own small file system, the rest of the vault on another):
+  /// `rotate` says which disk is full and to free space there, not only "No space left on
+  /// device" under a temporary file's name; nothing is lost and no key is made in place of one,
+  /// and once there is space the same command rotates.
+  func testAFullKeyfileDiskNamesTheDiskAndTheRerunRotates() throws {
+    try XCTSkipUnless(geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)")
+    let mount = temporary.sub("small")
+    try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+    let mounted = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", mount])
+    try XCTSkipUnless(mounted.status == 0, "cannot mount a small tmpfs here: \(mounted.error)")
+    defer { _ = try? Spawn.run("/bin/umount", [mount]) }
+    let home = temporary.sub("full-home")
+    let keys = mount + "/keys"
+    XCTAssertEqual(mkdir(keys, 0o700), 0)
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keys + "/v.keys"]).status, 0)
+    for index in 0..<3 {
+      let put = try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("record \(index)".utf8))
+      XCTAssertEqual(put.status, 0, put.error)
+    }
+    let check = try Vault.open(home: home).manifest.record(1)?.check
+    XCTAssertNotNil(check)
+    // Fill what is left of the small disk.
+    let filler = mount + "/filler"
+    let fd = open(filler, O_CREAT | O_WRONLY, 0o600)
+    XCTAssertGreaterThanOrEqual(fd, 0)
+    while [UInt8](repeating: 0, count: 1024).withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+    close(fd)
+
+    let full = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(full.status, 1, full.error)
+    XCTAssertTrue(
+      full.error.contains("the disk (or quota) holding \(keys) is full: free space there and retry"), full.error)
+    XCTAssertFalse(full.error.contains("corrupt") || full.error.contains("restore"), full.error)
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keys), ["v.keys"], "no temporary left")
+
+    XCTAssertEqual(unlink(filler), 0)
+    let rotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    let opened = try Vault.open(home: home)
+    XCTAssertEqual(opened.manifest.record(1)?.check, check, "version 1 is the key it was")
+    XCTAssertEqual(opened.manifest.activeVersion, 2)
+    let records = try QueueContainer(path: home + "/queue.sqlite", vault: opened).claim(queue: "q", maxCount: 10)
+    XCTAssertEqual(
+      Set(records.map { String(decoding: $0.payloadBytes, as: UTF8.self) }), ["record 0", "record 1", "record 2"])
+  }
+
   private func shell(_ script: String, input: [UInt8] = []) throws -> Spawned {
     try Spawn.run("/bin/sh", ["-c", script], input: input)
   }
