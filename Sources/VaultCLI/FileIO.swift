@@ -127,8 +127,12 @@ enum FileIO {
       throw FileError.outputFailed(path: path, errno: code)
     }
     linked = true
-    unlink(temporary)
+    // The temporary is now a second name for the same bytes (the plaintext, for `open -o`): left
+    // behind, it would outlive the output when that is deleted. unlink can fail (EIO); say so.
+    let removed = unlink(temporary) == 0 || errno == ENOENT || unlink(temporary) == 0 || errno == ENOENT
+    let code = errno
     syncDirectory(of: path)
+    guard removed else { throw FileError.temporaryLeft(path: path, temporary: temporary, errno: code) }
   }
 
   private static func kind(_ mode: mode_t) -> String {
@@ -149,6 +153,9 @@ enum FileError: Error, Equatable, CustomStringConvertible {
   case inputEmpty(path: String)
   case outputExists(path: String)
   case outputFailed(path: String, errno: Int32)
+  /// `path` was written, but the temporary file it was linked from, a second name for the same
+  /// bytes, could not be removed.
+  case temporaryLeft(path: String, temporary: String, errno: Int32)
 
   var description: String {
     switch self {
@@ -160,6 +167,9 @@ enum FileError: Error, Equatable, CustomStringConvertible {
       "\(path) already exists; vault never overwrites a file with -o: remove it or choose another name"
     case .outputFailed(let path, let code):
       "could not write \(path): \(String(cString: strerror(code))) (nothing was written there)"
+    case .temporaryLeft(let path, let temporary, let code):
+      "wrote \(path), but could not remove \(temporary), a second name for the same bytes "
+        + "(\(String(cString: strerror(code)))); remove it yourself, or it outlives \(path)"
     }
   }
 }

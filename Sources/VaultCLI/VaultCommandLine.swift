@@ -124,6 +124,8 @@ public struct VaultCommandLine {
       if case .missing = failure { return (failure.description, .couldNotRun) }
       return (failure.description, .failure)
     case let failure as InputError: return (failure.description, .couldNotRun)
+    // The output was written: the command ran, and what is left to do is a removal.
+    case FileError.temporaryLeft: return ("\(error)", .failure)
     case let failure as FileError: return (failure.description, .couldNotRun)
     case let failure as ArmorError:
       if case .tooLarge = failure { return (failure.description, .couldNotRun) }

@@ -67,3 +67,18 @@ func vaultKilled(
     strace, ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + arguments,
     input: input, environment: environment)
 }
+
+/// Runs the real binary with `arguments` while strace makes the system calls in `calls` (a
+/// comma-separated strace set such as "unlink,unlinkat") fail with `error` (an errno name such as
+/// "EIO") at the invocations `when` selects (strace's syntax: "3" the third, "1+" every one).
+func vaultFailing(
+  _ calls: String, with error: String, when: String, _ arguments: [String], input: [UInt8] = [],
+  environment: [String: String]? = nil
+) throws -> Spawned {
+  let strace = try XCTUnwrap(
+    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+    "strace is installed by tools/setup.sh")
+  return try Spawn.run(
+    strace, ["-f", "-o", "/dev/null", "-e", "inject=\(calls):error=\(error):when=\(when)", vaultBinary()] + arguments,
+    input: input, environment: environment)
+}

@@ -32,6 +32,26 @@ final class SealOpenFilesTests: XCTestCase {
     (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as! NSNumber).intValue
   }
 
+  /// `-o` writes a temporary file, links it to OUT and unlinks the temporary. An unlink that
+  /// failed (EIO) was not looked at: `open -o` exited 0 and left `.OUT.vault-XXXXXX`, a second
+  /// name for the plaintext that outlived OUT once it was deleted. Now the command says so.
+  func testATemporaryThatCannotBeRemovedIsReportedNotLeftSilently() throws {
+    let sealed = try vault(["--home", home, "seal", "--context", "c", "-o", work + "/env.bin"], input: secret)
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    let out = work + "/plain.txt"
+    let opened = try vaultFailing(
+      "unlink,unlinkat", with: "EIO", when: "1+",
+      ["--home", home, "open", "--context", "c", "-o", out, work + "/env.bin"])
+    XCTAssertEqual(opened.status, 1, opened.error)
+    XCTAssertEqual(try contents(out), secret, "the output itself is whole")
+    let names = try listing()
+    let left = names.filter { $0.hasPrefix(".plain.txt.vault-") }
+    XCTAssertEqual(left.count, 1, "the injected failure left the temporary: \(names)")
+    XCTAssertTrue(
+      opened.error.hasPrefix("Error: wrote \(out), but could not remove \(work)/\(left.first ?? "?")"), opened.error)
+    XCTAssertTrue(opened.error.contains("Input/output error"), opened.error)
+  }
+
   func testFileInFileOutRoundTripsAtomicallyWithMode0600() throws {
     let plain = try file("plain.txt", secret)
     let sealed = try vault(["--home", home, "seal", "--context", "c", "-o", work + "/env.bin", plain])
