@@ -158,7 +158,7 @@ extension Vault {
       return vault
     } catch {
       unlink(ManifestFile.path(home: home))
-      for container in placed { unlink(container.path) }
+      for container in placed { removeContainerFile(container.path) }
       if madeKeyfile, let path = descriptor.keyfile {
         unlink(path)
         // Nothing of this restore is left anywhere: the home is as empty as it was.
@@ -166,6 +166,13 @@ extension Vault {
       }
       throw error
     }
+  }
+
+  /// Removes a container file a failed restore placed, with the -wal, -shm and -journal SQLite
+  /// made beside it: a commit that failed (EIO, a full disk) leaves its log, envelopes and all,
+  /// and a home holding it is "not empty" to the rerun, which then refuses to restore.
+  package static func removeContainerFile(_ path: String) {
+    for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
   }
 
   /// The name of the marker a restore leaves in its home until it is finished: no container may

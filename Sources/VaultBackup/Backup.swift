@@ -258,7 +258,7 @@ public enum Backup {
           }
           try syncDirectory(home)
         } catch {
-          for record in placed { unlink(record.path) }
+          for record in placed { Vault.removeContainerFile(record.path) }
           throw error
         }
         return placed

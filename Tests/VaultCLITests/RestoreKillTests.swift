@@ -85,6 +85,40 @@ final class RestoreKillTests: XCTestCase {
     return kills
   }
 
+  /// Fails a restore's `step`th call of `calls` with `error` (not a kill: the restore sees the
+  /// error and undoes what it made) at the 1st, 2nd, … such call until one runs to the end; after
+  /// each failure the same command run again restores every record.
+  private func failEachStep(of calls: String, with error: String, limit: Int = 60) throws -> Int {
+    let home = temporary.sub("restored")
+    let restore = [
+      "restore", bundle, "--into", home, "--passphrase-file", passphraseFile, "--store", "keyfile", "--keyfile",
+      temporary.sub("restored-keys/v.keys"),
+    ]
+    var failures = 0
+    for step in 1...limit {
+      try? FileManager.default.removeItem(atPath: home)
+      try? FileManager.default.removeItem(atPath: temporary.sub("restored-keys"))
+      XCTAssertEqual(mkdir(temporary.sub("restored-keys"), 0o700), 0)
+      let failed = try vaultFailing(calls, with: error, when: "\(step)", restore)
+      if failed.status == 0 { break }
+      failures += 1
+      XCTAssertTrue([1, 2].contains(failed.status), "\(calls) #\(step): \(failed.status) \(failed.error)")
+      XCTAssertFalse(failed.error.contains("corrupt"), "\(calls) #\(step): \(failed.error)")
+      let rerun = try vault(restore)
+      XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
+      XCTAssertEqual(try total(home, container: "queue.sqlite"), 4, "\(calls) #\(step)")
+      XCTAssertEqual(try total(home, container: "other.sqlite"), 2, "\(calls) #\(step)")
+    }
+    return failures
+  }
+
+  /// A restore whose sync failed (EIO) after a container was placed and opened removed the
+  /// container file but not the -wal and -shm SQLite had made beside it; the rerun then found
+  /// the home "not empty" and refused, and the -wal kept the container's envelopes there.
+  func testARestoreFailingAtEachSyncIsRunAgainCleanly() throws {
+    XCTAssertGreaterThan(try failEachStep(of: "fsync,fdatasync", with: "EIO"), 5)
+  }
+
   /// Kills a merge of the bundle into its own home at each sync and rename, `reset` first each
   /// time; after each kill the merge runs again and the container at `container` must hold both
   /// of its records, pending (never in review as "maybe delivered").
