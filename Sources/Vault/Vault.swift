@@ -137,12 +137,14 @@ public final class Vault: Sendable {
       _ = try? KeyfileStore(path: path).removeLeftoverTemporaryFiles()
     }
 
-    // The integrity key goes first: every manifest, from the first, is authenticated by it.
     let integrityKey = try SymmetricKey.generate()
-    try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
     let manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()), home: home)
     let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)
     do {
+      // The integrity key goes first: every manifest, from the first, is authenticated by it. Its
+      // write can fail after the keyfile is in place (the directory's fsync): undone below too, or
+      // a keyless keyfile would stay under an id no vault has.
+      try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
       try vault.save(manifest)
       try vault.completePendingVersion()
     } catch {

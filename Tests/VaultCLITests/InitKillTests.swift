@@ -106,6 +106,35 @@ final class InitKillTests: XCTestCase {
     XCTAssertGreaterThan(kills, 20, "init was killed at every step")
   }
 
+  /// `init` failing (EIO, not a kill) at each sync in turn: the retry works, and the failed run
+  /// leaves no keyfile that holds no key. Storing the integrity key was outside the undo, so a
+  /// failed fsync of the keyfile's directory left `<id>.keys` with only that record, under an id
+  /// no vault has (the retry picks a new one), for good.
+  func testADefaultKeyfileInitFailingAtEachSyncLeavesNoKeylessKeyfile() throws {
+    let keys = temporary.sub("config/vault-keys")
+    var failures = 0
+    for step in 1...60 {
+      try? FileManager.default.removeItem(atPath: home)
+      try? FileManager.default.removeItem(atPath: temporary.sub("config"))
+      let failed = try vaultFailing(
+        "fsync,fdatasync", with: "EIO", when: "\(step)", ["--home", home, "init", "--store", "keyfile"],
+        environment: env)
+      if failed.status == 0 { break }
+      failures += 1
+      XCTAssertEqual(failed.status, 1, "fsync #\(step): \(failed.error)")
+      for name in (try? FileManager.default.contentsOfDirectory(atPath: keys)) ?? [] {
+        let keyring = try XCTUnwrap(KeyringID(hex: String(name.prefix(16))), "fsync #\(step): \(name)")
+        let versions = try KeyfileStore(path: keys + "/" + name).storedVersions(keyring: keyring)
+        XCTAssertFalse(versions.isEmpty, "fsync #\(step): \(name) holds no key and no vault uses it")
+      }
+      if !ManifestFile.exists(home: home) {
+        let rerun = try vault(["--home", home, "init", "--store", "keyfile"], environment: env)
+        XCTAssertEqual(rerun.status, 0, "fsync #\(step): \(rerun.error)")
+      }
+    }
+    XCTAssertGreaterThan(failures, 5)
+  }
+
   func testADefaultKeyfileInitKilledAtAnyRenameIsRetried() throws {
     XCTAssertGreaterThan(try killEachStep(of: "rename,renameat,renameat2", init: ["--store", "keyfile"]), 5)
   }
