@@ -102,7 +102,18 @@ final class QueueFaultTests: XCTestCase {
   }
 
   func testReadOnlyFileSystemIsReportedAndNothingChanges() throws {
-    try mount(size: "4m")
+    try assertReadOnlyIsReported(full: false)
+  }
+
+  /// A read-only file system with no free inode (squashfs and ISO images report none) is read-only
+  /// to the operator, not full: freeing space there is not the fix (the full-disk check of a
+  /// failed open must not come first).
+  func testAFullReadOnlyFileSystemIsReportedReadOnly() throws {
+    try assertReadOnlyIsReported(full: true)
+  }
+
+  private func assertReadOnlyIsReported(full: Bool) throws {
+    try mount(size: "4m", inodes: full ? 64 : nil)
     let path = mountPoint + "/queue.sqlite"
     let id = UUID()
     do {
@@ -110,13 +121,23 @@ final class QueueFaultTests: XCTestCase {
       try queue.enqueue([1, 2, 3], queue: "q", id: id)
       try queue.checkpoint()
     }
+    var fillers = 0
+    while full, case let fd = open(mountPoint + "/filler-\(fillers)", O_CREAT | O_EXCL | O_WRONLY, 0o600), fd >= 0 {
+      close(fd)
+      fillers += 1
+    }
     let remount = try Spawn.run("/bin/mount", ["-o", "remount,ro", mountPoint])
     XCTAssertEqual(remount.status, 0, remount.error)
     XCTAssertThrowsError(try QueueContainer(path: path, vault: vault).enqueue([4], queue: "q")) { error in
       XCTAssertEqual(error as? QueueError, .readOnly(path: path), "\(error)")
       XCTAssertTrue(String(describing: error).contains("read-only"))
     }
+    // A container to be made there: not "full" either.
+    XCTAssertThrowsError(try QueueContainer(path: mountPoint + "/new.sqlite", vault: vault)) { error in
+      XCTAssertEqual(error as? QueueError, .readOnly(path: mountPoint + "/new.sqlite"), "\(error)")
+    }
     _ = try Spawn.run("/bin/mount", ["-o", "remount,rw", mountPoint])
+    for filler in 0..<fillers { unlink(mountPoint + "/filler-\(filler)") }
     let queue = try QueueContainer(path: path, vault: vault)
     XCTAssertEqual(try queue.claim(queue: "q").map(\.payloadBytes), [[1, 2, 3]])
   }
