@@ -1,5 +1,5 @@
-// C boundary: `seal` and `open` files through open(2), fstat(2), read(2), mkstemp(3), fsync(2),
-// link(2) and unlink(2). Everything else in the command line reads and writes standard streams.
+// C boundary: `seal` and `open` files through open(2) (O_TMPFILE), fstat(2), read(2), mkstemp(3),
+// fsync(2), linkat(2), link(2) and unlink(2). Everything else in the command line reads and writes standard streams.
 import Foundation
 import Vault
 
@@ -97,12 +97,18 @@ enum FileIO {
 
   /// Writes `bytes` to a new file at `path`, mode 0600, never replacing anything there.
   ///
-  /// The bytes go to a temporary file in the same directory, which is flushed to disk and then
-  /// linked to `path` (link(2) fails if `path` exists, so the check and the creation are one step)
-  /// and unlinked; the directory is flushed too. `path` therefore either does not exist or holds
-  /// all of `bytes`. The temporary file is removed on every failure this function sees.
+  /// The bytes go to a file without a name (O_TMPFILE) in the same directory, which is flushed to
+  /// disk and then linked to `path` (linkat(2) fails if `path` exists, so the check and the
+  /// creation are one step); the directory is flushed too. `path` therefore either does not exist
+  /// or holds all of `bytes`, and a process killed at any point leaves no other name for them
+  /// (the plaintext `open` writes, in a hidden file nobody would know to remove). Where the file
+  /// system or the kernel has no O_TMPFILE, or /proc is not mounted, a named temporary file
+  /// beside `path` is linked and unlinked instead, removed on every failure this function sees.
   /// - Throws: `FileError.outputExists` or `.outputFailed`.
   static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+    if let fd = anonymousFile(beside: path) {
+      return try writeAnonymously(fd, bytes, to: path)
+    }
     guard let (fd, temporary) = temporaryFile(beside: path) else {
       throw FileError.outputFailed(path: path, errno: errno)
     }
@@ -133,6 +139,38 @@ enum FileIO {
     let code = errno
     syncDirectory(of: path)
     guard removed else { throw FileError.temporaryLeft(path: path, temporary: temporary, errno: code) }
+  }
+
+  /// Linux's O_TMPFILE, which Glibc's module does not export (a macro of macros): `__O_TMPFILE`,
+  /// 020000000 on x86_64 and aarch64, with O_DIRECTORY.
+  private static let temporaryFileFlag = Int32(0o20_000_000) | O_DIRECTORY
+
+  /// A new file without a name (O_TMPFILE, mode 0600) in the directory of `path`, or nil when
+  /// this file system or kernel makes none or /proc (needed to give it a name) is not mounted;
+  /// the caller then uses a named temporary file.
+  private static func anonymousFile(beside path: String) -> Int32? {
+    guard access("/proc/self/fd", X_OK) == 0 else { return nil }
+    let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+    let fd = open(directory, temporaryFileFlag | O_WRONLY | O_CLOEXEC, 0o600)
+    return fd >= 0 ? fd : nil
+  }
+
+  /// Writes `bytes` to the nameless file `fd`, flushes it, and links it to `path` (EEXIST when
+  /// anything is there), then flushes the directory. Closes `fd`; a failure leaves no file.
+  private static func writeAnonymously(_ fd: Int32, _ bytes: [UInt8], to path: String) throws {
+    defer { close(fd) }
+    func check(_ ok: Bool) throws {
+      guard ok else { throw FileError.outputFailed(path: path, errno: errno) }
+    }
+    try check(fchmod(fd, 0o600) == 0)
+    try check(FileIO.writeAll(fd, bytes))
+    try check(fsync(fd) == 0)
+    guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0 else {
+      let code = errno
+      if code == EEXIST { throw FileError.outputExists(path: path) }
+      throw FileError.outputFailed(path: path, errno: code)
+    }
+    syncDirectory(of: path)
   }
 
   private static func kind(_ mode: mode_t) -> String {

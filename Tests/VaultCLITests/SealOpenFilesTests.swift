@@ -80,6 +80,55 @@ final class SealOpenFilesTests: XCTestCase {
     XCTAssertEqual(try listing(), ["env.bin"])
   }
 
+  /// `open -o OUT` and `seal -o OUT` killed at each write, fsync, link and unlink (strace): OUT
+  /// is absent or whole, with one name, and nothing else in its directory holds the plaintext; run
+  /// again, the command writes OUT or says it exists, and a sealed OUT re-seals (review: a kill
+  /// before the link left the plaintext in a hidden `.OUT.vault-XXXXXX` that no rerun removed, one
+  /// after it left that second name on OUT, and `reseal OUT` then refused it as hard-linked).
+  func testSealAndOpenKilledAtEachStepLeaveNoOtherNameForTheirOutput() throws {
+    let plain = try file("plain.txt", secret)
+    let envelope = try file("env.bin", try vault(["--home", home, "seal", "--context", "c"], input: secret).output)
+    var kills = 0
+    for (command, input, expected) in [("open", envelope, secret), ("seal", plain, nil)] {
+      for calls in ["write", "fsync,fdatasync", "link,linkat", "unlink,unlinkat"] {
+        for step in 1...10 {
+          let out = work + "/\(command)-\(calls.prefix(4))-\(step)"
+          let arguments = ["--home", home, command, "--context", "c", "-o", out, input]
+          let killed = try vaultKilled(at: calls, step: step, arguments)
+          let label = "\(command) \(calls) #\(step)"
+          XCTAssertTrue([0, 128 + SIGKILL].contains(killed.status), "\(label): \(killed.error)")
+          if killed.status == 128 + SIGKILL { kills += 1 }
+          let names = try listing().filter { $0 != "plain.txt" && $0 != "env.bin" }
+          XCTAssertTrue(names.allSatisfy { "/" + $0 == out.dropFirst(work.count) }, "\(label): \(names)")
+          for name in try listing() where name != "plain.txt" && "/" + name != out.dropFirst(work.count) {
+            XCTAssertNil(Data(try contents(work + "/" + name)).range(of: Data(secret)), "\(label): \(name)")
+          }
+          let written = FileManager.default.fileExists(atPath: out)
+          if written { XCTAssertEqual(try contents(out).count, secret.count + (expected == nil ? 89 : 0), label) }
+          let again = try vault(arguments)
+          if written {
+            XCTAssertEqual(again.status, 2, label)
+            XCTAssertTrue(again.error.contains("already exists"), "\(label): \(again.error)")
+          } else {
+            XCTAssertEqual(again.status, 0, "\(label): \(again.error)")
+          }
+          var info = stat()
+          XCTAssertEqual(stat(out, &info), 0, label)
+          XCTAssertEqual(info.st_nlink, 1, "\(label): OUT has no other name")
+          if let expected {
+            XCTAssertEqual(try contents(out), expected, label)
+          } else {
+            let resealed = try vault(["--home", home, "reseal", "--context", "c", out])
+            XCTAssertEqual(resealed.status, 0, "\(label): \(resealed.error)")
+          }
+          try FileManager.default.removeItem(atPath: out)
+          if killed.status == 0 { break }
+        }
+      }
+    }
+    XCTAssertGreaterThan(kills, 5)
+  }
+
   func testArmourRoundTripsThroughStandardInputAndFile() throws {
     let armored = try vault(["--home", home, "seal", "--context", "c", "--armor"], input: secret)
     XCTAssertEqual(armored.status, 0, armored.error)
