@@ -742,6 +742,9 @@ public final class Vault: Sendable {
     if next.home == nil { next.home = home }
     let bytes = try ManifestFile.sign(next, key: integrityKey)
     try bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
+    // A write killed before its rename left a temporary that no later write replaces; under the
+    // lock none is a write in progress. Best effort: one that cannot go stays for the next write.
+    try? Self.removeStaleManifestTemporaries(home: home)
     try ManifestFile.write(bytes, home: home)
     let stamp = FileStamp(ManifestFile.path(home: home))
     state.withLock {
