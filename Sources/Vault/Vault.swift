@@ -648,6 +648,8 @@ public final class Vault: Sendable {
         try signed.bytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyringID) }
       }
       if superseded {
+        // What a write killed before its rename left (the key store's copy was written first).
+        try? Self.removeStaleManifestTemporaries(home: home)
         try ManifestFile.write(chosen.bytes, home: home)
         stamp = FileStamp(path)
       }
