@@ -58,6 +58,7 @@ extension Backup {
     let text = directories.prefix(directoriesLimit).joined(separator: "\n") + "\n"
     let temporary = path + ".tmp-\(getpid())"
     unlink(temporary)
+    removeTemporariesOfEndedProcesses(of: path)
     let file = try NewFile(path: temporary)
     do {
       try file.write(Array(text.utf8))
@@ -66,6 +67,24 @@ extension Backup {
     } catch {
       unlink(temporary)
       throw error
+    }
+  }
+
+  /// Removes the `FILE.tmp-PID` files of `path` that a backup killed before its rename left: those
+  /// of this user (regular files, never a link) whose process no longer exists. A live process's
+  /// file is its write in progress, left alone. Best effort.
+  private static func removeTemporariesOfEndedProcesses(of path: String) {
+    let directory = (path as NSString).deletingLastPathComponent
+    let prefix = (path as NSString).lastPathComponent + ".tmp-"
+    for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasPrefix(prefix) {
+      let digits = name.dropFirst(prefix.count)
+      guard let pid = pid_t(digits), String(pid) == digits, pid > 0, kill(pid, 0) != 0, errno == ESRCH else {
+        continue
+      }
+      var info = stat()
+      let leftover = directory + "/" + name
+      guard lstat(leftover, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid() else { continue }
+      unlink(leftover)
     }
   }
 
