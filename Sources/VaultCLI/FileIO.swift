@@ -1,5 +1,6 @@
 // C boundary: `seal` and `open` files through open(2) (O_TMPFILE), fstat(2), read(2), mkstemp(3),
-// fsync(2), linkat(2), link(2) and unlink(2). Everything else in the command line reads and writes standard streams.
+// fsync(2), linkat(2), link(2) and unlink(2). Everything else in the command line reads and
+// writes standard streams.
 import Foundation
 import Vault
 
