@@ -373,7 +373,12 @@ public struct VaultCommandLine {
       }
       return
     }
-    if let schedule {
+    if let schedule, schedule.unfinished {
+      // Its age is not the reason: a version made by a rotation that was stopped is days old at most.
+      terminal.print(
+        "Due: the rotation to version \(schedule.activeVersion) did not finish (it was stopped or killed); "
+          + "resuming it")
+    } else if let schedule {
       terminal.print(
         "Due: version \(schedule.activeVersion) is \(Self.days(schedule.ageDays)) old; the policy rotates after "
           + "\(Self.days(schedule.maxAgeDays))")

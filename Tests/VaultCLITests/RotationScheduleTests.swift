@@ -42,6 +42,36 @@ final class RotationScheduleTests: XCTestCase {
     XCTAssertEqual(try activeVersion(), 1)
   }
 
+  /// `rotate` killed at each rename (strace), then `rotate --if-due`: a rotation left unfinished
+  /// is due and resumed, and the text says so (review: it said "Due: version 2 is 0 days old;
+  /// the policy rotates after 90 days", a reason that did not hold).
+  func testAKilledRotationIsDueBecauseItDidNotFinish() throws {
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+    let fixture = temporary.sub("fixture")
+    try FileManager.default.copyItem(atPath: temporary.sub("k"), toPath: fixture + "-k")
+    try FileManager.default.copyItem(atPath: home, toPath: fixture)
+    var resumed = 0
+    for step in 1...20 {
+      let killed = try vaultKilled(at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate"])
+      if killed.status == 0 { break }
+      XCTAssertEqual(killed.status, 128 + SIGKILL, "#\(step): \(killed.error)")
+      let run = try vault(["--home", home, "rotate", "--if-due"])
+      XCTAssertEqual(run.status, 0, "#\(step): \(run.error)")
+      if run.outputText.hasPrefix("Due:") {
+        resumed += 1
+        XCTAssertTrue(
+          run.outputText.hasPrefix("Due: the rotation to version 2 did not finish (it was stopped or killed)"),
+          "#\(step): \(run.outputText)")
+        XCTAssertTrue(run.outputText.contains("version 1 -> 2"), "#\(step): resumed, no other version")
+      }
+      for (copy, original) in [(fixture, home), (fixture + "-k", temporary.sub("k"))] {
+        try FileManager.default.removeItem(atPath: original)
+        try FileManager.default.copyItem(atPath: copy, toPath: original)
+      }
+    }
+    XCTAssertGreaterThan(resumed, 2)
+  }
+
   /// `--max-age 0` makes any version due: the rotation is the ordinary one, with its report.
   func testADueVersionRotatesWithTheOrdinaryReport() throws {
     let run = try vault(["--home", home, "rotate", "--if-due", "--max-age", "0", "--json"])
