@@ -71,14 +71,33 @@ func vaultKilled(
 /// Runs the real binary with `arguments` while strace makes the system calls in `calls` (a
 /// comma-separated strace set such as "unlink,unlinkat") fail with `error` (an errno name such as
 /// "EIO") at the invocations `when` selects (strace's syntax: "3" the third, "1+" every one).
+/// `also` adds more injections in strace's syntax ("openat:error=EOPNOTSUPP:when=12").
 func vaultFailing(
-  _ calls: String, with error: String, when: String, _ arguments: [String], input: [UInt8] = [],
-  environment: [String: String]? = nil
+  _ calls: String, with error: String, when: String, also: [String] = [], _ arguments: [String],
+  input: [UInt8] = [], environment: [String: String]? = nil
 ) throws -> Spawned {
   let strace = try XCTUnwrap(
     ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
     "strace is installed by tools/setup.sh")
+  let injections = (["\(calls):error=\(error):when=\(when)"] + also).flatMap { ["-e", "inject=" + $0] }
   return try Spawn.run(
-    strace, ["-f", "-o", "/dev/null", "-e", "inject=\(calls):error=\(error):when=\(when)", vaultBinary()] + arguments,
-    input: input, environment: environment)
+    strace, ["-f", "-o", "/dev/null"] + injections + [vaultBinary()] + arguments, input: input, environment: environment
+  )
+}
+
+/// Which `openat` of its thread the binary's first call matching `marker` (as strace prints it,
+/// such as "O_TMPFILE") is, in a run of `arguments` traced by strace; nil when none matched. strace
+/// counts an injection's `when` per thread, so this is what makes that call, and only it, fail.
+func openatIndex(matching marker: String, _ arguments: [String], input: [UInt8] = []) throws -> Int? {
+  let strace = try XCTUnwrap(
+    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+    "strace is installed by tools/setup.sh")
+  let log = NSTemporaryDirectory() + "/openat-\(UUID().uuidString).log"
+  defer { unlink(log) }
+  _ = try Spawn.run(strace, ["-f", "-o", log, "-e", "trace=openat", vaultBinary()] + arguments, input: input)
+  let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
+  guard let hit = lines.first(where: { $0.contains("openat(") && $0.contains(marker) }) else { return nil }
+  let thread = hit.prefix { $0 != " " }
+  let ofThread = lines.filter { $0.hasPrefix(thread + " ") && $0.contains("openat(") }
+  return ofThread.firstIndex(of: hit).map { $0 + 1 }
 }
