@@ -352,11 +352,26 @@ public struct VaultCommandLine {
       defer { progress.finish() }
       report = try vault.rotate(containers: QueueContainerProvider(), options: options)
     } catch {
-      // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
-      // resumes it (it adds no further version). Said before the error itself is printed.
-      if let active = try? ManifestFile.read(home: vault.home).manifest.activeVersion, active != activeBefore {
-        // After a compromise only `rotate --compromised` may finish it (an ordinary rotation
-        // refuses): name the command that resumes this one.
+      // Said before the error itself is printed. The newest authentic manifest (the home's file or
+      // the key store's copy, which is written first) tells how far the rotation got.
+      let after = (try? vault.reload()).map { vault.manifest }
+      if let after, after.activeVersion != activeBefore, after.resealing == nil, after.unfinishedCompromise == nil {
+        // The rotation is done (running it again would make another version); what failed came after.
+        let homeEpoch = try? ManifestFile.read(home: vault.home).manifest.epoch
+        if homeEpoch.map({ $0 < after.epoch }) ?? true {
+          terminal.note(
+            "vault: the rotation to version \(after.activeVersion) finished (the key store's copy of the manifest "
+              + "records it), but \(ManifestFile.path(home: vault.home)) could not be updated; fix what the error "
+              + "below says: the next vault command brings that file up to date (no need to rotate again)")
+        } else {
+          terminal.note(
+            "vault: the rotation to version \(after.activeVersion) finished, but deleting the keys of the versions "
+              + "it retired did not; fix what the error below says: the next rotation deletes them")
+        }
+      } else if let active = after?.activeVersion, active != activeBefore {
+        // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
+        // resumes it (it adds no further version). After a compromise only `rotate --compromised`
+        // may finish it (an ordinary rotation refuses): name the command that resumes this one.
         let again = compromised ? "vault rotate --compromised" : "vault rotate"
         terminal.note(
           "vault: the rotation stopped part-way: version \(active) is active, and the versions before it keep "

@@ -21,6 +21,42 @@ final class RotationCLITests: XCTestCase {
   /// `rotate` says which disk is full and to free space there, not only "No space left on
   /// device" under a temporary file's name; nothing is lost and no key is made in place of one,
   /// and once there is space the same command rotates.
+  /// A rotation whose Nth write fails (ENOSPC, N = 1, 2, … until it runs untouched) says what
+  /// the operator's next step is, and it is true: "stopped part-way … it resumes" only while the
+  /// re-sealing is unfinished (the rerun resumes it, no third version); "finished" when only the
+  /// home's manifest file or the retired keys' deletion missed the last write (review: the
+  /// resume advice was printed then too, and the rerun made version 3). The sweep ends at the
+  /// report's own write to standard output.
+  func testEveryFailedWriteOfARotationGetsAdviceThatHolds() throws {
+    var seen: Set<String> = []
+    for step in 1...40 {
+      let home = temporary.sub("sweep-\(step)")
+      try initKeyfileVault(home: home, keyfile: temporary.sub("sweep-keys-\(step)/v.keys"))
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      let failed = try vaultFailing("write", with: "ENOSPC", when: "\(step)", ["--home", home, "rotate"])
+      if failed.status == 0 { break }
+      XCTAssertEqual(failed.status, 1, "write #\(step): \(failed.error)")
+      let rerun = try vault(["--home", home, "rotate"])
+      XCTAssertEqual(rerun.status, 0, "write #\(step): \(rerun.error)")
+      if failed.error.contains("stopped part-way") {
+        seen.insert("resumes")
+        XCTAssertTrue(rerun.outputText.contains("version 1 -> 2"), "write #\(step): resumed: \(rerun.outputText)")
+      } else if failed.error.contains("could not write to standard output") {
+        // Only the report is left to write once the rotation is done: the sweep is over.
+        XCTAssertTrue(rerun.outputText.contains("version 2 -> 3"), "write #\(step): \(rerun.outputText)")
+        break
+      } else if failed.error.contains("finished") {
+        seen.insert(failed.error.contains("could not be updated") ? "manifest file" : "key deletion")
+        XCTAssertTrue(rerun.outputText.contains("version 2 -> 3"), "write #\(step): a new one: \(rerun.outputText)")
+      } else {
+        XCTAssertTrue(rerun.outputText.contains("version 1 -> 2"), "write #\(step): \(rerun.outputText)")
+      }
+      let stats = try vault(["--home", home, "queue", "stats", "--json"])
+      XCTAssertTrue(stats.outputText.contains("\"total\" : 1"), "write #\(step): \(stats.outputText)")
+    }
+    XCTAssertEqual(seen, ["resumes", "manifest file", "key deletion"], "each kind of stop was reached")
+  }
+
   func testAFullKeyfileDiskNamesTheDiskAndTheRerunRotates() throws {
     try XCTSkipUnless(geteuid() == 0, "mounting a tmpfs needs root (CI runs as root)")
     let mount = temporary.sub("small")
