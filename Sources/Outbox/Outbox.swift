@@ -272,9 +272,14 @@ public final class Outbox: @unchecked Sendable {
       attempted.insert(record.id)
       let id = record.id
       let result = await transport.deliver(id: id, payload: record.payload).withNamedKind
+      // Settled through the claim, fenced by the record's lease: a late answer (this process was
+      // suspended, or the wall clock stepped, past the lease and another deliverer took the
+      // record) must not delete or reschedule what that deliverer holds, nor a new message sent
+      // since under the same id (the container's own `ack` deleted it unsent).
+      let held = HeldClaim(claim: claim)
       switch result {
       case .delivered:
-        try await storage { [container] in try container.ack([id]) }
+        _ = try await storage { try held.claim.ack([id]) }
         pass.delivered += 1
         logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
         hub.publish(.delivered(ids: [id]))
@@ -282,25 +287,28 @@ public final class Outbox: @unchecked Sendable {
         // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
         return
       case .retry(let kind, let after):
-        let outcome = try await storage { [container] in
-          try container.fail([id], errorKind: kind, retryAfter: after)[id]
-        }
+        let outcome = try await storage { try held.claim.fail([id], errorKind: kind, retryAfter: after)[id] }
         if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
         settled(id, kind: kind, outcome: outcome)
       case .unreachable(let kind):
-        let outcome = try await storage { [container] in
-          try container.fail([id], errorKind: kind, serverAnswered: false)[id]
-        }
+        let outcome = try await storage { try held.claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
         pass.retrying += 1
         settled(id, kind: kind, outcome: outcome)
       case .reject(let kind):
-        try await storage { [container] in try container.reject([id], errorKind: kind) }
+        // Not ours any more (another deliverer took it meanwhile): nothing to report.
+        guard try await storage({ try held.claim.reject([id], errorKind: kind) }).contains(id) else { continue }
         pass.rejected += 1
         logger.warning(
           "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
         hub.publish(.rejected(ids: [id], errorKind: kind))
       }
     }
+  }
+
+  /// The pass's claim, handed to the storage thread for one settlement at a time: the pass awaits
+  /// each call before it touches the claim again, so it is never used from two threads at once.
+  private struct HeldClaim: @unchecked Sendable {
+    let claim: Claim
   }
 
   /// Runs one of the pass's container calls (a transaction and its fsync) off Swift's concurrency

@@ -117,8 +117,6 @@ public final class Telemetry: @unchecked Sendable {
   private let hub = DeliveryEventHub()
   private var loop: DeliveryLoop?
   private var onPass: (@Sendable (FlushReport) -> Void)?
-  /// The events the running pass claimed (under `flushLock`), kept leased batch by batch.
-  private var claim: Claim?
 
   /// Makes the telemetry SDK over `container`; nothing is sent until `flush` or `start`.
   ///
@@ -325,17 +323,15 @@ public final class Telemetry: @unchecked Sendable {
         queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
       let claim = Claim(container: container, records: claimed, lease: 300)
-      self.claim = claim
-      defer { self.claim = nil }
       do {
         try deliverAll(
-          claimed.map { (id: $0.id, json: [UInt8]($0.payload)) }, token: &token, report: &report, refreshed: &refreshed,
-          budget: &budget)
+          claimed.map { (id: $0.id, json: [UInt8]($0.payload)) }, claim: claim, token: &token, report: &report,
+          refreshed: &refreshed, budget: &budget)
         try claim.releaseUnsettled()
       } catch let spent as RequestBudgetSpent {
         // 413 after 413: what the server refused waits with backoff, the rest of the claim goes
         // back untouched, and the pass ends rather than storm the server.
-        settle(.retry(kind: "http-413", after: nil), spent.refused, &report)
+        settle(.retry(kind: "http-413", after: nil), spent.refused, claim, &report)
         try claim.releaseUnsettled()
         break pass
       } catch is AuthenticationRefused {
@@ -389,24 +385,28 @@ public final class Telemetry: @unchecked Sendable {
 
   /// Packs `events` into batches and delivers them in order. `splitting`: these are part of a
   /// batch refused with 413, and each send spends one request of `budget`.
+  ///
+  /// Every event is settled through `claim`, fenced by its lease: a late answer (the pass was
+  /// suspended, or the wall clock stepped, past the lease and another deliverer took the events)
+  /// must not delete or reschedule what that deliverer holds, nor a new event logged since under
+  /// the same id.
   private func deliverAll(
-    _ events: [(id: UUID, json: [UInt8])], splitting: Bool = false, token: inout String, report: inout FlushReport,
-    refreshed: inout Bool, budget: inout Int
+    _ events: [(id: UUID, json: [UInt8])], splitting: Bool = false, claim: Claim, token: inout String,
+    report: inout FlushReport, refreshed: inout Bool, budget: inout Int
   ) throws {
     var remaining = events
     while !remaining.isEmpty {
       if HTTPCancellation.isCancelled { throw Stopped() }
       // Renewed before each batch; an event this pass no longer holds (it was suspended past the
       // lease and another deliverer took it) is not sent.
-      if let held = try claim?.keep() {
-        remaining.removeAll { !held.contains($0.id) }
-        if remaining.isEmpty { return }
-      }
+      let held = try claim.keep()
+      remaining.removeAll { !held.contains($0.id) }
+      if remaining.isEmpty { return }
       let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
       if !packed.oversized.isEmpty {
-        try container.reject(packed.oversized, errorKind: "too-large")
-        report.rejected += packed.oversized.count
-        published(.rejected(ids: packed.oversized, errorKind: "too-large"))
+        let moved = try claim.reject(packed.oversized, errorKind: "too-large")
+        report.rejected += moved.count
+        if !moved.isEmpty { published(.rejected(ids: packed.oversized.filter(moved.contains), errorKind: "too-large")) }
       }
       guard let batch = packed.batch else { return }
       if splitting {
@@ -415,8 +415,8 @@ public final class Telemetry: @unchecked Sendable {
       }
       let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
       try deliver(
-        batch, events: batch.ids.compactMap { byID[$0] }, token: &token, report: &report, refreshed: &refreshed,
-        budget: &budget)
+        batch, events: batch.ids.compactMap { byID[$0] }, claim: claim, token: &token, report: &report,
+        refreshed: &refreshed, budget: &budget)
       remaining = packed.rest
     }
   }
@@ -429,8 +429,8 @@ public final class Telemetry: @unchecked Sendable {
   /// `HTTPStatusPolicy`, with one due time for the whole batch so that a retry sends the same
   /// events together (and so the same `Idempotency-Key`).
   private func deliver(
-    _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], token: inout String, report: inout FlushReport,
-    refreshed: inout Bool, budget: inout Int
+    _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], claim: Claim, token: inout String,
+    report: inout FlushReport, refreshed: inout Bool, budget: inout Int
   ) throws {
     report.batches += 1
     var result = sender.send(batch, token: token)
@@ -444,11 +444,11 @@ public final class Telemetry: @unchecked Sendable {
     // once they are fixed) and the pass ends, so the rest of the backlog is not refused batch by
     // batch into parking or review by the same misconfiguration.
     if case .status(let status, _) = result, status == 401 || status == 403 {
-      try container.park(batch.ids, errorKind: "http-\(status)")
-      report.parked += batch.ids.count
+      let parked = try claim.park(batch.ids, errorKind: "http-\(status)")
+      report.parked += parked.count
       report.authFailures += batch.ids.count
       report.errorKind = "http-\(status)"
-      published(.parked(ids: batch.ids, errorKind: "http-\(status)"))
+      if !parked.isEmpty { published(.parked(ids: batch.ids.filter(parked.contains), errorKind: "http-\(status)")) }
       throw AuthenticationRefused()
     }
     switch result {
@@ -464,11 +464,11 @@ public final class Telemetry: @unchecked Sendable {
       if batch.body.count * 4 <= configuration.batchLimit {
         settle(
           .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter, now: clock())), batch.ids,
-          &report)
+          claim, &report)
       } else {
-        try container.reject(batch.ids, errorKind: "http-413")
-        report.rejected += batch.ids.count
-        published(.rejected(ids: batch.ids, errorKind: "http-413"))
+        let moved = try claim.reject(batch.ids, errorKind: "http-413")
+        report.rejected += moved.count
+        if !moved.isEmpty { published(.rejected(ids: batch.ids.filter(moved.contains), errorKind: "http-413")) }
       }
     case .status(413, _):
       let half = events.count / 2
@@ -476,28 +476,30 @@ public final class Telemetry: @unchecked Sendable {
       for (index, part) in parts.enumerated() {
         do {
           try deliverAll(
-            part, splitting: true, token: &token, report: &report, refreshed: &refreshed, budget: &budget)
+            part, splitting: true, claim: claim, token: &token, report: &report, refreshed: &refreshed,
+            budget: &budget)
         } catch var spent as RequestBudgetSpent {
           spent.refused += parts[(index + 1)...].flatMap { $0.map(\.id) }
           throw spent
         }
       }
     case .status(let status, let retryAfter):
-      settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, &report)
+      settle(
+        HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, claim, &report)
     case .transport(let kind):
-      settle(.unreachable(kind: kind), batch.ids, &report)
+      settle(.unreachable(kind: kind), batch.ids, claim, &report)
     }
   }
 
-  private func settle(_ result: DeliveryResult, _ ids: [UUID], _ report: inout FlushReport) {
+  private func settle(_ result: DeliveryResult, _ ids: [UUID], _ claim: Claim, _ report: inout FlushReport) {
     do {
       switch result.withNamedKind {
       case .delivered:
-        try container.ack(ids)
+        try claim.ack(ids)
         report.delivered += ids.count
         published(.delivered(ids: ids))
       case .retry(let kind, let after):
-        let outcomes = try container.fail(ids, errorKind: kind, retryAfter: after, sharedDelay: true)
+        let outcomes = try claim.fail(ids, errorKind: kind, retryAfter: after, sharedDelay: true)
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
@@ -506,13 +508,13 @@ public final class Telemetry: @unchecked Sendable {
         // Cut short by a stop: the pass gives these back with the rest of its claim.
         break
       case .unreachable(let kind):
-        let outcomes = try container.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
-        report.retried += ids.count
+        let outcomes = try claim.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
+        report.retried += outcomes.count
         published(outcomes, ids: ids, kind: kind)
       case .reject(let kind):
-        try container.reject(ids, errorKind: kind)
-        report.rejected += ids.count
-        published(.rejected(ids: ids, errorKind: kind))
+        let moved = try claim.reject(ids, errorKind: kind)
+        report.rejected += moved.count
+        if !moved.isEmpty { published(.rejected(ids: ids.filter(moved.contains), errorKind: kind)) }
       }
     } catch {
       // The records stay leased and come back when the lease ends; nothing is lost, but the app

@@ -11,10 +11,12 @@ import Foundation
 /// and another deliverer took it) must not be sent. `releaseUnsettled()` gives back whatever is
 /// still held, as when a pass is stopped.
 ///
-/// Renewal, release and `ack` are fenced by the lease each record was given: they never touch a record
-/// that was acked, failed, parked, released or claimed again since. A lease must be longer than
-/// twice the longest single send, so that it cannot end during one. Not thread-safe: one pass uses
-/// it at a time.
+/// Renewal, release, `ack`, `fail`, `reject` and `park` are fenced by the lease each record was
+/// given: they never touch a record that was acked, failed, parked, released or claimed again since
+/// (a late answer to a deliverer whose lease ran out, after a suspend or a wall-clock step, must not
+/// delete or reschedule a record another deliverer holds, nor a new record sent since with the
+/// same id). A lease must be longer than twice the longest single send, so that it cannot end
+/// during one. Not thread-safe: one pass uses it at a time.
 public final class Claim {
   /// The container the records were claimed from, where renewals and releases go.
   public let container: QueueContainer
@@ -73,6 +75,66 @@ public final class Claim {
     let acked = try container.ack(held: mine)
     for id in acked { held[id] = nil }
     return acked
+  }
+
+  /// Records a failed delivery of the records of `ids` this claim still holds, fenced as `ack` is
+  /// (a record whose lease ran out under this claim and that another deliverer took since is left
+  /// to it): see `QueueContainer.fail` for the scheduling and parking. They are no longer held.
+  ///
+  /// - Parameters:
+  ///   - ids: the records that failed.
+  ///   - errorKind: what failed, by kind, never a content.
+  ///   - retryAfter: the server's Retry-After, if it gave one.
+  ///   - serverAnswered: false for network failures (never counted toward parking).
+  ///   - sharedDelay: one jittered delay for all of them (a telemetry batch).
+  /// - Returns: for each id still held, whether it was rescheduled (and when) or parked.
+  /// - Throws: `QueueError` when the container cannot be written.
+  @discardableResult
+  public func fail(
+    _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
+    sharedDelay: Bool = false
+  ) throws -> [UUID: FailOutcome] {
+    let outcomes = try container.fail(
+      held: held.filter { ids.contains($0.key) }, errorKind: errorKind, retryAfter: retryAfter,
+      serverAnswered: serverAnswered, sharedDelay: sharedDelay)
+    for id in outcomes.keys { held[id] = nil }
+    return outcomes
+  }
+
+  /// Moves the records of `ids` this claim still holds to review (refused for good), fenced as
+  /// `ack` is; counted in the drop ledger as `rejected`. They are no longer held.
+  ///
+  /// - Parameters:
+  ///   - ids: the refused records.
+  ///   - errorKind: why, by kind, never a content.
+  /// - Returns: the ids moved.
+  /// - Throws: `QueueError` when the container cannot be written.
+  @discardableResult
+  public func reject(_ ids: [UUID], errorKind: String) throws -> Set<UUID> {
+    try settle(ids, to: .review, errorKind: errorKind, counting: .rejected)
+  }
+
+  /// Parks the records of `ids` this claim still holds (kept, resendable, never retried
+  /// automatically), fenced as `ack` is; counted in the drop ledger as `parked`. They are no
+  /// longer held.
+  ///
+  /// - Parameters:
+  ///   - ids: the records to park.
+  ///   - errorKind: why, by kind, never a content.
+  /// - Returns: the ids parked.
+  /// - Throws: `QueueError` when the container cannot be written.
+  @discardableResult
+  public func park(_ ids: [UUID], errorKind: String) throws -> Set<UUID> {
+    try settle(ids, to: .parked, errorKind: errorKind, counting: .parked)
+  }
+
+  private func settle(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws
+    -> Set<UUID>
+  {
+    let moved = try container.move(
+      held: held.filter { ids.contains($0.key) }, to: state, errorKind: errorKind, counting: reason)
+    for id in moved { held[id] = nil }
+    return moved
   }
 
   /// Gives back every record this claim still holds and has not settled (pending again, the

@@ -187,27 +187,54 @@ extension QueueContainer {
     _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
     sharedDelay: Bool = false
   ) throws -> [UUID: FailOutcome] {
+    try recordFailures(
+      ids.map { ($0, nil) }, errorKind: errorKind, retryAfter: retryAfter, serverAnswered: serverAnswered,
+      sharedDelay: sharedDelay)
+  }
+
+  /// `fail` for the records of `held` (record id → lease token) still in flight under that lease,
+  /// fenced as `renew` is: a record claimed by another deliverer since (its lease ran out under
+  /// this one) is left alone and left out.
+  func fail(
+    held: [UUID: Int64], errorKind: String, retryAfter: TimeInterval?, serverAnswered: Bool, sharedDelay: Bool
+  ) throws -> [UUID: FailOutcome] {
+    try recordFailures(
+      held.map { ($0.key, $0.value) }, errorKind: errorKind, retryAfter: retryAfter, serverAnswered: serverAnswered,
+      sharedDelay: sharedDelay)
+  }
+
+  /// Schedules or parks records in flight; one given with a lease token only while it still holds
+  /// that lease, one without whatever lease it holds.
+  private func recordFailures(
+    _ records: [(id: UUID, token: Int64?)], errorKind: String, retryAfter: TimeInterval?, serverAnswered: Bool,
+    sharedDelay: Bool
+  ) throws -> [UUID: FailOutcome] {
     let errorKind = ErrorKindText.sanitized(errorKind)
     return try withStorage { storage in
       let attemptsOf = try storage.statement(
-        "SELECT attempts, server_failures FROM records WHERE id = ? AND state = 'in_flight'")
+        """
+        SELECT attempts, server_failures FROM records
+        WHERE id = ?1 AND state = 'in_flight' AND (?2 IS NULL OR lease_until = ?2)
+        """)
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
       var shared: TimeInterval?
       if sharedDelay, retryAfter == nil {
         var most: Int64 = 0
-        for id in ids {
-          try attemptsOf.query([.text(id.recordText)]) { most = max(most, $0.int(0)) }
+        for (id, token) in records {
+          try attemptsOf.query([.text(id.recordText), token.map { .integer($0) } ?? .null]) {
+            most = max(most, $0.int(0))
+          }
         }
         shared = configuration.backoff.delay(afterAttempts: Int(most), unit: random())
       }
       try storage.transaction {
         var parked = 0
-        for id in ids {
+        for (id, token) in records {
           let idText = id.recordText
           var attempts: Int64?
           var failures: Int64 = 0
-          try attemptsOf.query([.text(idText)]) { row in
+          try attemptsOf.query([.text(idText), token.map { .integer($0) } ?? .null]) { row in
             attempts = row.int(0)
             failures = row.int(1)
           }
@@ -295,19 +322,41 @@ extension QueueContainer {
 
   /// Moves records out of the delivery flow in one transaction and counts them in the ledger.
   func move(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws {
+    _ = try move(ids.map { ($0, nil) }, to: state, errorKind: errorKind, counting: reason)
+  }
+
+  /// Moves the records of `held` (record id → lease token) still in flight under that lease out of
+  /// the delivery flow, fenced as `renew` is; returns the ids moved.
+  func move(held: [UUID: Int64], to state: RecordState, errorKind: String, counting reason: DropReason) throws
+    -> Set<UUID>
+  {
+    try move(held.map { ($0.key, $0.value) }, to: state, errorKind: errorKind, counting: reason)
+  }
+
+  /// Moves records in one transaction and counts them: one given with a lease token only while it
+  /// is in flight under that lease, one without whatever its state. Returns the ids moved.
+  private func move(
+    _ records: [(id: UUID, token: Int64?)], to state: RecordState, errorKind: String, counting reason: DropReason
+  ) throws -> Set<UUID> {
     let errorKind = ErrorKindText.sanitized(errorKind)
-    try withStorage { storage in
+    return try withStorage { storage in
       let now = milliseconds(clock())
-      try storage.transaction {
-        var moved = 0
-        for id in ids {
-          moved += try storage.statement(
-            "UPDATE records SET state = ?, error_kind = ?, lease_until = 0, changed = ? WHERE id = ?"
-          ).run([
-            .text(state.rawValue), .text(errorKind), .integer(now), .text(id.recordText),
-          ])
+      return try storage.transaction {
+        var moved: Set<UUID> = []
+        let update = try storage.statement(
+          """
+          UPDATE records SET state = ?1, error_kind = ?2, lease_until = 0, changed = ?3
+          WHERE id = ?4 AND (?5 IS NULL OR (state = 'in_flight' AND lease_until = ?5))
+          """)
+        for (id, token) in records
+        where try update.run([
+          .text(state.rawValue), .text(errorKind), .integer(now), .text(id.recordText),
+          token.map { .integer($0) } ?? .null,
+        ]) > 0 {
+          moved.insert(id)
         }
-        try storage.countDrop(reason, moved)
+        try storage.countDrop(reason, moved.count)
+        return moved
       }
     }
   }

@@ -382,3 +382,52 @@ final class Box<Value>: @unchecked Sendable {
     set { lock.withLock { stored = newValue } }
   }
 }
+
+/// A transport twin whose answer is decided, per record, by a closure run while the exchange is
+/// under way (so a test can let a lease run out meanwhile).
+final class LateAnswerTransport: SynchronousTransport, @unchecked Sendable {
+  private let answer: @Sendable (UUID) -> DeliveryResult
+
+  init(_ answer: @escaping @Sendable (UUID) -> DeliveryResult) { self.answer = answer }
+
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult { answer(id) }
+}
+
+extension OutboxLeaseTests {
+  /// A deliverer whose lease ran out during an exchange (suspended, or the wall clock stepped
+  /// forward past it) and whose records another deliverer took meanwhile must not settle them when
+  /// its answers come in late. Before, its `.delivered` deleted the new message the app had sent
+  /// since under the same id (taken and acked by the other deliverer), unsent: lost; and its 503
+  /// made the record the other deliverer was sending due again under nobody.
+  func testALateAnswerNeverSettlesARecordThatIsNoLongerItsDeliverers() throws {
+    let other = try QueueContainer(path: container.path, vault: vault, clock: clock.function)
+    let outbox = Outbox(container: container, transport: ScriptedTransport(), lease: 120)
+    let reused = try outbox.send(Array("memo, first version".utf8)).id
+    let sending = try outbox.send(Array("second memo".utf8)).id
+    let taken = Box<Claim>()
+    let transport = LateAnswerTransport { [clock] id in
+      guard id == reused else { return .retry(kind: "http-503", after: nil) }
+      do {
+        // This deliverer's lease runs out under it; another deliverer takes both records, its
+        // server takes the first, and the app sends the first's id again with new content.
+        clock!.step(121)
+        let records = try other.claim(queue: "outbox", lease: 120)
+        XCTAssertEqual(Set(records.map(\.id)), [reused, sending])
+        let claim = Claim(container: other, records: records, lease: 120)
+        XCTAssertEqual(try claim.ack([reused]), [reused])
+        XCTAssertFalse(try other.enqueue(Array("memo, edited".utf8), queue: "outbox", id: reused) == .duplicate)
+        taken.value = claim
+      } catch {
+        XCTFail("\(error)")
+      }
+      return .delivered
+    }
+    let late = Outbox(container: container, transport: transport, lease: 120)
+    _ = try late.deliverDueWaiting()
+    let rows = Dictionary(uniqueKeysWithValues: try container.list(queue: "outbox").map { ($0.id, $0.state) })
+    XCTAssertEqual(rows[reused], .pending, "the edited memo was never sent: it must still be queued")
+    XCTAssertEqual(rows[sending], .inFlight, "the other deliverer still holds the second memo")
+    XCTAssertEqual(try taken.value?.ack([sending]), [sending], "and settles it when its server has it")
+    XCTAssertEqual(try container.list(queue: "outbox").map(\.id), [reused])
+  }
+}

@@ -1,6 +1,7 @@
 import Foundation
 import Outbox
 import Vault
+import VaultCrypto
 import VaultKeys
 import VaultQueue
 import VaultTestSupport
@@ -599,5 +600,55 @@ final class TelemetryServerStatusTests: XCTestCase {
     control(server, #"{"mode": "ok"}"#)
     clock.advance(10)
     XCTAssertEqual(try telemetry.flush().delivered, 1)
+  }
+}
+
+/// A sender twin whose answer is decided by a closure run while the batch is under way.
+final class LateAnswerSender: BatchSender, @unchecked Sendable {
+  private let answer: @Sendable (TelemetryBatch) -> SendResult
+
+  init(_ answer: @escaping @Sendable (TelemetryBatch) -> SendResult) { self.answer = answer }
+
+  func send(_ batch: TelemetryBatch, token: String) -> SendResult { answer(batch) }
+}
+
+extension TelemetryDeliveryTests {
+  /// A pass whose lease ran out while its batch was under way (suspended, or the wall clock stepped
+  /// forward past it) must not settle events another deliverer took meanwhile. Before, its late 200
+  /// deleted the event the app had logged since under an id the other deliverer had delivered and
+  /// acked: it was never sent, and lost.
+  func testALateAnswerNeverSettlesEventsThatAreNoLongerThePasss() throws {
+    let other = try QueueContainer(path: container.path, vault: vault, clock: clock.function)
+    let reused = UUID()
+    let kept = UUID()
+    let logger = Telemetry(container: container, tokens: CountingTokens(), sender: NoBatchSender())
+    try logger.log(type: "tap", id: reused)
+    try logger.log(type: "tap", id: kept)
+    let batches = LockedValue<[[UUID]]>([])
+    let sender = LateAnswerSender { [clock] batch in
+      let count = batches.withLock {
+        $0.append(batch.ids)
+        return $0.count
+      }
+      guard count == 1 else { return .status(200, retryAfter: nil) }
+      do {
+        // The lease runs out under this pass; another deliverer takes both events, its server
+        // takes the first, and the app logs the first's id again.
+        clock!.step(301)
+        let records = try other.claim(queue: Telemetry.queueName, lease: 300)
+        XCTAssertEqual(Set(records.map(\.id)), [reused, kept])
+        XCTAssertEqual(try Claim(container: other, records: records, lease: 300).ack([reused]), [reused])
+        try logger.log(type: "tap again", id: reused)
+      } catch {
+        XCTFail("\(error)")
+      }
+      return .status(200, retryAfter: nil)
+    }
+    let telemetry = Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+    _ = try telemetry.flush()
+    let sent = batches.withLock { $0 }
+    XCTAssertEqual(sent.count, 2, "the event logged again is sent, not deleted by the late answer")
+    XCTAssertEqual(sent.last, [reused])
+    XCTAssertEqual(try container.list(queue: Telemetry.queueName).map(\.state), [.inFlight], "the other's event")
   }
 }
