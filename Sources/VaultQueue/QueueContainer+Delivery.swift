@@ -213,7 +213,7 @@ extension QueueContainer {
     return try withStorage { storage in
       let attemptsOf = try storage.statement(
         """
-        SELECT attempts, server_failures FROM records
+        SELECT attempts, server_failures, refused_since FROM records
         WHERE id = ?1 AND state = 'in_flight' AND (?2 IS NULL OR lease_until = ?2)
         """)
       let now = clock()
@@ -234,16 +234,30 @@ extension QueueContainer {
           let idText = id.recordText
           var attempts: Int64?
           var failures: Int64 = 0
+          var refusedSince: Int64?
           try attemptsOf.query([.text(idText), token.map { .integer($0) } ?? .null]) { row in
             attempts = row.int(0)
             failures = row.int(1)
+            refusedSince = row.isNull(2) ? nil : row.int(2)
           }
           guard let attempts else { continue }
-          if serverAnswered { failures += 1 }
-          if serverAnswered, failures >= configuration.attemptCeiling {
+          if serverAnswered {
+            failures += 1
+            // The first refusal (or the first since this column existed) starts the span.
+            if refusedSince == nil { refusedSince = milliseconds(now) }
+          }
+          // Refused long enough, by the wall clock: a clock set back makes the span shorter (keeps
+          // retrying), never longer.
+          let refusedFor = Double(milliseconds(now) - (refusedSince ?? milliseconds(now))) / 1000
+          let since: Statement.Value = refusedSince.map { .integer($0) } ?? .null
+          if serverAnswered, failures >= configuration.attemptCeiling, refusedFor >= configuration.parkAfter {
             try storage.statement(
-              "UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, lease_until = 0, changed = ? WHERE id = ?"
-            ).run([.text(errorKind), .integer(failures), .integer(milliseconds(now)), .text(idText)])
+              """
+              UPDATE records SET state = 'parked', error_kind = ?, server_failures = ?, refused_since = ?, lease_until = 0,
+                changed = ?
+              WHERE id = ?
+              """
+            ).run([.text(errorKind), .integer(failures), since, .integer(milliseconds(now)), .text(idText)])
             outcomes[id] = .parked
             parked += 1
           } else {
@@ -253,12 +267,12 @@ extension QueueContainer {
             let due = now.addingTimeInterval(delay)
             try storage.statement(
               """
-              UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?, lease_until = 0,
-                changed = ?
+              UPDATE records SET state = 'pending', next_attempt_at = ?, error_kind = ?, server_failures = ?,
+                refused_since = ?, lease_until = 0, changed = ?
               WHERE id = ?
               """
             ).run([
-              .integer(milliseconds(due)), .text(errorKind), .integer(failures), .integer(milliseconds(now)),
+              .integer(milliseconds(due)), .text(errorKind), .integer(failures), since, .integer(milliseconds(now)),
               .text(idText),
             ])
             outcomes[id] = .retryAt(due)
@@ -386,8 +400,8 @@ extension QueueContainer {
           }
           let count = try storage.statement(
             """
-            UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, next_attempt_at = 0, error_kind = NULL,
-              lease_until = 0, changed = ?2
+            UPDATE records SET state = 'pending', attempts = 0, server_failures = 0, refused_since = NULL,
+              next_attempt_at = 0, error_kind = NULL, lease_until = 0, changed = ?2
             WHERE id = ?1 AND (state IN ('parked', 'review')
               OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?3))
               OR (state = 'pending' AND next_attempt_at > ?4))

@@ -94,6 +94,10 @@ public struct QueueConfiguration: Sendable {
   /// Server refusals (`fail` with `serverAnswered`) before a record is parked; network failures
   /// never count, so a device offline for days parks nothing.
   public var attemptCeiling: Int
+  /// The least time, in seconds, from a record's first server refusal to its parking: a record is
+  /// parked once refused `attemptCeiling` times **and** for this long, so a server that answers
+  /// 5xx or 503 through an outage of minutes or hours parks nothing (backoff spaces the retries).
+  public var parkAfter: TimeInterval
   /// The delay before a retry; `backoff.cap` is the longest backoff.
   public var backoff: BackoffPolicy
   /// The longest `Retry-After` honoured.
@@ -114,6 +118,8 @@ public struct QueueConfiguration: Sendable {
   ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
   ///     for no limit.
   ///   - attemptCeiling: server refusals before a record is parked (10 by default).
+  ///   - parkAfter: the least time from a record's first server refusal to its parking, in
+  ///     seconds (24 hours by default; 0 parks on the `attemptCeiling`th refusal alone).
   ///   - backoff: the retry delays (1 s doubling, capped at 300 s, by default).
   ///   - maximumRetryAfter: the longest `Retry-After` honoured, in seconds (an hour by default).
   ///   - resealBatch: records re-sealed per transaction during rotation (500 by default).
@@ -123,9 +129,10 @@ public struct QueueConfiguration: Sendable {
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
     backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
-    capVictims: CapVictims = .anyQueue, maximumLease: TimeInterval = 300
+    capVictims: CapVictims = .anyQueue, maximumLease: TimeInterval = 300, parkAfter: TimeInterval = 86_400
   ) {
     self.byteCap = byteCap
+    self.parkAfter = parkAfter
     self.capVictims = capVictims
     self.maximumAge = maximumAge
     self.attemptCeiling = attemptCeiling

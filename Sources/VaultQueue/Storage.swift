@@ -59,6 +59,13 @@ final class Storage {
     CREATE TABLE inherited (id TEXT PRIMARY KEY) WITHOUT ROWID;
     CREATE TABLE merged (id TEXT PRIMARY KEY) WITHOUT ROWID;
     """,
+    // When the server first refused the record since it was stored or resent (wall-clock
+    // milliseconds; NULL: not refused yet, or refused before this column, when the next refusal
+    // starts the count): a record is parked only once refused for `parkAfter`, so an outage of
+    // minutes or hours parks nothing. No declared type, as for `born`.
+    """
+    ALTER TABLE records ADD COLUMN refused_since;
+    """,
   ]
 
   /// The oldest schema a read-only open reads as it is: what listing and counting read has not

@@ -28,7 +28,8 @@ final class OutboxLoopTests: XCTestCase {
   ) throws -> QueueContainer {
     try QueueContainer(
       path: temporary.sub("home/\(name).sqlite"), vault: vault,
-      configuration: QueueConfiguration(attemptCeiling: attemptCeiling, backoff: backoff), random: { 0.99 })
+      configuration: QueueConfiguration(attemptCeiling: attemptCeiling, backoff: backoff, parkAfter: 0),
+      random: { 0.99 })
   }
 
   /// `Retry-After: 1` is honoured by the loop itself: the record is sent again about a second

@@ -41,7 +41,7 @@ final class OutboxTests: XCTestCase {
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
     container = try QueueContainer(
       path: temporary.sub("home/queue.sqlite"), vault: vault,
-      configuration: QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 1, cap: 10)),
+      configuration: QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 1, cap: 10), parkAfter: 0),
       clock: clock.function, random: { 0.5 })
   }
 
@@ -100,6 +100,41 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(try container.resend([id]), 1)
     let fixed = Outbox(container: container, transport: ScriptedTransport())
     XCTAssertEqual(try fixed.deliverDueWaiting().delivered, 1)
+  }
+
+  /// With the default configuration, a server answering 503 and 500 through a six-hour outage
+  /// parks nothing, however many times it refused (review: ten refusals parked, and an outage of
+  /// about ten minutes parked a whole backlog until someone ran `queue resend`); the backlog is
+  /// delivered once the server is back, and a server that still refuses after a day parks it.
+  func testAnOutageOfHoursParksNothingWithTheDefaults() throws {
+    let defaults = try QueueContainer(
+      path: temporary.sub("home/defaults.sqlite"), vault: vault, clock: clock.function, random: { 0.5 })
+    let down = Outbox(
+      container: defaults, transport: ScriptedTransport(otherwise: .retry(kind: "http-503", after: 30)))
+    let ids = try (0..<5).map { try down.send(Array("message \($0)".utf8)).id }
+    var refusals = 0
+    for pass in 0..<(6 * 60) {
+      let failing =
+        pass.isMultiple(of: 2)
+        ? down
+        : Outbox(
+          container: defaults, transport: ScriptedTransport(otherwise: .retry(kind: "http-500", after: nil)))
+      refusals += try failing.deliverDueWaiting().retrying
+      clock.advance(60)
+    }
+    XCTAssertGreaterThan(refusals, 5 * 20, "each message was refused far more than attemptCeiling times")
+    XCTAssertEqual(try defaults.list(state: .parked), [], "nothing parked during the outage")
+    let back = Outbox(container: defaults, transport: ScriptedTransport())
+    clock.advance(3600)
+    XCTAssertEqual(try back.deliverDueWaiting().delivered, 5)
+
+    let id = try down.send(Array("still refused".utf8)).id
+    for _ in 0..<(25 * 12) {
+      _ = try down.deliverDueWaiting()
+      clock.advance(300)
+    }
+    XCTAssertEqual(try defaults.list(state: .parked).map(\.id), [id], "parked once refused for a day")
+    XCTAssertFalse(ids.contains(id))
   }
 
   /// Being offline for a long time must not park anything: only answers from the server count.

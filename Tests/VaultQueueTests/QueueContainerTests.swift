@@ -167,8 +167,10 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertTrue("\(record)".contains("payload: 18 bytes"), "\(record)")
   }
 
+  /// Parked once refused `attemptCeiling` times and for `parkAfter` since the first refusal: a
+  /// server failing for a few seconds (or hours, by default) parks nothing; resend starts both over.
   func testFailSchedulesBackoffWithFullJitterAndParksAtTheCeiling() throws {
-    let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 2, cap: 60))
+    let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 2, cap: 60), parkAfter: 3600)
     let queue = try container(configuration, random: 0.5)
     let id = UUID()
     try queue.enqueue([1], queue: "q", id: id)
@@ -183,6 +185,11 @@ final class QueueContainerTests: XCTestCase {
     }
     XCTAssertEqual(delays, [1, 2], "half of 2 s, then half of 4 s")
     _ = try queue.claim(queue: "q")
+    guard case .retryAt(let due)? = try queue.fail([id], errorKind: "http-503")[id] else {
+      return XCTFail("the third refusal, 3 s after the first: not parked before an hour")
+    }
+    clock.advance(due.timeIntervalSince(clock.now) + 3600 - 3)
+    _ = try queue.claim(queue: "q")
     XCTAssertEqual(try queue.fail([id], errorKind: "http-500")[id], .parked)
     XCTAssertEqual(try queue.list(state: .parked).map(\.id), [id])
     XCTAssertEqual(try queue.stats().dropped["parked"], 1)
@@ -191,6 +198,13 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.resend([id]), 1)
     let resent = try queue.claim(queue: "q")
     XCTAssertEqual(resent.first?.attempts, 1, "resend starts a fresh attempt count")
+    for _ in 0..<3 {
+      guard case .retryAt(let due)? = try queue.fail([id], errorKind: "http-500")[id] else {
+        return XCTFail("resend starts the refusal span over: not parked within the hour")
+      }
+      clock.advance(due.timeIntervalSince(clock.now) + 0.001)
+      _ = try queue.claim(queue: "q")
+    }
   }
 
   /// The drop ledger keeps counting every record that ever left the flow; the resend ledger and
@@ -462,7 +476,7 @@ final class QueueContainerTests: XCTestCase {
   }
 
   func testRotationResealsEveryStateAndRetiresTheOldKey() throws {
-    let queue = try container(QueueConfiguration(attemptCeiling: 1, resealBatch: 7))
+    let queue = try container(QueueConfiguration(attemptCeiling: 1, resealBatch: 7, parkAfter: 0))
     var ids: [UUID] = []
     for i in 0..<40 {
       let id = UUID()

@@ -293,7 +293,8 @@ final class CleanCorpusTests: XCTestCase {
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")))
     let queue = try QueueContainer(
-      path: temporary.sub("home/queue.sqlite"), vault: vault, configuration: QueueConfiguration(attemptCeiling: 1))
+      path: temporary.sub("home/queue.sqlite"), vault: vault,
+      configuration: QueueConfiguration(attemptCeiling: 1, parkAfter: 0))
     var canaries: [String] = []
     for i in 0..<300 {
       let text = "clean-canary-\(i) {\"note\":\"buy milk \(i)\",\"to\":\"ana\"}"

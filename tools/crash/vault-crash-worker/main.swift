@@ -50,8 +50,9 @@ func payload(for id: String) -> [UInt8] { Array("crash-payload \(id) ".utf8) + A
 func lower(_ id: UUID) -> String { id.uuidString.lowercased() }
 
 /// One configuration for every connection (leases and due times are judged by each reader's):
-/// three server refusals park a record, and retries come back within a fifth of a second.
-let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 0.02, cap: 0.2))
+/// three server refusals park a record (at once: no least span), and retries come back within a
+/// fifth of a second.
+let configuration = QueueConfiguration(attemptCeiling: 3, backoff: BackoffPolicy(base: 0.02, cap: 0.2), parkAfter: 0)
 let queueName = "crash"
 
 /// Rotates once; false when the rotation refused or failed (noted as `E` with the error's code).
