@@ -245,14 +245,15 @@ public final class Outbox: @unchecked Sendable {
       // Only records this pass already attempted (a retry due again at once): they go back, and
       // the pass is over.
       let fresh = records.contains { !attempted.contains($0.id) }
+      var goOn = true
       do {
-        if fresh { try await deliver(claim, attempted: &attempted, pass: &pass) }
+        if fresh { goOn = try await deliver(claim, attempted: &attempted, pass: &pass) }
         try claim.releaseUnsettled()
       } catch {
         _ = try? claim.releaseUnsettled()
         throw error
       }
-      if !fresh { break }
+      if !fresh || !goOn { break }
     }
     pass.pending = try await storage { [container, queue] in try container.count(queue: queue, state: .pending) }
     logger.debug(
@@ -264,9 +265,11 @@ public final class Outbox: @unchecked Sendable {
     return pass
   }
 
-  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) async throws {
+  /// Delivers the claim's records not attempted yet, one at a time; returns false when the pass
+  /// must end (the server refused the credentials).
+  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) async throws -> Bool {
     for record in claim.records where !attempted.contains(record.id) {
-      if HTTPCancellation.isCancelled { return }
+      if HTTPCancellation.isCancelled { return true }
       // Lost (the process was suspended past the lease and another deliverer took it): not ours.
       guard try claim.keep().contains(record.id) else { continue }
       attempted.insert(record.id)
@@ -285,11 +288,18 @@ public final class Outbox: @unchecked Sendable {
         hub.publish(.delivered(ids: [id]))
       case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
         // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
-        return
+        return true
       case .retry(let kind, let after):
         let outcome = try await storage { try held.claim.fail([id], errorKind: kind, retryAfter: after)[id] }
         if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
         settled(id, kind: kind, outcome: outcome)
+        // Credentials refused (401 after a token refresh, 403): a configuration to fix, not these
+        // messages. The rest of the claim goes back untouched and the pass ends, so a revoked token
+        // costs one message's requests per pass, not two requests for every message queued.
+        if kind == "http-401" || kind == "http-403" {
+          logger.warning("credentials refused, pass ended", metadata: ["queue": queue, "error_kind": kind])
+          return false
+        }
       case .unreachable(let kind):
         let outcome = try await storage { try held.claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
         pass.retrying += 1
@@ -303,6 +313,7 @@ public final class Outbox: @unchecked Sendable {
         hub.publish(.rejected(ids: [id], errorKind: kind))
       }
     }
+    return true
   }
 
   /// The pass's claim, handed to the storage thread for one settlement at a time: the pass awaits

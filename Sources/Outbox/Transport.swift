@@ -78,8 +78,9 @@ extension SynchronousTransport {
 /// The delivery rules for HTTP status codes, shared by every HTTP transport.
 public enum HTTPStatusPolicy {
   /// Maps a response to a result: 2xx delivered; 429 and 503 retried after their Retry-After;
-  /// 408 and other 5xx retried with backoff; 3xx rejected (`http-3xx-redirect-refused`, never
-  /// followed); anything else rejected (`http-<status>`).
+  /// 408 and other 5xx retried with backoff; 401 and 403 retried with backoff (refused
+  /// credentials are a configuration to fix, not a bad record: never to review); 3xx rejected
+  /// (`http-3xx-redirect-refused`, never followed); anything else rejected (`http-<status>`).
   ///
   /// - Parameters:
   ///   - status: the HTTP status code.
@@ -91,6 +92,9 @@ public enum HTTPStatusPolicy {
     case 200..<300: return .delivered
     case 429, 503: return .retry(kind: "http-\(status)", after: parseRetryAfter(retryAfter, now: now))
     case 408, 500..<600: return .retry(kind: "http-\(status)", after: nil)
+    // The token or the client was refused: every record would be refused alike until someone
+    // fixes the configuration, so none is judged by it (the outbox also ends its pass).
+    case 401, 403: return .retry(kind: "http-\(status)", after: nil)
     // A redirect is never followed (the token and the body stay with the configured endpoint):
     // the record is kept for review, never acked, never retried blindly at the same place.
     case 300..<400: return .reject(kind: "http-\(status)-redirect-refused")

@@ -137,6 +137,28 @@ final class OutboxTests: XCTestCase {
     XCTAssertFalse(ids.contains(id))
   }
 
+  /// Refused credentials (a revoked token: 401 after the refresh, or 403) are a configuration to
+  /// fix, not bad messages: the message is retried with backoff, the rest of the backlog goes back
+  /// untouched and the pass ends (review: every message of the backlog went to review, two
+  /// requests each, in one pass); once the token is fixed, everything is delivered.
+  func testRefusedCredentialsEndThePassAndSendNothingToReview() throws {
+    for kind in ["http-401", "http-403"] {
+      let revoked = ScriptedTransport(otherwise: .retry(kind: kind, after: nil))
+      let outbox = Outbox(container: container, transport: revoked)
+      let ids = try (0..<20).map { try outbox.send(Array("message \($0) \(kind)".utf8)).id }
+      let pass = try outbox.deliverDueWaiting()
+      XCTAssertEqual(revoked.callCount, 1, "\(kind): the pass ends at the first refusal")
+      XCTAssertEqual(pass.retrying, 1, kind)
+      XCTAssertEqual(pass.rejected, 0, kind)
+      XCTAssertEqual(try container.list(state: .review), [], kind)
+      XCTAssertEqual(try container.list(state: .pending).count, 20, kind)
+      clock.advance(600)
+      let fixed = Outbox(container: container, transport: ScriptedTransport())
+      XCTAssertEqual(try fixed.deliverDueWaiting().delivered, 20, kind)
+      XCTAssertEqual(try container.list(queue: "outbox").filter { ids.contains($0.id) }, [], kind)
+    }
+  }
+
   /// Being offline for a long time must not park anything: only answers from the server count.
   func testNetworkFailuresNeverParkButServerFailuresDo() throws {
     let offline = Outbox(
@@ -177,8 +199,12 @@ final class OutboxTests: XCTestCase {
     XCTAssertEqual(HTTPStatusPolicy.result(status: 503, retryAfter: nil), .retry(kind: "http-503", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 408, retryAfter: "9"), .retry(kind: "http-408", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 502, retryAfter: nil), .retry(kind: "http-502", after: nil))
-    for status in [400, 401, 403, 404, 413, 422] {
+    for status in [400, 404, 413, 422] {
       XCTAssertEqual(HTTPStatusPolicy.result(status: status, retryAfter: nil), .reject(kind: "http-\(status)"))
+    }
+    for status in [401, 403] {
+      XCTAssertEqual(
+        HTTPStatusPolicy.result(status: status, retryAfter: nil), .retry(kind: "http-\(status)", after: nil))
     }
     let now = Date(timeIntervalSince1970: 1_784_000_000)  // Tue, 14 Jul 2026 03:33:20 GMT
     XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("Tue, 14 Jul 2026 03:34:20 GMT", now: now), 60)
