@@ -27,6 +27,7 @@ public final class Outbox: @unchecked Sendable {
   /// The earliest due time (container clock) of a record this process scheduled and has not
   /// attempted since: the loop wakes for it rather than wait out `interval`.
   private var earliestDue: Date?
+  private let drops = DropWatch()
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
@@ -256,6 +257,7 @@ public final class Outbox: @unchecked Sendable {
       if !fresh || !goOn { break }
     }
     pass.pending = try await storage { [container, queue] in try container.count(queue: queue, state: .pending) }
+    try await storage { [container, drops, logger] in drops.logDrops(of: container, to: logger) }
     logger.debug(
       "delivery pass done",
       metadata: [

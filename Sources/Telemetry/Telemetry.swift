@@ -115,6 +115,7 @@ public final class Telemetry: @unchecked Sendable {
   private let flushLock = NSLock()
   let logger: DeliveryLogger
   private let hub = DeliveryEventHub()
+  private let drops = DropWatch()
   private var loop: DeliveryLoop?
   private var onPass: (@Sendable (FlushReport) -> Void)?
 
@@ -356,6 +357,7 @@ public final class Telemetry: @unchecked Sendable {
       }
     }
     report.pending = try container.count(queue: Self.queueName, state: .pending)
+    drops.logDrops(of: container, to: logger)
     logger.debug(
       "telemetry pass done",
       metadata: [

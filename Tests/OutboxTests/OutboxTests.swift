@@ -159,6 +159,35 @@ final class OutboxTests: XCTestCase {
     }
   }
 
+  /// Messages the byte cap dropped (a device offline past the cap) are said in the log by the next
+  /// pass, with their count (review: only `queue stats` showed them; no event, log or receipt),
+  /// once: a pass with no new drop says nothing more.
+  func testCapDropsAreLoggedByTheNextPass() throws {
+    let capped = try QueueContainer(
+      path: temporary.sub("home/capped.sqlite"), vault: vault, configuration: QueueConfiguration(byteCap: 20_000),
+      clock: clock.function)
+    let handler = InMemoryLogHandler()
+    let offline = Outbox(
+      container: capped, transport: ScriptedTransport(otherwise: .unreachable(kind: "connection-refused")),
+      logger: DeliveryLogger(label: "test", logLevel: .info, handler: handler))
+    for index in 0..<40 { try offline.send([UInt8](repeating: UInt8(index), count: 1000)) }
+    let dropped = try XCTUnwrap(capped.dropped()["cap"])
+    XCTAssertGreaterThan(dropped, 0, "the cap dropped the oldest messages")
+    _ = try offline.deliverDueWaiting()
+    let said = handler.entries.filter { $0.metadata["reason"] == "cap" }
+    XCTAssertEqual(said.map(\.level), [.warning])
+    XCTAssertEqual(said.first?.metadata["count"], "\(dropped)")
+    XCTAssertEqual(said.first?.metadata["container"], capped.path)
+    clock.advance(600)
+    _ = try offline.deliverDueWaiting()
+    XCTAssertEqual(handler.entries.filter { $0.metadata["reason"] == "cap" }.count, 1, "said once")
+    try offline.send([UInt8](repeating: 0xee, count: 1000))
+    _ = try offline.deliverDueWaiting()
+    XCTAssertEqual(
+      handler.entries.filter { $0.metadata["reason"] == "cap" }.last?.metadata["count"],
+      "\(try capped.dropped()["cap"]! - dropped)")
+  }
+
   /// Being offline for a long time must not park anything: only answers from the server count.
   func testNetworkFailuresNeverParkButServerFailuresDo() throws {
     let offline = Outbox(
