@@ -365,8 +365,8 @@ public struct VaultCommandLine {
               + "below says: the next vault command brings that file up to date (no need to rotate again)")
         } else {
           terminal.note(
-            "vault: the rotation to version \(after.activeVersion) finished, but deleting the keys of the versions "
-              + "it retired did not; fix what the error below says: the next rotation deletes them")
+            "vault: the rotation to version \(after.activeVersion) finished, but its clean-up (deleting the keys of "
+              + "the versions it retired) did not; fix what the error below says: the next rotation does it again")
         }
       } else if let active = after?.activeVersion, active != activeBefore {
         // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
