@@ -35,7 +35,7 @@ public final class Outbox: @unchecked Sendable {
     public var delivered = 0
     /// Records rescheduled for another attempt (a retryable answer or no answer at all).
     public var retrying = 0
-    /// Records parked because the server refused them `attemptCeiling` times.
+    /// Records parked because the server refused them `attemptCeiling` times over `parkAfter`.
     public var parked = 0
     /// Records moved to review because the receiver refused them for good.
     public var rejected = 0

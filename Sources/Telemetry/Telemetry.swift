@@ -40,8 +40,8 @@ public struct FlushReport: Codable, Sendable, Equatable {
   public var delivered = 0
   /// Events rescheduled for another attempt (a retryable answer or no answer at all).
   public var retried = 0
-  /// Events parked: refused `attemptCeiling` times, or in a batch refused again after a token
-  /// refresh.
+  /// Events parked: refused `attemptCeiling` times over `parkAfter`, or in a batch refused again
+  /// after a token refresh.
   public var parked = 0
   /// Events moved to review: refused for good, or too large to send.
   public var rejected = 0

@@ -164,7 +164,7 @@ extension QueueContainer {
 
   /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter
   /// over all attempts, or `retryAfter` when the server gave one, capped), or parks the record when
-  /// the server has refused it `attemptCeiling` times.
+  /// the server has refused it `attemptCeiling` times and for `parkAfter` since its first refusal.
   ///
   /// - Parameters:
   ///   - ids: the claimed records that failed.

@@ -8,8 +8,8 @@ public enum RecordState: String, Codable, Sendable, CaseIterable {
   case pending
   /// Claimed by a deliverer under a lease; returns to pending if the lease runs out.
   case inFlight = "in_flight"
-  /// Refused by the server `attemptCeiling` times (network failures never count), or parked at once
-  /// by `park`; kept, listable, resendable, never retried automatically.
+  /// Refused by the server `attemptCeiling` times over at least `parkAfter` (network failures never
+  /// count), or parked at once by `park`; kept, listable, resendable, never retried automatically.
   case parked
   /// Refused by the server, or undecryptable; kept for a person to review, never retried automatically.
   case review
@@ -249,7 +249,7 @@ public enum EnqueueOutcome: Sendable, Equatable {
 public enum FailOutcome: Sendable, Equatable {
   /// Pending again, due at this time (the container's clock).
   case retryAt(Date)
-  /// Parked: the server refused it `attemptCeiling` times; it waits for `resend`.
+  /// Parked: the server refused it `attemptCeiling` times over `parkAfter`; it waits for `resend`.
   case parked
 }
 
