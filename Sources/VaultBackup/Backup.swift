@@ -291,7 +291,18 @@ public enum Backup {
   ///   `VaultError.homeNotEmpty`, or `VaultError.restoreUnfinished` when a stopped restore of
   ///   another vault holds the home (one of this bundle's vault is let through, to be taken up).
   public static func refuseExistingHome(_ home: String, bundle: String) throws {
-    let home = absolutePath(home)
+    try refuseExistingHome(absolutePath(home), bundle: bundle, lookedAgain: false)
+  }
+
+  private static func refuseExistingHome(_ home: String, bundle: String, lookedAgain: Bool) throws {
+    // A restore (or init) under way in `home` holds its lock until it has finished: wait for it,
+    // so that the checks below see a finished home, not one half made (a second restore of the
+    // same bundle started beside the first read its marker as missing, then its files as someone
+    // else's, and was refused with advice to restore a manifest). Only a lock file already there
+    // is taken: none is made in a home that may be someone else's.
+    let lockPath = home + "/vault.lock"
+    let lock = FileManager.default.fileExists(atPath: lockPath) ? try? FileLock(path: lockPath, shared: true) : nil
+    defer { lock?.release() }
     if let stopped = Vault.unfinishedRestore(home: home) {
       // A rerun of a stopped restore of this bundle's vault takes it up; `Vault.restore` checks
       // the rest (a marker that does not parse, the store it names).
@@ -314,6 +325,11 @@ public enum Backup {
     if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
       entries.contains(where: { $0 != "vault.lock" })
     {
+      // A restore that began after the lock file was looked for made it, its marker and files:
+      // wait for it and look again, once.
+      if lock == nil, !lookedAgain, FileManager.default.fileExists(atPath: lockPath) {
+        return try refuseExistingHome(home, bundle: bundle, lookedAgain: true)
+      }
       throw VaultError.homeNotEmpty(home: home)
     }
   }

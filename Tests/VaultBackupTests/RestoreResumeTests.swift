@@ -68,6 +68,31 @@ final class RestoreResumeTests: XCTestCase {
     }
   }
 
+  /// The check of the home before a restore waits for a restore (or init) under way there, which
+  /// holds the home's lock, and judges the home it leaves (review: a second restore of the same
+  /// bundle started beside the first saw its half-made home as someone's files and was refused
+  /// with advice to restore a manifest; seen once in eight rounds of the CLI race test on CI).
+  func testTheHomeCheckWaitsForARestoreUnderWay() throws {
+    let (bundle, _, _) = try bundle()
+    let home = temporary.sub("racing")
+    XCTAssertEqual(mkdir(home, 0o700), 0)
+    // Held as a restore holds it: an exclusive flock on the home's lock file.
+    let underWay = open(home + "/vault.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    XCTAssertEqual(flock(underWay, LOCK_EX), 0)
+    let halfMade = home + "/a.sqlite"
+    XCTAssertTrue(FileManager.default.createFile(atPath: halfMade, contents: Data([1])))
+    // The other restore gives up (a failure it undoes: its file goes) and releases the lock.
+    let finisher = Thread {
+      Thread.sleep(forTimeInterval: 0.5)
+      unlink(halfMade)
+      close(underWay)
+    }
+    let started = Date()
+    finisher.start()
+    XCTAssertNoThrow(try Backup.refuseExistingHome(home, bundle: bundle), "judged as the other restore left it")
+    XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.4, "it waited for the lock")
+  }
+
   /// The Secret Service keeps what a failed restore stored (deleting keys is never a side effect);
   /// the rerun takes over the items that are byte for byte the bundle's keys and stores the rest.
   func testARestoreWhoseStoreFailedAfterTheFirstKeyIsFinishedByRunningItAgain() throws {
