@@ -117,22 +117,14 @@ enum FileIO {
     defer {
       if !linked { unlink(temporary) }
     }
-    func check(_ ok: Bool) throws {
-      guard ok else {
-        let code = errno
-        close(fd)
-        throw FileError.outputFailed(path: path, errno: code)
-      }
+    do {
+      try fill(fd, with: bytes, for: path)
+    } catch {
+      close(fd)
+      throw error
     }
-    try check(fchmod(fd, 0o600) == 0)
-    try check(FileIO.writeAll(fd, bytes))
-    try check(fsync(fd) == 0)
     close(fd)
-    guard link(temporary, path) == 0 else {
-      let code = errno
-      if code == EEXIST { throw FileError.outputExists(path: path) }
-      throw FileError.outputFailed(path: path, errno: code)
-    }
+    try checkLink(link(temporary, path), to: path)
     linked = true
     // The temporary is now a second name for the same bytes (the plaintext, for `open -o`): left
     // behind, it would outlive the output when that is deleted. unlink can fail (EIO); say so.
@@ -160,18 +152,27 @@ enum FileIO {
   /// anything is there), then flushes the directory. Closes `fd`; a failure leaves no file.
   private static func writeAnonymously(_ fd: Int32, _ bytes: [UInt8], to path: String) throws {
     defer { close(fd) }
-    func check(_ ok: Bool) throws {
-      guard ok else { throw FileError.outputFailed(path: path, errno: errno) }
-    }
-    try check(fchmod(fd, 0o600) == 0)
-    try check(FileIO.writeAll(fd, bytes))
-    try check(fsync(fd) == 0)
-    guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0 else {
-      let code = errno
-      if code == EEXIST { throw FileError.outputExists(path: path) }
-      throw FileError.outputFailed(path: path, errno: code)
-    }
+    try fill(fd, with: bytes, for: path)
+    try checkLink(linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW), to: path)
     syncDirectory(of: path)
+  }
+
+  /// Makes the open file `fd` mode 0600 and holds `bytes`, flushed to disk (both ways of writing
+  /// `path`).
+  /// - Throws: `FileError.outputFailed` with the failing call's errno.
+  private static func fill(_ fd: Int32, with bytes: [UInt8], for path: String) throws {
+    guard fchmod(fd, 0o600) == 0, FileIO.writeAll(fd, bytes), fsync(fd) == 0 else {
+      throw FileError.outputFailed(path: path, errno: errno)
+    }
+  }
+
+  /// Throws for a link(2) or linkat(2) to `path` that returned `result`, reading its errno:
+  /// `outputExists` when anything is there (nothing is ever replaced), else `outputFailed`.
+  private static func checkLink(_ result: Int32, to path: String) throws {
+    guard result != 0 else { return }
+    let code = errno
+    if code == EEXIST { throw FileError.outputExists(path: path) }
+    throw FileError.outputFailed(path: path, errno: code)
   }
 
   private static func kind(_ mode: mode_t) -> String {
