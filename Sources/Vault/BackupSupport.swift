@@ -172,8 +172,11 @@ extension Vault {
   /// made beside it: a commit that failed (EIO, a full disk) leaves its log, envelopes and all,
   /// and a home holding it is "not empty" to the rerun, which then refuses to restore.
   package static func removeContainerFile(_ path: String) {
-    for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+    for suffix in containerFileSuffixes { unlink(path + suffix) }
   }
+
+  /// What a container file's name takes to name it and the files SQLite makes beside it.
+  package static let containerFileSuffixes = ["", "-wal", "-shm", "-journal"]
 
   /// The name of the marker a restore leaves in its home until it is finished: no container may
   /// take it.
@@ -226,7 +229,7 @@ extension Vault {
     guard resolvingKeyfile(descriptor, keyring: keyring) == stopped.store else {
       throw VaultError.restoreStoreDiffers(home: home, store: stopped.store.kind, keyfile: stopped.store.keyfile)
     }
-    let own = Set(names.flatMap { [$0, $0 + "-wal", $0 + "-shm", $0 + "-journal"] } + [Manifest.fileName])
+    let own = Set(names.flatMap { name in containerFileSuffixes.map { name + $0 } } + [Manifest.fileName])
     let entries = try FileManager.default.contentsOfDirectory(atPath: home)
     for name in entries
     where own.contains(name) || isTemporaryName(name) || isTemporaryName(name, of: RestoreMarker.fileName) {

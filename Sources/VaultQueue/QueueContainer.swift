@@ -444,7 +444,7 @@ public final class QueueContainer: @unchecked Sendable {
 
   /// `specialFile(at:reported:)` for a path given as its bytes (without a NUL).
   package static func specialFile(at path: [UInt8], reported: String) -> QueueError? {
-    for suffix in ["", "-wal", "-shm", "-journal"] {
+    for suffix in Vault.containerFileSuffixes {
       var info = stat()
       let name = (path + Array(suffix.utf8) + [0]).map { CChar(bitPattern: $0) }
       guard lstat(name, &info) == 0, info.st_mode & S_IFMT != S_IFREG else { continue }
