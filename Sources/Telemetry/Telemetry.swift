@@ -40,8 +40,7 @@ public struct FlushReport: Codable, Sendable, Equatable {
   public var delivered = 0
   /// Events rescheduled for another attempt (a retryable answer or no answer at all).
   public var retried = 0
-  /// Events parked: refused `attemptCeiling` times over `parkAfter`, or in a batch refused again
-  /// after a token refresh.
+  /// Events parked: refused `attemptCeiling` times over `parkAfter`.
   public var parked = 0
   /// Events moved to review: refused for good, or too large to send.
   public var rejected = 0
@@ -53,7 +52,8 @@ public struct FlushReport: Codable, Sendable, Equatable {
   /// Fresh tokens asked for after a 401 (at most one per pass).
   public var tokenRefreshes = 0
   /// Events in batches the server refused for their credentials: 401 again after a token refresh,
-  /// or 403. They are parked (resend them once the credentials are fixed) and the pass ends.
+  /// or 403. They wait with backoff (counted in `retried`; the refusal counts toward parking like
+  /// any other) and the pass ends; once the credentials are fixed, a pass sends them.
   public var authFailures = 0
   /// Events in a batch answered 404: the endpoint is wrong. They went back to pending, due at
   /// once and their attempt not counted (never parked or sent to review), and the pass ended.
@@ -301,8 +301,8 @@ public final class Telemetry: @unchecked Sendable {
   /// one at a time; a second caller waits for the first.
   ///
   /// The token is read first; 401, 413 and the other answers are handled as the README's
-  /// "Telemetry" section says. A batch refused again after a token refresh is parked and ends
-  /// the pass; a 404 (a wrong endpoint) gives the batch back, unparked and due at once, and ends it;
+  /// "Telemetry" section says. A batch refused again after a token refresh, or with 403, waits
+  /// with backoff and ends the pass; a 404 (a wrong endpoint) gives the batch back, unparked and due at once, and ends it;
   /// a spent request budget ends it too. Either way the rest of the claim goes back.
   ///
   /// - Returns: what the pass did, and how many events are still pending.
@@ -337,7 +337,7 @@ public final class Telemetry: @unchecked Sendable {
         break pass
       } catch is AuthenticationRefused {
         // The server refused a fresh token: stop here and give back what was not sent, rather
-        // than parking the whole backlog one batch at a time. (Release touches only records this
+        // than have the whole backlog refused one batch at a time. (Release touches only records this
         // claim still holds: settled ones are acked, rescheduled, parked or in review already.)
         try claim.releaseUnsettled()
         break pass
@@ -424,7 +424,7 @@ public final class Telemetry: @unchecked Sendable {
   }
 
   /// Sends one batch and settles its events. 401: the token is refreshed once per pass and the
-  /// batch retried; a second 401 parks it and ends the pass. 413: more than one event, split in
+  /// batch retried; a second 401, or a 403, makes the batch wait with backoff and ends the pass. 413: more than one event, split in
   /// halves (each half packed again, each send spending the pass's request budget); one event
   /// whose batch is at most a quarter of the batch limit, the server's fault: retried with
   /// backoff; one larger event, too large for this server: review. Everything else by
@@ -442,15 +442,15 @@ public final class Telemetry: @unchecked Sendable {
       token = try tokens.token(refresh: true)
       result = sender.send(batch, token: token)
     }
-    // 401 after a refresh, or 403: the credentials are refused. The batch is parked (resend it
-    // once they are fixed) and the pass ends, so the rest of the backlog is not refused batch by
-    // batch into parking or review by the same misconfiguration.
-    if case .status(let status, _) = result, status == 401 || status == 403 {
-      let parked = try claim.park(batch.ids, errorKind: "http-\(status)")
-      report.parked += parked.count
+    // 401 after a refresh, or 403: the credentials are refused. The batch waits with backoff,
+    // counting toward parking like any refusal, and the pass ends, so the rest of the backlog is
+    // not sent to the same refusal; once the token is fixed, everything goes out by itself.
+    // (Parking the batch at once made every pass of a revoked token park another batch, and each
+    // one then waited for a manual resend while exposed to the cap and the age limit.)
+    if case .status(let status, let retryAfter) = result, status == 401 || status == 403 {
       report.authFailures += batch.ids.count
       report.errorKind = "http-\(status)"
-      if !parked.isEmpty { published(.parked(ids: batch.ids.filter(parked.contains), errorKind: "http-\(status)")) }
+      settle(HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, claim, &report)
       throw AuthenticationRefused()
     }
     switch result {

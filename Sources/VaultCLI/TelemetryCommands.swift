@@ -146,11 +146,11 @@ struct FlushRefused: Error, CustomStringConvertible {
       "the endpoint answered 404 (not found): check --endpoint; the events stay pending and are sent by the "
         + "next flush to the right endpoint"
     case "http-403":
-      "the server refused the token (403 forbidden); the refused events are parked "
-        + "(`vault queue resend --state parked` once the token is fixed)"
+      "the server refused the token (403 forbidden); fix the token: the events stay pending (the refused "
+        + "batch retries with backoff, at most 5 minutes) and the next flush sends them"
     default:
-      "the server refused the upload (401 unauthorized); the refused events are parked "
-        + "(`vault queue resend --state parked` once --token-file is right)"
+      "the server refused the upload (401 unauthorized); fix --token-file: the events stay pending (the "
+        + "refused batch retries with backoff, at most 5 minutes) and the next flush sends them"
     }
   }
 }
@@ -228,8 +228,8 @@ enum TelemetryCommand: Subcommand {
         name: "flush", abstract: "One delivery pass: every due event is sent at most once.",
         discussion: """
           Events go in batches of at most 256 KB gzip-compressed, to POST URL. 2xx delivers; 429/503 wait for \
-          Retry-After; 408, 5xx and network errors retry with backoff; 401 re-reads the token once, then parks \
-          the batch and ends the pass, as 403 does; 413 splits the batch in halves (at most 16 extra requests a \
+          Retry-After; 408, 5xx and network errors retry with backoff; 401 re-reads the token once, then the \
+          batch retries with backoff and the pass ends, as for 403; 413 splits the batch in halves (at most 16 extra requests a \
           pass), and a single event of 64 KB or less refused with 413 retries with backoff (a larger one goes to \
           review); 404 (a wrong endpoint) keeps the events pending, due at once, and ends the pass; other 4xx go \
           to review.

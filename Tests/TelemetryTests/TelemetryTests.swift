@@ -17,12 +17,17 @@ import XCTest
 final class ScriptedSender: BatchSender, @unchecked Sendable {
   private let lock = NSLock()
   private var script: [SendResult]
-  private let otherwise: SendResult
+  private var otherwise: SendResult
   private(set) var sent: [(batch: TelemetryBatch, token: String)] = []
 
   init(_ script: [SendResult] = [], otherwise: SendResult = .status(200, retryAfter: nil)) {
     self.script = script
     self.otherwise = otherwise
+  }
+
+  /// From now on, answers `result` once the script is spent.
+  func answer(_ result: SendResult) {
+    lock.withLock { otherwise = result }
   }
 
   func send(_ batch: TelemetryBatch, token: String) -> SendResult {
@@ -225,9 +230,10 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertFalse(next.refusedByConfiguration)
   }
 
-  /// A 403 is refused credentials: the batch is parked (resendable) and the pass ends, so a wrong
-  /// token cannot move a whole backlog to review batch by batch.
-  func test403ParksTheBatchAndEndsThePass() throws {
+  /// A 403 is refused credentials: the batch waits with backoff (its attempt counted, as for any
+  /// refusal) and the pass ends, so a wrong token sends no other batch to the same refusal and
+  /// moves nothing to parking or review.
+  func test403MakesTheBatchWaitAndEndsThePass() throws {
     let sender = ScriptedSender([.status(403, retryAfter: nil)])
     let telemetry = Telemetry(
       container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
@@ -237,12 +243,45 @@ final class TelemetryDeliveryTests: XCTestCase {
     }
     let report = try telemetry.flush()
     XCTAssertEqual(sender.sent.count, 1, "the pass ends at the first 403")
-    let first = sender.sent[0].batch.ids.count
-    XCTAssertEqual([report.authFailures, report.parked, report.rejected, report.delivered], [first, first, 0, 0])
+    let refused = Set(sender.sent[0].batch.ids)
+    XCTAssertEqual(
+      [report.authFailures, report.retried, report.parked, report.rejected, report.delivered],
+      [refused.count, refused.count, 0, 0, 0])
     XCTAssertEqual(report.errorKind, "http-403")
     XCTAssertTrue(report.refusedByConfiguration)
-    XCTAssertEqual(try container.list(queue: "telemetry", state: .review), [])
-    XCTAssertEqual(try container.count(queue: "telemetry", state: .pending), 30 - first)
+    let records = try container.list(queue: "telemetry")
+    XCTAssertEqual(records.map(\.state), Array(repeating: .pending, count: 30), "none parked, none in review")
+    for record in records {
+      XCTAssertEqual(record.attempts, refused.contains(record.id) ? 1 : 0)
+      XCTAssertEqual(record.errorKind, refused.contains(record.id) ? "http-403" : nil)
+    }
+  }
+
+  /// A revoked token for a whole day of passes parks nothing with the default configuration, and
+  /// once the server takes the token again one pass sends every event, no resend needed. (Before:
+  /// each pass parked the batch it sent, so the backlog ended parked batch by batch, waiting for a
+  /// manual `queue resend` while exposed to the cap and the age limit.)
+  func testARevokedTokenParksNothingAndTheFixedOneSendsEverything() throws {
+    let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
+      sender: sender, clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
+    for _ in 0..<40 {
+      let report = try telemetry.flush()
+      XCTAssertEqual(report.parked, 0)
+      XCTAssertTrue(report.refusedByConfiguration || report.batches == 0)
+      clock.advance(600)
+    }
+    XCTAssertEqual(try container.count(queue: "telemetry", state: .parked), 0)
+    XCTAssertEqual(try container.count(queue: "telemetry", state: .review), 0)
+    sender.answer(.status(200, retryAfter: nil))
+    clock.advance(600)
+    let fixed = try telemetry.flush()
+    XCTAssertEqual(fixed.delivered, 30)
+    XCTAssertEqual(fixed.pending, 0)
   }
 
   func testTheFlushReportWritesEveryKeyAbsentOnesAsNull() throws {
@@ -268,23 +307,26 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertEqual(sender.sent.map(\.token), ["token-0", "token-1"])
   }
 
-  func test401AfterARefreshParks() throws {
+  func test401AfterARefreshMakesTheBatchWait() throws {
     let tokens = CountingTokens()
     let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
     let telemetry = client(sender, tokens: tokens)
     try telemetry.log(type: "tap")
     try telemetry.log(type: "tap")
     let report = try telemetry.flush()
-    XCTAssertEqual(report.parked, 2)
-    XCTAssertEqual(report.authFailures, 2)
+    XCTAssertEqual([report.retried, report.parked, report.authFailures], [2, 0, 2])
     XCTAssertEqual(report.errorKind, "http-401")
     XCTAssertTrue(report.refusedByConfiguration)
     XCTAssertEqual(tokens.refreshes, 1, "exactly one refresh")
-    XCTAssertEqual(try container.list(queue: "telemetry", state: .parked).count, 2)
+    let records = try container.list(queue: "telemetry")
+    XCTAssertEqual(records.map(\.state), [.pending, .pending])
+    XCTAssertEqual(records.map(\.attempts), [1, 1])
+    XCTAssertTrue(records.allSatisfy { ($0.nextAttemptAt ?? .distantPast) > clock.now }, "with backoff")
   }
 
-  /// After a refused refresh only the batch that met it is parked; the rest go back to pending.
-  func testARefusedRefreshEndsThePassWithoutParkingTheBacklog() throws {
+  /// After a refused refresh only the batch that met it waits with backoff; the rest go back to
+  /// pending, their attempt not counted.
+  func testARefusedRefreshEndsThePassAndGivesTheBacklogBack() throws {
     let tokens = CountingTokens()
     let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
     let telemetry = Telemetry(
@@ -296,10 +338,13 @@ final class TelemetryDeliveryTests: XCTestCase {
     let report = try telemetry.flush()
     XCTAssertEqual(tokens.refreshes, 1)
     XCTAssertEqual(sender.sent.count, 2, "one batch, sent with the old and the fresh token")
-    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .parked), report.parked)
-    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30 - report.parked)
+    let refused = Set(sender.sent[0].batch.ids)
+    XCTAssertEqual(report.retried, refused.count)
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30)
     XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .inFlight), 0)
-    XCTAssertTrue(try container.list(state: .pending).allSatisfy { $0.attempts == 0 }, "released, not counted")
+    XCTAssertTrue(
+      try container.list(state: .pending).allSatisfy { $0.attempts == (refused.contains($0.id) ? 1 : 0) },
+      "the rest released, not counted")
   }
 
   func testATokenProviderFailureClaimsNothing() throws {
@@ -505,7 +550,7 @@ final class TelemetryServerStatusTests: XCTestCase {
     postControl("http://127.0.0.1:\(server.port)/control", json)
   }
 
-  func testWrongTokenIsRefreshedOnceThenParked() throws {
+  func testWrongTokenIsRefreshedOnceThenWaits() throws {
     let server = try TelemetryServer(directory: temporary.path, token: "the-right-one", root: packageRoot())
     defer { server.stop() }
     let tokens = CountingTokens()
@@ -514,9 +559,9 @@ final class TelemetryServerStatusTests: XCTestCase {
       clock: clock.function)
     try telemetry.log(type: "tap")
     let report = try telemetry.flush()
-    XCTAssertEqual(report.parked, 1)
+    XCTAssertEqual([report.retried, report.parked], [1, 0])
     XCTAssertEqual(report.tokenRefreshes, 1)
-    XCTAssertEqual(server.received.map(\.status), [401, 401], "one refresh, one retry, then parked")
+    XCTAssertEqual(server.received.map(\.status), [401, 401], "one refresh, one retry, then backoff")
   }
 
   func testRetryAfterFromTheServerIsHonoured() throws {

@@ -123,21 +123,18 @@ final class FlushRefusalCLITests: XCTestCase {
     XCTAssertEqual(report["error_kind"] as? String, "http-401")
     XCTAssertEqual(report["not_found"] as? Int, 0)
 
-    // With the token the same pass delivers, exit 0, and no warning.
-    XCTAssertEqual(try vault(["--home", home, "queue", "resend", "--all"]).outputText, "resent 2\n")
+    // With the token the events go out, exit 0, and no warning: nothing was parked, so nothing
+    // needs a resend (the refused batch after its backoff, at most 1 s here).
+    Thread.sleep(forTimeInterval: 1.2)
     let (fixed, delivered) = try flush(server, token: true)
     XCTAssertEqual(fixed.status, 0, fixed.error)
     XCTAssertFalse(fixed.error.contains("--token-file"), fixed.error)
     XCTAssertEqual(delivered["delivered"] as? Int, 2)
     XCTAssertTrue(delivered["error_kind"] is NSNull, "absent is null, never omitted")
 
-    // The ledger: both were parked once, both resent and delivered, none parked now.
     let after = try stats()
-    XCTAssertEqual((after["dropped"] as? [String: Int])?["parked"], 2)
-    XCTAssertEqual(after["resent"] as? [String: Int], ["parked": 2, "review": 0])
-    XCTAssertEqual((after["by_state"] as? [String: Int])?["parked"], 0)
-    let text = try vault(["--home", home, "queue", "stats"]).outputText
-    XCTAssertTrue(text.contains("resent:   parked 2, review 0 (parked now 0, in review now 0)"), text)
+    XCTAssertEqual((after["dropped"] as? [String: Int])?.values.reduce(0, +), 0, "never parked, never in review")
+    XCTAssertEqual((after["by_state"] as? [String: Int])?.values.reduce(0, +), 0)
   }
 
   func testA404KeepsTheEventsPendingExits1AndTheRightEndpointDeliversThem() throws {

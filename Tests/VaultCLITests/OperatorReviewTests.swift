@@ -100,18 +100,27 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "ordinary rotations run again")
   }
 
-  func testA403SaysTheEventsAreParkedAndTheHintResendsThem() throws {
+  /// A 403 exits 1 saying to fix the token; nothing is parked, and once the server takes the
+  /// token the events go out with no resend (the refused batch after its backoff, at most 1 s here).
+  func testA403SaysToFixTheTokenAndTheEventsGoOutOnceItIs() throws {
     let token = temporary.sub("token")
     try "test-token".write(toFile: token, atomically: true, encoding: .utf8)
     XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0)
     let server = try TelemetryServer(directory: temporary.path, mode: "403", root: packageRoot())
     defer { server.stop() }
-    let flushed = try vault([
+    let flush = [
       "--home", home, "telemetry", "flush", "--endpoint", server.endpoint.absoluteString, "--token-file", token,
-    ])
-    XCTAssertEqual(flushed.status, 1, flushed.error)
-    XCTAssertTrue(flushed.error.contains("`vault queue resend --state parked`"), flushed.error)
-    XCTAssertEqual(try vault(["--home", home, "queue", "resend", "--state", "parked"]).outputText, "resent 1\n")
+    ]
+    let refused = try vault(flush)
+    XCTAssertEqual(refused.status, 1, refused.error)
+    XCTAssertTrue(refused.error.contains("403 forbidden); fix the token"), refused.error)
+    XCTAssertFalse(refused.error.contains("resend"), refused.error)
+    XCTAssertEqual(try vault(["--home", home, "queue", "list", "--state", "parked"]).outputText, "")
+    server.setMode("ok")
+    Thread.sleep(forTimeInterval: 1.2)
+    let sent = try vault(flush)
+    XCTAssertEqual(sent.status, 0, sent.error)
+    XCTAssertTrue(sent.outputText.hasPrefix("delivered 1,"), sent.outputText)
   }
 
   /// A token file that is empty or holds two lines is a local mistake: exit 1 saying so, nothing
