@@ -89,6 +89,7 @@ let package = Package(
     fuzzTarget("json", ["Telemetry"]),
     fuzzTarget("http", ["Outbox"]),
     fuzzTarget("arguments", ["VaultCLI"]),
+    fuzzTarget("bundle", ["VaultBackup", "Vault", "VaultKeys", "VaultCrypto", "VaultQueue"]),
 
     // Helpers shared by the test targets (temporary directories, spawning daemons, the test keyring).
     .target(

@@ -16,7 +16,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-targets=(envelope armor manifest keyfile scan json http arguments)
+targets=(envelope armor manifest keyfile scan json http arguments bundle)
 scratch="$root/.build/fuzz"
 flags=(-Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library -Xswiftc -DFUZZING)
 

@@ -179,7 +179,8 @@ public enum Backup {
   /// - Throws: `BackupError`, one case per failing part (`.notABundle`, `.truncated`,
   ///   `.newerFormat`, `.damagedHeader`, `.manifestHashMismatch`, `.damagedManifest`,
   ///   `.unacceptableKeyDerivation`, `.wrongPassphrase`, `.damagedKeySection`,
-  ///   `.containerHashMismatch`, `.envelopesFailed`, `.io`).
+  ///   `.containerHashMismatch`, `.envelopesFailed`, `.damagedSnapshot`, `.io`); `QueueError`
+  ///   when this machine fails to read a snapshot (disk full, out of descriptors or memory).
   public static func verify(bundle: String, passphrase: Passphrase) throws -> VerificationReport {
     try verify(bundle: bundle, passphrase: passphrase, progress: nil)
   }
@@ -196,6 +197,21 @@ public enum Backup {
     bundle: String, passphrase: Passphrase, progress: (@Sendable (BackupStep) -> Void)?
   ) throws -> VerificationReport {
     try verify(bundle: absolutePath(bundle), passphrase: passphrase, cached: { _ in nil }, progress: progress).report
+  }
+
+  /// `verify(bundle:passphrase:)` with the passphrase's two keys already derived, whatever the
+  /// bundle's KDF parameters and salt (for the fuzz target: no scrypt per input). A bundle whose
+  /// passphrase check differs from `check` is a wrong passphrase, as for a typed one.
+  ///
+  /// - Parameters:
+  ///   - bundle: the bundle file.
+  ///   - wrap: the key-section wrapping key.
+  ///   - check: the 16-byte passphrase check.
+  /// - Returns: as `verify(bundle:passphrase:)`.
+  /// - Throws: as `verify(bundle:passphrase:)`.
+  package static func verify(bundle: String, wrap: SymmetricKey, check: [UInt8]) throws -> VerificationReport {
+    try verify(bundle: absolutePath(bundle), passphrase: try Passphrase("unused"), cached: { _ in (wrap, check) })
+      .report
   }
 
   /// Restores a bundle into a new home: verifies it completely first (nothing is touched before),
@@ -536,17 +552,35 @@ public enum Backup {
   }
 
   /// Opens every envelope of one snapshot with the bundle's keys; counts them per version.
+  ///
+  /// - Throws: `BackupError.envelopesFailed` for envelopes that do not open, `.damagedSnapshot`
+  ///   for a snapshot that is not a readable container; `QueueError` when this machine fails to
+  ///   read it (disk full, out of descriptors or memory), which another try may not meet.
   static func checkEnvelopes(
     snapshot: String, container: BackupManifest.Container, index: Int, bundle: String, keys: BundleKeys
   ) throws -> [UInt32: Int] {
-    try readingSnapshot(snapshot, name: "container \(index)") { reader in
-      try countEnvelopes(reader, container: container, index: index, bundle: bundle, keys: keys)
+    do {
+      return try readingSnapshot(snapshot, name: "container \(index)") { reader in
+        try countEnvelopes(reader, container: container, index: index, bundle: bundle, keys: keys)
+      }
+    } catch let error as QueueError {
+      switch error {
+      // What the snapshot's bytes are, not what this machine did: "restore it from a backup", the
+      // container's own advice, would send the user back to this bundle.
+      case .corrupt, .notAQueueContainer, .storage:
+        throw BackupError.damagedSnapshot(path: bundle, index: index, container: container.path, kind: error.code)
+      default: throw error
+      }
     }
   }
 
   private static func countEnvelopes(
     _ reader: ContainerReader, container: BackupManifest.Container, index: Int, bundle: String, keys: BundleKeys
   ) throws -> [UInt32: Int] {
+    guard reader.keyringID != nil else {
+      throw BackupError.damagedSnapshot(
+        path: bundle, index: index, container: container.path, kind: QueueError.notAQueueContainer(path: "").code)
+    }
     guard reader.keyringID == keys.keyring.hex, reader.containerID == container.id else {
       throw BackupError.envelopesFailed(
         path: bundle, index: index, container: container.path, failed: 0, kind: "not this vault's container")

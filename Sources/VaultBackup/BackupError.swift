@@ -27,6 +27,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   case containerHashMismatch(path: String, index: Int, container: String)
   /// Envelopes in container snapshot `index` did not open with the bundle's keys.
   case envelopesFailed(path: String, index: Int, container: String, failed: Int, kind: String)
+  /// Container snapshot `index` has its recorded SHA-256 but cannot be read as a vault queue
+  /// container (`kind`: `queue.corrupt`, `queue.not-a-queue-container`, `queue.storage`): the bundle was written that way (its manifest, which the passphrase
+  /// authenticates, records these very bytes), so another bundle is needed.
+  case damagedSnapshot(path: String, index: Int, container: String, kind: String)
   /// The passphrase is empty.
   case emptyPassphrase
   /// `keep` must be at least 1.
@@ -69,6 +73,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
     case .envelopesFailed(let path, let index, let container, let failed, let kind):
       "bundle \(path): \(failed) records in container \(index) (\(container)) do not open with the bundle's keys "
         + "(first failure: \(kind))"
+    case .damagedSnapshot(let path, let index, let container, let kind):
+      "bundle \(path): container \(index) (\(container)) cannot be read as a vault container (\(kind)); the "
+        + "bundle holds it that way: restore from another bundle"
     case .emptyPassphrase: "the passphrase is empty"
     case .invalidKeep(let keep): "--keep must be at least 1 (got \(keep))"
     case .notADirectory(let path): "\(path) is not a directory"
