@@ -1,5 +1,6 @@
-// Fuzz target: a backup bundle through `Backup.verify` (header, lengths, manifest JSON, key
-// section, key checks, every container snapshot opened as a queue container and its envelopes).
+// Fuzz target: a backup bundle through `Backup.inspect` (what `vault status` reads without the
+// passphrase) and `Backup.verify` (header, lengths, manifest JSON, key section, key checks, every
+// container snapshot opened as a queue container and its envelopes).
 // The first byte picks the mode:
 //
 // - even: the rest is the bundle file as it is. The key section's tag covers header and manifest,
@@ -40,6 +41,12 @@ enum BundleTarget {
     defer { unlink(path) }
     guard FileManager.default.createFile(atPath: path, contents: Data(bundle)) else {
       fatalError("the fuzz target could not write its input file")
+    }
+    // What `vault status` reads of a bundle without its passphrase (nothing authenticated).
+    do {
+      _ = try Backup.inspect(bundle: path)
+    } catch {
+      expect(error is BackupError, error)
     }
     do {
       let report = try Backup.verify(bundle: path, wrap: keys.wrap, check: keys.check)

@@ -144,7 +144,7 @@ extension Backup {
 
   /// The checks that need no passphrase: header, format, lengths, manifest hash, sizes and every
   /// snapshot's SHA-256.
-  static func inspect(bundle path: String, hashingSnapshots: Bool = true) throws -> BackupManifest {
+  package static func inspect(bundle path: String, hashingSnapshots: Bool = true) throws -> BackupManifest {
     let reader = try BundleReader(path: path)
     guard reader.size >= UInt64(BundleLayout.headerCount) else {
       throw BackupError.truncated(path: path, part: "header")
