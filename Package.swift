@@ -66,6 +66,7 @@ let package = Package(
       name: "VaultCLI",
       dependencies: [
         "Vault", "VaultKeys", "VaultCrypto", "VaultQueue", "Outbox", "Telemetry", "VaultScan", "VaultBackup",
+        "CProcessHardening",
       ],
       swiftSettings: strict),
     .executableTarget(name: "vault", dependencies: ["VaultCLI", "Vault"], swiftSettings: strict),

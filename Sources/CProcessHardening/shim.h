@@ -1,5 +1,6 @@
-// Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift), and the
-// scan's private descriptor table (VaultScan's FilePipeline). The fatal-signal handler must be
+// Process hardening for Vault's ProcessHardening (Sources/Vault/ProcessHardening.swift), the
+// scan's private descriptor table (VaultScan's FilePipeline), and the terminal guard of VaultCLI's
+// passphrase prompt. The fatal-signal handler must be
 // async-signal-safe, so it is C, not Swift (no allocation, no locks, no runtime calls: write(2),
 // sigaction(2), sigprocmask(2), alarm(2), raise(3) only). prctl and syscall are variadic, so they
 // need wrappers to be called from Swift. No library to link: everything here is glibc.
@@ -15,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <termios.h>
 #include <unistd.h>
 
 // glibc's short program name (errno.h declares it only under _GNU_SOURCE).
@@ -174,6 +176,84 @@ static inline int vault_fatal_signal_handler_installed(int signo) {
   struct sigaction current;
   if (sigaction(signo, NULL, &current) != 0) return 0;
   return current.sa_handler == vault_fatal_signal_handler;
+}
+
+// MARK: - The terminal guard of a prompt without echo
+
+/// The signals that end a process at a prompt: the terminal is restored, then the signal does
+/// what it did before the prompt (SIGQUIT: the fatal-signal handler above).
+static const int vault_tty_guard_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+#define VAULT_TTY_GUARD_COUNT (sizeof vault_tty_guard_signals / sizeof vault_tty_guard_signals[0])
+
+/// The terminal a prompt turned echo off on (fd -1: none), its mode before, and the actions the
+/// guard replaced.
+struct vault_tty_guard_state {
+  int fd;
+  struct termios saved;
+  struct sigaction previous[VAULT_TTY_GUARD_COUNT];
+  int installed[VAULT_TTY_GUARD_COUNT];
+  struct sigaction previous_stop;
+  int stop_ignored;
+};
+
+/// The guard's one state, a function's static (a header's static variables are not emitted for
+/// Swift); each Swift module calling these has its own copy: only VaultCLI's prompt does.
+static inline struct vault_tty_guard_state *vault_tty_guard(void) {
+  static struct vault_tty_guard_state state = {.fd = -1};
+  return &state;
+}
+
+/// Puts the terminal back as it was before the prompt, puts back the signal's earlier action,
+/// and raises the signal again: blocked while this runs, it is delivered with that action on
+/// return. tcsetattr, sigaction and raise are async-signal-safe.
+static inline void vault_tty_guard_handler(int signo) {
+  int saved_errno = errno;
+  struct vault_tty_guard_state *state = vault_tty_guard();
+  if (state->fd >= 0) tcsetattr(state->fd, TCSAFLUSH, &state->saved);
+  for (size_t i = 0; i < VAULT_TTY_GUARD_COUNT; i++) {
+    if (vault_tty_guard_signals[i] == signo) sigaction(signo, &state->previous[i], NULL);
+  }
+  raise(signo);
+  errno = saved_errno;
+}
+
+/// Before a prompt turns echo off on `fd`, whose mode is `saved`: SIGINT, SIGTERM, SIGHUP and
+/// SIGQUIT restore that mode before they act (a shell that does not reset the terminal, dash or
+/// a script, would otherwise be left without echo), except those the process ignores; SIGTSTP
+/// (Ctrl-Z) is ignored until `vault_tty_guard_end`, so the process never stops with echo off.
+/// 0 on success, else an errno value (call `vault_tty_guard_end` either way).
+static inline int vault_tty_guard_begin(int fd, const struct termios *saved) {
+  struct vault_tty_guard_state *state = vault_tty_guard();
+  state->saved = *saved;
+  state->fd = fd;
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = vault_tty_guard_handler;
+  sigfillset(&action.sa_mask);
+  for (size_t i = 0; i < VAULT_TTY_GUARD_COUNT; i++) {
+    state->installed[i] = 0;
+    if (sigaction(vault_tty_guard_signals[i], NULL, &state->previous[i]) != 0) return errno;
+    if (state->previous[i].sa_handler == SIG_IGN) continue;
+    if (sigaction(vault_tty_guard_signals[i], &action, NULL) != 0) return errno;
+    state->installed[i] = 1;
+  }
+  memset(&action, 0, sizeof action);
+  action.sa_handler = SIG_IGN;
+  if (sigaction(SIGTSTP, &action, &state->previous_stop) != 0) return errno;
+  state->stop_ignored = 1;
+  return 0;
+}
+
+/// After the prompt put the terminal back: the signals' earlier actions again.
+static inline void vault_tty_guard_end(void) {
+  struct vault_tty_guard_state *state = vault_tty_guard();
+  for (size_t i = 0; i < VAULT_TTY_GUARD_COUNT; i++) {
+    if (state->installed[i]) sigaction(vault_tty_guard_signals[i], &state->previous[i], NULL);
+    state->installed[i] = 0;
+  }
+  if (state->stop_ignored) sigaction(SIGTSTP, &state->previous_stop, NULL);
+  state->stop_ignored = 0;
+  state->fd = -1;
 }
 
 #endif

@@ -1,3 +1,4 @@
+import CProcessHardening
 import Foundation
 import Vault
 import VaultBackup
@@ -209,7 +210,10 @@ extension VaultCommandLine {
     return try first.withUnsafeBytes { try Passphrase(copying: $0) }
   }
 
-  /// Reads one line from /dev/tty with echo off (termios), restoring the terminal's mode after.
+  /// Reads one line from /dev/tty with echo off (termios), restoring the terminal's mode after,
+  /// also when SIGINT, SIGTERM, SIGHUP or SIGQUIT ends the process at the prompt (Ctrl-C used to
+  /// leave the terminal without echo under any shell that does not reset it); Ctrl-Z is ignored
+  /// while echo is off.
   private static func promptWithoutEcho(_ prompt: String) throws -> [UInt8] {
     let tty = Glibc.open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
     guard tty >= 0 else { throw PassphraseInputError.noTerminal }
@@ -220,6 +224,12 @@ extension VaultCommandLine {
     quiet.c_lflag &= ~tcflag_t(ECHO)
     quiet.c_lflag |= tcflag_t(ECHONL)
     _ = Array(prompt.utf8).withUnsafeBytes { Glibc.write(tty, $0.baseAddress!, $0.count) }
+    // The guard first, so that no moment has echo off without it; ended after the mode is back.
+    guard vault_tty_guard_begin(tty, &saved) == 0 else {
+      vault_tty_guard_end()
+      throw PassphraseInputError.noTerminal
+    }
+    defer { vault_tty_guard_end() }
     guard tcsetattr(tty, TCSAFLUSH, &quiet) == 0 else { throw PassphraseInputError.noTerminal }
     defer { _ = tcsetattr(tty, TCSAFLUSH, &saved) }
     var line: [UInt8] = []
