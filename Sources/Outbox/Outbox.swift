@@ -80,6 +80,13 @@ public final class Outbox: @unchecked Sendable {
   /// Saves `message` durably (the "saved" moment an app uses to clear its editor) and asks the
   /// background loop, if started, to deliver it. Never waits for the network.
   ///
+  /// The container's byte cap (20 MB by default) still applies to a saved message: a later send
+  /// past it deletes the oldest records the cap may drop, by default of any queue, this outbox's
+  /// too, counted in `stats().dropped["cap"]` and logged by the next delivery pass. Telemetry's
+  /// events in the same container only ever make room from other events. With
+  /// `QueueConfiguration(capVictims: .only([Telemetry.queueName]))` no message is ever dropped:
+  /// a send that finds no event to drop throws `QueueError.capExceeded` instead.
+  ///
   /// - Parameters:
   ///   - message: the message's bytes, exactly as the transport will get them.
   ///   - id: the message's id; a random one when nil. Sending an id again stores nothing new. Ids

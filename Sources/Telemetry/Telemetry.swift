@@ -159,8 +159,12 @@ public final class Telemetry: @unchecked Sendable {
   }
 
   /// Seals the event and commits it to disk; returns its id. Blocks only for the durable enqueue
-  /// (never for the network). Past the container's byte cap the oldest records the cap may drop
-  /// are deleted and counted, never this one. May be called from any thread.
+  /// (never for the network). Past the container's byte cap the oldest events are deleted and
+  /// counted, never this one and never a record of another queue (an app's messages in the same
+  /// container), whatever the container's `capVictims`: with no older event to drop, the log
+  /// throws `QueueError.capExceeded`. An event too large for a batch even alone (more than the
+  /// batch limit, 256 KiB, once compressed) is stored but moved to review as `too-large` by the
+  /// first flush. May be called from any thread.
   ///
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters (`"screen_view"`).
@@ -177,7 +181,10 @@ public final class Telemetry: @unchecked Sendable {
     let id = try id ?? SecureRandom.uuid()
     guard !type.isEmpty, type.count <= 128 else { throw TelemetryError.invalidType }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
-    try container.enqueue(try event.encoded(), queue: Self.queueName, id: id)
+    // The cap makes room for an event only from other events: telemetry never pushes out the
+    // records of another queue in the same container (an app's messages), whatever its
+    // configuration. With no event to drop, the log throws `.capExceeded`, storing nothing.
+    try container.enqueue(try event.encoded(), queue: Self.queueName, id: id, droppingOnly: [Self.queueName])
     return id
   }
 

@@ -227,10 +227,10 @@ enum TelemetryCommand: Subcommand {
       CommandDeclaration(
         name: "flush", abstract: "One delivery pass: every due event is sent at most once.",
         discussion: """
-          Events go in batches of at most 256 KB gzip-compressed, to POST URL. 2xx delivers; 429/503 wait for \
+          Events go in batches of at most 256 KiB gzip-compressed, to POST URL. 2xx delivers; 429/503 wait for \
           Retry-After; 408, 5xx and network errors retry with backoff; 401 re-reads the token once, then the \
           batch retries with backoff and the pass ends, as for 403; 413 splits the batch in halves (at most 16 extra requests a \
-          pass), and a single event of 64 KB or less refused with 413 retries with backoff (a larger one goes to \
+          pass), and a single event of 64 KiB or less refused with 413 retries with backoff (a larger one goes to \
           review); 404 (a wrong endpoint) keeps the events pending, due at once, and ends the pass; other 4xx go \
           to review.
 

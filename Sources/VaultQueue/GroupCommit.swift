@@ -18,12 +18,16 @@ final class GroupCommit: @unchecked Sendable {
   final class Request {
     let records: [(id: UUID, payload: [UInt8])]
     let queue: String
+    /// The only queues whose records the cap may drop to make room for these, within what the
+    /// container allows; nil: what the container allows.
+    let victims: Set<String>?
     /// Set under the lock by the leader once the group's commit returned (or failed).
     fileprivate(set) var result: Result<[EnqueueOutcome], any Error>?
 
-    init(records: [(id: UUID, payload: [UInt8])], queue: String) {
+    init(records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>? = nil) {
       self.records = records
       self.queue = queue
+      self.victims = victims
     }
   }
 

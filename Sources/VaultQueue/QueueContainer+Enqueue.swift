@@ -64,6 +64,30 @@ extension QueueContainer {
     return try groupCommit.submit(GroupCommit.Request(records: records, queue: queue)) { self.commit($0) }
   }
 
+  /// `enqueue(_:queue:id:)` that may make room only by dropping records of `victims` (within what
+  /// the container's `capVictims` allows): for a writer whose records must never push out another
+  /// writer's, whatever the container's configuration (telemetry beside an app's messages).
+  ///
+  /// - Parameters:
+  ///   - payload: the record.
+  ///   - queue: the queue within the container.
+  ///   - id: the record's id; a random one when nil.
+  ///   - victims: the only queues the cap may drop records of for this one.
+  /// - Returns: as `enqueue(_:queue:id:)`.
+  /// - Throws: as `enqueue(_:queue:id:)`; `.capExceeded` when those queues hold nothing to drop.
+  @discardableResult
+  package func enqueue(_ payload: [UInt8], queue: String, id: UUID?, droppingOnly victims: Set<String>) throws
+    -> EnqueueOutcome
+  {
+    try Self.validate(queue)
+    if payload.count + Envelope.overhead > configuration.byteCap {
+      throw QueueError.recordTooLarge(bytes: payload.count + Envelope.overhead, cap: configuration.byteCap)
+    }
+    let request = GroupCommit.Request(
+      records: [(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
+    return try groupCommit.submit(request) { self.commit($0) }[0]
+  }
+
   /// Stores a group of enqueues in one transaction, each in its own savepoint (one that fails is
   /// undone alone and gets its own error), then commits once: one fsync for the whole group.
   /// Returns each request's result, in order; a request succeeds only once the commit that holds
@@ -156,25 +180,27 @@ extension QueueContainer {
     // already in the container, and an error would have the caller retry one that is safe.
     guard added > 0 else { return outcomes }
     try storage.addBytes(added)
-    try enforceCap(storage, victimsUpTo: lastExisting)
+    try enforceCap(storage, victimsUpTo: lastExisting, only: request.victims)
     return outcomes
   }
 
   /// Deletes the oldest records (not in flight, not added by this transaction) until the container
   /// is under its cap, counting them. Throws (rolling the enqueue back) when that cannot be done,
   /// so a record reported as stored is never one the cap removed.
-  func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64) throws {
+  func enforceCap(_ storage: Storage, victimsUpTo lastExisting: Int64, only request: Set<String>? = nil) throws {
     guard try storage.mayExceed(configuration.byteCap) else { return }
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
-    // This writer's limit, else the one a writer stored in the container, else any queue.
-    let stored = try Self.storedCapVictims(storage)
-    let queues: Statement.Value =
+    // This writer's limit, else the one a writer stored in the container, else any queue; then
+    // narrowed to the request's own limit, if it has one.
+    var allowed: Set<String>? =
       switch configuration.capVictims {
-      case .anyQueue: stored.map { .text($0) } ?? .null
-      case .only(let names):
-        .text(try Self.capVictimsText(names))
+      case .anyQueue:
+        try Self.storedCapVictims(storage).map { Set(try JSONDecoder().decode([String].self, from: Data($0.utf8))) }
+      case .only(let names): names
       }
+    if let request { allowed = allowed.map { $0.intersection(request) } ?? request }
+    let queues: Statement.Value = try allowed.map { .text(try Self.capVictimsText($0)) } ?? .null
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
