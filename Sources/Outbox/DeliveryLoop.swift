@@ -124,7 +124,9 @@ package final class DeliveryLoop: @unchecked Sendable {
       switch pass(reset) {
       case .finish: return
       case .wait(let dueIn):
-        let wait = min(max(period(), 0.001), dueIn.map { max($0, 0) + Self.slack } ?? .infinity)
+        // A period that is not a number would make every wait end at once (a busy loop): 60 s.
+        let every = period()
+        let wait = min(max(every.isNaN ? 60 : every, 0.001), dueIn.map { max($0, 0) + Self.slack } ?? .infinity)
         deadline = Date() + wait
       }
     }

@@ -96,7 +96,8 @@ public final class HTTPClient: @unchecked Sendable {
   /// Makes a client; every exchange it makes follows the rules above.
   ///
   /// - Parameters:
-  ///   - timeout: the deadline of one whole exchange, in seconds.
+  ///   - timeout: the deadline of one whole exchange, in seconds (held to 1 ms … 1 day; NaN
+  ///     is 30 s).
   ///   - responseLimit: the most response-body bytes read (64 KiB by default).
   ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust; nil for
   ///     the system's.
@@ -159,7 +160,8 @@ public final class HTTPClient: @unchecked Sendable {
       guard let appended = vault_curl_slist_append(headers, line) else { return .unreachable(kind: "local-memory") }
       headers = appended
     }
-    let milliseconds = Int(min(max(timeout, 0.001), 86_400) * 1000)
+    // A timeout that is not a number is 30 s (Int(NaN) would trap); the rest 1 ms … 1 day.
+    let milliseconds = Int(min(max(timeout.isNaN ? 30 : timeout, 0.001), 86_400) * 1000)
     var configured = true
     func set(_ result: CURLcode) { if result != CURLE_OK { configured = false } }
     set(vault_curl_set_string(easy, CURLOPT_URL, request.url.absoluteString))

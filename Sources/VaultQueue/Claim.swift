@@ -36,7 +36,7 @@ public final class Claim {
   public init(container: QueueContainer, records: [ClaimedRecord], lease: TimeInterval) {
     self.container = container
     self.records = records
-    self.lease = min(lease, container.configuration.maximumLease)
+    self.lease = container.grantedLease(lease)
     held = Dictionary(records.map { ($0.id, $0.leaseToken) }, uniquingKeysWith: { first, _ in first })
     renewedAt = records.map(\.leasedAt).min() ?? BootClock.nanoseconds()
   }

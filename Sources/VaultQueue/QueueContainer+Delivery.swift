@@ -27,11 +27,11 @@ extension QueueContainer {
   ///
   /// - Parameters:
   ///   - queue: the queue to claim from.
-  ///   - maxCount: the most records to claim.
+  ///   - maxCount: the most records to claim (0 or less: none).
   ///   - maxBytes: the most envelope bytes to claim, except that the first due record is always
   ///     taken.
   ///   - lease: how long the records stay with this deliverer, in seconds (clamped to
-  ///     0…`maximumLease`).
+  ///     0…`maximumLease`; NaN is `maximumLease`).
   ///   - dueBy: claim only records due before this time; nil for everything due now.
   /// - Returns: the claimed records that opened, oldest first; empty when nothing is due.
   /// - Throws: `QueueError` when the container cannot be read or written; `KeyStoreError` (or the
@@ -46,7 +46,7 @@ extension QueueContainer {
       // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
       let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
-      let leaseUntil = now + Self.span(min(max(lease, 0), configuration.maximumLease))
+      let leaseUntil = now + Self.span(grantedLease(lease))
       try storage.transaction {
         try expire(storage, now: now)
         var bytes = 0
@@ -59,7 +59,7 @@ extension QueueContainer {
           ORDER BY seq LIMIT ?3
           """
         ).query([
-          .text(queue), .integer(now), .integer(Int64(maxCount)), .integer(due),
+          .text(queue), .integer(now), .integer(Int64(max(maxCount, 0))), .integer(due),
           .integer(now + Self.span(configuration.maximumDelay)),
           .integer(now + Self.span(configuration.maximumLease)),
         ]) { row in
@@ -262,7 +262,7 @@ extension QueueContainer {
             parked += 1
           } else {
             let delay =
-              retryAfter.map { min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
+              retryAfter.flatMap { $0.isNaN ? nil : min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
               ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
             let due = now.addingTimeInterval(delay)
             try storage.statement(
@@ -424,7 +424,7 @@ extension QueueContainer {
   func renew(_ held: [UUID: Int64], lease: TimeInterval) throws -> [UUID: Int64] {
     guard !held.isEmpty else { return [:] }
     return try withStorage { storage in
-      var leaseUntil = milliseconds(clock()) + Self.span(min(max(lease, 0), configuration.maximumLease))
+      var leaseUntil = milliseconds(clock()) + Self.span(grantedLease(lease))
       // The new token must differ from the old ones, or a renewal could not be told from them.
       while held.values.contains(leaseUntil) { leaseUntil += 1 }
       return try storage.transaction {
@@ -462,8 +462,21 @@ extension QueueContainer {
     }
   }
 
-  /// A length of time in the milliseconds the columns hold.
-  static func span(_ interval: TimeInterval) -> Int64 { Int64((interval * 1000).rounded()) }
+  /// A length of time in the milliseconds the columns hold: NaN and negative times are 0, and
+  /// times beyond `longestSpan` (infinity among them) are that, so no value traps or overflows.
+  static func span(_ interval: TimeInterval) -> Int64 {
+    guard interval > 0 else { return 0 }
+    return Int64((min(interval, longestSpan) * 1000).rounded())
+  }
+
+  /// The longest time a container counts in, in seconds: about 31,700 years.
+  static let longestSpan: TimeInterval = 1e12
+
+  /// `lease` as `claim` grants it: 0 …`maximumLease`, NaN taken as `maximumLease` (a record a
+  /// deliverer holds for no time would be claimed again at once by another).
+  func grantedLease(_ lease: TimeInterval) -> TimeInterval {
+    lease.isNaN ? configuration.maximumLease : min(max(lease, 0), configuration.maximumLease)
+  }
 
   /// Makes the pending records of `queue` that last failed for want of a network due now (the
   /// network changed: their backoff restarts). Records a server answered (`http-…`: its

@@ -104,7 +104,7 @@ public final class QueueContainer: @unchecked Sendable {
     let path = absolutePath(path)
     self.path = path
     self.vault = vault
-    self.configuration = configuration
+    self.configuration = configuration.withNumericTimes
     self.clock = clock
     self.monotonic = monotonic
     self.random = random
@@ -466,4 +466,11 @@ public final class QueueContainer: @unchecked Sendable {
   }
 }
 
-func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+func milliseconds(_ date: Date) -> Int64 {
+  // A date from a time that is not a number, or beyond any calendar, must not trap: NaN counts
+  // as the epoch, and the rest is held within about ±31,700 years.
+  let seconds = date.timeIntervalSince1970
+  guard !seconds.isNaN else { return 0 }
+  let limit = QueueContainer.longestSpan
+  return Int64((min(max(seconds, -limit), limit) * 1000).rounded())
+}

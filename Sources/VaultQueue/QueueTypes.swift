@@ -108,7 +108,9 @@ public struct QueueConfiguration: Sendable {
   /// Records re-sealed per transaction during rotation.
   public var resealBatch: Int
 
-  /// Makes a configuration; the defaults are what `vault` itself uses.
+  /// Makes a configuration; the defaults are what `vault` itself uses. Times are in seconds; a
+  /// container takes a time that is not a number (NaN) as its default (no limit for
+  /// `maximumAge`), a negative one as 0, and one beyond about 31,700 years (infinity) as that.
   ///
   /// Processes sharing a container should share these settings: due times and leases are judged
   /// by each reader's `maximumDelay` and `maximumLease`.
@@ -140,6 +142,21 @@ public struct QueueConfiguration: Sendable {
     self.maximumRetryAfter = maximumRetryAfter
     self.resealBatch = resealBatch
     self.maximumLease = maximumLease
+  }
+
+  /// This configuration with each time that is not a number (NaN) replaced by its default, as a
+  /// container takes it: NaN passes every comparison and `min`/`max` unchanged, and would make
+  /// due times and leases NaN.
+  var withNumericTimes: QueueConfiguration {
+    let defaults = QueueConfiguration()
+    var copy = self
+    if copy.parkAfter.isNaN { copy.parkAfter = defaults.parkAfter }
+    if copy.maximumRetryAfter.isNaN { copy.maximumRetryAfter = defaults.maximumRetryAfter }
+    if copy.maximumLease.isNaN { copy.maximumLease = defaults.maximumLease }
+    if copy.backoff.base.isNaN { copy.backoff.base = defaults.backoff.base }
+    if copy.backoff.cap.isNaN { copy.backoff.cap = defaults.backoff.cap }
+    if copy.maximumAge?.isNaN == true { copy.maximumAge = nil }
+    return copy
   }
 
   /// The furthest ahead `fail` can schedule a retry: the longer of the backoff cap and the
