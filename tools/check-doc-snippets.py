@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Checks that every ```swift block in README.md and docs/INTEGRATING.md is cut, unchanged, from a
-Swift file under Examples/ (which the test command builds), so no documented code can rot.
+"""Checks that every ```swift block in README.md, docs/INTEGRATING.md and the DocC catalogs
+(Sources/*/*.docc/*.md) is cut, unchanged, from a Swift file under Examples/ (which the test
+command builds; the catalogs' blocks are in Examples/Contract/Sources/DocCSnippets), so no
+documented code can rot.
 
     tools/check-doc-snippets.py            exit 0 when every block is found, 1 with the ones that are not
 
@@ -11,7 +13,7 @@ import re
 import sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
-documents = [root / "README.md", root / "docs" / "INTEGRATING.md"]
+documents = [root / "README.md", root / "docs" / "INTEGRATING.md"] + sorted((root / "Sources").glob("*/*.docc/*.md"))
 sources = [
     [line.rstrip() for line in path.read_text().splitlines()]
     for path in (root / "Examples").rglob("*.swift")

@@ -19,6 +19,14 @@ let package = Package(
         .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
         .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
         .product(name: "VaultScan", package: vault),
-      ], swiftSettings: [.treatAllWarnings(as: .error)])
+      ], swiftSettings: [.treatAllWarnings(as: .error)]),
+    // The DocC catalogs' code blocks, compiled (never run): Sources/DocCSnippets/main.swift.
+    .executableTarget(
+      name: "DocCSnippets",
+      dependencies: [
+        .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
+        .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
+        .product(name: "VaultScan", package: vault),
+      ], swiftSettings: [.treatAllWarnings(as: .error)]),
   ]
 )
