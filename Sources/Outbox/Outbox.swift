@@ -28,6 +28,9 @@ public final class Outbox: @unchecked Sendable {
   /// attempted since: the loop wakes for it rather than wait out `interval`.
   private var earliestDue: Date?
   private let drops = DropWatch()
+  /// Counts `stop()` calls: a pass that began under another count ends before its next record
+  /// (passes begun after a stop, by a new `start` or a `deliverDue` call, run as usual).
+  private var stops = 0
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
@@ -173,10 +176,14 @@ public final class Outbox: @unchecked Sendable {
     lock.withLock { earliestDue = min(earliestDue ?? first, first) }
   }
 
-  /// Stops the loop: no pass starts after it returns (a pass already running finishes first), and
-  /// every event stream ends.
+  /// Stops the loop: no pass starts after it returns, and every event stream ends. A pass under
+  /// way (the loop's, or a `deliverDue` call's) ends before its next message, giving back what it
+  /// claimed and did not settle; `stop` waits for it, so at most for the message being sent (the
+  /// transport's timeout). It blocks its caller that long: from async code, call it off Swift's
+  /// concurrency pool, or cancel the task that runs `deliverDue`.
   public func stop() {
     let loop = lock.withLock { () -> DeliveryLoop? in
+      stops += 1
       defer { self.loop = nil }
       return self.loop
     }
@@ -228,9 +235,13 @@ public final class Outbox: @unchecked Sendable {
   ///
   /// Each record is acked as soon as the server has it, and the leases of the records still
   /// waiting are renewed as the pass goes (see `Claim`), so a slow server cannot make them due
-  /// again under another deliverer. Once `HTTPCancellation.cancelAll()` is called the pass stops
-  /// before the next record, gives back every record it claimed and did not settle (the one whose
-  /// request was cut short too: it may or may not have arrived, and stays queued), and returns.
+  /// again under another deliverer. When the task running it is cancelled, or `stop()` is called,
+  /// the pass ends before its next record: the request in flight is finished (up to the
+  /// transport's timeout), every record claimed and not settled is given back, and the pass
+  /// returns what it did (it does not throw `CancellationError`). Once
+  /// `HTTPCancellation.cancelAll()` is called (process-wide, for good: a process that is exiting)
+  /// the pass also cuts the request in flight short; that record stays queued (it may or may not
+  /// have arrived).
   ///
   /// - Parameter batch: the most records claimed at a time (and at most 4 MiB of envelopes).
   /// - Returns: what the pass did, and how many records are still pending.
@@ -244,7 +255,8 @@ public final class Outbox: @unchecked Sendable {
     // What this pass may attempt no longer needs a wake; what it schedules is added back.
     lock.withLock { if let due = earliestDue, due <= start { earliestDue = nil } }
     logger.trace("delivery pass starts", metadata: ["queue": queue])
-    while !HTTPCancellation.isCancelled {
+    let stopsAtStart = lock.withLock { stops }
+    while !passShouldEnd(stopsAtStart) {
       let records = try await storage { [container, queue, lease] in
         try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
       }
@@ -255,7 +267,7 @@ public final class Outbox: @unchecked Sendable {
       let fresh = records.contains { !attempted.contains($0.id) }
       var goOn = true
       do {
-        if fresh { goOn = try await deliver(claim, attempted: &attempted, pass: &pass) }
+        if fresh { goOn = try await deliver(claim, attempted: &attempted, pass: &pass, stops: stopsAtStart) }
         try claim.releaseUnsettled()
       } catch {
         _ = try? claim.releaseUnsettled()
@@ -274,11 +286,20 @@ public final class Outbox: @unchecked Sendable {
     return pass
   }
 
+  /// Whether a pass that began when `stop()` had been called `stops` times ends before its next
+  /// record: the process is stopping deliveries (`HTTPCancellation`), the task running it was
+  /// cancelled, or `stop()` was called since it began.
+  private func passShouldEnd(_ stops: Int) -> Bool {
+    HTTPCancellation.isCancelled || Task.isCancelled || lock.withLock { self.stops != stops }
+  }
+
   /// Delivers the claim's records not attempted yet, one at a time; returns false when the pass
   /// must end (the server refused the credentials).
-  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass) async throws -> Bool {
+  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass, stops: Int) async throws
+    -> Bool
+  {
     for record in claim.records where !attempted.contains(record.id) {
-      if HTTPCancellation.isCancelled { return true }
+      if passShouldEnd(stops) { return true }
       // Lost (the process was suspended past the lease and another deliverer took it): not ours.
       guard try claim.keep().contains(record.id) else { continue }
       attempted.insert(record.id)
