@@ -118,6 +118,10 @@ public final class Telemetry: @unchecked Sendable {
   private let drops = DropWatch()
   private var loop: DeliveryLoop?
   private var onPass: (@Sendable (FlushReport) -> Void)?
+  /// Counts `stop()` calls; `passStops` is the count when the pass under way began (passes run one
+  /// at a time): a stop since ends that pass before its next batch.
+  private var stops = 0
+  private var passStops = 0
 
   /// Makes the telemetry SDK over `container`; nothing is sent until `flush` or `start`.
   ///
@@ -277,10 +281,14 @@ public final class Telemetry: @unchecked Sendable {
     lock.withLock { loop }?.trigger(resetBackoff: resetBackoff)
   }
 
-  /// Stops the loop: no pass starts after it returns (a pass already running finishes first), and
-  /// every event stream ends. Called from `onPass` (the loop's own thread), it returns at once.
+  /// Stops the loop: no pass starts after it returns, and every event stream ends. A pass under
+  /// way (the loop's, or a `flush` call's) ends before its next batch, giving back what it claimed
+  /// and did not settle; `stop` waits for it, so at most for the batch being sent (its request's
+  /// deadline). Passes begun after it run as usual. Called from `onPass` (the loop's own thread),
+  /// it returns at once.
   public func stop() {
     let loop = lock.withLock { () -> DeliveryLoop? in
+      stops += 1
       defer { self.loop = nil }
       return self.loop
     }
@@ -303,8 +311,8 @@ public final class Telemetry: @unchecked Sendable {
   /// One delivery pass: every due event is attempted at most once. Leaves retries scheduled.
   ///
   /// The leases of claimed events not yet sent are renewed as the pass goes (see `Claim`). Once
-  /// `HTTPCancellation.cancelAll()` is called the pass sends no further batch, gives back every
-  /// event it claimed and did not settle (those of a batch cut short too), and returns. Passes run
+  /// `HTTPCancellation.cancelAll()` or `stop()` is called the pass sends no further batch, gives
+  /// back every event it claimed and did not settle (those of a batch cut short too), and returns. Passes run
   /// one at a time; a second caller waits for the first.
   ///
   /// The token is read first; 401, 413 and the other answers are handled as the README's
@@ -320,13 +328,14 @@ public final class Telemetry: @unchecked Sendable {
   public func flush() throws -> FlushReport {
     flushLock.lock()
     defer { flushLock.unlock() }
+    lock.withLock { passStops = stops }
     var report = FlushReport()
     // The token first: if the provider fails, nothing has been claimed and nothing is stranded.
     var token = try tokens.token(refresh: false)
     var refreshed = false
     var budget = configuration.requestBudget
     let start = container.now
-    pass: while !HTTPCancellation.isCancelled {
+    pass: while !passShouldEnd {
       let claimed = try container.claim(
         queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
@@ -382,8 +391,14 @@ public final class Telemetry: @unchecked Sendable {
   /// gives back every event it claimed and did not settle, the refused batch's too.
   private struct EndpointNotFound: Error {}
 
-  /// Thrown inside a pass once `HTTPCancellation.cancelAll()` was called: the pass gives back what
-  /// it did not settle and ends.
+  /// Whether the pass under way ends before its next batch: the process is stopping deliveries
+  /// (`HTTPCancellation`) or `stop()` was called since the pass began.
+  private var passShouldEnd: Bool {
+    HTTPCancellation.isCancelled || lock.withLock { stops != passStops }
+  }
+
+  /// Thrown inside a pass once `HTTPCancellation.cancelAll()` or `stop()` was called: the pass
+  /// gives back what it did not settle and ends.
   private struct Stopped: Error {}
 
   /// Thrown inside a pass when the request budget is spent while splitting: `refused` are the
@@ -405,7 +420,7 @@ public final class Telemetry: @unchecked Sendable {
   ) throws {
     var remaining = events
     while !remaining.isEmpty {
-      if HTTPCancellation.isCancelled { throw Stopped() }
+      if passShouldEnd { throw Stopped() }
       // Renewed before each batch; an event this pass no longer holds (it was suspended past the
       // lease and another deliverer took it) is not sent.
       let held = try claim.keep()
