@@ -309,10 +309,9 @@ public final class Outbox: @unchecked Sendable {
       // suspended, or the wall clock stepped, past the lease and another deliverer took the
       // record) must not delete or reschedule what that deliverer holds, nor a new message sent
       // since under the same id (the container's own `ack` deleted it unsent).
-      let held = HeldClaim(claim: claim)
       switch result {
       case .delivered:
-        _ = try await storage { try held.claim.ack([id]) }
+        _ = try await storage { try claim.ack([id]) }
         pass.delivered += 1
         logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
         hub.publish(.delivered(ids: [id]))
@@ -320,7 +319,7 @@ public final class Outbox: @unchecked Sendable {
         // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
         return true
       case .retry(let kind, let after):
-        let outcome = try await storage { try held.claim.fail([id], errorKind: kind, retryAfter: after)[id] }
+        let outcome = try await storage { try claim.fail([id], errorKind: kind, retryAfter: after)[id] }
         if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
         settled(id, kind: kind, outcome: outcome)
         // Credentials refused (401 after a token refresh, 403): a configuration to fix, not these
@@ -331,12 +330,12 @@ public final class Outbox: @unchecked Sendable {
           return false
         }
       case .unreachable(let kind):
-        let outcome = try await storage { try held.claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
+        let outcome = try await storage { try claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
         pass.retrying += 1
         settled(id, kind: kind, outcome: outcome)
       case .reject(let kind):
         // Not ours any more (another deliverer took it meanwhile): nothing to report.
-        guard try await storage({ try held.claim.reject([id], errorKind: kind) }).contains(id) else { continue }
+        guard try await storage({ try claim.reject([id], errorKind: kind) }).contains(id) else { continue }
         pass.rejected += 1
         logger.warning(
           "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
@@ -344,12 +343,6 @@ public final class Outbox: @unchecked Sendable {
       }
     }
     return true
-  }
-
-  /// The pass's claim, handed to the storage thread for one settlement at a time: the pass awaits
-  /// each call before it touches the claim again, so it is never used from two threads at once.
-  private struct HeldClaim: @unchecked Sendable {
-    let claim: Claim
   }
 
   /// Runs one of the pass's container calls (a transaction and its fsync) off Swift's concurrency

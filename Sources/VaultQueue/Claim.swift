@@ -16,14 +16,19 @@ import Foundation
 /// (a late answer to a deliverer whose lease ran out, after a suspend or a wall-clock step, must not
 /// delete or reschedule a record another deliverer holds, nor a new record sent since with the
 /// same id). A lease must be longer than twice the longest single send, so that it cannot end
-/// during one. Not thread-safe: one pass uses it at a time.
-public final class Claim {
+/// during one. Sendable: its calls take turns (each holds the claim while it writes to the
+/// container), so a claim may be handed to another thread or settled from a task; each call
+/// blocks its thread for one transaction and its fsync, so from async code make them off Swift's
+/// concurrency pool (a dispatch queue of the app's) as the outbox does.
+public final class Claim: @unchecked Sendable {
   /// The container the records were claimed from, where renewals and releases go.
   public let container: QueueContainer
   /// The records as claimed, oldest first.
   public let records: [ClaimedRecord]
   /// The lease each renewal grants, in seconds (at most the container's `maximumLease`).
   public let lease: TimeInterval
+  /// Guards `held` and `renewedAt`, and makes the calls take turns.
+  private let lock = NSLock()
   private var held: [UUID: Int64]
   private var renewedAt: UInt64
 
@@ -48,19 +53,21 @@ public final class Claim {
   /// - Throws: `QueueError` when the renewal cannot be written.
   @discardableResult
   public func keep() throws -> Set<UUID> {
-    let now = BootClock.nanoseconds()
-    if Double(now &- renewedAt) / 1e9 >= lease / 2 {
-      held = try container.renew(held, lease: lease)
-      renewedAt = now
+    try lock.withLock {
+      let now = BootClock.nanoseconds()
+      if Double(now &- renewedAt) / 1e9 >= lease / 2 {
+        held = try container.renew(held, lease: lease)
+        renewedAt = now
+      }
+      return Set(held.keys)
     }
-    return Set(held.keys)
   }
 
   /// Whether this claim still holds `id` (as of the last `keep()`).
   ///
   /// - Parameter id: a claimed record's id.
   /// - Returns: false for a record this claim never held or lost at its last renewal.
-  public func holds(_ id: UUID) -> Bool { held[id] != nil }
+  public func holds(_ id: UUID) -> Bool { lock.withLock { held[id] != nil } }
 
   /// Deletes the records of `ids` that the receiver has and this claim still holds (in flight
   /// under its lease), fenced as renewal is: a record this claim never held, lost, or that was
@@ -71,9 +78,11 @@ public final class Claim {
   /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
   public func ack(_ ids: [UUID]) throws -> Set<UUID> {
-    let acked = try container.ack(held: leases(of: ids))
-    for id in acked { held[id] = nil }
-    return acked
+    try lock.withLock {
+      let acked = try container.ack(held: leases(of: ids))
+      for id in acked { held[id] = nil }
+      return acked
+    }
   }
 
   /// Records a failed delivery of the records of `ids` this claim still holds, fenced as `ack` is
@@ -93,11 +102,13 @@ public final class Claim {
     _ ids: [UUID], errorKind: String, retryAfter: TimeInterval? = nil, serverAnswered: Bool = true,
     sharedDelay: Bool = false
   ) throws -> [UUID: FailOutcome] {
-    let outcomes = try container.fail(
-      held: leases(of: ids), errorKind: errorKind, retryAfter: retryAfter,
-      serverAnswered: serverAnswered, sharedDelay: sharedDelay)
-    for id in outcomes.keys { held[id] = nil }
-    return outcomes
+    try lock.withLock {
+      let outcomes = try container.fail(
+        held: leases(of: ids), errorKind: errorKind, retryAfter: retryAfter,
+        serverAnswered: serverAnswered, sharedDelay: sharedDelay)
+      for id in outcomes.keys { held[id] = nil }
+      return outcomes
+    }
   }
 
   /// Moves the records of `ids` this claim still holds to review (refused for good), fenced as
@@ -129,7 +140,7 @@ public final class Claim {
 
   /// The leases this claim holds for the records of `ids` (record id → lease token), looked up per
   /// id: a telemetry batch settles up to a claim's 2,000 events, and filtering the held records
-  /// against the array cost their product.
+  /// against the array cost their product. Called with `lock` held.
   private func leases(of ids: [UUID]) -> [UUID: Int64] {
     var leases: [UUID: Int64] = [:]
     for id in ids { if let token = held[id] { leases[id] = token } }
@@ -139,10 +150,12 @@ public final class Claim {
   private func settle(_ ids: [UUID], to state: RecordState, errorKind: String, counting reason: DropReason) throws
     -> Set<UUID>
   {
-    let moved = try container.move(
-      held: leases(of: ids), to: state, errorKind: errorKind, counting: reason)
-    for id in moved { held[id] = nil }
-    return moved
+    try lock.withLock {
+      let moved = try container.move(
+        held: leases(of: ids), to: state, errorKind: errorKind, counting: reason)
+      for id in moved { held[id] = nil }
+      return moved
+    }
   }
 
   /// Gives back every record this claim still holds and has not settled (pending again, the
@@ -153,8 +166,10 @@ public final class Claim {
   /// - Throws: `QueueError` when the release cannot be written.
   @discardableResult
   public func releaseUnsettled() throws -> Int {
-    let released = try container.release(held: held)
-    held = [:]
-    return released
+    try lock.withLock {
+      let released = try container.release(held: held)
+      held = [:]
+      return released
+    }
   }
 }
