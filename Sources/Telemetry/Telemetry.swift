@@ -22,7 +22,7 @@ public struct TelemetryConfiguration: Sendable {
   /// - Parameters:
   ///   - batchLimit: the largest compressed batch body, in bytes (256 KiB by default).
   ///   - interval: the loop's period, in seconds (60 by default).
-  ///   - claimCount: events claimed per round of a pass (2000 by default).
+  ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1).
   ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default).
   public init(
     batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000, requestBudget: Int = 16
@@ -44,7 +44,8 @@ public struct FlushReport: Codable, Sendable, Equatable {
   public var parked = 0
   /// Events moved to review: refused for good, or too large to send.
   public var rejected = 0
-  /// Events still pending (not yet due, or waiting for a later pass) after the pass.
+  /// Events still pending (not yet due, or waiting for a later pass) after the pass. Events in
+  /// flight are not counted: another deliverer's, or a killed one's until its lease (300 s) ends.
   public var pending = 0
   /// Batch requests made (a batch re-sent after a token refresh counts once; each split half
   /// counts).
@@ -171,7 +172,7 @@ public final class Telemetry: @unchecked Sendable {
   /// first flush. May be called from any thread.
   ///
   /// - Parameters:
-  ///   - type: the event's type, 1–128 characters (`"screen_view"`).
+  ///   - type: the event's type, 1–128 characters, none a control character (`"screen_view"`).
   ///   - payload: the event's JSON object; empty by default.
   ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
   /// - Returns: the event's id.
@@ -183,7 +184,11 @@ public final class Telemetry: @unchecked Sendable {
   public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
     // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
     let id = try id ?? SecureRandom.uuid()
-    guard !type.isEmpty, type.count <= 128 else { throw TelemetryError.invalidType }
+    // Control characters (NUL, newlines) have no place in a type and could split a collector's
+    // log lines.
+    guard !type.isEmpty, type.count <= 128,
+      !type.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+    else { throw TelemetryError.invalidType }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     // The cap makes room for an event only from other events: telemetry never pushes out the
     // records of another queue in the same container (an app's messages), whatever its
@@ -337,7 +342,7 @@ public final class Telemetry: @unchecked Sendable {
     let start = container.now
     pass: while !passShouldEnd {
       let claimed = try container.claim(
-        queue: Self.queueName, maxCount: configuration.claimCount, maxBytes: 64 << 20, lease: 300, dueBy: start)
+        queue: Self.queueName, maxCount: max(configuration.claimCount, 1), maxBytes: 64 << 20, lease: 300, dueBy: start)
       if claimed.isEmpty { break }
       let claim = Claim(container: container, records: claimed, lease: 300)
       do {

@@ -135,7 +135,7 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
     case .tokenMalformed(let path):
       "the token file \(path) must hold one bearer token on one line (it is empty, or holds spaces, several lines "
         + "or control characters); nothing was sent"
-    case .invalidType: "an event type must be 1–128 characters"
+    case .invalidType: "an event type must be 1–128 characters, without control characters"
     case .invalidPayload: "the payload must be a JSON object"
     case .netlink(let code): "cannot watch network changes (rtnetlink: \(String(cString: strerror(code))))"
     }

@@ -20,8 +20,12 @@ extension VaultCommandLine {
     switch action {
     case "log":
       type = arguments.positionals[0]
-      guard (1...128).contains(type.count) else {
-        throw UsageError(message: "an event TYPE must be 1–128 characters", command: "telemetry", action: action)
+      guard (1...128).contains(type.count),
+        !type.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+      else {
+        throw UsageError(
+          message: "an event TYPE must be 1–128 characters, without control characters", command: "telemetry",
+          action: action)
       }
       if let text = arguments.options["--payload"] {
         // Our own strict parser: numbers stay as written (JSONSerialization and JSONDecoder
@@ -210,11 +214,11 @@ enum TelemetryCommand: Subcommand {
         name: "log", abstract: "Seal one event durably; prints 'logged ID'.",
         discussion: """
           Events go to the container's 'telemetry' queue. Past the container's byte cap (20 MB of sealed \
-          records by default) the oldest records not in flight are dropped, of any queue unless a writer \
-          limited the cap to some queues; a note on standard error says how many.
+          records by default) the oldest events not in flight are dropped, never another queue's records; \
+          a note on standard error says how many. With no older event to drop, the event is refused (exit 1).
           """,
         parameters: [
-          .argument("TYPE", .required, .name, help: "The event's type, 1 to 128 characters."),
+          .argument("TYPE", .required, .name, help: "The event's type, 1 to 128 characters, no control characters."),
           .option(
             "--payload", "JSON",
             help: """

@@ -52,3 +52,39 @@ private final class SlowSender: BatchSender, @unchecked Sendable {
     return .status(200, retryAfter: nil)
   }
 }
+
+/// Event types and claim sizes a caller can get wrong. Found by an outside review as an app
+/// developer: a type holding NUL and a newline was stored (it could split a collector's log
+/// lines), and a negative `claimCount` claimed without any limit.
+final class TelemetryInputTests: XCTestCase {
+  func testTypesAreOneTo128CharactersWithoutControlCharacters() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault)
+    let telemetry = Telemetry(container: container, tokens: CountingTokens(), sender: ScriptedSender())
+    for type in ["", String(repeating: "t", count: 129), "a\u{0}b", "a\nb", "tab\there", "del\u{7F}", "c1\u{85}"] {
+      XCTAssertThrowsError(try telemetry.log(type: type), type.debugDescription) {
+        XCTAssertEqual($0 as? TelemetryError, .invalidType)
+      }
+    }
+    for type in ["screen_view", "écran.vu", String(repeating: "t", count: 128), "with space"] {
+      XCTAssertNoThrow(try telemetry.log(type: type), type)
+    }
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 4)
+  }
+
+  func testAClaimCountBelowOneStillDelivers() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault)
+    for claimCount in [0, -5] {
+      let telemetry = Telemetry(
+        container: container, configuration: TelemetryConfiguration(claimCount: claimCount), tokens: CountingTokens(),
+        sender: ScriptedSender())
+      for _ in 0..<3 { try telemetry.log(type: "tap") }
+      XCTAssertEqual(try telemetry.flush().delivered, 3, "claimCount \(claimCount)")
+    }
+  }
+}
