@@ -110,7 +110,8 @@ public struct QueueConfiguration: Sendable {
 
   /// Makes a configuration; the defaults are what `vault` itself uses. Times are in seconds; a
   /// container takes a time that is not a number (NaN) as its default (no limit for
-  /// `maximumAge`), a negative one as 0, and one beyond about 31,700 years (infinity) as that.
+  /// `maximumAge`), a `maximumLease` of 0 or less as its default too, another negative time as
+  /// 0, and one beyond about 31,700 years (infinity) as that.
   ///
   /// Processes sharing a container should share these settings: due times and leases are judged
   /// by each reader's `maximumDelay` and `maximumLease`.
@@ -152,7 +153,8 @@ public struct QueueConfiguration: Sendable {
     var copy = self
     if copy.parkAfter.isNaN { copy.parkAfter = defaults.parkAfter }
     if copy.maximumRetryAfter.isNaN { copy.maximumRetryAfter = defaults.maximumRetryAfter }
-    if copy.maximumLease.isNaN { copy.maximumLease = defaults.maximumLease }
+    // A lease of no time would let every claim be taken again at once (a duplicate delivery).
+    if copy.maximumLease.isNaN || copy.maximumLease <= 0 { copy.maximumLease = defaults.maximumLease }
     if copy.backoff.base.isNaN { copy.backoff.base = defaults.backoff.base }
     if copy.backoff.cap.isNaN { copy.backoff.cap = defaults.backoff.cap }
     if copy.maximumAge?.isNaN == true { copy.maximumAge = nil }

@@ -73,7 +73,8 @@ final class NonNumberTimeTests: XCTestCase {
       QueueConfiguration(maximumRetryAfter: .infinity), QueueConfiguration(backoff: BackoffPolicy(cap: .infinity)),
       QueueConfiguration(maximumLease: .infinity), QueueConfiguration(maximumLease: .nan),
       QueueConfiguration(maximumAge: .nan), QueueConfiguration(backoff: BackoffPolicy(base: .nan, cap: .nan)),
-      QueueConfiguration(maximumRetryAfter: .nan, parkAfter: .nan),
+      QueueConfiguration(maximumRetryAfter: .nan, parkAfter: .nan), QueueConfiguration(maximumLease: 0),
+      QueueConfiguration(maximumLease: -1),
     ]
     for (index, configuration) in configurations.enumerated() {
       let queue = try container(configuration, name: "c\(index).sqlite")
