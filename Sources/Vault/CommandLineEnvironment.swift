@@ -10,6 +10,24 @@ package enum CommandLineEnvironment {
     "--home must not be empty (an unset shell variable?): give the vault's directory, or leave --home out "
     + "for the default"
 
+  /// The first of the variables the default home and keyfile come from whose bytes are not
+  /// UTF-8, or nil. Foundation's environment replaces such bytes with U+FFFD, and the path made
+  /// from it names another directory: `init` made a vault there and reported success. Read from
+  /// the process's own environment (getenv).
+  package static func pathVariableNotUTF8() -> String? {
+    for name in ["VAULT_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "HOME"] {
+      guard let value = getenv(name) else { continue }
+      if String(validatingCString: value) == nil { return name }
+    }
+    return nil
+  }
+
+  /// The usage error for a variable `pathVariableNotUTF8` found.
+  package static func notUTF8Message(_ name: String) -> String {
+    "$\(name) is not valid UTF-8, so the directory it names cannot be used as it is (a vault would be made "
+      + "beside it, or looked for there); set it to the right path"
+  }
+
   /// The seconds VAULT_SECRET_SERVICE_TIMEOUT may give.
   package static let secretServiceTimeoutRange: ClosedRange<Double> = 0.1...3600
   /// The Secret Service timeout when VAULT_SECRET_SERVICE_TIMEOUT is unset or empty.

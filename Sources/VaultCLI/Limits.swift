@@ -19,6 +19,9 @@ extension VaultCommandLine {
       return usage(UsageError(message: error.message, command: nil))
     }
     if terminal.checksProcessResources {
+      if let name = CommandLineEnvironment.pathVariableNotUTF8() {
+        return usage(UsageError(message: CommandLineEnvironment.notUTF8Message(name), command: nil))
+      }
       do {
         try ProcessResources.ensure()
       } catch {

@@ -9,6 +9,15 @@ enum MemoEnvironment {
     "--home must not be empty (an unset shell variable?): give the vault's directory, or leave --home out "
     + "for the default"
 
+  /// The first of the variables the default home comes from whose bytes are not UTF-8, or nil:
+  /// Foundation's environment replaces them with U+FFFD, and the home made from that is another
+  /// directory (vault refuses these the same way).
+  static func homeVariableNotUTF8() -> String? {
+    ["VAULT_HOME", "XDG_DATA_HOME", "HOME"].first { name in
+      getenv(name).map { String(validatingCString: $0) == nil } ?? false
+    }
+  }
+
   /// The seconds VAULT_SECRET_SERVICE_TIMEOUT may give, and the timeout when it is unset or empty.
   static let secretServiceTimeoutRange: ClosedRange<Double> = 0.1...3600
   static let defaultSecretServiceTimeout: Double = 5

@@ -75,6 +75,9 @@ while position < arguments.count {
   }
   if givenHome == "" { fail(MemoEnvironment.emptyHomeMessage, code: 64) }
 }
+if givenHome == nil, let name = MemoEnvironment.homeVariableNotUTF8() {
+  fail("$\(name) is not valid UTF-8, so the home it names cannot be used as it is; set it to the right path", code: 64)
+}
 let home = givenHome ?? Vault.defaultHome(environment: environment)
 let allowInsecureHTTP = arguments.contains("--allow-insecure-http")
 arguments.removeAll { $0 == "--allow-insecure-http" }

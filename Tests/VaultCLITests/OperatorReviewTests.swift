@@ -20,6 +20,28 @@ final class OperatorReviewTests: XCTestCase {
   // not run before the process exits: 18 directories, with keyfiles, were left in /tmp per run.
   override func tearDown() { temporary = nil }
 
+  /// A HOME (or VAULT_HOME, XDG_…) whose bytes are not UTF-8 reached vault with U+FFFD in place of
+  /// them: `init` made the vault in a new directory beside the real one and exited 0. Found at a
+  /// terminal by an outside review. Now refused, exit 64, nothing made.
+  func testAHomeVariableThatIsNotUTF8IsRefusedAndNothingIsMade() throws {
+    let parent = temporary.sub("u8")
+    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+    for name in ["HOME", "VAULT_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"] {
+      // printf's octal escape makes the byte 0xFF, which no Swift String can hold.
+      let script = """
+        mkdir -p "$1/$(printf 'x\\377')" && export \(name)="$1/$(printf 'x\\377')" && \
+        exec "$2" init --store keyfile --keyfile "$1/k/v.keys"
+        """
+      let run = try Spawn.run(
+        "/bin/sh", ["-c", script, "sh", parent, vaultBinary()],
+        environment: environment(["VAULT_HOME": nil, "XDG_DATA_HOME": nil, "XDG_CONFIG_HOME": nil, "HOME": parent]))
+      XCTAssertEqual(run.status, 64, "\(name): \(run.error)")
+      XCTAssertTrue(run.error.contains("$\(name) is not valid UTF-8"), run.error)
+      let made = try FileManager.default.contentsOfDirectory(atPath: parent)
+      XCTAssertEqual(made.count, 1, "\(name): only the directory the script made: \(made)")
+    }
+  }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
