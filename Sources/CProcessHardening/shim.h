@@ -180,9 +180,9 @@ static inline int vault_fatal_signal_handler_installed(int signo) {
 
 // MARK: - The terminal guard of a prompt without echo
 
-/// The signals that end a process at a prompt: the terminal is restored, then the signal does
-/// what it did before the prompt (SIGQUIT: the fatal-signal handler above).
-static const int vault_tty_guard_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+/// The signals that end a process at a prompt (by default, or by the fatal-signal handler above
+/// for SIGQUIT): the terminal is restored, then the signal does what it did before the prompt.
+static const int vault_tty_guard_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGPIPE};
 #define VAULT_TTY_GUARD_COUNT (sizeof vault_tty_guard_signals / sizeof vault_tty_guard_signals[0])
 
 /// The terminal a prompt turned echo off on (fd -1: none), its mode before, and the actions the
@@ -217,8 +217,8 @@ static inline void vault_tty_guard_handler(int signo) {
   errno = saved_errno;
 }
 
-/// Before a prompt turns echo off on `fd`, whose mode is `saved`: SIGINT, SIGTERM, SIGHUP and
-/// SIGQUIT restore that mode before they act (a shell that does not reset the terminal, dash or
+/// Before a prompt turns echo off on `fd`, whose mode is `saved`: SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2 and SIGPIPE restore that mode before they act (a shell that does not reset the terminal, dash or
 /// a script, would otherwise be left without echo), except those the process ignores; SIGTSTP
 /// (Ctrl-Z) is ignored until `vault_tty_guard_end`, so the process never stops with echo off.
 /// 0 on success, else an errno value (call `vault_tty_guard_end` either way).

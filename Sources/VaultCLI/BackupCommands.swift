@@ -211,7 +211,8 @@ extension VaultCommandLine {
   }
 
   /// Reads one line from /dev/tty with echo off (termios), restoring the terminal's mode after,
-  /// also when SIGINT, SIGTERM, SIGHUP or SIGQUIT ends the process at the prompt (Ctrl-C used to
+  /// also when a signal ends the process at the prompt (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM,
+  /// SIGUSR1, SIGUSR2, SIGPIPE) (Ctrl-C used to
   /// leave the terminal without echo under any shell that does not reset it); Ctrl-Z is ignored
   /// while echo is off.
   private static func promptWithoutEcho(_ prompt: String) throws -> [UInt8] {

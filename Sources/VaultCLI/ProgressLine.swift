@@ -1,8 +1,9 @@
 import Foundation
 
-/// A progress line on standard error for long work (`rotate`, `scan`): drawn only on a terminal,
-/// never with `--json`, only once the work has run for `terminal.progressDelay` (a second), then
-/// redrawn at most four times a second, and cleared at the end so it never mixes with results.
+/// A progress line on standard error for long work (`rotate`, `scan`): drawn only on a terminal
+/// (not `TERM=dumb`), only while the process is in the foreground, never with `--json`, only once
+/// the work has run for `terminal.progressDelay` (a second), then redrawn at most four times a
+/// second, and cleared at the end so it never mixes with results.
 final class ProgressLine: @unchecked Sendable {
   private let terminal: Terminal
   private let enabled: Bool
@@ -16,7 +17,8 @@ final class ProgressLine: @unchecked Sendable {
   ///   - json: the command prints JSON: no progress at all.
   init(_ terminal: Terminal, json: Bool) {
     self.terminal = terminal
-    enabled = terminal.isInteractive && !json
+    // TERM=dumb cannot erase a line in place: each redraw would be another line.
+    enabled = terminal.isInteractive && !json && !terminal.isDumb
   }
 
   /// Redraws the line with `text` when it is time to. A new `step` (backup's "deriving the key")
@@ -26,7 +28,8 @@ final class ProgressLine: @unchecked Sendable {
     guard enabled else { return }
     let now = Date()
     lock.withLock {
-      guard now.timeIntervalSince(started) >= terminal.progressDelay, step || now.timeIntervalSince(last) >= 0.25
+      guard now.timeIntervalSince(started) >= terminal.progressDelay, step || now.timeIntervalSince(last) >= 0.25,
+        terminal.isForeground()
       else {
         return
       }
@@ -40,7 +43,7 @@ final class ProgressLine: @unchecked Sendable {
   /// Clears the line, if one was drawn.
   func finish() {
     lock.withLock {
-      if drawn { terminal.writeError("\r\u{1B}[K") }
+      if drawn, terminal.isForeground() { terminal.writeError("\r\u{1B}[K") }
       drawn = false
     }
   }

@@ -67,7 +67,7 @@ extension VaultCommandLine {
     } else {
       terminal.print(
         "Scanned \(counted(report.filesScanned, "file")) (\(report.bytesScanned) bytes) for \(counted(canaries.count, "canary", plural: "canaries")): "
-          + (report.clean ? "no findings" : "\(report.findings.count) findings"))
+          + (report.clean ? "no findings" : counted(report.findings.count, "finding")))
       for finding in report.findings {
         terminal.print(
           "  \(finding.file) @\(finding.offset)  \(finding.region)  \(finding.detector)"

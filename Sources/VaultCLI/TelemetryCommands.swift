@@ -105,7 +105,8 @@ extension VaultCommandLine {
     } else {
       terminal.print(
         "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
-          + "rejected \(report.rejected), pending \(report.pending) (\(report.batches) batches)")
+          + "rejected \(report.rejected), pending \(report.pending) (\(counted(report.batches, "batch", plural: "batches")))"
+      )
     }
     if report.errorKind == "http-401", arguments.options["--token-file"] == nil {
       terminal.note(Self.missingTokenWarning)

@@ -8,6 +8,12 @@ public final class Terminal: @unchecked Sendable {
   public var isInteractive = false
   /// How long long work runs before it shows a progress line (tests set 0).
   var progressDelay: TimeInterval = 1
+  /// Whether this process may draw on the terminal now: true unless it is a background job (the
+  /// real terminal asks the kernel each time; a job sent to the background with `&` or `bg`
+  /// would otherwise redraw over the shell's prompt and what the user is typing).
+  var isForeground: () -> Bool = { true }
+  /// `TERM=dumb`: no escape sequences, so a progress line is not erased in place.
+  var isDumb: Bool { environment["TERM"] == "dumb" }
   /// Standard output is a terminal (`seal` refuses to write binary there).
   public var outputIsTerminal = false
   /// The first failure writing standard output, if the output reports them (the real one does).
@@ -36,6 +42,7 @@ public final class Terminal: @unchecked Sendable {
       environment: ProcessInfo.processInfo.environment, readInput: { try streams.readInput() },
       writeOutput: { bytes in streams.writeOutput(bytes) }, writeError: { text in streams.writeError(text) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
+    terminal.isForeground = { tcgetpgrp(STDERR_FILENO) == getpgrp() }
     terminal.outputIsTerminal = isatty(STDOUT_FILENO) != 0
     terminal.outputFailure = { streams.outputFailure }
     terminal.checksProcessResources = true

@@ -23,12 +23,15 @@ final class ProgressCLITests: XCTestCase {
   override func tearDown() { temporary = nil }
 
   /// Runs in-process with standard error as a terminal (or not), progress shown from the start.
-  private func run(_ arguments: [String], interactive: Bool) -> (status: Int32, output: String, error: String) {
+  private func run(
+    _ arguments: [String], interactive: Bool, foreground: Bool = true, environment: [String: String] = [:]
+  ) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment, readInput: { [] },
+      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, readInput: { [] },
       writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
     terminal.isInteractive = interactive
+    terminal.isForeground = { foreground }
     terminal.progressDelay = 0
     let status = VaultCommandLine(terminal: terminal).run(["--home", home] + arguments)
     return (status, String(decoding: capture.output, as: UTF8.self), capture.error)
@@ -40,6 +43,18 @@ final class ProgressCLITests: XCTestCase {
     XCTAssertTrue(rotated.error.hasPrefix("\rrotating: container 1 of 1, 0 records re-sealed\u{1B}[K"), rotated.error)
     XCTAssertTrue(rotated.error.hasSuffix("\r\u{1B}[K"), "the line is cleared: \(rotated.error.debugDescription)")
     XCTAssertFalse(rotated.output.contains("rotating:"), "never on standard output")
+  }
+
+  /// A background job (`vault rotate &`) drew its line over the shell's prompt and what the user
+  /// was typing; `TERM=dumb` got escape sequences it cannot honour. Found at a terminal by an
+  /// outside review.
+  func testNoProgressInTheBackgroundOrOnADumbTerminal() {
+    let background = run(["rotate"], interactive: true, foreground: false)
+    XCTAssertEqual(background.status, 0, background.error)
+    XCTAssertEqual(background.error, "")
+    let dumb = run(["rotate"], interactive: true, environment: ["TERM": "dumb"])
+    XCTAssertEqual(dumb.status, 0, dumb.error)
+    XCTAssertEqual(dumb.error, "")
   }
 
   func testNoProgressInAPipeOrWithJSON() {
