@@ -123,7 +123,11 @@ extension VaultCommandLine {
         "vault unpin \(version): envelopes sealed with 'vault seal' under version \(version) that were not "
           + "re-sealed ('vault reseal') become unreadable for good once the next 'vault rotate' retires it.\n")
       guard let answer = terminal.ask("Release the pin on version \(version)? (y/N) ") else {
-        terminal.note("Error: no terminal to confirm; rerun with --yes to release the pin (nothing was changed)")
+        // nil: no terminal at all, or the end of input (Ctrl-D) on one, which is no answer, not a yes.
+        terminal.note(
+          terminal.askLine == nil
+            ? "Error: no terminal to confirm; rerun with --yes to release the pin (nothing was changed)"
+            : "\nvault: no answer; nothing was changed")
         return ExitCode.failure.rawValue
       }
       guard ["y", "yes"].contains(answer.trimmingCharacters(in: .whitespaces).lowercased()) else {

@@ -472,7 +472,10 @@ public struct VaultCommandLine {
     // A typo is asked again (three times), never taken for an answer.
     for _ in 0..<3 {
       guard let answer = terminal.ask(question) else {
-        terminal.note("vault: no terminal to ask; rerun with --yes to purge")
+        // nil: no terminal at all, or the end of input (Ctrl-D) on one: no answer is a stop.
+        terminal.note(
+          terminal.askLine == nil
+            ? "vault: no terminal to ask; rerun with --yes to purge" : "\nvault: no answer; stopped")
         return .abort
       }
       if let decision = answers[answer.trimmingCharacters(in: .whitespaces).lowercased()] { return decision }

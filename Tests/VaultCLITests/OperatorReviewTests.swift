@@ -42,6 +42,23 @@ final class OperatorReviewTests: XCTestCase {
     }
   }
 
+  /// Ctrl-D at unpin's y/N question (the end of input on a terminal) said "no terminal to
+  /// confirm; rerun with --yes": false, and it pushed toward --yes. Found at a terminal by an
+  /// outside review. Now: no answer, nothing changed.
+  func testTheEndOfInputAtUnpinsQuestionIsNoAnswerNotNoTerminal() throws {
+    let envelope = temporary.sub("e.bin")
+    let sealed = try vault(["--home", home, "seal", "--context", "c", "-o", envelope], input: Array("x".utf8))
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    let ended = run(["unpin", "1"], answers: [])
+    XCTAssertEqual(ended.status, 1, ended.error)
+    XCTAssertTrue(ended.error.hasSuffix("\nvault: no answer; nothing was changed\n"), ended.error)
+    XCTAssertFalse(ended.error.contains("--yes"), ended.error)
+    let noTerminal = run(["unpin", "1"], answers: nil)
+    XCTAssertTrue(noTerminal.error.contains("no terminal to confirm; rerun with --yes"), noTerminal.error)
+    XCTAssertEqual(try status()["external_seal_versions"] as? [Int], [1], "nothing was released")
+  }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
