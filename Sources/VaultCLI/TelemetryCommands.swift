@@ -164,7 +164,8 @@ extension VaultCommandLine {
   /// Runs the delivery loop until SIGTERM, SIGINT or SIGHUP: a pass at start, on the timer, and the
   /// moment the network changes (see `ConnectivityMonitor`). Prints one line of counts per pass
   /// (never contents). A stop abandons the request in progress, waits for the pass to give back the
-  /// events it claimed and did not settle, and exits 0 (a clean stop, as systemd expects of a service).
+  /// events it claimed and did not settle, and exits 0 (a clean stop, as systemd expects of a service),
+  /// or 1 when standard output could not be written (it stops at the first pass that finds so).
   func watch(_ client: Telemetry, _ arguments: Arguments) throws -> Never {
     let terminal = self.terminal
     let stopped = DispatchSemaphore(value: 0)
@@ -174,6 +175,9 @@ extension VaultCommandLine {
       terminal.print(
         "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending)")
+      // Standard output gone (a closed pipe: `| head -1`; a full disk): stop as a signal would,
+      // and exit 1 below, rather than deliver on unseen for ever.
+      if terminal.outputFailure() != nil { stopped.signal() }
       if report.errorKind == "http-401", tokenless { terminal.note(Self.missingTokenWarning) }
       // Under systemd this is the journal's only word on a wrong endpoint or token.
       if report.refusedByConfiguration {
@@ -182,7 +186,7 @@ extension VaultCommandLine {
     }
     stopped.wait()
     client.stop()
-    exit(0)
+    exit(finish(ExitCode.success.rawValue))
   }
 }
 

@@ -59,6 +59,22 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(try status()["external_seal_versions"] as? [Int], [1], "nothing was released")
   }
 
+  /// `telemetry watch` went on delivering with its standard output gone (`| head -1` never ended)
+  /// and then exited 0 on SIGINT. Found at a terminal by an outside review. It now stops at the
+  /// first pass whose line cannot be written, exit 1.
+  func testTelemetryWatchStopsWhenItsOutputIsGone() throws {
+    XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0)
+    let run = try Spawn.run(
+      "/bin/sh",
+      [
+        "-c",
+        "exec timeout 60 \"$0\" --home \"$1\" telemetry watch --endpoint http://127.0.0.1:9/b --interval 0.5 >/dev/full",
+        vaultBinary(), home,
+      ])
+    XCTAssertEqual(run.status, 1, "exit 1 by itself, not 124 from timeout: \(run.error)")
+    XCTAssertTrue(run.error.contains("could not write to standard output"), run.error)
+  }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
