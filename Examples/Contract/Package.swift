@@ -9,24 +9,16 @@ let vaultPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appe
   .standardizedFileURL.path
 let vault = URL(fileURLWithPath: vaultPath).lastPathComponent.lowercased()
 
+let libraries: [Target.Dependency] = ["Vault", "VaultQueue", "Outbox", "Telemetry", "VaultScan"].map {
+  .product(name: $0, package: vault)
+}
+
 let package = Package(
   name: "Contract",
   dependencies: [.package(path: vaultPath)],
   targets: [
-    .executableTarget(
-      name: "Contract",
-      dependencies: [
-        .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
-        .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
-        .product(name: "VaultScan", package: vault),
-      ], swiftSettings: [.treatAllWarnings(as: .error)]),
+    .executableTarget(name: "Contract", dependencies: libraries, swiftSettings: [.treatAllWarnings(as: .error)]),
     // The DocC catalogs' code blocks, compiled (never run): Sources/DocCSnippets/main.swift.
-    .executableTarget(
-      name: "DocCSnippets",
-      dependencies: [
-        .product(name: "Vault", package: vault), .product(name: "VaultQueue", package: vault),
-        .product(name: "Outbox", package: vault), .product(name: "Telemetry", package: vault),
-        .product(name: "VaultScan", package: vault),
-      ], swiftSettings: [.treatAllWarnings(as: .error)]),
+    .executableTarget(name: "DocCSnippets", dependencies: libraries, swiftSettings: [.treatAllWarnings(as: .error)]),
   ]
 )
