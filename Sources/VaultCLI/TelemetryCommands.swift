@@ -262,8 +262,9 @@ enum TelemetryCommand: Subcommand {
           battery at 20% or less), and at once when the default route, another usable route, or an address on \
           their interfaces changes (rtnetlink), which also restarts the backoff of events that waited for the \
           network. Prints one line of counts per pass. SIGTERM, SIGINT or SIGHUP stops it: the request in \
-          progress is abandoned, the events it claimed are given back, and it exits 0. A 401 without \
-          --token-file warns to give one. Exits 1 at once when libcurl cannot be loaded.
+          progress is abandoned, the events it claimed are given back, and it exits 0; it stops by itself, exit \
+          1, when standard output cannot be written (a closed pipe, a full disk). A 401 without --token-file warns \
+          to give one. Exits 1 at once when libcurl cannot be loaded.
           """,
         parameters: delivery + [
           .option(
