@@ -11,6 +11,9 @@ final class ProgressLine: @unchecked Sendable {
   private let lock = NSLock()
   private var last = Date.distantPast
   private var drawn = false
+  /// The latest text given before the first second, drawn when the second is up if the work is
+  /// still running then (a command whose steps all begin early, backup's, showed nothing at all).
+  private var pending: String?
 
   /// - Parameters:
   ///   - terminal: where the line goes (its standard error).
@@ -28,23 +31,44 @@ final class ProgressLine: @unchecked Sendable {
     guard enabled else { return }
     let now = Date()
     lock.withLock {
-      guard now.timeIntervalSince(started) >= terminal.progressDelay, step || now.timeIntervalSince(last) >= 0.25,
-        terminal.isForeground()
-      else {
+      let early = now.timeIntervalSince(started) < terminal.progressDelay
+      if early {
+        if pending == nil { drawWhenTheDelayIsUp() }
+        pending = text()
         return
       }
-      last = now
-      drawn = true
-      // Carriage return, the text, then erase to the end of the line (a shorter text leaves no tail).
-      terminal.writeError("\r" + text() + "\u{1B}[K")
+      guard step || now.timeIntervalSince(last) >= 0.25 else { return }
+      draw(text(), at: now)
     }
   }
 
-  /// Clears the line, if one was drawn.
+  /// Clears the line, if one was drawn, and drops a text waiting for the first second (a later
+  /// update draws again: rotation asks a question mid-way and goes on).
   func finish() {
     lock.withLock {
       if drawn, terminal.isForeground() { terminal.writeError("\r\u{1B}[K") }
       drawn = false
+      pending = nil
+    }
+  }
+
+  /// Draws `text` now (with `lock` held), in the foreground only.
+  private func draw(_ text: String, at now: Date) {
+    guard terminal.isForeground() else { return }
+    last = now
+    drawn = true
+    pending = nil
+    // Carriage return, the text, then erase to the end of the line (a shorter text leaves no tail).
+    terminal.writeError("\r" + text + "\u{1B}[K")
+  }
+
+  /// Draws the pending text once the delay is up, unless a later update or `finish` came first.
+  private func drawWhenTheDelayIsUp() {
+    let due = started.addingTimeInterval(terminal.progressDelay)
+    DispatchQueue.global().asyncAfter(deadline: .now() + max(due.timeIntervalSinceNow, 0)) { [self] in
+      lock.withLock {
+        if let text = pending { draw(text, at: Date()) }
+      }
     }
   }
 }

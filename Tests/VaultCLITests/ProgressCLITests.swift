@@ -57,6 +57,33 @@ final class ProgressCLITests: XCTestCase {
     XCTAssertEqual(dumb.error, "")
   }
 
+  /// A step that begins before the first second is drawn when the second is up, if the work is
+  /// still running: backup's steps all began early, and a 4-second backup showed nothing. Found at
+  /// a terminal by an outside review.
+  func testAStepBegunEarlyIsDrawnWhenTheDelayIsUpUnlessTheWorkEndedFirst() {
+    let capture = Capture()
+    let lock = NSLock()
+    let terminal = Terminal(
+      environment: [:], readInput: { [] }, writeOutput: { _ in },
+      writeError: { text in lock.withLock { capture.error += text } })
+    terminal.isInteractive = true
+    terminal.progressDelay = 0.3
+    let line = ProgressLine(terminal, json: false)
+    line.update("backup: deriving the key", step: true)
+    XCTAssertEqual(lock.withLock { capture.error }, "", "nothing before the delay")
+    Thread.sleep(forTimeInterval: 1.5)
+    XCTAssertEqual(lock.withLock { capture.error }, "\rbackup: deriving the key\u{1B}[K")
+    line.finish()
+    XCTAssertEqual(lock.withLock { capture.error }, "\rbackup: deriving the key\u{1B}[K\r\u{1B}[K")
+
+    let quick = ProgressLine(terminal, json: false)
+    lock.withLock { capture.error = "" }
+    quick.update("backup: deriving the key", step: true)
+    quick.finish()
+    Thread.sleep(forTimeInterval: 1.5)
+    XCTAssertEqual(lock.withLock { capture.error }, "", "work that ended within the delay shows nothing")
+  }
+
   func testNoProgressInAPipeOrWithJSON() {
     let piped = run(["rotate"], interactive: false)
     XCTAssertEqual(piped.status, 0, piped.error)
