@@ -73,15 +73,6 @@ extension Vault {
     clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
-    let stopped = try stoppedRestore(home: home, vaultID: keyring.hex)
-    if stopped == nil {
-      if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
-      if let entries = try? FileManager.default.contentsOfDirectory(atPath: home),
-        entries.contains(where: { $0 != lockFileName })
-      {
-        throw VaultError.homeNotEmpty(home: home)
-      }
-    }
     guard keys.contains(where: { $0.record.version == activeVersion && $0.record.state == .active }) else {
       throw VaultError.noActiveKey
     }
@@ -93,9 +84,28 @@ extension Vault {
     }
     var lock: FileLock?
     defer { lock?.release() }
+    let lockPath = home + "/" + lockFileName
+    // A restore (or init) under way holds the home's lock until it has finished, and its marker,
+    // files and manifest appear one after another: the home is read under that lock whenever its
+    // lock file is there, so the checks see a finished home or an empty one, never one half made.
+    // (Read without it, a second restore of the same bundle found the first one's marker missing,
+    // then its files present, and was refused as "not empty … restore its manifest.json".)
+    var stopped: RestoreMarker?
+    while true {
+      if lock == nil, FileManager.default.fileExists(atPath: lockPath) { lock = try FileLock(path: lockPath) }
+      stopped = try stoppedRestore(home: home, vaultID: keyring.hex, locked: lock != nil)
+      if stopped != nil { break }
+      if ManifestFile.exists(home: home) { throw VaultError.alreadyExists(home: home) }
+      guard homeHoldsMoreThanItsLock(home) else { break }
+      // A restore that began after the look for the lock file made it, its marker and files: look
+      // again, once, under the lock (taken at the top of the loop).
+      guard lock == nil, FileManager.default.fileExists(atPath: lockPath) else {
+        throw VaultError.homeNotEmpty(home: home)
+      }
+    }
     var resumed: [UInt32] = []
     if let stopped {
-      lock = try FileLock(path: home + "/" + lockFileName)
+      if lock == nil { lock = try FileLock(path: lockPath) }
       // Under the lock: a restore still running held it until it had finished and removed its
       // marker; it is not taken over.
       guard RestoreMarker.read(home: home) == .marker(stopped) else { throw VaultError.alreadyExists(home: home) }
@@ -124,10 +134,10 @@ extension Vault {
     let marker = RestoreMarker(
       vaultID: keyring.hex, store: descriptor, integrityCheck: try KeyVersionRecord.checkValue(of: integrityKey))
 
-    if lock == nil {
+    if stopped == nil {
       try SecureFile.makeDirectory(home, mode: 0o700)
       guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
-      lock = try FileLock(path: home + "/" + lockFileName)
+      if lock == nil { lock = try FileLock(path: lockPath) }
       if ManifestFile.exists(home: home) || RestoreMarker.exists(home: home) {
         throw VaultError.alreadyExists(home: home)
       }
@@ -168,6 +178,13 @@ extension Vault {
     }
   }
 
+  /// Whether `home` holds anything but the vault's lock file (which a failed restore or init
+  /// leaves, and which is no vault); false when it does not exist.
+  private static func homeHoldsMoreThanItsLock(_ home: String) -> Bool {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? []
+    return entries.contains { $0 != lockFileName }
+  }
+
   /// Removes a container file a failed restore placed, with the -wal, -shm and -journal SQLite
   /// made beside it: a commit that failed (EIO, a full disk) leaves its log, envelopes and all,
   /// and a home holding it is "not empty" to the rerun, which then refuses to restore.
@@ -196,7 +213,9 @@ extension Vault {
   ///
   /// - Throws: `VaultError.restoreUnfinished` when the home holds a stopped restore of another
   ///   vault, or an unreadable marker beside files (whose they are cannot be told).
-  static func stoppedRestore(home: String, vaultID: String) throws -> RestoreMarker? {
+  /// A marker that does not parse is dropped only by a caller holding the home's lock (`locked`):
+  /// read without it, it may be the marker a running restore is writing.
+  static func stoppedRestore(home: String, vaultID: String, locked: Bool) throws -> RestoreMarker? {
     switch RestoreMarker.read(home: home) {
     case .none: return nil
     case .marker(let marker):
@@ -205,6 +224,7 @@ extension Vault {
     case .unreadable:
       // Written and synced before anything else: a marker that does not parse stopped the restore
       // before it wrote anything more. Alone in the home (beside the lock) it is dropped.
+      guard locked else { return nil }
       let entries = (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? []
       guard entries.allSatisfy({ $0 == lockFileName || $0 == RestoreMarker.fileName }) else {
         throw VaultError.restoreUnfinished(home: home, vaultID: nil)
