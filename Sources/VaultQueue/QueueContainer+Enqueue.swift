@@ -192,15 +192,22 @@ extension QueueContainer {
     var total = try storage.totalBytes()
     guard total > configuration.byteCap else { return }
     // This writer's limit, else the one a writer stored in the container, else any queue; then
-    // narrowed to the request's own limit, if it has one.
-    var allowed: Set<String>? =
+    // narrowed to the request's own limit, if it has one (a stored limit that does not read as a
+    // list of names narrows nothing further: the request's own is the tighter then).
+    let stored = try Self.storedCapVictims(storage)
+    var queues: Statement.Value =
       switch configuration.capVictims {
-      case .anyQueue:
-        try Self.storedCapVictims(storage).map { Set(try JSONDecoder().decode([String].self, from: Data($0.utf8))) }
-      case .only(let names): names
+      case .anyQueue: stored.map { .text($0) } ?? .null
+      case .only(let names): .text(try Self.capVictimsText(names))
       }
-    if let request { allowed = allowed.map { $0.intersection(request) } ?? request }
-    let queues: Statement.Value = try allowed.map { .text(try Self.capVictimsText($0)) } ?? .null
+    if let request {
+      let limit: Set<String>? =
+        switch configuration.capVictims {
+        case .anyQueue: stored.flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) }.map(Set.init)
+        case .only(let names): names
+        }
+      queues = .text(try Self.capVictimsText(limit.map { $0.intersection(request) } ?? request))
+    }
     var dropped = 0
     while total > configuration.byteCap {
       var victims: [(Int64, Int)] = []
