@@ -163,6 +163,14 @@ public final class Telemetry: @unchecked Sendable {
     return id
   }
 
+  /// Whether `type` is an event type `log` takes: 1–128 characters, none a control character
+  /// (NUL or a newline has no place in a type and could split a collector's log lines). Package
+  /// access: `vault telemetry log` checks it before anything else, as a usage error.
+  package static func isValidType(_ type: String) -> Bool {
+    (1...128).contains(type.count)
+      && !type.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+  }
+
   /// Seals the event and commits it to disk; returns its id. Blocks only for the durable enqueue
   /// (never for the network). Past the container's byte cap the oldest events are deleted and
   /// counted, never this one and never a record of another queue (an app's messages in the same
@@ -184,11 +192,7 @@ public final class Telemetry: @unchecked Sendable {
   public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
     // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
     let id = try id ?? SecureRandom.uuid()
-    // Control characters (NUL, newlines) have no place in a type and could split a collector's
-    // log lines.
-    guard !type.isEmpty, type.count <= 128,
-      !type.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-    else { throw TelemetryError.invalidType }
+    guard Self.isValidType(type) else { throw TelemetryError.invalidType }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     // The cap makes room for an event only from other events: telemetry never pushes out the
     // records of another queue in the same container (an app's messages), whatever its

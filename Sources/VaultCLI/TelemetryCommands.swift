@@ -20,9 +20,7 @@ extension VaultCommandLine {
     switch action {
     case "log":
       type = arguments.positionals[0]
-      guard (1...128).contains(type.count),
-        !type.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-      else {
+      guard Telemetry.isValidType(type) else {
         throw UsageError(
           message: "an event TYPE must be 1–128 characters, without control characters", command: "telemetry",
           action: action)
