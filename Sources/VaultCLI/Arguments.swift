@@ -387,4 +387,24 @@ enum Printable {
     guard text.unicodeScalars.contains(where: isControl) else { return text }
     return text.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined()
   }
+
+  /// `text` with each control character but newline and tab written as \u{hh}: a message keeps its
+  /// lines, while a name inside it (a home, a container path, a reason read from a file) cannot
+  /// move the cursor, rewrite the line, retitle the window or set the clipboard.
+  static func keepingLines(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: { isControl($0) && $0 != "\n" && $0 != "\t" }) else { return text }
+    return text.unicodeScalars.map { scalar in
+      isControl(scalar) && scalar != "\n" && scalar != "\t" ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
+    }.joined()
+  }
+
+  /// JSON text with DEL and the C1 controls written as \u00hh: JSON allows them raw inside
+  /// strings, and a terminal would take U+009B as the start of an escape sequence. The text stays
+  /// valid JSON with the same values (these characters occur only inside strings).
+  static func json(_ text: String) -> String {
+    guard text.unicodeScalars.contains(where: { (0x7F...0x9F).contains($0.value) }) else { return text }
+    return text.unicodeScalars.map { scalar in
+      (0x7F...0x9F).contains(scalar.value) ? "\\u00\(String(scalar.value, radix: 16))" : String(scalar)
+    }.joined()
+  }
 }

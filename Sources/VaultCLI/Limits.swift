@@ -35,7 +35,7 @@ extension VaultCommandLine {
   /// closed pipe, closed descriptor) is reported, and makes a success a failure.
   func finish(_ code: Int32) -> Int32 {
     guard let failure = terminal.outputFailure() else { return code }
-    terminal.note("Error: \(failure)")
+    terminal.error(failure.description)
     return code == ExitCode.success.rawValue ? ExitCode.failure.rawValue : code
   }
 }

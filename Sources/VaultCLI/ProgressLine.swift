@@ -59,7 +59,16 @@ final class ProgressLine: @unchecked Sendable {
     drawn = true
     pending = nil
     // Carriage return, the text, then erase to the end of the line (a shorter text leaves no tail).
-    terminal.writeError("\r" + text + "\u{1B}[K")
+    terminal.writeError("\r" + Self.fitted(Printable.escaped(text), columns: terminal.columns()) + "\u{1B}[K")
+  }
+
+  /// `text` cut to one column less than the terminal's width, ending in "…" when cut: a line that
+  /// reached the last column would wrap (or leave the cursor past it), and the next carriage
+  /// return would redraw only the last row, leaving the others on the screen.
+  static func fitted(_ text: String, columns: Int?) -> String {
+    guard let columns, text.unicodeScalars.count >= columns else { return text }
+    guard columns > 2 else { return "" }
+    return String(String.UnicodeScalarView(text.unicodeScalars.prefix(columns - 2))) + "…"
   }
 
   /// Draws the pending text once the delay is up, unless a later update or `finish` came first.

@@ -75,7 +75,7 @@ extension VaultCommandLine {
         terminal.print(try JSON.encode(stats))
         return
       }
-      terminal.print("Container \(stats.container)")
+      terminal.print("Container \(Printable.escaped(stats.container))")
       terminal.print("  records:  \(stats.total) (\(stats.bytes) bytes sealed)")
       terminal.print(
         "  by state: "

@@ -17,7 +17,7 @@ extension VaultCommandLine {
       try container.forEachRecord(queue: queue, state: state, after: page.after, limit: page.limit) { record in
         if json {
           // Each element indented one level, as inside the array.
-          let element = String(decoding: try encoder.encode(record), as: UTF8.self)
+          let element = Printable.json(String(decoding: try encoder.encode(record), as: UTF8.self))
             .replacingOccurrences(of: "\n", with: "\n  ")
           try output.append((first ? "[\n  " : ",\n  ") + element)
         } else {

@@ -29,11 +29,14 @@ extension VaultCommandLine {
       guard !json else { continue }
       switch result.outcome {
       case .resealed:
-        terminal.print("resealed \(path): version \(Self.text(result.previousVersion)) -> \(Self.text(result.version))")
+        terminal.print(
+          "resealed \(Printable.escaped(path)): version \(Self.text(result.previousVersion)) -> \(Self.text(result.version))"
+        )
       case .current:
-        terminal.print("already current \(path) (version \(Self.text(result.version)))")
+        terminal.print("already current \(Printable.escaped(path)) (version \(Self.text(result.version)))")
       case .failed:
-        terminal.note("Error: could not re-seal \(path) (left untouched): \(result.message ?? "failed")")
+        terminal.note(
+          "Error: could not re-seal \(Printable.escaped(path)) (left untouched): \(result.message ?? "failed")")
       }
     }
     let failed = results.filter { $0.outcome == .failed }.count
@@ -119,7 +122,7 @@ extension VaultCommandLine {
     if !arguments.flags.contains("--yes"), manifest.externalSealVersions.contains(version),
       version != manifest.activeVersion
     {
-      terminal.writeError(
+      terminal.say(
         "vault unpin \(version): envelopes sealed with 'vault seal' under version \(version) that were not "
           + "re-sealed ('vault reseal') become unreadable for good once the next 'vault rotate' retires it.\n")
       guard let answer = terminal.ask("Release the pin on version \(version)? (y/N) ") else {

@@ -34,7 +34,7 @@ extension VaultCommandLine {
       vault = arguments.flags.contains("--verify") ? try openVault(arguments) : nil
     } catch let error as KeyStoreError {
       // Its keys cannot be read now (a locked keyring, a missing keyfile): nothing was scanned.
-      terminal.note("Error: \(error)")
+      terminal.error(error.description)
       return ExitCode.couldNotRun.rawValue
     }
     var report: ScanReport
@@ -54,12 +54,12 @@ extension VaultCommandLine {
       defer { progress.finish() }
       report = try scanner.scan(arguments.positionals)
     } catch let error as ScanError {
-      terminal.note("Error: \(error)")
+      terminal.error(error.description)
       return ExitCode.couldNotRun.rawValue
     } catch let error as KeyStoreError where vault != nil {
       // --verify could not read the vault's keys (a locked keyring, a missing keyfile): the scan
       // did not run to the end, which is not a finding.
-      terminal.note("Error: \(error)")
+      terminal.error(error.description)
       return ExitCode.couldNotRun.rawValue
     }
     if arguments.flags.contains("--json") {

@@ -12,6 +12,9 @@ public final class Terminal: @unchecked Sendable {
   /// real terminal asks the kernel each time; a job sent to the background with `&` or `bg`
   /// would otherwise redraw over the shell's prompt and what the user is typing).
   var isForeground: () -> Bool = { true }
+  /// The terminal's width in columns, when standard error is one and says (a progress line longer
+  /// than the width would wrap, and the carriage return would then redraw only its last row).
+  var columns: () -> Int? = { nil }
   /// `TERM=dumb`: no escape sequences, so a progress line is not erased in place.
   var isDumb: Bool { environment["TERM"] == "dumb" }
   /// Standard output is a terminal (`seal` refuses to write binary there).
@@ -43,6 +46,11 @@ public final class Terminal: @unchecked Sendable {
       writeOutput: { bytes in streams.writeOutput(bytes) }, writeError: { text in streams.writeError(text) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
     terminal.isForeground = { tcgetpgrp(STDERR_FILENO) == getpgrp() }
+    terminal.columns = {
+      var size = winsize()
+      guard ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+      return Int(size.ws_col)
+    }
     terminal.outputIsTerminal = isatty(STDOUT_FILENO) != 0
     terminal.outputFailure = { streams.outputFailure }
     terminal.checksProcessResources = true
@@ -59,10 +67,20 @@ public final class Terminal: @unchecked Sendable {
   /// process has no terminal (so scripts never block on a prompt).
   var askLine: ((String) -> String?)?
 
-  func ask(_ question: String) -> String? { askLine?(question) }
+  func ask(_ question: String) -> String? { askLine?(Printable.keepingLines(question)) }
 
-  func print(_ text: String) { writeOutput(Array((text + "\n").utf8)) }
-  func note(_ text: String) { writeError(text + "\n") }
+  /// Writes a line of text to standard output. Control characters other than newline and tab are
+  /// escaped (`Printable.keepingLines`), so no name a message holds reaches the terminal as an
+  /// escape sequence. Bytes meant as they are (`open`'s plaintext) go through `writeOutput`.
+  func print(_ text: String) { writeOutput(Array((Printable.keepingLines(text) + "\n").utf8)) }
+  /// Writes a line of text to standard error, escaped as `print` does.
+  func note(_ text: String) { say(text + "\n") }
+  /// Writes "Error: " and `message` as one line on standard error: every control character in it is
+  /// escaped, newlines too (no error's text has a line of its own; a path in it might).
+  func error(_ message: String) { note("Error: " + Printable.escaped(message)) }
+  /// Writes text to standard error as it is but for its control characters (see `print`): for a
+  /// usage message, or a question's lead-in, whose lines end where the text says.
+  func say(_ text: String) { writeError(Printable.keepingLines(text)) }
 }
 
 /// Exit codes of the command-line contract.

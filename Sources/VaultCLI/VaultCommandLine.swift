@@ -95,14 +95,14 @@ public struct VaultCommandLine {
     } else {
       text += "Usage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"
     }
-    terminal.writeError(text)
+    terminal.say(text)
     return ExitCode.usage.rawValue
   }
 
   /// Prints an error by kind (never contents) and picks its exit code.
   func fail(_ error: any Error) -> Int32 {
     let (message, code) = Self.describe(error)
-    terminal.note("Error: \(message)")
+    terminal.error(message)
     return code.rawValue
   }
 
@@ -226,9 +226,9 @@ public struct VaultCommandLine {
             activeVersion: manifest.activeVersion)))
       return
     }
-    terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
+    terminal.print("Created vault \(manifest.vaultID) in \(Printable.escaped(vault.home))")
     switch manifest.store.kind {
-    case .keyfile: terminal.print("Keys: keyfile \(manifest.store.keyfile ?? "") (mode 0600)")
+    case .keyfile: terminal.print("Keys: keyfile \(Printable.escaped(manifest.store.keyfile ?? "")) (mode 0600)")
     case .secretService: terminal.print("Keys: Secret Service, default collection")
     case .memory: terminal.print("Keys: memory")
     }
@@ -250,7 +250,8 @@ public struct VaultCommandLine {
           forKey: container.path)
       } catch {
         counts[container.path] = .some(nil)
-        terminal.note("vault: could not count records in \(container.path): \(Self.describe(error).0)")
+        terminal.note(
+          "vault: could not count records in \(Printable.escaped(container.path)): \(Self.describe(error).0)")
       }
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
@@ -259,9 +260,9 @@ public struct VaultCommandLine {
       return
     }
     terminal.print("Vault \(vault.vaultID)")
-    terminal.print("  home:     \(vault.home)")
+    terminal.print("  home:     \(Printable.escaped(vault.home))")
     if let keyfile = vault.keyfile {
-      terminal.print("  store:    keyfile \(keyfile.path) (mode \(keyfile.mode ?? "missing"))")
+      terminal.print("  store:    keyfile \(Printable.escaped(keyfile.path)) (mode \(keyfile.mode ?? "missing"))")
     } else {
       terminal.print("  store:    \(vault.store.rawValue)")
     }
@@ -282,7 +283,7 @@ public struct VaultCommandLine {
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { counted($0, "record") } ?? "missing"
-      terminal.print("    \(container.path)  \(records)")
+      terminal.print("    \(Printable.escaped(container.path))  \(records)")
     }
   }
 
@@ -400,13 +401,14 @@ public struct VaultCommandLine {
     }
     terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
     for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Re-sealed \(counted(count, "record")) in \(path)")
+      terminal.print("Re-sealed \(counted(count, "record")) in \(Printable.escaped(path))")
     }
     for (path, count) in report.purged.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Purged \(counted(count, "record")) that did not open from \(path)")
+      terminal.print("Purged \(counted(count, "record")) that did not open from \(Printable.escaped(path))")
     }
     for (path, count) in report.keptUnreadable.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Kept \(counted(count, "record")) that do not open (now unreadable) in review in \(path)")
+      terminal.print(
+        "Kept \(counted(count, "record")) that do not open (now unreadable) in review in \(Printable.escaped(path))")
     }
     if !report.retired.isEmpty {
       terminal.print("Retired (keys deleted): " + report.retired.map(String.init).joined(separator: ", "))
@@ -458,7 +460,7 @@ public struct VaultCommandLine {
         + plan.externalSealVersions.map(String.init).joined(separator: ", ")
         + " become unreadable for good.\n"
     }
-    terminal.writeError(text)
+    terminal.say(text)
     if assumeYes { return .purge }
     // With records that do not open, what to do with them; with only envelopes at stake, yes or no.
     let question =
@@ -526,6 +528,6 @@ enum JSON {
   static func encode<T: Encodable>(_ value: T) throws -> String {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    return String(decoding: try encoder.encode(value), as: UTF8.self)
+    return Printable.json(String(decoding: try encoder.encode(value), as: UTF8.self))
   }
 }

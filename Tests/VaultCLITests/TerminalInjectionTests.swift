@@ -1,0 +1,110 @@
+import Foundation
+import VaultTestSupport
+import XCTest
+
+@testable import VaultCLI
+
+/// A home, a container or a keyfile may be named with any byte but "/" and NUL, and a bundle's
+/// manifest says what it likes. `status`, `container list`, `rotate`, `queue stats`, the restore
+/// reports and many errors printed such names as they were: a name holding ESC ] 52 could set the
+/// operator's clipboard, ESC [ 2 J clear the screen, a newline forge a line of the report. Found
+/// at a terminal by an outside review. Now every message escapes control characters (newlines in a
+/// name too), JSON keeps its values and escapes what a terminal would act on, and the progress
+/// line fits the terminal's width.
+final class TerminalInjectionTests: XCTestCase {
+  private var temporary: TemporaryDirectory!
+  // OSC 52 (set the clipboard) ended by BEL, then a newline that would start a forged line.
+  private var home: String { temporary.sub("h\u{1B}]52;c;cm0gLXJmIH4=\u{07}\nforged: all clear") }
+  // U+009B is CSI to a terminal that reads C1 controls; the carriage return would rewrite the line.
+  private var container: String { temporary.sub("q\u{9B}2J\r.sqlite") }
+
+  override func setUpWithError() throws {
+    temporary = TemporaryDirectory()
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
+    let put = try vault(["--home", home, "queue", "put", "--queue", "q", "--container", container], input: [1])
+    XCTAssertEqual(put.status, 0, put.error)
+    assertPrintable(put.outputText + put.error)
+  }
+
+  // XCTest keeps every test case object to the end of the run (see OperatorReviewTests).
+  override func tearDown() { temporary = nil }
+
+  /// Fails on any control character but the newlines that end lines, and on a line a name forged.
+  private func assertPrintable(_ text: String, file: StaticString = #filePath, line: UInt = #line) {
+    let controls = text.unicodeScalars.filter { Printable.isControl($0) && $0 != "\n" }
+    XCTAssertEqual(controls.map(\.value), [], text.debugDescription, file: file, line: line)
+    XCTAssertFalse(
+      text.split(separator: "\n").contains { $0.hasPrefix("forged") }, text.debugDescription, file: file, line: line)
+  }
+
+  func testStatusRotateAndStatsShowNamesEscaped() throws {
+    let status = try vault(["--home", home, "status"])
+    XCTAssertEqual(status.status, 0, status.error)
+    assertPrintable(status.outputText + status.error)
+    XCTAssertTrue(
+      status.outputText.contains("\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{a}forged: all clear\n"), status.outputText)
+    XCTAssertTrue(status.outputText.contains("q\\u{9b}2J\\u{d}.sqlite"), status.outputText)
+
+    let stats = try vault(["--home", home, "queue", "stats", "--container", container])
+    XCTAssertEqual(stats.status, 0, stats.error)
+    assertPrintable(stats.outputText + stats.error)
+    XCTAssertTrue(
+      stats.outputText.hasPrefix("Container " + temporary.sub("q\\u{9b}2J\\u{d}.sqlite\n")), stats.outputText)
+
+    let rotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    assertPrintable(rotated.outputText + rotated.error)
+    XCTAssertTrue(rotated.outputText.contains("Re-sealed 1 record in "), rotated.outputText)
+  }
+
+  /// JSON keeps every value (a script gets the real names back) and carries no raw DEL or C1.
+  func testJSONKeepsTheNamesAndEscapesWhatATerminalWouldActOn() throws {
+    let status = try vault(["--home", home, "status", "--json"])
+    XCTAssertEqual(status.status, 0, status.error)
+    assertPrintable(status.outputText)
+    XCTAssertTrue(status.outputText.contains("q\\u009b2J\\r.sqlite"), status.outputText)
+    let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+    XCTAssertEqual(object["home"] as? String, home)
+    let containers = try XCTUnwrap(object["containers"] as? [[String: Any]])
+    XCTAssertTrue(containers.contains { $0["path"] as? String == container }, "\(containers)")
+
+    XCTAssertEqual(Printable.json("a\u{7F}b\u{85}c\u{9F}d\u{A0}"), "a\\u007fb\\u0085c\\u009fd\u{A0}")
+    let decoded = try JSONSerialization.jsonObject(with: Data("[\"\(Printable.json("\u{9B}x"))\"]".utf8)) as? [String]
+    XCTAssertEqual(decoded, ["\u{9B}x"])
+  }
+
+  /// An error naming a path prints one line: Error: and the name escaped.
+  func testAnErrorNamingAPathIsOneEscapedLine() throws {
+    let missing = temporary.sub("gone\u{1B}[2J\nforged: restored.sqlite")
+    let stats = try vault(["--home", home, "queue", "stats", "--container", missing])
+    XCTAssertNotEqual(stats.status, 0)
+    assertPrintable(stats.error)
+    XCTAssertTrue(stats.error.hasPrefix("Error: "), stats.error)
+    XCTAssertEqual(stats.error.filter { $0 == "\n" }.count, 1, stats.error)
+    XCTAssertTrue(stats.error.contains("gone\\u{1b}[2J\\u{a}forged"), stats.error)
+  }
+
+  /// The progress line escapes what it shows and is cut to one column less than the terminal's
+  /// width: a wrapped line is redrawn only on its last row, leaving the rest on the screen.
+  func testTheProgressLineIsEscapedAndFitsTheTerminal() {
+    XCTAssertEqual(ProgressLine.fitted("rotating: container 1 of 1", columns: 20), "rotating: containe…")
+    XCTAssertEqual(ProgressLine.fitted("short", columns: 20), "short")
+    XCTAssertEqual(ProgressLine.fitted("exactly-6", columns: nil), "exactly-6")
+    XCTAssertEqual(ProgressLine.fitted("abcdef", columns: 6), "abcd…")
+    XCTAssertEqual(ProgressLine.fitted("abcde", columns: 6), "abcde")
+
+    let capture = Capture()
+    let terminal = Terminal(
+      environment: [:], readInput: { [] }, writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
+    terminal.isInteractive = true
+    terminal.progressDelay = 0
+    terminal.columns = { 20 }
+    let progress = ProgressLine(terminal, json: false)
+    progress.update("a\u{1B}]0;x\u{07}b", step: true)
+    progress.update("rotating: container 1 of 1, 0 records re-sealed", step: true)
+    progress.finish()
+    XCTAssertEqual(
+      capture.error, "\ra\\u{1b}]0;x\\u{7}b\u{1B}[K\rrotating: containe…\u{1B}[K\r\u{1B}[K",
+      capture.error.debugDescription)
+  }
+}
