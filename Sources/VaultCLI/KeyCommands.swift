@@ -60,7 +60,8 @@ enum RotateCommand: Subcommand {
       empties the container's log and counts records per version from the envelopes' own headers. An older \
       version is retired (its key deleted) only when this run proved it unused everywhere and it never sealed \
       with 'vault seal'; otherwise it is kept and the report says why. Crash-safe: if it is interrupted, running \
-      it again finishes the same rotation.
+      it again finishes the same rotation (after --compromised, only 'rotate --compromised' finishes it, with \
+      another fresh key: the one made before the stop may have leaked too).
 
       On a terminal, a rotation that runs longer than a second shows its progress on standard error (never in \
       a pipe or with --json).

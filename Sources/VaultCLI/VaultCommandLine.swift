@@ -370,14 +370,18 @@ public struct VaultCommandLine {
               + "the versions it retired) did not; fix what the error below says: the next rotation does it again")
         }
       } else if let active = after?.activeVersion, active != activeBefore {
-        // Stopped after the new version was made active: the re-sealing is unfinished, and a rerun
-        // resumes it (it adds no further version). After a compromise only `rotate --compromised`
-        // may finish it (an ordinary rotation refuses): name the command that resumes this one.
-        let again = compromised ? "vault rotate --compromised" : "vault rotate"
+        // Stopped after the new version was made active: the re-sealing is unfinished. An ordinary
+        // rerun resumes it (it adds no further version). After a compromise only `rotate
+        // --compromised` may finish it (an ordinary rotation refuses), and it always makes a fresh
+        // key (`Vault.rotate`): say so, rather than promise a resumption that adds no version.
+        let rerun =
+          compromised
+          ? "`vault rotate --compromised` again: it makes another fresh key (the one made here may have leaked "
+            + "too) and retires every version before it"
+          : "`vault rotate` again: it resumes"
         terminal.note(
           "vault: the rotation stopped part-way: version \(active) is active, and the versions before it keep "
-            + "their keys until a rotation finishes; fix what the error below says, then run `\(again)` "
-            + "again: it resumes")
+            + "their keys until a rotation finishes; fix what the error below says, then run " + rerun)
       }
       throw error
     }

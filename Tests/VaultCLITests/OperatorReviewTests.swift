@@ -130,6 +130,9 @@ final class OperatorReviewTests: XCTestCase {
     // The advice names the command that finishes it, never the ordinary rotation that refuses.
     XCTAssertTrue(stopped.error.contains("then run `vault rotate --compromised` again"), stopped.error)
     XCTAssertFalse(stopped.error.contains("run `vault rotate` again"), stopped.error)
+    // The rerun makes version 3 (below): the note said "it resumes" (found by an outside review).
+    XCTAssertTrue(stopped.error.contains("again: it makes another fresh key"), stopped.error)
+    XCTAssertFalse(stopped.error.contains("it resumes"), stopped.error)
     XCTAssertEqual(try versions(), [1: "decrypt-only", 2: "active"])
     let warnings = try status()["warnings"] as? [String] ?? []
     XCTAssertTrue(warnings.contains { $0.contains("has not finished") }, "\(warnings)")
