@@ -71,10 +71,9 @@ final class SealLock: Sendable {
         guard descriptor >= 0 else { throw KeyStoreError.io(path: path, operation: "open lock", errno: errno) }
         held.descriptor = descriptor
       }
-      while flock(held.descriptor, LOCK_SH) != 0 {
-        if errno == EINTR { continue }
-        throw KeyStoreError.io(path: path, operation: "lock", errno: errno)
-      }
+      // A wait for a rotation in another process is told to LockWait's observer.
+      let code = LockWait.lock(held.descriptor, LOCK_SH)
+      guard code == 0 else { throw KeyStoreError.io(path: path, operation: "lock", errno: code) }
       held.holders = 1
     }
   }

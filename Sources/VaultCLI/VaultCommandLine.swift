@@ -24,6 +24,27 @@ public struct VaultCommandLine {
   /// gave it: `CommandLine.arguments` repairs bytes that are not UTF-8, and a context is bytes).
   public func run(rawArguments: [[UInt8]]) -> Int32 { finish(execute(rawArguments)) }
 
+  /// Makes every wait of more than a second for the vault's lock, held by another process, say
+  /// so on `terminal`'s standard error (`main` calls it once): a rotation stopped with Ctrl-Z
+  /// holds it until resumed, and the commands behind it waited without a word.
+  public static func reportLockWaits(on terminal: Terminal) {
+    LockWait.observe(after: 1) { holder in terminal.note(lockWaitNote(holder)) }
+  }
+
+  /// What a command says while it waits for the vault's lock.
+  static func lockWaitNote(_ holder: LockHolder) -> String {
+    let lead = "vault: waiting for the vault's lock, "
+    guard let pid = holder.pid else {
+      return lead + "which another process holds (a rotation, backup or restore holds it while it runs)"
+    }
+    let name = "process \(pid)" + (holder.command.map { " (\($0))" } ?? "")
+    guard !holder.stopped else {
+      return lead + "which \(name) holds while it is stopped (Ctrl-Z or SIGSTOP): resume it (`fg` in its "
+        + "shell, or `kill -CONT \(pid)`), or interrupt this command"
+    }
+    return lead + "which \(name) holds (a rotation, backup or restore holds it while it runs)"
+  }
+
   private func execute(_ rawArguments: [[UInt8]]) -> Int32 {
     let arguments: Arguments
     do {

@@ -668,13 +668,13 @@ package final class FileLock {
   private var fd: Int32
 
   /// Blocks until the lock on `path` is taken (the file is created 0600 if needed): exclusive, or
-  /// `shared` with other shared holders (and never with an exclusive one).
+  /// `shared` with other shared holders (and never with an exclusive one). A wait for another
+  /// process is told to `LockWait`'s observer.
   package init(path: String, shared: Bool = false) throws {
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard fd >= 0 else { throw KeyStoreError.io(path: path, operation: "open lock", errno: errno) }
-    while flock(fd, shared ? LOCK_SH : LOCK_EX) != 0 {
-      if errno == EINTR { continue }
-      let code = errno
+    let code = LockWait.lock(fd, shared ? LOCK_SH : LOCK_EX)
+    guard code == 0 else {
       close(fd)
       throw KeyStoreError.io(path: path, operation: "lock", errno: code)
     }

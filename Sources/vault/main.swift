@@ -23,4 +23,6 @@ let arguments = (1..<Int(CommandLine.argc)).map { index -> [UInt8] in
   guard let argument = CommandLine.unsafeArgv[index] else { return [] }
   return Array(UnsafeRawBufferPointer(start: argument, count: strlen(argument)))
 }
-exit(VaultCommandLine(terminal: .standard()).run(rawArguments: arguments))
+let terminal = Terminal.standard()
+VaultCommandLine.reportLockWaits(on: terminal)
+exit(VaultCommandLine(terminal: terminal).run(rawArguments: arguments))
