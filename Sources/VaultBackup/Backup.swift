@@ -44,13 +44,15 @@ public enum Backup {
       kdf: .standard, progress: progress)
   }
 
-  /// `create` with chosen scrypt parameters: for tests only (real bundles use `.standard`).
-  package static func create(
-    vault: Vault, to directory: String, passphrase: Passphrase, keep: Int, toolVersion: String,
-    clock: @escaping @Sendable () -> Date, kdf: ScryptParameters, progress: (@Sendable (BackupStep) -> Void)? = nil
-  ) throws -> BackupReport {
-    let started = Date()
-    guard keep >= 1 else { throw BackupError.invalidKeep(keep) }
+  /// Checks that `directory` may take bundles, as `create` does first: a directory that no other
+  /// user may rename entries in. Call it before asking for a passphrase, so that a mistyped path
+  /// is said before the passphrase is typed.
+  ///
+  /// - Parameter directory: where bundles are to be written.
+  /// - Returns: the directory's absolute path.
+  /// - Throws: `BackupError.notADirectory`, `.sharedDirectory`.
+  @discardableResult
+  public static func checkDestination(_ directory: String) throws -> String {
     let directory = absolutePath(directory)
     var info = stat()
     guard stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
@@ -63,6 +65,28 @@ public enum Backup {
     if othersMayWrite || (info.st_uid != geteuid() && info.st_uid != 0) {
       throw BackupError.sharedDirectory(path: directory, mode: UInt32(info.st_mode), owner: info.st_uid)
     }
+    return directory
+  }
+
+  /// The checks of a bundle that need no passphrase and read only its header and manifest: it
+  /// can be read, it is a bundle of a format this version reads, its manifest is whole. Call it
+  /// before asking for the passphrase (`verify` and `restore` make these checks and the rest).
+  ///
+  /// - Parameter bundle: the bundle file.
+  /// - Throws: `BackupError` (`.io`, `.notABundle`, `.truncated`, `.damagedHeader`,
+  ///   `.manifestHashMismatch`, `.damagedManifest`).
+  public static func check(bundle: String) throws {
+    _ = try inspect(bundle: absolutePath(bundle), hashingSnapshots: false)
+  }
+
+  /// `create` with chosen scrypt parameters: for tests only (real bundles use `.standard`).
+  package static func create(
+    vault: Vault, to directory: String, passphrase: Passphrase, keep: Int, toolVersion: String,
+    clock: @escaping @Sendable () -> Date, kdf: ScryptParameters, progress: (@Sendable (BackupStep) -> Void)? = nil
+  ) throws -> BackupReport {
+    let started = Date()
+    guard keep >= 1 else { throw BackupError.invalidKeep(keep) }
+    let directory = try checkDestination(directory)
     let work = try WorkDirectory(parent: directory)
     let now = clock()
     // Keys and snapshots under one shared lock: the versions exported are the ones the snapshots need.

@@ -13,6 +13,8 @@ extension VaultCommandLine {
     // Exactly one of --to and --verify, and --keep only with --to: the parser checked.
     if let bundle = arguments.options["--verify"] {
       return try reportingBackupErrors {
+        // What needs no passphrase is checked before it is asked for.
+        try Backup.check(bundle: bundle)
         let passphrase = try readPassphrase(arguments, confirm: false)
         let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
         defer { progress.finish() }
@@ -23,7 +25,7 @@ extension VaultCommandLine {
         if arguments.flags.contains("--json") {
           terminal.print(try JSON.encode(report))
         } else {
-          printVerification(report, heading: "Verified bundle \(report.bundle)")
+          printVerification(report, heading: "Verified bundle \(Printable.escaped(report.bundle))")
         }
       }
     }
@@ -31,6 +33,7 @@ extension VaultCommandLine {
     let keep = arguments.wholeNumber("--keep") ?? Backup.defaultKeep
     let vault = try openVault(arguments)
     return try reportingBackupErrors {
+      try Backup.checkDestination(directory)
       let passphrase = try readPassphrase(arguments, confirm: true)
       let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
       defer { progress.finish() }
@@ -42,7 +45,8 @@ extension VaultCommandLine {
         terminal.print(try JSON.encode(report))
         return
       }
-      printVerification(report.verification, heading: "Wrote and verified \(report.bundle) (\(report.size) bytes)")
+      printVerification(
+        report.verification, heading: "Wrote and verified \(Printable.escaped(report.bundle)) (\(report.size) bytes)")
       for path in report.removed { terminal.print("Removed older bundle \(Printable.escaped(path))") }
       terminal.print(String(format: "Took %.3f s", report.seconds))
     }
@@ -58,8 +62,9 @@ extension VaultCommandLine {
     }
     let home = arguments.options["--into"] ?? homePath(arguments)
     return try reportingBackupErrors {
-      // The home is checked before anything is asked or probed: a home holding this vault is merged
-      // into, one holding another vault or other files is refused.
+      // The bundle and then the home are checked before anything is asked or probed: a home holding
+      // this vault is merged into, one holding another vault or other files is refused.
+      try Backup.check(bundle: bundle)
       do {
         try Backup.refuseExistingHome(home, bundle: bundle)
       } catch BackupError.homeHoldsThisVault {
@@ -104,7 +109,8 @@ extension VaultCommandLine {
       }
       terminal.print("Restored vault \(report.vaultID) into \(Printable.escaped(report.home))")
       terminal.print(
-        report.keyfile.map { "Keys: keyfile \($0) (mode 0600)" } ?? "Keys: Secret Service, default collection")
+        report.keyfile.map { "Keys: keyfile \(Printable.escaped($0)) (mode 0600)" }
+          ?? "Keys: Secret Service, default collection")
       terminal.print("Active key version: \(report.activeVersion)")
       for container in report.containers {
         terminal.print(
@@ -132,7 +138,7 @@ extension VaultCommandLine {
     )
     for container in report.containers {
       terminal.print(
-        "  \(container.from) -> \(container.path) (\(container.action)): \(container.restored) added, "
+        "  \(Printable.escaped(container.from)) -> \(Printable.escaped(container.path)) (\(container.action)): \(container.restored) added, "
           + "\(container.updated) updated, \(container.unchanged) unchanged, \(container.goneHere) delivered or dropped "
           + "here since (not brought back), \(container.undetermined) in review as maybe delivered")
       for kept in container.keptForReview {

@@ -75,6 +75,28 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertTrue(run.error.contains("could not write to standard output"), run.error)
   }
 
+  /// A mistyped backup directory or bundle was said only after the passphrase was typed (twice,
+  /// for a backup). Found at a terminal by an outside review. What needs no passphrase is now
+  /// checked first: here, with no terminal to ask on, the path's error comes instead of "no
+  /// terminal to ask for the passphrase".
+  func testAMistypedDirectoryOrBundleIsSaidBeforeThePassphraseIsAsked() throws {
+    let missing = temporary.sub("nowhere")
+    let notABundle = temporary.sub("k/v.keys")
+    let cases: [([String], String)] = [
+      (["backup", "--to", missing], "\(missing) is not a directory"),
+      (["backup", "--verify", missing], "open \(missing) failed: No such file or directory"),
+      (["backup", "--verify", notABundle], "is not a vault backup bundle"),
+      (["restore", missing, "--into", temporary.sub("restored")], "open \(missing) failed: No such file or directory"),
+    ]
+    for (arguments, expected) in cases {
+      let refused = run(arguments, answers: nil)
+      XCTAssertNotEqual(refused.status, 0, "\(arguments)")
+      XCTAssertTrue(refused.error.contains(expected), "\(arguments): \(refused.error)")
+      XCTAssertFalse(refused.error.contains("passphrase"), "\(arguments): \(refused.error)")
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("restored")), "nothing was made")
+  }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
