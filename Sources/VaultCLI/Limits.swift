@@ -32,10 +32,13 @@ extension VaultCommandLine {
   }
 
   /// The exit code once the command is done: a write to standard output that failed (full disk,
-  /// closed pipe, closed descriptor) is reported, and makes a success a failure.
+  /// closed pipe, closed descriptor) is reported, and makes a success a failure. After a success,
+  /// what the command did (`Terminal.done`) is said with it: exit 1 alone made a script retry a
+  /// `queue put`, and store the record twice.
   func finish(_ code: Int32) -> Int32 {
     guard let failure = terminal.outputFailure() else { return code }
-    terminal.error(failure.description)
+    let done = code == ExitCode.success.rawValue ? terminal.done.map { "; " + $0 } ?? "" : ""
+    terminal.error(failure.description + done)
     return code == ExitCode.success.rawValue ? ExitCode.failure.rawValue : code
   }
 }

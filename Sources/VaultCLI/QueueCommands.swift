@@ -62,6 +62,11 @@ extension VaultCommandLine {
       let outcome = try container.enqueue(payload, queue: arguments.options["--queue"] ?? "", id: id)
       noteCapDrops(since: droppedBefore, in: container)
       let word = outcome == .stored ? "stored" : "duplicate"
+      if outcome == .stored, arguments.options["--id"] == nil {
+        terminal.done =
+          "the record was stored as \(id.uuidString.lowercased()); running the command again would store it "
+          + "again under a new id (give --id to make a retry safe)"
+      }
       if arguments.flags.contains("--json") {
         terminal.print(
           try JSON.encode(

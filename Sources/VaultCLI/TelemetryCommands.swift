@@ -89,6 +89,8 @@ extension VaultCommandLine {
       let droppedBefore = try container.dropped()["cap"] ?? 0
       let id = try client.log(type: type, payload: payload)
       noteCapDrops(since: droppedBefore, in: container)
+      terminal.done =
+        "the event was logged as \(id.uuidString.lowercased()); running the command again would log it twice"
       if arguments.flags.contains("--json") {
         terminal.print(
           try JSON.encode(LogResult(id: id.uuidString.lowercased(), type: type, session: client.sessionID)))

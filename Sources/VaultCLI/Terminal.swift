@@ -63,6 +63,11 @@ public final class Terminal: @unchecked Sendable {
     return terminal
   }
 
+  /// What a command that changed something did, said on standard error when its output could not
+  /// be written (`VaultCommandLine.finish`): "the record was stored as ID; running the command
+  /// again would store it again …". Set only where a rerun would do it again.
+  var done: String?
+
   /// Asks a question on the controlling terminal and returns the answer line; nil when the
   /// process has no terminal (so scripts never block on a prompt).
   var askLine: ((String) -> String?)?

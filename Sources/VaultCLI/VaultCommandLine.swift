@@ -406,6 +406,8 @@ public struct VaultCommandLine {
       }
       throw error
     }
+    terminal.done =
+      "the rotation to version \(report.newVersion) finished; running it again would make another version"
     if arguments.flags.contains("--json") {
       if let schedule {
         terminal.print(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))

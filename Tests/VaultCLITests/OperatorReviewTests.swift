@@ -97,6 +97,45 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("restored")), "nothing was made")
   }
 
+  /// `queue put >/dev/full` stored the record and exited 1 saying only that the output failed: a
+  /// script that retried stored it twice (found at a terminal by an outside review). The error now
+  /// says what was done and that a rerun would do it again; `telemetry log` and `rotate` too.
+  func testAFailedOutputAfterAChangeSaysTheChangeWasMade() throws {
+    func toFull(_ arguments: String) throws -> Spawned {
+      try Spawn.run(
+        "/bin/sh", ["-c", "echo payload | exec \"$0\" --home \"$1\" \(arguments) >/dev/full", vaultBinary(), home])
+    }
+    let put = try toFull("queue put --queue q")
+    XCTAssertEqual(put.status, 1, put.error)
+    let listed = try vault(["--home", home, "queue", "list"]).outputText
+    let id = String(listed.prefix(36))
+    XCTAssertEqual(listed.split(separator: "\n").count, 1, listed)
+    XCTAssertTrue(
+      put.error.hasPrefix(
+        "Error: could not write to standard output: No space left on device; the record was stored as \(id); "
+          + "running the command again would store it again under a new id (give --id to make a retry safe)"),
+      put.error)
+    // With --id a rerun is a duplicate, not a second record: nothing more to say.
+    let withID = try toFull("queue put --queue q --id \(id)")
+    XCTAssertEqual(withID.status, 1)
+    XCTAssertFalse(withID.error.contains("stored as"), withID.error)
+
+    let logged = try toFull("telemetry log t")
+    XCTAssertEqual(logged.status, 1)
+    XCTAssertTrue(logged.error.contains("; the event was logged as "), logged.error)
+    let rotated = try toFull("rotate")
+    XCTAssertEqual(rotated.status, 1)
+    XCTAssertTrue(
+      rotated.error.contains("; the rotation to version 2 finished; running it again would make another version"),
+      rotated.error)
+    // A command that changed nothing says only what failed.
+    let status = try toFull("status")
+    XCTAssertEqual(status.status, 1)
+    XCTAssertEqual(
+      status.error.components(separatedBy: "\n").filter { $0.hasPrefix("Error:") },
+      ["Error: could not write to standard output: No space left on device"], status.error)
+  }
+
   /// In-process with a terminal that answers `answers` in turn (nil: no terminal).
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
