@@ -236,11 +236,15 @@ extension Vault {
   /// The things to act on in `manifest`, most urgent first.
   ///
   /// - Parameter manifest: the manifest to judge.
-  /// - Returns: an unfinished rotation after a compromise, then an active version that still seals
-  ///   format 1; empty when there is neither.
+  /// - Returns: an unfinished rotation (after a compromise, or another), then an active version
+  ///   that still seals format 1; empty when there is none of these.
   public static func statusWarnings(_ manifest: Manifest) -> [StatusWarning] {
     var warnings: [StatusWarning] = []
-    if let version = manifest.unfinishedCompromise { warnings.append(.unfinishedCompromise(version: version)) }
+    if let version = manifest.unfinishedCompromise {
+      warnings.append(.unfinishedCompromise(version: version))
+    } else if let version = manifest.resealing {
+      warnings.append(.unfinishedRotation(version: version))
+    }
     if let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM {
       warnings.append(.sealsFormatOne(version: active.version))
     }
@@ -253,6 +257,10 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
   /// A rotation after a compromise made `version` active and has not finished: the compromised keys
   /// still exist, and only a rotation after a compromise may go on.
   case unfinishedCompromise(version: UInt32)
+  /// A rotation made `version` active and has not re-sealed every record: it is running now, or it
+  /// was stopped or killed. The versions before it keep their keys until a rotation finishes (the
+  /// next one resumes it). New cases may come: switch with a `default`.
+  case unfinishedRotation(version: UInt32)
   /// The active version `version` seals envelope format 1: rotate to get a format-2 key.
   case sealsFormatOne(version: UInt32)
 
@@ -262,6 +270,9 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
     case .unfinishedCompromise(let version):
       "a rotation after a compromise made version \(version) active and has not finished: the compromised "
         + "keys still exist; finish it with a rotation after a compromise"
+    case .unfinishedRotation(let version):
+      "the rotation to version \(version) has not finished (it is running, or it was stopped or killed): the "
+        + "versions before it keep their keys until it does; unless it is running, rotate again to resume it"
     case .sealsFormatOne(let version):
       "key version \(version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
         + "2^32 records per key, no key commitment, contexts without container ids); rotate the vault to "

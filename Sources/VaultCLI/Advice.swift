@@ -43,7 +43,7 @@ enum Advice {
   static func suffix(for warning: StatusWarning) -> String {
     switch warning {
     case .unfinishedCompromise: " (`vault rotate --compromised`)"
-    case .sealsFormatOne: " (`vault rotate`)"
+    case .sealsFormatOne, .unfinishedRotation: " (`vault rotate`)"
     }
   }
 }

@@ -119,8 +119,17 @@ final class RotationCLITests: XCTestCase {
     XCTAssertNotEqual(stopped.status, 0, stopped.outputText)
     XCTAssertTrue(stopped.error.contains("the rotation stopped part-way: version 2 is active"), stopped.error)
     XCTAssertTrue(stopped.error.contains("run `vault rotate` again: it resumes"), stopped.error)
+    // status and doctor say so too (only `rotate --if-due` did; found by an outside review).
+    let unfinished =
+      "warning:  the rotation to version 2 has not finished (it is running, or it was stopped or killed): the "
+      + "versions before it keep their keys until it does; unless it is running, rotate again to resume it "
+      + "(`vault rotate`)"
+    XCTAssertTrue(try vault(["--home", home, "status"]).outputText.contains(unfinished))
+    XCTAssertTrue(
+      try vault(["--home", home, "doctor"]).outputText.contains("the rotation to version 2 has not finished"))
     let rerun = try vault(["--home", home, "rotate"])
     XCTAssertEqual(rerun.status, 0, rerun.error)
+    XCTAssertFalse(try vault(["--home", home, "status"]).outputText.contains("has not finished"))
     let scan = try vault(["--home", home, "scan", home, "--verify", "--json"])
     XCTAssertEqual(scan.status, 0, scan.error)
     let verify = (try JSONSerialization.jsonObject(with: Data(scan.output)) as? [String: Any])?["verify"]
