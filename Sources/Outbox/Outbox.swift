@@ -55,6 +55,16 @@ public final class Outbox: @unchecked Sendable {
     public let id: UUID
     /// True when a record with this id was already queued: nothing new was stored.
     public let duplicate: Bool
+
+    /// A receipt as `send` returns it, for an app's test doubles of its outbox.
+    ///
+    /// - Parameters:
+    ///   - id: the message's record id.
+    ///   - duplicate: whether the id was already queued.
+    public init(id: UUID, duplicate: Bool = false) {
+      self.id = id
+      self.duplicate = duplicate
+    }
   }
 
   /// Makes an outbox over `queue` of `container`; nothing is delivered until `start` or

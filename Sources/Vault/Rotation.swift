@@ -313,6 +313,26 @@ public struct RotationReport: Sendable, Equatable, Codable {
   /// How long the call took, waiting for the lock included.
   public var seconds: Double
 
+  /// A report as `rotate` returns it, for an app's test doubles and its own reports.
+  ///
+  /// - Parameters: as the properties of the same names.
+  public init(
+    previousVersion: UInt32, newVersion: UInt32, resealed: [String: Int] = [:], retired: [UInt32] = [],
+    keptVersions: [UInt32] = [], keptBecause: [String: [String]] = [:], purged: [String: Int] = [:],
+    keptUnreadable: [String: Int] = [:], compromised: Bool = false, seconds: Double = 0
+  ) {
+    self.previousVersion = previousVersion
+    self.newVersion = newVersion
+    self.resealed = resealed
+    self.retired = retired
+    self.keptVersions = keptVersions
+    self.keptBecause = keptBecause
+    self.purged = purged
+    self.keptUnreadable = keptUnreadable
+    self.compromised = compromised
+    self.seconds = seconds
+  }
+
   enum CodingKeys: String, CodingKey {
     case previousVersion = "previous_version"
     case newVersion = "new_version"

@@ -231,6 +231,31 @@ public struct ClaimedRecord: Sendable, Equatable {
   let leaseToken: Int64
   /// When the lease was taken, on CLOCK_BOOTTIME (nanoseconds; see `BootClock`).
   let leasedAt: UInt64
+
+  /// A record as `claim` hands it out, for an app's test doubles of its own deliverer. It belongs
+  /// to no claim: a `Claim` settles only the records it handed out, so its `ack` or `fail` of
+  /// this id changes nothing (the unfenced `QueueContainer.ack(_:)` acts on any id, as always).
+  ///
+  /// - Parameters:
+  ///   - id: the record's id.
+  ///   - queue: the queue it came from.
+  ///   - payload: its plaintext.
+  ///   - attempts: attempts including this one (1 for a first delivery).
+  ///   - createdAt: when it was enqueued.
+  public init(id: UUID, queue: String, payload: Data, attempts: Int = 1, createdAt: Date = Date()) {
+    self.init(
+      id: id, queue: queue, payload: payload, attempts: attempts, createdAt: createdAt, leaseToken: -1, leasedAt: 0)
+  }
+
+  init(id: UUID, queue: String, payload: Data, attempts: Int, createdAt: Date, leaseToken: Int64, leasedAt: UInt64) {
+    self.id = id
+    self.queue = queue
+    self.payload = payload
+    self.attempts = attempts
+    self.createdAt = createdAt
+    self.leaseToken = leaseToken
+    self.leasedAt = leasedAt
+  }
 }
 
 /// Printing a claimed record (`print`, string interpolation, `dump`, a debugger) shows its id,
@@ -403,6 +428,26 @@ public struct QueueStats: Codable, Sendable, Equatable {
   public var resent: [String: Int] = ["parked": 0, "review": 0]
   /// The oldest key version writers may seal under; rotation raises it before re-sealing.
   public var minimumSealVersion: UInt32
+
+  /// Counts as `stats()` reports them, for an app's test doubles and its own reports.
+  ///
+  /// - Parameters: as the properties of the same names; `byState`, `dropped` and `resent` are
+  ///   given as they are (`stats()` lists every state and reason, with 0 for none).
+  public init(
+    container: String, total: Int, bytes: Int, byState: [String: Int], byVersion: [String: Int],
+    byQueue: [String: Int], dropped: [String: Int], resent: [String: Int] = ["parked": 0, "review": 0],
+    minimumSealVersion: UInt32
+  ) {
+    self.container = container
+    self.total = total
+    self.bytes = bytes
+    self.byState = byState
+    self.byVersion = byVersion
+    self.byQueue = byQueue
+    self.dropped = dropped
+    self.resent = resent
+    self.minimumSealVersion = minimumSealVersion
+  }
 
   enum CodingKeys: String, CodingKey {
     case container, total, bytes, dropped, resent
