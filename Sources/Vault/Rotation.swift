@@ -315,7 +315,17 @@ public struct RotationReport: Sendable, Equatable, Codable {
 
   /// A report as `rotate` returns it, for an app's test doubles and its own reports.
   ///
-  /// - Parameters: as the properties of the same names.
+  /// - Parameters:
+  ///   - previousVersion: the version active when the rotation began.
+  ///   - newVersion: the version active after it.
+  ///   - resealed: records re-sealed, per container path.
+  ///   - retired: versions whose keys were deleted.
+  ///   - keptVersions: older versions kept decrypt-only.
+  ///   - keptBecause: why each kept version was kept (version → reasons).
+  ///   - purged: after a compromise, records purged per container.
+  ///   - keptUnreadable: after a compromise, records moved to review per container.
+  ///   - compromised: whether it was a rotation after a compromise.
+  ///   - seconds: how long it took.
   public init(
     previousVersion: UInt32, newVersion: UInt32, resealed: [String: Int] = [:], retired: [UInt32] = [],
     keptVersions: [UInt32] = [], keptBecause: [String: [String]] = [:], purged: [String: Int] = [:],

@@ -431,8 +431,19 @@ public struct QueueStats: Codable, Sendable, Equatable {
 
   /// Counts as `stats()` reports them, for an app's test doubles and its own reports.
   ///
-  /// - Parameters: as the properties of the same names; `byState`, `dropped` and `resent` are
-  ///   given as they are (`stats()` lists every state and reason, with 0 for none).
+  /// `byState`, `dropped` and `resent` are kept as given (`stats()` lists every state and reason,
+  /// with 0 for none).
+  ///
+  /// - Parameters:
+  ///   - container: the container's absolute path.
+  ///   - total: records in every state.
+  ///   - bytes: envelope bytes held.
+  ///   - byState: records per `RecordState` raw value.
+  ///   - byVersion: records per key version, in decimal.
+  ///   - byQueue: records per queue name.
+  ///   - dropped: records that left the delivery flow, per `DropReason` raw value.
+  ///   - resent: records `resend` returned, per state they left.
+  ///   - minimumSealVersion: the oldest key version writers may seal under.
   public init(
     container: String, total: Int, bytes: Int, byState: [String: Int], byVersion: [String: Int],
     byQueue: [String: Int], dropped: [String: Int], resent: [String: Int] = ["parked": 0, "review": 0],
