@@ -35,6 +35,12 @@ enum Advice {
     case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(home)`)"
     case VaultError.restoreStoreDiffers(_, let store, let keyfile):
       return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \($0)" } ?? "") + ")"
+    case QueueError.busy(let path):
+      // Retrying does not help while the holder is stopped (a rotation left at Ctrl-Z): name it.
+      guard let holder = LockWait.writer(ofFiles: [path, path + "-wal", path + "-shm"]),
+        let name = VaultCommandLine.holderName(holder)
+      else { return "" }
+      return " (\(name) holds it" + VaultCommandLine.stoppedAdvice(holder) + ")"
     default: return ""
     }
   }

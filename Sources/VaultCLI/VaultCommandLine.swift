@@ -34,15 +34,24 @@ public struct VaultCommandLine {
   /// What a command says while it waits for the vault's lock.
   static func lockWaitNote(_ holder: LockHolder) -> String {
     let lead = "vault: waiting for the vault's lock, "
-    guard let pid = holder.pid else {
+    guard let name = holderName(holder) else {
       return lead + "which another process holds (a rotation, backup or restore holds it while it runs)"
     }
-    let name = "process \(pid)" + (holder.command.map { " (\($0))" } ?? "")
-    guard !holder.stopped else {
-      return lead + "which \(name) holds while it is stopped (Ctrl-Z or SIGSTOP): resume it (`fg` in its "
-        + "shell, or `kill -CONT \(pid)`), or interrupt this command"
+    guard holder.stopped else {
+      return lead + "which \(name) holds (a rotation, backup or restore holds it while it runs)"
     }
-    return lead + "which \(name) holds (a rotation, backup or restore holds it while it runs)"
+    return lead + "which \(name) holds" + stoppedAdvice(holder) + ", or interrupt this command"
+  }
+
+  /// "process 12 (vault)"; nil when the holder is not known.
+  static func holderName(_ holder: LockHolder) -> String? {
+    holder.pid.map { "process \($0)" + (holder.command.map { " (\($0))" } ?? "") }
+  }
+
+  /// " while it is stopped …: resume it (…)" for a stopped holder; "" for another.
+  static func stoppedAdvice(_ holder: LockHolder) -> String {
+    guard holder.stopped, let pid = holder.pid else { return "" }
+    return " while it is stopped (Ctrl-Z or SIGSTOP): resume it (`fg` in its shell, or `kill -CONT \(pid)`)"
   }
 
   private func execute(_ rawArguments: [[UInt8]]) -> Int32 {

@@ -83,14 +83,40 @@ package enum LockWait {
   /// `LockHolder` when none is shown (no /proc, another PID namespace); nil when the only holder
   /// shown is this process.
   package static func holder(of inode: UInt64, conflictingWithExclusive exclusive: Bool) -> LockHolder? {
+    holder(ofInodes: [inode], kinds: ["FLOCK"], writersOnly: !exclusive)
+  }
+
+  /// The process that holds a write lock (SQLite's POSIX byte-range locks, or a flock) on one of
+  /// `paths`, for an error that says a file stayed locked: nil when /proc shows none but this
+  /// process's.
+  ///
+  /// - Parameter paths: the files (a database, its -wal and -shm); missing ones are skipped.
+  /// - Returns: the holder, or nil.
+  package static func writer(ofFiles paths: [String]) -> LockHolder? {
+    let inodes = paths.compactMap { path -> UInt64? in
+      var info = stat()
+      return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
+    }
+    guard !inodes.isEmpty,
+      let found = holder(ofInodes: Set(inodes), kinds: ["POSIX", "OFDLCK", "FLOCK"], writersOnly: true),
+      found.pid != nil
+    else { return nil }
+    return found
+  }
+
+  /// The first holder /proc/locks shows of a lock of one of `kinds` on one of `inodes` (a write
+  /// lock only, when `writersOnly`), other than this process. Empty when /proc cannot be read or
+  /// shows none; nil when it shows only this process.
+  private static func holder(ofInodes inodes: Set<UInt64>, kinds: Set<Substring>, writersOnly: Bool) -> LockHolder? {
     guard let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return LockHolder() }
     let me = getpid()
     var onlyMe = false
     for line in locks.split(separator: "\n") {
       // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters are "1: -> FLOCK …".
       let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-      guard fields.count >= 6, fields[1] == "FLOCK", exclusive || fields[3] == "WRITE",
-        let pid = Int32(fields[4]), pid > 0, fields[5].split(separator: ":").last.flatMap({ UInt64($0) }) == inode
+      guard fields.count >= 6, kinds.contains(fields[1]), !writersOnly || fields[3] == "WRITE",
+        let pid = Int32(fields[4]), pid > 0,
+        let inode = fields[5].split(separator: ":").last.flatMap({ UInt64($0) }), inodes.contains(inode)
       else { continue }
       if pid == me {
         onlyMe = true

@@ -1,4 +1,5 @@
 import Foundation
+import VaultQueue
 import VaultTestSupport
 import XCTest
 
@@ -65,6 +66,52 @@ final class LockWaitCLITests: XCTestCase {
     XCTAssertEqual(rotated.status, 0, rotated.error)
     XCTAssertFalse(rotated.error.contains("stopped"), rotated.error)
     XCTAssertTrue(rotated.output.contains("version 1 -> 2"), rotated.output)
+  }
+
+  /// A `queue put` behind a stopped rotation (which holds the container's SQLite write lock) fails
+  /// after the 10 s busy timeout saying "retry", which cannot help while the holder is stopped:
+  /// the error now names the holder and how to resume it. Here a stopped python3 holds the lock.
+  func testABusyContainerNamesTheStoppedProcessThatHoldsIt() throws {
+    let container = home + "/queue.sqlite"
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+    let marker = temporary.sub("writing")
+    let script = """
+      import sqlite3, sys
+      c = sqlite3.connect(sys.argv[1], isolation_level=None)
+      c.execute("BEGIN IMMEDIATE")
+      open(sys.argv[2], "w").close()
+      sys.stdin.read()
+      """
+    let writer = try Spawn.start("/usr/bin/python3", ["-c", script, container, marker])
+    defer {
+      writer.kill(SIGCONT)
+      _ = writer.finish()
+    }
+    let deadline = Date().addingTimeInterval(30)
+    while !FileManager.default.fileExists(atPath: marker), Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    writer.kill(SIGSTOP)
+    // The kernel marks it stopped once the signal is delivered: look until it does (10 s at most).
+    var suffix = ""
+    let stopping = Date().addingTimeInterval(10)
+    repeat {
+      suffix = Advice.suffix(for: QueueError.busy(path: container))
+      if suffix.contains("stopped") { break }
+      Thread.sleep(forTimeInterval: 0.02)
+    } while Date() < stopping
+    XCTAssertEqual(
+      suffix,
+      " (process \(writer.pid) (python3) holds it while it is stopped (Ctrl-Z or SIGSTOP): resume it (`fg` in its "
+        + "shell, or `kill -CONT \(writer.pid)`))")
+    writer.kill(SIGCONT)
+    let resuming = Date().addingTimeInterval(10)
+    repeat {
+      suffix = Advice.suffix(for: QueueError.busy(path: container))
+      if !suffix.contains("stopped") { break }
+      Thread.sleep(forTimeInterval: 0.02)
+    } while Date() < resuming
+    XCTAssertEqual(suffix, " (process \(writer.pid) (python3) holds it)")
+    // No holder at all: nothing added.
+    XCTAssertEqual(Advice.suffix(for: QueueError.busy(path: temporary.sub("none.sqlite"))), "")
   }
 }
 
