@@ -68,6 +68,12 @@ public enum Backup {
     return directory
   }
 
+  /// Removes the work directory of every backup under way in this process: for a process about
+  /// to exit on a signal (SIGINT, SIGTERM), whose backups' own clean-up would not run. A backup
+  /// still running then fails. Without it, the next backup to the same directory removes what a
+  /// stopped one left, a minute later.
+  public static func abandonWork() { WorkDirectory.abandonAll() }
+
   /// The checks of a bundle that need no passphrase and read only its header and manifest: it
   /// can be read, it is a bundle of a format this version reads, its manifest is whole. Call it
   /// before asking for the passphrase (`verify` and `restore` make these checks and the rest).

@@ -139,6 +139,8 @@ final class WorkDirectory {
   let path: String
   private let lock: Int32
   private let directory: Int32
+  /// The work directories of this process that are not removed yet: what `abandonAll` removes.
+  private static let live = LockedValue<[ObjectIdentifier: (directory: Int32, path: String, lock: Int32)]>([:])
 
   init(parent: String) throws {
     Self.removeStale(in: parent)
@@ -167,9 +169,24 @@ final class WorkDirectory {
       throw BackupError.io(path: path, operation: "lock", errno: error)
     }
     lock = descriptor
+    Self.live.withLock { $0[ObjectIdentifier(self)] = (directory, path, lock) }
   }
 
-  deinit { Self.remove(directory, named: path, lock: lock) }
+  deinit {
+    guard Self.live.withLock({ $0.removeValue(forKey: ObjectIdentifier(self)) }) != nil else { return }
+    Self.remove(directory, named: path, lock: lock)
+  }
+
+  /// Removes every work directory of this process now, for a process about to exit on a signal
+  /// (its deinit would not run, and the next backup removes it only after `staleAfter`). The
+  /// backups still running find their files gone and fail.
+  static func abandonAll() {
+    let all = live.withLock { live in
+      defer { live = [:] }
+      return live
+    }
+    for work in all.values { remove(work.directory, named: work.path, lock: work.lock) }
+  }
 
   /// Removes the work directory open as `directory`: every entry that is not a directory,
   /// unlinked relative to it; then its lock file after closing `lock` (on NFS an open file

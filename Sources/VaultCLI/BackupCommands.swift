@@ -1,5 +1,6 @@
 import CProcessHardening
 import Foundation
+import Outbox
 import Vault
 import VaultBackup
 import VaultKeys
@@ -37,6 +38,19 @@ extension VaultCommandLine {
       let passphrase = try readPassphrase(arguments, confirm: true)
       let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
       defer { progress.finish() }
+      // Ctrl-C, SIGTERM or SIGHUP (taken over only after the passphrase prompt, which restores the
+      // terminal on its own): remove the work directory, then end as the signal would have.
+      let terminal = self.terminal
+      StopSignals.handle { signal in
+        Backup.abandonWork()
+        progress.finish()
+        let name = [SIGINT: "SIGINT", SIGTERM: "SIGTERM", SIGHUP: "SIGHUP"][signal] ?? "signal \(signal)"
+        terminal.note("vault: the backup was stopped (\(name)); its work directory was removed")
+        // Ended by the signal itself, so a shell running a script sees an interrupt, not an exit.
+        Glibc.signal(signal, SIG_DFL)
+        raise(signal)
+        _exit(128 + signal)
+      }
       let report = try Backup.create(
         vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
         progress: { progress.update("backup: \($0)", step: true) })
