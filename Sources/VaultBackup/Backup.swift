@@ -189,12 +189,26 @@ public enum Backup {
       throw error
     }
     verified.report.bundle = final
-    // Where to look, for `status`: the bundle itself is what status reads.
-    try rememberDirectory(directory, home: vault.home)
+    // Where to look, for `status`: the bundle itself is what status reads. The bundle is written and
+    // verified by now, so a failure here is a warning: throwing made a good backup look failed.
+    var warnings: [String] = []
+    let unlisted = ": `status` does not find this backup until a later one to a directory it can list is recorded"
+    if directory.contains("\n") {
+      // The list holds one path a line: this name would read back as two paths.
+      warnings.append(
+        "\(directory) holds a newline, so it was not added to the home's list of backup directories" + unlisted)
+    } else {
+      do {
+        try rememberDirectory(directory, home: vault.home)
+      } catch {
+        warnings.append(
+          "\(directory) could not be added to \(vault.home)/\(directoriesFileName) (\(error))" + unlisted)
+      }
+    }
     let removed = try prune(directory: directory, vaultID: manifest.vaultID, keep: keep, newest: name)
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,
-      seconds: Date().timeIntervalSince(started))
+      seconds: Date().timeIntervalSince(started), warnings: warnings)
   }
 
   /// Checks a bundle completely without restoring it: header and format, the manifest's hash, the

@@ -75,6 +75,10 @@ public struct BackupReport: Encodable, Sendable, Equatable {
   public var removed: [String]
   /// Wall time of the whole backup.
   public var seconds: Double
+  /// What went wrong after the bundle was written and verified, as sentences: the bundle is good,
+  /// but (today) its directory could not be added to the home's list that `status` reads.
+  /// Empty when all went well.
+  public var warnings: [String] = []
 }
 
 /// What `Backup.restore` did.

@@ -55,6 +55,7 @@ extension VaultCommandLine {
         vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
         progress: { progress.update("backup: \($0)", step: true) })
       progress.finish()
+      for warning in report.warnings { terminal.note("vault: warning: " + Printable.escaped(warning)) }
       if arguments.flags.contains("--json") {
         terminal.print(try JSON.encode(report))
         return

@@ -484,3 +484,34 @@ extension BackupCLITests {
     XCTAssertEqual(backup.status, 0, backup.error)
   }
 }
+
+extension BackupCLITests {
+  /// A backup whose bundle was written and verified, but whose directory could not be added to
+  /// the home's list (`backup-directories`, what `status` reads), exited 2 as if nothing had been
+  /// backed up. Now it exits 0 with a warning (also in `--json`'s `warnings`), and the bundle is
+  /// there and verifies. Here strace fails every rename (the list is written by a rename), and a
+  /// directory whose name holds a newline (the list holds one path a line) is not listed at all.
+  func testABackupWhoseDirectoryIsNotListedSucceedsWithAWarning() throws {
+    let failed = try vaultFailing(
+      "rename", with: "EIO", when: "1+",
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(failed.status, 0, failed.error)
+    XCTAssertTrue(
+      failed.error.contains("vault: warning: \(backups) could not be added to \(home)/backup-directories (rename "),
+      failed.error)
+    let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(failed.output)) as? [String: Any])
+    XCTAssertEqual((report["warnings"] as? [String])?.count, 1, failed.outputText)
+    let bundle = try XCTUnwrap(report["bundle"] as? String)
+    let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(verified.status, 0, verified.error)
+
+    let odd = temporary.sub("odd\nname")
+    try FileManager.default.createDirectory(atPath: odd, withIntermediateDirectories: false)
+    XCTAssertEqual(chmod(odd, 0o700), 0)
+    let listed = try vault(["--home", home, "backup", "--to", odd, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(listed.status, 0, listed.error)
+    XCTAssertTrue(listed.error.contains("odd\\u{a}name holds a newline, so it was not added"), listed.error)
+    let list = (try? String(contentsOfFile: home + "/backup-directories", encoding: .utf8)) ?? ""
+    XCTAssertFalse(list.contains("odd"), list)
+  }
+}
