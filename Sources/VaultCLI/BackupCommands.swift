@@ -24,7 +24,7 @@ extension VaultCommandLine {
         }
         progress.finish()
         if arguments.flags.contains("--json") {
-          terminal.print(try JSON.encode(report))
+          terminal.printBlock(try JSON.encode(report))
         } else {
           printVerification(report, heading: "Verified bundle \(Printable.escaped(report.bundle))")
         }
@@ -57,7 +57,7 @@ extension VaultCommandLine {
       progress.finish()
       for warning in report.warnings { terminal.note("vault: warning: " + Printable.escaped(warning)) }
       if arguments.flags.contains("--json") {
-        terminal.print(try JSON.encode(report))
+        terminal.printBlock(try JSON.encode(report))
         return
       }
       printVerification(
@@ -119,7 +119,7 @@ extension VaultCommandLine {
         progress: { progress.update("restore: \($0)", step: true) })
       progress.finish()
       if arguments.flags.contains("--json") {
-        terminal.print(try JSON.encode(report))
+        terminal.printBlock(try JSON.encode(report))
         return
       }
       terminal.print("Restored vault \(report.vaultID) into \(Printable.escaped(report.home))")
@@ -145,7 +145,7 @@ extension VaultCommandLine {
       bundle: bundle, passphrase: passphrase, into: vault, progress: { progress.update("restore: \($0)", step: true) })
     progress.finish()
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(report))
+      terminal.printBlock(try JSON.encode(report))
       return
     }
     terminal.print(

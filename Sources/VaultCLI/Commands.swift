@@ -43,7 +43,7 @@ enum HelpCommand: Subcommand {
 
   static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
     if arguments.flags.contains("--man") {
-      cli.terminal.print(ManPage(root: Commands.root).render())
+      cli.terminal.printBlock(ManPage(root: Commands.root).render())
       return ExitCode.success.rawValue
     }
     return cli.help(arguments.positionals)
@@ -64,7 +64,7 @@ enum CompletionCommand: Subcommand {
 
   static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
     let script = Completions(root: Commands.root).script(for: arguments.positionals[0])
-    cli.terminal.print(script)
+    cli.terminal.printBlock(script)
     return ExitCode.success.rawValue
   }
 }

@@ -74,7 +74,7 @@ extension VaultCommandLine {
       listings.append(ContainerListing(path: path, id: registered.id, state: state, records: records, found: found))
     }
     if json {
-      terminal.print(try JSON.encode(listings))
+      terminal.printBlock(try JSON.encode(listings))
       return
     }
     if listings.isEmpty { terminal.print("No containers are registered") }

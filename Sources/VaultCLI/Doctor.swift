@@ -34,7 +34,7 @@ extension VaultCommandLine {
   func doctor(_ arguments: Arguments) -> Int32 {
     let report = examine(home: homePath(arguments))
     if arguments.flags.contains("--json") {
-      terminal.print((try? JSON.encode(report)) ?? "{}")
+      terminal.printBlock((try? JSON.encode(report)) ?? "{}")
     } else {
       terminal.print("vault doctor")
       for check in report.checks {

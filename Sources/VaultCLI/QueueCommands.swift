@@ -68,7 +68,7 @@ extension VaultCommandLine {
           + "again under a new id (give --id to make a retry safe)"
       }
       if arguments.flags.contains("--json") {
-        terminal.print(
+        terminal.printBlock(
           try JSON.encode(
             PutResult(id: id.uuidString.lowercased(), outcome: word, container: container.path, bytes: payload.count)))
         return
@@ -77,7 +77,7 @@ extension VaultCommandLine {
     case "stats":
       let stats = try container.stats()
       if arguments.flags.contains("--json") {
-        terminal.print(try JSON.encode(stats))
+        terminal.printBlock(try JSON.encode(stats))
         return
       }
       terminal.print("Container \(Printable.escaped(stats.container))")

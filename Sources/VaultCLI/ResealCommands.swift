@@ -41,7 +41,7 @@ extension VaultCommandLine {
     }
     let failed = results.filter { $0.outcome == .failed }.count
     if json {
-      terminal.print(
+      terminal.printBlock(
         try JSON.encode(
           ResealReport(
             activeVersion: vault.activeVersion, files: results,
@@ -127,10 +127,11 @@ extension VaultCommandLine {
           + "re-sealed ('vault reseal') become unreadable for good once the next 'vault rotate' retires it.\n")
       guard let answer = terminal.ask("Release the pin on version \(version)? (y/N) ") else {
         // nil: no terminal at all, or the end of input (Ctrl-D) on one, which is no answer, not a yes.
-        terminal.note(
+        // After Ctrl-D the cursor is still on the question's line: end it first.
+        terminal.say(
           terminal.askLine == nil
-            ? "Error: no terminal to confirm; rerun with --yes to release the pin (nothing was changed)"
-            : "\nvault: no answer; nothing was changed")
+            ? "Error: no terminal to confirm; rerun with --yes to release the pin (nothing was changed)\n"
+            : "\nvault: no answer; nothing was changed\n")
         return ExitCode.failure.rawValue
       }
       guard ["y", "yes"].contains(answer.trimmingCharacters(in: .whitespaces).lowercased()) else {
@@ -141,7 +142,7 @@ extension VaultCommandLine {
     try vault.releaseSealPin(version: version)
     let after = vault.manifest
     if arguments.flags.contains("--json") {
-      terminal.print(
+      terminal.printBlock(
         try JSON.encode(
           UnpinResult(
             version: version, activeVersion: after.activeVersion,

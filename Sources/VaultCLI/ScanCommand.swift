@@ -63,7 +63,7 @@ extension VaultCommandLine {
       return ExitCode.couldNotRun.rawValue
     }
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(report))
+      terminal.printBlock(try JSON.encode(report))
     } else {
       terminal.print(
         "Scanned \(counted(report.filesScanned, "file")) (\(report.bytesScanned) bytes) for \(counted(canaries.count, "canary", plural: "canaries")): "

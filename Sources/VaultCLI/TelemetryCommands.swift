@@ -92,7 +92,7 @@ extension VaultCommandLine {
       terminal.done =
         "the event was logged as \(id.uuidString.lowercased()); running the command again would log it twice"
       if arguments.flags.contains("--json") {
-        terminal.print(
+        terminal.printBlock(
           try JSON.encode(LogResult(id: id.uuidString.lowercased(), type: type, session: client.sessionID)))
       } else {
         terminal.print("logged \(id.uuidString.lowercased())")
@@ -101,7 +101,7 @@ extension VaultCommandLine {
     }
     let report = try client.flush()
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(report))
+      terminal.printBlock(try JSON.encode(report))
     } else {
       terminal.print(
         "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "

@@ -74,12 +74,17 @@ public final class Terminal: @unchecked Sendable {
 
   func ask(_ question: String) -> String? { askLine?(Printable.keepingLines(question)) }
 
-  /// Writes a line of text to standard output. Control characters other than newline and tab are
-  /// escaped (`Printable.keepingLines`), so no name a message holds reaches the terminal as an
-  /// escape sequence. Bytes meant as they are (`open`'s plaintext) go through `writeOutput`.
-  func print(_ text: String) { writeOutput(Array((Printable.keepingLines(text) + "\n").utf8)) }
-  /// Writes a line of text to standard error, escaped as `print` does.
-  func note(_ text: String) { say(text + "\n") }
+  /// Writes one line of text to standard output. Every control character in it but tab is escaped
+  /// (`Printable.escaped`), newlines too: no name a message holds (a path, a queue, a field read
+  /// from a file) reaches the terminal as an escape sequence or starts a line of its own. Text of
+  /// several lines goes through `printBlock`; bytes meant as they are (`open`'s plaintext) through
+  /// `writeOutput`.
+  func print(_ text: String) { writeOutput(Array((Printable.escaped(text) + "\n").utf8)) }
+  /// Writes text of several lines that vault composed (a help page, a script, JSON) to standard
+  /// output: control characters but newline and tab are escaped (`Printable.keepingLines`).
+  func printBlock(_ text: String) { writeOutput(Array((Printable.keepingLines(text) + "\n").utf8)) }
+  /// Writes one line of text to standard error, escaped as `print` does.
+  func note(_ text: String) { writeError(Printable.escaped(text) + "\n") }
   /// Writes "Error: " and `message` as one line on standard error: every control character in it is
   /// escaped, newlines too (no error's text has a line of its own; a path in it might).
   func error(_ message: String) { note("Error: " + Printable.escaped(message)) }

@@ -70,7 +70,7 @@ public struct VaultCommandLine {
         // `vault --home rotate` took "rotate" as the home: say so rather than print the overview.
         return usage(UsageError(message: "missing subcommand (after --home DIR)", command: nil))
       }
-      terminal.print(Commands.help.rootPage())
+      terminal.printBlock(Commands.help.rootPage())
       return (arguments.wantsHelp ? ExitCode.success : ExitCode.usage).rawValue
     }
     if arguments.wantsHelp { return help([command] + (arguments.action.map { [$0] } ?? [])) }
@@ -89,7 +89,7 @@ public struct VaultCommandLine {
   /// `vault help [COMMAND [ACTION]]`: the page, or a usage error that suggests the nearest name.
   func help(_ topics: [String]) -> Int32 {
     guard let topic = topics.first else {
-      terminal.print(Commands.help.rootPage())
+      terminal.printBlock(Commands.help.rootPage())
       return ExitCode.success.rawValue
     }
     guard let command = Commands.root.command(topic) else {
@@ -99,7 +99,7 @@ public struct VaultCommandLine {
             + Suggestion.hint(topic, among: Commands.root.commands.map(\.name)), command: nil))
     }
     guard topics.count > 1 else {
-      terminal.print(Commands.help.page(command))
+      terminal.printBlock(Commands.help.page(command))
       return ExitCode.success.rawValue
     }
     guard let action = command.actions.first(where: { $0.name == topics[1] }) else {
@@ -111,7 +111,7 @@ public struct VaultCommandLine {
             : "no help for unknown \(command.name) action '\(Suggestion.shown(topics[1]))'"
               + Suggestion.hint(topics[1], among: names), command: "help"))
     }
-    terminal.print(Commands.help.page(command, action: action))
+    terminal.printBlock(Commands.help.page(command, action: action))
     return ExitCode.success.rawValue
   }
 
@@ -248,7 +248,7 @@ public struct VaultCommandLine {
     }
     let manifest = vault.manifest
     if arguments.flags.contains("--json") {
-      terminal.print(
+      terminal.printBlock(
         try JSON.encode(
           InitResult(
             vaultID: manifest.vaultID, home: vault.home, store: manifest.store.kind.rawValue,
@@ -286,7 +286,7 @@ public struct VaultCommandLine {
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
     if arguments.flags.contains("--json") {
-      terminal.print(try JSON.encode(withLastBackup(vault)))
+      terminal.printBlock(try JSON.encode(withLastBackup(vault)))
       return
     }
     terminal.print("Vault \(vault.vaultID)")
@@ -353,7 +353,7 @@ public struct VaultCommandLine {
       schedule = due
       guard due.due else {
         if arguments.flags.contains("--json") {
-          terminal.print(try JSON.encode(DueRotation(rotated: false, schedule: due, rotation: nil)))
+          terminal.printBlock(try JSON.encode(DueRotation(rotated: false, schedule: due, rotation: nil)))
         } else {
           terminal.print(
             "Not due: version \(due.activeVersion) is \(Self.days(due.ageDays)) old; the policy rotates after "
@@ -419,9 +419,9 @@ public struct VaultCommandLine {
       "the rotation to version \(report.newVersion) finished; running it again would make another version"
     if arguments.flags.contains("--json") {
       if let schedule {
-        terminal.print(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))
+        terminal.printBlock(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))
       } else {
-        terminal.print(try JSON.encode(report))
+        terminal.printBlock(try JSON.encode(report))
       }
       return
     }
@@ -511,9 +511,10 @@ public struct VaultCommandLine {
     for _ in 0..<3 {
       guard let answer = terminal.ask(question) else {
         // nil: no terminal at all, or the end of input (Ctrl-D) on one: no answer is a stop.
-        terminal.note(
+        // After Ctrl-D the cursor is still on the question's line: end it first.
+        terminal.say(
           terminal.askLine == nil
-            ? "vault: no terminal to ask; rerun with --yes to purge" : "\nvault: no answer; stopped")
+            ? "vault: no terminal to ask; rerun with --yes to purge\n" : "\nvault: no answer; stopped\n")
         return .abort
       }
       if let decision = answers[answer.trimmingCharacters(in: .whitespaces).lowercased()] { return decision }

@@ -54,7 +54,7 @@ extension VaultCommandLine {
       terminal.print(VersionCommand.line)
       return
     }
-    terminal.print(try JSON.encode(VersionReport.current))
+    terminal.printBlock(try JSON.encode(VersionReport.current))
   }
 }
 
