@@ -660,10 +660,29 @@ public enum Backup {
     let prefix = bundlePrefix(vaultID: vaultID)
     let user = geteuid()
     return ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { name in
-      guard name.hasPrefix(prefix), name.hasSuffix(BundleLayout.fileSuffix) else { return false }
+      guard name.hasPrefix(prefix), name.hasSuffix(BundleLayout.fileSuffix),
+        isFileStamp(name.dropFirst(prefix.count).dropLast(BundleLayout.fileSuffix.count))
+      else { return false }
       var info = stat()
       return lstat(directory + "/" + name, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_uid == user
     }
+  }
+
+  /// Whether `text` has `fileStamp`'s shape (digits where it has digits): a file of yours named
+  /// `vault-ID-notes.vaultbackup` is no bundle of the vault's.
+  static func isFileStamp(_ text: Substring) -> Bool {
+    let shape = Array("00000000T000000.000Z".utf8)
+    let bytes = Array(text.utf8)
+    guard bytes.count == shape.count else { return false }
+    return zip(bytes, shape).allSatisfy { byte, expected in
+      expected == UInt8(ascii: "0") ? (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) : byte == expected
+    }
+  }
+
+  /// Whether the file at `path` reads as a bundle of `vaultID` by its header and manifest (their
+  /// hash checked, nothing authenticated): what pruning and `lastBackup` count as a bundle.
+  static func looksLikeBundle(_ path: String, of vaultID: String) -> Bool {
+    (try? inspectManifest(bundle: path))?.vaultID == vaultID
   }
 
   /// `20261201T160512.123Z`: sorts by time as text.
@@ -678,8 +697,12 @@ public enum Backup {
   /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
   /// names); `newest`, just written and verified, is always kept. A bundle newer than `newest`
   /// (a backup running at the same time) counts among the newest and is never removed for it.
+  /// Only files whose header and manifest read as this vault's bundle count: a file that only
+  /// has a bundle's name (a note, a truncated copy) is neither counted nor removed.
   static func prune(directory: String, vaultID: String, keep: Int, newest: String) throws -> [String] {
-    var names = ownBundleNames(in: directory, vaultID: vaultID)
+    var names = ownBundleNames(in: directory, vaultID: vaultID).filter {
+      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID)
+    }
     if !names.contains(newest) { names.append(newest) }
     let older = names.sorted().dropLast(keep).filter { $0 != newest }
     guard !older.isEmpty else { return [] }

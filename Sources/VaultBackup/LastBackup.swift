@@ -109,9 +109,12 @@ extension Backup {
     for directory in backupDirectories(home: absolutePath(home)) {
       found += ownBundleNames(in: directory, vaultID: vaultID).map { directory + "/" + $0 }
     }
-    // Names carry the time (sortable text) after the prefix: the newest sorts last.
-    guard let newest = found.max(by: { ($0 as NSString).lastPathComponent < ($1 as NSString).lastPathComponent })
-    else { return nil }
+    // Names carry the time (sortable text) after the prefix: the newest sorts last. The newest
+    // whose header and manifest read as this vault's bundle is the last backup; a file that only
+    // has a bundle's name (say, dated 9999) must not hide it. When none reads so, the newest by
+    // name is reported, damaged.
+    let byName = found.sorted { ($0 as NSString).lastPathComponent > ($1 as NSString).lastPathComponent }
+    guard let newest = byName.first(where: { looksLikeBundle($0, of: vaultID) }) ?? byName.first else { return nil }
     let stamp = String(
       (newest as NSString).lastPathComponent.dropFirst(prefix.count).dropLast(BundleLayout.fileSuffix.count))
     var createdAt = stamp

@@ -515,3 +515,34 @@ extension BackupCLITests {
     XCTAssertFalse(list.contains("odd"), list)
   }
 }
+
+extension BackupCLITests {
+  /// `backup --keep` removed a file that only had a bundle's name (`…99991231T000000.000Z…`, five
+  /// bytes of junk), and `status` showed a note named `vault-ID-notes.vaultbackup` as the newest
+  /// backup, DAMAGED, with `created_at` "notes" (found by an outside operator review). Now only
+  /// files whose header and manifest read as this vault's bundle are counted, pruned or shown.
+  func testFilesThatOnlyHaveABundlesNameAreNeitherPrunedNorShown() throws {
+    let status = try vault(["--home", home, "status", "--json"])
+    let vaultID = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])?["vault_id"] as? String)
+    let backup = ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]
+    XCTAssertEqual(try vault(backup).status, 0)
+    let notes = backups + "/vault-\(vaultID)-notes.vaultbackup"
+    let junk = backups + "/vault-\(vaultID)-99991231T000000.000Z.vaultbackup"
+    try "my notes\n".write(toFile: notes, atomically: true, encoding: .utf8)
+    try "junk\n".write(toFile: junk, atomically: true, encoding: .utf8)
+    let kept = try vault(backup + ["--keep", "1", "--json"])
+    XCTAssertEqual(kept.status, 0, kept.error)
+    let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(kept.output)) as? [String: Any])
+    let newest = try XCTUnwrap(report["bundle"] as? String)
+    XCTAssertEqual((report["removed"] as? [String])?.count, 1, "the older real bundle: \(kept.outputText)")
+    let left = try FileManager.default.contentsOfDirectory(atPath: backups).sorted()
+    XCTAssertEqual(left, [junk, newest, notes].map { ($0 as NSString).lastPathComponent }.sorted())
+
+    let after = try vault(["--home", home, "status", "--json"])
+    let last = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(after.output)) as? [String: Any])?["last_backup"] as? [String: Any])
+    XCTAssertEqual(last["bundle"] as? String, newest)
+    XCTAssertEqual(last["intact"] as? Bool, true)
+  }
+}
