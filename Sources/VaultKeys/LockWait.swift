@@ -66,65 +66,113 @@ package enum LockWait {
   private static func waitTelling(_ watcher: Observer, _ descriptor: Int32, _ operation: Int32) -> Int32 {
     let waiting = LockedValue(true)
     var info = stat()
-    let inode = fstat(descriptor, &info) == 0 ? UInt64(info.st_ino) : nil
+    // Taken now: the descriptor may be closed by the time the timer fires.
+    let file = fstat(descriptor, &info) == 0 ? FileID(info) : nil
     let exclusive = operation & LOCK_EX != 0
     DispatchQueue.global().asyncAfter(deadline: .now() + watcher.delay) {
-      guard waiting.withLock({ $0 }), let inode else { return }
+      guard waiting.withLock({ $0 }), let file else { return }
       // nil: only this process holds it (another of its threads is rotating); nothing to tell.
-      guard let holder = holder(of: inode, conflictingWithExclusive: exclusive) else { return }
+      guard let holder = holder(of: [file], kinds: ["FLOCK"], writersOnly: !exclusive) else { return }
       if waiting.withLock({ $0 }) { watcher.notify(holder) }
     }
     defer { waiting.withLock { $0 = false } }
     return wait(descriptor, operation)
   }
 
-  /// The first other process /proc/locks shows holding a flock on the file `inode` that keeps
+  /// The first other process /proc/locks shows holding a flock on the file open as `descriptor` that keeps
   /// this one waiting: any holder when this one wants it exclusively, else a writer. An empty
   /// `LockHolder` when none is shown (no /proc, another PID namespace); nil when the only holder
   /// shown is this process.
-  package static func holder(of inode: UInt64, conflictingWithExclusive exclusive: Bool) -> LockHolder? {
-    holder(ofInodes: [inode], kinds: ["FLOCK"], writersOnly: !exclusive)
+  package static func holder(of descriptor: Int32, conflictingWithExclusive exclusive: Bool) -> LockHolder? {
+    var info = stat()
+    guard fstat(descriptor, &info) == 0 else { return LockHolder() }
+    return holder(of: [FileID(info)], kinds: ["FLOCK"], writersOnly: !exclusive)
   }
 
   /// The process that holds a write lock (SQLite's POSIX byte-range locks, or a flock) on one of
   /// `paths`, for an error that says a file stayed locked: nil when /proc shows none but this
-  /// process's.
+  /// process's, or none it can confirm.
   ///
   /// - Parameter paths: the files (a database, its -wal and -shm); missing ones are skipped.
   /// - Returns: the holder, or nil.
   package static func writer(ofFiles paths: [String]) -> LockHolder? {
-    let inodes = paths.compactMap { path -> UInt64? in
-      var info = stat()
-      return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
-    }
-    guard !inodes.isEmpty,
-      let found = holder(ofInodes: Set(inodes), kinds: ["POSIX", "OFDLCK", "FLOCK"], writersOnly: true),
+    let files = Set(
+      paths.compactMap { path -> FileID? in
+        var info = stat()
+        return stat(path, &info) == 0 ? FileID(info) : nil
+      })
+    guard !files.isEmpty, let found = holder(of: files, kinds: ["POSIX", "FLOCK"], writersOnly: true),
       found.pid != nil
     else { return nil }
     return found
   }
 
-  /// The first holder /proc/locks shows of a lock of one of `kinds` on one of `inodes` (a write
-  /// lock only, when `writersOnly`), other than this process. Empty when /proc cannot be read or
-  /// shows none; nil when it shows only this process.
-  private static func holder(ofInodes inodes: Set<UInt64>, kinds: Set<Substring>, writersOnly: Bool) -> LockHolder? {
+  /// The first process /proc/locks shows holding a lock of one of `kinds` on one of `files` (a
+  /// write lock only, when `writersOnly`), other than this process, that has one of them open
+  /// now. /proc/locks names a file by device and inode, and a flock by the process that took it
+  /// (a child that inherited it and the pid's next owner look the same), so each candidate is
+  /// confirmed by its open descriptors; one that cannot be (another user's, or gone) is not
+  /// named. Empty when /proc shows no such holder or none is confirmed; nil when it shows only
+  /// this process.
+  private static func holder(of files: Set<FileID>, kinds: Set<Substring>, writersOnly: Bool) -> LockHolder? {
     guard let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return LockHolder() }
     let me = getpid()
     var onlyMe = false
+    var unconfirmed = false
     for line in locks.split(separator: "\n") {
       // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters are "1: -> FLOCK …".
       let fields = line.split(separator: " ", omittingEmptySubsequences: true)
       guard fields.count >= 6, kinds.contains(fields[1]), !writersOnly || fields[3] == "WRITE",
-        let pid = Int32(fields[4]), pid > 0,
-        let inode = fields[5].split(separator: ":").last.flatMap({ UInt64($0) }), inodes.contains(inode)
+        let pid = Int32(fields[4]), pid > 0, let file = FileID(procLocks: fields[5]), files.contains(file)
       else { continue }
       if pid == me {
         onlyMe = true
         continue
       }
+      guard hasOpen(files, pid: pid) else {
+        unconfirmed = true
+        continue
+      }
       return describe(pid)
     }
-    return onlyMe ? nil : LockHolder()
+    return onlyMe && !unconfirmed ? nil : LockHolder()
+  }
+
+  /// Whether process `pid` has one of `files` open now (its /proc/PID/fd, readable for this
+  /// user's processes, or by root).
+  private static func hasOpen(_ files: Set<FileID>, pid: Int32) -> Bool {
+    let directory = "/proc/\(pid)/fd"
+    guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return false }
+    return descriptors.contains { name in
+      var info = stat()
+      return stat(directory + "/" + name, &info) == 0 && files.contains(FileID(info))
+    }
+  }
+
+  /// A file as /proc/locks names it: device major and minor, inode.
+  private struct FileID: Hashable {
+    var major: UInt32
+    var minor: UInt32
+    var inode: UInt64
+
+    init(_ info: stat) {
+      // glibc's major() and minor() (bits/sysmacros.h), which Swift does not import.
+      let device = UInt64(info.st_dev)
+      major = UInt32(truncatingIfNeeded: ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff)))
+      minor = UInt32(truncatingIfNeeded: (device & 0xff) | ((device >> 12) & ~UInt64(0xff)))
+      inode = UInt64(info.st_ino)
+    }
+
+    /// "08:01:5678" (major and minor in hex, the inode in decimal).
+    init?(procLocks field: Substring) {
+      let parts = field.split(separator: ":")
+      guard parts.count == 3, let major = UInt32(parts[0], radix: 16), let minor = UInt32(parts[1], radix: 16),
+        let inode = UInt64(parts[2])
+      else { return nil }
+      self.major = major
+      self.minor = minor
+      self.inode = inode
+    }
   }
 
   /// Its command name and whether it is stopped, from /proc/PID/stat ("PID (comm) STATE …").

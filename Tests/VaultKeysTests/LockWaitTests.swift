@@ -18,27 +18,71 @@ final class LockWaitTests: XCTestCase {
     temporary = nil
   }
 
-  private func inode() throws -> UInt64 {
-    var info = stat()
-    guard stat(path, &info) == 0 else { throw POSIXError(.ENOENT) }
-    return UInt64(info.st_ino)
+  /// The lock file, open (read-only) to ask about.
+  private func opened() throws -> Int32 {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw POSIXError(.ENOENT) }
+    return descriptor
   }
 
   func testTheHolderIsNamedAndSeenStopped() throws {
     let holder = try FlockHolder(path: path)
+    let file = try opened()
+    defer { close(file) }
     XCTAssertEqual(
-      LockWait.holder(of: try inode(), conflictingWithExclusive: true),
+      LockWait.holder(of: file, conflictingWithExclusive: true),
       LockHolder(pid: holder.pid, command: "python3", stopped: false))
     holder.stop()
     let deadline = Date().addingTimeInterval(10)
-    while LockWait.holder(of: try inode(), conflictingWithExclusive: true)?.stopped != true, Date() < deadline {
+    while LockWait.holder(of: file, conflictingWithExclusive: true)?.stopped != true, Date() < deadline {
       Thread.sleep(forTimeInterval: 0.02)
     }
     XCTAssertEqual(
-      LockWait.holder(of: try inode(), conflictingWithExclusive: true),
+      LockWait.holder(of: file, conflictingWithExclusive: true),
       LockHolder(pid: holder.pid, command: "python3", stopped: true))
     // A shared hold keeps only a writer waiting: for a shared request the exclusive holder conflicts.
-    XCTAssertEqual(LockWait.holder(of: try inode(), conflictingWithExclusive: false)?.pid, holder.pid)
+    XCTAssertEqual(LockWait.holder(of: file, conflictingWithExclusive: false)?.pid, holder.pid)
+  }
+
+  /// A flock is shown in /proc/locks under the process that took it: after a fork and that
+  /// process's exit, its child holds the lock under the dead pid (or the pid's next owner). The
+  /// holder is named only when it has the file open now; otherwise it is not named (the first
+  /// version named the dead pid; found by an outside review).
+  func testAHolderThatCannotBeConfirmedIsNotNamed() throws {
+    let marker = temporary.sub("forked")
+    let script = """
+      import fcntl, os, sys, time
+      f = open(sys.argv[1], "a+")
+      fcntl.flock(f, fcntl.LOCK_EX)
+      if os.fork() == 0:
+          os.setsid()
+          open(sys.argv[2], "w").close()
+          time.sleep(30)
+          os._exit(0)
+      os._exit(0)
+      """
+    let parent = try Spawn.start("/usr/bin/python3", ["-c", script, path, marker])
+    let started = parent.finish()
+    XCTAssertEqual(started.status, 0, started.error)
+    let deadline = Date().addingTimeInterval(30)
+    while !FileManager.default.fileExists(atPath: marker), Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+    let file = try opened()
+    defer { close(file) }
+    let holder = LockWait.holder(of: file, conflictingWithExclusive: true)
+    // The child still holds it (it has the file open): it is named, or nobody; never the dead parent.
+    XCTAssertNotEqual(holder?.pid, parent.pid)
+    XCTAssertNotNil(holder)
+    // Let the child go (it is in its own session): find it by its open lock file and end it.
+    for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+      guard let number = Int32(pid), number != getpid(),
+        let fds = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")
+      else { continue }
+      if fds.contains(where: {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == path
+      }) {
+        kill(number, SIGKILL)
+      }
+    }
   }
 
   /// Another thread of this process (a rotation inside the app) is nobody to name.
@@ -47,9 +91,11 @@ final class LockWaitTests: XCTestCase {
     XCTAssertGreaterThanOrEqual(descriptor, 0)
     defer { close(descriptor) }
     XCTAssertEqual(flock(descriptor, LOCK_EX), 0)
-    XCTAssertNil(LockWait.holder(of: try inode(), conflictingWithExclusive: true))
+    XCTAssertNil(LockWait.holder(of: descriptor, conflictingWithExclusive: true))
     // Not found at all (no such lock): an unnamed holder, never a wrong name.
-    XCTAssertEqual(LockWait.holder(of: 1, conflictingWithExclusive: true), LockHolder())
+    let other = open(temporary.sub("unlocked"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    defer { close(other) }
+    XCTAssertEqual(LockWait.holder(of: other, conflictingWithExclusive: true), LockHolder())
   }
 
   /// The observer hears of a wait once, after its delay, while the lock is still awaited; the lock
