@@ -68,7 +68,7 @@ final class DecodeContext {
         findings.append(
           Finding(
             file: path, offset: fileOffset, region: "compressed-stream", detector: "key-material",
-            encoding: "inflated+pem", excerpt: redact(window[key.start..<key.end])))
+            encoding: "inflated+pem", excerpt: redactKey(window[key.start..<key.end])))
       }
       guard judged else { return }
       var hits: [TextDetectors.Hit] = []

@@ -24,7 +24,7 @@ extension Scanner {
     if size <= 65536, !armoured, ContentKind.isText(bytes[...]), let line = KeyMaterial.encodedKeyLine(bytes) {
       let finding = Finding(
         file: path, offset: line.offset, region: "file", detector: "key-material", encoding: line.encoding,
-        excerpt: redact(bytes[line.offset..<line.end]))
+        excerpt: redactKey(bytes[line.offset..<line.end]))
       return (finding, line.wholeFile)
     }
     guard size >= 48 else { return nil }

@@ -121,6 +121,10 @@ enum Patterns {
   }
 }
 
+/// A redacted excerpt of key material: its length only. Even two characters of a base64 key are
+/// 12 of its bits in a log (outside operator review).
+func redactKey<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> String { "(\(bytes.count) bytes, redacted)" }
+
 /// A redacted excerpt: the first two characters of what matched, its length, and nothing else.
 func redact<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> String {
   let printable = bytes.prefix(2).map { $0 >= 0x20 && $0 < 0x7f ? String(UnicodeScalar($0)) : "." }.joined()

@@ -137,7 +137,7 @@ public struct Scanner {
         report.add(
           Finding(
             file: path, offset: offset + key.start, region: regions.region(at: offset + key.start),
-            detector: "key-material", encoding: "pem", excerpt: redact(bytes[key.start..<key.end])))
+            detector: "key-material", encoding: "pem", excerpt: redactKey(bytes[key.start..<key.end])))
       }
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
@@ -243,7 +243,7 @@ public struct Scanner {
             report.add(
               Finding(
                 file: path, offset: fileOffset(start), region: "overflow-page", detector: "key-material",
-                encoding: "pem", excerpt: redact(window[key.start..<key.end])))
+                encoding: "pem", excerpt: redactKey(window[key.start..<key.end])))
           }
           // Signatures in the last `StreamStart.lookahead` bytes of a window are examined with the next.
           for stream in streamStarts(bytes, from: examinedUpTo - windowStart, probe: allowance.probe)
