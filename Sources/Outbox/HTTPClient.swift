@@ -215,6 +215,11 @@ public final class HTTPClient: @unchecked Sendable {
       if vault_curl_response_code(easy, &status) != CURLE_OK { status = 0 }
       var osErrno = 0
       if vault_curl_os_errno(easy, &osErrno) != CURLE_OK { osErrno = 0 }
+      // libcurl refuses an answer that is not HTTP at all (no status line: HTTP/0.9 to it) with the
+      // code it gives a URL of another scheme; to an http(s) URL it was the server's answer.
+      if code == CURLE_UNSUPPORTED_PROTOCOL, ["http", "https"].contains(request.url.scheme?.lowercased() ?? "") {
+        return .unreachable(kind: "malformed-response")
+      }
       return Self.outcome(code: code, status: status, exchange: exchange, osErrno: Int32(clamping: osErrno))
     }
   }

@@ -120,6 +120,18 @@ final class HTTPClientTests: XCTestCase {
     XCTAssertEqual(client.send(post(URL(string: "ftp://127.0.0.1/x")!)), .unreachable(kind: "unsupported-url"))
   }
 
+  /// An answer with no status line (HTTP/0.9 to libcurl, which refuses it with the code it gives a
+  /// URL of another scheme) was recorded as `unsupported-url`, sending the operator to check a
+  /// URL that was fine (outside operator review). It is a `malformed-response`.
+  func testAnAnswerThatIsNotHTTPIsAMalformedResponse() throws {
+    let server = try LoopbackHTTPServer(
+      otherwise: LoopbackHTTPServer.Answer(status: 0, raw: Array("\u{1B}[31mHELLO\r\n\r\n".utf8)))
+    defer { server.stop() }
+    XCTAssertEqual(
+      HTTPClient(timeout: 5).send(post(URL(string: "http://127.0.0.1:\(server.port)/x")!)),
+      .unreachable(kind: "malformed-response"))
+  }
+
   /// Real failures on loopback are named by readable kinds, never by libcurl's numbers.
   func testLoopbackFailuresHaveReadableKinds() throws {
     let closed = try Self.closedLoopbackPort()
