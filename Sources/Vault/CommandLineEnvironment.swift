@@ -37,13 +37,22 @@ package enum CommandLineEnvironment {
   /// - Throws: `InvalidValue` (a usage error, exit 64) for anything but a number in
   ///   `secretServiceTimeoutRange`: inf, nan, 1e300 or "5s" would trap converting to milliseconds
   ///   or wait forever.
+  /// A value as an error repeats it: at most 20 characters, control characters as "?" (memo
+  /// prints this message as it is; vault escapes it too).
+  static func shown(_ text: String) -> String {
+    let cut = String(
+      String.UnicodeScalarView(
+        text.unicodeScalars.prefix(20).map { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) ? "?" : $0 }))
+    return text.unicodeScalars.count > 20 ? cut + "…" : cut
+  }
+
   package static func secretServiceTimeout(_ environment: [String: String]) throws(InvalidValue) -> Double {
     let text = environment["VAULT_SECRET_SERVICE_TIMEOUT"]
     let range = secretServiceTimeoutRange
     guard let value = seconds(text, in: range, fallback: defaultSecretServiceTimeout) else {
       throw InvalidValue(
         message: "VAULT_SECRET_SERVICE_TIMEOUT must be a number of seconds from \(range.lowerBound) to "
-          + "\(Int(range.upperBound)) (got '\(text ?? "")'); unset it for the default, "
+          + "\(Int(range.upperBound)) (got '\(shown(text ?? ""))'); unset it for the default, "
           + "\(Int(defaultSecretServiceTimeout))")
     }
     return value

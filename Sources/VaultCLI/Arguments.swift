@@ -305,6 +305,11 @@ package struct CommandParser {
         throw fail("\(name) must be \(what) (a UUID; got '\(Suggestion.shown(text))')")
       }
     case .url:
+      // Foundation takes "http://h/x y" (and control characters) and sends it percent-encoded:
+      // a mistyped or pasted endpoint is refused instead (outside operator review).
+      guard !text.unicodeScalars.contains(where: { $0.value <= 0x20 || Printable.isControl($0) }) else {
+        throw fail("\(name) must be a URL without spaces or control characters (write a space as %20)")
+      }
       guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), ["http", "https"].contains(scheme),
         url.host?.isEmpty == false
       else {
@@ -367,9 +372,10 @@ enum Suggestion {
     return table[a.count][b.count]
   }
 
-  /// A mistyped word as echoed in an error: at most 40 characters, control characters escaped.
+  /// A mistyped word as echoed in an error: at most 40 characters (the error's printing escapes
+  /// control characters, as it does for every message).
   static func shown(_ text: String) -> String {
-    let shown = Printable.escaped(String(String.UnicodeScalarView(text.unicodeScalars.prefix(40))))
+    let shown = String(String.UnicodeScalarView(text.unicodeScalars.prefix(40)))
     return text.unicodeScalars.count > 40 ? shown + "…" : shown
   }
 }
@@ -381,21 +387,48 @@ enum Printable {
     scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
   }
 
-  /// `text` with each control character written as \u{hh}: a name cannot start a new line or send
-  /// a terminal escape.
-  static func escaped(_ text: String) -> String {
-    guard text.unicodeScalars.contains(where: isControl) else { return text }
-    return text.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined()
+  /// Characters a terminal draws as nothing, or that reorder what follows: zero-width spaces and
+  /// joiners, the bidirectional marks, embeddings, overrides and isolates, the line and paragraph
+  /// separators and the byte-order mark (Unicode's Bidi_Control and Default_Ignorable code points
+  /// a name could use to look like another). An "invoice\u{202e}fdp.sqlite" must not show as
+  /// "invoicepdf.sqlite".
+  static func isInvisible(_ scalar: Unicode.Scalar) -> Bool {
+    switch scalar.value {
+    case 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
+    default: false
+    }
   }
 
-  /// `text` with each control character but newline and tab written as \u{hh}: a message keeps its
-  /// lines, while a name inside it (a home, a container path, a reason read from a file) cannot
-  /// move the cursor, rewrite the line, retitle the window or set the clipboard.
+  /// Whether `scalar` is written as \u{hh} by `escaped`.
+  private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool { isControl(scalar) || isInvisible(scalar) }
+
+  /// `text` with each control or invisible character written as \u{hh}: a name cannot start a new
+  /// line, send a terminal escape or hide what it is. A backslash that begins "\u{" is written
+  /// \u{5c}, so a name that spells an escape is not shown as the character it spells.
+  static func escaped(_ text: String) -> String { escaping(text) { needsEscape($0) } }
+
+  /// `text` escaped as `escaped` does but for newline and tab: a message of several lines keeps
+  /// them, while a name inside it cannot move the cursor, retitle the window or set the clipboard.
   static func keepingLines(_ text: String) -> String {
-    guard text.unicodeScalars.contains(where: { isControl($0) && $0 != "\n" && $0 != "\t" }) else { return text }
-    return text.unicodeScalars.map { scalar in
-      isControl(scalar) && scalar != "\n" && scalar != "\t" ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
-    }.joined()
+    escaping(text) { needsEscape($0) && $0 != "\n" && $0 != "\t" }
+  }
+
+  private static func escaping(_ text: String, _ escape: (Unicode.Scalar) -> Bool) -> String {
+    let scalars = Array(text.unicodeScalars)
+    func spellsEscape(_ index: Int) -> Bool {
+      scalars[index] == "\\" && index + 2 < scalars.count && scalars[index + 1] == "u" && scalars[index + 2] == "{"
+    }
+    guard scalars.indices.contains(where: { escape(scalars[$0]) || spellsEscape($0) }) else { return text }
+    var result = ""
+    for index in scalars.indices {
+      let scalar = scalars[index]
+      if escape(scalar) || spellsEscape(index) {
+        result += "\\u{\(String(scalar.value, radix: 16))}"
+      } else {
+        result.unicodeScalars.append(scalar)
+      }
+    }
+    return result
   }
 
   /// JSON text with DEL and the C1 controls written as \u00hh: JSON allows them raw inside

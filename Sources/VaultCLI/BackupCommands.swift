@@ -26,7 +26,7 @@ extension VaultCommandLine {
         if arguments.flags.contains("--json") {
           terminal.printBlock(try JSON.encode(report))
         } else {
-          printVerification(report, heading: "Verified bundle \(Printable.escaped(report.bundle))")
+          printVerification(report, heading: "Verified bundle \(report.bundle)")
         }
       }
     }
@@ -55,14 +55,14 @@ extension VaultCommandLine {
         vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
         progress: { progress.update("backup: \($0)", step: true) })
       progress.finish()
-      for warning in report.warnings { terminal.note("vault: warning: " + Printable.escaped(warning)) }
+      for warning in report.warnings { terminal.note("vault: warning: " + warning) }
       if arguments.flags.contains("--json") {
         terminal.printBlock(try JSON.encode(report))
         return
       }
       printVerification(
-        report.verification, heading: "Wrote and verified \(Printable.escaped(report.bundle)) (\(report.size) bytes)")
-      for path in report.removed { terminal.print("Removed older bundle \(Printable.escaped(path))") }
+        report.verification, heading: "Wrote and verified \(report.bundle) (\(report.size) bytes)")
+      for path in report.removed { terminal.print("Removed older bundle \(path)") }
       terminal.print(String(format: "Took %.3f s", report.seconds))
     }
   }
@@ -102,7 +102,7 @@ extension VaultCommandLine {
           // A rerun finishes a stopped restore in the store it began writing keys into.
           descriptor = stoppedStore
           terminal.note(
-            "vault: finishing the restore that stopped part-way in \(Printable.escaped(home)); keys go to the same store"
+            "vault: finishing the restore that stopped part-way in \(home); keys go to the same store"
           )
         } else if case .available = SecretServiceStore(timeout: secretServiceTimeout).probe() {
           descriptor = StoreDescriptor(kind: .secretService)
@@ -122,14 +122,14 @@ extension VaultCommandLine {
         terminal.printBlock(try JSON.encode(report))
         return
       }
-      terminal.print("Restored vault \(report.vaultID) into \(Printable.escaped(report.home))")
+      terminal.print("Restored vault \(report.vaultID) into \(report.home)")
       terminal.print(
-        report.keyfile.map { "Keys: keyfile \(Printable.escaped($0)) (mode 0600)" }
+        report.keyfile.map { "Keys: keyfile \($0) (mode 0600)" }
           ?? "Keys: Secret Service, default collection")
       terminal.print("Active key version: \(report.activeVersion)")
       for container in report.containers {
         terminal.print(
-          "  \(Printable.escaped(container.from)) -> \(Printable.escaped(container.path)): \(counted(container.records, "record"))"
+          "  \(container.from) -> \(container.path): \(counted(container.records, "record"))"
         )
       }
     }
@@ -149,15 +149,15 @@ extension VaultCommandLine {
       return
     }
     terminal.print(
-      "Merged bundle \(Printable.escaped(report.bundle)) into vault \(report.vaultID) in \(Printable.escaped(report.home))"
+      "Merged bundle \(report.bundle) into vault \(report.vaultID) in \(report.home)"
     )
     for container in report.containers {
       terminal.print(
-        "  \(Printable.escaped(container.from)) -> \(Printable.escaped(container.path)) (\(container.action)): \(container.restored) added, "
+        "  \(container.from) -> \(container.path) (\(container.action)): \(container.restored) added, "
           + "\(container.updated) updated, \(container.unchanged) unchanged, \(container.goneHere) delivered or dropped "
           + "here since (not brought back), \(container.undetermined) in review as maybe delivered")
       for kept in container.keptForReview {
-        terminal.print("    kept for review: \(Printable.escaped(kept.keptAs)) (the \(kept.from)'s copy of \(kept.id))")
+        terminal.print("    kept for review: \(kept.keptAs) (the \(kept.from)'s copy of \(kept.id))")
       }
     }
     let review = report.containers.reduce(0) { $0 + $1.undetermined + $1.keptForReview.count }
@@ -170,13 +170,13 @@ extension VaultCommandLine {
   private func printVerification(_ report: VerificationReport, heading: String) {
     terminal.print(heading)
     terminal.print(
-      "  vault:    \(report.vaultID)  (taken \(report.createdAt) by vault \(Printable.escaped(report.toolVersion)))")
-    let versions = report.versions.map { "\($0.version) \(Printable.escaped($0.state)) suite \($0.suite)" }
+      "  vault:    \(report.vaultID)  (taken \(report.createdAt) by vault \(report.toolVersion))")
+    let versions = report.versions.map { "\($0.version) \($0.state) suite \($0.suite)" }
     terminal.print("  keys:     " + versions.joined(separator: ", "))
     for (index, container) in report.containers.enumerated() {
       let byVersion = container.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key): \($0.value)" }
       terminal.print(
-        "  container \(index + 1): \(Printable.escaped(container.path))  \(counted(container.records, "record"))"
+        "  container \(index + 1): \(container.path)  \(counted(container.records, "record"))"
           + (byVersion.isEmpty ? "" : " (" + byVersion.joined(separator: ", ") + ")"))
     }
     terminal.print("  records:  \(report.records), every one opened with the bundle's keys")
@@ -426,7 +426,7 @@ extension VaultCommandLine {
       last.intact
       ? "hashes match now; verified with the passphrase when written"
       : "DAMAGED: \(last.problem ?? "unreadable")"
-    terminal.print("  backup:   \(Printable.escaped(last.bundle))")
+    terminal.print("  backup:   \(last.bundle)")
     terminal.print("            taken \(last.createdAt) (\(Self.days(last.ageDays)) ago); \(state)")
   }
 }

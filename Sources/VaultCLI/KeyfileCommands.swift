@@ -6,10 +6,10 @@ extension VaultCommandLine {
     let target = arguments.positionals[0]
     let old = try Vault.moveKeyfile(home: homePath(arguments), to: target)
     if old == absolutePath(target) {
-      terminal.print("The keyfile is already at \(Printable.escaped(old)); nothing was changed")
+      terminal.print("The keyfile is already at \(old); nothing was changed")
     } else {
       terminal.print(
-        "Moved the keyfile from \(Printable.escaped(old)) to \(Printable.escaped(absolutePath(target))); the old file was removed"
+        "Moved the keyfile from \(old) to \(absolutePath(target)); the old file was removed"
       )
     }
   }

@@ -80,7 +80,7 @@ extension VaultCommandLine {
         terminal.printBlock(try JSON.encode(stats))
         return
       }
-      terminal.print("Container \(Printable.escaped(stats.container))")
+      terminal.print("Container \(stats.container)")
       terminal.print("  records:  \(stats.total) (\(stats.bytes) bytes sealed)")
       terminal.print(
         "  by state: "
@@ -90,7 +90,7 @@ extension VaultCommandLine {
           + stats.byVersion.sorted { $0.key < $1.key }.map { "v\($0.key) \($0.value)" }.joined(separator: ", "))
       terminal.print(
         "  by queue: "
-          + stats.byQueue.sorted { $0.key < $1.key }.map { "\(Printable.escaped($0.key)) \($0.value)" }
+          + stats.byQueue.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
           .joined(separator: ", "))
       terminal.print("  minimum seal version: \(stats.minimumSealVersion)")
       terminal.print(

@@ -23,7 +23,7 @@ extension VaultCommandLine {
         } else {
           try output.append(
             "\(record.id.uuidString.lowercased())  \(Printable.escaped(record.queue))  \(record.state.rawValue)  attempts "
-              + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(record.errorKind ?? "-")  "
+              + "\(record.attempts)  v\(record.keyVersion)  \(record.bytes) B  \(Printable.escaped(record.errorKind ?? "-"))  "
               + QueueContainer.timestamp(record.createdAt) + "\n")
         }
         first = false

@@ -30,13 +30,13 @@ extension VaultCommandLine {
       switch result.outcome {
       case .resealed:
         terminal.print(
-          "resealed \(Printable.escaped(path)): version \(Self.text(result.previousVersion)) -> \(Self.text(result.version))"
+          "resealed \(path): version \(Self.text(result.previousVersion)) -> \(Self.text(result.version))"
         )
       case .current:
-        terminal.print("already current \(Printable.escaped(path)) (version \(Self.text(result.version)))")
+        terminal.print("already current \(path) (version \(Self.text(result.version)))")
       case .failed:
         terminal.note(
-          "Error: could not re-seal \(Printable.escaped(path)) (left untouched): \(result.message ?? "failed")")
+          "Error: could not re-seal \(path) (left untouched): \(result.message ?? "failed")")
       }
     }
     let failed = results.filter { $0.outcome == .failed }.count

@@ -87,7 +87,7 @@ public final class Terminal: @unchecked Sendable {
   func note(_ text: String) { writeError(Printable.escaped(text) + "\n") }
   /// Writes "Error: " and `message` as one line on standard error: every control character in it is
   /// escaped, newlines too (no error's text has a line of its own; a path in it might).
-  func error(_ message: String) { note("Error: " + Printable.escaped(message)) }
+  func error(_ message: String) { note("Error: " + message) }
   /// Writes text to standard error as it is but for its control characters (see `print`): for a
   /// usage message, or a question's lead-in, whose lines end where the text says.
   func say(_ text: String) { writeError(Printable.keepingLines(text)) }

@@ -116,7 +116,9 @@ public struct VaultCommandLine {
   }
 
   func usage(_ error: UsageError) -> Int32 {
-    var text = "Error: \(error.message)\n"
+    // The message may echo an argument or a variable: escaped, on one line. The usage lines are
+    // vault's own.
+    var text = "Error: \(Printable.escaped(error.message))\n"
     if let name = error.command, let command = Commands.root.command(name) {
       let action = error.action.flatMap { name in command.actions.first { $0.name == name } }
       let topic = ([command.name] + (action.map { [$0.name] } ?? [])).joined(separator: " ")
@@ -125,7 +127,7 @@ public struct VaultCommandLine {
     } else {
       text += "Usage: vault [--home DIR] <subcommand> [options]\n  See 'vault --help'.\n"
     }
-    terminal.say(text)
+    terminal.writeError(text)
     return ExitCode.usage.rawValue
   }
 
@@ -256,9 +258,9 @@ public struct VaultCommandLine {
             activeVersion: manifest.activeVersion)))
       return
     }
-    terminal.print("Created vault \(manifest.vaultID) in \(Printable.escaped(vault.home))")
+    terminal.print("Created vault \(manifest.vaultID) in \(vault.home)")
     switch manifest.store.kind {
-    case .keyfile: terminal.print("Keys: keyfile \(Printable.escaped(manifest.store.keyfile ?? "")) (mode 0600)")
+    case .keyfile: terminal.print("Keys: keyfile \(manifest.store.keyfile ?? "") (mode 0600)")
     case .secretService: terminal.print("Keys: Secret Service, default collection")
     case .memory: terminal.print("Keys: memory")
     }
@@ -281,7 +283,7 @@ public struct VaultCommandLine {
       } catch {
         counts[container.path] = .some(nil)
         terminal.note(
-          "vault: could not count records in \(Printable.escaped(container.path)): \(Self.describe(error).0)")
+          "vault: could not count records in \(container.path): \(Self.describe(error).0)")
       }
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
@@ -290,9 +292,9 @@ public struct VaultCommandLine {
       return
     }
     terminal.print("Vault \(vault.vaultID)")
-    terminal.print("  home:     \(Printable.escaped(vault.home))")
+    terminal.print("  home:     \(vault.home)")
     if let keyfile = vault.keyfile {
-      terminal.print("  store:    keyfile \(Printable.escaped(keyfile.path)) (mode \(keyfile.mode ?? "missing"))")
+      terminal.print("  store:    keyfile \(keyfile.path) (mode \(keyfile.mode ?? "missing"))")
     } else {
       terminal.print("  store:    \(vault.store.rawValue)")
     }
@@ -313,7 +315,7 @@ public struct VaultCommandLine {
     terminal.print("  containers:")
     for container in vault.containers {
       let records = container.records.map { $0.values.reduce(0, +) }.map { counted($0, "record") } ?? "missing"
-      terminal.print("    \(Printable.escaped(container.path))  \(records)")
+      terminal.print("    \(container.path)  \(records)")
     }
   }
 
@@ -437,14 +439,14 @@ public struct VaultCommandLine {
     }
     terminal.print("Rotated vault \(vault.keyringID): version \(report.previousVersion) -> \(report.newVersion)")
     for (path, count) in report.resealed.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Re-sealed \(counted(count, "record")) in \(Printable.escaped(path))")
+      terminal.print("Re-sealed \(counted(count, "record")) in \(path)")
     }
     for (path, count) in report.purged.sorted(by: { $0.key < $1.key }) {
-      terminal.print("Purged \(counted(count, "record")) that did not open from \(Printable.escaped(path))")
+      terminal.print("Purged \(counted(count, "record")) that did not open from \(path)")
     }
     for (path, count) in report.keptUnreadable.sorted(by: { $0.key < $1.key }) {
       terminal.print(
-        "Kept \(counted(count, "record")) that do not open (now unreadable) in review in \(Printable.escaped(path))")
+        "Kept \(counted(count, "record")) that do not open (now unreadable) in review in \(path)")
     }
     if !report.retired.isEmpty {
       terminal.print("Retired (keys deleted): " + report.retired.map(String.init).joined(separator: ", "))
@@ -485,18 +487,18 @@ public struct VaultCommandLine {
   /// Asks before a rotation after a compromise destroys anything; without a terminal only `--yes`
   /// (purge) lets it go on.
   static func confirmCompromise(_ plan: CompromisePlan, assumeYes: Bool, terminal: Terminal) -> CompromiseDecision {
-    var text = "vault rotate --compromised will retire key versions "
-    text += plan.retiring.map(String.init).joined(separator: ", ") + ".\n"
+    // One note a line: each escapes what it holds (a container's path) once.
+    terminal.note(
+      "vault rotate --compromised will retire key versions " + plan.retiring.map(String.init).joined(separator: ", ")
+        + ".")
     for (path, count) in plan.unopenable.sorted(by: { $0.key < $1.key }) {
-      text += "  \(counted(count, "record")) in \(path) do not open under any key present.\n"
+      terminal.note("  \(counted(count, "record")) in \(path) do not open under any key present.")
     }
     if !plan.externalSealVersions.isEmpty {
-      text +=
+      terminal.note(
         "  Envelopes sealed with 'vault seal' under versions "
-        + plan.externalSealVersions.map(String.init).joined(separator: ", ")
-        + " become unreadable for good.\n"
+          + plan.externalSealVersions.map(String.init).joined(separator: ", ") + " become unreadable for good.")
     }
-    terminal.say(text)
     if assumeYes { return .purge }
     // With records that do not open, what to do with them; with only envelopes at stake, yes or no.
     let question =

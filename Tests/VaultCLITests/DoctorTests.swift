@@ -80,6 +80,9 @@ final class TelemetryValidationTests: XCTestCase {
     let cases: [([String], String)] = [
       (["telemetry", "flush", "--endpoint", "notaurl?token=s3cret"], "--endpoint must be an https://"),
       (["telemetry", "flush", "--endpoint", "https:///no-host"], "URL with a host"),
+      // Sent percent-encoded before (outside operator review).
+      (["telemetry", "flush", "--endpoint", "http://127.0.0.1:9/x y"], "without spaces or control characters"),
+      (["telemetry", "flush", "--endpoint", "http://127.0.0.1:9/x\u{1B}[31m"], "without spaces or control characters"),
       (["telemetry", "frobnicate"], "the actions are log, flush and watch"),
       (["telemetry", "log", ""], "TYPE must not be empty"),
       (["telemetry", "log", String(repeating: "t", count: 129)], "an event TYPE must be 1–128 characters"),

@@ -84,6 +84,38 @@ final class TerminalInjectionTests: XCTestCase {
     XCTAssertTrue(stats.error.contains("gone\\u{1b}[2J\\u{a}forged"), stats.error)
   }
 
+  /// `queue list` wrote a record's error kind as the container held it: a container file from
+  /// elsewhere (`--container`, a restored bundle) could hold ESC ] 0 and a newline there (outside
+  /// attacker review). Every field of a row is escaped now.
+  func testQueueListEscapesEveryFieldReadFromTheContainer() throws {
+    let script = """
+      import sqlite3, sys
+      c = sqlite3.connect(sys.argv[1])
+      c.execute("UPDATE records SET state = 'parked', error_kind = ?", ("ek\\nforged: row\\x1b]0;T\\x07\\u009b",))
+      c.commit()
+      """
+    let edited = try Spawn.run("/usr/bin/python3", ["-c", script, container])
+    XCTAssertEqual(edited.status, 0, edited.error)
+    let listed = try vault(["--home", home, "queue", "list", "--container", container])
+    XCTAssertEqual(listed.status, 0, listed.error)
+    assertPrintable(listed.outputText)
+    XCTAssertTrue(listed.outputText.contains("ek\\u{a}forged: row\\u{1b}]0;T\\u{7}\\u{9b}  "), listed.outputText)
+  }
+
+  /// Names that spell an escape, or hide what they are, are shown so they cannot pass for
+  /// another: a literal "\u{1b}" is not shown as a real ESC is, and bidirectional overrides and
+  /// zero-width characters are escaped (outside attacker review).
+  func testNamesCannotPassForOthers() {
+    XCTAssertEqual(Printable.escaped("a\u{1B}b"), "a\\u{1b}b")
+    XCTAssertEqual(Printable.escaped("a\\u{1b}b"), "a\\u{5c}u{1b}b")
+    XCTAssertNotEqual(Printable.escaped("a\u{1B}b"), Printable.escaped("a\\u{1b}b"))
+    XCTAssertEqual(Printable.escaped("invoice\u{202E}fdp.sqlite"), "invoice\\u{202e}fdp.sqlite")
+    XCTAssertEqual(Printable.escaped("a\u{200B}b\u{FEFF}c\u{2066}d"), "a\\u{200b}b\\u{feff}c\\u{2066}d")
+    // Everything else is left as it is: other backslashes, tabs in composed text, any script.
+    XCTAssertEqual(Printable.escaped("C:\\dir\\u file é 東京"), "C:\\dir\\u file é 東京")
+    XCTAssertEqual(Printable.keepingLines("a\tb\nc\u{202E}"), "a\tb\nc\\u{202e}")
+  }
+
   /// The progress line escapes what it shows and is cut to one column less than the terminal's
   /// width: a wrapped line is redrawn only on its last row, leaving the rest on the screen.
   func testTheProgressLineIsEscapedAndFitsTheTerminal() {
