@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 
 /// A progress line on standard error for long work (`rotate`, `scan`): drawn only on a terminal
 /// (not `TERM=dumb`), only while the process is in the foreground, never with `--json`, only once

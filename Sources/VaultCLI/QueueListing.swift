@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultQueue
 
 /// `vault queue list`, streamed: each row is written as SQLite reads it (in 64 KiB writes), so

@@ -39,14 +39,15 @@ let usage = """
 func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
   // The error event names a kind only, never the message (which may quote user input).
   _ = try? memoTelemetry?.log(type: "error", payload: ["kind": .string(kind)])
-  StandardStreams.writeError("Error: \(message)\n")
+  // Escaped (Printable): a message may quote a path or a value read from the environment.
+  StandardStreams.writeError("Error: \(Printable.keepingLines(message))\n")
   exit(code)
 }
 
 /// Prints a line on stdout; a line that cannot be written (full disk, closed pipe) is a failure,
 /// reported with `done` (what already happened, e.g. that the memo is saved).
 func say(_ line: String, done: String = "") {
-  if let problem = StandardStreams.writeOutput(line + "\n") {
+  if let problem = StandardStreams.writeOutput(Printable.keepingLines(line) + "\n") {
     fail("could not write to standard output: \(problem)\(done)", code: 1, kind: "stdout")
   }
 }
@@ -287,12 +288,12 @@ do {
           ]
         }
       let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-      say(String(decoding: data, as: UTF8.self))
+      say(Printable.json(String(decoding: data, as: UTF8.self)))
     } else {
       for item in delivered { say("\(item.id)  delivered  \(item.at)") }
       for item in waiting {
         say(
-          "\(item.id.uuidString.lowercased())  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")"
+          "\(item.id.uuidString.lowercased())  \(item.state.rawValue)  attempts \(item.attempts)  \(Printable.escaped(item.errorKind ?? "-"))"
         )
       }
     }

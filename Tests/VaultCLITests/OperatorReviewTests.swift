@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultTestSupport
 import XCTest
 

@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultTestSupport
 import XCTest
 
@@ -114,6 +115,16 @@ final class TerminalInjectionTests: XCTestCase {
     // Everything else is left as it is: other backslashes, tabs in composed text, any script.
     XCTAssertEqual(Printable.escaped("C:\\dir\\u file é 東京"), "C:\\dir\\u file é 東京")
     XCTAssertEqual(Printable.keepingLines("a\tb\nc\u{202E}"), "a\tb\nc\\u{202e}")
+  }
+
+  /// memo, the example app, printed errors and history rows as they were (outside attacker
+  /// review); it shows them through the library's `Printable` now, as apps should.
+  func testMemoEscapesWhatItShows() throws {
+    let memo = (vaultBinary() as NSString).deletingLastPathComponent + "/memo"
+    let run = try Spawn.run(memo, ["--home", temporary.sub("none\u{1B}]0;PWNED\u{07}"), "history"])
+    XCTAssertNotEqual(run.status, 0)
+    assertPrintable(run.error)
+    XCTAssertTrue(run.error.contains("none\\u{1b}]0;PWNED\\u{7}"), run.error)
   }
 
   /// The progress line escapes what it shows and is cut to one column less than the terminal's
