@@ -67,13 +67,18 @@ extension Vault {
     let containers = signed.manifest.containers.map(\.path)
     let newStore = KeyfileStore(path: newPath) { .init(home: home, containers: containers) }
 
-    if let existing = try SecureFile.read(newPath, requirePrivate: true) {
+    var existingInfo = stat()
+    if lstat(newPath, &existingInfo) == 0 {
       // Only a copy of this keyfile (a move that stopped before its manifest write) is adopted:
       // identical, or holding the same keys and integrity key (the stopped move had stored the
-      // manifest's copy in it).
-      guard existing == oldBytes || (try? sameKeys(newPath, oldPath, keyring: keyring)) == true else {
+      // manifest's copy in it). Anything else is "already exists", before its mode is judged: a
+      // file of yours there was refused for its mode, then, once chmod-ed, for being there.
+      let existing = (try? SecureFile.read(newPath, requirePrivate: false)) ?? nil
+      guard let existing, existing == oldBytes || (try? sameKeys(newPath, oldPath, keyring: keyring)) == true else {
         throw VaultError.keyfileExists(path: newPath)
       }
+      // A copy of the keyfile open to others (or a link) is refused for that, as before.
+      _ = try SecureFile.read(newPath, requirePrivate: true)
     } else {
       try SecureFile.makeDirectory((newPath as NSString).deletingLastPathComponent, mode: 0o700)
       try oldBytes.withUnsafeBytes { try SecureFile.atomicWrite(newPath, bytes: $0, mode: 0o600) }

@@ -148,3 +148,22 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertEqual(stats.status, 0, stats.error)
   }
 }
+
+extension KeyfileMoveTests {
+  /// `keyfile move` onto a file of yours that is open to others said "chmod 600 …"; after the
+  /// chmod it said "a keyfile already exists": advice that led only to another refusal (outside
+  /// operator review). A file that is not a copy of this keyfile is refused as existing first.
+  func testAMoveOntoAnotherFileSaysItExistsWhateverItsMode() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    try initKeyfileVault(home: home, keyfile: temporary.sub("keys/v.keys"))
+    let target = temporary.sub("keys/exists")
+    try "x\n".write(toFile: target, atomically: true, encoding: .utf8)
+    XCTAssertEqual(chmod(target, 0o644), 0)
+    let moved = try vault(["--home", home, "keyfile", "move", target])
+    XCTAssertNotEqual(moved.status, 0)
+    XCTAssertTrue(moved.error.contains("already exists"), moved.error)
+    XCTAssertFalse(moved.error.contains("chmod"), moved.error)
+    XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "x\n", "left as it was")
+  }
+}
