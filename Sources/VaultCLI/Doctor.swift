@@ -65,13 +65,14 @@ extension VaultCommandLine {
     case .unavailable(let reason):
       // A problem only for a vault that keeps its keys there; before a vault exists, a note.
       let unusable: DoctorReport.Status = usesKeyfile ? .notNeeded : manifest == nil ? .warning : .problem
-      // For a keyfile vault the reason is not an instruction: nothing needs fixing.
+      // For a keyfile vault the reason is told, not asked of the operator: nothing needs fixing
+      // (`help doctor` promises why the other store does not work).
       if case .noSessionBus = reason {
-        report.add("session bus", unusable, usesKeyfile ? "not available" + notNeeded : "not available: \(reason)")
+        report.add("session bus", unusable, "not available: \(reason)" + (usesKeyfile ? notNeeded : ""))
         report.add("secret service", .notChecked, "not checked (no session bus)")
       } else {
         report.add("session bus", .ok, "ok")
-        report.add("secret service", unusable, usesKeyfile ? "not usable" + notNeeded : "not usable: \(reason)")
+        report.add("secret service", unusable, "not usable: \(reason)" + (usesKeyfile ? notNeeded : ""))
       }
     }
     report.add("keyfile store", .ok, keyfileDirectoryReport())

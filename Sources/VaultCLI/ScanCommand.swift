@@ -49,7 +49,7 @@ extension VaultCommandLine {
       scanner.inflateBudget = budget
       let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
       scanner.progress = { files, bytes in
-        progress.update(String(format: "scanning: %d files, %.1f MB", files, Double(bytes) / 1e6))
+        progress.update("scanning: " + counted(files, "file") + String(format: ", %.1f MB", Double(bytes) / 1e6))
       }
       defer { progress.finish() }
       report = try scanner.scan(arguments.positionals)
