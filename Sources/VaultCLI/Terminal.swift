@@ -74,8 +74,8 @@ public final class Terminal: @unchecked Sendable {
 
   func ask(_ question: String) -> String? { askLine?(Printable.keepingLines(question)) }
 
-  /// Writes one line of text to standard output. Every control character in it but tab is escaped
-  /// (`Printable.escaped`), newlines too: no name a message holds (a path, a queue, a field read
+  /// Writes one line of text to standard output. Every control or invisible character in it is
+  /// escaped (`Printable.escaped`), newlines and tabs too: no name a message holds (a path, a queue, a field read
   /// from a file) reaches the terminal as an escape sequence or starts a line of its own. Text of
   /// several lines goes through `printBlock`; bytes meant as they are (`open`'s plaintext) through
   /// `writeOutput`.
@@ -88,8 +88,9 @@ public final class Terminal: @unchecked Sendable {
   /// Writes "Error: " and `message` as one line on standard error: every control character in it is
   /// escaped, newlines too (no error's text has a line of its own; a path in it might).
   func error(_ message: String) { note("Error: " + message) }
-  /// Writes text to standard error as it is but for its control characters (see `print`): for a
-  /// usage message, or a question's lead-in, whose lines end where the text says.
+  /// Writes text to standard error as it is but for its control characters other than newline and
+  /// tab (`Printable.keepingLines`): for a question's lead-in, or the line that ends a question
+  /// left by Ctrl-D, whose lines end where the text says.
   func say(_ text: String) { writeError(Printable.keepingLines(text)) }
 }
 

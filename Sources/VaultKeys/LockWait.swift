@@ -22,7 +22,7 @@ package struct LockHolder: Sendable, Equatable {
 
 /// Locks the vault home's lock file (`flock`) and, when another process holds it for longer than
 /// a moment, says so: a rotation stopped with Ctrl-Z holds the lock until it is resumed, and every
-/// `seal`, `queue put` and `backup` behind it waited without a word.
+/// `seal`, `backup` and other `rotate` behind it waited without a word.
 package enum LockWait {
   private struct Observer {
     var delay: Double
@@ -31,7 +31,8 @@ package enum LockWait {
   private static let observer = LockedValue<Observer?>(nil)
 
   /// Calls `notify` (on another thread) once for each wait for a lock held elsewhere that lasts
-  /// `delay` seconds, while the wait goes on. The command line sets it; a library user may.
+  /// `delay` seconds, while the wait goes on. The command line sets it (package API: an app's
+  /// waits stay silent).
   package static func observe(after delay: Double, _ notify: @escaping @Sendable (LockHolder) -> Void) {
     observer.withLock { $0 = Observer(delay: delay, notify: notify) }
   }

@@ -18,6 +18,19 @@ final class LockWaitTests: XCTestCase {
     temporary = nil
   }
 
+  /// Calls `LockWait.lock` on another thread: what it returned once it has (nil while it waits),
+  /// and a semaphore signalled then.
+  private func lockInBackground(_ descriptor: Int32, _ operation: Int32) -> (LockedValue<Int32?>, DispatchSemaphore) {
+    let taken = LockedValue<Int32?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+      let code = LockWait.lock(descriptor, operation)
+      taken.withLock { $0 = code }
+      done.signal()
+    }
+    return (taken, done)
+  }
+
   /// The lock file, open (read-only) to ask about.
   private func opened() throws -> Int32 {
     let descriptor = open(path, O_RDONLY | O_CLOEXEC)
@@ -107,13 +120,7 @@ final class LockWaitTests: XCTestCase {
     let descriptor = open(path, O_RDWR | O_CLOEXEC)
     defer { close(descriptor) }
     let started = Date()
-    let taken = LockedValue<Int32?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-      let code = LockWait.lock(descriptor, LOCK_SH)
-      taken.withLock { $0 = code }
-      done.signal()
-    }
+    let (taken, done) = lockInBackground(descriptor, LOCK_SH)
     Thread.sleep(forTimeInterval: 1)
     XCTAssertNil(taken.withLock { $0 }, "still waiting")
     let told = heard.withLock { $0 }
@@ -138,13 +145,7 @@ extension LockWaitTests {
     let holder = try FlockHolder(path: path)
     let descriptor = open(path, O_RDWR | O_CLOEXEC)
     defer { close(descriptor) }
-    let taken = LockedValue<Int32?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-      let code = LockWait.lock(descriptor, LOCK_EX)
-      taken.withLock { $0 = code }
-      done.signal()
-    }
+    let (taken, done) = lockInBackground(descriptor, LOCK_EX)
     Thread.sleep(forTimeInterval: 0.3)
     XCTAssertNil(taken.withLock { $0 }, "still waiting")
     holder.release()
