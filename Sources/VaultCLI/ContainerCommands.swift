@@ -15,6 +15,9 @@ struct ContainerListing: Encodable {
     /// A file that is not the registered container: another container id, another vault's
     /// container, an empty file or no container at all.
     case replaced
+    /// A file that cannot be looked at without waiting or changing something: its -wal or -shm
+    /// is a FIFO, a link or a directory, or it cannot be read.
+    case unreadable
   }
 
   let path: String
@@ -23,7 +26,7 @@ struct ContainerListing: Encodable {
   let state: State
   /// Records per key version from the envelopes' headers; nil unless the state is `ok`.
   let records: [String: Int]?
-  /// What a replaced path holds instead, for the text form only.
+  /// What a replaced path holds instead, or why an unreadable one cannot be read; text form only.
   let found: String?
 
   enum Key: String, CodingKey { case path, id, state, records }
@@ -59,7 +62,16 @@ extension VaultCommandLine {
       var state = ContainerListing.State.replaced
       var records: [String: Int]?
       var found: String?
-      switch try QueueContainer.probe(path: path) {
+      let probed: ContainerProbe
+      do {
+        probed = try QueueContainer.probe(path: path)
+      } catch let error as QueueError {
+        // One container that cannot be looked at (a FIFO for its -wal) does not hide the others.
+        listings.append(
+          ContainerListing(path: path, id: registered.id, state: .unreadable, records: nil, found: error.description))
+        continue
+      }
+      switch probed {
       case .missing: state = .missing
       case .empty: found = "an empty file"
       case .notAContainer(let reason): found = "not a container: \(reason)"
@@ -80,7 +92,7 @@ extension VaultCommandLine {
     if listings.isEmpty { terminal.print("No containers are registered") }
     for listing in listings {
       var line = "\(listing.path)  id \(listing.id ?? "none")  \(listing.state.rawValue)"
-      if let found = listing.found { line += " (holds \(found))" }
+      if let found = listing.found { line += listing.state == .unreadable ? " (\(found))" : " (holds \(found))" }
       if let records = listing.records {
         let versions = records.sorted { UInt32($0.key) ?? 0 < UInt32($1.key) ?? 0 }
         line +=
@@ -128,8 +140,9 @@ enum ContainerCommand: Subcommand {
       CommandDeclaration(
         name: "list", abstract: "Show each registered container and whether it is the one registered.",
         discussion: """
-          Each container's path, container id, records per key version and state: ok, missing (no file) or \
-          replaced (the file holds another container id, another vault's container, or no container). Reads \
+          Each container's path, container id, records per key version and state: ok, missing (no file), \
+          replaced (the file holds another container id, another vault's container, or no container) or \
+          unreadable (its -wal or -shm is not a regular file, or it cannot be read; nothing is opened). Reads \
           only the manifest and each file's envelope headers (no key, so it works while the keyring is locked).
           """,
         parameters: [

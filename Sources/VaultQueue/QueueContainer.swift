@@ -205,7 +205,8 @@ public final class QueueContainer: @unchecked Sendable {
   ///   `.notAContainer(reason:)` (not a regular file, not SQLite, no container tables or keyring
   ///   id), or `.container` with its keyring id and container id.
   /// - Throws: `QueueError.permissionDenied`, `.tooManyOpenFiles` or `.cannotOpen` when the file
-  ///   cannot be looked at; the other `QueueError` kinds when its database cannot be read.
+  ///   cannot be looked at (`.cannotOpen` too when its -wal or -shm is not a regular file); the
+  ///   other `QueueError` kinds when its database cannot be read.
   public static func probe(path: String) throws -> ContainerProbe {
     var info = stat()
     guard lstat(path, &info) == 0 else {
@@ -213,6 +214,10 @@ public final class QueueContainer: @unchecked Sendable {
       throw QueueError.cannotOpen(path: path, reason: String(cString: strerror(errno)))
     }
     guard info.st_mode & S_IFMT == S_IFREG else { return .notAContainer(reason: notRegular) }
+    // A -wal or -shm that is a FIFO (or a link, a directory …) would be waited on, or changed, by
+    // SQLite: a reader created a -shm beside it and changed its mode, and rotation found it only
+    // after making its new version active (outside operator review). Refused before any open.
+    if let special = specialFile(at: path, reported: path) { throw special }
     guard info.st_size > 0 else { return .empty }
     // SQLite itself tells a file that is not a database (SQLITE_NOTADB): no descriptor of our own
     // is opened here, because closing one would drop the POSIX locks of every connection this

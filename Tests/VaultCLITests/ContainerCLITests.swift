@@ -154,3 +154,42 @@ final class ContainerCLITests: XCTestCase {
     XCTAssertEqual(report?["retired"] as? [Int], [], rotate.error)
   }
 }
+
+extension ContainerCLITests {
+  /// A FIFO in place of a container's -wal: `container list` made a -shm beside it, changed the
+  /// FIFO's mode and said "ok"; `rotate` passed its pre-check, made version 2 active and only then
+  /// failed on it (outside operator review). Now the probe refuses it before any open: the list says
+  /// `unreadable` and changes nothing, and rotation refuses with version 1 still active.
+  func testAFIFOForAContainersWALIsRefusedBeforeAnythingChanges() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
+    let container = temporary.sub("g.sqlite")
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q", "--container", container], input: [1]).status, 0)
+    try? FileManager.default.removeItem(atPath: container + "-wal")
+    try? FileManager.default.removeItem(atPath: container + "-shm")
+    XCTAssertEqual(mkfifo(container + "-wal", 0o644), 0)
+
+    let listed = try vault(["--home", home, "container", "list", "--json"])
+    XCTAssertEqual(listed.status, 0, listed.error)
+    let states = ((try JSONSerialization.jsonObject(with: Data(listed.output)) as? [[String: Any]]) ?? [])
+      .filter { $0["path"] as? String == container }.compactMap { $0["state"] as? String }
+    XCTAssertEqual(states, ["unreadable"], listed.outputText)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: container + "-shm"), "no -shm made")
+    var info = stat()
+    XCTAssertEqual(lstat(container + "-wal", &info), 0)
+    XCTAssertEqual(info.st_mode & 0o777, 0o644, "the FIFO's mode is unchanged")
+
+    let rotated = try Spawn.run("/usr/bin/timeout", ["60", vaultBinary(), "--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 1, rotated.error)
+    XCTAssertTrue(rotated.error.contains("its -wal file is a FIFO"), rotated.error)
+    XCTAssertFalse(rotated.error.contains("stopped part-way"), rotated.error)
+    let status = try vault(["--home", home, "status", "--json"])
+    XCTAssertEqual(
+      (try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])?["active_version"] as? Int, 1)
+    // With the FIFO gone, it rotates.
+    XCTAssertEqual(unlink(container + "-wal"), 0)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+  }
+}
