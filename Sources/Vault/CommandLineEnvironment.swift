@@ -28,6 +28,14 @@ package enum CommandLineEnvironment {
       + "beside it, or looked for there); set it to the right path"
   }
 
+  /// A value as an error repeats it: at most 20 characters, control characters as "?" (the
+  /// message is printed escaped as well; this keeps it short and readable).
+  static func shown(_ text: String) -> String {
+    let cut = String(
+      String.UnicodeScalarView(text.unicodeScalars.prefix(20).map { Printable.isControl($0) ? "?" : $0 }))
+    return text.unicodeScalars.count > 20 ? cut + "…" : cut
+  }
+
   /// The seconds VAULT_SECRET_SERVICE_TIMEOUT may give.
   package static let secretServiceTimeoutRange: ClosedRange<Double> = 0.1...3600
   /// The Secret Service timeout when VAULT_SECRET_SERVICE_TIMEOUT is unset or empty.
@@ -37,15 +45,6 @@ package enum CommandLineEnvironment {
   /// - Throws: `InvalidValue` (a usage error, exit 64) for anything but a number in
   ///   `secretServiceTimeoutRange`: inf, nan, 1e300 or "5s" would trap converting to milliseconds
   ///   or wait forever.
-  /// A value as an error repeats it: at most 20 characters, control characters as "?" (memo
-  /// prints this message as it is; vault escapes it too).
-  static func shown(_ text: String) -> String {
-    let cut = String(
-      String.UnicodeScalarView(
-        text.unicodeScalars.prefix(20).map { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) ? "?" : $0 }))
-    return text.unicodeScalars.count > 20 ? cut + "…" : cut
-  }
-
   package static func secretServiceTimeout(_ environment: [String: String]) throws(InvalidValue) -> Double {
     let text = environment["VAULT_SECRET_SERVICE_TIMEOUT"]
     let range = secretServiceTimeoutRange

@@ -44,10 +44,16 @@ func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
   exit(code)
 }
 
-/// Prints a line on stdout; a line that cannot be written (full disk, closed pipe) is a failure,
-/// reported with `done` (what already happened, e.g. that the memo is saved).
-func say(_ line: String, done: String = "") {
-  if let problem = StandardStreams.writeOutput(Printable.keepingLines(line) + "\n") {
+/// Prints a line on stdout, escaped (`Printable.escaped`: what it quotes from the container cannot
+/// start a line or send an escape); a line that cannot be written (full disk, closed pipe) is a
+/// failure, reported with `done` (what already happened, e.g. that the memo is saved).
+func say(_ line: String, done: String = "") { writeLine(Printable.escaped(line), done: done) }
+
+/// Prints text of several lines that memo composed (its usage, JSON), keeping its lines.
+func sayBlock(_ text: String) { writeLine(Printable.keepingLines(text), done: "") }
+
+func writeLine(_ text: String, done: String) {
+  if let problem = StandardStreams.writeOutput(text + "\n") {
     fail("could not write to standard output: \(problem)\(done)", code: 1, kind: "stdout")
   }
 }
@@ -83,7 +89,7 @@ let home = givenHome ?? Vault.defaultHome(environment: environment)
 let allowInsecureHTTP = arguments.contains("--allow-insecure-http")
 arguments.removeAll { $0 == "--allow-insecure-http" }
 if arguments.contains("-h") || arguments.contains("--help") {
-  say(usage)
+  sayBlock(usage)
   exit(0)
 }
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
@@ -288,12 +294,12 @@ do {
           ]
         }
       let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
-      say(Printable.json(String(decoding: data, as: UTF8.self)))
+      sayBlock(Printable.json(String(decoding: data, as: UTF8.self)))
     } else {
       for item in delivered { say("\(item.id)  delivered  \(item.at)") }
       for item in waiting {
         say(
-          "\(item.id.uuidString.lowercased())  \(item.state.rawValue)  attempts \(item.attempts)  \(Printable.escaped(item.errorKind ?? "-"))"
+          "\(item.id.uuidString.lowercased())  \(item.state.rawValue)  attempts \(item.attempts)  \(item.errorKind ?? "-")"
         )
       }
     }

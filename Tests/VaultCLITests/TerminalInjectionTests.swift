@@ -125,6 +125,22 @@ final class TerminalInjectionTests: XCTestCase {
     XCTAssertNotEqual(run.status, 0)
     assertPrintable(run.error)
     XCTAssertTrue(run.error.contains("none\\u{1b}]0;PWNED\\u{7}"), run.error)
+
+    // A history row's error kind, read from the container, is escaped once (an earlier version
+    // escaped it, then escaped the row again: "\u{5c}u{1b}").
+    let sent = try Spawn.run(memo, ["--home", home, "send", "a memo"])
+    XCTAssertEqual(sent.status, 0, sent.error)
+    let script = """
+      import sqlite3, sys
+      c = sqlite3.connect(sys.argv[1])
+      c.execute("UPDATE records SET state = 'parked', error_kind = ? WHERE queue = 'memo'", ("ek\\x1b]0;T\\nrow",))
+      c.commit()
+      """
+    XCTAssertEqual(try Spawn.run("/usr/bin/python3", ["-c", script, home + "/queue.sqlite"]).status, 0)
+    let history = try Spawn.run(memo, ["--home", home, "history"])
+    XCTAssertEqual(history.status, 0, history.error)
+    assertPrintable(history.outputText)
+    XCTAssertTrue(history.outputText.contains("ek\\u{1b}]0;T\\u{a}row\n"), history.outputText)
   }
 
   /// The progress line escapes what it shows and is cut to one column less than the terminal's
