@@ -141,11 +141,28 @@ enum FileIO {
   /// A new file without a name (O_TMPFILE, mode 0600) in the directory of `path`, or nil when
   /// this file system or kernel makes none or /proc (needed to give it a name) is not mounted;
   /// the caller then uses a named temporary file.
-  private static func anonymousFile(beside path: String) -> Int32? {
+  static func anonymousFile(beside path: String) -> Int32? {
     guard access("/proc/self/fd", X_OK) == 0 else { return nil }
     let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
     let fd = open(directory, temporaryFileFlag | O_WRONLY | O_CLOEXEC, 0o600)
     return fd >= 0 ? fd : nil
+  }
+
+  /// Gives the nameless file `fd` (from `anonymousFile(beside:)`) a new hidden name beside `path`,
+  /// `.NAME.vault-XXXXXX` as `temporaryFile(beside:)` makes, six random letters or digits drawn
+  /// again while the name is taken.
+  /// - Returns: that name, or nil with `errno` set when linkat(2) fails otherwise.
+  static func name(anonymous fd: Int32, beside path: String) -> String? {
+    let url = URL(fileURLWithPath: path)
+    let prefix = url.deletingLastPathComponent().path + "/." + url.lastPathComponent + ".vault-"
+    let letters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+    var random = SystemRandomNumberGenerator()
+    for _ in 0..<100 {
+      let name = prefix + String((0..<6).map { _ in letters[Int(random.next(upperBound: UInt(letters.count)))] })
+      if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0 { return name }
+      guard errno == EEXIST else { return nil }
+    }
+    return nil
   }
 
   /// Writes `bytes` to the nameless file `fd`, flushes it, and links it to `path` (EEXIST when

@@ -1,5 +1,5 @@
-// C boundary: `reseal` replaces envelope files in place through lstat(2), open(2), fstat(2),
-// read(2), mkstemp(3), fchown(2), fchmod(2), fsync(2) and rename(2).
+// C boundary: `reseal` replaces envelope files in place through lstat(2), open(2) (also
+// O_TMPFILE), fstat(2), read(2), mkstemp(3), linkat(2), fchown(2), fchmod(2), fsync(2) and rename(2).
 import Foundation
 import Vault
 import VaultCrypto
@@ -274,16 +274,28 @@ struct EnvelopeFile {
   /// original's permission bits and owner, written and flushed, then renamed over the file (only
   /// if it is still the file that was read: same inode, size and modification time), and the
   /// directory flushed. The path holds either the old bytes or all of the new ones.
+  ///
+  /// The temporary file has no name (O_TMPFILE) while it is written and flushed; it is linked as
+  /// `.NAME.vault-XXXXXX` just before the rename, so a process killed anywhere but between those
+  /// two calls leaves nothing beside the file. Where the file system has no O_TMPFILE it is a named
+  /// file from the start.
   /// - Throws: `EnvelopeFileError.writeFailed` or `.changed`; the file is untouched then.
   func replace(with bytes: [UInt8]) throws {
-    guard let (fd, temporary) = FileIO.temporaryFile(beside: path) else {
-      throw EnvelopeFileError.writeFailed(path: path, errno: errno)
+    let fd: Int32
+    var temporary: String?
+    if let anonymous = FileIO.anonymousFile(beside: path) {
+      fd = anonymous
+    } else {
+      guard let (named, name) = FileIO.temporaryFile(beside: path) else {
+        throw EnvelopeFileError.writeFailed(path: path, errno: errno)
+      }
+      (fd, temporary) = (named, name)
     }
     var renamed = false
     var isOpen = true
     defer {
       if isOpen { close(fd) }
-      if !renamed { unlink(temporary) }
+      if !renamed, let temporary { unlink(temporary) }
     }
     func check(_ ok: Bool) throws {
       guard ok else { throw EnvelopeFileError.writeFailed(path: path, errno: errno) }
@@ -297,8 +309,6 @@ struct EnvelopeFile {
     try check(fchmod(fd, info.st_mode & 0o777) == 0)
     try check(FileIO.writeAll(fd, bytes))
     try check(fsync(fd) == 0)
-    isOpen = false
-    try check(close(fd) == 0)
     var now = stat()
     guard lstat(path, &now) == 0, now.st_dev == info.st_dev, now.st_ino == info.st_ino,
       now.st_size == info.st_size, now.st_mtim.tv_sec == info.st_mtim.tv_sec,
@@ -306,7 +316,18 @@ struct EnvelopeFile {
     else {
       throw EnvelopeFileError.changed(path: path)
     }
-    try check(rename(temporary, path) == 0)
+    let named: String
+    if let temporary {
+      named = temporary
+    } else {
+      guard let name = FileIO.name(anonymous: fd, beside: path) else {
+        throw EnvelopeFileError.writeFailed(path: path, errno: errno)
+      }
+      (named, temporary) = (name, name)
+    }
+    isOpen = false
+    try check(close(fd) == 0)
+    try check(rename(named, path) == 0)
     renamed = true
     FileIO.syncDirectory(of: path)
   }
