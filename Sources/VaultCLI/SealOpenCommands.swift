@@ -31,10 +31,11 @@ extension VaultCommandLine {
     return Files(input: input, output: output)
   }
 
-  /// All of IN (a regular file) or standard input.
-  func read(_ files: Files) throws -> [UInt8] {
+  /// All of IN (a regular file) or standard input. A file larger than `limit` is refused before
+  /// any of it is read; standard input is read up to `StandardStreams.inputLimit`.
+  func read(_ files: Files, limit: Int = StandardStreams.inputLimit) throws -> [UInt8] {
     guard let path = files.input else { return try readInput() }
-    let (bytes, _) = try FileIO.readRegularFile(path, limit: StandardStreams.inputLimit)
+    let (bytes, _) = try FileIO.readRegularFile(path, limit: limit)
     return bytes
   }
 
@@ -54,7 +55,7 @@ extension VaultCommandLine {
         command: "seal")
     }
     let vault = try openVault(arguments)
-    let plaintext = try read(files)
+    let plaintext = try read(files, limit: Self.maximumRecordSize)
     guard plaintext.count <= Self.maximumRecordSize else {
       throw StandardInputError.tooLarge(limit: Self.maximumRecordSize)
     }
@@ -100,7 +101,8 @@ enum SealCommand: Subcommand {
     name: "seal", abstract: "Seal a file or standard input into an envelope.",
     discussion: """
       The context is authenticated with the record: the same context must be given to open it. A record holds \
-      at most 1 GiB; larger input is refused (exit 2) before it is read. IN must be a regular file (a FIFO, \
+      at most 1 GiB; larger input is refused (exit 2): a file before it is read, standard input once \
+      it has passed 1 GiB and 89 bytes. IN must be a regular file (a FIFO, \
       device or directory is refused, exit 2). OUT is written whole or not at all (a temporary file beside it, \
       flushed, then linked), mode 0600, and is never replaced: an existing OUT is refused (exit 2), and so is \
       OUT naming IN (exit 64). A binary envelope is not written to a terminal: give -o OUT or --armor.

@@ -57,6 +57,22 @@ final class ResourceLimitTests: XCTestCase {
     XCTAssertTrue(run.error.contains("mount /proc"), run.error)
   }
 
+  /// `seal IN` with IN one byte over a record's 1 GiB is refused before IN is read, so under an
+  /// address-space limit smaller than IN it says IN is too large, not that memory ran out (docs
+  /// review: seal read files up to an envelope's 1 GiB + 89 bytes, then refused them).
+  func testSealRefusesAFileOverTheRecordLimitBeforeReadingIt() throws {
+    try skipUnderASanitizer()
+    let big = temporary.sub("big")
+    XCTAssertTrue(FileManager.default.createFile(atPath: big, contents: nil))
+    XCTAssertEqual(truncate(big, (1 << 30) + 1), 0, "a sparse file of 1 GiB and 1 byte")
+    let run = try shell(
+      "ulimit -v \(600 * 1024) && exec \"$VAULT\" seal --context c -o '\(temporary.sub("out"))' '\(big)'", home: home)
+    assertNoTrap(run, "seal of 1 GiB + 1 byte")
+    XCTAssertEqual(run.status, 2, run.error)
+    XCTAssertTrue(run.error.contains("larger than 1 GiB"), run.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("out")))
+  }
+
   func testLowSoftOpenFileLimitIsRaisedToWhatIsNeeded() throws {
     let run = try shell("ulimit -Sn 8 && exec \"$MEMO\" send 'a memo'", home: home)
     assertNoTrap(run, "memo send with a soft limit of 8")
