@@ -3,7 +3,8 @@
 # user would: notes saved while the server is down, then a sync that delivers them to the relay
 # (tools/relay_server.py, POST /notes) and their telemetry to the collector
 # (tools/telemetry_server.py), and finally `vault scan --verify` over its home with every note as
-# a canary: nothing readable on disk; then the same audit in-process (`notes HOME audit`).
+# a canary: nothing readable on disk; then the same audit in-process (`notes HOME audit`), and the
+# guide's test set-up (`notes DIR selftest`).
 #
 #   tools/check-notes-app.sh [VAULT_BINARY]
 set -euo pipefail
@@ -52,4 +53,8 @@ scan=$("$vault" --home "$home" scan "$home" "${canaries[@]}" --verify) || fail "
 # sends through the same container (InProcessScanTests shows its SQLite locks are kept).
 audit=$("$notes" "$home" audit "${texts[@]}") || fail "the in-process audit failed: $audit"
 echo "$audit" | grep -q "clean and complete" || fail "the in-process audit said: $audit"
-echo "check-notes-app: Examples/NotesApp saved 3 notes offline, delivered them and their telemetry, and left nothing readable"
+# The guide's test set-up (docs/INTEGRATING.md, "test doubles"), run: two refusals park a message.
+mkdir "$work/selftest"
+selftest=$("$notes" "$work/selftest" selftest) || fail "notes selftest failed: $selftest"
+[ "$selftest" = "selftest: retrying 1, parked 1, rejected 1" ] || fail "notes selftest said: $selftest"
+echo "check-notes-app: Examples/NotesApp saved 3 notes offline, delivered them and their telemetry, and left nothing readable; its test set-up parks and rejects as the guide says"

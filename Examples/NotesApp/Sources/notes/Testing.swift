@@ -13,7 +13,7 @@ enum TestSupport {
       home: directory + "/home", store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
     let container = try QueueContainer(
       path: directory + "/home/queue.sqlite", vault: vault,
-      configuration: QueueConfiguration(attemptCeiling: 2))  // parked after two refusals, for a short test
+      configuration: QueueConfiguration(attemptCeiling: 2, parkAfter: 0))  // parked at the second refusal
     return (vault, container)
   }
   // guide:end
@@ -34,6 +34,24 @@ enum TestSupport {
     func token(refresh: Bool) throws -> String { "test-token" }
   }
   // guide:end
+
+  /// Runs the set-up above as a unit test would (`notes DIR selftest`): a message the server
+  /// refuses twice is parked, and one it refuses for good goes to review.
+  static func selfTest(in directory: String) async throws -> Outbox.Pass {
+    let (_, container) = try makeTestVault(in: directory)
+    var total = Outbox.Pass()
+    for answer in [DeliveryResult.retry(kind: "http.503", after: 0), .reject(kind: "http.400")] {
+      let outbox = Outbox(container: container, queue: "\(answer)", transport: AnsweringTransport(result: answer))
+      _ = try outbox.send(Data("a test message".utf8))
+      for _ in 0..<2 {
+        let pass = try await outbox.deliverDue()
+        total.retrying += pass.retrying
+        total.parked += pass.parked
+        total.rejected += pass.rejected
+      }
+    }
+    return total
+  }
 
   // guide:rotate-in-app
   /// What `vault rotate --if-due` does, from inside the app (for apps without a systemd timer).

@@ -4,6 +4,7 @@
 //   notes HOME sync SERVER_URL COLLECTOR_URL TOKEN_FILE           deliver what is queued
 //   notes HOME list                                               the saved notes
 //   notes HOME audit CANARY...                                    scan HOME for the canaries, in-process
+//   notes DIR selftest                                            the guide's test set-up, run in DIR
 //
 // HOME is a vault made by `vault init` (the notes live beside it, in HOME/notes).
 import Foundation
@@ -19,8 +20,13 @@ try ProcessResources.ensure()      // optional: a clear error now rather than a 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count >= 2 else {
   FileHandle.standardError.write(
-    Data("usage: notes HOME add TEXT | sync SERVER COLLECTOR TOKEN_FILE | list | audit CANARY...\n".utf8))
+    Data("usage: notes HOME add TEXT | sync SERVER COLLECTOR TOKEN_FILE | list | audit CANARY... | DIR selftest\n".utf8))
   exit(64)
+}
+if arguments[1] == "selftest" {
+  let pass = try await TestSupport.selfTest(in: arguments[0])
+  print("selftest: retrying \(pass.retrying), parked \(pass.parked), rejected \(pass.rejected)")
+  exit(0)
 }
 let vault = try Vault.open(home: arguments[0])
 let store = NoteStore(vault: vault, directory: vault.home + "/notes")
