@@ -81,6 +81,27 @@ enum FileIO {
     return (Array(bytes[0..<offset]), Identity(info))
   }
 
+  /// All of what `path` holds, read to its end: a FIFO too (`--canary-file <(…)`), whose writer
+  /// it waits for.
+  ///
+  /// - Parameter path: the file.
+  /// - Returns: its bytes.
+  /// - Throws: `FileError.inputUnreadable` with the errno of the call that failed.
+  static func readAll(_ path: String) throws -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var block = [UInt8](repeating: 0, count: 65536)
+    while true {
+      let got = block.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+      if got < 0, errno == EINTR { continue }
+      guard got >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
+      if got == 0 { return bytes }
+      bytes += block[0..<got]
+    }
+  }
+
   /// The identity of what is at `path` now, nil when nothing is (a dangling link counts as
   /// something: `writeAtomically` would refuse it).
   static func identity(_ path: String) -> Identity? {
@@ -208,6 +229,8 @@ enum FileError: Error, Equatable, CustomStringConvertible {
   case inputNotRegular(path: String, kind: String)
   case inputUnreadable(path: String, errno: Int32)
   case inputEmpty(path: String)
+  /// `scan --canary-file` names a file that is not UTF-8 (its bytes are never shown).
+  case canaryFileNotText(path: String)
   case outputExists(path: String)
   case outputFailed(path: String, errno: Int32)
   /// `path` was written, but the temporary file it was linked from, a second name for the same
@@ -220,6 +243,7 @@ enum FileError: Error, Equatable, CustomStringConvertible {
       "\(path) is \(kind), not a regular file; give a file, or pipe the input on standard input"
     case .inputUnreadable(let path, let code): "could not read \(path): \(String(cString: strerror(code)))"
     case .inputEmpty(let path): "\(path) is empty; it holds no envelope"
+    case .canaryFileNotText(let path): "the canary file \(path) is not UTF-8 text; give one canary a line, in UTF-8"
     case .outputExists(let path):
       "\(path) already exists; vault never overwrites a file with -o: remove it or choose another name"
     case .outputFailed(let path, let code):

@@ -10,9 +10,15 @@ extension VaultCommandLine {
   func scan(_ arguments: Arguments) throws -> Int32 {
     var canaries = arguments.lists["--canary"] ?? []
     if let file = arguments.options["--canary-file"] {
-      guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-        throw ScanError.unreadable(path: file, errno: errno == 0 ? ENOENT : errno)
+      // Read, then decoded: a file that reads but is not UTF-8 was reported with whatever errno an
+      // earlier call had left ("No such file or directory"), as if it could not be read.
+      let bytes: [UInt8]
+      do {
+        bytes = try FileIO.readAll(file)
+      } catch FileError.inputUnreadable(_, let code) {
+        throw ScanError.unreadable(path: file, errno: code)
       }
+      guard let text = String(validating: bytes, as: UTF8.self) else { throw FileError.canaryFileNotText(path: file) }
       // Split on line feeds by scalar ("\r\n" is one Character in Swift) and drop a trailing CR.
       canaries += text.unicodeScalars.split(separator: "\n").map { line in
         var line = String(String.UnicodeScalarView(line))

@@ -230,6 +230,20 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(short.error.contains("at least 4 bytes"), short.error)
   }
 
+  /// A canary file that is not UTF-8 was reported as unreadable with a stale errno ("No such
+  /// file or directory", from an earlier call) though it was there (outside attacker review).
+  /// It is refused as not UTF-8 text now, exit 2, without showing what it holds.
+  func testACanaryFileThatIsNotUTF8IsRefusedAsSuchWithoutItsContent() throws {
+    let temporary = TemporaryDirectory()
+    try Data("left: latin1-canary".utf8).write(to: URL(fileURLWithPath: temporary.sub("x.log")))
+    try Data(Array("latin1-canary caf".utf8) + [0xE9, 0x0A]).write(to: URL(fileURLWithPath: temporary.sub("c.txt")))
+    let run = try vault(["scan", temporary.sub("x.log"), "--canary-file", temporary.sub("c.txt")])
+    XCTAssertEqual(run.status, 2, run.outputText + run.error)
+    XCTAssertTrue(run.error.contains("the canary file \(temporary.sub("c.txt")) is not UTF-8 text"), run.error)
+    XCTAssertFalse(run.error.contains("No such file"), run.error)
+    XCTAssertFalse((run.outputText + run.error).contains("latin1-canary"), "never the file's content")
+  }
+
   func testUnreadablePathsAndUsage() throws {
     let missing = try vault(["scan", "/nonexistent/path", "--canary", "some-canary"])
     XCTAssertEqual(missing.status, 2)
