@@ -82,7 +82,29 @@ public enum Backup {
   /// - Throws: `BackupError` (`.io`, `.notABundle`, `.truncated`, `.damagedHeader`,
   ///   `.manifestHashMismatch`, `.damagedManifest`).
   public static func check(bundle: String) throws {
-    _ = try inspect(bundle: absolutePath(bundle), hashingSnapshots: false)
+    let path = absolutePath(bundle)
+    try checkContainerPaths(try inspect(bundle: path, hashingSnapshots: false), bundle: path)
+  }
+
+  /// Refuses a manifest whose container paths cannot be container files: each must be absolute,
+  /// with a file name last (not "/", nor a path ending in "/", "." or ".."), no "." or ".."
+  /// component and no NUL, as `Vault.registerContainer` records them. A restore names each new
+  /// container after that file name; "/" passed verification and then failed the restore half-way.
+  /// `check(bundle:)` and every verification (so `restore` and `merge`) make this one check.
+  ///
+  /// - Parameters:
+  ///   - manifest: the bundle's manifest.
+  ///   - bundle: the bundle's path, for the error.
+  /// - Throws: `BackupError.damagedManifest` naming the container by its place, never its path.
+  static func checkContainerPaths(_ manifest: BackupManifest, bundle: String) throws {
+    for (index, container) in manifest.containers.enumerated() {
+      let components = container.path.split(separator: "/", omittingEmptySubsequences: false)
+      guard container.path.hasPrefix("/"), !container.path.utf8.contains(0), let last = components.last,
+        !last.isEmpty, !components.contains(where: { $0 == "." || $0 == ".." })
+      else {
+        throw BackupError.damagedManifest(path: bundle, reason: "container \(index + 1)'s path is not a file path")
+      }
+    }
   }
 
   /// `create` with chosen scrypt parameters: for tests only (real bundles use `.standard`).
@@ -451,6 +473,7 @@ public enum Backup {
     guard manifest.format == Int(header.format) else {
       throw BackupError.damagedManifest(path: path, reason: "format differs from the header's")
     }
+    try checkContainerPaths(manifest, bundle: path)
     let keyOffset = manifestOffset + UInt64(header.manifestCount)
     guard reader.size >= keyOffset + UInt64(header.keySectionCount) else {
       throw BackupError.truncated(path: path, part: "key section")

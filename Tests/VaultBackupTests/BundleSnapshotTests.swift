@@ -23,7 +23,12 @@ final class BundleSnapshotTests: XCTestCase {
   /// A real bundle of one container with records, then the same bundle with that snapshot
   /// replaced by `replacement` (same size), its SHA-256 in the manifest, the manifest's in the
   /// header and the key section sealed again over the new header: everything authentic.
-  private func bundle(replacingSnapshotWith replacement: ([UInt8]) -> [UInt8]) throws -> String {
+  private func bundle(
+    replacingSnapshotWith replacement: ([UInt8]) -> [UInt8],
+    changingManifest change: (inout BackupManifest) -> Void = {
+      _ in
+    }
+  ) throws -> String {
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")))
     let container = try QueueContainer(path: temporary.sub("a.sqlite"), vault: vault)
@@ -52,6 +57,7 @@ final class BundleSnapshotTests: XCTestCase {
     let snapshot = replacement(Array(bytes[keyEnd...]))
     manifest.containers[0].size = UInt64(snapshot.count)
     manifest.containers[0].sha256 = try SHA256.hash(snapshot).map { String(format: "%02x", $0) }.joined()
+    change(&manifest)
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let manifestBytes = Array(try encoder.encode(manifest))
@@ -60,7 +66,7 @@ final class BundleSnapshotTests: XCTestCase {
       manifestHash: try SHA256.hash(manifestBytes))
     var sealed = [UInt8](repeating: 0, count: body.count)
     try seal(derived.wrap, prefix, aad: newHeader.bytes + prefix.bytes, plaintext, into: &sealed, opening: false)
-    let path = temporary.sub("changed.vaultbackup")
+    let path = temporary.sub("changed-\(UUID().uuidString).vaultbackup")
     try Data(newHeader.bytes + manifestBytes + prefix.bytes + sealed + snapshot).write(to: URL(fileURLWithPath: path))
     return path
   }
@@ -113,5 +119,38 @@ final class BundleSnapshotTests: XCTestCase {
   func testTheRebuiltBundleVerifiesWhenTheSnapshotIsUnchanged() throws {
     let path = try bundle { $0 }
     XCTAssertEqual(try Backup.verify(bundle: path, passphrase: try Passphrase("pass")).records, 3)
+  }
+
+  /// An authentic bundle whose manifest records a container at "/" (or at another path that
+  /// cannot be a container file) passed `backup --verify`, and `restore` then failed half-way,
+  /// naming the new container after "/" (outside attacker review). Verification, the
+  /// passphrase-less check and restore now refuse it with one error, and restore makes no home.
+  func testAContainerPathThatCannotBeAFileIsRefusedByCheckVerifyAndRestoreAlike() throws {
+    var made = false
+    for hostile in ["/", "", "relative.sqlite", "/data/", "/data/..", "/data/../a.sqlite", "/data/./a.sqlite", "/a\0b"]
+    {
+      if made {
+        // One vault per bundle: the helper makes it in the same home.
+        temporary = TemporaryDirectory()
+      }
+      made = true
+      let path = try bundle(replacingSnapshotWith: { $0 }, changingManifest: { $0.containers[0].path = hostile })
+      let expected = BackupError.damagedManifest(path: path, reason: "container 1's path is not a file path")
+      XCTAssertThrowsError(try Backup.check(bundle: path), hostile.debugDescription) {
+        XCTAssertEqual($0 as? BackupError, expected, hostile.debugDescription)
+      }
+      XCTAssertThrowsError(try Backup.verify(bundle: path, passphrase: try Passphrase("pass"))) {
+        XCTAssertEqual($0 as? BackupError, expected, hostile.debugDescription)
+      }
+      let home = temporary.sub("restored")
+      XCTAssertThrowsError(
+        try Backup.restore(
+          bundle: path, passphrase: try Passphrase("pass"), into: home,
+          store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys2/v.keys")))
+      ) {
+        XCTAssertEqual($0 as? BackupError, expected, hostile.debugDescription)
+      }
+      XCTAssertFalse(FileManager.default.fileExists(atPath: home), hostile.debugDescription)
+    }
   }
 }
