@@ -65,11 +65,44 @@ final class ProgressLine: @unchecked Sendable {
 
   /// `text` cut to one column less than the terminal's width, ending in "…" when cut: a line that
   /// reached the last column would wrap (or leave the cursor past it), and the next carriage
-  /// return would redraw only the last row, leaving the others on the screen.
+  /// return would redraw only the last row, leaving the others on the screen. Width is counted in
+  /// terminal columns (`TerminalWidth`), not characters: a CJK file name takes two per character.
+  /// The text is cut between characters (grapheme clusters), never inside an escape `\u{…}`
+  /// that `Printable.escaped` wrote.
   static func fitted(_ text: String, columns: Int?) -> String {
-    guard let columns, text.unicodeScalars.count >= columns else { return text }
+    guard let columns else { return text }
+    let units = displayUnits(text)
+    guard units.reduce(0, { $0 + $1.width }) >= columns else { return text }
     guard columns > 2 else { return "" }
-    return String(String.UnicodeScalarView(text.unicodeScalars.prefix(columns - 2))) + "…"
+    var kept = ""
+    var width = 0
+    for unit in units {
+      // The "…" takes the last column left.
+      guard width + unit.width <= columns - 2 else { break }
+      kept += unit.text
+      width += unit.width
+    }
+    return kept + "…"
+  }
+
+  /// `text` as the pieces a cut may fall between, each with its width in columns: a character,
+  /// or a whole `\u{hh}` escape (ASCII, one column a byte).
+  private static func displayUnits(_ text: String) -> [(text: String, width: Int)] {
+    var units: [(text: String, width: Int)] = []
+    var index = text.startIndex
+    while index < text.endIndex {
+      let rest = text[index...]
+      if rest.hasPrefix("\\u{"), let close = rest.firstIndex(of: "}") {
+        let escape = String(rest[...close])
+        units.append((escape, escape.count))
+        index = text.index(after: close)
+        continue
+      }
+      let character = text[index]
+      units.append((String(character), TerminalWidth.columns(of: character)))
+      index = text.index(after: index)
+    }
+    return units
   }
 
   /// Draws the pending text once the delay is up, unless a later update or `finish` came first.

@@ -145,6 +145,27 @@ final class TerminalInjectionTests: XCTestCase {
 
   /// The progress line escapes what it shows and is cut to one column less than the terminal's
   /// width: a wrapped line is redrawn only on its last row, leaving the rest on the screen.
+  /// The progress line was fitted by counting Unicode scalars, not terminal columns (outside
+  /// terminal review): a file name in CJK or fullwidth characters (two columns each) made the line
+  /// wrap, and a redraw then left its first rows on the screen; combining marks (no column) cut a
+  /// line that fitted. Columns are counted now (UAX #11), and a cut falls between characters and
+  /// never inside an escape.
+  func testTheProgressLineIsFittedInTerminalColumns() {
+    XCTAssertEqual(ProgressLine.fitted("漢字漢字漢字", columns: 10), "漢字漢字…")
+    XCTAssertEqual(ProgressLine.fitted("漢字漢字", columns: 10), "漢字漢字")
+    XCTAssertEqual(ProgressLine.fitted("ｆｕｌｌ", columns: 8), "ｆｕｌ…")
+    XCTAssertEqual(ProgressLine.fitted("한국어 파일", columns: 12), "한국어 파일")
+    XCTAssertEqual(ProgressLine.fitted("한국어 파일", columns: 11), "한국어 파…")
+    let combining = String(repeating: "e\u{301}", count: 6)
+    XCTAssertEqual(ProgressLine.fitted(combining, columns: 10), combining, "combining marks take no column")
+    XCTAssertEqual(ProgressLine.fitted("abcde\u{301}fgh", columns: 7), "abcde\u{301}…", "never cut off a mark")
+    XCTAssertEqual(ProgressLine.fitted("abc\\u{1b}def", columns: 8), "abc…", "never inside an escape")
+    XCTAssertEqual(ProgressLine.fitted("a🙂b", columns: 4), "a…", "an emoji takes two columns")
+    for (character, width) in [("a", 1), ("é", 1), ("e\u{301}", 1), ("漢", 2), ("Ａ", 2), ("🙂", 2), ("☺\u{FE0F}", 2)] {
+      XCTAssertEqual(TerminalWidth.columns(of: Character(character)), width, character)
+    }
+  }
+
   func testTheProgressLineIsEscapedAndFitsTheTerminal() {
     XCTAssertEqual(ProgressLine.fitted("rotating: container 1 of 1", columns: 20), "rotating: containe…")
     XCTAssertEqual(ProgressLine.fitted("short", columns: 20), "short")
