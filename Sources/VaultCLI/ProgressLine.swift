@@ -15,6 +15,8 @@ final class ProgressLine: @unchecked Sendable {
   /// The latest text given before the first second, drawn when the second is up if the work is
   /// still running then (a command whose steps all begin early, backup's, showed nothing at all).
   private var pending: String?
+  /// A stop signal ended the work (`clearForSignal`): nothing is drawn again.
+  private var stopped = false
 
   /// - Parameters:
   ///   - terminal: where the line goes (its standard error).
@@ -32,6 +34,7 @@ final class ProgressLine: @unchecked Sendable {
     guard enabled else { return }
     let now = Date()
     lock.withLock {
+      guard !stopped else { return }
       let early = now.timeIntervalSince(started) < terminal.progressDelay
       if early {
         if pending == nil { drawWhenTheDelayIsUp() }
@@ -47,6 +50,22 @@ final class ProgressLine: @unchecked Sendable {
   /// update draws again: rotation asks a question mid-way and goes on).
   func finish() {
     lock.withLock {
+      if drawn, terminal.isForeground() { terminal.writeError("\r\u{1B}[K") }
+      drawn = false
+      pending = nil
+    }
+  }
+
+  /// Whether the line is shown at all (a terminal, not dumb, no `--json`).
+  var isEnabled: Bool { enabled }
+
+  /// Clears the line for a process about to end by a stop signal (Ctrl-C, SIGTERM, SIGHUP), and
+  /// draws nothing after: called from `StopSignals`' dispatch queue, never in a signal handler,
+  /// so it may take the lock. An interrupted `vault scan` left its line, and the shell's prompt
+  /// followed it on the same row.
+  func clearForSignal() {
+    lock.withLock {
+      stopped = true
       if drawn, terminal.isForeground() { terminal.writeError("\r\u{1B}[K") }
       drawn = false
       pending = nil
@@ -110,7 +129,7 @@ final class ProgressLine: @unchecked Sendable {
     let due = started.addingTimeInterval(terminal.progressDelay)
     DispatchQueue.global().asyncAfter(deadline: .now() + max(due.timeIntervalSinceNow, 0)) { [self] in
       lock.withLock {
-        if let text = pending { draw(text, at: Date()) }
+        if let text = pending, !stopped { draw(text, at: Date()) }
       }
     }
   }

@@ -1,4 +1,5 @@
 import Foundation
+import Outbox
 import Vault
 import VaultKeys
 import VaultScan
@@ -58,6 +59,7 @@ extension VaultCommandLine {
         progress.update("scanning: " + counted(files, "file") + String(format: ", %.1f MB", Double(bytes) / 1e6))
       }
       defer { progress.finish() }
+      if progress.isEnabled { Self.clearingOnStop(progress) }
       report = try scanner.scan(arguments.positionals)
     } catch let error as ScanError {
       terminal.error(error.description)
@@ -102,6 +104,30 @@ extension VaultCommandLine {
       return ExitCode.couldNotRun.rawValue
     }
     return ExitCode.success.rawValue
+  }
+}
+
+extension VaultCommandLine {
+  /// Takes over Ctrl-C, SIGTERM and SIGHUP for a command that shows `progress`: the line is
+  /// cleared, then the process ends by the signal as it would have (a shell sees an interrupt,
+  /// not an exit status). The work is left as it is: only what a command draws is undone.
+  ///
+  /// The signal is handled on `StopSignals`' dispatch queue, not in a signal handler, and its
+  /// default action is put back first: a second Ctrl-C ends the process at once even if the
+  /// first one's clearing waits (a terminal stopped with Ctrl-S blocks the write of a draw, which
+  /// holds the line's lock).
+  ///
+  /// - Parameter progress: the command's progress line (shown: `isEnabled`).
+  static func clearingOnStop(_ progress: ProgressLine) {
+    StopSignals.handle { signal in
+      Glibc.signal(signal, SIG_DFL)
+      progress.clearForSignal()
+      // Sent to the process, not raised: libdispatch's threads, this one too, block signals, and
+      // the kernel gives it to one that does not (the scan's). 128 + the signal only if none does.
+      kill(getpid(), signal)
+      usleep(500_000)
+      _exit(128 + signal)
+    }
   }
 }
 

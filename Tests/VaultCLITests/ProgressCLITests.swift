@@ -143,4 +143,69 @@ final class ProgressCLITests: XCTestCase {
     XCTAssertTrue(run.outputText.contains("Rotated vault"), run.outputText)
     XCTAssertFalse(run.outputText.contains("rotating:"), run.outputText)
   }
+
+  /// Starts `strace … vault scan DIR` on a new pty as its session leader (so vault's group is the
+  /// terminal's foreground group: the line is drawn), strace holding each openat 40 ms so the scan
+  /// outlasts its first second; types Ctrl-C once the progress line is on the screen; prints
+  /// `status` (`signal N` or `exit N`) and `after`: what the terminal got after the last
+  /// "scanning: ", as a Python repr.
+  private static let interruptDriver = #"""
+    import fcntl, os, pty, struct, sys, termios, time
+    strace, vault, directory = sys.argv[1:4]
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    child = os.fork()
+    if child == 0:
+        os.close(master)
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        for fd in (0, 1, 2):
+            os.dup2(slave, fd)
+        os.execv(strace, [strace, "-f", "-o", "/dev/null", "-e", "trace=openat", "-e",
+                          "inject=openat:delay_exit=40ms", vault, "scan", directory])
+    os.close(slave)
+    seen = b""
+    deadline = time.time() + 60
+    while b"scanning: " not in seen and time.time() < deadline:
+        seen += os.read(master, 4096)
+    time.sleep(0.3)
+    os.write(master, b"\x03")
+    try:
+        while True:
+            chunk = os.read(master, 4096)
+            if not chunk:
+                break
+            seen += chunk
+    except OSError:
+        pass
+    _, status = os.waitpid(child, 0)
+    print("status", f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
+    print("after", repr(seen[seen.rfind(b"scanning: "):]))
+    """#
+
+  /// Ctrl-C during `vault scan` on a terminal left the progress line there, and the shell's prompt
+  /// came after it on the same row (outside terminal review). The line is cleared now, and vault
+  /// still ends by SIGINT.
+  func testCtrlCDuringAScanClearsTheProgressLineAndStillEndsByTheSignal() throws {
+    let strace = try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+      "strace is installed by tools/setup.sh")
+    let directory = temporary.sub("many")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+    for index in 0..<400 {
+      try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: directory + "/\(index).txt"))
+    }
+    let run = try Spawn.run("/usr/bin/env", ["python3", "-c", Self.interruptDriver, strace, vaultBinary(), directory])
+    XCTAssertEqual(run.status, 0, run.error)
+    var lines: [String: String] = [:]
+    for line in run.outputText.split(separator: "\n") {
+      let parts = line.split(separator: " ", maxSplits: 1)
+      if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
+    }
+    XCTAssertEqual(lines["status"], "signal \(SIGINT)", run.outputText)
+    let after = try XCTUnwrap(lines["after"], run.outputText)
+    XCTAssertTrue(after.hasPrefix("b'scanning: "), "the line was drawn: \(after)")
+    // The clear: a carriage return, then erase to the end of the line (Python writes ESC as \x1b).
+    XCTAssertTrue(after.contains(#"\r\x1b[K"#), "the progress line is cleared: \(after)")
+  }
 }
