@@ -93,6 +93,10 @@ if arguments.contains("-h") || arguments.contains("--help") {
   exit(0)
 }
 guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+// A usage error is told before anything opens the vault (which may not be there).
+guard ["send", "relay", "history", "resend"].contains(command) else {
+  fail("unknown command '\(command)'\n\(usage)", code: 64)
+}
 let secretServiceTimeout: Double
 do {
   secretServiceTimeout = try MemoEnvironment.secretServiceTimeout(environment)

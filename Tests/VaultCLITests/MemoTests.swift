@@ -42,6 +42,17 @@ final class MemoTests: XCTestCase {
     XCTAssertFalse(directoryContains(home, "send_to_saved_ms"), "telemetry is sealed at rest too")
   }
 
+  /// An unknown command is a usage error (exit 64) whether or not the home holds a vault; it was
+  /// "no vault" (exit 1) where there was none, since memo opened the vault first (docs review).
+  func testAnUnknownCommandIsAUsageErrorWithOrWithoutAVault() throws {
+    for home in [home, temporary.sub("empty")] {
+      let run = try Spawn.run(memoBinary, ["--home", home, "bogus"], environment: environment([:]))
+      XCTAssertEqual(run.status, 64, run.error)
+      XCTAssertTrue(run.error.contains("unknown command 'bogus'"), run.error)
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("empty")), "nothing was made")
+  }
+
   func testOfflineMemosSurviveRotationAndAreAllDelivered() throws {
     var ids: [String] = []
     for i in 0..<5 {
