@@ -331,8 +331,9 @@ enum BackupCommand: Subcommand {
       .flag(
         "--json",
         help: """
-          Print JSON: bundle, size, removed, seconds, verification (vault_id, created_at, versions, containers \
-          with records and by_version, records, by_version); with --verify, the verification alone.
+          Print JSON: bundle, size, removed, seconds, warnings, verification (bundle, format, tool_version, \
+          vault_id, created_at, active_version, versions, containers with records and by_version, records, \
+          by_version); with --verify, the verification alone.
           """),
     ],
     constraints: [.exactlyOne(["--to", "--verify"]), .requires("--keep", "--to")],

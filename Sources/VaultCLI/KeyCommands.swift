@@ -38,7 +38,8 @@ enum StatusCommand: Subcommand {
         help: """
           Print JSON: vault_id, home, store, active_version, versions (version, state, created_at, age_days, \
           retired_at, records, suite, kept_because), keyfile (path, mode), containers (path, id, records per key \
-          version), external_seal_versions, integrity and warnings.
+          version), external_seal_versions, integrity, warnings, and last_backup (null when no backup is \
+          known; else bundle, bundles, created_at, age_days, intact, problem, versions).
           """)
     ])
 

@@ -216,7 +216,8 @@ enum QueueCommand: Subcommand {
         parameters: [
           container,
           .flag("--all", help: "Every parked and review record."),
-          .option("--state", "STATE", .choice(["parked", "review"]), help: "Every record in STATE."),
+          .option(
+            "--state", "STATE", .choice(["parked", "review"]), help: "Every record in STATE (parked or review)."),
           .option("--queue", "NAME", .name, help: "That queue's parked and review records."),
           .argument("ID", .zeroOrMore, .uuid(what: "a record id"), help: "Records to resend, by id."),
         ],

@@ -526,7 +526,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .recordTooLarge(let bytes, let cap):
       "a \(bytes)-byte record cannot fit under the container's \(cap)-byte cap; nothing was stored"
     case .capExceeded(let cap):
-      "the container is at its \(cap)-byte cap and every older record is in flight; nothing was stored: retry after delivery"
+      "the container is at its \(cap)-byte cap and holds no older record it may drop (the others are in flight, or in "
+        + "queues the cap may not drop from); nothing was stored: retry after delivery"
     case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
     case .outOfMemory(let path):
       "SQLite ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "

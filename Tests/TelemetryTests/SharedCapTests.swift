@@ -53,6 +53,9 @@ final class SharedCapTests: XCTestCase {
     let telemetry = Telemetry(container: container, tokens: CountingTokens(), sender: ScriptedSender())
     XCTAssertThrowsError(try telemetry.log(type: "t", payload: ["pad": .string(String(repeating: "x", count: 300))])) {
       XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 4000))
+      // The messages are pending, not in flight: the error must not say they all are (docs review).
+      XCTAssertFalse("\($0)".contains("every older record is in flight"), "\($0)")
+      XCTAssertTrue("\($0)".contains("queues the cap may not drop from"), "\($0)")
     }
     XCTAssertEqual(try container.count(queue: "outbox", state: .pending), messages, "no message dropped for an event")
     XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 0)
