@@ -46,14 +46,20 @@ extension VaultCommandLine {
         progress.finish()
         let name = [SIGINT: "SIGINT", SIGTERM: "SIGTERM", SIGHUP: "SIGHUP"][signal] ?? "signal \(signal)"
         terminal.note("vault: the backup was stopped (\(name)); its work directory was removed")
-        // Ended by the signal itself, so a shell running a script sees an interrupt, not an exit.
         Glibc.signal(signal, SIG_DFL)
-        raise(signal)
-        _exit(128 + signal)
+        Self.endBy(signal)
       }
-      let report = try Backup.create(
-        vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
-        progress: { progress.update("backup: \($0)", step: true) })
+      let report: BackupReport
+      do {
+        report = try Backup.create(
+          vault: vault, to: directory, passphrase: passphrase, keep: keep, toolVersion: VersionCommand.number,
+          progress: { progress.update("backup: \($0)", step: true) })
+      } catch {
+        // The handler removed the work directory under the backup (a file it wanted is gone):
+        // the handler's note and the signal end the process, not this error.
+        Self.awaitStopIfStopping()
+        throw error
+      }
       progress.finish()
       for warning in report.warnings { terminal.note("vault: warning: " + warning) }
       if arguments.flags.contains("--json") {

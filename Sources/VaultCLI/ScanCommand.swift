@@ -122,12 +122,31 @@ extension VaultCommandLine {
     StopSignals.handle { signal in
       Glibc.signal(signal, SIG_DFL)
       progress.clearForSignal()
-      // Sent to the process, not raised: libdispatch's threads, this one too, block signals, and
-      // the kernel gives it to one that does not (the scan's). 128 + the signal only if none does.
-      kill(getpid(), signal)
-      usleep(500_000)
-      _exit(128 + signal)
+      endBy(signal)
     }
+  }
+
+  /// Ends the process by `signal` (whose default action the caller has put back), so a shell
+  /// running a script sees an interrupt, not an exit status. Called on `StopSignals`' queue.
+  ///
+  /// The signal is sent to the process, not raised: libdispatch's threads, this one too, block
+  /// signals, so `raise` would leave it pending; the kernel gives it to a thread that does not
+  /// (the main one). 128 + the signal only if none takes it within half a second.
+  ///
+  /// - Parameter signal: the stop signal that was received.
+  static func endBy(_ signal: Int32) -> Never {
+    kill(getpid(), signal)
+    usleep(500_000)
+    _exit(128 + signal)
+  }
+
+  /// For the main thread of a command whose `StopSignals` handler undoes its work (backup's
+  /// removes the work directory): when a stop signal has come, the error the work then met is
+  /// the handler's doing, and the handler ends the process by the signal; this waits for it (at
+  /// most 10 s, then returns so the error is reported). Does nothing when no signal came.
+  static func awaitStopIfStopping() {
+    guard StopSignals.received != nil else { return }
+    for _ in 0..<100 { usleep(100_000) }
   }
 }
 

@@ -450,10 +450,13 @@ extension BackupCLITests {
       ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
       "strace is installed by tools/setup.sh")
     for (signal, name) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
+      // strace's log tells a death by the signal ("+++ killed by SIGINT +++") from an exit with
+      // 128 + its number, which look alike to Spawn (and to a shell).
+      let log = temporary.sub("strace-\(name).log")
       let child = try Spawn.start(
         strace,
         [
-          "-f", "-o", "/dev/null", "-e", "trace=fsync", "-e", "inject=fsync:delay_enter=5s", vaultBinary(), "--home",
+          "-f", "-o", log, "-e", "trace=fsync", "-e", "inject=fsync:delay_enter=5s", vaultBinary(), "--home",
           home, "backup", "--to", backups, "--passphrase-file", passphraseFile,
         ])
       // vault is strace's child; it has begun once its work directory is there.
@@ -474,9 +477,12 @@ extension BackupCLITests {
       kill(pid, signal)
       let stopped = child.finish()
       XCTAssertEqual(stopped.status, 128 + signal, "\(name): \(stopped.error)")
+      let traced = try String(contentsOfFile: log, encoding: .utf8)
+      XCTAssertTrue(traced.contains("+++ killed by \(name) +++"), "\(name): vault ended by the signal itself")
       XCTAssertTrue(
         stopped.error.contains("vault: the backup was stopped (\(name)); its work directory was removed"), stopped.error
       )
+      XCTAssertFalse(stopped.error.contains("Error:"), "\(name): no error from the removed work: \(stopped.error)")
       XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: backups), [], name)
     }
     // The next backup runs as usual.
