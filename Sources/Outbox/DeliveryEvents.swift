@@ -3,13 +3,14 @@ import Foundation
 /// What a delivery loop did with records, as an app observes it (`Outbox.events()`,
 /// `Telemetry.events()`). Ids and kinds only: never a payload, a token or a URL.
 public enum DeliveryEvent: Sendable, Equatable {
-  /// The receiver has these records; they are deleted.
+  /// The receiver has these records (it answered 2xx); they are deleted, unless this deliverer's
+  /// lease on one ended meanwhile (then whoever claimed it since settles it).
   case delivered(ids: [UUID])
   /// These records wait for another attempt at `nextAttempt` (the container's clock), after a
-  /// failure of `errorKind` (`http-503`, `connect`, …).
+  /// failure of `errorKind` (`http-503`, `connection-refused`, `timed-out`, …).
   case retried(ids: [UUID], errorKind: String, nextAttempt: Date)
-  /// These records failed too often with answers from the server (or, in telemetry, a refreshed
-  /// token was refused); they wait for `resend`.
+  /// These records were refused by the server `attemptCeiling` times over at least `parkAfter`;
+  /// they wait for `resend`.
   case parked(ids: [UUID], errorKind: String)
   /// The receiver refused these records for good (or they can never be sent); kept for review.
   case rejected(ids: [UUID], errorKind: String)

@@ -120,7 +120,8 @@ public final class HTTPClient: @unchecked Sendable {
   }
 
   /// Sends `request` and waits for the answer, at most `timeout` seconds (or until
-  /// `HTTPCancellation.cancelAll()`).
+  /// `HTTPCancellation.cancelAll()`). One client makes one exchange at a time: a call made while
+  /// another is under way waits its turn first.
   ///
   /// - Parameter request: the request; nothing of it is logged or put into an outcome.
   /// - Returns: the status when a complete answer arrived, else `.unreachable` with the failure's

@@ -34,9 +34,11 @@ public final class Outbox: @unchecked Sendable {
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
-    /// Records the receiver took (2xx); they are deleted.
+    /// Records the receiver took (2xx); they are deleted, unless this deliverer's lease on one
+    /// ended meanwhile (then whoever claimed it since settles it).
     public var delivered = 0
-    /// Records rescheduled for another attempt (a retryable answer or no answer at all).
+    /// Records rescheduled for another attempt (a retryable answer or no answer at all), or left
+    /// to whoever claimed them since when this deliverer's lease had ended.
     public var retrying = 0
     /// Records parked because the server refused them `attemptCeiling` times over `parkAfter`.
     public var parked = 0
@@ -188,9 +190,10 @@ public final class Outbox: @unchecked Sendable {
 
   /// Stops the loop: no pass starts after it returns, and every event stream ends. A pass under
   /// way (the loop's, or a `deliverDue` call's) ends before its next message, giving back what it
-  /// claimed and did not settle; `stop` waits for it, so at most for the message being sent (the
-  /// transport's timeout). It blocks its caller that long: from async code, call it off Swift's
-  /// concurrency pool, or cancel the task that runs `deliverDue`.
+  /// claimed and did not settle. `stop` waits for the loop's pass, so at most for the message
+  /// being sent (the transport's timeout), and blocks its caller that long: from async code, call
+  /// it off Swift's concurrency pool. A `deliverDue` call of your own is not waited for: await it
+  /// (or cancel its task) to know it has returned.
   public func stop() {
     let loop = lock.withLock { () -> DeliveryLoop? in
       stops += 1

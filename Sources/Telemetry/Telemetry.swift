@@ -36,7 +36,8 @@ public struct TelemetryConfiguration: Sendable {
 
 /// What one flush pass did, in events.
 public struct FlushReport: Codable, Sendable, Equatable {
-  /// Events the collector took (2xx); they are deleted.
+  /// Events the collector took (2xx); they are deleted, unless this pass's lease on them ended
+  /// meanwhile (then whoever claimed them since settles them).
   public var delivered = 0
   /// Events rescheduled for another attempt (a retryable answer or no answer at all).
   public var retried = 0
@@ -292,8 +293,9 @@ public final class Telemetry: @unchecked Sendable {
 
   /// Stops the loop: no pass starts after it returns, and every event stream ends. A pass under
   /// way (the loop's, or a `flush` call's) ends before its next batch, giving back what it claimed
-  /// and did not settle; `stop` waits for it, so at most for the batch being sent (its request's
-  /// deadline). Passes begun after it run as usual. Called from `onPass` (the loop's own thread),
+  /// and did not settle. `stop` waits for the loop's pass, so at most for the batch being sent
+  /// (its request's deadline); a `flush` call on another thread is not waited for (it returns
+  /// when its batch in flight is answered). Passes begun after it run as usual. Called from `onPass` (the loop's own thread),
   /// it returns at once.
   public func stop() {
     let loop = lock.withLock { () -> DeliveryLoop? in
@@ -331,9 +333,12 @@ public final class Telemetry: @unchecked Sendable {
   ///
   /// - Returns: what the pass did, and how many events are still pending.
   /// - Throws: what the token provider throws (before anything is claimed, or on refresh after a
-  ///   401); `QueueError` for storage failures and `KeyStoreError` (or the vault's other errors)
-  ///   when a key cannot be read right now; `GzipError` when packing fails. The claim is given
-  ///   back first.
+  ///   401); `QueueError` when events cannot be claimed or read, and `KeyStoreError` (or the
+  ///   vault's other errors) when a key cannot be read right now; `GzipError` when packing fails.
+  ///   The claim is given back first. A failure to record a batch's outcome (its ack, retry or
+  ///   review) does not throw: it is logged and published as `.loopError`, the pass goes on, and
+  ///   the batch's events are given back to pending at the end (a batch the collector took is
+  ///   then sent again: delivery is at least once).
   public func flush() throws -> FlushReport {
     flushLock.lock()
     defer { flushLock.unlock() }
@@ -550,8 +555,8 @@ public final class Telemetry: @unchecked Sendable {
         if !moved.isEmpty { published(.rejected(ids: ids.filter(moved.contains), errorKind: kind)) }
       }
     } catch {
-      // The records stay leased and come back when the lease ends; nothing is lost, but the app
-      // hears of it.
+      // The records stay in this pass's claim and go back to pending at its end (a batch the
+      // collector took is sent again); nothing is lost, and the app hears of it.
       let code = errorCode(of: error)
       logger.error("settling a batch failed", metadata: ["error_code": code, "events": "\(ids.count)"])
       hub.publish(.loopError(errorCode: code))

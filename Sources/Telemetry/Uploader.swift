@@ -41,7 +41,8 @@ public struct TokenFile: TokenProvider {
 public enum SendResult: Sendable, Equatable {
   /// The server answered: its status and raw Retry-After header (a redirect comes back as its 3xx).
   case status(Int, retryAfter: String?)
-  /// No answer; `kind` names why (`connect`, `timeout`, `not-sending`, …). Never counts toward
+  /// No answer; `kind` names why (`connection-refused`, `timed-out`, `not-sending`, …). Never
+  /// counts toward
   /// parking.
   case transport(kind: String)
 }

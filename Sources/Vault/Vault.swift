@@ -230,8 +230,10 @@ public final class Vault: Sendable {
   ///   its MAC; `KeyStoreError` when the store cannot be read (locked, timed out, bad permissions);
   ///   `VaultError.keyMissing` when the active key is absent, `.integrityKeyMissing` when the store
   ///   has no integrity key for a signed manifest, `.keyCheckFailed` when the active key is not
-  ///   the one recorded; `.restoreUnfinished` when a restore into `home` stopped part-way. It
-  ///   never creates a key for a version that may have sealed data.
+  ///   the one recorded; `.integrityKeyMismatch` when the store's integrity key verifies neither
+  ///   the manifest nor the store's copy of it; `.storeMoved` when the keyfile moved meanwhile;
+  ///   `.restoreUnfinished` when a restore into `home` stopped part-way. It never creates a key
+  ///   for a version that may have sealed data.
   public static func open(
     home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
@@ -385,7 +387,11 @@ public final class Vault: Sendable {
   /// - Returns: the envelope: `plaintext.count + 89` bytes (format 2), or `+ 45` while the
   ///   active key version is one made before format 2 (`status` then says to rotate).
   /// - Throws: `EnvelopeError.emptyContext`; `KeyStoreError` when the key store cannot be read
-  ///   (a locked keyring, a timeout); `VaultError` when the active key is missing or wrong.
+  ///   (a locked keyring, a timeout); `VaultError` when the active key is missing or wrong, and
+  ///   the errors of `reload()` when the manifest changed on disk (another process rotated) and
+  ///   the new one fails its checks; `KeyStoreError` also when the first seal under a version
+  ///   cannot record its pin in the manifest (its copy in the store, or its file: a full disk);
+  ///   `CryptoError.randomUnavailable` when no nonce can be drawn.
   public func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
     Data(try Self.withBytes(of: plaintext) { try sealPinned($0, context: .app(Array(context.utf8))) })
   }

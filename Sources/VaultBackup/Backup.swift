@@ -297,7 +297,8 @@ public enum Backup {
   /// stopped one wrote (see `Vault.restore`'s rules: the same store, key items identical to the
   /// bundle's).
   ///
-  /// - Throws: `VaultError.alreadyExists` / `.homeNotEmpty` for an existing home (checked before
+  /// - Throws: `BackupError.homeHoldsThisVault` when `home` already holds this bundle's vault,
+  ///   `VaultError.alreadyExists` / `.homeNotEmpty` for another existing home (checked before
   ///   anything else), `VaultError.restoreUnfinished` for a home a stopped restore of another
   ///   vault left, `BackupError` from verification, `VaultError.keyfileExists` or
   ///   `KeyStoreError.keyExists` when the store already holds this vault's keys,

@@ -17,9 +17,9 @@ extension QueueContainer {
   ///   - body: called once per record, in order. It runs while the container is locked for this
   ///     thread: it must not call back into this container. What it throws stops the listing.
   /// - Returns: how many records `body` was given.
-  /// - Throws: `ListingError.unknownRecord` when no record has the id `after` (it may have been
-  ///   delivered since the previous page); `QueueError` when the container cannot be read; what
-  ///   `body` throws.
+  /// - Throws: `ListingError.negativeLimit` for a `limit` below 0; `ListingError.unknownRecord`
+  ///   when no record has the id `after` (it may have been delivered since the previous page);
+  ///   `QueueError` when the container cannot be read; what `body` throws.
   @discardableResult
   public func forEachRecord(
     queue: String? = nil, state: RecordState? = nil, after: UUID? = nil, limit: Int? = nil,

@@ -150,7 +150,8 @@ extension QueueContainer: SealedContainer {
   }
 
   /// Deletes (or, with `keep`, moves to review) every record that does not open with `vault`; a
-  /// rotation after a compromise uses it, after asking. Deletions are counted as `undecryptable`.
+  /// rotation after a compromise uses it, after asking. Either way each record is counted as
+  /// `undecryptable` in `stats().dropped` (it has left delivery).
   ///
   /// - Parameters:
   ///   - vault: the vault whose keys are tried.
@@ -172,7 +173,7 @@ extension QueueContainer: SealedContainer {
               : "DELETE FROM records WHERE seq = ?"
           ).run(keep ? [.integer(seq), .integer(now)] : [.integer(seq)])
         }
-        if !keep { try storage.countDrop(.undecryptable, count) }
+        try storage.countDrop(.undecryptable, count)
         // Deleted sizes are not tracked row by row here: recompute the total next time.
         storage.forgetCachedBytes()
         return count

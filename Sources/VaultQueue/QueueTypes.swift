@@ -26,12 +26,14 @@ public enum DropReason: String, Codable, Sendable, CaseIterable {
   /// Moved to parked after the attempt ceiling.
   case parked
   /// Moved to review because its envelope did not open (tampered, moved, or sealed under a key this
-  /// vault no longer has); a key that cannot be read right now (a locked keyring) never counts here.
+  /// vault no longer has), or deleted for that reason by a rotation after a compromise (when asked
+  /// to); a key that cannot be read right now (a locked keyring) never counts here. A record moved
+  /// to review and later deleted counts twice.
   case undecryptable
 }
 
 /// Exponential backoff with full jitter: the delay before attempt n+1 is uniform in
-/// [0, min(cap, base × 2ⁿ)] (n = attempts so far, from 1).
+/// [0, min(cap, base × 2ⁿ⁻¹)] (n = attempts so far, from 1).
 public struct BackoffPolicy: Sendable, Equatable {
   /// The ceiling after the first failure, in seconds; it doubles with each further failure.
   public var base: TimeInterval

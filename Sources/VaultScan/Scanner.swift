@@ -64,8 +64,9 @@ public struct Scanner {
   }
 
   /// Scans files and directories (recursively), each path as `walk(root:)` describes: symlinks
-  /// and special files are reported in `skipped` and never opened; what cannot be read is listed in
-  /// `incomplete`. Paths in the report are shown as `PathText.display` shows them.
+  /// and special files inside a directory are reported in `skipped` and never opened; one given
+  /// as a path itself is never opened either, and is listed in `incomplete` (it was asked for
+  /// and not read), as is what cannot be read. Paths in the report are shown as `PathText.display` shows them.
   ///
   /// Files are opened, read and closed on threads with a descriptor table of their own, so a
   /// process may scan containers it has open without dropping their SQLite locks; `progress` is

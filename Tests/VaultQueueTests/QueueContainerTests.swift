@@ -421,6 +421,27 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.stats().total, 3, "the tampered row is kept for review, not deleted")
   }
 
+  /// A compromise rotation's "keep them for review" moved records that do not open to review
+  /// without counting them, though `DropReason.undecryptable` counts every record that leaves
+  /// delivery that way (API review); deleting them counted them. Both count now.
+  func testUnopenableRecordsAreCountedWhetherKeptForReviewOrDeleted() throws {
+    let queue = try container()
+    let ids = (0..<3).map { _ in UUID() }
+    for id in ids { try queue.enqueue(Array("payload".utf8), queue: "q", id: id) }
+    for id in ids.prefix(2) {
+      try sqlite(
+        path,
+        "UPDATE records SET envelope = substr(envelope, 1, 40) || (CASE substr(envelope, 41, 1) WHEN x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) WHERE id = '\(id.uuidString.lowercased())'"
+      )
+    }
+    XCTAssertEqual(try queue.removeUnopenableRecords(with: vault, keep: true), 2)
+    XCTAssertEqual(Set(try queue.list(state: .review).map(\.id)), Set(ids.prefix(2)))
+    XCTAssertEqual(try queue.stats().dropped["undecryptable"], 2, "kept for review, and counted")
+    XCTAssertEqual(try queue.removeUnopenableRecords(with: vault, keep: false), 2)
+    XCTAssertEqual(try queue.stats().dropped["undecryptable"], 4, "then deleted, and counted again as they go")
+    XCTAssertEqual(try queue.stats().total, 1)
+  }
+
   /// Re-sealing must put every record back in its own row (one swapped would not open under the
   /// other row's context), and count and leave as it was each record that does not open, wherever
   /// it falls in a batch: batches of 500 and of 7 records.
