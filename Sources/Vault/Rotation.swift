@@ -411,7 +411,7 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) is an older copy of the registered container (minimum seal version \(minimum); an earlier "
         + "rotation raised it to at least \(expected)): the current file may hold records whose keys this copy does not "
         + "need, so no key was retired. Put the current file back and rotate again; if this copy is all that is "
-        + "left, move it away, run `vault container forget \(path)`, put it back and open it, which registers "
+        + "left, move it away, run `vault container forget \(ShellWord.quoted(path))`, put it back and open it, which registers "
         + "it anew"
     case .compromiseIncomplete(let retired, let kept):
       "the rotation after a compromise could not retire every old key yet, so the compromised key still exists"

@@ -27,14 +27,14 @@ enum Advice {
       return " (`vault rotate --compromised`)"
     case RotationError.aborted: return " (`vault rotate --compromised`; --yes purges without asking)"
     case RotationError.containerMissing(let path):
-      return " (if it is gone for good, `vault container forget \(path)`)"
+      return " (if it is gone for good, `vault container forget \(ShellWord.quoted(path))`)"
     case EndpointError.insecureHTTP: return " (--allow-insecure-http)"
     case VaultError.sealPinOnActiveVersion(let version):
       return "; next: `vault rotate`, `vault reseal` the envelopes, then `vault unpin \(version)`"
     case VaultError.versionNotPinned: return "; `vault status` lists the pins (external_seal_versions)"
-    case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(home)`)"
+    case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.restoreStoreDiffers(_, let store, let keyfile):
-      return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \($0)" } ?? "") + ")"
+      return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \(ShellWord.quoted($0))" } ?? "") + ")"
     case QueueError.busy(let path):
       // Retrying does not help while the holder is stopped (a rotation left at Ctrl-Z): name it.
       guard let holder = LockWait.writer(ofFiles: [path, path + "-wal", path + "-shm"]),

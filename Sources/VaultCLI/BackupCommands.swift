@@ -224,7 +224,7 @@ extension VaultCommandLine {
           // Said, not refused: the bundles it opens may be elsewhere, but anyone who reads it can open them.
           terminal.note(
             "vault: warning: the passphrase file \(path) is open to group or others (mode "
-              + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(path)")
+              + String(info.st_mode & 0o777, radix: 8) + "); run: chmod 600 \(ShellWord.quoted(path))")
         }
       }
       var bytes = try FileIO.readRegularFile(path, limit: Self.passphraseFileLimit).0

@@ -220,14 +220,14 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stored material for key version \(version) is not a 256-bit key; restore the key store from a backup"
     case .insecurePermissions(let path, let mode, let isDirectory):
       "\(isDirectory ? "keyfile directory" : "keyfile") \(path) has mode \(octal(mode)), open to group or others; "
-        + "run: chmod \(isDirectory ? "700" : "600") \(path)   (then check nobody else copied it)"
+        + "run: chmod \(isDirectory ? "700" : "600") \(ShellWord.quoted(path))   (then check nobody else copied it)"
     case .wrongOwner(let path, let owner, let expected) where expected == 0:
       // Never tell root to take a user's file: that would lock the user out of their own keys.
       "keyfile \(path) belongs to uid \(owner), not root; run as uid \(owner), its owner, "
         + "or give root a keyfile of its own"
     case .wrongOwner(let path, let owner, let expected):
       "keyfile \(path) is owned by uid \(owner), not by you (uid \(expected)); if it is yours (made by vault run "
-        + "with sudo), run: sudo chown \(expected) \(path); otherwise use a keyfile of your own"
+        + "with sudo), run: sudo chown \(expected) \(ShellWord.quoted(path)); otherwise use a keyfile of your own"
     case .unsafeKeyfileDirectory(let path, let mode, let owner, let expected):
       Self.unsafeDirectoryText(path: path, mode: mode, owner: owner, expected: expected)
     case .notARegularFile(let path):
@@ -256,7 +256,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
         + "data; restore the keyfile from a backup (nothing was changed)"
     case .hardLinked(let path, let links):
       "\(path) has \(links) names (hard links); another name may sit inside the data or outlive a rewrite with "
-        + "retired keys in it: find the others (find / -samefile \(path)) and remove them"
+        + "retired keys in it: find the others (find / -samefile \(ShellWord.quoted(path))) and remove them"
     case .keyfileInsideData(let path, let directory):
       "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
         + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "

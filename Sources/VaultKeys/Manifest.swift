@@ -425,7 +425,7 @@ public enum ManifestFile {
           + "supersedes an older copy with the newest one its key store holds"
       case .copiedHome(let path, let home):
         "the vault manifest \(path) belongs to the vault home \(home), which still holds that vault; a copied home "
-          + "would act on the same keys under another lock. Use --home \(home) (nothing was changed)"
+          + "would act on the same keys under another lock. Use --home \(ShellWord.quoted(home)) (nothing was changed)"
       case .mismatchedMirror(let path):
         "the vault manifest \(path) and the copy in the key store belong to different vaults; "
           + "check that --home and the key store belong together"
@@ -595,7 +595,8 @@ public enum ManifestFile {
     }
     guard info.st_mode & 0o022 == 0 else {
       throw Failure.corrupt(
-        path: path, reason: "mode \(octal(UInt32(info.st_mode))) lets others change it; run: chmod 600 \(path)")
+        path: path,
+        reason: "mode \(octal(UInt32(info.st_mode))) lets others change it; run: chmod 600 \(ShellWord.quoted(path))")
     }
   }
 }

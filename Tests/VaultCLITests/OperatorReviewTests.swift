@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultKeys
 import VaultTestSupport
 import XCTest
 
@@ -312,6 +313,40 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(report["complete"] as? Bool, false)
     let incomplete = report["incomplete"] as? [[String: Any]] ?? []
     XCTAssertEqual(incomplete.first?["reason"] as? String, "FIFO (never opened), given as a path")
+  }
+
+  /// Advice that shows a command printed its path raw: pasted, a path with a space, a quote, `$`
+  /// or `;` made another command. Found by an operator review. The path is now quoted for a POSIX
+  /// shell when it needs it, and the advice pasted into sh does what it says.
+  func testAdviceQuotesAPathSoThePastedCommandActsOnIt() throws {
+    let directory = temporary.sub("it's $HOME; data")
+    let container = directory + "/q.sqlite"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let put = try vault(["--home", home, "queue", "put", "--queue", "q", "--container", container], input: [1])
+    XCTAssertEqual(put.status, 0, put.error)
+    try FileManager.default.removeItem(atPath: directory)
+    let rotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 1, rotated.error)
+    let quoted = "'" + directory.replacingOccurrences(of: "'", with: #"'\''"#) + "/q.sqlite'"
+    let command = "vault container forget \(quoted)"
+    XCTAssertTrue(rotated.error.contains("`\(command)`"), rotated.error)
+    // Pasted into a shell (the home given as VAULT_HOME, as the advice names no --home).
+    let pasted = try Spawn.run(
+      "/bin/sh", ["-c", command],
+      environment: environment([
+        "PATH": ((vaultBinary() as NSString).deletingLastPathComponent) + ":/usr/bin:/bin", "VAULT_HOME": home,
+      ]))
+    XCTAssertEqual(pasted.status, 0, pasted.error)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "the missing container was forgotten")
+  }
+
+  func testShellWordsAreQuotedOnlyWhenTheyNeedIt() {
+    XCTAssertEqual(ShellWord.quoted("/tmp/a_b.c/d:e@f%g+h=i,j-k"), "/tmp/a_b.c/d:e@f%g+h=i,j-k")
+    XCTAssertEqual(ShellWord.quoted("/tmp/a b"), "'/tmp/a b'")
+    XCTAssertEqual(ShellWord.quoted("/tmp/it's"), #"'/tmp/it'\''s'"#)
+    XCTAssertEqual(ShellWord.quoted("$x;rm"), "'$x;rm'")
+    XCTAssertEqual(ShellWord.quoted("~/k"), "'~/k'")
+    XCTAssertEqual(ShellWord.quoted(""), "''")
   }
 }
 
