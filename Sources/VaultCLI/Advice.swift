@@ -1,6 +1,7 @@
 import Foundation
 import Outbox
 import Vault
+import VaultBackup
 import VaultKeys
 import VaultQueue
 
@@ -19,9 +20,8 @@ enum Advice {
       KeyStoreError.unsafeKeyfileDirectory(_, _, let owner, let expected) where expected == 0 && owner != 0:
       return " (e.g. sudo -u '#\(owner)' vault …, or `vault init --keyfile PATH`)"
     case KeyStoreError.keyfileInsideData:
-      return
-        ": for an existing vault run `vault keyfile move ~/.config/vault-keys/NAME.keys`, for a new one "
-        + "`init --keyfile` there"
+      // Without the command and home at hand (`keyfileInsideDataAdvice` has them): the way out only.
+      return " (an existing vault: `vault keyfile move PATH`; a new one: another --keyfile, or none for the default)"
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
     case RotationError.compromiseIncomplete, RotationError.compromiseUnfinished:
       return " (`vault rotate --compromised`)"
@@ -51,5 +51,50 @@ enum Advice {
     case .unfinishedCompromise: " (`vault rotate --compromised`)"
     case .sealsFormatOne, .unfinishedRotation: " (`vault rotate`)"
     }
+  }
+}
+
+extension VaultCommandLine {
+  /// The advice for `KeyStoreError.keyfileInsideData`, which depends on where it was met: an
+  /// existing vault (its home holds a manifest) moves its keyfile out with `keyfile move`; a new
+  /// one (`init`, `restore`) is made again with another --keyfile, or none for the default. The
+  /// default named is the one vault would use (`KeyfileStore.defaultPath`), and is not offered when
+  /// it lies inside the home too.
+  func keyfileInsideDataAdvice(_ arguments: Arguments) -> String {
+    let restoring = arguments.command == "restore"
+    let home = absolutePath((restoring ? arguments.options["--into"] : nil) ?? homePath(arguments))
+    let resolvedHome = (home as NSString).resolvingSymlinksInPath
+    func isInsideHome(_ path: String) -> Bool {
+      let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+      return directory == resolvedHome || directory.hasPrefix(resolvedHome + "/")
+    }
+    func defaultPath(_ keyring: KeyringID?) -> String {
+      keyring.map { KeyfileStore.defaultPath(keyring: $0, environment: terminal.environment) }
+        ?? KeyfileStore.defaultDirectory(environment: terminal.environment) + "/<vault id>.keys"
+    }
+    if let manifest = try? ManifestFile.read(home: home).manifest {
+      let target = defaultPath(manifest.keyringID)
+      let move = "`vault --home \(ShellWord.quoted(home)) keyfile move "
+      return isInsideHome(target)
+        ? "; move it out with \(move)PATH` (PATH outside the home: the default, \(target), lies inside it too)"
+        : "; move it out with \(move)\(ShellWord.quoted(target))` (the default place)"
+    }
+    guard restoring else {
+      let target = defaultPath(nil)
+      return isInsideHome(target)
+        ? "; give --keyfile PATH outside the home (the default, \(target), lies inside it too)"
+        : "; leave --keyfile out for the default, \(target), or give a PATH outside the home"
+    }
+    let bundle = absolutePath(arguments.positionals[0])
+    let target = defaultPath(
+      (try? Backup.inspect(bundle: bundle, hashingSnapshots: false)).flatMap {
+        KeyringID(hex: $0.keyringID)
+      })
+    var command = "vault restore \(ShellWord.quoted(bundle)) --into \(ShellWord.quoted(home))"
+    if let store = arguments.options["--store"] { command += " --store \(store)" }
+    if let file = arguments.options["--passphrase-file"] { command += " --passphrase-file \(ShellWord.quoted(file))" }
+    return isInsideHome(target)
+      ? "; run `\(command) --keyfile PATH` with PATH outside the home (the default, \(target), lies inside it too)"
+      : "; run `\(command)` without --keyfile: the keyfile then goes to \(target), its default place"
   }
 }

@@ -167,10 +167,7 @@ extension VaultCommandLine {
 extension VaultCommandLine {
   /// Whether a new keyfile could be kept in the default keyfile directory.
   func keyfileDirectoryReport() -> String {
-    let config =
-      terminal.environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-      ?? ((terminal.environment["HOME"] ?? NSHomeDirectory()) + "/.config")
-    let directory = config + "/vault-keys"
+    let directory = KeyfileStore.defaultDirectory(environment: terminal.environment)
     var info = stat()
     guard stat(directory, &info) == 0 else { return "usable (\(directory) would be created 0700)" }
     do {

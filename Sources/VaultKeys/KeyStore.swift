@@ -260,7 +260,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileInsideData(let path, let directory):
       "keyfile \(path) is inside \(directory), the data it protects, so every copy or backup of the data carries "
         + "its keys; keep the keyfile outside it, in a private directory of its own (the default, "
-        + "~/.config/vault-keys/<vault id>.keys, is)"
+        + "$XDG_CONFIG_HOME/vault-keys/<vault id>.keys, else ~/.config/vault-keys/<vault id>.keys, is)"
     case .ambiguousRecord(let record, let count):
       "the Secret Service holds \(count) equally new items for the \(record) record and vault cannot tell which is "
         + "right; remove the ones you did not make with your keyring manager (e.g. seahorse), then retry"

@@ -77,10 +77,15 @@ public final class KeyfileStore: KeyStore {
   ///     (`$HOME/.config`; the account's home directory when `HOME` is unset too).
   /// - Returns: the path; nothing is created.
   public static func defaultPath(keyring: KeyringID, environment: [String: String]) -> String {
+    defaultDirectory(environment: environment) + "/\(keyring.hex).keys"
+  }
+
+  /// The directory of `defaultPath`: `$XDG_CONFIG_HOME/vault-keys`, else `$HOME/.config/vault-keys`.
+  package static func defaultDirectory(environment: [String: String]) -> String {
     let config =
       environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
       ?? ((environment["HOME"] ?? NSHomeDirectory()) + "/.config")
-    return config + "/vault-keys/\(keyring.hex).keys"
+    return config + "/vault-keys"
   }
 
   public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {

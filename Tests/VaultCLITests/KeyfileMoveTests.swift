@@ -35,7 +35,7 @@ final class KeyfileMoveTests: XCTestCase {
     let temporary = TemporaryDirectory()
     let home = temporary.sub("home")
     let inside = home + "/keys/vault.keys"
-    _ = try previousReleaseVault(home: home, keyfile: inside)
+    let (vaultID, _) = try previousReleaseVault(home: home, keyfile: inside)
     // A record sealed by the previous release under version 1 (the independent implementation).
     let sealed = try Spawn.run(
       "/usr/bin/env",
@@ -46,9 +46,16 @@ final class KeyfileMoveTests: XCTestCase {
       input: Array("sealed before the upgrade".utf8))
     XCTAssertEqual(sealed.status, 0, sealed.error)
 
-    let refused = try vault(["--home", home, "open", "--context", "c"], input: sealed.output)
+    // The advice names the command and the default keyfile vault would use (not ~/.config when
+    // XDG_CONFIG_HOME says otherwise).
+    let config = temporary.sub("config")
+    let refused = try vault(
+      ["--home", home, "open", "--context", "c"], input: sealed.output,
+      environment: environment(["XDG_CONFIG_HOME": config]))
     XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("vault keyfile move"), "the error names the way out: \(refused.error)")
+    XCTAssertTrue(
+      refused.error.contains("`vault --home \(home) keyfile move \(config)/vault-keys/\(vaultID).keys`"),
+      "the error names the way out: \(refused.error)")
 
     let outside = temporary.sub("private/vault.keys")
     let moved = try vault(["--home", home, "keyfile", "move", outside])

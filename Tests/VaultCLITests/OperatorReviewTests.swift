@@ -340,6 +340,40 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "the missing container was forgotten")
   }
 
+  /// restore with its --keyfile inside the new home advised `vault keyfile move
+  /// ~/.config/vault-keys/NAME.keys` (there is no vault to move a keyfile of yet) and a default
+  /// path that ignored XDG_CONFIG_HOME. Found by an operator review. It now names the restore to
+  /// run again and the keyfile path vault would use, and that restore works when pasted.
+  func testRestoreWithItsKeyfileInsideTheHomeNamesTheRestoreAndTheRealDefault() throws {
+    let backups = temporary.sub("backups")
+    try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
+    let passphrase = temporary.sub("pass phrase")
+    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("a long passphrase\n".utf8)))
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    let written = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphrase])
+    XCTAssertEqual(written.status, 0, written.error)
+    let bundle = backups + "/" + (try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: backups).first))
+    let vaultID = try XCTUnwrap(try status()["vault_id"] as? String)
+    let config = temporary.sub("config")
+    let into = temporary.sub("new home")
+    let restore = ["restore", bundle, "--into", into, "--store", "keyfile", "--passphrase-file", passphrase]
+    let refused = try vault(
+      restore + ["--keyfile", into + "/v.keys"], environment: environment(["XDG_CONFIG_HOME": config]))
+    XCTAssertEqual(refused.status, 1, refused.error)
+    let expected = config + "/vault-keys/\(vaultID).keys"
+    let command = "vault restore \(bundle) --into '\(into)' --store keyfile --passphrase-file '\(passphrase)'"
+    XCTAssertTrue(
+      refused.error.contains("run `\(command)` without --keyfile: the keyfile then goes to \(expected)"), refused.error)
+    XCTAssertFalse(refused.error.contains("keyfile move"), refused.error)
+    let pasted = try Spawn.run(
+      "/bin/sh", ["-c", command],
+      environment: environment([
+        "PATH": ((vaultBinary() as NSString).deletingLastPathComponent) + ":/usr/bin:/bin", "XDG_CONFIG_HOME": config,
+      ]))
+    XCTAssertEqual(pasted.status, 0, pasted.error)
+    XCTAssertTrue(FileManager.default.fileExists(atPath: expected), pasted.outputText)
+  }
+
   func testShellWordsAreQuotedOnlyWhenTheyNeedIt() {
     XCTAssertEqual(ShellWord.quoted("/tmp/a_b.c/d:e@f%g+h=i,j-k"), "/tmp/a_b.c/d:e@f%g+h=i,j-k")
     XCTAssertEqual(ShellWord.quoted("/tmp/a b"), "'/tmp/a b'")
