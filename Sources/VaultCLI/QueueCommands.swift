@@ -112,11 +112,29 @@ extension VaultCommandLine {
         return
       }
       let ids = arguments.positionals.compactMap(UUID.init(uuidString:))
-      let moved = try container.resend(ids)
+      let (moved, left) = try container.resendReporting(ids)
       terminal.print("resent \(moved) of \(ids.count)")
-      if moved < ids.count {
+      // Each id left as it was, with its state's kind: record ids are not secret, and a person
+      // resending several must know which to look at.
+      for (id, state) in left {
+        terminal.note("vault: not resent: \(id.uuidString.lowercased()) (\(Self.notResendableReason(state)))")
+      }
+      if !left.isEmpty {
         throw QueueCommandError.notResendable(requested: ids.count, moved: moved)
       }
+    }
+  }
+}
+
+extension VaultCommandLine {
+  /// Why a record named to `queue resend` stayed where it was, by the state it was in.
+  static func notResendableReason(_ state: RecordState?) -> String {
+    switch state {
+    case nil: "unknown id: no such record in this container"
+    case .pending?: "pending: already waiting for delivery"
+    case .inFlight?: "in flight: a deliverer holds it now"
+    // Only another process moving it between the look and the update leaves one of these.
+    case .some(let other): "\(other.rawValue): changed by another process while resending"
     }
   }
 }
@@ -136,7 +154,8 @@ enum QueueCommandError: Error, CustomStringConvertible {
   var description: String {
     switch self {
     case .notResendable(let requested, let moved):
-      "\(requested - moved) of the ids are not parked or in review (unknown, pending or in flight); they were left as they are"
+      "\(requested - moved) of the \(requested) ids were not resent, each listed above: they are not parked or in "
+        + "review (unknown, pending or in flight); they were left as they are"
     }
   }
 }

@@ -384,7 +384,11 @@ extension QueueContainer {
   /// - Returns: how many records moved to pending.
   /// - Throws: `QueueError` when the container cannot be written.
   @discardableResult
-  public func resend(_ ids: [UUID]) throws -> Int {
+  public func resend(_ ids: [UUID]) throws -> Int { try resendReporting(ids).moved }
+
+  /// `resend(_:)`, also telling which of `ids` stayed where they were and in what state (nil: no
+  /// record has that id), in the order given, so a person can be told which ids failed and why.
+  package func resendReporting(_ ids: [UUID]) throws -> (moved: Int, left: [(id: UUID, state: RecordState?)]) {
     try withStorage { storage in
       let now = milliseconds(clock())
       let leaseLimit = now + Self.span(configuration.maximumLease)
@@ -393,6 +397,7 @@ extension QueueContainer {
         // Counted per state left, so `stats` can tell records still parked from those resent.
         var resent: [RecordState: Int] = [:]
         var moved = 0
+        var left: [(id: UUID, state: RecordState?)] = []
         for id in ids {
           var state: RecordState?
           try storage.statement("SELECT state FROM records WHERE id = ?").query([.text(id.recordText)]) {
@@ -410,10 +415,11 @@ extension QueueContainer {
             .text(id.recordText), .integer(now), .integer(leaseLimit), .integer(dueLimit),
           ])
           moved += count
+          if count == 0 { left.append((id, state)) }
           if count > 0, let state, state == .parked || state == .review { resent[state, default: 0] += count }
         }
         for (state, count) in resent { try storage.countResend(from: state, count) }
-        return moved
+        return (moved, left)
       }
     }
   }

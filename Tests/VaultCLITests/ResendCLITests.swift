@@ -87,6 +87,29 @@ final class ResendCLITests: XCTestCase {
     XCTAssertEqual(try state(ids, "b-review"), "pending")
   }
 
+  /// Several ids, some not resendable, said "2 of the ids are not parked or in review" without
+  /// naming them. Found by an operator review. Each id left as it was is now listed with the kind
+  /// of reason; the others are still resent, and the exit is 1.
+  func testEachIdNotResentIsListedWithItsReasonAndTheOthersAreResent() throws {
+    let ids = try fill()
+    let unknown = UUID()
+    let run = try resend([ids["a-parked"]!, ids["a-pending"]!, unknown, ids["b-review"]!].map(\.uuidString))
+    XCTAssertEqual(run.status, 1, run.error)
+    XCTAssertEqual(run.outputText, "resent 2 of 4\n")
+    XCTAssertTrue(
+      run.error.contains(
+        "vault: not resent: \(ids["a-pending"]!.uuidString.lowercased()) (pending: already waiting for delivery)\n"),
+      run.error)
+    XCTAssertTrue(
+      run.error.contains(
+        "vault: not resent: \(unknown.uuidString.lowercased()) (unknown id: no such record in this container)\n"),
+      run.error)
+    XCTAssertTrue(run.error.contains("Error: 2 of the 4 ids were not resent, each listed above"), run.error)
+    XCTAssertFalse(run.error.contains(ids["a-parked"]!.uuidString.lowercased()), "a resent id is not listed")
+    XCTAssertEqual(try state(ids, "a-parked"), "pending")
+    XCTAssertEqual(try state(ids, "b-review"), "pending")
+  }
+
   func testNoneOrSeveralSelectorsAreUsageErrors() throws {
     let ids = try fill()
     let before = try states()
