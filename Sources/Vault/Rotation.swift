@@ -202,6 +202,12 @@ public struct RotationProgress: Sendable, Equatable {
   public var path: String
   /// Records of this container re-sealed so far.
   public var resealed: Int
+  /// Records re-sealed in the containers before this one, in this rotation.
+  public var resealedBefore: Int
+
+  /// Records re-sealed so far in this rotation, over every container: it only rises, where
+  /// `resealed` starts again at 0 with each container.
+  public var resealedInAll: Int { resealedBefore + resealed }
 
   /// Makes a progress report (rotation makes them; tests and displays read them).
   ///
@@ -210,11 +216,13 @@ public struct RotationProgress: Sendable, Equatable {
   ///   - containers: how many are registered.
   ///   - path: its path.
   ///   - resealed: its records re-sealed so far.
-  public init(container: Int, containers: Int, path: String, resealed: Int) {
+  ///   - resealedBefore: records re-sealed in the containers before it (0 for the first).
+  public init(container: Int, containers: Int, path: String, resealed: Int, resealedBefore: Int = 0) {
     self.container = container
     self.containers = containers
     self.path = path
     self.resealed = resealed
+    self.resealedBefore = resealedBefore
   }
 }
 
@@ -523,7 +531,8 @@ extension Vault {
       var logNotEmptied: [String] = []
       for (index, registered) in manifest.containers.enumerated() {
         var progress = RotationProgress(
-          container: index + 1, containers: manifest.containers.count, path: registered.path, resealed: 0)
+          container: index + 1, containers: manifest.containers.count, path: registered.path, resealed: 0,
+          resealedBefore: resealed.values.reduce(0, +))
         options.progress?(progress)
         let container = try provider.open(path: registered.path, vault: self)
         try adoptContainerID(container, registered: registered)

@@ -380,10 +380,7 @@ public struct VaultCommandLine {
         progress.finish()
         return Self.confirmCompromise(plan, assumeYes: assumeYes, terminal: terminal)
       },
-      progress: { step in
-        progress.update(
-          "rotating: container \(step.container) of \(step.containers), \(counted(step.resealed, "record")) re-sealed")
-      })
+      progress: { step in progress.update(Self.rotationProgressText(step)) })
     // The containers are checked, then opened one at a time, under the manifest lock.
     let report: RotationReport
     let activeBefore = vault.activeVersion
@@ -574,5 +571,16 @@ enum JSON {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     return Printable.json(String(decoding: try encoder.encode(value), as: UTF8.self))
+  }
+}
+
+extension VaultCommandLine {
+  /// rotate's progress line: the records re-sealed over every container so far (the count never
+  /// starts again), then which container it is in. No percentage: the records still to re-seal
+  /// are not counted ahead, which would open every container twice. The count comes first so a
+  /// narrow terminal cuts the path, not the count.
+  static func rotationProgressText(_ step: RotationProgress) -> String {
+    "rotating: \(counted(step.resealedInAll, "record")) re-sealed so far; container \(step.container) of "
+      + "\(step.containers): \(step.path)"
   }
 }

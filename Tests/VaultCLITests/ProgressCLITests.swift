@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultTestSupport
 import XCTest
 
@@ -40,9 +41,22 @@ final class ProgressCLITests: XCTestCase {
   func testRotationShowsProgressOnATerminalAndClearsIt() {
     let rotated = run(["rotate"], interactive: true)
     XCTAssertEqual(rotated.status, 0, rotated.error)
-    XCTAssertTrue(rotated.error.hasPrefix("\rrotating: container 1 of 1, 0 records re-sealed\u{1B}[K"), rotated.error)
+    XCTAssertTrue(
+      rotated.error.hasPrefix(
+        "\rrotating: 0 records re-sealed so far; container 1 of 1: \(home)/queue.sqlite\u{1B}[K"),
+      rotated.error)
     XCTAssertTrue(rotated.error.hasSuffix("\r\u{1B}[K"), "the line is cleared: \(rotated.error.debugDescription)")
     XCTAssertFalse(rotated.output.contains("rotating:"), "never on standard output")
+  }
+
+  /// The count restarted with each container ("container 2 of 2, 3 records re-sealed" after 1000
+  /// in the first): an operator read it as going backwards. Found by an operator review. It now
+  /// counts over every container, and says which container it is in.
+  func testRotationProgressCountsAcrossContainers() {
+    let second = RotationProgress(container: 2, containers: 2, path: "/d/b.sqlite", resealed: 3, resealedBefore: 1000)
+    XCTAssertEqual(
+      VaultCommandLine.rotationProgressText(second),
+      "rotating: 1003 records re-sealed so far; container 2 of 2: /d/b.sqlite")
   }
 
   /// A background job (`vault rotate &`) drew its line over the shell's prompt and what the user

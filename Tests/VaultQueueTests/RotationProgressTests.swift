@@ -33,7 +33,12 @@ final class RotationProgressTests: XCTestCase {
       // A start at 0, then one step per batch of 4, rising to what the report counts.
       XCTAssertEqual(mine.map(\.resealed), [0] + stride(from: 4, to: 10 + index, by: 4) + [10 + index])
       XCTAssertEqual(mine.last?.resealed, report.resealed[path])
+      // The count over every container goes on from where the one before ended.
+      XCTAssertEqual(Set(mine.map(\.resealedBefore)), [index == 0 ? 0 : 10])
     }
+    let inAll = seen.map(\.resealedInAll)
+    XCTAssertEqual(inAll, inAll.sorted(), "the count over every container never goes back")
+    XCTAssertEqual(inAll.last, report.resealed.values.reduce(0, +))
   }
 }
 
