@@ -103,10 +103,9 @@ extension VaultCommandLine {
     case .success(let (manifest, integrity)):
       let keyfile = manifest.store.keyfile ?? ""
       let keyfileMissing = manifest.store.kind == .keyfile && !KeyfileStore(path: keyfile).exists
-      report.add(
-        "manifest", .ok,
-        "ok (\(ManifestFile.path(home: home)), vault \(manifest.vaultID), "
-          + (keyfileMissing ? "unverified: its keyfile is not found" : integrity) + ")")
+      let (status, detail) = Self.manifestCheck(
+        integrity: keyfileMissing ? "unverified: its keyfile, which holds the integrity key, is not found" : integrity)
+      report.add("manifest", status, detail + " (\(ManifestFile.path(home: home)), vault \(manifest.vaultID))")
       let warnings = Vault.statusWarnings(manifest)
       if !warnings.contains(.sealsFormatOne(version: manifest.activeVersion)) {
         report.add("envelopes", .ok, "format 2 (key version \(manifest.activeVersion), suite 2)")
@@ -119,6 +118,23 @@ extension VaultCommandLine {
       examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
       return report
     }
+  }
+
+  /// The manifest line from `Vault.inspect`'s integrity: what was checked (read, and its MAC under
+  /// the key store's integrity key) and, when the MAC was not checked, that it was not and why.
+  /// Only a checked MAC is "ok": "ok (unverified)" read as both.
+  static func manifestCheck(integrity: String) -> (DoctorReport.Status, String) {
+    if integrity == "verified" {
+      return (.ok, "read and authenticated (its MAC matches the key store's integrity key)")
+    }
+    if integrity.hasPrefix("verified ") {
+      return (.ok, "read and authenticated " + integrity.dropFirst("verified ".count))
+    }
+    if integrity == "legacy" {
+      return (.warning, "read, not authenticated: written before manifests had a MAC (opening the vault adds one)")
+    }
+    let why = integrity.hasPrefix("unverified: ") ? String(integrity.dropFirst("unverified: ".count)) : integrity
+    return (.warning, "read, not authenticated: \(why)")
   }
 
   private func examineStore(
@@ -137,8 +153,12 @@ extension VaultCommandLine {
         do {
           let versions = try store.storedVersions(keyring: manifest.keyringID!)
           let mode = store.mode.map { "0" + String($0, radix: 8) } ?? "unreadable"
+          // What loading it checked: owner, mode, and that it parses as this vault's keyfile; the
+          // active key itself is loaded by "active key".
           report.add(
-            "keyfile", .ok, "ok (\(path), mode \(mode), versions \(versions.map(String.init).joined(separator: ",")))")
+            "keyfile", .ok,
+            "read: private to you (\(path), mode \(mode)), a keyfile of this vault, holds key version"
+              + (versions.count == 1 ? " " : "s ") + versions.map(String.init).joined(separator: ", "))
         } catch {
           report.add("keyfile", .problem, Self.describe(error).0)
         }
@@ -186,7 +206,8 @@ enum DoctorCommand: Subcommand {
     discussion: """
       Checks the D-Bus session, the Secret Service provider and its default collection (locked or not, \
       answering in time), the keyfile's permissions and owner, whether libcurl loads (delivery needs it; a \
-      warning without it), the manifest, and whether the active key can be read. A store this vault does not \
+      warning without it), the manifest (read, and authenticated by its MAC when the key store can be read; \
+      otherwise a warning says why not), and whether the active key can be read. A store this vault does not \
       use is reported, not held against it (a keyfile vault needs no session bus); a keyfile that is gone is \
       "not found" with its path. Exits 1 when the vault exists but its key cannot be read.
       """,

@@ -2,6 +2,8 @@ import Foundation
 import VaultTestSupport
 import XCTest
 
+@testable import VaultCLI
+
 /// Issue 13, item 10: an honest `doctor` — a keyfile vault is not faulted for a missing session
 /// bus, a missing keyfile is "not found" with its path, and `--json` says the same.
 final class DoctorTests: XCTestCase {
@@ -52,7 +54,10 @@ final class DoctorTests: XCTestCase {
     let text = try vault(["--home", home, "doctor"], environment: noBus)
     XCTAssertEqual(text.status, 1)
     XCTAssertTrue(text.outputText.contains("keyfile:         not found: \(keyfile)"), text.outputText)
-    XCTAssertTrue(text.outputText.contains("unverified: its keyfile is not found"), text.outputText)
+    XCTAssertTrue(
+      text.outputText.contains(
+        "manifest:        read, not authenticated: its keyfile, which holds the integrity key, is not found"),
+      text.outputText)
     XCTAssertFalse(text.outputText.contains("mode missing"), "not reported as an ok keyfile")
     let run = try vault(["--home", home, "doctor", "--json"], environment: noBus)
     XCTAssertEqual(run.status, 1)
@@ -61,6 +66,29 @@ final class DoctorTests: XCTestCase {
     XCTAssertEqual(check(report, "keyfile")?["status"] as? String, "problem")
     XCTAssertEqual(check(report, "active key")?["status"] as? String, "not-checked")
     XCTAssertFalse(FileManager.default.fileExists(atPath: keyfile), "doctor made no keyfile")
+  }
+
+  /// "manifest: ok (…, unverified: …)" read as ok and as not checked at once, and the keyfile
+  /// line said "ok" without saying what was looked at. Found by an operator review. Each line now
+  /// says what was checked; a manifest whose MAC was not checked is a warning that says why.
+  func testEachLineSaysWhatWasCheckedAndWhatWasNot() throws {
+    let healthy = try vault(["--home", home, "doctor"], environment: noBus)
+    XCTAssertEqual(healthy.status, 0, healthy.outputText)
+    XCTAssertTrue(
+      healthy.outputText.contains(
+        "manifest:        read and authenticated (its MAC matches the key store's integrity key) (\(home)/manifest.json"
+      ),
+      healthy.outputText)
+    XCTAssertTrue(
+      healthy.outputText.contains(
+        "keyfile:         read: private to you (\(keyfile), mode 0600), a keyfile of this vault, holds key version 1\n"),
+      healthy.outputText)
+    XCTAssertFalse(healthy.outputText.contains("ok (\(home)"), "no \"ok\" that hides what it means")
+    XCTAssertEqual(VaultCommandLine.manifestCheck(integrity: "unverified: the keyring is locked").0, .warning)
+    XCTAssertEqual(
+      VaultCommandLine.manifestCheck(integrity: "unverified: the keyring is locked").1,
+      "read, not authenticated: the keyring is locked")
+    XCTAssertEqual(VaultCommandLine.manifestCheck(integrity: "legacy").0, .warning)
   }
 
   func testNoVaultYetIsNotAFailure() throws {
