@@ -63,6 +63,12 @@ public struct FlushReport: Codable, Sendable, Equatable {
   /// The kind of the last answer that refused a batch for its configuration (`http-401`,
   /// `http-403`, `http-404`); nil when there was none.
   public var errorKind: String?
+  /// The kind of the last failure in the pass that left events to retry: an answer (`http-503`)
+  /// or, with `retryUnreachable`, no answer (`connection-refused`, `dns`, `timeout`…); nil when no
+  /// event was rescheduled. Said by `vault telemetry flush`; not part of the JSON form.
+  public var retryKind: String?
+  /// Whether `retryKind` is a failure to reach the server rather than its answer.
+  public var retryUnreachable = false
 
   enum CodingKeys: String, CodingKey {
     case delivered, retried, parked, rejected, pending, batches
@@ -541,6 +547,7 @@ public final class Telemetry: @unchecked Sendable {
         let parked = outcomes.values.filter { $0 == .parked }.count
         report.parked += parked
         report.retried += outcomes.count - parked
+        if outcomes.count > parked { (report.retryKind, report.retryUnreachable) = (kind, false) }
         published(outcomes, ids: ids, kind: kind)
       case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
         // Cut short by a stop: the pass gives these back with the rest of its claim.
@@ -548,6 +555,7 @@ public final class Telemetry: @unchecked Sendable {
       case .unreachable(let kind):
         let outcomes = try claim.fail(ids, errorKind: kind, serverAnswered: false, sharedDelay: true)
         report.retried += outcomes.count
+        if !outcomes.isEmpty { (report.retryKind, report.retryUnreachable) = (kind, true) }
         published(outcomes, ids: ids, kind: kind)
       case .reject(let kind):
         let moved = try claim.reject(ids, errorKind: kind)

@@ -107,6 +107,7 @@ extension VaultCommandLine {
         "delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending) (\(counted(report.batches, "batch", plural: "batches")))"
       )
+      if let line = Self.nothingDeliveredLine(report) { terminal.print(line) }
     }
     if report.errorKind == "http-401", arguments.options["--token-file"] == nil {
       terminal.note(Self.missingTokenWarning)
@@ -116,6 +117,28 @@ extension VaultCommandLine {
 }
 
 extension VaultCommandLine {
+  /// flush's plain word when events were waiting and none was delivered (the pass still ran, so
+  /// the exit stays 0): how many, and why by kind: "delivered 0 of 12 events: 12 retry later
+  /// (server unreachable: connection-refused)". Nil when something was delivered or nothing waited.
+  static func nothingDeliveredLine(_ report: FlushReport) -> String? {
+    // Retried events are pending again (due later), so they are inside `pending`.
+    let waiting = report.pending + report.parked + report.rejected
+    guard report.delivered == 0, waiting > 0 else { return nil }
+    var parts: [String] = []
+    if report.retried > 0 {
+      let why = report.retryKind.map { report.retryUnreachable ? "server unreachable: \($0)" : "server answered \($0)" }
+      parts.append("\(report.retried) retry later" + (why.map { " (\($0))" } ?? ""))
+    }
+    if report.parked > 0 { parts.append("\(report.parked) parked") }
+    if report.rejected > 0 { parts.append("\(report.rejected) in review") }
+    let later = report.pending - report.retried
+    if later > 0 {
+      parts.append(
+        report.batches == 0 ? "\(later) not due yet (waiting for their retry time)" : "\(later) wait for a later pass")
+    }
+    return "delivered 0 of \(counted(waiting, "event")): " + parts.joined(separator: "; ")
+  }
+
   /// Said when a server answers 401 to an upload that carried no token.
   static let missingTokenWarning =
     "vault: warning: the server answered 401 (unauthorized) and no token was sent; "

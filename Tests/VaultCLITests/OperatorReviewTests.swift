@@ -374,6 +374,23 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertTrue(FileManager.default.fileExists(atPath: expected), pasted.outputText)
   }
 
+  /// A flush to a server it could not reach printed only "delivered 0, retried 3, …" and exit 0
+  /// (right: the pass ran), without saying that nothing went out or why. Found by an operator
+  /// review. It now says so, by kind, and the exit stays 0.
+  func testAFlushThatDeliversNothingSaysSoAndWhyByKind() throws {
+    for _ in 0..<3 { XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0) }
+    let flush = ["--home", home, "telemetry", "flush", "--endpoint", "http://127.0.0.1:9/b"]
+    let refused = try vault(flush)
+    XCTAssertEqual(refused.status, 0, refused.error)
+    XCTAssertTrue(
+      refused.outputText.contains("\ndelivered 0 of 3 events: 3 retry later (server unreachable: "), refused.outputText)
+    let again = try vault(flush)
+    XCTAssertEqual(again.status, 0, again.error)
+    XCTAssertTrue(
+      again.outputText.hasSuffix("\ndelivered 0 of 3 events: 3 not due yet (waiting for their retry time)\n"),
+      again.outputText)
+  }
+
   func testShellWordsAreQuotedOnlyWhenTheyNeedIt() {
     XCTAssertEqual(ShellWord.quoted("/tmp/a_b.c/d:e@f%g+h=i,j-k"), "/tmp/a_b.c/d:e@f%g+h=i,j-k")
     XCTAssertEqual(ShellWord.quoted("/tmp/a b"), "'/tmp/a b'")
