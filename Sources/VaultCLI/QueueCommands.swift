@@ -230,7 +230,8 @@ enum QueueCommand: Subcommand {
         discussion: """
           With a fresh attempt count: those named by id, or in bulk with exactly one of --all (every parked and \
           review record), --state parked|review, or --queue NAME (that queue's parked and review records). Prints \
-          how many were resent; ids that are not parked or in review are left as they are (exit 1).
+          how many were resent; ids that are not parked or in review are left as they are, each listed on standard error \
+          with why (unknown id, pending, in flight), and the exit is 1.
           """,
         parameters: [
           container,
