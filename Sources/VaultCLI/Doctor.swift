@@ -207,7 +207,10 @@ enum DoctorCommand: Subcommand {
       Checks the D-Bus session, the Secret Service provider and its default collection (locked or not, \
       answering in time), the keyfile's permissions and owner, whether libcurl loads (delivery needs it; a \
       warning without it), the manifest (read, and authenticated by its MAC when the key store can be read; \
-      otherwise a warning says why not), and whether the active key can be read. A store this vault does not \
+      otherwise a warning says why not), which envelope format the active key version seals (a warning for \
+      format 1), an unfinished rotation (a warning), whether the newest backup bundle of this vault is intact and holds every key \
+      version still in use (a warning when none does), and whether the active key can be read. A store this \
+      vault does not \
       use is reported, not held against it (a keyfile vault needs no session bus); a keyfile that is gone is \
       "not found" with its path. Exits 1 when the vault exists but its key cannot be read.
       """,
