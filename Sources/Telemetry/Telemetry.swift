@@ -64,7 +64,7 @@ public struct FlushReport: Codable, Sendable, Equatable {
   /// `http-403`, `http-404`); nil when there was none.
   public var errorKind: String?
   /// The kind of the last failure in the pass that left events to retry: an answer (`http-503`)
-  /// or, with `retryUnreachable`, no answer (`connection-refused`, `dns`, `timeout`…); nil when no
+  /// or, with `retryUnreachable`, no answer (`connection-refused`, `dns`, `timed-out`…); nil when no
   /// event was rescheduled. Said by `vault telemetry flush`; not part of the JSON form.
   public var retryKind: String?
   /// Whether `retryKind` is a failure to reach the server rather than its answer.
