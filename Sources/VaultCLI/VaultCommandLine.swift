@@ -86,7 +86,7 @@ public struct VaultCommandLine {
           + keyfileInsideDataAdvice(arguments))
       return ExitCode.failure.rawValue
     } catch {
-      return fail(error)
+      return fail(error, home: arguments.home)
     }
   }
 
@@ -137,10 +137,20 @@ public struct VaultCommandLine {
     return ExitCode.usage.rawValue
   }
 
-  /// Prints an error by kind (never contents) and picks its exit code.
-  func fail(_ error: any Error) -> Int32 {
+  /// Prints an error by kind (never contents) and picks its exit code. When the command was given
+  /// `--home DIR` and the error's advice shows a vault command, a note says to give that command
+  /// the same home: pasted as shown, it would act on the default vault (or `$VAULT_HOME`'s).
+  ///
+  /// - Parameters:
+  ///   - error: what went wrong.
+  ///   - home: the `--home` the command was given, as given; nil when none was.
+  /// - Returns: the exit code for `error`.
+  func fail(_ error: any Error, home: String? = nil) -> Int32 {
     let (message, code) = Self.describe(error)
     terminal.error(message)
+    if let home, message.contains("`vault ") {
+      terminal.note("vault: give the command above this vault's home: `vault --home \(ShellWord.quoted(home)) …`")
+    }
     return code.rawValue
   }
 

@@ -330,6 +330,15 @@ final class OperatorReviewTests: XCTestCase {
     let quoted = "'" + directory.replacingOccurrences(of: "'", with: #"'\''"#) + "/q.sqlite'"
     let command = "vault container forget \(quoted)"
     XCTAssertTrue(rotated.error.contains("`\(command)`"), rotated.error)
+    // Run with --home, the advice says to give the command the same home (pasted as it is, it
+    // would act on the default vault); run with VAULT_HOME, which a pasted command keeps, it does not.
+    XCTAssertTrue(
+      rotated.error.hasSuffix("vault: give the command above this vault's home: `vault --home \(home) …`\n"),
+      rotated.error)
+    let viaVariable = try Spawn.run(vaultBinary(), ["rotate"], environment: environment(["VAULT_HOME": home]))
+    XCTAssertEqual(viaVariable.status, 1, viaVariable.error)
+    XCTAssertTrue(viaVariable.error.contains("`\(command)`"), viaVariable.error)
+    XCTAssertFalse(viaVariable.error.contains("give the command above"), viaVariable.error)
     // Pasted into a shell (the home given as VAULT_HOME, as the advice names no --home).
     let pasted = try Spawn.run(
       "/bin/sh", ["-c", command],
