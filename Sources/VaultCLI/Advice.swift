@@ -54,7 +54,29 @@ enum Advice {
   }
 }
 
+extension KeyStoreError {
+  /// Whether this is `keyfileInsideData`, whose advice depends on the command and the home.
+  var isKeyfileInsideData: Bool {
+    if case .keyfileInsideData = self { return true }
+    return false
+  }
+}
+
 extension VaultCommandLine {
+  /// `error`'s sentence with its advice, as `describe` gives it, but for a keyfile inside the
+  /// home, whose advice needs the command and the home (`init`, `restore` or an existing vault:
+  /// `keyfileInsideDataAdvice`). `vault` and `doctor` show errors through it.
+  ///
+  /// - Parameters:
+  ///   - error: what went wrong.
+  ///   - arguments: the command line, for its command and home.
+  /// - Returns: the sentence, never contents.
+  func sentence(for error: any Error, _ arguments: Arguments) -> String {
+    guard case KeyStoreError.keyfileInsideData(let path, let directory) = error else { return Self.describe(error).0 }
+    return KeyStoreError.keyfileInsideData(path: path, dataDirectory: directory).description
+      + keyfileInsideDataAdvice(arguments)
+  }
+
   /// The advice for `KeyStoreError.keyfileInsideData`, which depends on where it was met: an
   /// existing vault (its home holds a manifest) moves its keyfile out with `keyfile move`; a new
   /// one (`init`, `restore`) is made again with another --keyfile, or none for the default. The

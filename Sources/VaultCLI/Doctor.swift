@@ -32,7 +32,7 @@ struct DoctorReport: Encodable {
 extension VaultCommandLine {
   /// Checks each part a vault depends on and says, for each, whether it works and why not.
   func doctor(_ arguments: Arguments) -> Int32 {
-    let report = examine(home: homePath(arguments))
+    let report = examine(home: homePath(arguments), arguments)
     if arguments.flags.contains("--json") {
       terminal.printBlock((try? JSON.encode(report)) ?? "{}")
     } else {
@@ -48,7 +48,7 @@ extension VaultCommandLine {
 
   /// Looks at everything first (the manifest decides which store matters), then reports in the
   /// order an operator reads it: the session bus and Secret Service, the keyfile store, the vault.
-  private func examine(home: String) -> DoctorReport {
+  private func examine(home: String, _ arguments: Arguments) -> DoctorReport {
     var report = DoctorReport()
     let inspected: Result<(Manifest, String), any Error> = Result { try Vault.inspect(home: home, resolver: keyStores) }
     let manifest = try? inspected.get().0
@@ -115,7 +115,9 @@ extension VaultCommandLine {
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
       examineBackup(manifest, home: home, into: &report)
-      examineStore(manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, into: &report)
+      examineStore(
+        manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, arguments,
+        into: &report)
       return report
     }
   }
@@ -139,7 +141,7 @@ extension VaultCommandLine {
 
   private func examineStore(
     _ manifest: Manifest, home: String, keyfileMissing: Bool, secretService: SecretServiceProbe,
-    into report: inout DoctorReport
+    _ arguments: Arguments, into report: inout DoctorReport
   ) {
     switch manifest.store.kind {
     case .keyfile:
@@ -160,7 +162,7 @@ extension VaultCommandLine {
             "read: private to you (\(path), mode \(mode)), a keyfile of this vault, holds key version"
               + (versions.count == 1 ? " " : "s ") + versions.map(String.init).joined(separator: ", "))
         } catch {
-          report.add("keyfile", .problem, Self.describe(error).0)
+          report.add("keyfile", .problem, sentence(for: error, arguments))
         }
       }
       report.add("vault store", .ok, "keyfile")
@@ -174,7 +176,7 @@ extension VaultCommandLine {
         let vault = try Vault.open(home: home, resolver: keyStores)
         report.add("active key", .ok, "readable (version \(vault.manifest.activeVersion))")
       } catch {
-        report.add("active key", .problem, Self.describe(error).0)
+        report.add("active key", .problem, sentence(for: error, arguments))
       }
     } else {
       report.add("active key", .notChecked, "not readable while its store is unusable")

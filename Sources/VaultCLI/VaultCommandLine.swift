@@ -79,11 +79,8 @@ public struct VaultCommandLine {
       return try type.run(self, arguments)
     } catch let error as UsageError {
       return usage(error)
-    } catch KeyStoreError.keyfileInsideData(let path, let directory) {
-      // Its advice needs the command and the home (`init`, `restore` or an existing vault).
-      terminal.error(
-        KeyStoreError.keyfileInsideData(path: path, dataDirectory: directory).description
-          + keyfileInsideDataAdvice(arguments))
+    } catch let error as KeyStoreError where error.isKeyfileInsideData {
+      terminal.error(sentence(for: error, arguments))
       return ExitCode.failure.rawValue
     } catch {
       return fail(error, home: arguments.home)

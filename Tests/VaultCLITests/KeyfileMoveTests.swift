@@ -56,6 +56,12 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertTrue(
       refused.error.contains("`vault --home \(home) keyfile move \(config)/vault-keys/\(vaultID).keys`"),
       "the error names the way out: \(refused.error)")
+    // doctor names the same way out, not the generic advice (operator review).
+    let doctor = try vault(["--home", home, "doctor"], environment: environment(["XDG_CONFIG_HOME": config]))
+    XCTAssertTrue(
+      doctor.outputText.contains("`vault --home \(home) keyfile move \(config)/vault-keys/\(vaultID).keys`"),
+      doctor.outputText)
+    XCTAssertFalse(doctor.outputText.contains("keyfile move PATH`; a new one"), doctor.outputText)
 
     let outside = temporary.sub("private/vault.keys")
     let moved = try vault(["--home", home, "keyfile", "move", outside])
