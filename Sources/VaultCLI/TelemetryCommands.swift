@@ -198,6 +198,9 @@ extension VaultCommandLine {
       terminal.print(
         "pass: delivered \(report.delivered), retried \(report.retried), parked \(report.parked), "
           + "rejected \(report.rejected), pending \(report.pending)")
+      // A pass that sent and delivered nothing says why, as flush does; one with nothing due
+      // (most of them, while retries wait) adds nothing to the journal.
+      if report.batches > 0, let line = Self.nothingDeliveredLine(report) { terminal.print("pass: " + line) }
       // Standard output gone (a closed pipe: `| head -1`; a full disk): stop as a signal would,
       // and exit 1 below, rather than deliver on unseen for ever.
       if terminal.outputFailure() != nil { stopped.signal() }

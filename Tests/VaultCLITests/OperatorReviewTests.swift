@@ -400,6 +400,29 @@ final class OperatorReviewTests: XCTestCase {
       again.outputText)
   }
 
+  /// `telemetry watch` printed "pass: delivered 0, retried 3, …" without saying that nothing
+  /// went out or why (operator review); a pass that sent something now says so, as flush does.
+  func testAWatchPassThatDeliversNothingSaysWhyByKind() throws {
+    for _ in 0..<3 { XCTAssertEqual(try vault(["--home", home, "telemetry", "log", "a"]).status, 0) }
+    // Its output goes to a file, read while it runs (the first pass runs at start).
+    let log = temporary.sub("watch.out")
+    let watch = try Spawn.start(
+      "/bin/sh",
+      [
+        "-c", #"exec "$0" --home "$1" telemetry watch --endpoint http://127.0.0.1:9/b --interval 600 > "$2""#,
+        vaultBinary(), home, log,
+      ])
+    let deadline = Date().addingTimeInterval(30)
+    var output = ""
+    while Date() < deadline, !output.contains("\npass: delivered 0 of") {
+      Thread.sleep(forTimeInterval: 0.1)
+      output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+    }
+    watch.kill(SIGTERM)
+    _ = watch.finish()
+    XCTAssertTrue(output.contains("\npass: delivered 0 of 3 events: 3 retry later (server unreachable: "), output)
+  }
+
   func testShellWordsAreQuotedOnlyWhenTheyNeedIt() {
     XCTAssertEqual(ShellWord.quoted("/tmp/a_b.c/d:e@f%g+h=i,j-k"), "/tmp/a_b.c/d:e@f%g+h=i,j-k")
     XCTAssertEqual(ShellWord.quoted("/tmp/a b"), "'/tmp/a b'")
