@@ -6,13 +6,24 @@ import Vault
 
 /// The file named as a command's input, and the file it writes with `-o`.
 enum FileIO {
+  /// The directory and the last name of `path`, split at its last "/" as the kernel reads it:
+  /// nothing is resolved or dropped (`URL` would drop "link/.." on paper, and the kernel resolves
+  /// it through the link, to another directory, maybe another file system). The directory is "."
+  /// for a bare name and "/" for a name at the root.
+  static func split(_ path: String) -> (directory: String, name: String) {
+    var trimmed = Substring(path)
+    while trimmed.count > 1, trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+    guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
+    let directory = trimmed[..<slash]
+    return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.index(after: slash)...]))
+  }
+
   /// A new temporary file (mkstemp, mode 0600) in the directory of `path`, named after it:
   /// `.NAME.vault-XXXXXX`, so a rename or link to `path` stays on one file system.
   /// - Returns: its descriptor and path, or nil with `errno` set.
   static func temporaryFile(beside path: String) -> (fd: Int32, path: String)? {
-    let url = URL(fileURLWithPath: path)
-    let directory = url.deletingLastPathComponent().path
-    var template = Array((directory + "/." + url.lastPathComponent + ".vault-XXXXXX").utf8CString)
+    let (directory, name) = split(path)
+    var template = Array((directory + "/." + name + ".vault-XXXXXX").utf8CString)
     let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
     guard fd >= 0 else { return nil }
     return (fd, String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
@@ -21,7 +32,7 @@ enum FileIO {
   /// Flushes the directory holding `path`, so a new name in it survives a crash (best effort: a
   /// directory that cannot be opened or flushed leaves the file written, only its name less sure).
   static func syncDirectory(of path: String) {
-    let fd = open(URL(fileURLWithPath: path).deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    let fd = open(split(path).directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     guard fd >= 0 else { return }
     _ = fsync(fd)
     close(fd)
@@ -164,7 +175,7 @@ enum FileIO {
   /// the caller then uses a named temporary file.
   static func anonymousFile(beside path: String) -> Int32? {
     guard access("/proc/self/fd", X_OK) == 0 else { return nil }
-    let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+    let directory = split(path).directory
     let fd = open(directory, temporaryFileFlag | O_WRONLY | O_CLOEXEC, 0o600)
     return fd >= 0 ? fd : nil
   }
@@ -174,8 +185,8 @@ enum FileIO {
   /// again while the name is taken.
   /// - Returns: that name, or nil with `errno` set when linkat(2) fails otherwise.
   static func name(anonymous fd: Int32, beside path: String) -> String? {
-    let url = URL(fileURLWithPath: path)
-    let prefix = url.deletingLastPathComponent().path + "/." + url.lastPathComponent + ".vault-"
+    let (directory, name) = split(path)
+    let prefix = directory + "/." + name + ".vault-"
     let letters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
     var random = SystemRandomNumberGenerator()
     for _ in 0..<100 {

@@ -309,13 +309,6 @@ struct EnvelopeFile {
     try check(fchmod(fd, info.st_mode & 0o777) == 0)
     try check(FileIO.writeAll(fd, bytes))
     try check(fsync(fd) == 0)
-    var now = stat()
-    guard lstat(path, &now) == 0, now.st_dev == info.st_dev, now.st_ino == info.st_ino,
-      now.st_size == info.st_size, now.st_mtim.tv_sec == info.st_mtim.tv_sec,
-      now.st_mtim.tv_nsec == info.st_mtim.tv_nsec
-    else {
-      throw EnvelopeFileError.changed(path: path)
-    }
     let named: String
     if let temporary {
       named = temporary
@@ -327,6 +320,15 @@ struct EnvelopeFile {
     }
     isOpen = false
     try check(close(fd) == 0)
+    // The last look before the rename, right before it: the link and the close above would
+    // otherwise widen the window in which another writer's new file is silently replaced.
+    var now = stat()
+    guard lstat(path, &now) == 0, now.st_dev == info.st_dev, now.st_ino == info.st_ino,
+      now.st_size == info.st_size, now.st_mtim.tv_sec == info.st_mtim.tv_sec,
+      now.st_mtim.tv_nsec == info.st_mtim.tv_nsec
+    else {
+      throw EnvelopeFileError.changed(path: path)
+    }
     try check(rename(named, path) == 0)
     renamed = true
     FileIO.syncDirectory(of: path)

@@ -172,6 +172,44 @@ final class ResealCLITests: XCTestCase {
     XCTAssertEqual(opened.output, secret, opened.error)
   }
 
+  /// Outside review: for `T/../x.bin` with T a symlink to a/d, the temporary went to the working
+  /// directory (`URL` dropped "T/.." on paper; the kernel resolves it to a/), on another file
+  /// system a failed rename (EXDEV), and the directory flushed was the wrong one; and the check that
+  /// FILE is unchanged ran before the link and the close, not right before the rename, widening
+  /// the window in which another writer's new file is replaced. strace shows the calls' order.
+  func testTheTemporaryIsWhereTheKernelFindsTheFileAndTheLastCheckPrecedesTheRename() throws {
+    let original = try contents(try sealed("original.bin"))
+    _ = try rotate()
+    let pinned = work + "/pinned.bin"
+    try Data(original).write(to: URL(fileURLWithPath: pinned))
+    XCTAssertEqual(try vault(["--home", home, "reseal", "--context", "c", pinned]).status, 0)
+    try FileManager.default.createDirectory(atPath: work + "/a/d", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: work + "/T", withDestinationPath: "a/d")
+    try Data(original).write(to: URL(fileURLWithPath: work + "/a/x.bin"))
+    let strace = try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) })
+    let log = work + "/strace.log"
+    let run = try Spawn.run(
+      "/bin/sh",
+      [
+        "-c",
+        #"cd "$1" && s="$2" l="$3" && shift 3 && exec "$s" -f -o "$l" -e trace=openat,linkat,newfstatat,lstat,rename "$0" "$@""#,
+        vaultBinary(), work, strace, log, "--home", home, "reseal", "--context", "c", "T/../x.bin",
+      ])
+    XCTAssertEqual(run.status, 0, run.error)
+    XCTAssertEqual(try headerVersion(work + "/a/x.bin"), 2)
+    let calls = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
+    let anonymous = calls.firstIndex { $0.contains("O_TMPFILE") }
+    XCTAssertTrue(anonymous.map { calls[$0].contains(#""T/..""#) } ?? false, "O_TMPFILE in T/..: \(calls)")
+    let linked = try XCTUnwrap(calls.firstIndex { $0.contains("linkat(") && $0.contains(#""T/../.x.bin.vault-"#) })
+    let renamed = try XCTUnwrap(calls.firstIndex { $0.contains("rename(") && $0.contains(#""T/../x.bin""#) })
+    let lastCheck = try XCTUnwrap(
+      calls[..<renamed].lastIndex {
+        ($0.contains("fstatat(") || $0.contains("lstat(")) && $0.contains(#""T/../x.bin""#)
+      })
+    XCTAssertTrue(linked < lastCheck, "the file is looked at after the link, right before the rename")
+  }
+
   func testFailingFilesAreReportedByKindLeftUntouchedAndTheOthersStillProceed() throws {
     let good = try sealed("good.bin")
     let other = try sealed("other.bin", context: "elsewhere")
