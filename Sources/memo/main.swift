@@ -36,11 +36,12 @@ let usage = """
   every memo it did not deliver queued again.
   """
 
-func fail(_ message: String, code: Int32 = 1, kind: String = "usage") -> Never {
+func fail(_ message: String, code: Int32 = 1, kind: String = "usage", showingUsage: Bool = false) -> Never {
   // The error event names a kind only, never the message (which may quote user input).
   _ = try? memoTelemetry?.log(type: "error", payload: ["kind": .string(kind)])
-  // Escaped (Printable): a message may quote a path or a value read from the environment.
-  StandardStreams.writeError("Error: \(Printable.keepingLines(message))\n")
+  // Escaped (Printable), newlines too: a message may quote an argument, a path or a value read
+  // from the environment, and must stay one line. The usage after it is memo's own text.
+  StandardStreams.writeError("Error: \(Printable.escaped(message))\n" + (showingUsage ? usage + "\n" : ""))
   exit(code)
 }
 
@@ -71,9 +72,9 @@ while position < arguments.count {
     position += 1
     continue
   }
-  guard givenHome == nil else { fail("'--home' given more than once\n\(usage)", code: 64) }
+  guard givenHome == nil else { fail("'--home' given more than once", code: 64, showingUsage: true) }
   if argument == "--home" {
-    guard position + 1 < arguments.count else { fail("missing value for '--home'\n\(usage)", code: 64) }
+    guard position + 1 < arguments.count else { fail("missing value for '--home'", code: 64, showingUsage: true) }
     givenHome = arguments[position + 1]
     arguments.removeSubrange(position...(position + 1))
   } else {
@@ -92,10 +93,10 @@ if arguments.contains("-h") || arguments.contains("--help") {
   sayBlock(usage)
   exit(0)
 }
-guard let command = arguments.first else { fail("missing command\n\(usage)", code: 64) }
+guard let command = arguments.first else { fail("missing command", code: 64, showingUsage: true) }
 // A usage error is told before anything opens the vault (which may not be there).
 guard ["send", "relay", "history", "resend"].contains(command) else {
-  fail("unknown command '\(command)'\n\(usage)", code: 64)
+  fail("unknown command '\(command)'", code: 64, showingUsage: true)
 }
 let secretServiceTimeout: Double
 do {
@@ -316,7 +317,7 @@ do {
     }
     say("resent \(id.uuidString.lowercased())")
   default:
-    fail("unknown command '\(command)'\n\(usage)", code: 64)
+    fail("unknown command '\(command)'", code: 64, showingUsage: true)
   }
 } catch {
   // Library errors describe a kind and a fix, never memo text; the event records only the kind.

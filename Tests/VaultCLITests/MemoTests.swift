@@ -51,6 +51,11 @@ final class MemoTests: XCTestCase {
       XCTAssertTrue(run.error.contains("unknown command 'bogus'"), run.error)
     }
     XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("empty")), "nothing was made")
+    // Its name is shown escaped: a newline in it cannot forge a line of its own (outside review).
+    let forged = try Spawn.run(
+      memoBinary, ["--home", home, "bogus\nError: forged"], environment: environment([:]))
+    XCTAssertEqual(forged.status, 64, forged.error)
+    XCTAssertTrue(forged.error.hasPrefix("Error: unknown command 'bogus\\u{a}Error: forged'\n"), forged.error)
   }
 
   func testOfflineMemosSurviveRotationAndAreAllDelivered() throws {
