@@ -1,3 +1,5 @@
+import VaultKeys
+
 /// Text made safe to show on a terminal: names, paths and fields read from files, the environment
 /// or a server, and error descriptions that quote them (`vault` prints every message through it).
 /// A name cannot move the cursor, retitle the window, set the clipboard, start a line of its own,
@@ -7,9 +9,7 @@ public enum Printable {
   ///
   /// - Parameter scalar: the character.
   /// - Returns: whether it is one of them.
-  public static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-    scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
-  }
+  public static func isControl(_ scalar: Unicode.Scalar) -> Bool { TerminalScalar.isControl(scalar) }
 
   /// Characters a terminal draws as nothing, or that reorder what follows: zero-width spaces and
   /// joiners, the bidirectional marks, embeddings, overrides and isolates, the line and paragraph
@@ -19,15 +19,11 @@ public enum Printable {
   ///
   /// - Parameter scalar: the character.
   /// - Returns: whether it is one of them.
-  public static func isInvisible(_ scalar: Unicode.Scalar) -> Bool {
-    switch scalar.value {
-    case 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF: true
-    default: false
-    }
-  }
+  public static func isInvisible(_ scalar: Unicode.Scalar) -> Bool { TerminalScalar.isInvisible(scalar) }
 
-  /// Whether `scalar` is written as \u{hh} by `escaped`.
-  private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool { isControl(scalar) || isInvisible(scalar) }
+  /// Whether `scalar` is written as \u{hh} by `escaped` (the list lives in VaultKeys, which
+  /// `ShellWord` shares: a word it quotes must pass through here unchanged).
+  private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool { TerminalScalar.needsEscape(scalar) }
 
   /// `text` with each control or invisible character written as \u{hh}: a name cannot start a new
   /// line, send a terminal escape or hide what it is. A backslash that begins "\u{" is written

@@ -347,6 +347,29 @@ final class OperatorReviewTests: XCTestCase {
       ]))
     XCTAssertEqual(pasted.status, 0, pasted.error)
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "the missing container was forgotten")
+
+    // A path with a newline, an escape and the text \u{a} in it: the advice as printed (through
+    // the terminal sink) pasted into bash forgets that container, not one named by the escapes.
+    let odd = temporary.sub("a\nb\u{1b}[1m" + #"\u{a}"#)
+    try FileManager.default.createDirectory(atPath: odd, withIntermediateDirectories: true)
+    let oddPut = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--container", odd + "/q.sqlite"], input: [1])
+    XCTAssertEqual(oddPut.status, 0, oddPut.error)
+    try FileManager.default.removeItem(atPath: odd)
+    let oddRotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(oddRotated.status, 1, oddRotated.error)
+    let shown = try XCTUnwrap(
+      oddRotated.error.components(separatedBy: "`").first { $0.hasPrefix("vault container forget ") },
+      oddRotated.error)
+    XCTAssertEqual(shown, "vault container forget " + ShellWord.quoted(odd + "/q.sqlite"))
+    let oddPasted = try Spawn.run(
+      "/bin/bash", ["-c", shown],
+      environment: environment([
+        "PATH": ((vaultBinary() as NSString).deletingLastPathComponent) + ":/usr/bin:/bin", "VAULT_HOME": home,
+        "LC_ALL": "C.UTF-8",
+      ]))
+    XCTAssertEqual(oddPasted.status, 0, oddPasted.error)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "the container with the odd path was forgotten")
   }
 
   /// restore with its --keyfile inside the new home advised `vault keyfile move
@@ -430,6 +453,35 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(ShellWord.quoted("$x;rm"), "'$x;rm'")
     XCTAssertEqual(ShellWord.quoted("~/k"), "'~/k'")
     XCTAssertEqual(ShellWord.quoted(""), "''")
+    // A character a terminal sink escapes, or a backslash: ANSI-C quoted, each as an escape.
+    XCTAssertEqual(ShellWord.quoted("/tmp/a\nb"), #"$'/tmp/a\x0ab'"#)
+    XCTAssertEqual(ShellWord.quoted("a\u{1b}[2Jb"), #"$'a\x1b[2Jb'"#)
+    XCTAssertEqual(ShellWord.quoted("a\tb"), #"$'a\x09b'"#)
+    XCTAssertEqual(ShellWord.quoted("it's\n"), #"$'it\x27s\x0a'"#)
+    XCTAssertEqual(ShellWord.quoted(#"a\b"#), #"$'a\x5cb'"#)
+    XCTAssertEqual(ShellWord.quoted(#"/tmp/\u{a}"#), #"$'/tmp/\x5cu{a}'"#)
+    XCTAssertEqual(ShellWord.quoted("x\u{202e}fdp"), #"$'x\u202efdp'"#)
+    XCTAssertEqual(ShellWord.quoted("\u{85}\u{7f}\u{feff}"), #"$'\u0085\x7f\ufeff'"#)
+  }
+
+  /// A path with a newline, an escape or a bidi override was single-quoted, and the terminal sink
+  /// then printed each as the text `\u{a}`: the pasted command named another path (even a real
+  /// one whose name holds that text). Found by an outside review. The quoted word now passes
+  /// through `Printable` unchanged, and bash reads it back as exactly the original bytes.
+  func testAQuotedWordWithControlCharactersPrintsAsItselfAndPastesAsTheWord() throws {
+    let hostile = [
+      "/tmp/a\nb", "/tmp/\u{1b}]52;c;eA==\u{7}x", "a\tb", "it's", #"a\b"#, #"/tmp/\u{a}"#, #"\\u{a}"#,
+      "invoice\u{202e}fdp.sqlite", "\u{85}\u{9b}31m", "z\u{200b}w\u{2066}", "\u{feff}'\\\n$x ;`rm`",
+    ]
+    for word in hostile {
+      let quoted = ShellWord.quoted(word)
+      XCTAssertEqual(Printable.escaped(quoted), quoted, "\(Array(word.unicodeScalars))")
+      // bash writes \u as UTF-8 only in a UTF-8 locale.
+      let printed = try Spawn.run(
+        "/bin/bash", ["-c", "printf %s \(quoted)"], environment: environment(["LC_ALL": "C.UTF-8"]))
+      XCTAssertEqual(printed.status, 0, printed.error)
+      XCTAssertEqual(printed.output, Array(word.utf8), "\(quoted)")
+    }
   }
 }
 
