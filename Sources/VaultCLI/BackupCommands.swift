@@ -13,7 +13,7 @@ extension VaultCommandLine {
   func backup(_ arguments: Arguments) throws -> Int32 {
     // Exactly one of --to and --verify, and --keep only with --to: the parser checked.
     if let bundle = arguments.options["--verify"] {
-      return try reportingBackupErrors {
+      return try reportingBackupErrors(arguments) {
         // What needs no passphrase is checked before it is asked for.
         try Backup.check(bundle: bundle)
         let passphrase = try readPassphrase(arguments, confirm: false)
@@ -33,7 +33,7 @@ extension VaultCommandLine {
     let directory = arguments.options["--to"] ?? ""
     let keep = arguments.wholeNumber("--keep") ?? Backup.defaultKeep
     let vault = try openVault(arguments)
-    return try reportingBackupErrors {
+    return try reportingBackupErrors(arguments) {
       try Backup.checkDestination(directory)
       let passphrase = try readPassphrase(arguments, confirm: true)
       let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
@@ -82,7 +82,7 @@ extension VaultCommandLine {
       throw UsageError(message: "--keyfile goes with --store keyfile or auto", command: "restore")
     }
     let home = arguments.options["--into"] ?? homePath(arguments)
-    return try reportingBackupErrors {
+    return try reportingBackupErrors(arguments) {
       // The bundle and then the home are checked before anything is asked or probed: a home holding
       // this vault is merged into, one holding another vault or other files is refused.
       try Backup.check(bundle: bundle)
@@ -190,12 +190,13 @@ extension VaultCommandLine {
 
   /// Runs `body`; a `BackupError` is printed by its kind with its exit code (2 when the bundle or
   /// directory could not be read or written, 1 when a bundle failed a check).
-  private func reportingBackupErrors(_ body: () throws -> Void) throws -> Int32 {
+  private func reportingBackupErrors(_ arguments: Arguments, _ body: () throws -> Void) throws -> Int32 {
     do {
       try body()
       return ExitCode.success.rawValue
     } catch let error as BackupError {
       terminal.error(error.description)
+      if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
       case .io, .notADirectory, .sharedDirectory, .containerMissing, .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue

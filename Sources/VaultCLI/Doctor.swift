@@ -42,6 +42,8 @@ extension VaultCommandLine {
           "  " + (check.name + ":").padding(toLength: 16, withPad: " ", startingAt: 0) + " " + check.detail)
       }
       terminal.print("Result: \(report.result)")
+      let text = report.checks.map(\.detail).joined(separator: "\n") + "\n" + report.result
+      if let note = homeNote(after: text, home: arguments.home) { terminal.print(note) }
     }
     return (report.healthy ? ExitCode.success : ExitCode.failure).rawValue
   }

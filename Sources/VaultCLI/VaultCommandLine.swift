@@ -145,10 +145,25 @@ public struct VaultCommandLine {
   func fail(_ error: any Error, home: String? = nil) -> Int32 {
     let (message, code) = Self.describe(error)
     terminal.error(message)
-    if let home, message.contains("`vault ") {
-      terminal.note("vault: give the command above this vault's home: `vault --home \(ShellWord.quoted(home)) …`")
-    }
+    if let note = homeNote(after: message, home: home) { terminal.note(note) }
     return code.rawValue
+  }
+
+  /// The line that says to give a vault command shown in `text` the home this command was given:
+  /// pasted as shown, it would act on the default vault (or `$VAULT_HOME`'s). Every sink that
+  /// prints advice after a command given `--home DIR` (errors, backup's, doctor's lines) asks here.
+  ///
+  /// - Parameters:
+  ///   - text: what was printed (an error, a report's lines).
+  ///   - home: the `--home` the command was given, as given; nil when none was (a home from
+  ///     `$VAULT_HOME` is kept by a pasted command).
+  /// - Returns: the note; nil when there is no `--home` or `text` shows no vault command that
+  ///   lacks one.
+  func homeNote(after text: String, home: String?) -> String? {
+    guard let home else { return nil }
+    let commands = text.components(separatedBy: "`vault ").dropFirst()
+    guard commands.contains(where: { !$0.hasPrefix("--home ") }) else { return nil }
+    return "vault: give the command above this vault's home: `vault --home \(ShellWord.quoted(home)) …`"
   }
 
   /// Error types whose descriptions are written for people and hold nothing secret.

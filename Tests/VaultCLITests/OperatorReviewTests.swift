@@ -372,6 +372,47 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "the container with the odd path was forgotten")
   }
 
+  /// After a command given --home, only errors reported through `fail` said to give the vault
+  /// command they show that home: backup's errors and doctor's lines did not, so their advice
+  /// pasted as shown acted on the default vault. Found by an outside review. Both say it now; with
+  /// VAULT_HOME, which a pasted command keeps, neither does.
+  func testBackupAndDoctorSayToGiveTheShownCommandTheHome() throws {
+    let note = "vault: give the command above this vault's home: `vault --home \(home) …`"
+    let noBus = ["DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent", "VAULT_HOME": nil]
+    let doctor = try vault(["--home", home, "doctor"], environment: environment(noBus))
+    XCTAssertTrue(doctor.outputText.contains("(`vault backup --to DIR`)"), doctor.outputText)
+    XCTAssertTrue(doctor.outputText.hasSuffix("\n" + note + "\n"), doctor.outputText)
+    let doctorJSON = try vault(["--home", home, "doctor", "--json"], environment: environment(noBus))
+    XCTAssertFalse(doctorJSON.outputText.contains("give the command above"), doctorJSON.outputText)
+    var viaVariable = noBus
+    viaVariable["VAULT_HOME"] = home
+    let doctorViaVariable = try vault(["doctor"], environment: environment(viaVariable))
+    XCTAssertTrue(doctorViaVariable.outputText.contains("(`vault backup --to DIR`)"), doctorViaVariable.outputText)
+    XCTAssertFalse(doctorViaVariable.outputText.contains("give the command above"), doctorViaVariable.outputText)
+
+    let directory = temporary.sub("gone")
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let put = try vault(
+      ["--home", home, "queue", "put", "--queue", "q", "--container", directory + "/q.sqlite"], input: [1])
+    XCTAssertEqual(put.status, 0, put.error)
+    try FileManager.default.removeItem(atPath: directory)
+    let backups = temporary.sub("backups")
+    try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
+    let passphrase = temporary.sub("passphrase")
+    XCTAssertTrue(
+      FileManager.default.createFile(
+        atPath: passphrase, contents: Data("a long passphrase\n".utf8), attributes: [.posixPermissions: 0o600]))
+    let backup = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphrase])
+    XCTAssertEqual(backup.status, 2, backup.error)
+    XCTAssertTrue(backup.error.contains("(`vault container forget`)"), backup.error)
+    XCTAssertTrue(backup.error.hasSuffix("\n" + note + "\n"), backup.error)
+    let backupViaVariable = try vault(
+      ["backup", "--to", backups, "--passphrase-file", passphrase], environment: environment(viaVariable))
+    XCTAssertEqual(backupViaVariable.status, 2, backupViaVariable.error)
+    XCTAssertTrue(backupViaVariable.error.contains("(`vault container forget`)"), backupViaVariable.error)
+    XCTAssertFalse(backupViaVariable.error.contains("give the command above"), backupViaVariable.error)
+  }
+
   /// restore with its --keyfile inside the new home advised `vault keyfile move
   /// ~/.config/vault-keys/NAME.keys` (there is no vault to move a keyfile of yet) and a default
   /// path that ignored XDG_CONFIG_HOME. Found by an operator review. It now names the restore to
