@@ -69,10 +69,13 @@ public enum Backup {
   }
 
   /// Removes the work directory of every backup under way in this process: for a process about
-  /// to exit on a signal (SIGINT, SIGTERM), whose backups' own clean-up would not run. A backup
-  /// still running then fails. Without it, the next backup to the same directory removes what a
+  /// to exit on a signal (SIGINT, SIGTERM), whose backups' own clean-up would not run. It waits
+  /// for a container snapshot under way (the step that makes files there); a backup still
+  /// running then fails. Without it, the next backup to the same directory removes what a
   /// stopped one left, a minute later.
-  public static func abandonWork() { WorkDirectory.abandonAll() }
+  /// - Returns: the work directories that could not be removed (normally none).
+  @discardableResult
+  public static func abandonWork() -> [String] { WorkDirectory.abandonAll() }
 
   /// The checks of a bundle that need no passphrase and read only its header and manifest: it
   /// can be read, it is a bundle of a format this version reads, its manifest is whole. Call it
@@ -129,7 +132,7 @@ public enum Backup {
         }
         let snapshot = work.path + "/\(index).sqlite"
         do {
-          try QueueContainer.snapshot(path: container.path, to: snapshot)
+          try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
         } catch QueueError.diskFull(let path) where path == snapshot {
           // The destination's disk, not the container's: nothing was written, the backup cannot run.
           throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
@@ -187,7 +190,7 @@ public enum Backup {
     var verified: Verified
     do {
       progress?(.writing)
-      let file = try NewFile(path: partial)
+      let file = try work.making { try NewFile(path: partial) }
       try file.write(header.bytes)
       try file.write(manifestBytes)
       try file.write(prefix.bytes)
@@ -556,12 +559,14 @@ public enum Backup {
     for (index, container) in manifest.containers.enumerated() {
       progress?(.verifying(container: index + 1, of: manifest.containers.count))
       let snapshot = work.path + "/\(index).sqlite"
-      try copyContainer(
-        container, number: index + 1, at: offsets[index], from: reader, bundle: path,
-        into: try NewFile(path: snapshot), sync: false)
-      let counts = try checkEnvelopes(
-        snapshot: snapshot, container: container, index: index + 1, bundle: path, keys: bundleKeys)
-      unlink(snapshot)
+      let counts = try work.making {
+        try copyContainer(
+          container, number: index + 1, at: offsets[index], from: reader, bundle: path,
+          into: try NewFile(path: snapshot), sync: false)
+        defer { unlink(snapshot) }
+        return try checkEnvelopes(
+          snapshot: snapshot, container: container, index: index + 1, bundle: path, keys: bundleKeys)
+      }
       for (version, count) in counts { totals[version, default: 0] += count }
       containers.append(
         VerificationReport.Container(

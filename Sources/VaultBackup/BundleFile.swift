@@ -131,7 +131,7 @@ func hashFile(_ path: String) throws -> (size: UInt64, sha256: [UInt8]) {
 /// root that only its owner can write, or that has the sticky bit (`/tmp`). Elsewhere (a shared,
 /// group-writable backup directory) another user could rename their own directory, or a link,
 /// to a work directory's name, so nothing there is swept.
-final class WorkDirectory {
+final class WorkDirectory: Sendable {
   static let prefix = ".vault-backup-work-"
   static let staleAfter: time_t = 60
   static let lockLessAfter: time_t = 86_400
@@ -139,8 +139,18 @@ final class WorkDirectory {
   let path: String
   private let lock: Int32
   private let directory: Int32
+  /// Held while a step makes entries in the directory (`making`) and while `abandonAll` removes
+  /// it, so the removal never lists the directory while a step may still add to it.
+  private let gate = Gate()
   /// The work directories of this process that are not removed yet: what `abandonAll` removes.
-  private static let live = LockedValue<[ObjectIdentifier: (directory: Int32, path: String, lock: Int32)]>([:])
+  private static let live = LockedValue<[ObjectIdentifier: (directory: Int32, path: String, lock: Int32, gate: Gate)]>(
+    [:])
+
+  /// A lock and whether the directory was abandoned (read and written with the lock held).
+  final class Gate: @unchecked Sendable {
+    let lock = NSLock()
+    var abandoned = false
+  }
 
   init(parent: String) throws {
     Self.removeStale(in: parent)
@@ -169,7 +179,17 @@ final class WorkDirectory {
       throw BackupError.io(path: path, operation: "lock", errno: error)
     }
     lock = descriptor
-    Self.live.withLock { $0[ObjectIdentifier(self)] = (directory, path, lock) }
+    Self.live.withLock { [gate] in $0[ObjectIdentifier(self)] = (directory, path, lock, gate) }
+  }
+
+  /// Runs `body`, a step that makes entries in the directory (a snapshot, the partial bundle),
+  /// unless the directory was abandoned; `abandonAll` waits for a step under way.
+  /// - Throws: `BackupError.io` (ECANCELED) when the directory was abandoned; what `body` throws.
+  func making<T>(_ body: () throws -> T) throws -> T {
+    try gate.lock.withLock {
+      guard !gate.abandoned else { throw BackupError.io(path: path, operation: "create", errno: ECANCELED) }
+      return try body()
+    }
   }
 
   deinit {
@@ -178,28 +198,39 @@ final class WorkDirectory {
   }
 
   /// Removes every work directory of this process now, for a process about to exit on a signal
-  /// (its deinit would not run, and the next backup removes it only after `staleAfter`). The
-  /// backups still running find their files gone and fail.
-  static func abandonAll() {
+  /// (its deinit would not run, and the next backup removes it only after `staleAfter`). A step
+  /// under way that makes entries in one (a snapshot) is waited for; the backups still running
+  /// then find their files gone, or are refused their next step, and fail.
+  /// - Returns: the work directories that could not be removed.
+  static func abandonAll() -> [String] {
     let all = live.withLock { live in
       defer { live = [:] }
       return live
     }
-    for work in all.values { remove(work.directory, named: work.path, lock: work.lock) }
+    var left: [String] = []
+    for work in all.values {
+      work.gate.lock.withLock {
+        work.gate.abandoned = true
+        if !remove(work.directory, named: work.path, lock: work.lock) { left.append(work.path) }
+      }
+    }
+    return left
   }
 
   /// Removes the work directory open as `directory`: every entry that is not a directory,
   /// unlinked relative to it; then its lock file after closing `lock` (on NFS an open file
   /// unlinked is renamed, and the directory would not be empty); then the directory itself by
   /// `name`, which fails harmlessly if anything is left in what is there now. Closes `directory`.
-  private static func remove(_ directory: Int32, named name: String, lock: Int32) {
+  /// - Returns: whether the directory is gone.
+  @discardableResult
+  private static func remove(_ directory: Int32, named name: String, lock: Int32) -> Bool {
     for entry in entries(of: directory) where entry.name != ".lock" && !entry.isDirectory {
       unlinkat(directory, entry.name, 0)
     }
     if lock >= 0 { close(lock) }
     unlinkat(directory, ".lock", 0)
     close(directory)
-    rmdir(name)
+    return rmdir(name) == 0 || errno == ENOENT
   }
 
   /// The names in the directory open as `directory` (not `.` and `..`), each with whether it is a

@@ -39,14 +39,20 @@ extension VaultCommandLine {
       let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
       defer { progress.finish() }
       // Ctrl-C, SIGTERM or SIGHUP (taken over only after the passphrase prompt, which restores the
-      // terminal on its own): remove the work directory, then end as the signal would have.
+      // terminal on its own): remove the work directory, then end as the signal would have. The
+      // default action comes back first: removing waits for a snapshot under way, and a second
+      // Ctrl-C ends vault at once (the next backup then removes what is left, after a minute).
       let terminal = self.terminal
       StopSignals.handle { signal in
-        Backup.abandonWork()
+        Glibc.signal(signal, SIG_DFL)
+        let left = Backup.abandonWork()
         progress.finish()
         let name = [SIGINT: "SIGINT", SIGTERM: "SIGTERM", SIGHUP: "SIGHUP"][signal] ?? "signal \(signal)"
-        terminal.note("vault: the backup was stopped (\(name)); its work directory was removed")
-        Glibc.signal(signal, SIG_DFL)
+        terminal.note(
+          "vault: the backup was stopped (\(name)); "
+            + (left.isEmpty
+              ? "its work directory was removed"
+              : "its work directory \(left.joined(separator: ", ")) could not be removed: delete it"))
         Self.endBy(signal)
       }
       let report: BackupReport

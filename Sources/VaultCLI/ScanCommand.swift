@@ -131,12 +131,13 @@ extension VaultCommandLine {
   ///
   /// The signal is sent to the process, not raised: libdispatch's threads, this one too, block
   /// signals, so `raise` would leave it pending; the kernel gives it to a thread that does not
-  /// (the main one). 128 + the signal only if none takes it within half a second.
+  /// (the main one). 128 + the signal only if none has taken it after 10 s (a traced process's
+  /// main thread held in a system call by its tracer takes it only when the call returns).
   ///
   /// - Parameter signal: the stop signal that was received.
   static func endBy(_ signal: Int32) -> Never {
     kill(getpid(), signal)
-    usleep(500_000)
+    for _ in 0..<100 { usleep(100_000) }
     _exit(128 + signal)
   }
 

@@ -128,4 +128,47 @@ final class WorkDirectoryTests: XCTestCase {
     XCTAssertTrue(exists(nested + "/inner/kept"), "a directory inside is never entered")
     XCTAssertTrue(exists(open), "not 0700: not made by mkdtemp")
   }
+
+  /// Outside review: a stopped backup could leave its work directory, with snapshots, while
+  /// saying it was removed: the removal listed the directory once while the backup's main thread
+  /// went on making files in it, so the last `rmdir` failed, unnoticed. Now a step that makes
+  /// entries runs under the directory's gate: abandoning waits for the step under way, removes
+  /// everything, reports what it could not, and refuses the steps after it.
+  func testAbandoningWaitsForTheStepThatMakesFilesAndRefusesTheNextOnes() throws {
+    let parent = temporary.sub("parent")
+    try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+    let work = try WorkDirectory(parent: parent)
+    let inStep = DispatchSemaphore(value: 0)
+    let stepEnded = LockedFlag()
+    let step = Thread {
+      _ = try? work.making {
+        inStep.signal()
+        for index in 0..<5 {
+          Thread.sleep(forTimeInterval: 0.05)
+          _ = FileManager.default.createFile(atPath: work.path + "/\(index).sqlite", contents: Data([1]))
+        }
+        stepEnded.set()
+      }
+    }
+    step.start()
+    inStep.wait()
+    let left = WorkDirectory.abandonAll()
+    XCTAssertTrue(stepEnded.value, "the removal waited for the step under way")
+    XCTAssertEqual(left, [], "nothing could not be removed")
+    XCTAssertFalse(FileManager.default.fileExists(atPath: work.path), "every file the step made went too")
+    XCTAssertThrowsError(
+      try work.making { _ = FileManager.default.createFile(atPath: work.path + "/late", contents: nil) }
+    ) {
+      XCTAssertEqual($0 as? BackupError, .io(path: work.path, operation: "create", errno: ECANCELED))
+    }
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: parent), [])
+  }
+}
+
+/// A flag set on one thread and read on another.
+private final class LockedFlag: @unchecked Sendable {
+  private let lock = NSLock()
+  private var isSet = false
+  var value: Bool { lock.withLock { isSet } }
+  func set() { lock.withLock { isSet = true } }
 }
