@@ -447,11 +447,7 @@ public final class Telemetry: @unchecked Sendable {
       remaining.removeAll { !held.contains($0.id) }
       if remaining.isEmpty { return }
       let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
-      if !packed.oversized.isEmpty {
-        let moved = try claim.reject(packed.oversized, errorKind: "too-large")
-        report.rejected += moved.count
-        if !moved.isEmpty { published(.rejected(ids: packed.oversized.filter(moved.contains), errorKind: "too-large")) }
-      }
+      if !packed.oversized.isEmpty { settle(.reject(kind: "too-large"), packed.oversized, claim, &report) }
       guard let batch = packed.batch else { return }
       if splitting {
         guard budget > 0 else { throw RequestBudgetSpent(refused: batch.ids + packed.rest.map(\.id)) }
@@ -510,9 +506,7 @@ public final class Telemetry: @unchecked Sendable {
           .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter, now: clock())), batch.ids,
           claim, &report)
       } else {
-        let moved = try claim.reject(batch.ids, errorKind: "http-413")
-        report.rejected += moved.count
-        if !moved.isEmpty { published(.rejected(ids: batch.ids.filter(moved.contains), errorKind: "http-413")) }
+        settle(.reject(kind: "http-413"), batch.ids, claim, &report)
       }
     case .status(413, _):
       let half = events.count / 2
@@ -535,6 +529,10 @@ public final class Telemetry: @unchecked Sendable {
     }
   }
 
+  /// Settles `ids` by `result` through `claim`, counts them in `report` and publishes what became
+  /// of them: the one place a pass acks, reschedules or moves events to review. A failure to record
+  /// an outcome does not end the pass: it is logged and published, and the events go back to
+  /// pending with the rest of the claim.
   private func settle(_ result: DeliveryResult, _ ids: [UUID], _ claim: Claim, _ report: inout FlushReport) {
     do {
       switch result.withNamedKind {
