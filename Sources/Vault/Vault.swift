@@ -803,20 +803,29 @@ public final class Vault: Sendable {
         version: version, state: .pending, createdAt: timestamp(clock()),
         check: try KeyVersionRecord.checkValue(of: material), suite: KeyVersionRecord.currentSuite))
     if compromise { next.unfinishedCompromise = version }
-    try requireStoredKeysForLiveVersions()
+    // An item the store already holds at the new version was not made by this vault: refused now,
+    // with nothing recorded. Recorded first, the pending version would make every later open
+    // refuse that item too (it cannot be adopted), not only this rotation.
+    guard try !requireStoredKeysForLiveVersions().contains(version) else {
+      throw VaultError.unexpectedKeyItem(version: version, store: store.kind)
+    }
     try save(next)
     try store.storeKey(material, keyring: keyringID, version: version)
   }
 
   /// Generating a key is safe only while the store still holds every version that may have sealed
   /// data: a lost keyfile must be an error, not a fresh file with one new key in it.
-  private func requireStoredKeysForLiveVersions() throws {
+  ///
+  /// - Returns: the versions the store holds.
+  @discardableResult
+  private func requireStoredKeysForLiveVersions() throws -> Set<UInt32> {
     let stored = Set(try store.storedVersions(keyring: keyringID))
     for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
       guard stored.contains(record.version) else {
         throw VaultError.keyMissing(version: record.version, store: store.kind)
       }
     }
+    return stored
   }
 
   /// Finishes the pending version, if any: adopts a key the store already holds only when its

@@ -92,6 +92,39 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }
 
+  /// An item another program put at the version a rotation is about to make is not this vault's
+  /// key: the rotation refuses before it records anything, so every other command still works.
+  /// (Recorded first, the pending version made every later command refuse that item too.)
+  func testAStrayItemAtTheNextVersionFailsTheRotationOnly() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
+    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "2", "home", home]
+    let stored = try Spawn.run(
+      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 2"] + stray,
+      input: Array(String(repeating: "x", count: 32).utf8))
+    XCTAssertEqual(stored.status, 0, stored.error)
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+
+    let rotate = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotate.status, 1)
+    XCTAssertTrue(rotate.error.contains("key version 2 that this vault did not record"), rotate.error)
+    XCTAssertEqual(
+      try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "nothing was recorded")
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+    XCTAssertEqual(try vault(["--home", home, "seal", "--context", "c"], input: secret).status, 0)
+
+    _ = try Spawn.run("/usr/bin/secret-tool", ["clear"] + stray)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
   func testNoSessionBusIsExplained() throws {
     let runtime = temporary.sub("runtime")
     try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
