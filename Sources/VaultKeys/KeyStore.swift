@@ -182,7 +182,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case io(path: String, operation: String, errno: Int32)
   /// `storeRecord` was given more than a key store holds; nothing was stored.
   case recordTooLarge(record: String, byteCount: Int, limit: Int)
-  /// A stored record is not what vault wrote (larger than any record it writes).
+  /// A stored record is not what vault wrote (larger than any record it writes, or an integrity
+  /// key that is not 32 bytes).
   case corruptRecord(record: String)
   /// Several Secret Service items hold the same key version; vault will not guess which is right.
   case ambiguousKey(version: UInt32, count: Int)
@@ -246,7 +247,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .recordTooLarge(let record, let byteCount, let limit):
       "the \(record) record is \(byteCount) bytes, more than the \(limit) a key store holds; nothing was stored"
     case .corruptRecord(let record):
-      "the stored \(record) record is not what vault wrote (larger than any record it writes); restore the key store from a backup"
+      "the stored \(record) record is not what vault wrote (not a size vault writes); restore the key store from a backup"
     case .ambiguousKey(let version, let count):
       "the Secret Service holds \(count) items for key version \(version) of this vault and vault cannot tell "
         + "which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "

@@ -104,6 +104,17 @@ final class SecretServiceRecordTests: XCTestCase {
     XCTAssertEqual(bytes(try store.loadRecord(.manifestMirror, keyring: keyring)), Array("top".utf8))
   }
 
+  /// An integrity-key item of another size (another program's bytes) is no key of vault's: a
+  /// distinct error naming the record, not a bare length error from the key type.
+  func testAnIntegrityKeyOfAnotherSizeIsCorrupt() throws {
+    try SecretTool.store(
+      secret: String(repeating: "k", count: 31),
+      ["xdg:schema", "org.vault.Record", "vault-id", keyring.hex, "record", "integrity-key", "generation", "1"])
+    XCTAssertThrowsError(try SecretServiceStore(timeout: 5).loadRecord(.integrityKey, keyring: keyring)) {
+      XCTAssertEqual($0 as? KeyStoreError, .corruptRecord(record: "integrity-key"))
+    }
+  }
+
   func testTwoEquallyNewItemsAreRefusedNotPicked() throws {
     for (home, secret) in [("/a", "one"), ("/b", "two")] {
       try SecretTool.store(

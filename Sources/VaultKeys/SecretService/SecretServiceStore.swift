@@ -198,8 +198,8 @@ public final class SecretServiceStore: KeyStore {
   ///   - keyring: the vault whose record it is.
   /// - Returns: the newest item's value in zeroizing storage, or nil when there is none.
   /// - Throws: `KeyStoreError.locked`, `.ambiguousRecord` (several equally new items),
-  ///   `.corruptRecord` (a value larger than vault writes), `.timedOut`, or another Secret
-  ///   Service failure.
+  ///   `.corruptRecord` (a value larger than vault writes, or an integrity key that is not 32
+  ///   bytes), `.timedOut`, or another Secret Service failure.
   public func loadRecord(_ record: KeyStoreRecord, keyring: KeyringID) throws -> SecureBytes? {
     // Another process replacing the record deletes the older item between this search and the
     // secret's transfer ("No such secret item"): search again, a few times, before giving up.
@@ -237,6 +237,11 @@ public final class SecretServiceStore: KeyStore {
         var length = 0
         let bytes = vault_secret_value_get(value, &length)
         guard length <= KeyStoreRecord.maximumByteCount, bytes != nil || length == 0 else {
+          throw KeyStoreError.corruptRecord(record: record.rawValue)
+        }
+        // The integrity key is always a 256-bit key: other bytes (another program's) are no key
+        // of vault's, and say so rather than a bare length error.
+        if record == .integrityKey, length != SymmetricKey.byteCount {
           throw KeyStoreError.corruptRecord(record: record.rawValue)
         }
         return SecureBytes(copying: UnsafeRawBufferPointer(start: bytes, count: length))
