@@ -209,7 +209,7 @@ enum DoctorCommand: Subcommand {
     name: "doctor", abstract: "Explain which key store works here and why the other does not.",
     discussion: """
       Checks the D-Bus session, the Secret Service provider and its default collection (locked or not, \
-      answering in time), the keyfile's permissions and owner, whether libcurl loads (delivery needs it; a \
+      kept in memory only or on disk, answering in time), the keyfile's permissions and owner, whether libcurl loads (delivery needs it; a \
       warning without it), the manifest (read, and authenticated by its MAC when the key store can be read; \
       otherwise a warning says why not), which envelope format the active key version seals (a warning for \
       format 1), an unfinished rotation (a warning), whether the newest backup bundle of this vault is intact and holds every key \

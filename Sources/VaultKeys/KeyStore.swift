@@ -158,6 +158,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case noDefaultCollection
   /// The Secret Service collection or item is locked: the user must unlock it first.
   case locked
+  /// The Secret Service's default collection is its `session` collection, kept in memory only and
+  /// emptied when the session ends: a key stored there would be lost with every record under it.
+  case sessionCollection
   /// The Secret Service did not answer `operation` within `seconds`: a hung daemon, not a missing key.
   case timedOut(seconds: Double, operation: String)
   /// Any other Secret Service failure, with its message.
@@ -211,6 +214,11 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "the Secret Service has no default collection; create one with your keyring manager"
     case .locked:
       "the Secret Service collection is locked; unlock it (log in to the desktop or use your keyring manager) and retry"
+    case .sessionCollection:
+      "the Secret Service's default collection is its session collection, which is kept in memory only and "
+        + "emptied when the session ends: keys stored there would be lost, and every record sealed under them; "
+        + "make a collection that is saved to disk (such as login) the default with your keyring manager, or use "
+        + "a keyfile store"
     case .timedOut(let seconds, let operation):
       "the Secret Service did not answer within \(formatSeconds(seconds)) s (\(operation)); the keyring daemon may be hung: restart it and retry"
     case .service(let detail):
@@ -309,6 +317,7 @@ extension KeyStoreError: CodedError {
     case .libraryMissing: "key-store.library-missing"
     case .noDefaultCollection: "key-store.no-default-collection"
     case .locked: "key-store.locked"
+    case .sessionCollection: "key-store.session-collection"
     case .timedOut: "key-store.timed-out"
     case .service: "key-store.service"
     case .keyExists: "key-store.key-exists"

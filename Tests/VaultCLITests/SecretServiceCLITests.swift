@@ -92,6 +92,44 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }
 
+  /// gnome-keyring's session collection is kept in memory only: keys stored there are gone at the
+  /// next logout or daemon restart, with every record sealed under them. With it as the default
+  /// collection, `init` refuses (`auto` falls back to a keyfile and says why), a rotation refuses
+  /// before it makes a key, and doctor says why; keys already kept on disk still open records.
+  func testADefaultCollectionKeptOnlyInMemoryIsRefused() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    XCTAssertTrue(try TestKeyring.isEmpty(TestKeyring.sessionCollection))
+    try TestKeyring.setDefaultAlias(TestKeyring.sessionCollection)
+    defer { XCTAssertNoThrow(try TestKeyring.setDefaultAlias(TestKeyring.loginCollection)) }
+
+    let forced = try vault(["--home", temporary.sub("a"), "init", "--store", "secret-service"])
+    XCTAssertEqual(forced.status, 1)
+    XCTAssertTrue(forced.error.contains("session collection, which is kept in memory only"), forced.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("a") + "/manifest.json"))
+    let auto = try vault(["--home", temporary.sub("b"), "init", "--keyfile", temporary.sub("k/b.keys")])
+    XCTAssertEqual(auto.status, 0, auto.error)
+    XCTAssertTrue(auto.error.contains("session collection"), auto.error)
+    XCTAssertTrue(auto.outputText.contains("Keys: keyfile"), auto.outputText)
+    let rotate = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotate.status, 1)
+    XCTAssertTrue(rotate.error.contains("session collection"), rotate.error)
+    XCTAssertEqual(
+      try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest, "rotation refused cleanly")
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertEqual(doctor.status, 1)
+    XCTAssertTrue(doctor.outputText.contains("session collection"), doctor.outputText)
+    XCTAssertTrue(try TestKeyring.isEmpty(TestKeyring.sessionCollection), "no key or record went there")
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+
+    try TestKeyring.setDefaultAlias(TestKeyring.loginCollection)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
   /// An item another program put at the version a rotation is about to make is not this vault's
   /// key: the rotation refuses before it records anything, so every other command still works.
   /// (Recorded first, the pending version made every later command refuse that item too.)

@@ -67,6 +67,35 @@ public enum TestKeyring {
     return name.hasPrefix(":") ? name : nil
   }
 
+  /// The object path of gnome-keyring's login collection (kept on disk).
+  public static let loginCollection = "/org/freedesktop/secrets/collection/login"
+  /// The object path of gnome-keyring's session collection (kept in memory only, emptied when the
+  /// session ends).
+  public static let sessionCollection = "/org/freedesktop/secrets/collection/session"
+
+  /// Points the `default` alias at `collection`, as a keyring manager's "set as default" does.
+  public static func setDefaultAlias(_ collection: String) throws {
+    let result = try Spawn.run(
+      "/usr/bin/gdbus",
+      [
+        "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets",
+        "--method", "org.freedesktop.Secret.Service.SetAlias", "default", collection,
+      ])
+    guard result.status == 0 else { throw TestKeyringError.command("gdbus SetAlias", result.error) }
+  }
+
+  /// Whether the collection at `collection` holds no item (locked ones included).
+  public static func isEmpty(_ collection: String) throws -> Bool {
+    let result = try Spawn.run(
+      "/usr/bin/gdbus",
+      [
+        "introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", collection,
+        "--only-properties",
+      ])
+    guard result.status == 0 else { throw TestKeyringError.command("gdbus introspect", result.error) }
+    return result.outputText.contains("Items = [];")
+  }
+
   /// Stops or resumes the keyring daemon (SIGSTOP makes a provider that never answers).
   /// Only this run's daemon is signalled (its XDG_RUNTIME_DIR is ours), never another run's.
   public static func signalDaemon(_ signal: String) throws {

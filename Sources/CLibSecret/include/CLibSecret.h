@@ -105,6 +105,13 @@ VaultSecretCollection *vault_secret_default_collection(VaultSecretService *servi
                                                        VaultGError **error);
 int vault_secret_collection_get_locked(VaultSecretCollection *collection);
 
+/// Whether the "default" alias names the collection behind the "session" alias (gnome-keyring's
+/// collection kept in memory only and cleared when the session ends), asked with ReadAlias on the
+/// bus. Returns 1 when it does, 0 when it does not (or a provider has no such alias: "/"), -1 on
+/// error (error set).
+int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                    VaultGError **error);
+
 /// The schema of vault's key items (org.vault.Key: vault-id, version, home).
 VaultSecretSchema *vault_key_schema_new(void);
 /// The schema of vault's named records (org.vault.Record: vault-id, record, home, generation).

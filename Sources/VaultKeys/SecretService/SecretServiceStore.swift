@@ -442,6 +442,26 @@ public final class SecretServiceStore: KeyStore {
     guard let collection else { throw KeyStoreError.noDefaultCollection }
     defer { vault_g_object_unref(UnsafeMutableRawPointer(collection)) }
     guard vault_secret_collection_get_locked(collection) == 0 else { throw KeyStoreError.locked }
+    try refuseSessionCollection(cancellable)
+  }
+
+  /// Refuses a default collection that is the one the `session` alias names: gnome-keyring keeps
+  /// it in memory only and empties it when the session ends (or the daemon restarts), so a key
+  /// stored there would be lost, and every record sealed under it. A provider that cannot answer
+  /// the question (no such alias, or an error other than a timeout) is not held to it.
+  private func refuseSessionCollection(_ cancellable: OpaquePointer) throws {
+    var error: UnsafeMutablePointer<VaultGError>?
+    guard let bus = vault_g_bus_get_session(cancellable, &error) else {
+      throw translate(error, cancellable, operation: "connect to the session bus")
+    }
+    defer { vault_g_object_unref(UnsafeMutableRawPointer(bus)) }
+    let answer = vault_secret_default_is_session(bus, Int32(timeout * 1000), cancellable, &error)
+    if answer < 0 {
+      let failure = translate(error, cancellable, operation: "read the default alias")
+      if case .timedOut = failure { throw failure }
+      return
+    }
+    if answer == 1 { throw KeyStoreError.sessionCollection }
   }
 
   /// The soname `vault_secret_load` opens (CLibSecret's loader.c).
