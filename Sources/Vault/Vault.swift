@@ -148,13 +148,19 @@ public final class Vault: Sendable {
       try vault.save(manifest)
       try vault.completePendingVersion()
     } catch {
-      // Nothing was ever sealed under this vault: undo the manifest so `init` can be retried.
-      // The key, if it reached the store, stays there (deleting a key is never a side effect);
-      // a keyfile this init made that holds no key (only the integrity record) is removed, or the
-      // retry would find "a keyfile already exists".
-      unlink(ManifestFile.path(home: home))
-      if let keyfile = store as? KeyfileStore, (try? keyfile.storedVersions(keyring: keyring))?.isEmpty == true {
-        unlink(keyfile.path)
+      // Nothing was ever sealed under this vault. While its store holds no key for it, undo the
+      // manifest so `init` can be retried (records alone do not refuse it), and a keyfile this
+      // init made, which holds only the integrity record, or the retry would find "a keyfile
+      // already exists". Once a key may have reached the store (it holds one, or cannot say), the
+      // manifest stays: it records that key's check value, so the next open finishes the vault
+      // with it, as after a kill there. Removed, it left that key as the orphaned key of a lost
+      // vault of this home, and every later `init` here was refused. (Deleting a key is never a
+      // side effect.)
+      if (try? store.storedVersions(keyring: keyring))?.isEmpty == true {
+        unlink(ManifestFile.path(home: home))
+        if let keyfile = store as? KeyfileStore { unlink(keyfile.path) }
+      } else if ManifestFile.exists(home: home) {
+        created = true
       }
       throw error
     }

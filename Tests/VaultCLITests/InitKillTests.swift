@@ -139,6 +139,38 @@ final class InitKillTests: XCTestCase {
     XCTAssertGreaterThan(try killEachStep(of: "rename,renameat,renameat2", init: ["--store", "keyfile"]), 5)
   }
 
+  /// With the Secret Service, init failing (EIO, not a kill) at each rename in turn. The manifest
+  /// write that makes the first key active fails after that key is stored: the failed init
+  /// removed its manifest, and every retry was then refused as orphaned keys ("restore
+  /// manifest.json from a backup", which never existed) though nothing was ever sealed. Now the
+  /// manifest stays once the key is stored, and the vault works (its next open finishes the key).
+  func testASecretServiceInitFailingAtEachRenameLeavesAVaultOrARetry() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+    var failures = 0
+    for step in 1...12 {
+      try? FileManager.default.removeItem(atPath: home)
+      removeSecretServiceItems()
+      let failed = try vaultFailing(
+        "rename,renameat,renameat2", with: "EIO", when: "\(step)",
+        ["--home", home, "init", "--store", "secret-service"],
+        environment: env)
+      if failed.status == 0 { break }
+      XCTAssertEqual(failed.status, 1, "rename #\(step): \(failed.error)")
+      failures += 1
+      let manifestInPlace = ManifestFile.exists(home: home)
+      let rerun = try vault(["--home", home, "init", "--store", "secret-service"], environment: env)
+      if manifestInPlace {
+        XCTAssertTrue(rerun.error.contains("already exists"), "rename #\(step): \(rerun.error)")
+      } else {
+        XCTAssertEqual(rerun.status, 0, "rename #\(step): \(rerun.error)")
+      }
+      let sealed = try vault(
+        ["--home", home, "seal", "--context", "c", "--armor"], input: Array("x".utf8), environment: env)
+      XCTAssertEqual(sealed.status, 0, "rename #\(step): the vault works: \(sealed.error)")
+    }
+    XCTAssertGreaterThanOrEqual(failures, 3, "init failed at each of its manifest renames")
+  }
+
   /// With the Secret Service, a killed init leaves the integrity key and a manifest copy (no key)
   /// under a new vault id for this home: not orphaned keys, so the retry is not refused.
   func testASecretServiceInitKilledAtAnyStepIsRetried() throws {
