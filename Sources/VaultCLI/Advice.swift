@@ -72,9 +72,27 @@ extension VaultCommandLine {
   ///   - arguments: the command line, for its command and home.
   /// - Returns: the sentence, never contents.
   func sentence(for error: any Error, _ arguments: Arguments) -> String {
+    if let unreachable = unreachableSecretServiceSentence(for: error, arguments) { return unreachable }
     guard case KeyStoreError.keyfileInsideData(let path, let directory) = error else { return Self.describe(error).0 }
     return KeyStoreError.keyfileInsideData(path: path, dataDirectory: directory).description
       + keyfileInsideDataAdvice(arguments)
+  }
+
+  /// For an existing vault whose keys are in the Secret Service, a Secret Service that cannot be
+  /// reached (no session bus, no provider, no libsecret) is not fixed with a keyfile store: that
+  /// advice (`vault init --store keyfile`) is for a new vault, and a new vault would not open these
+  /// records. Nil for any other error, for `init` and `restore`, and for a keyfile vault.
+  func unreachableSecretServiceSentence(for error: any Error, _ arguments: Arguments) -> String? {
+    switch error {
+    case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing: break
+    default: return nil
+    }
+    guard arguments.command != "init", arguments.command != "restore",
+      let manifest = try? ManifestFile.read(home: absolutePath(homePath(arguments))).manifest,
+      manifest.store.kind == .secretService
+    else { return nil }
+    return "\(error); this vault's keys are in the Secret Service, not in a keyfile: run the command where "
+      + "its keyring is reachable (the desktop session that holds it)"
   }
 
   /// The advice for `KeyStoreError.keyfileInsideData`, which depends on where it was met: an

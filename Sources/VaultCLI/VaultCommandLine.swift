@@ -83,6 +83,10 @@ public struct VaultCommandLine {
       terminal.error(sentence(for: error, arguments))
       return ExitCode.failure.rawValue
     } catch {
+      if let unreachable = unreachableSecretServiceSentence(for: error, arguments) {
+        terminal.error(unreachable)
+        return ExitCode.failure.rawValue
+      }
       return fail(error, home: arguments.home)
     }
   }

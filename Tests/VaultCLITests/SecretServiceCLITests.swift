@@ -186,6 +186,26 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertTrue(doctor.outputText.contains("keyfile store:   usable"), doctor.outputText)
   }
 
+  /// An existing Secret Service vault out of reach of its keyring (no session bus) is not told to
+  /// make a keyfile vault (`vault init --store keyfile`, advice for a new vault that would open
+  /// none of these records) but to run where its keyring is.
+  func testAnExistingVaultWithoutItsSessionBusIsNotToldToInitAKeyfile() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let runtime = temporary.sub("runtime")
+    try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
+    let env = environment(["DBUS_SESSION_BUS_ADDRESS": nil, "DISPLAY": nil, "XDG_RUNTIME_DIR": runtime])
+    for arguments in [["queue", "put", "--queue", "q"], ["rotate"], ["seal", "--context", "c"]] {
+      let run = try vault(["--home", home] + arguments, input: secret, environment: env)
+      XCTAssertEqual(run.status, 1, "\(arguments): \(run.error)")
+      let text = run.error + run.outputText
+      XCTAssertTrue(text.contains("no D-Bus session bus"), "\(arguments): \(text)")
+      XCTAssertTrue(text.contains("this vault's keys are in the Secret Service"), "\(arguments): \(text)")
+      XCTAssertFalse(text.contains("vault init --store keyfile"), "\(arguments): \(text)")
+    }
+  }
+
   func testBusWithoutAProviderIsExplained() throws {
     let bus = try PrivateBus(directory: temporary.path)
     defer { bus.stop() }
