@@ -640,14 +640,48 @@ extension Vault {
       }
       // A rotation after a compromise that had to keep an old key is not finished: it stays the
       // current rotation, so running it again resumes it rather than making yet another version.
-      let incomplete = options.compromised && !kept.isEmpty
+      var incomplete = options.compromised && !kept.isEmpty
       next.resealing = incomplete ? active : nil
       next.unfinishedCompromise = incomplete ? active : nil
       try save(next)
-      var retired: [UInt32] = []
+      // A store may pass over an item it cannot delete without an error (libsecret skips a locked
+      // item in a collection of its own): a version whose deletion failed, or whose key the store
+      // still lists afterwards, was not retired, whatever the call said. Reported as retired, the
+      // key of a compromise would have stayed readable while the rotation said it was gone.
+      var notDeleted = Set<UInt32>()
+      var deletionFailure: (any Error)?
       for version in candidates {
-        _ = try store.deleteKey(keyring: keyringID, version: version)
-        retired.append(version)
+        do {
+          _ = try store.deleteKey(keyring: keyringID, version: version)
+        } catch {
+          notDeleted.insert(version)
+          deletionFailure = deletionFailure ?? error
+        }
+      }
+      if let stillStored = try? store.storedVersions(keyring: keyringID) {
+        notDeleted.formUnion(Set(stillStored).intersection(candidates))
+      }
+      let retired = candidates.filter { !notDeleted.contains($0) }
+      if !notDeleted.isEmpty {
+        // Its key is there: the version is decrypt-only again (the next rotation retires it with
+        // the same proof), and after a compromise the rotation is not finished.
+        var again = next
+        for index in again.versions.indices where notDeleted.contains(again.versions[index].version) {
+          again.versions[index].state = .decryptOnly
+          again.versions[index].retiredAt = nil
+        }
+        if options.compromised {
+          incomplete = true
+          (again.resealing, again.unfinishedCompromise) = (active, active)
+        }
+        try save(again)
+        let why =
+          "the key store did not delete its key ("
+          + ((deletionFailure as? KeyStoreError)?.description ?? "a locked item or collection?") + ")"
+        for version in notDeleted {
+          kept[version, default: []].append(
+            why + (options.compromised ? "; unlock the key store" : "; the next rotation retires it"))
+        }
       }
       // A keyfile rewrite interrupted by a crash leaves a temporary copy holding keys, retired
       // ones included: remove such leftovers now that the keys it may hold are gone.

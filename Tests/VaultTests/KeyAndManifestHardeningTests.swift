@@ -380,6 +380,75 @@ final class ManifestReviewRegressionTests: XCTestCase {
   }
 }
 
+/// A key store may pass over a key it cannot delete without saying so (libsecret skips a locked
+/// item): rotation checks what the store still lists, and a version whose key stayed is not
+/// reported retired.
+final class UndeletedKeyTests: XCTestCase {
+  var temporary: TemporaryDirectory!
+  /// Whether the store below passes over deletions (answers "nothing deleted", deletes nothing).
+  let skipping = LockedValue(true)
+  var store: InterposedKeyStore!
+  var vault: Vault!
+  var container: RecordingContainer!
+
+  override func setUp() {
+    temporary = TemporaryDirectory()
+    let skipping = skipping
+    store = InterposedKeyStore(InMemoryKeyStore()) { call in
+      if case .deleteKey = call, skipping.withLock({ $0 }) { return .absent }
+      return .forward
+    }
+    vault = try! Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try! vault.sealRecord([1], context: [1])))
+  }
+
+  override func tearDown() { temporary = nil }
+
+  /// After a compromise the old key must be gone: while the store keeps it, the rotation fails,
+  /// stays unfinished (status warns) and keeps the version decrypt-only; the rerun, once the store
+  /// deletes again, finishes with another fresh key.
+  func testACompromiseRotationWhoseStoreKeepsTheOldKeyStaysUnfinished() throws {
+    let options = RotationOptions(compromised: true, confirm: { _ in .purge })
+    XCTAssertThrowsError(try vault.rotate([container], options: options)) { error in
+      guard case .compromiseIncomplete(let retired, let kept)? = error as? RotationError else {
+        return XCTFail("\(error)")
+      }
+      XCTAssertEqual(retired, [])
+      XCTAssertEqual(kept.count, 1, "\(kept)")
+      XCTAssertTrue(kept.first?.hasPrefix("version 1: the key store did not delete its key") ?? false, "\(kept)")
+    }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+    XCTAssertEqual(vault.manifest.record(1)?.state, .decryptOnly)
+    XCTAssertEqual(Vault.statusWarnings(vault.manifest), [.unfinishedCompromise(version: 2)])
+    XCTAssertEqual(try Vault.open(home: vault.home, resolver: .fixed(store)).manifest.unfinishedCompromise, 2)
+
+    skipping.withLock { $0 = false }
+    let report = try vault.rotate([container], options: options)
+    XCTAssertEqual(report.newVersion, 3)
+    XCTAssertEqual(report.retired, [1, 2])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [3])
+    XCTAssertEqual(Vault.statusWarnings(vault.manifest), [])
+  }
+
+  /// An ordinary rotation reports the version kept, with why, and the next one retires it.
+  func testAnOrdinaryRotationWhoseStoreKeepsTheOldKeyReportsItKept() throws {
+    let report = try vault.rotate([container])
+    XCTAssertEqual(report.retired, [])
+    XCTAssertEqual(report.keptVersions, [1])
+    XCTAssertTrue(
+      report.keptBecause["1"]?.first?.hasPrefix("the key store did not delete its key") ?? false,
+      "\(report.keptBecause)")
+    XCTAssertEqual(vault.manifest.record(1)?.state, .decryptOnly)
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+
+    skipping.withLock { $0 = false }
+    XCTAssertEqual(try vault.rotate([container]).retired, [1, 2])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [3])
+  }
+}
+
 final class KeyfileLeftoverTests: XCTestCase {
   /// A crash mid-rewrite leaves `<keyfile>.tmp-…` holding keys; rotation removes such leftovers
   /// (and nothing else: not a planted symlink, not other files).
