@@ -120,6 +120,14 @@ public enum Backup {
     let directory = try checkDestination(directory)
     let work = try WorkDirectory(parent: directory)
     let now = clock()
+    // A container registered by the first release has no id in the manifest nor in its file (and
+    // an older schema) until a writer opens it; its snapshot could not be told for this vault's
+    // container, and every backup failed until the app or a `vault queue put` wrote to it. One
+    // writing open upgrades it and records its id, as rotation's first visit does.
+    for container in vault.manifest.containers where container.id == nil {
+      guard case .container = try QueueContainer.probe(path: container.path) else { continue }
+      _ = try QueueContainer(path: container.path, vault: vault, mode: .existing)
+    }
     // Keys and snapshots under one shared lock: the versions exported are the ones the snapshots need.
     let (manifest, keys, containers) = try vault.withSharedLock {
       let manifest = vault.manifest

@@ -248,15 +248,21 @@ public struct QueueContainerProvider: ContainerProvider {
     try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .existing)
   }
 
-  /// Reads the container's minimum seal version through a read-only open (nothing is changed).
+  /// Reads the container's minimum seal version through a read-only connection (nothing is
+  /// changed), from a container of any schema this release opens: one written by the first release
+  /// is upgraded by the rotation's own open after this check, not refused before it.
   ///
   /// - Parameters:
   ///   - path: a registered container's absolute path.
   ///   - vault: the vault being rotated.
   /// - Returns: the stored minimum.
-  /// - Throws: the errors of `QueueContainer.init` in `.readOnly` mode.
+  /// - Throws: `QueueError` when the file is not this vault's container, has a newer schema, or
+  ///   cannot be read.
   public func minimumSealVersion(path: String, vault: Vault) throws -> UInt32? {
-    try QueueContainer(path: path, vault: vault, configuration: configuration, mode: .readOnly).minimumSealVersion()
+    let path = absolutePath(path)
+    return try QueueContainer.translating(path) {
+      try Storage.storedMinimumSealVersion(path: path, keyringID: vault.keyringID.hex)
+    }
   }
 }
 

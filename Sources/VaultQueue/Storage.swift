@@ -157,6 +157,29 @@ final class Storage {
     }
   }
 
+  /// The minimum seal version stored in the container at `path`, read through a read-only
+  /// connection that changes nothing, whatever its schema: every schema since the first keeps it
+  /// in `meta`. Rotation checks it before it changes anything, also for a container of the first
+  /// release (schema 3, no container id), which a read-only open refuses until a writer upgrades
+  /// it, and which rotation itself upgrades once the check has passed.
+  ///
+  /// - Throws: `QueueError.notAQueueContainer`, `.foreignContainer`, `.newerSchema`, or
+  ///   `SQLiteError` when the file cannot be read.
+  static func storedMinimumSealVersion(path: String, keyringID: String) throws -> UInt32 {
+    let connection = try Connection(path: path, readOnly: true, create: false)
+    try connection.execute("PRAGMA busy_timeout = 10000")
+    let version = Int(try connection.prepare("PRAGMA user_version").scalar() ?? 0)
+    guard version > 0 else { throw QueueError.notAQueueContainer(path: path) }
+    guard version <= migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
+    var found: String?
+    try connection.prepare("SELECT value FROM meta WHERE key = 'keyring_id'").query { found = $0.text(0) }
+    guard let found else { throw QueueError.notAQueueContainer(path: path) }
+    guard found == keyringID else { throw QueueError.foreignContainer(path: path, found: found, expected: keyringID) }
+    let minimum = try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'min_seal_version'")
+      .scalar()
+    return UInt32(clamping: minimum ?? 0)
+  }
+
   private func checkIdentity(keyringID: String) throws {
     var found: String?
     var id: String?
