@@ -249,7 +249,13 @@ public final class Vault: Sendable {
     let store = try resolver.store(for: signed.manifest.store, home: home)
     let keyring = signed.manifest.keyringID!
     let vault: Vault
-    if let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) }) {
+    if signed.isLegacy, try store.loadRecord(.integrityKey, keyring: keyring) != nil {
+      // An upgrade killed after it stored the integrity key and before the signed manifest was in
+      // the home; `upgrade` tells that from a stripped manifest and finishes it.
+      vault = try upgrade(home: home, store: store, clock: clock)
+    } else if let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({
+      try SymmetricKey(storage: $0)
+    }) {
       vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
       // The lock is taken only when the home or the key store's copy must be rewritten, so opening
       // never waits for a rotation running elsewhere.
@@ -327,15 +333,30 @@ public final class Vault: Sendable {
     defer { lock.release() }
     let signed = try ManifestFile.read(home: home)
     let keyring = signed.manifest.keyringID!
-    if try store.loadRecord(.integrityKey, keyring: keyring) != nil {
+    let storedKey = try store.loadRecord(.integrityKey, keyring: keyring)
+    if storedKey != nil, !signed.isLegacy {
       // Another process upgraded meanwhile: open normally.
       return try open(home: home, store: store, clock: clock)
     }
     guard signed.isLegacy else { throw VaultError.integrityKeyMissing(store: store.kind) }
-    // A key store that already holds a signed copy of the manifest belongs to an upgraded vault:
-    // its integrity key was removed, and an unsigned file is a downgrade, not an old vault.
-    if try store.loadRecord(.manifestMirror, keyring: keyring) != nil {
-      throw VaultError.integrityKeyMissing(store: store.kind)
+    if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyring) {
+      // A key store that already holds a signed copy of the manifest belongs to an upgraded vault:
+      // without its integrity key, an unsigned file is a downgrade, not an old vault.
+      guard let storedKey else { throw VaultError.integrityKeyMissing(store: store.kind) }
+      // With it, a copy signed at epoch 1 is the upgrade's own first write, and nothing was
+      // signed after it: an upgrade killed after mirroring that write and before its rename into
+      // the home (before, every command refused the vault from then on as tampered with, and a
+      // vault of the first release has no backup to restore). The copy is the manifest the
+      // upgrade made; it is put in the home. Any later copy means the unsigned file replaced a
+      // signed one: refused as before.
+      let path = ManifestFile.path(home: home)
+      let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy")
+      guard !mirror.isLegacy, try mirror.isAuthentic(under: try SymmetricKey(storage: storedKey)),
+        mirror.manifest.vaultID == signed.manifest.vaultID, mirror.manifest.epoch == 1
+      else { throw ManifestFile.Failure.unauthenticated(path: path) }
+      try? removeStaleManifestTemporaries(home: home)
+      try ManifestFile.write(mirror.bytes, home: home)
+      return try open(home: home, store: store, clock: clock)
     }
     // The unsigned file names the store, so nothing in it is trusted yet: upgrade only when that
     // store already holds this vault's active key (a key that was sealing records). A forged
@@ -346,8 +367,16 @@ public final class Vault: Sendable {
     else {
       throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
     }
-    let integrityKey = try SymmetricKey.generate()
-    try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
+    // An integrity key with no signed copy anywhere: an upgrade killed between storing that key
+    // and its first signed write. It is finished with the key it stored (nothing was signed
+    // under any other).
+    let integrityKey: SymmetricKey
+    if let storedKey {
+      integrityKey = try SymmetricKey(storage: storedKey)
+    } else {
+      integrityKey = try SymmetricKey.generate()
+      try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
+    }
     // Record key-check values for the keys as they are now, so a swapped item is caught from here on.
     var upgraded = signed.manifest
     upgraded.home = home

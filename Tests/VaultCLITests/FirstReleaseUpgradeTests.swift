@@ -102,6 +102,34 @@ final class FirstReleaseUpgradeTests: XCTestCase {
     try checkRecords(home: home, containers: [home + "/queue.sqlite", other])
   }
 
+  /// The first command on a first-release vault upgrades its manifest: an integrity key into the
+  /// keyfile, then the signed manifest into the key store, then into the home. Killed between the
+  /// first of these and the last, the vault was refused by every command after ("fails its
+  /// integrity check … modified by something other than vault … restore it from a backup"), with
+  /// no backup to restore. Now the next command finishes the upgrade, whichever sync it stopped at.
+  func testAnUpgradeKilledAtAnySyncIsFinishedByTheNextCommand() throws {
+    let id = "55555555-5555-4555-8555-555555555555"
+    let put = ["--home", home, "queue", "put", "--queue", "outbox", "--id", id]
+    var step = 1
+    while true {
+      try removeFixture()
+      let extracted = try Spawn.run(
+        "/bin/tar", ["-xzf", packageRoot() + "/Tests/VaultCLITests/Fixtures/first-release.tar.gz", "-C", "/tmp"])
+      XCTAssertEqual(extracted.status, 0, extracted.error)
+      let killed = try vaultKilled(at: "fdatasync,fsync", step: step, put, input: Array("put under a kill".utf8))
+      let again = try vault(put, input: Array("put under a kill".utf8))
+      XCTAssertEqual(again.status, 0, "killed at sync \(step): \(again.error)")
+      let status = try vault(["--home", home, "status", "--json"])
+      XCTAssertEqual(status.status, 0, "killed at sync \(step): \(status.error)")
+      let states = try listed(home: home, containers: [home + "/queue.sqlite"])
+      XCTAssertEqual(states.count, 5, "killed at sync \(step): \(states)")
+      XCTAssertEqual(states[id], "outbox pending 0", "killed at sync \(step)")
+      if killed.status != 128 + SIGKILL || step >= 40 { break }
+      step += 1
+    }
+    XCTAssertGreaterThan(step, 4, "the kills reached past the integrity key and the key store's copy")
+  }
+
   func testAFirstReleaseVaultBacksUpAsItsFirstCommandAndRestoresWithNothingLost() throws {
     let bundles = temporary.sub("bundles")
     let restoredKeys = temporary.sub("restored-keys")

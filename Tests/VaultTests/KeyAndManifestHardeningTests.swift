@@ -145,11 +145,22 @@ final class KeyAndManifestHardeningTests: XCTestCase {
     XCTAssertEqual(upgraded.manifest.externalSealVersions, [1])
     XCTAssertNotNil(try store.loadRecord(.integrityKey, keyring: keyring))
     XCTAssertNotNil(vault.manifest.record(1)?.check ?? nil, "the key-check value was learned from the key")
-    // From now on the unsigned form is refused.
+    // From now on the unsigned form is never taken (nor signed under a new key). Put back while
+    // the key store's copy is still the upgrade's own first write, it is what an upgrade killed
+    // before its rename left, and that copy goes back into the home; after any later write it is
+    // refused.
     XCTAssertTrue(
       FileManager.default.createFile(
         atPath: ManifestFile.path(home: home), contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
-    XCTAssertThrowsError(try Vault.open(home: home, resolver: .fixed(store)))
+    let reopened = try Vault.open(home: home, resolver: .fixed(store))
+    XCTAssertEqual(try ManifestFile.read(home: home).bytes, upgraded.bytes, "the upgrade's own signed copy")
+    try reopened.registerContainer(temporary.sub("later.sqlite"), id: "0123456789abcdef")
+    XCTAssertTrue(
+      FileManager.default.createFile(
+        atPath: ManifestFile.path(home: home), contents: Data(legacy.utf8), attributes: [.posixPermissions: 0o600]))
+    XCTAssertThrowsError(try Vault.open(home: home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? ManifestFile.Failure, .unauthenticated(path: ManifestFile.path(home: home)))
+    }
   }
 
   /// The recovery our own errors recommend: restore manifest.json from an older backup. It was
