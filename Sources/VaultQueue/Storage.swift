@@ -133,6 +133,7 @@ final class Storage {
         try connection.execute(Self.migrations[index])
         try connection.execute("PRAGMA user_version = \(index + 1)")
       }
+      if version >= 5 { try addWhatRenumberedSchemasLack() }
       var givenID: String?
       if version == 0, case .create(let minimum, let containerID, let restoredFrom) = mode {
         givenID = containerID
@@ -155,6 +156,24 @@ final class Storage {
         .run([.text(try Self.newContainerID())])
       try checkIdentity(keyringID: keyringID)
     }
+  }
+
+  /// Two builds of the main branch (0c6199f and 7cee1da, 2026-12-01) numbered the schemas
+  /// differently before migrations 5 and 6 settled: the first stored schema 5 without the table
+  /// `merged`, the next added that table as schema 6, a number migration 6 (`refused_since`) took
+  /// later. Their containers carry those numbers, so the migrations above skip what they lack: a
+  /// container of the second never got `refused_since`, and every refusal, resend and telemetry
+  /// retry failed on it ("no such column"). Whatever of the two is missing is added here, in the
+  /// migration's transaction; a container of any other build has both and is not changed.
+  private func addWhatRenumberedSchemasLack() throws {
+    let merged = try connection.prepare(
+      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'merged'"
+    ).scalar()
+    if merged == 0 { try connection.execute("CREATE TABLE merged (id TEXT PRIMARY KEY) WITHOUT ROWID") }
+    let refusedSince = try connection.prepare(
+      "SELECT count(*) FROM pragma_table_info('records') WHERE name = 'refused_since'"
+    ).scalar()
+    if refusedSince == 0 { try connection.execute("ALTER TABLE records ADD COLUMN refused_since") }
   }
 
   /// The minimum seal version stored in the container at `path`, read through a read-only
