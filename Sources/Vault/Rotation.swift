@@ -664,7 +664,8 @@ extension Vault {
       let retired = candidates.filter { !notDeleted.contains($0) }
       if !notDeleted.isEmpty {
         // Its key is there: the version is decrypt-only again (the next rotation retires it with
-        // the same proof), and after a compromise the rotation is not finished.
+        // the same proof), and after a compromise the rotation is not finished (only a rotation
+        // after a compromise goes on from here, and status and doctor say so).
         var again = next
         for index in again.versions.indices where notDeleted.contains(again.versions[index].version) {
           again.versions[index].state = .decryptOnly
@@ -675,12 +676,12 @@ extension Vault {
           (again.resealing, again.unfinishedCompromise) = (active, active)
         }
         try save(again)
-        let why =
-          "the key store did not delete its key ("
-          + ((deletionFailure as? KeyStoreError)?.description ?? "a locked item or collection?") + ")"
+        // A deletion that failed says why itself (the rotation is done, its clean-up is not).
+        if let deletionFailure { throw deletionFailure }
         for version in notDeleted {
           kept[version, default: []].append(
-            why + (options.compromised ? "; unlock the key store" : "; the next rotation retires it"))
+            "the key store did not delete its key (it still lists it: a locked item?)"
+              + (options.compromised ? "; unlock the key store" : "; the next rotation retires it"))
         }
       }
       // A keyfile rewrite interrupted by a crash leaves a temporary copy holding keys, retired
