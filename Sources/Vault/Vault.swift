@@ -294,7 +294,9 @@ public final class Vault: Sendable {
   ///   - resolver: builds the key store, to read the integrity key and the store's copy.
   /// - Returns: the manifest shown, and `verified`, `unverified: <why>` or `legacy` as above.
   /// - Throws: `ManifestFile.Failure` when the manifest is missing, corrupt or fails its MAC;
-  ///   `VaultError.restoreUnfinished` when a restore into `home` stopped part-way.
+  ///   `VaultError.integrityKeyMismatch` when the store's integrity key verifies neither the
+  ///   manifest nor the store's copy of it; `VaultError.restoreUnfinished` when a restore into
+  ///   `home` stopped part-way.
   public static func inspect(home: String, resolver: KeyStoreResolver = .system()) throws -> (Manifest, String) {
     let home = absolutePath(home)
     try refuseUnfinishedRestore(home)
@@ -308,6 +310,14 @@ public final class Vault: Sendable {
       }
       integrityKey = try SymmetricKey(storage: bytes)
       guard try signed.isAuthentic(under: integrityKey) else {
+        // As `open` tells it: when the key store's own copy does not verify either, the integrity
+        // key is what is wrong (a stray or replaced item), not the manifest.
+        if let mirrorBytes = try? store.loadRecord(.manifestMirror, keyring: keyring),
+          let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy"),
+          (try? mirror.isAuthentic(under: integrityKey)) != true
+        {
+          throw VaultError.integrityKeyMismatch(store: store.kind)
+        }
         throw ManifestFile.Failure.unauthenticated(path: ManifestFile.path(home: home))
       }
       if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyring) {

@@ -558,6 +558,10 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
     XCTAssertThrowsError(try Vault.open(home: vault.home, resolver: .fixed(store))) {
       XCTAssertEqual($0 as? VaultError, .integrityKeyMismatch(store: .memory))
     }
+    // `status` reads through `inspect`, which says the same (it blamed the manifest).
+    XCTAssertThrowsError(try Vault.inspect(home: vault.home, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? VaultError, .integrityKeyMismatch(store: .memory))
+    }
   }
 
   /// A home moved away, with a new vault made at its old path: the moved one is rebound, not
