@@ -29,6 +29,12 @@ static struct {
   void *(*g_hash_table_lookup)(VaultGHashTable *table, const void *key);
   void (*g_hash_table_unref)(VaultGHashTable *table);
   void (*g_list_free_full)(VaultGList *list, destroy_function free_function);
+  VaultGMainContext *(*g_main_context_new)(void);
+  void (*g_main_context_push_thread_default)(VaultGMainContext *context);
+  void (*g_main_context_pop_thread_default)(VaultGMainContext *context);
+  int (*g_main_context_iteration)(VaultGMainContext *context, int may_block);
+  int (*g_main_context_pending)(VaultGMainContext *context);
+  void (*g_main_context_unref)(VaultGMainContext *context);
   VaultGVariant *(*g_variant_new)(const char *format, ...);
   void (*g_variant_get)(VaultGVariant *variant, const char *format, ...);
   void (*g_variant_unref)(VaultGVariant *variant);
@@ -93,6 +99,12 @@ SAME_TYPE(g_hash_table_insert);
 SAME_TYPE(g_hash_table_lookup);
 SAME_TYPE(g_hash_table_unref);
 SAME_TYPE(g_list_free_full);
+SAME_TYPE(g_main_context_new);
+SAME_TYPE(g_main_context_push_thread_default);
+SAME_TYPE(g_main_context_pop_thread_default);
+SAME_TYPE(g_main_context_iteration);
+SAME_TYPE(g_main_context_pending);
+SAME_TYPE(g_main_context_unref);
 SAME_TYPE(g_variant_new);
 SAME_TYPE(g_variant_get);
 SAME_TYPE(g_variant_unref);
@@ -166,7 +178,10 @@ static int resolve_all(vault_library *library, void *handle) {
          RESOLVE(g_str_hash) && RESOLVE(g_str_equal) && RESOLVE(g_error_free) && RESOLVE(g_error_matches) &&
          RESOLVE(g_io_error_quark) && RESOLVE(g_dbus_error_quark) && RESOLVE(g_hash_table_new_full) &&
          RESOLVE(g_hash_table_insert) && RESOLVE(g_hash_table_lookup) && RESOLVE(g_hash_table_unref) &&
-         RESOLVE(g_list_free_full) && RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
+         RESOLVE(g_list_free_full) && RESOLVE(g_main_context_new) &&
+         RESOLVE(g_main_context_push_thread_default) && RESOLVE(g_main_context_pop_thread_default) &&
+         RESOLVE(g_main_context_iteration) && RESOLVE(g_main_context_pending) && RESOLVE(g_main_context_unref) &&
+         RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
          RESOLVE(g_variant_unref) && RESOLVE(g_variant_iter_loop) && RESOLVE(g_variant_iter_free) &&
          RESOLVE(g_cancellable_new) && RESOLVE(g_cancellable_cancel) && RESOLVE(g_cancellable_is_cancelled) &&
          RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(secret_schema_new) &&
@@ -191,6 +206,23 @@ void vault_g_object_unref(void *object) { api.g_object_unref(object); }
 void vault_g_free(void *memory) { api.g_free(memory); }
 void vault_g_error_free(VaultGError *error) { api.g_error_free(error); }
 void vault_g_hash_table_unref(VaultGHashTable *table) { api.g_hash_table_unref(table); }
+
+VaultGMainContext *vault_g_context_begin(void) {
+  VaultGMainContext *context = api.g_main_context_new();
+  api.g_main_context_push_thread_default(context);
+  return context;
+}
+
+void vault_g_context_end(VaultGMainContext *context) {
+  // Bounded, in case a source stays ready: what is left is then freed with the context or kept
+  // alive by its source, as before.
+  for (int dispatched = 0; dispatched < 1000 && api.g_main_context_iteration(context, 0); dispatched++) {
+  }
+  api.g_main_context_pop_thread_default(context);
+  api.g_main_context_unref(context);
+}
+
+int vault_g_default_context_pending(void) { return api.g_main_context_pending(NULL); }
 
 VaultGCancellable *vault_g_cancellable_new(void) { return api.g_cancellable_new(); }
 void vault_g_cancellable_cancel(VaultGCancellable *cancellable) { api.g_cancellable_cancel(cancellable); }
