@@ -658,11 +658,18 @@ extension Vault {
           deletionFailure = deletionFailure ?? error
         }
       }
-      if let stillStored = try? store.storedVersions(keyring: keyringID) {
-        notDeleted.formUnion(Set(stillStored).intersection(candidates))
+      // A store that cannot list its items now (locked meanwhile) cannot say a key is gone: the
+      // rotation fails with that error rather than report retired a key it may still hold. The
+      // manifest keeps those versions retired, so the next rotation deletes what stayed (on its
+      // own proof), and after a compromise the rotation stays unfinished.
+      var listingFailure: (any Error)?
+      do {
+        notDeleted.formUnion(Set(try store.storedVersions(keyring: keyringID)).intersection(candidates))
+      } catch {
+        listingFailure = error
       }
       let retired = candidates.filter { !notDeleted.contains($0) }
-      if !notDeleted.isEmpty {
+      if !notDeleted.isEmpty || (listingFailure != nil && !candidates.isEmpty) {
         // Its key is there: the version is decrypt-only again (the next rotation retires it with
         // the same proof), and after a compromise the rotation is not finished (only a rotation
         // after a compromise goes on from here, and status and doctor say so).
@@ -675,9 +682,9 @@ extension Vault {
           incomplete = true
           (again.resealing, again.unfinishedCompromise) = (active, active)
         }
-        try save(again)
+        if !notDeleted.isEmpty || options.compromised { try save(again) }
         // A deletion that failed says why itself (the rotation is done, its clean-up is not).
-        if let deletionFailure { throw deletionFailure }
+        if let failure = deletionFailure ?? listingFailure { throw failure }
         for version in notDeleted {
           kept[version, default: []].append(
             "the key store did not delete its key (it still lists it: a locked item?)"

@@ -460,6 +460,48 @@ final class UndeletedKeyTests: XCTestCase {
   }
 }
 
+/// A store that passes over a deletion and then cannot list its items (a collection locked
+/// between the two calls): the rotation cannot tell whether the key stayed, so it must not report
+/// the version retired (reviewed: the listing's failure was dropped with `try?`, and `retired`
+/// named a key the store still held).
+final class UnlistedAfterDeletionTests: XCTestCase {
+  func testARotationThatCannotListTheStoreAfterDeletingReportsNoKeyRetired() throws {
+    let temporary = TemporaryDirectory()
+    let deleted = LockedValue(false)
+    let store = InterposedKeyStore(InMemoryKeyStore()) { call in
+      switch call {
+      case .deleteKey:
+        deleted.withLock { $0 = true }
+        return .absent
+      case .storedVersions where deleted.withLock({ $0 }):
+        throw KeyStoreError.locked
+      default:
+        return .forward
+      }
+    }
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.sealRecord([1], context: [1])))
+    do {
+      let report = try vault.rotate([container])
+      XCTAssertFalse(report.retired.contains(1), "reported retired while the store holds it: \(report)")
+    } catch {
+      XCTAssertEqual(error as? KeyStoreError, .locked, "\(error)")
+    }
+    deleted.withLock { $0 = false }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2])
+    // After a compromise the rotation fails and stays unfinished, so status keeps warning.
+    let options = RotationOptions(compromised: true, confirm: { _ in .purge })
+    XCTAssertThrowsError(try vault.rotate([container], options: options)) { error in
+      XCTAssertEqual(error as? KeyStoreError, .locked, "\(error)")
+    }
+    deleted.withLock { $0 = false }
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [1, 2, 3])
+    XCTAssertEqual(Vault.statusWarnings(vault.manifest), [.unfinishedCompromise(version: 3)])
+  }
+}
+
 final class KeyfileLeftoverTests: XCTestCase {
   /// A crash mid-rewrite leaves `<keyfile>.tmp-…` holding keys; rotation removes such leftovers
   /// (and nothing else: not a planted symlink, not other files).
