@@ -149,6 +149,21 @@ extension Vault {
     var placed: [ContainerRecord] = []
     do {
       try integrityKey.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
+      // Before any key, a signed copy of the restore's manifest (no container yet) at an epoch
+      // above 1. Without one, a restore stopped after storing keys left what an upgrade of a
+      // first-release vault killed part-way leaves (an integrity key and no signed copy): with the
+      // marker removed and an unsigned manifest put in the home, `Vault.open` finished an
+      // "upgrade" by signing that file, whatever it said (a key version retired, an external seal
+      // forgotten), and the next rotation deleted a key records needed. A copy at this epoch is
+      // refused there. The final manifest is written above it, so the copy's epoch never drops.
+      var provisional = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()), home: home)
+      provisional.versions = keys.map(\.record).sorted { $0.version < $1.version }
+      provisional.activeVersion = activeVersion
+      provisional.highestVersion = max(highestVersion, provisional.versions.map(\.version).max() ?? 0)
+      provisional.externalSealVersions = externalSealVersions.filter { provisional.record($0) != nil }
+      provisional.epoch = Self.restoreProvisionalEpoch
+      let provisionalBytes = try ManifestFile.sign(provisional, key: integrityKey)
+      try provisionalBytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyring) }
       for exported in keys.sorted(by: { $0.record.version < $1.record.version })
       where !resumed.contains(exported.record.version) {
         try store.storeKey(exported.key, keyring: keyring, version: exported.record.version)
@@ -160,6 +175,7 @@ extension Vault {
       manifest.highestVersion = max(highestVersion, manifest.versions.map(\.version).max() ?? 0)
       manifest.externalSealVersions = externalSealVersions.filter { manifest.record($0) != nil }
       manifest.containers = placed
+      manifest.epoch = Self.restoreProvisionalEpoch
       let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)
       try vault.save(manifest)
       // The last step, under the home's lock: from here on the home opens as a vault, and a
@@ -177,6 +193,10 @@ extension Vault {
       throw error
     }
   }
+
+  /// The epoch of the signed copy a restore stores before its keys: above 1, the epoch at which
+  /// `Vault.open` takes a signed copy for an upgrade killed part-way.
+  static let restoreProvisionalEpoch: UInt64 = 2
 
   /// Whether `home` holds anything but the vault's lock file (which a failed restore or init
   /// leaves, and which is no vault); false when it does not exist.
