@@ -641,8 +641,12 @@ extension Vault {
       // A rotation after a compromise that had to keep an old key is not finished: it stays the
       // current rotation, so running it again resumes it rather than making yet another version.
       var incomplete = options.compromised && !kept.isEmpty
-      next.resealing = incomplete ? active : nil
-      next.unfinishedCompromise = incomplete ? active : nil
+      // After a compromise, the rotation is recorded finished only once the store no longer lists
+      // the old keys (a last write below): killed while it deletes them, it stays unfinished, and
+      // status warns rather than call a compromised key retired that may still be stored.
+      let confirmingDeletion = options.compromised && !candidates.isEmpty
+      next.resealing = incomplete || confirmingDeletion ? active : nil
+      next.unfinishedCompromise = incomplete || confirmingDeletion ? active : nil
       try save(next)
       // A store may pass over an item it cannot delete without an error (libsecret skips a locked
       // item in a collection of its own): a version whose deletion failed, or whose key the store
@@ -684,12 +688,21 @@ extension Vault {
         }
         if !notDeleted.isEmpty || options.compromised { try save(again) }
         // A deletion that failed says why itself (the rotation is done, its clean-up is not).
-        if let failure = deletionFailure ?? listingFailure { throw failure }
+        if let failure = deletionFailure ?? listingFailure {
+          // Leftover copies of the keyfile may hold keys just deleted: not kept until a later run.
+          if let keyfile = store as? KeyfileStore { _ = try? keyfile.removeLeftoverTemporaryFiles() }
+          throw failure
+        }
         for version in notDeleted {
           kept[version, default: []].append(
             "the key store did not delete its key (it still lists it: a locked item?)"
               + (options.compromised ? "; unlock the key store" : "; the next rotation retires it"))
         }
+      }
+      if confirmingDeletion, !incomplete {
+        next.resealing = nil
+        next.unfinishedCompromise = nil
+        try save(next)
       }
       // A keyfile rewrite interrupted by a crash leaves a temporary copy holding keys, retired
       // ones included: remove such leftovers now that the keys it may hold are gone.

@@ -443,6 +443,28 @@ final class UndeletedKeyTests: XCTestCase {
     XCTAssertEqual(Vault.statusWarnings(vault.manifest), [])
   }
 
+  /// While a rotation after a compromise deletes the old keys, the manifest on disk still calls it
+  /// unfinished: killed there, it is not taken as finished with a compromised key still stored.
+  func testACompromiseRotationIsRecordedUnfinishedWhileItDeletesTheOldKeys() throws {
+    let home = temporary.sub("watched")
+    let seen = LockedValue<[UInt32?]>([])
+    let watched = InterposedKeyStore(InMemoryKeyStore()) { call in
+      if case .deleteKey = call {
+        let onDisk = try ManifestFile.read(home: home).manifest.unfinishedCompromise
+        seen.withLock { $0.append(onDisk) }
+      }
+      return .forward
+    }
+    let vault = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(watched))
+    let container = RecordingContainer(name: "w.db")
+    container.records.append(([1], try vault.sealRecord([1], context: [1])))
+    let report = try vault.rotate([container], options: RotationOptions(compromised: true, confirm: { _ in .purge }))
+    XCTAssertEqual(report.retired, [1])
+    XCTAssertEqual(seen.withLock { $0 }, [2], "unfinished while deleting")
+    XCTAssertNil(try ManifestFile.read(home: home).manifest.unfinishedCompromise, "finished once the key is gone")
+    XCTAssertEqual(Vault.statusWarnings(vault.manifest), [])
+  }
+
   /// An ordinary rotation reports the version kept, with why, and the next one retires it.
   func testAnOrdinaryRotationWhoseStoreKeepsTheOldKeyReportsItKept() throws {
     let report = try vault.rotate([container])
