@@ -284,24 +284,26 @@ int vault_secret_collection_get_locked(VaultSecretCollection *collection) {
 
 int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
                                     VaultGError **error) {
-  const char *aliases[2] = {"default", "session"};
-  char *paths[2] = {NULL, NULL};
-  for (int i = 0; i < 2; i++) {
+  // The third is an alias no provider defines: one that answers it with a collection does not
+  // keep aliases apart, and its "session" answer says nothing about where the default is kept.
+  const char *aliases[3] = {"default", "session", "org.vault.no-such-alias"};
+  char *paths[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) {
     VaultGVariant *reply = api.g_dbus_connection_call_sync(
         bus, "org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "ReadAlias",
         api.g_variant_new("(s)", aliases[i]), (const VaultGVariantType *)"(o)", VAULT_G_DBUS_CALL_FLAGS_NONE,
         timeout_ms, cancellable, error);
     if (!reply) {
-      api.g_free(paths[0]);
+      for (int j = 0; j < i; j++) api.g_free(paths[j]);
       return -1;
     }
     api.g_variant_get(reply, "(o)", &paths[i]);  // a copy, freed with g_free
     api.g_variant_unref(reply);
   }
   // "/" is the Secret Service's answer for an alias that names no collection.
-  int same = api.g_strcmp0(paths[0], "/") != 0 && api.g_strcmp0(paths[0], paths[1]) == 0;
-  api.g_free(paths[0]);
-  api.g_free(paths[1]);
+  int same = api.g_strcmp0(paths[0], "/") != 0 && api.g_strcmp0(paths[0], paths[1]) == 0 &&
+             api.g_strcmp0(paths[1], paths[2]) != 0;
+  for (int j = 0; j < 3; j++) api.g_free(paths[j]);
   return same;
 }
 

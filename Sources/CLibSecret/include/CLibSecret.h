@@ -121,7 +121,8 @@ int vault_secret_collection_get_locked(VaultSecretCollection *collection);
 
 /// Whether the "default" alias names the collection behind the "session" alias (gnome-keyring's
 /// collection kept in memory only and cleared when the session ends), asked with ReadAlias on the
-/// bus. Returns 1 when it does, 0 when it does not (or a provider has no such alias: "/"), -1 on
+/// bus. Returns 1 when it does, 0 when it does not (or a provider has no such alias: "/", or it
+/// answers an alias nobody defines with a collection too: it does not keep aliases apart), -1 on
 /// error (error set).
 int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
                                     VaultGError **error);

@@ -448,7 +448,8 @@ public final class SecretServiceStore: KeyStore {
   /// Refuses a default collection that is the one the `session` alias names: gnome-keyring keeps
   /// it in memory only and empties it when the session ends (or the daemon restarts), so a key
   /// stored there would be lost, and every record sealed under it. A provider that cannot answer
-  /// the question (no such alias, or an error other than a timeout) is not held to it.
+  /// the question (no such alias, an error other than a timeout, or the same collection for an
+  /// alias nobody defines) is not held to it.
   private func refuseSessionCollection(_ cancellable: OpaquePointer) throws {
     var error: UnsafeMutablePointer<VaultGError>?
     guard let bus = vault_g_bus_get_session(cancellable, &error) else {
