@@ -188,7 +188,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   /// A stored record is not what vault wrote (larger than any record it writes, or an integrity
   /// key that is not 32 bytes).
   case corruptRecord(record: String)
-  /// Several Secret Service items hold the same key version; vault will not guess which is right.
+  /// Several Secret Service items hold the same key version with different keys; vault will not
+  /// guess which is right.
   case ambiguousKey(version: UInt32, count: Int)
   /// A keyfile lists one key version more than once.
   case duplicateKeyVersion(path: String, version: UInt32)
@@ -257,8 +258,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .corruptRecord(let record):
       "the stored \(record) record is not what vault wrote (not a size vault writes); restore the key store from a backup"
     case .ambiguousKey(let version, let count):
-      "the Secret Service holds \(count) items for key version \(version) of this vault and vault cannot tell "
-        + "which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "
+      "the Secret Service holds \(count) items for key version \(version) of this vault, with different keys, and "
+        + "vault cannot tell which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "
         + "seahorse: compare their labels and home attributes), then retry"
     case .duplicateKeyVersion(let path, let version):
       "keyfile \(path) lists key version \(version) more than once, so vault cannot tell which key sealed your "

@@ -41,6 +41,20 @@ final class KeyStoreAmbiguityTests: XCTestCase {
     XCTAssertEqual(try store.storedVersions(keyring: keyring), [1], "listed once")
   }
 
+  /// A byte-for-byte copy of vault's item (copied into another collection, or stored again by
+  /// hand) holds the same key: it is read, not refused as ambiguous (the advice to remove the item
+  /// vault did not make cannot be followed when both match in every attribute).
+  func testSecretServiceReadsCopiesOfOneKey() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+    let store = SecretServiceStore(timeout: 5, home: "/tmp/ambiguity-a")
+    let key = try Array("0123456789abcdef0123456789abcdef".utf8).withUnsafeBytes { try SymmetricKey(copying: $0) }
+    try store.storeKey(key, keyring: keyring, version: 1)
+    try SecretTool.store(
+      secret: "0123456789abcdef0123456789abcdef",
+      ["xdg:schema", "org.vault.Key", "vault-id", keyring.hex, "version", "1", "home", "/tmp/ambiguity-b"])
+    XCTAssertEqual(try store.loadKey(keyring: keyring, version: 1), key)
+  }
+
   func testProbeSaysTheTransferSessionIsEncryptedWithGnomeKeyring() throws {
     try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
     let store = SecretServiceStore(timeout: 5)

@@ -114,19 +114,30 @@ public final class SecretServiceStore: KeyStore {
         let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
         defer { vault_item_list_free(list) }
         let items = Self.items(list)
-        guard let item = items.first else { return nil }
-        // Several items for one version: which key sealed the data is unknowable; never pick one.
-        guard items.count == 1 else { throw KeyStoreError.ambiguousKey(version: version, count: items.count) }
-        // A locked item is present but unreadable: never report it as absent.
-        guard vault_secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
-        guard let value = vault_secret_item_get_secret(item) else {
-          throw KeyStoreError.service(detail: "item returned no secret")
+        if items.isEmpty { return nil }
+        var keys: [SymmetricKey] = []
+        for item in items {
+          // A locked item is present but unreadable: never report it as absent.
+          guard vault_secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
+          guard let value = vault_secret_item_get_secret(item) else {
+            throw KeyStoreError.service(detail: "item returned no secret")
+          }
+          defer { vault_secret_value_unref(value) }
+          var length = 0
+          let bytes = vault_secret_value_get(value, &length)
+          guard let bytes, length == SymmetricKey.byteCount else {
+            if items.count > 1 { throw KeyStoreError.ambiguousKey(version: version, count: items.count) }
+            throw KeyStoreError.corruptKey(version: version)
+          }
+          keys.append(try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length)))
         }
-        defer { vault_secret_value_unref(value) }
-        var length = 0
-        let bytes = vault_secret_value_get(value, &length)
-        guard let bytes, length == SymmetricKey.byteCount else { throw KeyStoreError.corruptKey(version: version) }
-        return try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+        // Several items for one version holding different keys: which one sealed the data is
+        // unknowable here; never pick one. Copies of one key (an item copied into another
+        // collection) are that key, whichever is read.
+        guard keys.dropFirst().allSatisfy({ $0 == keys[0] }) else {
+          throw KeyStoreError.ambiguousKey(version: version, count: items.count)
+        }
+        return keys[0]
       }
     }
   }
