@@ -129,13 +129,19 @@ extension VaultCommandLine {
   /// Ends the process by `signal` (whose default action the caller has put back), so a shell
   /// running a script sees an interrupt, not an exit status. Called on `StopSignals`' queue.
   ///
-  /// The signal is sent to the process, not raised: libdispatch's threads, this one too, block
-  /// signals, so `raise` would leave it pending; the kernel gives it to a thread that does not
-  /// (the main one). 128 + the signal only if none has taken it after 10 s (a traced process's
-  /// main thread held in a system call by its tracer takes it only when the call returns).
+  /// libdispatch's threads, this one too, block signals: this thread unblocks `signal` and raises
+  /// it, so its default action ends the process here and now. Sent to the process instead, it
+  /// waited for the main thread to take it, which a main thread held by a tracer, or gone, did not
+  /// do within 10 s (a CI run ended a stopped scan with exit 130). 128 + the signal only if the
+  /// process still runs after 10 s.
   ///
   /// - Parameter signal: the stop signal that was received.
   static func endBy(_ signal: Int32) -> Never {
+    var only = sigset_t()
+    sigemptyset(&only)
+    sigaddset(&only, signal)
+    pthread_sigmask(SIG_UNBLOCK, &only, nil)
+    raise(signal)
     kill(getpid(), signal)
     for _ in 0..<100 { usleep(100_000) }
     _exit(128 + signal)
