@@ -360,6 +360,11 @@ public final class Telemetry: @unchecked Sendable {
     var budget = configuration.requestBudget
     let start = container.now
     unstoredOutcomes = []
+    // Claims holding events whose outcome could not be stored: kept until the pass ends, so the
+    // next claim reaches the other due events instead of those again (given back first, they were
+    // the oldest due and ended the pass before anything else was sent).
+    var heldBack: [Claim] = []
+    defer { giveBack(heldBack) }
     pass: while !passShouldEnd {
       let claimed = try container.claim(
         queue: Self.queueName, maxCount: max(configuration.claimCount, 1), maxBytes: 64 << 20, lease: 300, dueBy: start)
@@ -379,7 +384,11 @@ public final class Telemetry: @unchecked Sendable {
         try deliverAll(
           fresh.map { (id: $0.id, json: [UInt8]($0.payload)) }, claim: claim, token: &token, report: &report,
           refreshed: &refreshed, budget: &budget)
-        try claim.releaseUnsettled()
+        if fresh.contains(where: { unstoredOutcomes.contains($0.id) }) {
+          heldBack.append(claim)
+        } else {
+          try claim.releaseUnsettled()
+        }
       } catch let spent as RequestBudgetSpent {
         // 413 after 413: what the server refused waits with backoff, the rest of the claim goes
         // back untouched, and the pass ends rather than storm the server.
@@ -407,6 +416,8 @@ public final class Telemetry: @unchecked Sendable {
         throw error
       }
     }
+    giveBack(heldBack)
+    heldBack = []
     report.pending = try container.count(queue: Self.queueName, state: .pending)
     drops.logDrops(of: container, to: logger)
     logger.debug(
@@ -582,6 +593,19 @@ public final class Telemetry: @unchecked Sendable {
       let code = errorCode(of: error)
       logger.error("settling a batch failed", metadata: ["error_code": code, "events": "\(ids.count)"])
       hub.publish(.loopError(errorCode: code))
+    }
+  }
+
+  /// Gives back what a pass held because the outcome could not be stored: those events go back to
+  /// pending, due at once, for a later pass. If that cannot be written either, they come back when
+  /// the pass's lease on them ends (300 seconds); nothing is lost.
+  private func giveBack(_ claims: [Claim]) {
+    for claim in claims {
+      do {
+        try claim.releaseUnsettled()
+      } catch {
+        logger.error("giving back a batch failed", metadata: ["error_code": errorCode(of: error)])
+      }
     }
   }
 

@@ -27,6 +27,18 @@ private final class CountingFailingSender: BatchSender, @unchecked Sendable {
   }
 }
 
+/// Answers 500 to every batch and notes the ids it was sent.
+private final class RecordingFailingSender: BatchSender, @unchecked Sendable {
+  private let lock = NSLock()
+  private var ids: [UUID] = []
+  var sent: [UUID] { lock.withLock { ids } }
+
+  func send(_ batch: TelemetryBatch, token: String) -> SendResult {
+    lock.withLock { ids += batch.ids }
+    return .status(500, retryAfter: nil)
+  }
+}
+
 /// A flush is one pass in which each due event is attempted at most once. When the outcome of a
 /// batch cannot be stored (here a trigger refuses it; in the field, a container of a build whose
 /// schema lacked a column), the batch goes back to pending, due at once, and the pass used to
@@ -82,5 +94,32 @@ final class TelemetryUnstoredOutcomeTests: XCTestCase {
     _ = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function).flush()
     XCTAssertEqual(sender.sent, 2, "the next pass sends it again")
     XCTAssertNotNil(try container.list(queue: "telemetry").first?.nextAttemptAt, "and now its retry is stored")
+  }
+
+  /// The oldest due event's outcome cannot be stored: the pass still sends the other due events.
+  /// Before, the event went back to pending at once, the next claim (oldest first) held only it,
+  /// and the pass ended having sent nothing else, every pass, for as long as that outcome could
+  /// not be stored.
+  func testAnUnstoredOutcomeDoesNotHoldBackTheOtherDueEvents() throws {
+    let sender = RecordingFailingSender()
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(claimCount: 1), tokens: CountingTokens(),
+      sender: sender, sessionID: "s1", clock: clock.function)
+    let first = try telemetry.log(type: "tap")
+    let second = try telemetry.log(type: "tap")
+    try sql(
+      """
+      CREATE TRIGGER refuse_outcomes BEFORE UPDATE OF error_kind ON records
+      WHEN NEW.error_kind IS NOT NULL AND OLD.id = '\(first.uuidString.lowercased())'
+      BEGIN SELECT RAISE(ABORT, 'outcome refused'); END
+      """)
+
+    let report = try telemetry.flush()
+    XCTAssertEqual(sender.sent, [first, second], "each due event sent once, the second too")
+    XCTAssertEqual(report.retried, 1, "the second's retry is stored")
+    let kept = try container.list(queue: "telemetry")
+    XCTAssertEqual(Set(kept.map(\.id)), [first, second], "nothing lost")
+    XCTAssertEqual(kept.first { $0.id == first }?.state, .pending, "the first given back at the pass's end")
+    XCTAssertEqual(report.pending, 2, "counted after it was given back")
   }
 }
