@@ -32,7 +32,7 @@ extension Vault {
   package func exportKeys() throws -> [ExportedKey] {
     var exported: [ExportedKey] = []
     for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
-      guard let material = try store.loadKey(keyring: keyringID, version: record.version) else {
+      guard let material = try store.loadKey(keyring: keyringID, version: record.version, check: record.check) else {
         throw VaultError.keyMissing(version: record.version, store: store.kind)
       }
       if let expected = record.check {
@@ -65,7 +65,8 @@ extension Vault {
   /// - Throws: `VaultError`, `KeyStoreError` as `create`; `VaultError.keyCheckFailed` when a key
   ///   does not match its record's key-check value; `VaultError.restoreUnfinished` when the home
   ///   holds a stopped restore of another vault, `.restoreStoreDiffers` when this one's stopped
-  ///   restore used another store; what `placeContainers` throws.
+  ///   restore used another store, `.restoreKeysPresent` when a new home's store already holds keys
+  ///   of this vault; what `placeContainers` throws.
   package static func restore(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver, keyring: KeyringID,
     keys: [ExportedKey], activeVersion: UInt32, highestVersion: UInt32, externalSealVersions: [UInt32],
@@ -129,7 +130,7 @@ extension Vault {
       // Items the stopped restore wrote are taken over only when they are the bundle's own keys.
       resumed = try identicalVersions(in: store, keyring: keyring, keys: keys)
     } else if let present = try store.storedVersions(keyring: keyring).first {
-      throw KeyStoreError.keyExists(version: present)
+      throw VaultError.restoreKeysPresent(store: store.kind, version: present)
     }
     let marker = RestoreMarker(
       vaultID: keyring.hex, store: descriptor, integrityCheck: try KeyVersionRecord.checkValue(of: integrityKey))

@@ -263,7 +263,8 @@ public final class Vault: Sendable {
     } else {
       guard signed.isLegacy else {
         // A missing active key says more (a deleted or replaced keyfile) than a missing record.
-        if try store.loadKey(keyring: keyring, version: signed.manifest.activeVersion) == nil {
+        let active = signed.manifest.activeVersion
+        if try store.loadKey(keyring: keyring, version: active, check: signed.manifest.record(active)?.check) == nil {
           throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
         }
         throw VaultError.integrityKeyMissing(store: store.kind)
@@ -310,12 +311,8 @@ public final class Vault: Sendable {
       }
       integrityKey = try SymmetricKey(storage: bytes)
       guard try signed.isAuthentic(under: integrityKey) else {
-        // As `open` tells it: when the key store's own copy does not verify either, the integrity
-        // key is what is wrong (a stray or replaced item), not the manifest.
-        if let mirrorBytes = try? store.loadRecord(.manifestMirror, keyring: keyring),
-          let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy"),
-          (try? mirror.isAuthentic(under: integrityKey)) != true
-        {
+        // As `open` tells it.
+        if integrityKeyFailsTheStoresCopy(store: store, keyring: keyring, integrityKey: integrityKey) {
           throw VaultError.integrityKeyMismatch(store: store.kind)
         }
         throw ManifestFile.Failure.unauthenticated(path: ManifestFile.path(home: home))
@@ -632,12 +629,7 @@ public final class Vault: Sendable {
     let signed = try ManifestFile.read(home: home)
     let (integrityKey, knownEpoch) = state.withLock { ($0.integrityKey, $0.epoch) }
     guard !signed.isLegacy, try signed.isAuthentic(under: integrityKey) else {
-      // If the key store's own copy does not verify either, the integrity key is what is wrong
-      // (a stray or replaced item), not the manifest: say so rather than blame the file.
-      if let mirrorBytes = try? store.loadRecord(.manifestMirror, keyring: keyringID),
-        let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: path),
-        (try? mirror.isAuthentic(under: integrityKey)) != true
-      {
+      if Self.integrityKeyFailsTheStoresCopy(store: store, keyring: keyringID, integrityKey: integrityKey) {
         throw VaultError.integrityKeyMismatch(store: store.kind)
       }
       throw ManifestFile.Failure.unauthenticated(path: path)
@@ -731,6 +723,19 @@ public final class Vault: Sendable {
 
   /// Whether two paths name one existing file or directory (same device and inode), so a home
   /// reached through a symlink is still the same home and a keyfile under another name is itself.
+  /// Whether the key store's own copy of the manifest fails under `integrityKey` too, once the
+  /// home's manifest has failed: then the integrity key is what is wrong (a stray or replaced
+  /// item), not the manifest, and the error should say so rather than blame the file. No copy,
+  /// or one that cannot be read right now, says nothing against the key.
+  static func integrityKeyFailsTheStoresCopy(
+    store: any KeyStore, keyring: KeyringID, integrityKey: SymmetricKey
+  ) -> Bool {
+    guard let mirrorBytes = try? store.loadRecord(.manifestMirror, keyring: keyring),
+      let mirror = try? ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy")
+    else { return false }
+    return (try? mirror.isAuthentic(under: integrityKey)) != true
+  }
+
   static func sameFile(_ a: String, _ b: String) -> Bool {
     if a == b { return true }
     var first = stat()
@@ -762,7 +767,7 @@ public final class Vault: Sendable {
       throw EnvelopeError.unknownKeyVersion(version)
     }
     guard record.state != .retired else { throw EnvelopeError.retiredKeyVersion(version) }
-    guard let material = try store.loadKey(keyring: keyringID, version: version) else {
+    guard let material = try store.loadKey(keyring: keyringID, version: version, check: record.check) else {
       throw VaultError.keyMissing(version: version, store: store.kind)
     }
     let check = try KeyVersionRecord.checkValue(of: material)
@@ -775,6 +780,21 @@ public final class Vault: Sendable {
       if record.check == nil { $0.learnedChecks[version] = check }
     }
     return key
+  }
+
+  /// The versions still in use (active and decrypt-only) for which the key store holds other keys
+  /// beside the one recorded: Secret Service items with this vault's attributes that vault did not
+  /// store. `key(for:)` reads past them by the key-check value; doctor names them.
+  ///
+  /// - Returns: each such version and how many different keys the store holds for it.
+  /// - Throws: `KeyStoreError` when the store cannot be read.
+  package func versionsWithStrayKeys() throws -> [(version: UInt32, keys: Int)] {
+    var found: [(version: UInt32, keys: Int)] = []
+    for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+      let keys = try store.loadKeyCandidates(keyring: keyringID, version: record.version)
+      if keys.count > 1 { found.append((record.version, keys.count)) }
+    }
+    return found
   }
 
   /// Writes `next` (caller holds the lock, or is creating the vault) and adopts it: a new epoch,
@@ -883,7 +903,7 @@ public final class Vault: Sendable {
     guard let pendingRecord = manifest.versions.first(where: { $0.state == .pending }) else { return }
     let pending = pendingRecord.version
     let material: SymmetricKey
-    if let existing = try store.loadKey(keyring: keyringID, version: pending) {
+    if let existing = try store.loadKey(keyring: keyringID, version: pending, check: pendingRecord.check) {
       // Only a key this vault recorded may be adopted; anything else was not made by this vault.
       guard let expected = pendingRecord.check,
         constantTimeEquals(try KeyVersionRecord.checkValue(of: existing), expected)
@@ -901,8 +921,11 @@ public final class Vault: Sendable {
       try save(next)
       try store.storeKey(material, keyring: keyringID, version: pending)
     }
-    // Read back what the store holds: the round trip must use the key that future opens will load.
-    guard let stored = try store.loadKey(keyring: keyringID, version: pending), stored == material else {
+    // Read back what the store holds: the round trip must use the key that future opens will load
+    // (by the key-check value recorded for it, should a stray item have appeared beside it).
+    let recorded = try KeyVersionRecord.checkValue(of: material)
+    guard let stored = try store.loadKey(keyring: keyringID, version: pending, check: recorded), stored == material
+    else {
       throw VaultError.keyMissing(version: pending, store: store.kind)
     }
     let key = try VersionKey(stored, suite: pendingRecord.effectiveSuite)

@@ -58,6 +58,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// A rerun of a stopped restore into `home` named another key store than the one it began writing
   /// keys into (`store`, at `keyfile` for a keyfile).
   case restoreStoreDiffers(home: String, store: KeyStoreKind, keyfile: String?)
+  /// A restore into a new home found key version `version` of the bundle's vault already in `store`:
+  /// the vault the bundle was taken from (or an earlier restore of it) keeps its keys there, and
+  /// they are never overwritten.
+  case restoreKeysPresent(store: KeyStoreKind, version: UInt32)
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -75,12 +79,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
         + "but its manifest is missing; restore manifest.json from a backup rather than creating a new vault"
     case .keyMissing(let version, let store):
       "key version \(version) is missing from the \(store.rawValue) store although the manifest expects it; "
-        + "restore the key store from a backup (no new key was made)"
+        + Self.anotherServiceHint(store) + "restore the key store from a backup (no new key was made)"
     case .roundTripFailed(let version):
       "key version \(version) failed its seal/open self-test; it was not activated"
     case .noActiveKey: "the manifest names no active key version"
     case .integrityKeyMissing(let store):
       "the \(store.rawValue) store has no integrity key for this vault although its manifest is signed; "
+        + Self.anotherServiceHint(store)
         + "the key store was reset or belongs to another vault: restore it from a backup (nothing was changed)"
     case .keyCheckFailed(let version):
       "the key store's item for version \(version) is not the key this vault recorded "
@@ -123,7 +128,19 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
         + (keyfile.map { " at \($0)" } ?? "")
         + "; run it again with that store to finish it (nothing was changed)"
+    case .restoreKeysPresent(let store, let version):
+      "the \(store.rawValue) store already holds key version \(version) of this bundle's vault: the vault it was "
+        + "taken from (or an earlier restore of it) keeps its keys there, and they are never overwritten; merge "
+        + "the bundle into that vault's home instead, or restore into another key store (nothing was changed)"
     }
+  }
+
+  /// For the Secret Service: the service answering may not be the one holding the keys (another
+  /// keyring daemon, another login's keyring, another D-Bus session), which a restore would not fix.
+  private static func anotherServiceHint(_ store: KeyStoreKind) -> String {
+    guard store == .secretService else { return "" }
+    return "if the Secret Service answering here is not the one that kept your keys (another keyring daemon, "
+      + "another login, another D-Bus session), run vault where that one answers; otherwise "
   }
 }
 
@@ -152,6 +169,7 @@ extension VaultError: CodedError {
     case .versionNotPinned: "vault.version-not-pinned"
     case .restoreUnfinished: "vault.restore-unfinished"
     case .restoreStoreDiffers: "vault.restore-store-differs"
+    case .restoreKeysPresent: "vault.restore-keys-present"
     }
   }
 }

@@ -35,6 +35,11 @@ enum Advice {
     case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.restoreStoreDiffers(_, let store, let keyfile):
       return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \(ShellWord.quoted($0))" } ?? "") + ")"
+    case VaultError.restoreKeysPresent(let store, _):
+      return " (`vault restore BUNDLE --into THAT_HOME`"
+        + (store == .keyfile ? ")" : ", or --store keyfile)")
+    case QueueError.olderSchema:
+      return " (`vault rotate` or `vault backup` opens every registered container for writing)"
     case QueueError.busy(let path):
       // Retrying does not help while the holder is stopped (a rotation left at Ctrl-Z): name it.
       guard let holder = LockWait.writer(ofFiles: [path, path + "-wal", path + "-shm"]),

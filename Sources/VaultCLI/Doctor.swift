@@ -177,6 +177,17 @@ extension VaultCommandLine {
       do {
         let vault = try Vault.open(home: home, resolver: keyStores)
         report.add("active key", .ok, "readable (version \(vault.manifest.activeVersion))")
+        if manifest.store.kind == .secretService {
+          let strays = (try? vault.versionsWithStrayKeys()) ?? []
+          for stray in strays {
+            report.add(
+              "key items", .warning,
+              "warning: the Secret Service holds \(stray.keys) different keys for key version \(stray.version) of this "
+                + "vault; vault reads the one its manifest records (by its key-check value) and ignores the others, "
+                + "which it did not store. Something else wrote items with this vault's attributes: find out what. "
+                + "Removing items by hand may remove vault's own; retiring the version removes them all")
+          }
+        }
       } catch {
         report.add("active key", .problem, sentence(for: error, arguments))
       }
@@ -213,7 +224,9 @@ enum DoctorCommand: Subcommand {
       warning without it), the manifest (read, and authenticated by its MAC when the key store can be read; \
       otherwise a warning says why not), which envelope format the active key version seals (a warning for \
       format 1), an unfinished rotation (a warning), whether the newest backup bundle of this vault is intact and holds every key \
-      version still in use (a warning when none does), and whether the active key can be read. A store this \
+      version still in use (a warning when none does), whether the active key can be read, and, in the Secret \
+      Service, items holding other keys for a version in use (a warning: vault reads its own by the key-check \
+      value its manifest records). A store this \
       vault does not \
       use is reported, not held against it (a keyfile vault needs no session bus); a keyfile that is gone is \
       "not found" with its path. Exits 1 when the vault exists but its key cannot be read.

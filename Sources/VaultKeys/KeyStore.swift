@@ -142,6 +142,46 @@ public protocol KeyStore: Sendable {
   /// - Throws: `KeyStoreError.recordTooLarge` for a value over the limit (nothing is stored);
   ///   other `KeyStoreError` cases when the store cannot be written.
   func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws
+  /// Every different key the store holds for a version: more than one only in a store that can
+  /// hold several items for one version (the Secret Service), where `loadKey` refuses them as
+  /// `.ambiguousKey`. Material that is not a 256-bit key is left out.
+  ///
+  /// - Parameters:
+  ///   - keyring: the vault whose keys they are.
+  ///   - version: the key version.
+  /// - Returns: the distinct keys, empty when the store holds none.
+  /// - Throws: `KeyStoreError` when the store cannot tell (locked, timed out, unreadable).
+  func loadKeyCandidates(keyring: KeyringID, version: UInt32) throws -> [SymmetricKey]
+}
+
+extension KeyStore {
+  /// A store that holds at most one item per version has one candidate: what `loadKey` reads.
+  public func loadKeyCandidates(keyring: KeyringID, version: UInt32) throws -> [SymmetricKey] {
+    try loadKey(keyring: keyring, version: version).map { [$0] } ?? []
+  }
+
+  /// Loads a version's key; where the store holds several different keys for it, takes the one
+  /// whose key-check value is `check` (the manifest's record, which only the key that sealed the
+  /// data matches): a stray item beside vault's own no longer stops the vault. Without a recorded
+  /// value, or when not exactly one candidate matches it, they stay `.ambiguousKey`.
+  ///
+  /// - Parameters:
+  ///   - keyring: the vault whose key it is.
+  ///   - version: the key version.
+  ///   - check: the key-check value recorded for `version`, or nil when none is recorded.
+  /// - Returns: the key, or nil only when the store can tell for certain that it holds none.
+  /// - Throws: as `loadKey`. The caller still compares a single key with `check`.
+  public func loadKey(keyring: KeyringID, version: UInt32, check: String?) throws -> SymmetricKey? {
+    do {
+      return try loadKey(keyring: keyring, version: version)
+    } catch KeyStoreError.ambiguousKey(let version, let count) where check != nil {
+      let matching = try loadKeyCandidates(keyring: keyring, version: version).filter {
+        try KeyVersionRecord.checkValue(of: $0) == check
+      }
+      guard matching.count == 1 else { throw KeyStoreError.ambiguousKey(version: version, count: count) }
+      return matching[0]
+    }
+  }
 }
 
 /// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.
@@ -259,8 +299,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stored \(record) record is not what vault wrote (not a size vault writes); restore the key store from a backup"
     case .ambiguousKey(let version, let count):
       "the Secret Service holds \(count) items for key version \(version) of this vault, with different keys, and "
-        + "vault cannot tell which one sealed your data; remove the ones vault did not make with your keyring manager (e.g. "
-        + "seahorse: compare their labels and home attributes), then retry"
+        + "vault cannot tell which one sealed your data (not exactly one holds the key the manifest recorded); "
+        + "remove the ones vault did not make with your keyring manager (e.g. seahorse: compare their labels and "
+        + "home attributes), then retry"
     case .duplicateKeyVersion(let path, let version):
       "keyfile \(path) lists key version \(version) more than once, so vault cannot tell which key sealed your "
         + "data; restore the keyfile from a backup (nothing was changed)"

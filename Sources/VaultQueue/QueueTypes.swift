@@ -480,6 +480,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case notAQueueContainer(path: String)
   /// The container's schema is newer than this build understands: upgrade vault.
   case newerSchema(path: String, version: Int)
+  /// The container has a schema an earlier release wrote (`version`), which a read-only open
+  /// cannot read; the first open for writing upgrades it in place, with nothing lost.
+  case olderSchema(path: String, version: Int)
   /// A record whose envelope (`bytes`, payload plus envelope overhead) could never fit under the
   /// byte cap; nothing was stored and nothing dropped.
   case recordTooLarge(bytes: Int, cap: Int)
@@ -525,6 +528,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .notAQueueContainer(let path): "\(path) is a SQLite database but not a vault queue container"
     case .newerSchema(let path, let version):
       "\(path) has schema version \(version), newer than this vault understands; upgrade vault"
+    case .olderSchema(let path, let version):
+      "\(path) has schema version \(version), written by an earlier release, which only an open for writing "
+        + "upgrades (in place, nothing lost); nothing was changed"
     case .recordTooLarge(let bytes, let cap):
       "a \(bytes)-byte record cannot fit under the container's \(cap)-byte cap; nothing was stored"
     case .capExceeded(let cap):
@@ -572,6 +578,7 @@ extension QueueError: CodedError {
     case .foreignContainer: "queue.foreign-container"
     case .notAQueueContainer: "queue.not-a-queue-container"
     case .newerSchema: "queue.newer-schema"
+    case .olderSchema: "queue.older-schema"
     case .recordTooLarge: "queue.record-too-large"
     case .capExceeded: "queue.cap-exceeded"
     case .invalidQueueName: "queue.invalid-queue-name"

@@ -116,7 +116,7 @@ final class Storage {
     guard version > 0 else { throw QueueError.notAQueueContainer(path: path) }
     guard version <= Self.migrations.count else { throw QueueError.newerSchema(path: path, version: version) }
     guard version >= Self.readableFrom else {
-      throw QueueError.storage(path: path, detail: "older schema \(version); open it once with a writing command")
+      throw QueueError.olderSchema(path: path, version: version)
     }
     try checkIdentity(keyringID: keyringID)
   }

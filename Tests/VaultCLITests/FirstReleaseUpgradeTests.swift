@@ -87,6 +87,22 @@ final class FirstReleaseUpgradeTests: XCTestCase {
     XCTAssertEqual(try pendingTexts(home: home, containers: containers), texts)
   }
 
+  /// `queue stats` and `list` only read, so they cannot upgrade a first-release container: they
+  /// say so (`QueueError.olderSchema`) and name the commands that do (before: "open it once with a
+  /// writing command", naming none), and change nothing.
+  func testReadingAFirstReleaseContainerNamesTheCommandsThatUpgradeIt() throws {
+    let before = try Data(contentsOf: URL(fileURLWithPath: other))
+    for action in ["stats", "list"] {
+      let run = try vault(["--home", home, "queue", action, "--container", other])
+      XCTAssertEqual(run.status, 1, run.outputText)
+      XCTAssertTrue(run.error.contains("written by an earlier release"), run.error)
+      XCTAssertTrue(run.error.contains("`vault rotate` or `vault backup`"), run.error)
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: other)), before, "nothing was changed")
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "queue", "stats", "--container", other]).status, 0)
+  }
+
   func testAFirstReleaseVaultRotatesAsItsFirstCommandWithNothingLost() throws {
     let rotated = try vault(["--home", home, "rotate", "--json"])
     XCTAssertEqual(rotated.status, 0, rotated.error)

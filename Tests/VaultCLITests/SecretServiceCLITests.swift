@@ -163,6 +163,85 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }
 
+  /// An item another program stored with this vault's attributes and another key, beside the key
+  /// of a version in use: vault reads its own by the manifest's key-check value (before, every
+  /// command refused the vault as ambiguous, with advice that could delete the wrong item), and
+  /// doctor names the stray.
+  func testAStrayItemWithAnotherKeyForAVersionInUseIsReadPastAndNamed() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
+    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    // Another home attribute, so the keyring keeps both items rather than replacing vault's.
+    let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home + "-elsewhere"]
+    let stored = try Spawn.run(
+      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 1"] + stray,
+      input: Array(String(repeating: "x", count: 32).utf8))
+    XCTAssertEqual(stored.status, 0, stored.error)
+
+    let opened = try vault(["--home", home, "open", "--context", "c"], input: sealed)
+    XCTAssertEqual(opened.status, 0, opened.error)
+    XCTAssertEqual(opened.output, secret)
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertTrue(doctor.outputText.contains("2 different keys for key version 1"), doctor.outputText)
+    XCTAssertTrue(doctor.outputText.contains("reads the one its manifest records"), doctor.outputText)
+    XCTAssertFalse(doctor.outputText.contains("xxxx"), "no key bytes")
+    let resealed = try vault(["--home", home, "seal", "--context", "c"], input: secret)
+    XCTAssertEqual(resealed.status, 0, resealed.error)
+
+    let rotate = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotate.status, 0, rotate.error)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: resealed.output).output, secret)
+  }
+
+  /// A restore into a new Secret Service home while the vault the bundle came from still keeps its
+  /// keys in that keyring: refused with its own error naming the ways out (merge into that vault's
+  /// home, or another store), not a bare "key version 1 already exists"; both ways work.
+  func testARestoreBesideTheOriginalVaultsKeysNamesTheWaysOut() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
+    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: secret).status, 0)
+    let passphrase = temporary.sub("passphrase")
+    try "a long passphrase\n".write(toFile: passphrase, atomically: true, encoding: .utf8)
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    let backups = temporary.sub("backups")
+    try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
+    let backup = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphrase, "--json"])
+    XCTAssertEqual(backup.status, 0, backup.error)
+    let bundle = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
+
+    let copy = temporary.sub("copy")
+    let refused = try vault([
+      "restore", bundle, "--passphrase-file", passphrase, "--into", copy, "--store", "secret-service",
+    ])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("already holds key version 1 of this bundle's vault"), refused.error)
+    XCTAssertTrue(refused.error.contains("--into THAT_HOME`, or --store keyfile"), refused.error)
+    XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: copy)) ?? [], [], "nothing made")
+
+    let merged = try vault(["restore", bundle, "--passphrase-file", passphrase, "--into", home])
+    XCTAssertEqual(merged.status, 0, merged.error)
+    let elsewhere = try vault([
+      "restore", bundle, "--passphrase-file", passphrase, "--into", copy, "--store", "keyfile",
+      "--keyfile", temporary.sub("k/copy.keys"),
+    ])
+    XCTAssertEqual(elsewhere.status, 0, elsewhere.error)
+    XCTAssertEqual(try vault(["--home", copy, "queue", "stats"]).status, 0)
+  }
+
   func testNoSessionBusIsExplained() throws {
     let runtime = temporary.sub("runtime")
     try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)

@@ -41,6 +41,47 @@ final class KeyStoreAmbiguityTests: XCTestCase {
     XCTAssertEqual(try store.storedVersions(keyring: keyring), [1], "listed once")
   }
 
+  /// Two items with different keys for one version: each is a candidate, and the one whose
+  /// key-check value the manifest recorded is read; without a recorded value, or with one that
+  /// neither matches, they stay ambiguous.
+  func testSecretServicePicksAmongDifferentKeysByTheRecordedCheckValue() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+    let store = SecretServiceStore(timeout: 5, home: "/tmp/ambiguity-a")
+    let key = try SymmetricKey.generate()
+    try store.storeKey(key, keyring: keyring, version: 1)
+    try SecretTool.store(
+      secret: String(repeating: "k", count: 32),
+      ["xdg:schema", "org.vault.Key", "vault-id", keyring.hex, "version", "1", "home", "/tmp/ambiguity-b"])
+    let stray = try Array(repeating: UInt8(ascii: "k"), count: 32).withUnsafeBytes { try SymmetricKey(copying: $0) }
+
+    let candidates = try store.loadKeyCandidates(keyring: keyring, version: 1)
+    XCTAssertEqual(candidates.count, 2)
+    XCTAssertTrue(candidates.contains(key) && candidates.contains(stray))
+    let recorded = try KeyVersionRecord.checkValue(of: key)
+    XCTAssertEqual(try store.loadKey(keyring: keyring, version: 1, check: recorded), key)
+    XCTAssertEqual(
+      try store.loadKey(keyring: keyring, version: 1, check: try KeyVersionRecord.checkValue(of: stray)), stray,
+      "whichever the manifest recorded")
+    for check in [nil, try KeyVersionRecord.checkValue(of: try .generate())] {
+      XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1, check: check)) {
+        XCTAssertEqual($0 as? KeyStoreError, .ambiguousKey(version: 1, count: 2))
+      }
+    }
+    XCTAssertEqual(try store.loadKeyCandidates(keyring: keyring, version: 2), [])
+    XCTAssertNil(try store.loadKey(keyring: keyring, version: 2, check: recorded))
+  }
+
+  /// A keyfile holds one key per version: its only candidate is that key.
+  func testAKeyfileHasOneCandidatePerVersion() throws {
+    let store = KeyfileStore(path: temporary.sub("keys/v.keys"))
+    let key = try SymmetricKey.generate()
+    try store.storeKey(key, keyring: keyring, version: 1)
+    XCTAssertEqual(try store.loadKeyCandidates(keyring: keyring, version: 1), [key])
+    XCTAssertEqual(try store.loadKeyCandidates(keyring: keyring, version: 2), [])
+    XCTAssertEqual(
+      try store.loadKey(keyring: keyring, version: 1, check: "not the check"), key, "compared by the caller")
+  }
+
   /// A byte-for-byte copy of vault's item (copied into another collection, or stored again by
   /// hand) holds the same key: it is read, not refused as ambiguous (the advice to remove the item
   /// vault did not make cannot be followed when both match in every attribute).

@@ -48,6 +48,12 @@ public final class InterposedKeyStore: KeyStore, @unchecked Sendable {
     return try inner.loadKey(keyring: keyring, version: version)
   }
 
+  /// Interposed as a `loadKey` of the version: the same read, of every item.
+  public func loadKeyCandidates(keyring: KeyringID, version: UInt32) throws -> [SymmetricKey] {
+    guard try interpose(.loadKey(version: version)) == .forward else { return [] }
+    return try inner.loadKeyCandidates(keyring: keyring, version: version)
+  }
+
   public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
     guard try interpose(.storeKey(version: version)) == .forward else { return }
     try inner.storeKey(key, keyring: keyring, version: version)

@@ -107,6 +107,30 @@ public final class SecretServiceStore: KeyStore {
   }
 
   public func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey? {
+    let (keys, items, malformed) = try readKeys(keyring: keyring, version: version)
+    if items == 0 { return nil }
+    if malformed {
+      if items > 1 { throw KeyStoreError.ambiguousKey(version: version, count: items) }
+      throw KeyStoreError.corruptKey(version: version)
+    }
+    // Several items for one version holding different keys: which one sealed the data is
+    // unknowable here; never pick one (`loadKey(keyring:version:check:)` picks by the manifest's
+    // key-check value). Copies of one key (an item copied into another collection) are that key,
+    // whichever is read.
+    guard keys.count == 1 else { throw KeyStoreError.ambiguousKey(version: version, count: items) }
+    return keys[0]
+  }
+
+  public func loadKeyCandidates(keyring: KeyringID, version: UInt32) throws -> [SymmetricKey] {
+    try readKeys(keyring: keyring, version: version).keys
+  }
+
+  /// The different 256-bit keys held by the items for `version`, how many items there are, and
+  /// whether any holds material of another size. A locked item is present but unreadable: the
+  /// answer is `.locked`, never "absent".
+  private func readKeys(keyring: KeyringID, version: UInt32) throws -> (
+    keys: [SymmetricKey], items: Int, malformed: Bool
+  ) {
     try lock.withLock { _ in
       try withDeadline("load key") { cancellable in
         let service = try connect(cancellable)
@@ -114,10 +138,9 @@ public final class SecretServiceStore: KeyStore {
         let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
         defer { vault_item_list_free(list) }
         let items = Self.items(list)
-        if items.isEmpty { return nil }
         var keys: [SymmetricKey] = []
+        var malformed = false
         for item in items {
-          // A locked item is present but unreadable: never report it as absent.
           guard vault_secret_item_get_locked(item) == 0 else { throw KeyStoreError.locked }
           guard let value = vault_secret_item_get_secret(item) else {
             throw KeyStoreError.service(detail: "item returned no secret")
@@ -126,18 +149,13 @@ public final class SecretServiceStore: KeyStore {
           var length = 0
           let bytes = vault_secret_value_get(value, &length)
           guard let bytes, length == SymmetricKey.byteCount else {
-            if items.count > 1 { throw KeyStoreError.ambiguousKey(version: version, count: items.count) }
-            throw KeyStoreError.corruptKey(version: version)
+            malformed = true
+            continue
           }
-          keys.append(try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length)))
+          let key = try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length))
+          if !keys.contains(key) { keys.append(key) }
         }
-        // Several items for one version holding different keys: which one sealed the data is
-        // unknowable here; never pick one. Copies of one key (an item copied into another
-        // collection) are that key, whichever is read.
-        guard keys.dropFirst().allSatisfy({ $0 == keys[0] }) else {
-          throw KeyStoreError.ambiguousKey(version: version, count: items.count)
-        }
-        return keys[0]
+        return (keys, items.count, malformed)
       }
     }
   }
