@@ -51,6 +51,7 @@ static struct {
                                                 const char *method_name, VaultGVariant *parameters,
                                                 const VaultGVariantType *reply_type, VAULT_ENUM(GDBusCallFlags) flags,
                                                 int timeout_ms, VaultGCancellable *cancellable, VaultGError **error);
+  const char *(*g_dbus_proxy_get_object_path)(VaultGDBusProxy *proxy);
   // libsecret
   VaultSecretSchema *(*secret_schema_new)(const char *name, VAULT_ENUM(SecretSchemaFlags) flags, ...);
   void (*secret_schema_unref)(VaultSecretSchema *schema);
@@ -115,6 +116,7 @@ SAME_TYPE(g_cancellable_cancel);
 SAME_TYPE(g_cancellable_is_cancelled);
 SAME_TYPE(g_bus_get_sync);
 SAME_TYPE(g_dbus_connection_call_sync);
+SAME_TYPE(g_dbus_proxy_get_object_path);
 SAME_TYPE(secret_schema_new);
 SAME_TYPE(secret_schema_unref);
 SAME_TYPE(secret_service_get_sync);
@@ -184,7 +186,8 @@ static int resolve_all(vault_library *library, void *handle) {
          RESOLVE(g_variant_new) && RESOLVE(g_variant_get) &&
          RESOLVE(g_variant_unref) && RESOLVE(g_variant_iter_loop) && RESOLVE(g_variant_iter_free) &&
          RESOLVE(g_cancellable_new) && RESOLVE(g_cancellable_cancel) && RESOLVE(g_cancellable_is_cancelled) &&
-         RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(secret_schema_new) &&
+         RESOLVE(g_bus_get_sync) && RESOLVE(g_dbus_connection_call_sync) && RESOLVE(g_dbus_proxy_get_object_path) &&
+         RESOLVE(secret_schema_new) &&
          RESOLVE(secret_schema_unref) && RESOLVE(secret_service_get_sync) &&
          RESOLVE(secret_service_get_session_algorithms) && RESOLVE(secret_service_disconnect) &&
          RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
@@ -282,29 +285,57 @@ int vault_secret_collection_get_locked(VaultSecretCollection *collection) {
   return api.secret_collection_get_locked(collection);
 }
 
-int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
-                                    VaultGError **error) {
-  // The third is an alias no provider defines: one that answers it with a collection does not
-  // keep aliases apart, and its "session" answer says nothing about where the default is kept.
-  const char *aliases[3] = {"default", "session", "org.vault.no-such-alias"};
-  char *paths[3] = {NULL, NULL, NULL};
-  for (int i = 0; i < 3; i++) {
+// Reads `count` aliases into `paths` (each a copy, freed with g_free); 0 on error (error set,
+// nothing left to free).
+static int read_aliases(VaultGDBusConnection *bus, const char *const *aliases, char **paths, int count,
+                        int timeout_ms, VaultGCancellable *cancellable, VaultGError **error) {
+  for (int i = 0; i < count; i++) {
     VaultGVariant *reply = api.g_dbus_connection_call_sync(
         bus, "org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "ReadAlias",
         api.g_variant_new("(s)", aliases[i]), (const VaultGVariantType *)"(o)", VAULT_G_DBUS_CALL_FLAGS_NONE,
         timeout_ms, cancellable, error);
     if (!reply) {
       for (int j = 0; j < i; j++) api.g_free(paths[j]);
-      return -1;
+      return 0;
     }
     api.g_variant_get(reply, "(o)", &paths[i]);  // a copy, freed with g_free
     api.g_variant_unref(reply);
   }
+  return 1;
+}
+
+int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                    VaultGError **error) {
+  // The third is an alias no provider defines: one that answers it with a collection does not
+  // keep aliases apart, and its "session" answer says nothing about where the default is kept.
+  const char *aliases[3] = {"default", "session", "org.vault.no-such-alias"};
+  char *paths[3] = {NULL, NULL, NULL};
+  if (!read_aliases(bus, aliases, paths, 3, timeout_ms, cancellable, error)) return -1;
   // "/" is the Secret Service's answer for an alias that names no collection.
   int same = api.g_strcmp0(paths[0], "/") != 0 && api.g_strcmp0(paths[0], paths[1]) == 0 &&
              api.g_strcmp0(paths[1], paths[2]) != 0;
   for (int j = 0; j < 3; j++) api.g_free(paths[j]);
   return same;
+}
+
+char *vault_secret_session_collection_path(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                           VaultGError **error) {
+  const char *aliases[2] = {"session", "org.vault.no-such-alias"};
+  char *paths[2] = {NULL, NULL};
+  if (!read_aliases(bus, aliases, paths, 2, timeout_ms, cancellable, error)) return NULL;
+  char *found = NULL;
+  if (api.g_strcmp0(paths[0], "/") != 0 && api.g_strcmp0(paths[0], paths[1]) != 0) {
+    found = paths[0];
+    paths[0] = NULL;
+  }
+  api.g_free(paths[0]);
+  api.g_free(paths[1]);
+  return found;
+}
+
+const char *vault_item_object_path(VaultSecretItem *item) {
+  // A SecretItem is a GDBusProxy for the item's object.
+  return api.g_dbus_proxy_get_object_path((VaultGDBusProxy *)item);
 }
 
 // secret_schema_new is variadic: name, type pairs ended by NULL. SECRET_SCHEMA_NONE keeps the

@@ -797,6 +797,19 @@ public final class Vault: Sendable {
     return found
   }
 
+  /// For a Secret Service vault: the key versions still in use (active, decrypt-only) whose keys,
+  /// and whether the integrity key, are held only in the collection gnome-keyring keeps in memory
+  /// and empties when the session ends (`SecretServiceStore.keptOnlyInMemory`). Nil for any other
+  /// store.
+  ///
+  /// - Throws: `KeyStoreError` when the store cannot be read.
+  package func keysKeptOnlyInMemory() throws -> (versions: [UInt32], integrityKey: Bool)? {
+    guard let store = store as? SecretServiceStore else { return nil }
+    let found = try store.keptOnlyInMemory(keyring: keyringID)
+    let live = manifest.versions.filter { $0.state == .active || $0.state == .decryptOnly }.map(\.version)
+    return (found.versions.filter(live.contains), found.integrityKey)
+  }
+
   /// Writes `next` (caller holds the lock, or is creating the vault) and adopts it: a new epoch,
   /// compacted history, signed with the integrity key, mirrored into the key store first and then
   /// written to the home, so the key store's copy is never older than the file.

@@ -187,6 +187,17 @@ extension VaultCommandLine {
                 + "which it did not store. Something else wrote items with this vault's attributes: find out what. "
                 + "Removing items by hand may remove vault's own; retiring the version removes them all")
           }
+          if let memory = try? vault.keysKeptOnlyInMemory(), !memory.versions.isEmpty || memory.integrityKey {
+            let keys =
+              memory.versions.map { "key version \($0)" } + (memory.integrityKey ? ["the integrity key"] : [])
+            report.add(
+              "key persistence", .warning,
+              "warning: " + keys.joined(separator: ", ") + " of this vault "
+                + (keys.count == 1 ? "is" : "are") + " kept only in the Secret Service's session collection, which "
+                + "is held in memory and emptied when the session ends or the keyring daemon restarts: every record "
+                + "sealed under it would be lost. Back the vault up now (`vault backup --to DIR`) and restore the "
+                + "bundle into a keyfile (`vault restore BUNDLE --into NEW_HOME --store keyfile`)")
+          }
         }
       } catch {
         report.add("active key", .problem, sentence(for: error, arguments))
@@ -226,7 +237,8 @@ enum DoctorCommand: Subcommand {
       format 1), an unfinished rotation (a warning), whether the newest backup bundle of this vault is intact and holds every key \
       version still in use (a warning when none does), whether the active key can be read, and, in the Secret \
       Service, items holding other keys for a version in use (a warning: vault reads its own by the key-check \
-      value its manifest records). A store this \
+      value its manifest records) and keys held only in the session collection, which is kept in memory (a \
+      warning: back up and restore into a keyfile before the session ends). A store this \
       vault does not \
       use is reported, not held against it (a keyfile vault needs no session bus); a keyfile that is gone is \
       "not found" with its path. Exits 1 when the vault exists but its key cannot be read.

@@ -200,6 +200,44 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: resealed.output).output, secret)
   }
 
+  /// A key item in the session collection (moved there by hand, or stored by a release before
+  /// storing there was refused) is read like any other, and lost with every record under it when
+  /// the session ends: doctor says so and how to get it out, before that happens.
+  func testDoctorWarnsOfAKeyKeptOnlyInTheSessionCollection() throws {
+    try requireKeyring()
+    let home = temporary.sub("home")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
+    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let before = try vault(["--home", home, "doctor"])
+    XCTAssertEqual(before.status, 0, before.outputText)
+    XCTAssertFalse(before.outputText.contains("session collection"), before.outputText)
+
+    // Move key version 1 into the session collection: the same bytes and attributes.
+    let attributes = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home]
+    let key = try Spawn.run("/usr/bin/secret-tool", ["lookup"] + attributes)
+    XCTAssertEqual(key.output.count, 32, key.error)
+    XCTAssertEqual(try Spawn.run("/usr/bin/secret-tool", ["clear"] + attributes).status, 0)
+    let moved = try Spawn.run(
+      "/usr/bin/secret-tool",
+      ["store", "--label=vault key \(vaultID) version 1", "--collection=/org/freedesktop/secrets/aliases/session"]
+        + attributes, input: key.output)
+    XCTAssertEqual(moved.status, 0, moved.error)
+
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertEqual(doctor.status, 0, "the key is readable now: a warning, " + doctor.outputText)
+    XCTAssertTrue(
+      doctor.outputText.contains("key version 1 of this vault is kept only in the Secret Service's session"),
+      doctor.outputText)
+    XCTAssertFalse(doctor.outputText.contains("the integrity key"), doctor.outputText)
+    XCTAssertTrue(doctor.outputText.contains("--store keyfile"), doctor.outputText)
+    let json = try vault(["--home", home, "doctor", "--json"])
+    XCTAssertTrue(json.outputText.contains("\"key persistence\""), json.outputText)
+  }
+
   /// A restore into a new Secret Service home while the vault the bundle came from still keeps its
   /// keys in that keyring: refused with its own error naming the ways out (merge into that vault's
   /// home, or another store), not a bare "key version 1 already exists"; both ways work.

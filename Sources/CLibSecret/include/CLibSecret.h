@@ -40,6 +40,7 @@ typedef SecretSchema VaultSecretSchema;
 typedef GHashTable VaultGHashTable;
 typedef GCancellable VaultGCancellable;
 typedef GDBusConnection VaultGDBusConnection;
+typedef GDBusProxy VaultGDBusProxy;
 typedef GError VaultGError;
 typedef GList VaultGList;
 typedef GMainContext VaultGMainContext;
@@ -52,6 +53,7 @@ typedef struct VaultSecretSchema VaultSecretSchema;
 typedef struct VaultGHashTable VaultGHashTable;
 typedef struct VaultGCancellable VaultGCancellable;
 typedef struct VaultGDBusConnection VaultGDBusConnection;
+typedef struct VaultGDBusProxy VaultGDBusProxy;
 typedef struct VaultGMainContext VaultGMainContext;
 
 /// GLib's GError.
@@ -126,6 +128,16 @@ int vault_secret_collection_get_locked(VaultSecretCollection *collection);
 /// error (error set).
 int vault_secret_default_is_session(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
                                     VaultGError **error);
+
+/// The object path of the collection the "session" alias names on `bus` (gnome-keyring keeps it
+/// in memory only), as a copy the caller frees with vault_g_free. NULL when there is none ("/"),
+/// when the provider does not keep aliases apart (it names a collection for an alias nobody
+/// defines too), or on error (error set).
+char *vault_secret_session_collection_path(VaultGDBusConnection *bus, int timeout_ms, VaultGCancellable *cancellable,
+                                           VaultGError **error);
+
+/// The D-Bus object path of an item (under its collection's path); owned by the item.
+const char *vault_item_object_path(VaultSecretItem *item);
 
 /// The schema of vault's key items (org.vault.Key: vault-id, version, home).
 VaultSecretSchema *vault_key_schema_new(void);

@@ -218,6 +218,59 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
+  /// What this store holds for `keyring` only in the collection the `session` alias names, which
+  /// gnome-keyring keeps in memory and empties when the session ends or the daemon restarts: the
+  /// key versions all of whose items are there, and whether every integrity-key item is. Storing
+  /// there is refused (`.sessionCollection`), but an item a release before that check stored
+  /// there, or one moved there by hand, is read like any other until it is gone, and every record
+  /// under it with it.
+  ///
+  /// - Parameter keyring: the vault whose items are looked at.
+  /// - Returns: those versions, sorted, and the integrity key's answer; nothing when the provider
+  ///   names no session collection or does not keep aliases apart.
+  /// - Throws: `KeyStoreError` when the store cannot be read (locked items are still listed).
+  package func keptOnlyInMemory(keyring: KeyringID) throws -> (versions: [UInt32], integrityKey: Bool) {
+    try lock.withLock { _ in
+      try withDeadline("list keys") { cancellable in
+        let service = try connect(cancellable)
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
+        var error: UnsafeMutablePointer<VaultGError>?
+        guard let bus = vault_g_bus_get_session(cancellable, &error) else {
+          throw translate(error, cancellable, operation: "connect to the session bus")
+        }
+        defer { vault_g_object_unref(UnsafeMutableRawPointer(bus)) }
+        guard let session = vault_secret_session_collection_path(bus, Int32(timeout * 1000), cancellable, &error)
+        else {
+          if error != nil { throw translate(error, cancellable, operation: "read the session alias") }
+          return ([], false)
+        }
+        let prefix = String(cString: session) + "/"
+        vault_g_free(session)
+        func inSession(_ item: OpaquePointer) -> Bool {
+          vault_item_object_path(item).map { String(cString: $0).hasPrefix(prefix) } ?? false
+        }
+        let keys = try search(service, keyring: keyring, version: nil, loadSecrets: false, cancellable)
+        defer { vault_item_list_free(keys) }
+        var items: [UInt32: (all: Int, inSession: Int)] = [:]
+        for item in Self.items(keys) {
+          guard let value = vault_item_attribute(item, "version") else { continue }
+          defer { vault_g_free(value) }
+          guard let version = UInt32(String(cString: value)) else { continue }
+          items[version, default: (0, 0)].all += 1
+          if inSession(item) { items[version, default: (0, 0)].inSession += 1 }
+        }
+        let records = try searchRecords(
+          service, keyring: keyring, record: .integrityKey, loadSecrets: false, cancellable)
+        defer { vault_item_list_free(records) }
+        let integrityItems = Self.items(records)
+        return (
+          items.filter { $0.value.all == $0.value.inSession }.keys.sorted(),
+          !integrityItems.isEmpty && integrityItems.allSatisfy(inSession)
+        )
+      }
+    }
+  }
+
   /// The newest item of `record`: several items of one record exist only for a moment (a replace
   /// stores the new item before it removes the older ones) or after a crash in that moment, and
   /// the `generation` attribute says which is newest. Any locked item makes the answer `.locked`.
