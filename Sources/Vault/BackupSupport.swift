@@ -300,7 +300,8 @@ extension Vault {
   }
 
   /// The versions `store` holds for `keyring`, each of which must be byte for byte the key `keys`
-  /// carries for it.
+  /// carries for it. An item another program stored beside the restore's own, with another key,
+  /// is read past by the bundle key's key-check value, as `Vault` reads its keys.
   ///
   /// - Throws: `KeyStoreError.keyExists` for the first version that is not one of `keys`, or holds
   ///   other bytes: it is not this restore's, and is never overwritten.
@@ -310,7 +311,9 @@ extension Vault {
     let present = try store.storedVersions(keyring: keyring)
     for version in present {
       guard let expected = keys.first(where: { $0.record.version == version }),
-        try store.loadKey(keyring: keyring, version: version) == expected.key
+        try store.loadKey(
+          keyring: keyring, version: version, check: try KeyVersionRecord.checkValue(of: expected.key))
+          == expected.key
       else {
         throw KeyStoreError.keyExists(version: version)
       }

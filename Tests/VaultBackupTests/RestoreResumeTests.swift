@@ -124,6 +124,46 @@ final class RestoreResumeTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/restore-unfinished"))
   }
 
+  /// An item another program stored with this vault's attributes and another key, beside the key a
+  /// stopped restore wrote into the Secret Service: the rerun tells its own item by the bundle's key,
+  /// as every other read tells vault's key by its key-check value (review: it stopped as ambiguous,
+  /// with advice to remove items by hand, which could remove the restore's own).
+  func testARerunTakesOverItsOwnItemBesideAStrayItemWithAnotherKey() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+    let (bundle, vaultID, expected) = try bundle()
+    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let home = temporary.sub("restored")
+    // A keyring that locked at the second key it was asked to store, once.
+    let stores = LockedValue(0)
+    let store = InterposedKeyStore(SecretServiceStore(timeout: 10, home: home)) { call in
+      guard case .storeKey = call else { return .forward }
+      if stores.withLock({
+        $0 += 1
+        return $0
+      }) == 2 {
+        throw KeyStoreError.locked
+      }
+      return .forward
+    }
+    let keeping = StoreDescriptor(kind: .secretService)
+    XCTAssertThrowsError(try restore(bundle, into: home, store: keeping, resolver: .fixed(store))) {
+      XCTAssertEqual($0 as? KeyStoreError, .locked)
+    }
+    // Another home attribute, so the keyring keeps both items rather than replacing the restore's.
+    let stray = try Spawn.run(
+      "/usr/bin/secret-tool",
+      [
+        "store", "--label=vault key \(vaultID) version 1", "xdg:schema", "org.vault.Key", "vault-id", vaultID,
+        "version", "1", "home", home + "-elsewhere",
+      ],
+      input: Array(String(repeating: "x", count: 32).utf8))
+    XCTAssertEqual(stray.status, 0, stray.error)
+
+    let report = try restore(bundle, into: home, store: keeping, resolver: .fixed(store))
+    XCTAssertEqual(report.records, 6)
+    try assertRecords(home, expected, resolver: .fixed(store))
+  }
+
   /// Stopped after the manifest was written but before the end: the home is not opened as a vault
   /// (an app could otherwise work on it while the rerun rebuilds it), and the rerun rebuilds it from
   /// the bundle, taking over the keyfile the stopped run made (it holds only the bundle's keys).
