@@ -782,17 +782,23 @@ public final class Vault: Sendable {
     return key
   }
 
-  /// The versions still in use (active and decrypt-only) for which the key store holds other keys
-  /// beside the one recorded: Secret Service items with this vault's attributes that vault did not
-  /// store. `key(for:)` reads past them by the key-check value; doctor names them.
+  /// The versions still in use (active and decrypt-only) for which the key store holds other items
+  /// beside the key recorded: Secret Service items with this vault's attributes that vault did not
+  /// store, holding another key or material that is no key. `key(for:)` reads past them by the
+  /// key-check value; doctor names them.
   ///
-  /// - Returns: each such version and how many different keys the store holds for it.
+  /// - Returns: each such version and how many items the store holds for it.
   /// - Throws: `KeyStoreError` when the store cannot be read.
-  package func versionsWithStrayKeys() throws -> [(version: UInt32, keys: Int)] {
-    var found: [(version: UInt32, keys: Int)] = []
+  package func versionsWithStrayKeys() throws -> [(version: UInt32, items: Int)] {
+    var found: [(version: UInt32, items: Int)] = []
     for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
-      let keys = try store.loadKeyCandidates(keyring: keyringID, version: record.version)
-      if keys.count > 1 { found.append((record.version, keys.count)) }
+      // `loadKey` without a key-check value refuses exactly these (copies of one key are that key);
+      // `loadKeyCandidates` leaves an item of another size out, and it went unnamed.
+      do {
+        _ = try store.loadKey(keyring: keyringID, version: record.version)
+      } catch KeyStoreError.ambiguousKey(_, let items) {
+        found.append((record.version, items))
+      }
     }
     return found
   }

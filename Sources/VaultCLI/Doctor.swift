@@ -182,9 +182,10 @@ extension VaultCommandLine {
           for stray in strays {
             report.add(
               "key items", .warning,
-              "warning: the Secret Service holds \(stray.keys) different keys for key version \(stray.version) of this "
-                + "vault; vault reads the one its manifest records (by its key-check value) and ignores the others, "
-                + "which it did not store. Something else wrote items with this vault's attributes: find out what. "
+              "warning: the Secret Service holds \(stray.items) items for key version \(stray.version) of this "
+                + "vault, not all of them its key; vault reads the one its manifest records (by its key-check value) "
+                + "and ignores the others, which it did not store. Something else wrote items with this vault's "
+                + "attributes: find out what. "
                 + "Removing items by hand may remove vault's own; retiring the version removes them all")
           }
           if let memory = try? vault.keysKeptOnlyInMemory(), !memory.versions.isEmpty || memory.integrityKey {
