@@ -721,8 +721,6 @@ public final class Vault: Sendable {
     return !heal && (superseded || mirrorStale || rebind)
   }
 
-  /// Whether two paths name one existing file or directory (same device and inode), so a home
-  /// reached through a symlink is still the same home and a keyfile under another name is itself.
   /// Whether the key store's own copy of the manifest fails under `integrityKey` too, once the
   /// home's manifest has failed: then the integrity key is what is wrong (a stray or replaced
   /// item), not the manifest, and the error should say so rather than blame the file. No copy,
@@ -736,6 +734,8 @@ public final class Vault: Sendable {
     return (try? mirror.isAuthentic(under: integrityKey)) != true
   }
 
+  /// Whether two paths name one existing file or directory (same device and inode), so a home
+  /// reached through a symlink is still the same home and a keyfile under another name is itself.
   static func sameFile(_ a: String, _ b: String) -> Bool {
     if a == b { return true }
     var first = stat()
