@@ -798,6 +798,10 @@ public final class Vault: Sendable {
         _ = try store.loadKey(keyring: keyringID, version: record.version)
       } catch KeyStoreError.ambiguousKey(_, let items) {
         found.append((record.version, items))
+      } catch KeyStoreError.corruptKey {
+        // One item, not a key: no stray beside it (what reads it says so), and the other versions
+        // are still looked at.
+        continue
       }
     }
     return found
