@@ -75,7 +75,8 @@ final class TelemetryUnstoredOutcomeTests: XCTestCase {
     let sender = CountingFailingSender(limit: 20)
     let telemetry = Telemetry(
       container: container, tokens: CountingTokens(), sender: sender, sessionID: "s1", clock: clock.function)
-    sender.atLimit = { telemetry.stop() }
+    // Weak: the sender is the telemetry's, and a strong capture made a cycle that leaked both (LeakSanitizer).
+    sender.atLimit = { [weak telemetry] in telemetry?.stop() }
     let id = try telemetry.log(type: "tap")
     // A retry's outcome (error_kind set) cannot be stored; claiming and giving back still work.
     try sql(
