@@ -15,6 +15,17 @@ final class SecretServiceCLITests: XCTestCase {
     try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
   }
 
+  /// The id of the vault at `home` (from `status --json`); its Secret Service items are cleared
+  /// when the test ends.
+  private func vaultIDClearedAfterTheTest(home: String) throws -> String {
+    let status =
+      try JSONSerialization.jsonObject(
+        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
+    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
+    addTeardownBlock { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    return vaultID
+  }
+
   func testInitSealRotateOpenWithTheSecretService() throws {
     try requireKeyring()
     let home = temporary.sub("home")
@@ -138,11 +149,7 @@ final class SecretServiceCLITests: XCTestCase {
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
     let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
-    let status =
-      try JSONSerialization.jsonObject(
-        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
-    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
-    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let vaultID = try vaultIDClearedAfterTheTest(home: home)
     let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "2", "home", home]
     let stored = try Spawn.run(
       "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 2"] + stray,
@@ -172,11 +179,7 @@ final class SecretServiceCLITests: XCTestCase {
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
     let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
-    let status =
-      try JSONSerialization.jsonObject(
-        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
-    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
-    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let vaultID = try vaultIDClearedAfterTheTest(home: home)
     // Another home attribute, so the keyring keeps both items rather than replacing vault's.
     let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home + "-elsewhere"]
     let stored = try Spawn.run(
@@ -207,11 +210,7 @@ final class SecretServiceCLITests: XCTestCase {
     try requireKeyring()
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let status =
-      try JSONSerialization.jsonObject(
-        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
-    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
-    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let vaultID = try vaultIDClearedAfterTheTest(home: home)
     let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home + "-elsewhere"]
     let stored = try Spawn.run(
       "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 1"] + stray,
@@ -233,11 +232,7 @@ final class SecretServiceCLITests: XCTestCase {
     try requireKeyring()
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let status =
-      try JSONSerialization.jsonObject(
-        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
-    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
-    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    let vaultID = try vaultIDClearedAfterTheTest(home: home)
     let before = try vault(["--home", home, "doctor"])
     XCTAssertEqual(before.status, 0, before.outputText)
     XCTAssertFalse(before.outputText.contains("session collection"), before.outputText)
@@ -271,11 +266,7 @@ final class SecretServiceCLITests: XCTestCase {
     try requireKeyring()
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let status =
-      try JSONSerialization.jsonObject(
-        with: Data(try vault(["--home", home, "status", "--json"]).output)) as! [String: Any]
-    let vaultID = try XCTUnwrap(status["vault_id"] as? String)
-    defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    _ = try vaultIDClearedAfterTheTest(home: home)
     XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: secret).status, 0)
     let passphrase = temporary.sub("passphrase")
     try "a long passphrase\n".write(toFile: passphrase, atomically: true, encoding: .utf8)
