@@ -31,7 +31,7 @@ extension Vault {
   ///   cannot be read (a locked keyring): a backup without a key it needs is refused, not written.
   package func exportKeys() throws -> [ExportedKey] {
     var exported: [ExportedKey] = []
-    for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+    for record in manifest.versions where record.state.isLive {
       guard let material = try store.loadKey(keyring: keyringID, version: record.version, check: record.check) else {
         throw VaultError.keyMissing(version: record.version, store: store.kind)
       }

@@ -537,7 +537,7 @@ public final class Vault: Sendable {
     let state = self.state.withLock { state in
       state.manifest.versions.firstIndex { $0.version == version }.map { state.manifest.versions[$0].state }
     }
-    guard state == .active || state == .decryptOnly else { throw VaultError.noActiveKey }
+    guard state?.isLive == true else { throw VaultError.noActiveKey }
     let key = try key(for: version)
     switch key.suite {
     case Envelope.suiteAES256GCM:
@@ -705,7 +705,7 @@ public final class Vault: Sendable {
       if superseded, heal { state.supersededStaleManifest = true }
       state.keys = state.keys.filter { version, _ in
         guard let record = fresh.record(version) else { return false }
-        return record.state == .active || record.state == .decryptOnly
+        return record.state.isLive
       }
     }
     if rebind, heal, let old = fresh.home {
@@ -791,7 +791,7 @@ public final class Vault: Sendable {
   /// - Throws: `KeyStoreError` when the store cannot be read.
   package func versionsWithStrayKeys() throws -> [(version: UInt32, items: Int)] {
     var found: [(version: UInt32, items: Int)] = []
-    for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+    for record in manifest.versions where record.state.isLive {
       // `loadKey` without a key-check value refuses exactly these (copies of one key are that key);
       // `loadKeyCandidates` leaves an item of another size out, and it went unnamed.
       do {
@@ -816,7 +816,7 @@ public final class Vault: Sendable {
   package func keysKeptOnlyInMemory() throws -> (versions: [UInt32], integrityKey: Bool)? {
     guard let store = store as? SecretServiceStore else { return nil }
     let found = try store.keptOnlyInMemory(keyring: keyringID)
-    let live = manifest.versions.filter { $0.state == .active || $0.state == .decryptOnly }.map(\.version)
+    let live = manifest.versions.filter { $0.state.isLive }.map(\.version)
     return (found.versions.filter(live.contains), found.integrityKey)
   }
 
@@ -849,7 +849,7 @@ public final class Vault: Sendable {
       $0.stamp = stamp
       $0.keys = $0.keys.filter { version, _ in
         guard let record = next.record(version) else { return false }
-        return record.state == .active || record.state == .decryptOnly || record.state == .pending
+        return record.state.isLive || record.state == .pending
       }
     }
   }
@@ -908,7 +908,7 @@ public final class Vault: Sendable {
   @discardableResult
   private func requireStoredKeysForLiveVersions() throws -> Set<UInt32> {
     let stored = Set(try store.storedVersions(keyring: keyringID))
-    for record in manifest.versions where record.state == .active || record.state == .decryptOnly {
+    for record in manifest.versions where record.state.isLive {
       guard stored.contains(record.version) else {
         throw VaultError.keyMissing(version: record.version, store: store.kind)
       }

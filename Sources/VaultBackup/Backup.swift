@@ -541,7 +541,7 @@ public enum Backup {
     var keys: [ExportedKey] = []
     for (version, key) in parsed {
       let entry = manifest.versions.first { $0.version == version }!
-      guard let state = KeyState(rawValue: entry.state), state == .active || state == .decryptOnly,
+      guard let state = KeyState(rawValue: entry.state), state.isLive,
         KeyVersionRecord.knownSuites.contains(entry.suite)
       else {
         throw BackupError.damagedManifest(path: path, reason: "state or suite of version \(version)")

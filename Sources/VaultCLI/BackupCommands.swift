@@ -451,7 +451,7 @@ extension VaultCommandLine {
   /// Doctor's `backup` check: a warning while a key version that may still open records lives only
   /// in the key store, with no intact bundle of this vault holding it.
   func examineBackup(_ manifest: Manifest, home: String, into report: inout DoctorReport) {
-    let live = manifest.versions.filter { $0.state == .active || $0.state == .decryptOnly }.map(\.version)
+    let live = manifest.versions.filter { $0.state.isLive }.map(\.version)
     let store = manifest.store.kind == .keyfile ? "keyfile" : "Secret Service"
     guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID) else {
       report.add(
