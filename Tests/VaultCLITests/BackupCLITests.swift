@@ -446,9 +446,7 @@ extension BackupCLITests {
   /// directory is now removed, and vault ends by the signal. strace holds the bundle's fsync for
   /// 5 s, so the signal comes while the backup is under way.
   func testAStoppedBackupRemovesItsWorkDirectory() throws {
-    let strace = try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
+    let strace = try Strace.path()
     for (signal, name) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
       // strace's log tells a death by the signal ("+++ killed by SIGINT +++") from an exit with
       // 128 + its number, which look alike to Spawn (and to a shell).
@@ -458,7 +456,7 @@ extension BackupCLITests {
         [
           "-f", "-o", log, "-e", "trace=fsync", "-e", "inject=fsync:delay_enter=5s", vaultBinary(), "--home",
           home, "backup", "--to", backups, "--passphrase-file", passphraseFile,
-        ])
+        ], environment: Strace.environment(nil))
       // vault is strace's child; it has begun once its work directory is there.
       let deadline = Date().addingTimeInterval(30)
       var vaultPID: Int32?

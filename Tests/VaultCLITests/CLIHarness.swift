@@ -53,6 +53,29 @@ func environment(_ changes: [String: String?]) -> [String: String] {
   return env
 }
 
+/// strace, which the tests use to kill the binary at a chosen system call, make one fail or hold
+/// it, and to see which calls it makes.
+enum Strace {
+  /// Where strace is; tools/setup.sh installs it.
+  static func path() throws -> String {
+    try XCTUnwrap(
+      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
+      "strace is installed by tools/setup.sh")
+  }
+
+  /// The environment for a program strace runs: `environment` (this process's when nil), with
+  /// LeakSanitizer off when AddressSanitizer's options are set (`tools/sanitize.sh address`).
+  /// LeakSanitizer cannot work in a traced process: it stops it with a fatal error ("does not
+  /// work under ptrace") at exit instead of checking for leaks. AddressSanitizer's other checks
+  /// stay on, and the same commands run untraced elsewhere in the suite with LeakSanitizer.
+  static func environment(_ environment: [String: String]?) -> [String: String]? {
+    var result = environment ?? ProcessInfo.processInfo.environment
+    guard let options = result["ASAN_OPTIONS"] else { return environment }
+    result["ASAN_OPTIONS"] = options + ":detect_leaks=0"
+    return result
+  }
+}
+
 /// Runs the real binary with `arguments`, SIGKILLed by strace at its `step`th system call among
 /// `calls` (a comma-separated strace set such as "fsync,fdatasync"): its status is 128 + SIGKILL
 /// when the kill came, the command's own once it finished before its `step`th such call. strace
@@ -60,12 +83,10 @@ func environment(_ changes: [String: String?]) -> [String: String] {
 func vaultKilled(
   at calls: String, step: Int, _ arguments: [String], input: [UInt8] = [], environment: [String: String]? = nil
 ) throws -> Spawned {
-  let strace = try XCTUnwrap(
-    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-    "strace is installed by tools/setup.sh")
+  let strace = try Strace.path()
   return try Spawn.run(
     strace, ["-f", "-o", "/dev/null", "-e", "inject=\(calls):signal=KILL:when=\(step)", vaultBinary()] + arguments,
-    input: input, environment: environment)
+    input: input, environment: Strace.environment(environment))
 }
 
 /// Runs the real binary with `arguments` while strace makes the system calls in `calls` (a
@@ -76,25 +97,23 @@ func vaultFailing(
   _ calls: String, with error: String, when: String, also: [String] = [], _ arguments: [String],
   input: [UInt8] = [], environment: [String: String]? = nil
 ) throws -> Spawned {
-  let strace = try XCTUnwrap(
-    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-    "strace is installed by tools/setup.sh")
+  let strace = try Strace.path()
   let injections = (["\(calls):error=\(error):when=\(when)"] + also).flatMap { ["-e", "inject=" + $0] }
   return try Spawn.run(
-    strace, ["-f", "-o", "/dev/null"] + injections + [vaultBinary()] + arguments, input: input, environment: environment
-  )
+    strace, ["-f", "-o", "/dev/null"] + injections + [vaultBinary()] + arguments, input: input,
+    environment: Strace.environment(environment))
 }
 
 /// Which `openat` of its thread the binary's first call matching `marker` (as strace prints it,
 /// such as "O_TMPFILE") is, in a run of `arguments` traced by strace; nil when none matched. strace
 /// counts an injection's `when` per thread, so this is what makes that call, and only it, fail.
 func openatIndex(matching marker: String, _ arguments: [String], input: [UInt8] = []) throws -> Int? {
-  let strace = try XCTUnwrap(
-    ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-    "strace is installed by tools/setup.sh")
+  let strace = try Strace.path()
   let log = NSTemporaryDirectory() + "/openat-\(UUID().uuidString).log"
   defer { unlink(log) }
-  _ = try Spawn.run(strace, ["-f", "-o", log, "-e", "trace=openat", vaultBinary()] + arguments, input: input)
+  _ = try Spawn.run(
+    strace, ["-f", "-o", log, "-e", "trace=openat", vaultBinary()] + arguments, input: input,
+    environment: Strace.environment(nil))
   let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
   guard let hit = lines.first(where: { $0.contains("openat(") && $0.contains(marker) }) else { return nil }
   let thread = hit.prefix { $0 != " " }

@@ -201,15 +201,15 @@ final class ProgressCLITests: XCTestCase {
   /// came after it on the same row (outside terminal review). The line is cleared now, and vault
   /// still ends by SIGINT.
   func testCtrlCDuringAScanClearsTheProgressLineAndStillEndsByTheSignal() throws {
-    let strace = try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) },
-      "strace is installed by tools/setup.sh")
+    let strace = try Strace.path()
     let directory = temporary.sub("many")
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
     for index in 0..<400 {
       try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: directory + "/\(index).txt"))
     }
-    let run = try Spawn.run("/usr/bin/env", ["python3", "-c", Self.interruptDriver, strace, vaultBinary(), directory])
+    let run = try Spawn.run(
+      "/usr/bin/env", ["python3", "-c", Self.interruptDriver, strace, vaultBinary(), directory],
+      environment: Strace.environment(nil))
     XCTAssertEqual(run.status, 0, run.error)
     var lines: [String: String] = [:]
     for line in run.outputText.split(separator: "\n") {

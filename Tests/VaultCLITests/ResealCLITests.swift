@@ -186,8 +186,7 @@ final class ResealCLITests: XCTestCase {
     try FileManager.default.createDirectory(atPath: work + "/a/d", withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(atPath: work + "/T", withDestinationPath: "a/d")
     try Data(original).write(to: URL(fileURLWithPath: work + "/a/x.bin"))
-    let strace = try XCTUnwrap(
-      ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) })
+    let strace = try Strace.path()
     let log = work + "/strace.log"
     let run = try Spawn.run(
       "/bin/sh",
@@ -195,7 +194,7 @@ final class ResealCLITests: XCTestCase {
         "-c",
         #"cd "$1" && s="$2" l="$3" && shift 3 && exec "$s" -f -o "$l" -e trace=openat,linkat,newfstatat,lstat,rename "$0" "$@""#,
         vaultBinary(), work, strace, log, "--home", home, "reseal", "--context", "c", "T/../x.bin",
-      ])
+      ], environment: Strace.environment(nil))
     XCTAssertEqual(run.status, 0, run.error)
     XCTAssertEqual(try headerVersion(work + "/a/x.bin"), 2)
     let calls = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)

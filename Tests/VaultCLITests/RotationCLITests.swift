@@ -29,7 +29,11 @@ final class RotationCLITests: XCTestCase {
   /// report's own write to standard output.
   func testEveryFailedWriteOfARotationGetsAdviceThatHolds() throws {
     var seen: Set<String> = []
-    for step in 1...40 {
+    // ThreadSanitizer's runtime makes the first write of a process: it fills a temporary file it
+    // then maps for its shadow of read-only memory (/tmp/tsan.rodata.PID), and a failed write
+    // there is a SIGBUS in the runtime, before any of vault's code. vault's writes come after it.
+    let first = Sanitizer.current == .thread ? 2 : 1
+    for step in first...(first + 39) {
       let home = temporary.sub("sweep-\(step)")
       try initKeyfileVault(home: home, keyfile: temporary.sub("sweep-keys-\(step)/v.keys"))
       XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
