@@ -580,8 +580,13 @@ public final class SecretServiceStore: KeyStore {
     let context = vault_g_context_begin()
     defer { vault_g_context_end(context) }
     let cancellable = CancellableHandle()
-    let timer = DispatchWorkItem { [cancellable] in cancellable.cancel() }
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+    // A timer source, not `asyncAfter`: a cancelled source leaves the timer list at once and lets
+    // go of its handler (and the GCancellable in it); a cancelled `asyncAfter` item stayed queued,
+    // holding both, until its deadline, so each call left its timer behind for `timeout` seconds.
+    let timer = DispatchSource.makeTimerSource(queue: .global())
+    timer.setEventHandler { [cancellable] in cancellable.cancel() }
+    timer.schedule(deadline: .now() + timeout)
+    timer.activate()
     defer { timer.cancel() }
     do {
       do {
