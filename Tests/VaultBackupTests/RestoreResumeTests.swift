@@ -57,6 +57,21 @@ final class RestoreResumeTests: XCTestCase {
     }
   }
 
+  /// `inner` as a keyring that locks at the second key it is asked to store, once: a restore
+  /// stopped after storing its first key.
+  private func lockingAtTheSecondStore(_ inner: any KeyStore, kind: KeyStoreKind? = nil) -> InterposedKeyStore {
+    let stores = LockedValue(0)
+    return InterposedKeyStore(inner, kind: kind) { call in
+      guard case .storeKey = call else { return .forward }
+      let count = stores.withLock {
+        $0 += 1
+        return $0
+      }
+      if count == 2 { throw KeyStoreError.locked }
+      return .forward
+    }
+  }
+
   private func assertRefusedAsUnfinished(_ home: String, vaultID: String?, resolver: KeyStoreResolver) {
     let expected = VaultError.restoreUnfinished(home: home, vaultID: vaultID)
     XCTAssertThrowsError(try Vault.open(home: home, resolver: resolver)) { XCTAssertEqual($0 as? VaultError, expected) }
@@ -97,18 +112,7 @@ final class RestoreResumeTests: XCTestCase {
   /// the rerun takes over the items that are byte for byte the bundle's keys and stores the rest.
   func testARestoreWhoseStoreFailedAfterTheFirstKeyIsFinishedByRunningItAgain() throws {
     let (bundle, vaultID, expected) = try bundle()
-    // A keyring that locked at the second key it was asked to store, once.
-    let stores = LockedValue(0)
-    let store = InterposedKeyStore(InMemoryKeyStore(), kind: .secretService) { call in
-      guard case .storeKey = call else { return .forward }
-      if stores.withLock({
-        $0 += 1
-        return $0
-      }) == 2 {
-        throw KeyStoreError.locked
-      }
-      return .forward
-    }
+    let store = lockingAtTheSecondStore(InMemoryKeyStore(), kind: .secretService)
     let home = temporary.sub("restored")
     let keeping = StoreDescriptor(kind: .secretService)
     XCTAssertThrowsError(try restore(bundle, into: home, store: keeping, resolver: .fixed(store))) {
@@ -133,18 +137,7 @@ final class RestoreResumeTests: XCTestCase {
     let (bundle, vaultID, expected) = try bundle()
     defer { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
     let home = temporary.sub("restored")
-    // A keyring that locked at the second key it was asked to store, once.
-    let stores = LockedValue(0)
-    let store = InterposedKeyStore(SecretServiceStore(timeout: 10, home: home)) { call in
-      guard case .storeKey = call else { return .forward }
-      if stores.withLock({
-        $0 += 1
-        return $0
-      }) == 2 {
-        throw KeyStoreError.locked
-      }
-      return .forward
-    }
+    let store = lockingAtTheSecondStore(SecretServiceStore(timeout: 10, home: home))
     let keeping = StoreDescriptor(kind: .secretService)
     XCTAssertThrowsError(try restore(bundle, into: home, store: keeping, resolver: .fixed(store))) {
       XCTAssertEqual($0 as? KeyStoreError, .locked)

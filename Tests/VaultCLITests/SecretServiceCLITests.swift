@@ -26,6 +26,32 @@ final class SecretServiceCLITests: XCTestCase {
     return vaultID
   }
 
+  /// A vault made with `init --store secret-service` at a new home, and `secret` sealed by it
+  /// (context "c"); fails the test unless it was made.
+  private func secretServiceVaultWithASealedSecret() throws -> (home: String, sealed: [UInt8]) {
+    let home = temporary.sub("home")
+    let created = try vault(["--home", home, "init", "--store", "secret-service"])
+    XCTAssertEqual(created.status, 0, created.error)
+    return (home, try vault(["--home", home, "seal", "--context", "c"], input: secret).output)
+  }
+
+  /// Stores an item as another program could: vault's schema and attributes for `version` of
+  /// `vaultID`, with `home` as its home attribute, holding `holding` (32 bytes that are not the
+  /// vault's key by default). Fails the test unless it was stored.
+  ///
+  /// - Returns: the item's attributes, for `secret-tool clear`.
+  @discardableResult
+  private func storeStrayItem(
+    vaultID: String, version: Int, home: String, holding: [UInt8] = Array(String(repeating: "x", count: 32).utf8)
+  ) throws -> [String] {
+    let attributes = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "\(version)", "home", home]
+    let stored = try Spawn.run(
+      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version \(version)"] + attributes,
+      input: holding)
+    XCTAssertEqual(stored.status, 0, stored.error)
+    return attributes
+  }
+
   func testInitSealRotateOpenWithTheSecretService() throws {
     try requireKeyring()
     let home = temporary.sub("home")
@@ -53,9 +79,7 @@ final class SecretServiceCLITests: XCTestCase {
 
   func testLockedKeyringIsReportedAndNoKeyIsMade() throws {
     try requireKeyring()
-    let home = temporary.sub("home")
-    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
     let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
     try TestKeyring.lock()
     defer { XCTAssertNoThrow(try TestKeyring.unlock()) }
@@ -86,9 +110,7 @@ final class SecretServiceCLITests: XCTestCase {
 
   func testHungProviderTimesOutInsteadOfBlocking() throws {
     try requireKeyring()
-    let home = temporary.sub("home")
-    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
     try TestKeyring.signalDaemon("STOP")
     defer { XCTAssertNoThrow(try TestKeyring.signalDaemon("CONT")) }
     let started = Date()
@@ -109,9 +131,7 @@ final class SecretServiceCLITests: XCTestCase {
   /// before it makes a key, and doctor says why; keys already kept on disk still open records.
   func testADefaultCollectionKeptOnlyInMemoryIsRefused() throws {
     try requireKeyring()
-    let home = temporary.sub("home")
-    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
     let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
     XCTAssertTrue(try TestKeyring.isEmpty(TestKeyring.sessionCollection))
     try TestKeyring.setDefaultAlias(TestKeyring.sessionCollection)
@@ -146,15 +166,9 @@ final class SecretServiceCLITests: XCTestCase {
   /// (Recorded first, the pending version made every later command refuse that item too.)
   func testAStrayItemAtTheNextVersionFailsTheRotationOnly() throws {
     try requireKeyring()
-    let home = temporary.sub("home")
-    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
     let vaultID = try vaultIDClearedAfterTheTest(home: home)
-    let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "2", "home", home]
-    let stored = try Spawn.run(
-      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 2"] + stray,
-      input: Array(String(repeating: "x", count: 32).utf8))
-    XCTAssertEqual(stored.status, 0, stored.error)
+    let stray = try storeStrayItem(vaultID: vaultID, version: 2, home: home)
     let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
 
     let rotate = try vault(["--home", home, "rotate"])
@@ -176,16 +190,10 @@ final class SecretServiceCLITests: XCTestCase {
   /// doctor names the stray.
   func testAStrayItemWithAnotherKeyForAVersionInUseIsReadPastAndNamed() throws {
     try requireKeyring()
-    let home = temporary.sub("home")
-    XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
-    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret).output
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
     let vaultID = try vaultIDClearedAfterTheTest(home: home)
     // Another home attribute, so the keyring keeps both items rather than replacing vault's.
-    let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home + "-elsewhere"]
-    let stored = try Spawn.run(
-      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 1"] + stray,
-      input: Array(String(repeating: "x", count: 32).utf8))
-    XCTAssertEqual(stored.status, 0, stored.error)
+    try storeStrayItem(vaultID: vaultID, version: 1, home: home + "-elsewhere")
 
     let opened = try vault(["--home", home, "open", "--context", "c"], input: sealed)
     XCTAssertEqual(opened.status, 0, opened.error)
@@ -211,11 +219,7 @@ final class SecretServiceCLITests: XCTestCase {
     let home = temporary.sub("home")
     XCTAssertEqual(try vault(["--home", home, "init", "--store", "secret-service"]).status, 0)
     let vaultID = try vaultIDClearedAfterTheTest(home: home)
-    let stray = ["xdg:schema", "org.vault.Key", "vault-id", vaultID, "version", "1", "home", home + "-elsewhere"]
-    let stored = try Spawn.run(
-      "/usr/bin/secret-tool", ["store", "--label=vault key \(vaultID) version 1"] + stray,
-      input: Array("not a key".utf8))
-    XCTAssertEqual(stored.status, 0, stored.error)
+    try storeStrayItem(vaultID: vaultID, version: 1, home: home + "-elsewhere", holding: Array("not a key".utf8))
 
     let sealed = try vault(["--home", home, "seal", "--context", "c"], input: secret)
     XCTAssertEqual(sealed.status, 0, sealed.error)
