@@ -12,9 +12,9 @@ public enum KeyState: String, Codable, Sendable {
   /// Proven unused everywhere; its material has been deleted from the store.
   case retired
 
-  /// Whether records may be sealed under a version in this state, so its key must be kept and
-  /// backed up: an active or decrypt-only version (a pending one has sealed nothing yet, a
-  /// retired one is proven unused).
+  /// Whether a version in this state may have records sealed under it, so its key must be kept,
+  /// loaded and backed up: an active or decrypt-only version (a pending one has sealed nothing
+  /// yet, a retired one is proven unused).
   public var isLive: Bool { self == .active || self == .decryptOnly }
 }
 
