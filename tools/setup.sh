@@ -2,14 +2,15 @@
 # Installs what vault needs to build, test and run its demo, when it is missing:
 # Debian's C libraries and headers, gnome-keyring and D-Bus for a real Secret Service,
 # Python's `cryptography` for the independent envelope implementation, and zsh, fish and
-# groff to check the generated completions and manual page, and strace for the tests that kill
-# a command at each of its system calls of a kind.
+# groff to check the generated completions and manual page, strace for the tests that kill
+# a command at each of its system calls of a kind, and python3-gi for a misbehaving Secret
+# Service provider (tools/fake_secret_service.py).
 # Safe to run again; it installs nothing that is already there.
 set -euo pipefail
 
 packages=(
   libssl-dev libsqlite3-dev zlib1g-dev liblzma-dev libbz2-dev libzstd-dev libcurl4-openssl-dev pkg-config libsecret-1-dev
-  gnome-keyring dbus libglib2.0-bin libsecret-tools openssl procps python3 strace
+  gnome-keyring dbus libglib2.0-bin libsecret-tools openssl procps python3 python3-gi strace
   zsh fish groff-base
 )
 missing=()

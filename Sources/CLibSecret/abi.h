@@ -21,7 +21,6 @@ typedef void VaultGVariantType;
 #define VAULT_SECRET_SCHEMA_NONE 0            // SecretSchemaFlags
 #define VAULT_SECRET_SCHEMA_ATTRIBUTE_STRING 0  // SecretSchemaAttributeType
 #define VAULT_SECRET_SEARCH_ALL 2             // SecretSearchFlags (1 << 1)
-#define VAULT_SECRET_SEARCH_LOAD_SECRETS 8    // SecretSearchFlags (1 << 3)
 #define VAULT_SECRET_SERVICE_OPEN_SESSION 2   // SecretServiceFlags (1 << 1)
 #define VAULT_SECRET_COLLECTION_NONE 0        // SecretCollectionFlags
 #define VAULT_G_BUS_TYPE_SESSION 2            // GBusType

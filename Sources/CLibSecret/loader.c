@@ -73,6 +73,7 @@ static struct {
   int (*secret_collection_get_locked)(VaultSecretCollection *collection);
   int (*secret_item_get_locked)(VaultSecretItem *item);
   VaultSecretValue *(*secret_item_get_secret)(VaultSecretItem *item);
+  int (*secret_item_load_secrets_sync)(VaultGList *items, VaultGCancellable *cancellable, VaultGError **error);
   VaultGHashTable *(*secret_item_get_attributes)(VaultSecretItem *item);
   int (*secret_item_delete_sync)(VaultSecretItem *item, VaultGCancellable *cancellable, VaultGError **error);
   VaultSecretValue *(*secret_value_new)(const char *secret, ptrdiff_t length, const char *content_type);
@@ -129,6 +130,7 @@ SAME_TYPE(secret_collection_for_alias_sync);
 SAME_TYPE(secret_collection_get_locked);
 SAME_TYPE(secret_item_get_locked);
 SAME_TYPE(secret_item_get_secret);
+SAME_TYPE(secret_item_load_secrets_sync);
 SAME_TYPE(secret_item_get_attributes);
 SAME_TYPE(secret_item_delete_sync);
 SAME_TYPE(secret_value_new);
@@ -138,7 +140,6 @@ SAME_TYPE(secret_value_unref);
 SAME_VALUE(SECRET_SCHEMA_NONE);
 SAME_VALUE(SECRET_SCHEMA_ATTRIBUTE_STRING);
 SAME_VALUE(SECRET_SEARCH_ALL);
-SAME_VALUE(SECRET_SEARCH_LOAD_SECRETS);
 SAME_VALUE(SECRET_SERVICE_OPEN_SESSION);
 SAME_VALUE(SECRET_COLLECTION_NONE);
 SAME_VALUE(G_BUS_TYPE_SESSION);
@@ -193,7 +194,8 @@ static int resolve_all(vault_library *library, void *handle) {
          RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
          RESOLVE(secret_service_clear_sync) && RESOLVE(secret_collection_for_alias_sync) &&
          RESOLVE(secret_collection_get_locked) && RESOLVE(secret_item_get_locked) &&
-         RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_get_attributes) &&
+         RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_load_secrets_sync) &&
+         RESOLVE(secret_item_get_attributes) &&
          RESOLVE(secret_item_delete_sync) && RESOLVE(secret_value_new) && RESOLVE(secret_value_get) &&
          RESOLVE(secret_value_unref);
 }
@@ -386,8 +388,17 @@ VaultGHashTable *vault_record_attributes_new(const char *vault_id, const char *r
 
 VaultGList *vault_secret_search(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
                                 int load_secrets, VaultGCancellable *cancellable, VaultGError **error) {
-  int flags = VAULT_SECRET_SEARCH_ALL | (load_secrets ? VAULT_SECRET_SEARCH_LOAD_SECRETS : 0);
-  return api.secret_service_search_sync(service, schema, attributes, flags, cancellable, error);
+  // Secrets are loaded here rather than with SECRET_SEARCH_LOAD_SECRETS: libsecret's sync search
+  // loads them without the cancellable, with D-Bus's default 25 s timeout, and drops the error,
+  // so a daemon stopped between the search and the load held a call 25 s past its deadline and
+  // the item then came back with no secret.
+  VaultGList *items =
+      api.secret_service_search_sync(service, schema, attributes, VAULT_SECRET_SEARCH_ALL, cancellable, error);
+  if (items && load_secrets && !api.secret_item_load_secrets_sync(items, cancellable, error)) {
+    vault_item_list_free(items);
+    return NULL;
+  }
+  return items;
 }
 
 int vault_secret_store(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
@@ -436,9 +447,12 @@ int vault_error_is_cancelled(const VaultGError *error) {
 int vault_error_is_timeout(const VaultGError *error) {
   uint32_t dbus = api.g_dbus_error_quark();
   return api.g_error_matches(error, api.g_io_error_quark(), VAULT_G_IO_ERROR_TIMED_OUT) ||
-         api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_NO_REPLY) ||
          api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_TIMEOUT) ||
          api.g_error_matches(error, dbus, VAULT_G_DBUS_ERROR_TIMED_OUT);
+}
+
+int vault_error_is_no_reply(const VaultGError *error) {
+  return api.g_error_matches(error, api.g_dbus_error_quark(), VAULT_G_DBUS_ERROR_NO_REPLY);
 }
 
 int vault_error_is_service_unknown(const VaultGError *error) {

@@ -202,6 +202,8 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   /// emptied when the session ends: a key stored there would be lost with every record under it.
   case sessionCollection
   /// The Secret Service did not answer `operation` within `seconds`: a hung daemon, not a missing key.
+  /// Also for an operation not asked because a call moments before went unanswered (`operation`
+  /// then says "not asked").
   case timedOut(seconds: Double, operation: String)
   /// Any other Secret Service failure, with its message.
   case service(detail: String)

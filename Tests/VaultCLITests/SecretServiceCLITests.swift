@@ -125,6 +125,51 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }
 
+  /// A keyring daemon that leaves the bus while a call to it waits (crashed, killed, replaced) is
+  /// answered for by the bus with NoReply at once. It was reported as "did not answer within N s
+  /// … may be hung" (after a fraction of a second), and the one retry on a new connection that a
+  /// restarted daemon answers was not taken. Now it is retried: here nothing is there to answer
+  /// (a bus without service files starts no daemon), so the error says no provider is running.
+  func testADaemonThatDiesMidCallIsRetriedAndNotCalledHung() throws {
+    try requireKeyring()
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
+    let started = Date()
+    let run = try Spawn.run(
+      "/usr/bin/python3",
+      [
+        packageRoot() + "/tools/fake_secret_service.py", "die", "--", vaultBinary(), "--home", home, "open",
+        "--context", "c",
+      ],
+      input: sealed, environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "30"]))
+    XCTAssertEqual(run.status, 1, run.error)
+    XCTAssertTrue(run.error.contains("no Secret Service provider on the session bus"), run.error)
+    XCTAssertFalse(run.error.contains("did not answer"), run.error)
+    XCTAssertLessThan(Date().timeIntervalSince(started), 20, "answered by the bus, not by vault's 30 s deadline")
+    XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
+  }
+
+  /// The same provider, answering nothing: the command ends at its deadline and says the daemon
+  /// may be hung, whether the search itself goes unanswered or the transfer of the secrets of the
+  /// items it found. The second waited 25 s (D-Bus's default) past a 1 s deadline: libsecret's
+  /// search loads secrets without the caller's cancellable; vault now loads them itself.
+  func testAProviderThatStopsAnsweringTimesOutAtTheDeadline() throws {
+    try requireKeyring()
+    let (home, sealed) = try secretServiceVaultWithASealedSecret()
+    for mode in ["hang", "hang-secrets"] {
+      let started = Date()
+      let run = try Spawn.run(
+        "/usr/bin/python3",
+        [
+          packageRoot() + "/tools/fake_secret_service.py", mode, "--", vaultBinary(), "--home", home, "open",
+          "--context", "c",
+        ],
+        input: sealed, environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "1"]))
+      XCTAssertEqual(run.status, 1, mode + ": " + run.error)
+      XCTAssertTrue(run.error.contains("did not answer within 1 s (search records)"), mode + ": " + run.error)
+      XCTAssertLessThan(Date().timeIntervalSince(started), 15, mode + ": bounded by the deadline, not D-Bus's 25 s")
+    }
+  }
+
   /// gnome-keyring's session collection is kept in memory only: keys stored there are gone at the
   /// next logout or daemon restart, with every record sealed under them. With it as the default
   /// collection, `init` refuses (`auto` falls back to a keyfile and says why), a rotation refuses

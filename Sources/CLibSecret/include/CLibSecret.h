@@ -151,8 +151,9 @@ VaultGHashTable *vault_attributes_new(const char *vault_id, const char *version,
 VaultGHashTable *vault_record_attributes_new(const char *vault_id, const char *record, const char *home,
                                              const char *generation);
 
-/// Items matching `attributes`, locked ones included (SECRET_SEARCH_ALL), with their secrets
-/// when `load_secrets` is 1. Free the list with vault_item_list_free.
+/// Items matching `attributes`, locked ones included (SECRET_SEARCH_ALL), with the secrets of
+/// the unlocked ones when `load_secrets` is 1, loaded under `cancellable` (NULL and `error` set
+/// when that fails). Free the list with vault_item_list_free.
 VaultGList *vault_secret_search(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
                                 int load_secrets, VaultGCancellable *cancellable, VaultGError **error);
 /// Stores a new item in `collection` (an alias such as "default"). 1 when stored.
@@ -177,7 +178,11 @@ void vault_secret_value_unref(VaultSecretValue *value);
 
 // Error classification (GLib error domains are functions returning quarks, the codes enums).
 int vault_error_is_cancelled(const VaultGError *error);
+/// GLib's and D-Bus's own timeouts: the provider is there and did not answer in time.
 int vault_error_is_timeout(const VaultGError *error);
+/// org.freedesktop.DBus.Error.NoReply: the bus's answer for the provider when it left the bus
+/// (exited, crashed, was replaced) while a call to it was waiting; not a timeout of vault's.
+int vault_error_is_no_reply(const VaultGError *error);
 int vault_error_is_service_unknown(const VaultGError *error);
 
 #endif

@@ -50,11 +50,14 @@ public enum SecretTransfer: String, Equatable, Sendable {
 /// `record`, `home`, `generation`), so searches for keys never see records.
 ///
 /// Every call has a deadline: a hung or stopped keyring daemon yields `.timedOut` instead of
-/// blocking for D-Bus's own 25–50 s. A locked collection is reported as `.locked`, never as an
-/// absent key, because libsecret's simple lookup returns "not found" for both.
+/// blocking for D-Bus's own 25–50 s, and a call made within `timeout` seconds of one that went
+/// unanswered (by any store of the process) fails at once with `.timedOut`, unasked. A daemon
+/// that leaves the bus mid-call is tried once more on a new connection. A locked collection is
+/// reported as `.locked`, never as an absent key, because libsecret's simple lookup returns "not
+/// found" for both.
 public final class SecretServiceStore: KeyStore {
   /// Seconds each operation may take before it fails as `KeyStoreError.timedOut`, as clamped
-  /// by `init` (0 to a day).
+  /// by `init` (0 to a day); also how long after a timeout the process's calls fail at once.
   public let timeout: Double
   private let home: String?
   // libsecret's sync calls each run a private main loop; serialise ours to keep it simple.
@@ -569,10 +572,19 @@ public final class SecretServiceStore: KeyStore {
   }
 
   /// Runs `body` with a cancellable that fires after `timeout` seconds, once libsecret is loaded.
+  ///
+  /// A call made within `timeout` seconds of one that was not answered fails at once, without
+  /// asking: a hung daemon rarely answers a second later, and a command or an app's threads would
+  /// otherwise wait the whole timeout once per call (a rotation that failed made up to five more).
   private func withDeadline<T>(
     _ operation: String, _ body: (OpaquePointer) throws -> T
   ) throws -> T {
     try Self.loadLibrary()
+    if let unanswered = Self.lastUnanswered.withLock({ $0 }), DispatchTime.now() < unanswered.until {
+      throw KeyStoreError.timedOut(
+        seconds: unanswered.seconds,
+        operation: "\(operation), not asked: it did not answer a call moments before")
+    }
     // The proxies a call makes subscribe to D-Bus signals in the thread's default main context,
     // and freeing them queues their clean-up there; a process without a GLib main loop never runs
     // it, so each call leaked its proxies (3.3 KB a `Vault.open`, linearly, in a long-lived app).
@@ -589,20 +601,38 @@ public final class SecretServiceStore: KeyStore {
     timer.activate()
     defer { timer.cancel() }
     do {
+      let result: T
       do {
-        return try body(cancellable.pointer)
+        result = try body(cancellable.pointer)
       } catch KeyStoreError.noProvider, KeyStoreError.service {
         // libsecret caches one Secret Service proxy, with its transfer session, per process. When
-        // the keyring daemon restarts, that session dies with it; drop the cache and try once more.
+        // the keyring daemon restarts (or dies mid-call), that session dies with it; drop the cache
+        // and try once more.
         guard !cancellable.isCancelled else { throw KeyStoreError.timedOut(seconds: timeout, operation: operation) }
         vault_secret_service_disconnect()
-        return try body(cancellable.pointer)
+        result = try body(cancellable.pointer)
       }
+      // A best-effort step past the call's result (an old record generation's removal) ran out of time.
+      if cancellable.isCancelled { noteUnanswered() }
+      return result
     } catch let error as KeyStoreError {
+      var error = error
       if cancellable.isCancelled, case .service = error {
-        throw KeyStoreError.timedOut(seconds: timeout, operation: operation)
+        error = .timedOut(seconds: timeout, operation: operation)
       }
+      if case .timedOut = error { noteUnanswered() }
       throw error
+    }
+  }
+
+  /// When the last call not answered in time was given up, and the timeout it had; process-wide,
+  /// as every store in a process talks to the same daemon over the same bus connection.
+  private static let lastUnanswered = Mutex<(until: DispatchTime, seconds: Double)?>(nil)
+
+  private func noteUnanswered() {
+    let until = DispatchTime.now() + timeout
+    Self.lastUnanswered.withLock { last in
+      if last.map({ $0.until < until }) ?? true { last = (until, timeout) }
     }
   }
 
@@ -618,6 +648,13 @@ public final class SecretServiceStore: KeyStore {
       return .timedOut(seconds: timeout, operation: operation)
     }
     if vault_error_is_service_unknown(error) != 0 { return .noProvider }
+    // Reported as a failure of the service, which `withDeadline` retries once on a new connection:
+    // a daemon restarted (by hand, by D-Bus activation, by systemd) answers the retry.
+    if vault_error_is_no_reply(error) != 0 {
+      return .service(
+        detail: "\(operation): the keyring daemon left without answering (it exited or crashed); "
+          + "check that it runs and retry")
+    }
     return .service(detail: "\(operation): \(Self.redactPaths(String(cString: error.pointee.message)))")
   }
 
