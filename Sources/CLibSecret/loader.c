@@ -65,8 +65,6 @@ static struct {
   int (*secret_service_store_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
                                    VaultGHashTable *attributes, const char *collection, const char *label,
                                    VaultSecretValue *value, VaultGCancellable *cancellable, VaultGError **error);
-  int (*secret_service_clear_sync)(VaultSecretService *service, const VaultSecretSchema *schema,
-                                   VaultGHashTable *attributes, VaultGCancellable *cancellable, VaultGError **error);
   VaultSecretCollection *(*secret_collection_for_alias_sync)(VaultSecretService *service, const char *alias,
                                                              VAULT_ENUM(SecretCollectionFlags) flags,
                                                              VaultGCancellable *cancellable, VaultGError **error);
@@ -125,7 +123,6 @@ SAME_TYPE(secret_service_get_session_algorithms);
 SAME_TYPE(secret_service_disconnect);
 SAME_TYPE(secret_service_search_sync);
 SAME_TYPE(secret_service_store_sync);
-SAME_TYPE(secret_service_clear_sync);
 SAME_TYPE(secret_collection_for_alias_sync);
 SAME_TYPE(secret_collection_get_locked);
 SAME_TYPE(secret_item_get_locked);
@@ -192,7 +189,7 @@ static int resolve_all(vault_library *library, void *handle) {
          RESOLVE(secret_schema_unref) && RESOLVE(secret_service_get_sync) &&
          RESOLVE(secret_service_get_session_algorithms) && RESOLVE(secret_service_disconnect) &&
          RESOLVE(secret_service_search_sync) && RESOLVE(secret_service_store_sync) &&
-         RESOLVE(secret_service_clear_sync) && RESOLVE(secret_collection_for_alias_sync) &&
+         RESOLVE(secret_collection_for_alias_sync) &&
          RESOLVE(secret_collection_get_locked) && RESOLVE(secret_item_get_locked) &&
          RESOLVE(secret_item_get_secret) && RESOLVE(secret_item_load_secrets_sync) &&
          RESOLVE(secret_item_get_attributes) &&
@@ -405,11 +402,6 @@ int vault_secret_store(VaultSecretService *service, VaultSecretSchema *schema, V
                        const char *collection, const char *label, VaultSecretValue *value,
                        VaultGCancellable *cancellable, VaultGError **error) {
   return api.secret_service_store_sync(service, schema, attributes, collection, label, value, cancellable, error);
-}
-
-int vault_secret_clear(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
-                       VaultGCancellable *cancellable, VaultGError **error) {
-  return api.secret_service_clear_sync(service, schema, attributes, cancellable, error);
 }
 
 int vault_secret_item_get_locked(VaultSecretItem *item) { return api.secret_item_get_locked(item); }

@@ -160,9 +160,6 @@ VaultGList *vault_secret_search(VaultSecretService *service, VaultSecretSchema *
 int vault_secret_store(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
                        const char *collection, const char *label, VaultSecretValue *value,
                        VaultGCancellable *cancellable, VaultGError **error);
-/// Removes the items matching `attributes`. 1 when any was removed.
-int vault_secret_clear(VaultSecretService *service, VaultSecretSchema *schema, VaultGHashTable *attributes,
-                       VaultGCancellable *cancellable, VaultGError **error);
 
 int vault_secret_item_get_locked(VaultSecretItem *item);
 /// The item's secret, loaded by the search, or NULL; the caller unrefs it.

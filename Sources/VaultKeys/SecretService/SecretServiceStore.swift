@@ -196,14 +196,21 @@ public final class SecretServiceStore: KeyStore {
       try withDeadline("delete key") { cancellable in
         let service = try connect(cancellable)
         defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
-        let schema = vault_key_schema_new()
-        defer { vault_secret_schema_unref(schema) }
-        let attributes = vault_attributes_new(keyring.hex, String(version), nil)
-        defer { vault_g_hash_table_unref(attributes) }
-        var error: UnsafeMutablePointer<VaultGError>?
-        let deleted = vault_secret_clear(service, schema, attributes, cancellable, &error)
-        if let error { throw translate(error, cancellable, operation: "delete key") }
-        return deleted != 0
+        // Item by item rather than libsecret's secret_service_clear_sync, which (0.20.5) returns its
+        // task twice when a deletion fails or is cancelled, printing a GLib-GIO-CRITICAL on the
+        // command's standard error. As clear does, a locked item is passed over: the caller checks
+        // what the store still lists.
+        let list = try search(service, keyring: keyring, version: version, loadSecrets: false, cancellable)
+        defer { vault_item_list_free(list) }
+        var deleted = false
+        for item in Self.items(list) where vault_secret_item_get_locked(item) == 0 {
+          var error: UnsafeMutablePointer<VaultGError>?
+          guard vault_secret_item_delete(item, cancellable, &error) != 0 else {
+            throw translate(error, cancellable, operation: "delete key")
+          }
+          deleted = true
+        }
+        return deleted
       }
     }
   }
