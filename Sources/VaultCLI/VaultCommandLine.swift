@@ -416,7 +416,14 @@ public struct VaultCommandLine {
     } catch {
       // Said before the error itself is printed. The newest authentic manifest (the home's file or
       // the key store's copy, which is written first) tells how far the rotation got.
-      let after = (try? vault.reload()).map { vault.manifest }
+      var after: Manifest?
+      var unreadable = false
+      do {
+        try vault.reload()
+        after = vault.manifest
+      } catch {
+        unreadable = error is KeyStoreError
+      }
       if let after, after.activeVersion != activeBefore, after.resealing == nil, after.unfinishedCompromise == nil {
         // The rotation is done (running it again would make another version); what failed came after.
         let homeEpoch = try? ManifestFile.read(home: vault.home).manifest.epoch
@@ -430,6 +437,13 @@ public struct VaultCommandLine {
             "vault: the rotation to version \(after.activeVersion) finished, but its clean-up (deleting the keys of "
               + "the versions it retired) did not; fix what the error below says: the next rotation does it again")
         }
+      } else if unreadable, case KeyStoreError.timedOut = error {
+        // The key store stopped answering, at any step: how far the rotation got cannot be read
+        // from an authentic manifest now, and a guess could send the operator to rotate again.
+        terminal.note(
+          "vault: the key store stopped answering, so how far this rotation got cannot be checked now; once it "
+            + "answers, `vault status` tells whether a rotation is under way (`vault rotate"
+            + (compromised ? " --compromised" : "") + "` resumes it)")
       } else if let active = after?.activeVersion, active != activeBefore {
         // Stopped after the new version was made active: the re-sealing is unfinished. An ordinary
         // rerun resumes it (it adds no further version). After a compromise only `rotate

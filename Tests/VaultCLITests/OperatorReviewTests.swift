@@ -25,6 +25,41 @@ final class OperatorReviewTests: XCTestCase {
   /// A HOME (or VAULT_HOME, XDG_…) whose bytes are not UTF-8 reached vault with U+FFFD in place of
   /// them: `init` made the vault in a new directory beside the real one and exited 0. Found at a
   /// terminal by an outside review. Now refused, exit 64, nothing made.
+  /// A key store that stops answering part-way through a rotation (here: every call after the new
+  /// key is stored) leaves how far it got unreadable, as the manifest is authenticated by the
+  /// store. The command said nothing about it; it now says so and where to look once the store
+  /// answers, and the rerun finishes the rotation with the record.
+  func testARotationWhoseKeyStoreStopsAnsweringSaysWhereToLookOnceItAnswers() throws {
+    let home = temporary.sub("stops")
+    let keyfile = temporary.sub("keys/stops.keys")
+    try initKeyfileVault(home: home, keyfile: keyfile)
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("m".utf8)).status, 0)
+    let stopped = StoppedAfterStore()
+    let store = InterposedKeyStore(KeyfileStore(path: keyfile)) { call in
+      try stopped.check(call)
+      return .forward
+    }
+    let capture = Capture()
+    let terminal = Terminal(
+      environment: ProcessInfo.processInfo.environment, readInput: { [] }, writeOutput: { capture.output += $0 },
+      writeError: { capture.error += $0 })
+    let status = VaultCommandLine(terminal: terminal, resolver: .fixed(store)).run(["--home", home, "rotate"])
+    XCTAssertEqual(status, 1, capture.error)
+    XCTAssertTrue(stopped.reached, "the rotation stored its new key")
+    XCTAssertTrue(capture.error.contains("did not answer within 1 s"), capture.error)
+    XCTAssertTrue(
+      capture.error.contains(
+        "the key store stopped answering, so how far this rotation got cannot be checked now; once it answers, "
+          + "`vault status` tells whether a rotation is under way (`vault rotate` resumes it)"), capture.error)
+
+    let rerun = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rerun.status, 0, rerun.error)
+    let stats = try vault(["--home", home, "queue", "stats", "--json"])
+    let counts = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])
+    XCTAssertEqual(counts["by_version"] as? [String: Int], ["2": 1], stats.outputText)
+    XCTAssertEqual((counts["by_state"] as? [String: Int])?["pending"], 1, stats.outputText)
+  }
+
   func testAHomeVariableThatIsNotUTF8IsRefusedAndNothingIsMade() throws {
     let parent = temporary.sub("u8")
     try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
@@ -539,4 +574,18 @@ private final class Answers: @unchecked Sendable {
   private var answers: [String]
   init(_ answers: [String]) { self.answers = answers }
   func next() -> String? { answers.isEmpty ? nil : answers.removeFirst() }
+}
+
+/// Fails every key store call after the first `storeKey` as a store that stopped answering.
+private final class StoppedAfterStore: @unchecked Sendable {
+  private let lock = NSLock()
+  private var stored = false
+  var reached: Bool { lock.withLock { stored } }
+
+  func check(_ call: InterposedKeyStore.Call) throws {
+    try lock.withLock {
+      if stored { throw KeyStoreError.timedOut(seconds: 1, operation: "test") }
+      if case .storeKey = call { stored = true }
+    }
+  }
 }

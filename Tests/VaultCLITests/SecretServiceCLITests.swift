@@ -121,6 +121,13 @@ final class SecretServiceCLITests: XCTestCase {
     XCTAssertEqual(run.status, 1)
     XCTAssertTrue(run.error.contains("did not answer within 1 s"), run.error)
     XCTAssertLessThan(elapsed, 15, "bounded by the timeout, not D-Bus's 25–50 s default")
+    // A rotation that meets it from the start (the vault cannot even be opened) changes nothing.
+    let manifest = try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json"))
+    let rotate = try vault(
+      ["--home", home, "rotate"], environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "1"]))
+    XCTAssertEqual(rotate.status, 1)
+    XCTAssertTrue(rotate.error.contains("did not answer within 1 s"), rotate.error)
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")), manifest)
     try TestKeyring.signalDaemon("CONT")
     XCTAssertEqual(try vault(["--home", home, "open", "--context", "c"], input: sealed).output, secret)
   }

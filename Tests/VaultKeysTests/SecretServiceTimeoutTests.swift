@@ -49,7 +49,7 @@ final class SecretServiceTimeoutTests: XCTestCase {
     ] {
       XCTAssertThrowsError(try call()) { error in
         guard case KeyStoreError.timedOut(1, let operation) = error else { return XCTFail("\(error)") }
-        XCTAssertTrue(operation.hasSuffix("not asked: it did not answer a call moments before"), operation)
+        XCTAssertTrue(operation.hasSuffix(" not asked: list keys went unanswered moments before"), operation)
         XCTAssertTrue(
           (error as? KeyStoreError)?.description.contains("the keyring daemon may be hung: restart it") == true)
       }

@@ -590,7 +590,7 @@ public final class SecretServiceStore: KeyStore {
     if let unanswered = Self.lastUnanswered.withLock({ $0 }), DispatchTime.now() < unanswered.until {
       throw KeyStoreError.timedOut(
         seconds: unanswered.seconds,
-        operation: "\(operation), not asked: it did not answer a call moments before")
+        operation: "\(operation) not asked: \(unanswered.operation) went unanswered moments before")
     }
     // The proxies a call makes subscribe to D-Bus signals in the thread's default main context,
     // and freeing them queues their clean-up there; a process without a GLib main loop never runs
@@ -620,26 +620,27 @@ public final class SecretServiceStore: KeyStore {
         result = try body(cancellable.pointer)
       }
       // A best-effort step past the call's result (an old record generation's removal) ran out of time.
-      if cancellable.isCancelled { noteUnanswered() }
+      if cancellable.isCancelled { noteUnanswered(operation) }
       return result
     } catch let error as KeyStoreError {
       var error = error
       if cancellable.isCancelled, case .service = error {
         error = .timedOut(seconds: timeout, operation: operation)
       }
-      if case .timedOut = error { noteUnanswered() }
+      if case .timedOut = error { noteUnanswered(operation) }
       throw error
     }
   }
 
-  /// When the last call not answered in time was given up, and the timeout it had; process-wide,
-  /// as every store in a process talks to the same daemon over the same bus connection.
-  private static let lastUnanswered = Mutex<(until: DispatchTime, seconds: Double)?>(nil)
+  /// Until when calls fail unasked after the last call not answered in time, that call's timeout
+  /// and its name; process-wide, as every store in a process talks to the same daemon over the
+  /// same bus connection.
+  private static let lastUnanswered = Mutex<(until: DispatchTime, seconds: Double, operation: String)?>(nil)
 
-  private func noteUnanswered() {
+  private func noteUnanswered(_ operation: String) {
     let until = DispatchTime.now() + timeout
     Self.lastUnanswered.withLock { last in
-      if last.map({ $0.until < until }) ?? true { last = (until, timeout) }
+      if last.map({ $0.until < until }) ?? true { last = (until, timeout, operation) }
     }
   }
 
