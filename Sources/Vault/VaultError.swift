@@ -139,8 +139,12 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// keyring daemon, another login's keyring, another D-Bus session), which a restore would not fix.
   private static func anotherServiceHint(_ store: KeyStoreKind) -> String {
     guard store == .secretService else { return "" }
+    // A daemon that dies is restarted by D-Bus activation at the next call, with the bus's
+    // environment: where that differs from the session's (XDG_DATA_HOME), it reads other keyring
+    // files and holds none of these keys (seen in fault injection: "missing" after a SIGKILL).
     return "if the Secret Service answering here is not the one that kept your keys (another keyring daemon, "
-      + "another login, another D-Bus session), run vault where that one answers; otherwise "
+      + "such as one D-Bus started by itself after yours stopped, which may read other keyring files; another "
+      + "login; another D-Bus session), run vault where that one answers; otherwise "
   }
 }
 

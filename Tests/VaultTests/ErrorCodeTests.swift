@@ -44,6 +44,17 @@ final class ErrorCodeTests: XCTestCase {
     for code in codes { XCTAssertNotNil(code.range(of: #"^[a-z-]+\.[a-z0-9-]+$"#, options: .regularExpression), code) }
   }
 
+  /// A key missing from the Secret Service may be held by another daemon than the one answering:
+  /// one D-Bus started by itself after the session's died reads other keyring files when the
+  /// bus's environment differs (fault injection saw "missing" after a SIGKILL). The text says so;
+  /// a keyfile's does not.
+  func testAKeyMissingFromTheSecretServiceNamesADaemonStartedByDBus() {
+    let missing = VaultError.keyMissing(version: 3, store: .secretService).description
+    XCTAssertTrue(missing.contains("such as one D-Bus started by itself after yours stopped"), missing)
+    XCTAssertTrue(missing.hasSuffix("otherwise restore the key store from a backup (no new key was made)"), missing)
+    XCTAssertFalse(VaultError.keyMissing(version: 3, store: .keyfile).description.contains("D-Bus"))
+  }
+
   func testLibraryTextsNameNoCommand() {
     for error in samples {
       for advice in ["`vault ", "--keyfile", "--store", "vault init", "vault rotate", "vault keyfile"] {
