@@ -28,19 +28,7 @@ import time
 
 from gi.repository import Gio, GLib
 
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:dir=%s</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"""
+BUS_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "private-bus.conf")
 
 # The part of org.freedesktop.Secret.Service that a connection and a search use (the Secret
 # Service API specification, https://specifications.freedesktop.org/secret-service/).
@@ -142,8 +130,8 @@ def main():
     mode, command = sys.argv[1], sys.argv[3:]
     with tempfile.TemporaryDirectory(prefix="fake-secret-service.") as scratch:
         config = os.path.join(scratch, "bus.conf")
-        with open(config, "w") as file:
-            file.write(BUS_CONFIG % scratch)
+        with open(BUS_CONFIG) as template, open(config, "w") as file:
+            file.write(template.read().replace("@ADDRESS@", "unix:dir=" + scratch))
         daemon = subprocess.Popen(
             ["dbus-daemon", "--config-file=" + config, "--nofork", "--print-address=1"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

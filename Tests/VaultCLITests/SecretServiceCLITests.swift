@@ -417,20 +417,9 @@ final class PrivateBus {
   init(directory: String) throws {
     let socket = directory + "/bus"
     let config = directory + "/bus.conf"
-    try """
-    <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-     "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-    <busconfig>
-      <type>session</type>
-      <listen>unix:path=\(socket)</listen>
-      <auth>EXTERNAL</auth>
-      <policy context="default">
-        <allow send_destination="*" eavesdrop="true"/>
-        <allow eavesdrop="true"/>
-        <allow own="*"/>
-      </policy>
-    </busconfig>
-    """.write(toFile: config, atomically: true, encoding: .utf8)
+    let template = try String(contentsOfFile: packageRoot() + "/tools/private-bus.conf", encoding: .utf8)
+    try template.replacingOccurrences(of: "@ADDRESS@", with: "unix:path=" + socket)
+      .write(toFile: config, atomically: true, encoding: .utf8)
     child = try Spawn.start("/usr/bin/dbus-daemon", ["--config-file=\(config)", "--nofork"])
     address = "unix:path=\(socket)"
     for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { Thread.sleep(forTimeInterval: 0.05) }
