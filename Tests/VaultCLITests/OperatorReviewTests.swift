@@ -22,9 +22,6 @@ final class OperatorReviewTests: XCTestCase {
   // not run before the process exits: 18 directories, with keyfiles, were left in /tmp per run.
   override func tearDown() { temporary = nil }
 
-  /// A HOME (or VAULT_HOME, XDG_…) whose bytes are not UTF-8 reached vault with U+FFFD in place of
-  /// them: `init` made the vault in a new directory beside the real one and exited 0. Found at a
-  /// terminal by an outside review. Now refused, exit 64, nothing made.
   /// A key store that stops answering part-way through a rotation (here: every call after the new
   /// key is stored) leaves how far it got unreadable, as the manifest is authenticated by the
   /// store. The command said nothing about it; it now says so and where to look once the store
@@ -60,6 +57,9 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertEqual((counts["by_state"] as? [String: Int])?["pending"], 1, stats.outputText)
   }
 
+  /// A HOME (or VAULT_HOME, XDG_…) whose bytes are not UTF-8 reached vault with U+FFFD in place of
+  /// them: `init` made the vault in a new directory beside the real one and exited 0. Found at a
+  /// terminal by an outside review. Now refused, exit 64, nothing made.
   func testAHomeVariableThatIsNotUTF8IsRefusedAndNothingIsMade() throws {
     let parent = temporary.sub("u8")
     try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)

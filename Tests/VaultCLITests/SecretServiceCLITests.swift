@@ -141,13 +141,7 @@ final class SecretServiceCLITests: XCTestCase {
     try requireKeyring()
     let (home, sealed) = try secretServiceVaultWithASealedSecret()
     let started = Date()
-    let run = try Spawn.run(
-      "/usr/bin/python3",
-      [
-        packageRoot() + "/tools/fake_secret_service.py", "die", "--", vaultBinary(), "--home", home, "open",
-        "--context", "c",
-      ],
-      input: sealed, environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "30"]))
+    let run = try openWithFakeProvider("die", home: home, sealed: sealed, timeout: "30")
     XCTAssertEqual(run.status, 1, run.error)
     XCTAssertTrue(run.error.contains("no Secret Service provider on the session bus"), run.error)
     XCTAssertFalse(run.error.contains("did not answer"), run.error)
@@ -164,17 +158,23 @@ final class SecretServiceCLITests: XCTestCase {
     let (home, sealed) = try secretServiceVaultWithASealedSecret()
     for mode in ["hang", "hang-secrets"] {
       let started = Date()
-      let run = try Spawn.run(
-        "/usr/bin/python3",
-        [
-          packageRoot() + "/tools/fake_secret_service.py", mode, "--", vaultBinary(), "--home", home, "open",
-          "--context", "c",
-        ],
-        input: sealed, environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": "1"]))
+      let run = try openWithFakeProvider(mode, home: home, sealed: sealed, timeout: "1")
       XCTAssertEqual(run.status, 1, mode + ": " + run.error)
       XCTAssertTrue(run.error.contains("did not answer within 1 s (search records)"), mode + ": " + run.error)
       XCTAssertLessThan(Date().timeIntervalSince(started), 15, mode + ": bounded by the deadline, not D-Bus's 25 s")
     }
+  }
+
+  /// `vault open` of `sealed` against tools/fake_secret_service.py in `mode`, on a bus of its own,
+  /// with VAULT_SECRET_SERVICE_TIMEOUT `timeout`.
+  private func openWithFakeProvider(_ mode: String, home: String, sealed: [UInt8], timeout: String) throws -> Spawned {
+    try Spawn.run(
+      "/usr/bin/python3",
+      [
+        packageRoot() + "/tools/fake_secret_service.py", mode, "--", vaultBinary(), "--home", home, "open",
+        "--context", "c",
+      ],
+      input: sealed, environment: environment(["VAULT_SECRET_SERVICE_TIMEOUT": timeout]))
   }
 
   /// gnome-keyring's session collection is kept in memory only: keys stored there are gone at the
