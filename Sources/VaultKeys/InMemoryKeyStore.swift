@@ -31,7 +31,10 @@ public final class InMemoryKeyStore: KeyStore {
     try failIfAsked()
     try keys.withLock { keys in
       let slot = Slot(keyring: keyring, version: version)
-      guard keys[slot] == nil else { throw KeyStoreError.keyExists(version: version) }
+      if let stored = keys[slot] {
+        guard stored == key else { throw KeyStoreError.keyExists(version: version) }
+        return
+      }
       keys[slot] = key
     }
   }

@@ -83,7 +83,9 @@ public enum KeyStoreRecord: String, Sendable, CaseIterable {
 ///
 /// Implementations must never invent a key: `loadKey` returns nil only when the store can tell
 /// for certain that the version is absent, and throws when it cannot tell (locked, timed out,
-/// unreadable, insecure). `storeKey` refuses to replace an existing version.
+/// unreadable, insecure). `storeKey` refuses to replace an existing version with other material;
+/// storing the very key a version already holds changes nothing and succeeds, so a call retried
+/// after its answer was lost (a daemon that stored the key and died) does not fail.
 public protocol KeyStore: Sendable {
   /// Which backend this is: what the manifest records and error messages name.
   var kind: KeyStoreKind { get }
@@ -96,13 +98,14 @@ public protocol KeyStore: Sendable {
   /// - Throws: `KeyStoreError` when the store cannot tell (locked, timed out, unreadable,
   ///   insecure) or the material is not a 256-bit key (`.corruptKey`).
   func loadKey(keyring: KeyringID, version: UInt32) throws -> SymmetricKey?
-  /// Stores a new version's key; never replaces one.
+  /// Stores a new version's key; never replaces one. Storing the key the version already holds
+  /// succeeds and changes nothing.
   ///
   /// - Parameters:
   ///   - key: the key.
   ///   - keyring: the vault whose key it is.
   ///   - version: the key version.
-  /// - Throws: `KeyStoreError.keyExists` when the version is already stored; other
+  /// - Throws: `KeyStoreError.keyExists` when the version already holds another key; other
   ///   `KeyStoreError` cases when the store cannot be written.
   func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws
   /// Deletes a version's material: what retiring a version does, after the manifest says so.
@@ -207,7 +210,7 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case timedOut(seconds: Double, operation: String)
   /// Any other Secret Service failure, with its message.
   case service(detail: String)
-  /// `storeKey` found the version already stored: a key is never overwritten.
+  /// `storeKey` found the version already holding another key: a key is never overwritten.
   case keyExists(version: UInt32)
   /// The stored material for a version is not a 256-bit key.
   case corruptKey(version: UInt32)

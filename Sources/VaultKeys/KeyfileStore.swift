@@ -94,7 +94,10 @@ public final class KeyfileStore: KeyStore {
 
   public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
     try change(keyring: keyring, createDirectory: true) { contents in
-      guard contents.keys[version] == nil else { throw KeyStoreError.keyExists(version: version) }
+      if let stored = contents.keys[version] {
+        guard stored == key else { throw KeyStoreError.keyExists(version: version) }
+        return false
+      }
       contents.keys[version] = key
       return true
     }

@@ -51,6 +51,20 @@ final class KeyfileStoreTests: XCTestCase {
     XCTAssertEqual(try store.loadKey(keyring: keyring, version: 1), original)
   }
 
+  /// Storing the key a version already holds (a retried call) succeeds without rewriting the file.
+  func testStoringTheKeyAVersionHoldsAgainLeavesTheFileAlone() throws {
+    let store = makeStore()
+    let key = try SymmetricKey.generate()
+    try store.storeKey(key, keyring: keyring, version: 1)
+    var before = stat()
+    XCTAssertEqual(stat(store.path, &before), 0)
+    try store.storeKey(key, keyring: keyring, version: 1)
+    var after = stat()
+    XCTAssertEqual(stat(store.path, &after), 0)
+    XCTAssertEqual(after.st_ino, before.st_ino, "the file was not replaced")
+    XCTAssertEqual(try store.loadKey(keyring: keyring, version: 1), key)
+  }
+
   func testDeleteRemovesOnlyThatVersion() throws {
     let store = makeStore()
     let keep = try SymmetricKey.generate()

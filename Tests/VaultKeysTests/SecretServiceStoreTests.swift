@@ -51,6 +51,32 @@ final class SecretServiceStoreTests: XCTestCase {
     XCTAssertFalse(SecretServiceStore.defaultMainContextHasPendingWork)
   }
 
+  /// What `withDeadline`'s retry does after a daemon stored the key and died before answering:
+  /// store the same key again. That succeeds and adds no item; another key, or the same key
+  /// beside another program's item at that version, is still refused and replaces nothing.
+  func testStoringTheKeyAVersionHoldsAgainAddsNothingAndAnotherKeyIsRefused() throws {
+    let home = "/tmp/secret-service-test-idempotent"
+    let store = SecretServiceStore(timeout: 5, home: home)
+    let keyring = try KeyringID.random()
+    let items = ["xdg:schema", "org.vault.Key", "vault-id", keyring.hex, "version", "1"]
+    addTeardownBlock { try? SecretTool.clear(items) }
+    let key = try SymmetricKey.generate()
+    try store.storeKey(key, keyring: keyring, version: 1)
+    try store.storeKey(key, keyring: keyring, version: 1)
+    XCTAssertEqual(try SecretTool.count(items), 1, "the second store added no item")
+    XCTAssertEqual(try store.loadKey(keyring: keyring, version: 1), key)
+
+    XCTAssertThrowsError(try store.storeKey(try .generate(), keyring: keyring, version: 1)) {
+      XCTAssertEqual($0 as? KeyStoreError, .keyExists(version: 1))
+    }
+    try SecretTool.store(secret: String(repeating: "s", count: 32), items + ["home", home + "-elsewhere"])
+    XCTAssertThrowsError(try store.storeKey(key, keyring: keyring, version: 1), "not every item holds this key") {
+      XCTAssertEqual($0 as? KeyStoreError, .keyExists(version: 1))
+    }
+    XCTAssertEqual(try SecretTool.count(items), 2)
+    XCTAssertEqual(try store.loadKeyCandidates(keyring: keyring, version: 1).count, 2, "nothing replaced")
+  }
+
   func testKeysOfDifferentVaultsDoNotMix() throws {
     let store = SecretServiceStore(timeout: 5)
     let a = try KeyringID.random()

@@ -171,7 +171,15 @@ public final class SecretServiceStore: KeyStore {
         try requireUnlockedDefaultCollection(service, cancellable)
         let existing = try search(service, keyring: keyring, version: version, loadSecrets: false, cancellable)
         vault_item_list_free(existing)
-        guard existing == nil else { throw KeyStoreError.keyExists(version: version) }
+        if existing != nil {
+          // The same key already stored is this call's own item: a daemon that stored it and died
+          // before answering is asked again (`withDeadline`'s retry), and must not be told to
+          // refuse. Any other material is never replaced.
+          guard try holdsOnly(key, service, keyring: keyring, version: version, cancellable) else {
+            throw KeyStoreError.keyExists(version: version)
+          }
+          return
+        }
 
         let schema = vault_key_schema_new()
         defer { vault_secret_schema_unref(schema) }
@@ -189,6 +197,27 @@ public final class SecretServiceStore: KeyStore {
         guard stored != 0 else { throw translate(error, cancellable, operation: "store key") }
       }
     }
+  }
+
+  /// Whether every item stored for `version` is unlocked and holds exactly `key`.
+  private func holdsOnly(
+    _ key: SymmetricKey, _ service: OpaquePointer, keyring: KeyringID, version: UInt32, _ cancellable: OpaquePointer
+  ) throws -> Bool {
+    let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
+    defer { vault_item_list_free(list) }
+    let items = Self.items(list)
+    guard !items.isEmpty else { return false }
+    for item in items {
+      guard vault_secret_item_get_locked(item) == 0, let value = vault_secret_item_get_secret(item) else {
+        return false
+      }
+      defer { vault_secret_value_unref(value) }
+      var length = 0
+      guard let bytes = vault_secret_value_get(value, &length), length == SymmetricKey.byteCount,
+        try SymmetricKey(copying: UnsafeRawBufferPointer(start: bytes, count: length)) == key
+      else { return false }
+    }
+    return true
   }
 
   public func deleteKey(keyring: KeyringID, version: UInt32) throws -> Bool {
