@@ -2,8 +2,8 @@ import CProcessHardening
 import Foundation
 import Vault
 
-/// Memory one scanning thread reuses from file to file: the buffer each chunk is read into (4 MiB
-/// and the overlap), allocated once instead of an array per chunk.
+/// Memory one scanning thread reuses from file to file: the buffer each chunk is read into
+/// (`Scanner.chunk` and the overlap), allocated once instead of an array per chunk.
 final class ScanScratch {
   private var storage: UnsafeMutableRawBufferPointer
 
@@ -73,7 +73,7 @@ struct DescriptorLinks {
 /// (`Scanner.sharesProcessDescriptorTable`, for `vault scan`).
 ///
 /// Memory stays bounded: at most two files are read at once, each by its thread's one chunk
-/// buffer (4 MiB and the overlap) and that file's decoders (`InflateAllowance`), and at most
+/// buffer (`Scanner.chunk`, 128 KiB, and the overlap) and that file's decoders (`InflateAllowance`), and at most
 /// `window` files (2 to 16, fewer under a low open-file limit) are open and waiting to be put in
 /// the report; each holds its descriptor, one for its directory, and its findings (at most 100
 /// per detector, `ScanReport.findingsPerDetectorPerFile`). The walk waits when the window is full.

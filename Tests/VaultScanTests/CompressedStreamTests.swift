@@ -432,12 +432,12 @@ final class CompressedStreamTests: XCTestCase {
         info = zipfile.ZipInfo('note.txt'); info.extra = b'\\xfe\\xca' + (59996).to_bytes(2, 'little') + bytes(59996)
         z.writestr(info, secret, compress_type=zipfile.ZIP_DEFLATED)
       open(d + '/extra.zip.gz', 'wb').write(gzip.compress(buffer.getvalue()))
-      # MIME base64 whose block starts 10 bytes before the 4 MiB chunk edge
+      # MIME base64 whose block starts 10 bytes before the first chunk's edge
       encoded = base64.b64encode(b'A' * 53 + secret)
       block = b'\\n'.join(encoded[i:i + 76] for i in range(0, len(encoded), 76)) + b'\\n'
-      head = b'x' * ((4 << 20) - 11) + b'\\n'
+      head = b'x' * (int(sys.argv[2]) - 11) + b'\\n'
       open(d + '/edge.eml', 'wb').write(head + block)
-      """, [temporary.path])
+      """, [temporary.path, String(Scanner.chunk)])
     let report = try Scanner(canaries: ["review-canary-9", "tok-9Xq2"]).scan([temporary.path])
     let found = Set(report.findings.filter { $0.detector == "canary" }.map { ($0.file as NSString).lastPathComponent })
     XCTAssertEqual(
