@@ -34,10 +34,12 @@ public struct Scanner {
   /// the audit's own, such as `vault scan`: there, closing what was read drops no one's locks.
   package var sharesProcessDescriptorTable = false
   /// How much of a file each read brings in and every detector searches before the next read.
-  /// Small enough to stay in a core's L2 cache (512 KiB here) across the detectors' passes and
-  /// the kernel's copy into it: 4 MiB chunks, read past the cache, made `vault scan` of the
-  /// benchmark's corpus spend 95 ms of system time where 128 KiB spends 51 (issue 15).
-  static let chunk = 128 << 10
+  /// Two heuristics judge a chunk as a whole (a pretty-printed JSON record that is the whole
+  /// buffer; sentences rare among a chunk's lines), so their answers depend on this size: 128 KiB
+  /// chunks, which stay in a core's L2 cache and scanned the benchmark's corpus 10–15 % faster,
+  /// missed a 140 KB JSON record and a cluster of 150 sentences in a 300 KB log (review), and were
+  /// not kept. Make those two independent of the chunk before making it smaller.
+  static let chunk = 4 << 20
   /// lseek's SEEK_DATA (3 on Linux, <unistd.h>; Swift's Glibc module does not define _GNU_SOURCE).
   static let seekData: Int32 = 3
   /// How much of an overflow payload is searched at a time (tests make it small to put window
@@ -48,8 +50,8 @@ public struct Scanner {
   static let minimumOverlap = 256
   /// Consecutive chunks of a file share this many bytes (or the longest canary form): a finding
   /// of up to this length (a JSON object, a text line, a PEM key) is judged whole by the chunk
-  /// that reports it, wherever a chunk's edge falls. With 255 bytes, one JSON line of 900 bytes
-  /// in 128 KiB across each edge went unreported.
+  /// that reports it, wherever a chunk's edge falls. With 255 bytes, a 900-byte JSON line cut by
+  /// an edge was judged by neither chunk.
   static let chunkOverlap = 8 << 10
   /// Consecutive windows of an overflow payload share this many bytes (or the longest canary
   /// form): a PEM key of up to 64 KiB split by a window's edge is still seen whole.
@@ -174,8 +176,12 @@ public struct Scanner {
             file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
             detector: hit.detector, encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
       }
-      // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next.
-      for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe) {
+      // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
+      // (which starts before them: it begins `overlap` bytes before this one ends), and only there:
+      // both decoded them, and listed a stream's findings twice (review).
+      let lastChunk = offset + count >= size
+      for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe)
+      where lastChunk || stream.signature < count - StreamStart.lookahead {
         if let reason = stream.unreadable {
           // (A program's own constants hold these magic numbers: liblz4, libmagic.)
           if content != .compiledCode { unreadable = unreadable ?? reason }

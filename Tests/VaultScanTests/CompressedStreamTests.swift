@@ -404,6 +404,29 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(summary?.excerpt, "\(count - 100) more json-text findings in this file, not listed")
   }
 
+  /// A stream whose signature is in the last bytes of a chunk's buffer (which the next chunk reads
+  /// again) is decoded once: both chunks decoded it, and each of its findings was listed twice.
+  func testAStreamAtTheEndOfAChunksBufferIsReportedOnce() throws {
+    let path = temporary.sub("edge.bin")
+    for before in [1, 100, StreamStart.lookahead] {
+      try python(
+        """
+        import gzip,random,sys
+        random.seed(5)
+        body = b'some log text ' * 50 + b'chunk-edge-canary-3' + b' more text' * 20
+        data = bytearray(random.randbytes(int(sys.argv[2]) + 200000))
+        position = int(sys.argv[2]) - int(sys.argv[3])
+        stream = gzip.compress(body)
+        data[position:position + len(stream)] = stream
+        open(sys.argv[1], 'wb').write(data)
+        """, [path, String(Scanner.chunk + Scanner.chunkOverlap), String(before)])
+      let found = try Scanner(canaries: ["chunk-edge-canary-3"]).scan([path]).findings.filter {
+        $0.detector == "canary"
+      }
+      XCTAssertEqual(found.map(\.offset), [Scanner.chunk + Scanner.chunkOverlap - before], "\(before) bytes before")
+    }
+  }
+
   /// From the second outside review: shapes that were read as clean with a secret inside.
   func testShapesTheReviewFoundMissedAreFoundOrIncomplete() throws {
     try python(

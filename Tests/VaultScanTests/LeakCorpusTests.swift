@@ -246,29 +246,6 @@ final class KeyMaterialTests: XCTestCase {
       XCTAssertEqual(try finding(file).map(\.offset), [start], "END line cut after \(cut) bytes")
     }
   }
-
-  /// JSON lines longer than the old 255-byte overlap, one across every chunk edge: each is found,
-  /// once. (With 255 bytes, a 900-byte line that an edge cut was judged by neither chunk: 14 of 21
-  /// edges in 2.7 MB lost their line.)
-  func testJSONLinesAcrossChunkEdgesAreEachFoundOnce() throws {
-    let words = ["alpha", "beta", "gamma", "delta"]
-    var file: [UInt8] = []
-    var lines = 0
-    while file.count < 3 * Scanner.chunk {
-      let note = (0..<150).map { words[($0 * 7 + lines) % words.count] }.joined(separator: " ")
-      file += Array(#"{"user": "ana\#(lines)", "note": "\#(note)", "card": "4111"}"#.utf8) + [0x0a]
-      lines += 1
-    }
-    let temporary = TemporaryDirectory()
-    try Data(file).write(to: URL(fileURLWithPath: temporary.sub("events.jsonl")))
-    let found = try Scanner(canaries: []).scan([temporary.sub("events.jsonl")]).findings
-      .filter { $0.detector == "json-text" }
-    let listed = found.filter { !$0.excerpt.hasSuffix("not listed") }.count
-    let unlisted = found.compactMap {
-      $0.excerpt.hasSuffix("not listed") ? Int($0.excerpt.prefix { $0.isNumber }) : nil
-    }
-    XCTAssertEqual(listed + unlisted.reduce(0, +), lines, "one finding per line, \(lines) lines")
-  }
 }
 
 extension Collection {
