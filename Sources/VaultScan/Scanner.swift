@@ -127,6 +127,10 @@ public struct Scanner {
     var unreadable: String?
     var shortRead = false
     var examinedUpTo = 0
+    // Per heuristic detector, how far into the file its findings so far reach: a run, line or
+    // object that a chunk's edge cut was reported where it starts, and its tail at the start of
+    // the next chunk is that same place, not another finding (review: one listed twice per edge).
+    var reached: [String: Int] = [:]
     var offset = 0
     while offset < size {
       // A hole reads as zeros and holds nothing to find: go on from the next data, less the
@@ -162,20 +166,19 @@ public struct Scanner {
       }
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
-      if content.judgesJSON {
-        for hit in jsonText(bytes, braces: braces) where offset + hit.start < reportBelow {
-          report.add(
-            Finding(
-              file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
-              detector: "json-text", encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
-        }
-      }
-      for hit in content.textFindings(bytes, braces: braces) where offset + hit.start < reportBelow {
+      let reachedBefore = reached
+      func heuristic(_ detector: String, _ start: Int, _ end: Int) {
+        guard offset + start < reportBelow, offset + start >= reachedBefore[detector, default: 0] else { return }
         report.add(
           Finding(
-            file: path, offset: offset + hit.start, region: regions.region(at: offset + hit.start),
-            detector: hit.detector, encoding: nil, excerpt: redact(bytes[hit.start..<hit.end])))
+            file: path, offset: offset + start, region: regions.region(at: offset + start), detector: detector,
+            encoding: nil, excerpt: redact(bytes[start..<end])))
+        reached[detector] = max(reached[detector, default: 0], offset + end)
       }
+      if content.judgesJSON {
+        for hit in jsonText(bytes, braces: braces) { heuristic("json-text", hit.start, hit.end) }
+      }
+      for hit in content.textFindings(bytes, braces: braces) { heuristic(hit.detector, hit.start, hit.end) }
       // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
       // (which starts before them: it begins `overlap` bytes before this one ends), and only there:
       // both decoded them, and listed a stream's findings twice (review).

@@ -41,6 +41,22 @@ final class ChunkEdgeTests: XCTestCase {
     }
   }
 
+  /// A run of sentences in binary data that a chunk's edge cuts is one finding, where it starts:
+  /// the next chunk, which begins inside it, reported its tail again.
+  func testARunCutByAChunkEdgeIsReportedOnceWhereItStarts() throws {
+    let run = Array(
+      Array(repeating: "the customer asked about her balance and wanted to transfer money today", count: 4)
+        .joined(separator: " ").utf8)
+    for before in [40, 100, 250] {
+      // Binary filler that holds no text (control bytes), so the run is exactly the sentences.
+      var file = (0..<(Scanner.chunk + 300_000)).map { UInt8(truncatingIfNeeded: $0 % 8) }
+      let start = Scanner.chunk - before
+      file.replaceSubrange(start..<(start + run.count), with: run)
+      XCTAssertEqual(
+        try findings(file, detector: "natural-language").map(\.offset), [start], "run starting \(before) bytes before")
+    }
+  }
+
   /// A whole file that is one pretty-printed record of 3,200 fields (about 160 KB) is a record, as a
   /// small one is: it is judged whole only when one chunk holds all of it.
   func testAPrettyPrintedRecordOfAFewHundredKilobytesIsFound() throws {
