@@ -148,7 +148,7 @@ public struct Scanner {
       if bytes.count < count { shortRead = true }
       if bytes.isEmpty { break }
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
-      // whole (one finding per place, with nothing remembered across chunks).
+      // whole (one finding per place; what a heuristic reported reaching past the edge, `reached`).
       let reportBelow = offset + count >= size ? Int.max : offset + Self.chunk
       searcher.search(bytes) { hit, index in
         guard offset + hit < reportBelow else { return }
