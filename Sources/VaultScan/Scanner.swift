@@ -166,9 +166,20 @@ public struct Scanner {
       }
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
+      let lastChunk = offset + count >= size
+      // The text heuristics judge a chunk's lines together (in a log a sentence counts only while
+      // rare among them), so they read what they read before the overlap grew: the chunk and 255
+      // bytes. With the 8 KiB, 60 sentences just past an edge outnumbered the 3 before it, and the
+      // file was called clean (review). JSON records get the whole overlap.
+      let textCount =
+        lastChunk ? bytes.count : min(bytes.count, Self.chunk + max(longestPattern, Self.minimumOverlap) - 1)
+      let textBytes = UnsafeRawBufferPointer(rebasing: bytes[0..<textCount])
+      let textBraces = braces.map { positions in Array(positions.prefix { $0 < textCount }) }
       let reachedBefore = reached
       func heuristic(_ detector: String, _ start: Int, _ end: Int) {
-        guard offset + start < reportBelow, offset + start >= reachedBefore[detector, default: 0] else { return }
+        // Only a hit at the chunk's first byte can be the tail of one the last chunk reported (a
+        // record's own lines inside a reported run, elsewhere, are still listed: review).
+        guard offset + start < reportBelow, start > 0 || offset >= reachedBefore[detector, default: 0] else { return }
         report.add(
           Finding(
             file: path, offset: offset + start, region: regions.region(at: offset + start), detector: detector,
@@ -178,11 +189,10 @@ public struct Scanner {
       if content.judgesJSON {
         for hit in jsonText(bytes, braces: braces) { heuristic("json-text", hit.start, hit.end) }
       }
-      for hit in content.textFindings(bytes, braces: braces) { heuristic(hit.detector, hit.start, hit.end) }
+      for hit in content.textFindings(textBytes, braces: textBraces) { heuristic(hit.detector, hit.start, hit.end) }
       // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
       // (which starts before them: it begins `overlap` bytes before this one ends), and only there:
       // both decoded them, and listed a stream's findings twice (review).
-      let lastChunk = offset + count >= size
       for stream in streamStarts(bytes, from: examinedUpTo - offset, probe: allowance.probe)
       where lastChunk || stream.signature < count - StreamStart.lookahead {
         if let reason = stream.unreadable {
