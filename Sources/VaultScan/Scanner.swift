@@ -48,9 +48,9 @@ public struct Scanner {
   /// Consecutive chunks (and windows of decoded output) share at least this many bytes, more than
   /// `StreamStart.lookahead`, so nothing that starts near an edge is missed.
   static let minimumOverlap = 256
-  /// Consecutive chunks of a file share this many bytes (or the longest canary form): a finding
-  /// of up to this length (a JSON object, a text line, a PEM key) is judged whole by the chunk
-  /// that reports it, wherever a chunk's edge falls. With 255 bytes, a 900-byte JSON line cut by
+  /// Consecutive chunks of a file share this many bytes (or the longest canary form): a JSON
+  /// object or a PEM key of up to this length is judged whole by the chunk that reports it,
+  /// wherever a chunk's edge falls (the text heuristics read 255 bytes of it: see `scanFile`). With 255 bytes, a 900-byte JSON line cut by
   /// an edge was judged by neither chunk.
   static let chunkOverlap = 8 << 10
   /// Consecutive windows of an overflow payload share this many bytes (or the longest canary
