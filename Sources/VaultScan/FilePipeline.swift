@@ -73,10 +73,11 @@ struct DescriptorLinks {
 /// (`Scanner.sharesProcessDescriptorTable`, for `vault scan`).
 ///
 /// Memory stays bounded: at most two files are read at once, each by its thread's one chunk
-/// buffer (`Scanner.chunk`, 4 MiB, and the overlap) and that file's decoders (`InflateAllowance`), and at most
-/// `window` files (2 to 16, fewer under a low open-file limit) are open and waiting to be put in
-/// the report; each holds its descriptor, one for its directory, and its findings (at most 100
-/// per detector, `ScanReport.findingsPerDetectorPerFile`). The walk waits when the window is full.
+/// buffer (`Scanner.chunk`, 4 MiB, and the overlap) and that file's decoders
+/// (`InflateAllowance`), and at most `window` files (2 to 16, fewer under a low open-file limit)
+/// are open and waiting to be put in the report; each holds its descriptor, one for its
+/// directory, and its findings (at most 100 per detector, `ScanReport.findingsPerDetectorPerFile`).
+/// The walk waits when the window is full.
 /// A scan of a single file starts no worker (the walk thread reads it). Threads are started with
 /// `SystemThread`, which says when one cannot be: the scan then fails with
 /// `ProcessResources.Shortage.threads` (no walk thread) or goes on with fewer workers.

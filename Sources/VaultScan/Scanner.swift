@@ -50,8 +50,8 @@ public struct Scanner {
   static let minimumOverlap = 256
   /// Consecutive chunks of a file share this many bytes (or the longest canary form): a JSON
   /// object or a PEM key of up to this length is judged whole by the chunk that reports it,
-  /// wherever a chunk's edge falls (the text heuristics read 255 bytes of it: see `scanFile`). With 255 bytes, a 900-byte JSON line cut by
-  /// an edge was judged by neither chunk.
+  /// wherever a chunk's edge falls (the text heuristics read 255 bytes of it: see `scanFile`).
+  /// With 255 bytes, a 900-byte JSON line cut by an edge was judged by neither chunk.
   static let chunkOverlap = 8 << 10
   /// Consecutive windows of an overflow payload share this many bytes (or the longest canary
   /// form): a PEM key of up to 64 KiB split by a window's edge is still seen whole.
