@@ -149,7 +149,8 @@ public struct Scanner {
       if bytes.isEmpty { break }
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
       // whole (one finding per place; what a heuristic reported reaching past the edge, `reached`).
-      let reportBelow = offset + count >= size ? Int.max : offset + Self.chunk
+      let lastChunk = offset + count >= size
+      let reportBelow = lastChunk ? Int.max : offset + Self.chunk
       searcher.search(bytes) { hit, index in
         guard offset + hit < reportBelow else { return }
         let pattern = patterns[index]
@@ -166,7 +167,6 @@ public struct Scanner {
       }
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
-      let lastChunk = offset + count >= size
       // The text heuristics judge a chunk's lines together (in a log a sentence counts only while
       // rare among them), so they read what they read before the overlap grew: the chunk and 255
       // bytes. With the 8 KiB, 60 sentences just past an edge outnumbered the 3 before it, and the
@@ -210,7 +210,7 @@ public struct Scanner {
       }
       examinedUpTo = offset + count - StreamStart.lookahead
       progress(min(size, offset + count))
-      if offset + count >= size { break }
+      if lastChunk { break }
       offset += Self.chunk
     }
     if regions.kind == .database {

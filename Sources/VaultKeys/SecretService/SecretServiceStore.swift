@@ -169,15 +169,14 @@ public final class SecretServiceStore: KeyStore {
         let service = try connect(cancellable)
         defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
         try requireUnlockedDefaultCollection(service, cancellable)
-        let existing = try search(service, keyring: keyring, version: version, loadSecrets: false, cancellable)
-        vault_item_list_free(existing)
+        // With secrets: none to load when nothing is stored, the usual case.
+        let existing = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
+        defer { vault_item_list_free(existing) }
         if existing != nil {
           // The same key already stored is this call's own item: a daemon that stored it and died
           // before answering is asked again (`withDeadline`'s retry), and must not be told to
           // refuse. Any other material is never replaced.
-          guard try holdsOnly(key, service, keyring: keyring, version: version, cancellable) else {
-            throw KeyStoreError.keyExists(version: version)
-          }
+          guard try Self.holdOnly(key, Self.items(existing)) else { throw KeyStoreError.keyExists(version: version) }
           return
         }
 
@@ -199,13 +198,8 @@ public final class SecretServiceStore: KeyStore {
     }
   }
 
-  /// Whether every item stored for `version` is unlocked and holds exactly `key`.
-  private func holdsOnly(
-    _ key: SymmetricKey, _ service: OpaquePointer, keyring: KeyringID, version: UInt32, _ cancellable: OpaquePointer
-  ) throws -> Bool {
-    let list = try search(service, keyring: keyring, version: version, loadSecrets: true, cancellable)
-    defer { vault_item_list_free(list) }
-    let items = Self.items(list)
+  /// Whether `items` (searched with their secrets) are all unlocked and hold exactly `key`.
+  private static func holdOnly(_ key: SymmetricKey, _ items: [OpaquePointer]) throws -> Bool {
     guard !items.isEmpty else { return false }
     for item in items {
       guard vault_secret_item_get_locked(item) == 0, let value = vault_secret_item_get_secret(item) else {
