@@ -7,10 +7,11 @@
 //   vault-queue-bench DIR SECONDS threads         durable enqueue from 4 threads (Scale.swift)
 //   vault-queue-bench DIR SECONDS procs           durable enqueue from 2 processes (Scale.swift)
 //   vault-queue-bench DIR SECONDS rotate MIB      rotation of a MIB-MiB container (Scale.swift)
-//   vault-queue-bench DIR COUNT profile enqueue|log|plain
-//                                                 COUNT single 200-byte enqueues, `Telemetry.log`
-//                                                 calls or plain inserts and nothing else, for
-//                                                 `valgrind --tool=callgrind` (instructions per call)
+//   vault-queue-bench DIR COUNT profile enqueue|enqueue-4threads|log|plain
+//                                                 COUNT single 200-byte enqueues (from one thread
+//                                                 or four), `Telemetry.log` calls or plain inserts
+//                                                 and nothing else, for `valgrind --tool=callgrind`
+//                                                 (instructions per call)
 //
 // With `procs`, VAULT_QUEUE_BENCH_SHARED_SYNC=MICROSECONDS adds an experiment: plain SQLite from 2
 // processes committing with synchronous=NORMAL and sharing each WAL fdatasync across processes
@@ -154,6 +155,13 @@ func profile(_ kind: String, count: Int) throws {
   switch kind {
   case "enqueue":
     for _ in 0..<count { try container.enqueue(body, queue: "bench") }
+  case "enqueue-4threads":
+    // As the `threads` benchmark's callers: group commit puts concurrent calls in one transaction.
+    onThreads(4) { _ in
+      for _ in 0..<count / 4 {
+        do { try container.enqueue(body, queue: "bench") } catch { fatalError("enqueue failed: \(error)") }
+      }
+    }
   case "log":
     struct Token: TokenProvider { func token(refresh: Bool) throws -> String { "test-token" } }
     let telemetry = Telemetry(
