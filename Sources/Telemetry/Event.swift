@@ -175,11 +175,26 @@ public struct TelemetryEvent: Codable, Equatable, Sendable, CustomStringConverti
 
   /// The event's JSON, as sealed at rest and sent on the wire: compact, keys sorted, payload
   /// numbers exactly as held (not through JSONEncoder, which would turn them into Doubles).
+  ///
+  /// The same bytes as `JSONValue.object` of the five members `serialized()`, written without
+  /// building that dictionary: its hashing, the keys' sort and the output's regrowth cost a `log`
+  /// about 12,000 of its 139,000 instructions (callgrind). The members go in the order that sorts
+  /// their names' UTF-8 bytes.
   func encoded() throws -> [UInt8] {
-    JSONValue.object([
-      "id": .string(id.lowercased), "ts": .string(ts), "type": .string(type), "payload": .object(payload),
-      "session_id": .string(sessionID),
-    ]).serialized()
+    var output: [UInt8] = []
+    output.reserveCapacity(256 + type.utf8.count)
+    output.append(contentsOf: #"{"id":"#.utf8)
+    JSONValue.write(string: id.lowercased, into: &output)
+    output.append(contentsOf: #","payload":"#.utf8)
+    JSONValue.object(payload).write(into: &output)
+    output.append(contentsOf: #","session_id":"#.utf8)
+    JSONValue.write(string: sessionID, into: &output)
+    output.append(contentsOf: #","ts":"#.utf8)
+    JSONValue.write(string: ts, into: &output)
+    output.append(contentsOf: #","type":"#.utf8)
+    JSONValue.write(string: type, into: &output)
+    output.append(UInt8(ascii: "}"))
+    return output
   }
 }
 

@@ -193,18 +193,19 @@ extension JSONValue {
       output.append(UInt8(ascii: "]"))
     case .object(let members):
       output.append(UInt8(ascii: "{"))
-      let keys = members.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-      for (index, key) in keys.enumerated() {
+      // The members sorted with their values: no lookup of each key again.
+      let sorted = members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+      for (index, member) in sorted.enumerated() {
         if index > 0 { output.append(UInt8(ascii: ",")) }
-        Self.write(string: key, into: &output)
+        Self.write(string: member.key, into: &output)
         output.append(UInt8(ascii: ":"))
-        members[key]!.write(into: &output)
+        member.value.write(into: &output)
       }
       output.append(UInt8(ascii: "}"))
     }
   }
 
-  private static func write(string: String, into output: inout [UInt8]) {
+  static func write(string: String, into output: inout [UInt8]) {
     var string = string
     string.withUTF8 { write(utf8: $0, into: &output) }
   }

@@ -95,6 +95,26 @@ final class JSONTests: XCTestCase {
     XCTAssertNoThrow(try JSONValue(parsing: big, limits: JSONLimits(maxBytes: 104)))
   }
 
+  /// `encoded()` writes the event's members itself, in their sorted order; these are the bytes the
+  /// general writer gives for the same object, whatever the payload, type and session hold.
+  func testAnEventIsEncodedAsItsObjectIsSerialized() throws {
+    let payloads: [[String: JSONValue]] = [
+      [:], ["screen": "home", "taps": 3, "ok": true, "none": nil],
+      ["nested": ["a": [1, 2, ["b": "c"]], "quote\"key": "line\nbreak\u{0}"], "é": "ü", "": 1.5],
+    ]
+    for (index, payload) in payloads.enumerated() {
+      let event = TelemetryEvent(
+        id: UUID(), date: Date(timeIntervalSince1970: 1_700_000_000.123 + Double(index)),
+        type: ["t", "écran \"vu\"", String(repeating: "x", count: 128)][index], payload: payload,
+        sessionID: ["s", "", "session\\id"][index])
+      let members: [String: JSONValue] = [
+        "id": .string(event.id.uuidString.lowercased()), "ts": .string(event.ts), "type": .string(event.type),
+        "payload": .object(payload), "session_id": .string(event.sessionID),
+      ]
+      XCTAssertEqual(try event.encoded(), JSONValue.object(members).serialized(), "payload \(index)")
+    }
+  }
+
   func testEventsCarryPayloadNumbersVerbatim() throws {
     guard case .object(let payload) = try JSONValue(parsing: #"{"n": 12345678901234567891, "d": 1.10}"#) else {
       return XCTFail("not an object")
