@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tarfile
+import urllib.parse
 import zipfile
 import zlib
 
@@ -199,6 +200,7 @@ def canaries(corpus):
         "base64": base64.b64encode(b"xy" + raw + b"z"),
         "hex": raw.hex().encode(),
         "json-escaped": json.dumps({"note": text}).encode(),
+        "url-encoded": b"POST /notes body=" + urllib.parse.quote_plus(text).encode(),
     }
     for encoding, data in forms.items():
         corpus.write(f"canary-{encoding}.bin", corpus.bytes(500) + data + corpus.bytes(500))

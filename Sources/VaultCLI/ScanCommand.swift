@@ -164,8 +164,8 @@ enum ScanCommand: Subcommand {
     discussion: """
       Walks the given files and directories once (symlinks are reported, never followed; FIFOs, sockets and \
       devices are reported, never opened; names are bytes, shown with \\xHH escapes) and reports: canaries \
-      (known strings) as UTF-8, UTF-16LE/BE, base64, hex or JSON-escaped; key material (vault keyfiles, PEM \
-      private keys, and files or NAME= lines that hold 32 random-looking bytes raw, in hex or in base64); and, \
+      (known strings) as UTF-8, UTF-16LE/BE, base64, hex, JSON-escaped or URL-encoded; key material (vault \
+      keyfiles, PEM private keys, and files or NAME= lines that hold 32 random-looking bytes raw, in hex or in base64); and, \
       judged by what a file is, an app's plaintext records where only ciphertext belongs: JSON text, key=value \
       records and sentences in SQLite pages, WAL frames, journals, core dumps and unknown binary files, and as \
       rare lines in logs. Compressed data is decoded to its end and searched the same way: gzip, zlib (any \

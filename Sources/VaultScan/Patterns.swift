@@ -9,7 +9,7 @@ private func memmem(
 /// A byte pattern to look for, and how it was derived from a canary.
 struct Pattern {
   let bytes: [UInt8]
-  /// The encoding that produced it: utf8, utf16le, utf16be, base64, hex, json-escaped.
+  /// The encoding that produced it: utf8, utf16le, utf16be, base64, hex, json-escaped, url-encoded.
   let encoding: String
   /// Which canary (by index) it came from.
   let canary: Int
@@ -17,8 +17,8 @@ struct Pattern {
 
 enum Patterns {
   /// Every form of `canary` worth searching for: UTF-8, UTF-16LE/BE, base64 (at each of the three
-  /// alignments, keeping only characters that depend on the canary alone), hex (both cases) and
-  /// JSON-escaped.
+  /// alignments, keeping only characters that depend on the canary alone), hex (both cases),
+  /// JSON-escaped and URL-encoded.
   static func variants(of canary: String, index: Int) -> [Pattern] {
     let utf8 = Array(canary.utf8)
     var patterns = [Pattern(bytes: utf8, encoding: "utf8", canary: index)]
@@ -56,7 +56,56 @@ enum Patterns {
     for form in escapedForms.sorted() {
       patterns.append(Pattern(bytes: Array(form.utf8), encoding: "json-escaped", canary: index))
     }
+    // URL-encoded, as request logs, caches and form bodies keep it: writers differ in the
+    // punctuation they leave as it is, the case of their hex digits, and a space as %20 or "+".
+    var urlForms = Set<[UInt8]>()
+    for unencoded in urlUnencodedPunctuation {
+      for uppercase in [true, false] {
+        for spaceAsPlus in [false, true] {
+          urlForms.insert(urlEncoded(utf8, leaving: unencoded, uppercase: uppercase, spaceAsPlus: spaceAsPlus))
+        }
+      }
+    }
+    urlForms.remove(utf8)
+    for form in urlForms.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+      patterns.append(Pattern(bytes: form, encoding: "url-encoded", canary: index))
+    }
     return patterns
+  }
+
+  /// The ASCII punctuation that URL encoders leave as it is (letters and digits always are), one
+  /// set per kind of writer, from their specifications and documentation:
+  /// - RFC 3986 §2.3 "unreserved" (Go's `url.QueryEscape`, PHP's `rawurlencode`, Python's
+  ///   `quote_plus`);
+  /// - the same and `/` (Python's `urllib.parse.quote`, whose `safe` is "/" by default);
+  /// - ECMAScript's `encodeURIComponent` and `encodeURI` (ECMA-262, "URI Handling Functions");
+  /// - the WHATWG URL standard's application/x-www-form-urlencoded set (browsers' form posts;
+  ///   Java's `URLEncoder` leaves the same);
+  /// - PHP's `urlencode`;
+  /// - Go's `url.PathEscape` (a path segment keeps `$&+:=@`).
+  static let urlUnencodedPunctuation: [Set<UInt8>] = [
+    "-._~", "-._~/", "-._~!*'()", "-._~!*'();/?:@&=+$,#", "-._*", "-._", "-._~$&+:=@",
+  ].map { Set($0.utf8) }
+
+  /// `bytes` percent-encoded: ASCII letters, digits and the `unencoded` punctuation as they are,
+  /// a space as "+" when `spaceAsPlus`, every other byte as "%XX" in the given case.
+  static func urlEncoded(_ bytes: [UInt8], leaving unencoded: Set<UInt8>, uppercase: Bool, spaceAsPlus: Bool)
+    -> [UInt8]
+  {
+    let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
+    var out: [UInt8] = []
+    for byte in bytes {
+      let isAlphanumeric =
+        (0x30...0x39).contains(byte) || (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte)
+      if isAlphanumeric || unencoded.contains(byte) {
+        out.append(byte)
+      } else if byte == 0x20, spaceAsPlus {
+        out.append(UInt8(ascii: "+"))
+      } else {
+        out += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 0xf)]]
+      }
+    }
+    return out
   }
 
   enum JSONNonASCII { case raw, lowercase, uppercase }

@@ -13,9 +13,10 @@ public struct Finding: Codable, Equatable, Sendable {
   /// canary, json-text, key-value-text, natural-language, key-material, and for vault's own
   /// containers envelope-column (checked without keys) and envelope-verify (with `--verify`).
   public var detector: String
-  /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped (prefixed "inflated+" when found
-  /// in decoded data). For key material: raw-32-bytes, hex, base64, base64url, pem, vault-keyfile
-  /// (inflated+pem and inflated+vault-keyfile for those in decoded data).
+  /// For canaries: utf8, utf16le, utf16be, base64, hex, json-escaped, url-encoded (prefixed
+  /// "inflated+" when found in decoded data). For key material: raw-32-bytes, hex, base64,
+  /// base64url, pem, vault-keyfile (inflated+pem and inflated+vault-keyfile for those in decoded
+  /// data).
   /// For envelope checks: the problem or error kind. "inflated" for a heuristic finding in decoded
   /// data; nil otherwise.
   public var encoding: String?

@@ -386,6 +386,32 @@ final class ReviewScanRegressionTests: XCTestCase {
     }
   }
 
+  /// Canaries as URL encoders write them, each in a file of its own (README listed URL-encoding as
+  /// not searched): Python's `quote` (keeps "/") and `quote_plus` (a space as "+"), a form body by
+  /// `urlencode`, JavaScript's `encodeURIComponent` set (keeps "(" and ")") and lowercase hex.
+  func testURLEncodedCanariesAreFound() throws {
+    let temporary = TemporaryDirectory()
+    let canary = "Zq9 note/été (private)"
+    try python(
+      """
+      import os, re, sys, urllib.parse
+      c = sys.argv[2]
+      lower = lambda text: re.sub('%[0-9A-F]{2}', lambda m: m.group(0).lower(), text)
+      forms = [urllib.parse.quote(c), urllib.parse.quote_plus(c), urllib.parse.urlencode({'n': c, 'k': 1}),
+               urllib.parse.quote(c, safe="!~*'()"), lower(urllib.parse.quote(c))]
+      for i, form in enumerate(forms):
+          open(os.path.join(sys.argv[1], f'u{i}.log'), 'wb').write(b'GET /api?' + form.encode() + b' 200\\n')
+      """, [temporary.path, canary])
+    for index in 0..<5 {
+      let found = try Scanner(canaries: [canary]).scan([temporary.sub("u\(index).log")]).findings.filter {
+        $0.detector == "canary"
+      }
+      XCTAssertEqual(found.map(\.encoding), ["url-encoded"], "form \(index)")
+    }
+    // A canary that no encoder changes (letters, digits, "-", "." and "_") has no URL-encoded form.
+    XCTAssertFalse(Patterns.variants(of: "Zq9-note_1.2x", index: 0).contains { $0.encoding == "url-encoded" })
+  }
+
   /// A blob of 1 MiB on 512-byte pages that is nothing but canaries: every hit looks up its page
   /// by binary search (review: a linear search per hit made a 4 MiB blob take a minute in a debug
   /// build, 16 MiB twenty seconds in release). The findings stay capped per file.
