@@ -2,7 +2,7 @@ import Foundation
 import VaultCrypto
 
 /// One place where data that should not be on disk was found.
-public struct Finding: Codable, Equatable, Sendable {
+public struct Finding: Codable, Hashable, Sendable {
   /// The file, as `PathText.display` shows paths: valid UTF-8 whatever bytes the name holds.
   public var file: String
   /// Where in the file (0 for findings about a container's records, which name the record instead).

@@ -131,6 +131,10 @@ public struct Scanner {
     // object that a chunk's edge cut was reported where it starts, and its tail at the start of
     // the next chunk is that same place, not another finding (review: one listed twice per edge).
     var reached: [String: Int] = [:]
+    // Two starts at one offset can decode the same data: base64 whose first characters are a
+    // compressed stream's (`H4sI`, gzip) that is also wrapped in lines, decoded as a stream and
+    // as a block of lines. Their findings, at that offset, are listed once (review: twice).
+    var streamFindings = Set<Finding>()
     var offset = 0
     while offset < size {
       // A hole reads as zeros and holds nothing to find: go on from the next data, less the
@@ -204,7 +208,7 @@ public struct Scanner {
           .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
           path: path, fileOffset: offset + stream.start, allowance: allowance,
           reportsCorruption: regions.kind == .other, holder: holder
-        ).findings {
+        ).findings where streamFindings.insert(finding).inserted {
           report.add(finding)
         }
       }

@@ -427,6 +427,24 @@ final class CompressedStreamTests: XCTestCase {
     }
   }
 
+  /// A mail body: base64 of gzip, wrapped in lines after a blank line. It is both a base64 stream
+  /// (`H4sI`) and a block of wrapped lines at one offset, and both decoded it: every finding was
+  /// listed twice (review). Once now, at the body's offset.
+  func testAMIMEWrappedBase64StreamIsReportedOnce() throws {
+    let path = temporary.sub("mail.eml")
+    try python(
+      """
+      import base64,gzip,json,sys
+      body = base64.encodebytes(gzip.compress(json.dumps({'note': 'mime-canary-5 for ana', 'pad': 'x' * 300}).encode()))
+      head = b'Content-Type: application/gzip\\r\\nContent-Transfer-Encoding: base64\\r\\n\\r\\n'
+      open(sys.argv[1], 'wb').write(head + body.replace(b'\\n', b'\\r\\n') + b'\\r\\n')
+      """, [path])
+    let findings = try Scanner(canaries: ["mime-canary-5"]).scan([path]).findings
+    XCTAssertEqual(findings.filter { $0.detector == "canary" }.map(\.encoding), ["inflated+utf8"])
+    XCTAssertEqual(Set(findings.map(\.offset)), [69])
+    XCTAssertEqual(findings.count, Set(findings).count)
+  }
+
   /// From the second outside review: shapes that were read as clean with a secret inside.
   func testShapesTheReviewFoundMissedAreFoundOrIncomplete() throws {
     try python(
