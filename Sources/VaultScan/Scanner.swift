@@ -133,8 +133,12 @@ public struct Scanner {
     var reached: [String: Int] = [:]
     // Two starts at one offset can decode the same data: base64 whose first characters are a
     // compressed stream's (`H4sI`, gzip) that is also wrapped in lines, decoded as a stream and
-    // as a block of lines. Their findings, at that offset, are listed once (review: twice).
-    var streamFindings = Set<Finding>()
+    // as a block of lines, listed every finding twice (review). A later stream at an offset lists
+    // only what the streams before it there did not: each of their findings stands for one of
+    // its equals (counted, not a set: two canaries in one stream are two equal findings, as a
+    // finding in a stream does not say which canary it is, and both are listed; second review).
+    // (Keyed by offset: the blocks of wrapped lines come after a chunk's other starts.)
+    var streamFindingsAt: [Int: [Finding: Int]] = [:]
     var offset = 0
     while offset < size {
       // A hole reads as zeros and holds nothing to find: go on from the next data, less the
@@ -204,13 +208,22 @@ public struct Scanner {
           if content != .compiledCode { unreadable = unreadable ?? reason }
           continue
         }
-        for finding in scanCompressed(
+        let findings = scanCompressed(
           .file(fd: fd), at: offset + stream.start, format: stream.format, base64: stream.base64,
           path: path, fileOffset: offset + stream.start, allowance: allowance,
           reportsCorruption: regions.kind == .other, holder: holder
-        ).findings where streamFindings.insert(finding).inserted {
+        ).findings
+        var listed = streamFindingsAt[offset + stream.start, default: [:]]
+        var unmatched = listed
+        for finding in findings {
+          if let count = unmatched[finding], count > 0 {
+            unmatched[finding] = count - 1
+            continue
+          }
           report.add(finding)
+          listed[finding, default: 0] += 1
         }
+        if !findings.isEmpty { streamFindingsAt[offset + stream.start] = listed }
       }
       examinedUpTo = offset + count - StreamStart.lookahead
       progress(min(size, offset + count))

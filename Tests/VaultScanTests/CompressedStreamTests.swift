@@ -445,6 +445,28 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(findings.count, Set(findings).count)
   }
 
+  /// Different canaries in one stream give findings equal in every field (a finding inside a
+  /// stream does not name its canary): each is still listed, in a stream decoded once and in one
+  /// decoded twice (second review: a set kept one of ten).
+  func testDifferentCanariesInOneStreamAreEachListed() throws {
+    try python(
+      """
+      import base64,gzip,sys
+      body = b' '.join(b'canary-%02d-XYZ' % i for i in range(10)) + b' were all typed here'
+      stream = gzip.compress(body)
+      open(sys.argv[1] + '/ten.gz', 'wb').write(stream)
+      wrapped = base64.encodebytes(stream).replace(b'\\n', b'\\r\\n')
+      open(sys.argv[1] + '/ten.eml', 'wb').write(b'Content-Transfer-Encoding: base64\\r\\n\\r\\n' + wrapped)
+      """, [temporary.path])
+    let canaries = (0..<10).map { String(format: "canary-%02d-XYZ", $0) }
+    for name in ["ten.gz", "ten.eml"] {
+      let found = try Scanner(canaries: canaries).scan([temporary.sub(name)]).findings.filter {
+        $0.detector == "canary"
+      }
+      XCTAssertEqual(found.count, 10, name)
+    }
+  }
+
   /// From the second outside review: shapes that were read as clean with a secret inside.
   func testShapesTheReviewFoundMissedAreFoundOrIncomplete() throws {
     try python(
