@@ -573,6 +573,45 @@ final class MultiSearcherTests: XCTestCase {
       XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
     }
   }
+
+  /// Past `fewPatterns` patterns, those long enough are filtered by 8-byte grams: still exactly
+  /// what a naive search finds, for patterns planted at every alignment, overlapping one another,
+  /// and sharing long prefixes (as a canary's encodings do), with or beside short ones on 4-byte
+  /// grams.
+  func testEightByteGramsFindExactlyWhatANaiveSearchFinds() {
+    var generator = SystemRandomNumberGenerator()
+    let alphabet: [UInt8] = Array("ab%2".utf8)
+    for round in 0..<30 {
+      let stem = (0..<(16 + round % 9)).map { _ in alphabet.randomElement(using: &generator)! }
+      // Variants of one stem: the same first bytes, then a change (an encoder's %XX) or a longer tail.
+      // Short ones on 4-byte grams in half the rounds; more than `fewPatterns` patterns in all.
+      var patterns = [stem] + (round % 2 == 0 ? [Array(stem.prefix(6 + round % 5))] : [])
+      for index in 1...MultiSearcher.fewPatterns {
+        var variant = stem
+        variant[8 + (index * 3 + round) % (stem.count - 8)] = UInt8(ascii: "x")
+        variant[8 + (index * 7 + round) % (stem.count - 8)] = alphabet[index % alphabet.count]
+        patterns.append(index % 2 == 0 ? variant : variant + Array("tail-\(index)".utf8))
+      }
+      XCTAssertTrue(MultiSearcher(patterns).usesWideGrams)
+      var text = (0..<20000).map { _ in alphabet.randomElement(using: &generator)! }
+      for _ in 0..<60 {
+        let pattern = patterns.randomElement(using: &generator)!
+        let at = Int.random(in: 0...(text.count - pattern.count), using: &generator)
+        text.replaceSubrange(at..<(at + pattern.count), with: pattern)
+      }
+      var expected = Set<[Int]>()
+      for (index, pattern) in patterns.enumerated() {
+        for start in 0...(text.count - pattern.count) where Array(text[start..<(start + pattern.count)]) == pattern {
+          expected.insert([start, index])
+        }
+      }
+      var got: [[Int]] = []
+      text.withUnsafeBytes { bytes in MultiSearcher(patterns).search(bytes) { got.append([$0, $1]) } }
+      XCTAssertFalse(expected.isEmpty)
+      XCTAssertEqual(Set(got), expected, "round \(round)")
+      XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
+    }
+  }
 }
 
 final class TextAndZlibDetectorTests: XCTestCase {
