@@ -57,47 +57,81 @@ enum Patterns {
       patterns.append(Pattern(bytes: Array(form.utf8), encoding: "json-escaped", canary: index))
     }
     // URL-encoded, as request logs, caches and form bodies keep it: writers differ in the
-    // punctuation they leave as it is, the case of their hex digits, and a space as %20 or "+".
+    // punctuation they leave as it is, the case of their hex digits, non-ASCII encoded or not, and
+    // a space as %20 or "+" (only where "+" itself is encoded: a form where both read "+" says
+    // nothing new). A form with fewer than four letters and digits ("++++" for a canary of spaces)
+    // would match in any base64 (second review) and is not searched.
     var urlForms = Set<[UInt8]>()
-    for unencoded in urlUnencodedPunctuation {
+    for style in urlStyles {
       for uppercase in [true, false] {
-        for spaceAsPlus in [false, true] {
-          urlForms.insert(urlEncoded(utf8, leaving: unencoded, uppercase: uppercase, spaceAsPlus: spaceAsPlus))
+        for spaceAsPlus in [false, true] where !spaceAsPlus || !style.unencoded.contains(UInt8(ascii: "+")) {
+          urlForms.insert(
+            urlEncoded(
+              utf8, leaving: style.unencoded, nonASCII: style.nonASCII, uppercase: uppercase,
+              spaceAsPlus: spaceAsPlus))
         }
       }
     }
+    urlForms.insert(javaScriptEscaped(canary))
     urlForms.remove(utf8)
-    for form in urlForms.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+    for form in urlForms.sorted(by: { $0.lexicographicallyPrecedes($1) })
+    where form.count(where: { isASCIIAlphanumeric($0) }) >= 4 {
       patterns.append(Pattern(bytes: form, encoding: "url-encoded", canary: index))
     }
     return patterns
   }
 
-  /// The ASCII punctuation that URL encoders leave as it is (letters and digits always are), one
-  /// set per kind of writer, from their specifications and documentation:
+  static func isASCIIAlphanumeric(_ byte: UInt8) -> Bool {
+    (0x30...0x39).contains(byte) || (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte)
+  }
+
+  /// How URL encoders write text: the ASCII punctuation they leave as it is (letters and digits
+  /// always are) and whether they leave non-ASCII as it is, one per kind of writer, from their
+  /// specifications and documentation:
   /// - RFC 3986 §2.3 "unreserved" (Go's `url.QueryEscape`, PHP's `rawurlencode`, Python's
-  ///   `quote_plus`);
+  ///   `quote_plus`), and the same with non-ASCII left (an IRI, RFC 3987);
   /// - the same and `/` (Python's `urllib.parse.quote`, whose `safe` is "/" by default);
   /// - ECMAScript's `encodeURIComponent` and `encodeURI` (ECMA-262, "URI Handling Functions");
-  /// - the WHATWG URL standard's application/x-www-form-urlencoded set (browsers' form posts;
-  ///   Java's `URLEncoder` leaves the same);
+  /// - the WHATWG URL standard: its application/x-www-form-urlencoded set (browsers' form posts;
+  ///   Java's `URLEncoder` leaves the same), and what its serializer leaves in a path and in a
+  ///   special scheme's query (`new URL`, `fetch`: `[`, `|`, `%` and more as they are);
   /// - PHP's `urlencode`;
-  /// - Go's `url.PathEscape` (a path segment keeps `$&+:=@`).
-  static let urlUnencodedPunctuation: [Set<UInt8>] = [
-    "-._~", "-._~/", "-._~!*'()", "-._~!*'();/?:@&=+$,#", "-._*", "-._", "-._~$&+:=@",
-  ].map { Set($0.utf8) }
+  /// - Go's `url.PathEscape` (a path segment keeps `$&+:=@`) and `URL.String` for a path (also
+  ///   `,` and `;`, not `(` `)`);
+  /// - Java's `java.net.URI` multi-argument constructors for a path (RFC 2396's punctuation
+  ///   kept, non-ASCII left as it is).
+  static let urlStyles: [(unencoded: Set<UInt8>, nonASCII: Bool)] = [
+    ("-._~", true), ("-._~", false), ("-._~/", true), ("-._~!*'()", true), ("-._~!*'();/?:@&=+$,#", true),
+    ("-._*", true), ("!$%&'()*+,-./:;=@[\\]^_|~", true), ("!$%&()*+,-./:;=?@[\\]^_`{|}~", true), ("-._", true),
+    ("-._~$&+:=@", true), ("-._~$&+,/:;=@", true), ("-._~!*'(),;:$&+=/@", false),
+  ].map { (Set($0.0.utf8), $0.1) }
+
+  /// ECMAScript's legacy `escape` (ECMA-262 Annex B): letters, digits and `@*_+-./` as they are,
+  /// other code units below 256 as %XX (Latin-1, uppercase), the rest as %uXXXX.
+  static func javaScriptEscaped(_ text: String) -> [UInt8] {
+    var out: [UInt8] = []
+    for unit in text.utf16 {
+      if unit < 0x80, isASCIIAlphanumeric(UInt8(unit)) || "@*_+-./".utf8.contains(UInt8(unit)) {
+        out.append(UInt8(unit))
+      } else if unit < 0x100 {
+        out += Array(String(format: "%%%02X", unit).utf8)
+      } else {
+        out += Array(String(format: "%%u%04X", unit).utf8)
+      }
+    }
+    return out
+  }
 
   /// `bytes` percent-encoded: ASCII letters, digits and the `unencoded` punctuation as they are,
-  /// a space as "+" when `spaceAsPlus`, every other byte as "%XX" in the given case.
-  static func urlEncoded(_ bytes: [UInt8], leaving unencoded: Set<UInt8>, uppercase: Bool, spaceAsPlus: Bool)
-    -> [UInt8]
-  {
+  /// bytes of non-ASCII characters as they are unless `nonASCII`, a space as "+" when
+  /// `spaceAsPlus`, every other byte as "%XX" in the given case.
+  static func urlEncoded(
+    _ bytes: [UInt8], leaving unencoded: Set<UInt8>, nonASCII: Bool = true, uppercase: Bool, spaceAsPlus: Bool
+  ) -> [UInt8] {
     let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
     var out: [UInt8] = []
     for byte in bytes {
-      let isAlphanumeric =
-        (0x30...0x39).contains(byte) || (0x41...0x5a).contains(byte) || (0x61...0x7a).contains(byte)
-      if isAlphanumeric || unencoded.contains(byte) {
+      if isASCIIAlphanumeric(byte) || unencoded.contains(byte) || (byte >= 0x80 && !nonASCII) {
         out.append(byte)
       } else if byte == 0x20, spaceAsPlus {
         out.append(UInt8(ascii: "+"))

@@ -408,6 +408,23 @@ final class ReviewScanRegressionTests: XCTestCase {
       }
       XCTAssertEqual(found.map(\.encoding), ["url-encoded"], "form \(index)")
     }
+    // What other writers give (second review), as they write it: a browser's URL serializer
+    // (`new URL`, `fetch`), Go's `URL.String` for a path, JavaScript's `escape`, Java's `URI`
+    // constructor (non-ASCII as it is), a stray "%" left by the serializer.
+    let others: [(canary: String, form: String)] = [
+      ("[draft] plan", "[draft]%20plan"), ("x|y|z secret", "x|y|z%20secret"), (#"{"k":"v"}"#, "{%22k%22:%22v%22}"),
+      ("a,b (c)", "a,b%20%28c%29"), ("a+b=c secret", "a+b%3Dc%20secret"), ("été secret", "%E9t%E9%20secret"),
+      ("Müller, Jörg", "Müller,%20Jörg"), ("50% off now", "50%%20off%20now"),
+    ]
+    for (index, other) in others.enumerated() {
+      let path = temporary.sub("other\(index).log")
+      try Data("GET /api?q=\(other.form) 200\n".utf8).write(to: URL(fileURLWithPath: path))
+      let found = try Scanner(canaries: [other.canary]).scan([path]).findings.filter { $0.detector == "canary" }
+      XCTAssertEqual(found.map(\.encoding), ["url-encoded"], other.form)
+    }
+    // A form with fewer than four letters and digits would match in any base64: "++++" is no form
+    // of a canary of four spaces.
+    XCTAssertFalse(Patterns.variants(of: "    ", index: 0).contains { $0.bytes == Array("++++".utf8) })
     // A canary that no encoder changes (letters, digits, "-", "." and "_") has no URL-encoded form.
     XCTAssertFalse(Patterns.variants(of: "Zq9-note_1.2x", index: 0).contains { $0.encoding == "url-encoded" })
   }
