@@ -569,6 +569,25 @@ final class ReviewScanRegressionTests: XCTestCase {
 }
 
 final class MultiSearcherTests: XCTestCase {
+  /// Asserts that `MultiSearcher` reports every occurrence of every pattern in `text` once, as a
+  /// naive search finds them; returns those occurrences ([offset, pattern index]).
+  @discardableResult
+  private func assertFindsWhatANaiveSearchFinds(_ patterns: [[UInt8]], in text: [UInt8], _ message: String)
+    -> Set<[Int]>
+  {
+    var expected = Set<[Int]>()
+    for (index, pattern) in patterns.enumerated() {
+      for start in 0...(text.count - pattern.count) where Array(text[start..<(start + pattern.count)]) == pattern {
+        expected.insert([start, index])
+      }
+    }
+    var got: [[Int]] = []
+    text.withUnsafeBytes { bytes in MultiSearcher(patterns).search(bytes) { got.append([$0, $1]) } }
+    XCTAssertEqual(Set(got), expected, message)
+    XCTAssertEqual(got.count, expected.count, "each occurrence reported once, \(message)")
+    return expected
+  }
+
   /// The strided filter must find exactly what a naive search finds, at every alignment.
   func testFindsExactlyWhatANaiveSearchFinds() {
     var generator = SystemRandomNumberGenerator()
@@ -578,16 +597,7 @@ final class MultiSearcherTests: XCTestCase {
       let patterns = (0..<4).map { index in
         (0..<(4 + (round + index) % 9)).map { _ in alphabet.randomElement(using: &generator)! }
       }
-      var expected = Set<[Int]>()
-      for (index, pattern) in patterns.enumerated() {
-        for start in 0...(text.count - pattern.count) where Array(text[start..<(start + pattern.count)]) == pattern {
-          expected.insert([start, index])
-        }
-      }
-      var got: [[Int]] = []
-      text.withUnsafeBytes { bytes in MultiSearcher(patterns).search(bytes) { got.append([$0, $1]) } }
-      XCTAssertEqual(Set(got), expected, "round \(round)")
-      XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
+      assertFindsWhatANaiveSearchFinds(patterns, in: text, "round \(round)")
     }
   }
 
@@ -616,17 +626,7 @@ final class MultiSearcherTests: XCTestCase {
         let at = Int.random(in: 0...(text.count - pattern.count), using: &generator)
         text.replaceSubrange(at..<(at + pattern.count), with: pattern)
       }
-      var expected = Set<[Int]>()
-      for (index, pattern) in patterns.enumerated() {
-        for start in 0...(text.count - pattern.count) where Array(text[start..<(start + pattern.count)]) == pattern {
-          expected.insert([start, index])
-        }
-      }
-      var got: [[Int]] = []
-      text.withUnsafeBytes { bytes in MultiSearcher(patterns).search(bytes) { got.append([$0, $1]) } }
-      XCTAssertFalse(expected.isEmpty)
-      XCTAssertEqual(Set(got), expected, "round \(round)")
-      XCTAssertEqual(got.count, expected.count, "each occurrence reported once")
+      XCTAssertFalse(assertFindsWhatANaiveSearchFinds(patterns, in: text, "round \(round)").isEmpty)
     }
   }
 }
