@@ -73,6 +73,20 @@ enum Patterns {
       }
     }
     urlForms.insert(javaScriptEscaped(canary))
+    // Text in Latin-1 (ISO-8859-1) before it is encoded, as a form post from a page in that
+    // charset or Java's `URLEncoder.encode(s, "ISO-8859-1")` sends it: é as %E9 (review), for a
+    // canary Latin-1 can hold.
+    let scalars = canary.unicodeScalars
+    if scalars.contains(where: { $0.value >= 0x80 }), scalars.allSatisfy({ $0.value <= 0xff }) {
+      let latin1 = scalars.map { UInt8($0.value) }
+      for unencoded in [Set("-._*".utf8), Set("-._~".utf8)] {
+        for uppercase in [true, false] {
+          for spaceAsPlus in [false, true] {
+            urlForms.insert(urlEncoded(latin1, leaving: unencoded, uppercase: uppercase, spaceAsPlus: spaceAsPlus))
+          }
+        }
+      }
+    }
     urlForms.remove(utf8)
     for form in urlForms.sorted(by: { $0.lexicographicallyPrecedes($1) })
     where form.count(where: { isASCIIAlphanumeric($0) }) >= 4 {

@@ -410,11 +410,11 @@ final class ReviewScanRegressionTests: XCTestCase {
     }
     // What other writers give (second review), as they write it: a browser's URL serializer
     // (`new URL`, `fetch`), Go's `URL.String` for a path, JavaScript's `escape`, Java's `URI`
-    // constructor (non-ASCII as it is), a stray "%" left by the serializer.
+    // constructor (non-ASCII as it is), a stray "%" left by the serializer, a form post in Latin-1.
     let others: [(canary: String, form: String)] = [
       ("[draft] plan", "[draft]%20plan"), ("x|y|z secret", "x|y|z%20secret"), (#"{"k":"v"}"#, "{%22k%22:%22v%22}"),
       ("a,b (c)", "a,b%20%28c%29"), ("a+b=c secret", "a+b%3Dc%20secret"), ("été secret", "%E9t%E9%20secret"),
-      ("Müller, Jörg", "Müller,%20Jörg"), ("50% off now", "50%%20off%20now"),
+      ("Müller, Jörg", "Müller,%20Jörg"), ("50% off now", "50%%20off%20now"), ("été a bc", "%E9t%E9+a+bc"),
     ]
     for (index, other) in others.enumerated() {
       let path = temporary.sub("other\(index).log")
