@@ -67,7 +67,7 @@ enum Patterns {
         for spaceAsPlus in [false, true] where !spaceAsPlus || !style.unencoded.contains(UInt8(ascii: "+")) {
           urlForms.insert(
             urlEncoded(
-              utf8, leaving: style.unencoded, nonASCII: style.nonASCII, uppercase: uppercase,
+              utf8, leaving: style.unencoded, encodingNonASCII: style.encodesNonASCII, uppercase: uppercase,
               spaceAsPlus: spaceAsPlus))
         }
       }
@@ -114,7 +114,7 @@ enum Patterns {
   ///   `,` and `;`, not `(` `)`);
   /// - Java's `java.net.URI` multi-argument constructors for a path (RFC 2396's punctuation
   ///   kept, non-ASCII left as it is).
-  static let urlStyles: [(unencoded: Set<UInt8>, nonASCII: Bool)] = [
+  static let urlStyles: [(unencoded: Set<UInt8>, encodesNonASCII: Bool)] = [
     ("-._~", true), ("-._~", false), ("-._~/", true), ("-._~!*'()", true), ("-._~!*'();/?:@&=+$,#", true),
     ("-._*", true), ("!$%&'()*+,-./:;=@[\\]^_|~", true), ("!$%&()*+,-./:;=?@[\\]^_`{|}~", true), ("-._", true),
     ("-._~$&+:=@", true), ("-._~$&+,/:;=@", true), ("-._~!*'(),;:$&+=/@", false),
@@ -137,15 +137,16 @@ enum Patterns {
   }
 
   /// `bytes` percent-encoded: ASCII letters, digits and the `unencoded` punctuation as they are,
-  /// bytes of non-ASCII characters as they are unless `nonASCII`, a space as "+" when
+  /// the bytes of non-ASCII characters as they are unless `encodingNonASCII`, a space as "+" when
   /// `spaceAsPlus`, every other byte as "%XX" in the given case.
   static func urlEncoded(
-    _ bytes: [UInt8], leaving unencoded: Set<UInt8>, nonASCII: Bool = true, uppercase: Bool, spaceAsPlus: Bool
+    _ bytes: [UInt8], leaving unencoded: Set<UInt8>, encodingNonASCII: Bool = true, uppercase: Bool,
+    spaceAsPlus: Bool
   ) -> [UInt8] {
     let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
     var out: [UInt8] = []
     for byte in bytes {
-      if isASCIIAlphanumeric(byte) || unencoded.contains(byte) || (byte >= 0x80 && !nonASCII) {
+      if isASCIIAlphanumeric(byte) || unencoded.contains(byte) || (byte >= 0x80 && !encodingNonASCII) {
         out.append(byte)
       } else if byte == 0x20, spaceAsPlus {
         out.append(UInt8(ascii: "+"))
