@@ -61,28 +61,22 @@ enum Patterns {
     // a space as %20 or "+" (only where "+" itself is encoded: a form where both read "+" says
     // nothing new). A form with fewer than four letters and digits ("++++" for a canary of spaces)
     // would match in any base64 (second review) and is not searched.
-    var urlForms = Set<[UInt8]>()
-    for style in urlStyles {
-      for uppercase in [true, false] {
-        for spaceAsPlus in [false, true] where !spaceAsPlus || !style.unencoded.contains(UInt8(ascii: "+")) {
-          urlForms.insert(
-            urlEncoded(
-              utf8, leaving: style.unencoded, encodingNonASCII: style.encodesNonASCII, uppercase: uppercase,
-              spaceAsPlus: spaceAsPlus))
-        }
-      }
-    }
-    urlForms.insert(javaScriptEscaped(canary))
-    // Text in Latin-1 (ISO-8859-1) before it is encoded, as a form post from a page in that
-    // charset or Java's `URLEncoder.encode(s, "ISO-8859-1")` sends it: é as %E9 (review), for a
-    // canary Latin-1 can hold.
+    // Text in Latin-1 (ISO-8859-1) is encoded too, for a canary Latin-1 can hold, as a form post
+    // from a page in that charset or Java's `URLEncoder.encode(s, "ISO-8859-1")` sends it: é as
+    // %E9 (review).
     let scalars = canary.unicodeScalars
-    if scalars.contains(where: { $0.value >= 0x80 }), scalars.allSatisfy({ $0.value <= 0xff }) {
-      let latin1 = scalars.map { UInt8($0.value) }
-      for unencoded in [Set("-._*".utf8), Set("-._~".utf8)] {
+    let latin1 =
+      scalars.contains(where: { $0.value >= 0x80 }) && scalars.allSatisfy({ $0.value <= 0xff })
+      ? [(scalars.map { UInt8($0.value) }, latin1URLStyles)] : []
+    var urlForms: Set<[UInt8]> = [javaScriptEscaped(canary)]
+    for (text, styles) in [(utf8, urlStyles)] + latin1 {
+      for style in styles {
         for uppercase in [true, false] {
-          for spaceAsPlus in [false, true] {
-            urlForms.insert(urlEncoded(latin1, leaving: unencoded, uppercase: uppercase, spaceAsPlus: spaceAsPlus))
+          for spaceAsPlus in [false, true] where !spaceAsPlus || !style.unencoded.contains(UInt8(ascii: "+")) {
+            urlForms.insert(
+              urlEncoded(
+                text, leaving: style.unencoded, encodingNonASCII: style.encodesNonASCII, uppercase: uppercase,
+                spaceAsPlus: spaceAsPlus))
           }
         }
       }
@@ -119,6 +113,12 @@ enum Patterns {
     ("-._*", true), ("!$%&'()*+,-./:;=@[\\]^_|~", true), ("!$%&()*+,-./:;=?@[\\]^_`{|}~", true), ("-._", true),
     ("-._~$&+:=@", true), ("-._~$&+,/:;=@", true), ("-._~!*'(),;:$&+=/@", false),
   ].map { (Set($0.0.utf8), $0.1) }
+
+  /// The writers of Latin-1 text: form posts (WHATWG's set, Java's `URLEncoder`) and RFC 3986's
+  /// unreserved set.
+  static let latin1URLStyles: [(unencoded: Set<UInt8>, encodesNonASCII: Bool)] = [
+    (Set("-._*".utf8), true), (Set("-._~".utf8), true),
+  ]
 
   /// ECMAScript's legacy `escape` (ECMA-262 Annex B): letters, digits and `@*_+-./` as they are,
   /// other code units below 256 as %XX (Latin-1, uppercase), the rest as %uXXXX.
