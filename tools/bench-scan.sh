@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scan throughput of `vault scan` on a directory of mixed containers, beside `grep -c -F` for one
 # canary over the same files (the physical baseline), run in the same script. Also reports the
-# scanner's peak memory, which must not grow with file size (files are streamed in 4 MiB chunks).
+# scanner's peak memory, which must not grow with file size (files are streamed in 256 KiB chunks).
 #
 #   tools/bench-scan.sh [MEGABYTES]     (default 200)
 #   VAULT_BINARY=PATH tools/bench-scan.sh …   measures that vault binary instead of building one

@@ -48,11 +48,15 @@ enum ContentKind: String {
   var judgesJSON: Bool { self != .compiledCode && self != .vaultMetadata }
 
   /// The `key-value-text` and `natural-language` findings in one chunk of a file of this kind.
-  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
-  func textFindings(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [TextDetectors.Hit] {
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already; `wholeText`:
+  /// false when `bytes` is one chunk of a larger file (`RecordSyntax.objects`). In a log, the lines
+  /// are judged rare among those of `bytes` (`Scanner.scanFile` judges them over a fixed window).
+  func textFindings(
+    _ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil, wholeText: Bool = true
+  ) -> [TextDetectors.Hit] {
     switch self {
     case .sqlite, .memoryImage, .binary:
-      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes, braces: braces)
+      TextDetectors.runFindings(bytes) + TextDetectors.structuredFindings(bytes, braces: braces, wholeText: wholeText)
         + TextDetectors.utf16Findings(bytes)
     case .textLog: TextDetectors.rareLineFindings(bytes)
     case .text: TextDetectors.formBodies(bytes)

@@ -73,7 +73,8 @@ struct DescriptorLinks {
 /// (`Scanner.sharesProcessDescriptorTable`, for `vault scan`).
 ///
 /// Memory stays bounded: at most two files are read at once, each by its thread's one chunk
-/// buffer (`Scanner.chunk`, 4 MiB, and the overlap) and that file's decoders
+/// buffer (`Scanner.chunk`, 256 KiB, and the overlap; up to `Scanner.wholeRecordLimit` once a
+/// file was read in one piece) and that file's decoders
 /// (`InflateAllowance`), and at most `window` files (2 to 16, fewer under a low open-file limit)
 /// are open and waiting to be put in the report; each holds its descriptor, one for its
 /// directory, and its findings (at most 100 per detector, `ScanReport.findingsPerDetectorPerFile`).

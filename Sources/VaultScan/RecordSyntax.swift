@@ -21,8 +21,16 @@ enum RecordSyntax {
     /// The longest string value, in bytes.
     let longestString: Int
     /// Nothing but white space (and a UTF-8 byte order mark) sits before and after the object in
-    /// the buffer: it is all the text there is.
+    /// a buffer that is the whole text: it is all the text there is.
     let alone: Bool
+  }
+
+  /// Whether the first byte of `head` after a UTF-8 byte order mark and white space opens an
+  /// object: the only way a file can be one object `alone`.
+  static func opensWithObject(_ head: [UInt8]) -> Bool {
+    var at = head.starts(with: [0xef, 0xbb, 0xbf]) ? 3 : 0
+    while at < head.count, isWhitespace(head[at]) { at += 1 }
+    return at < head.count && head[at] == 0x7b
   }
 
   @inline(__always) static func isWhitespace(_ byte: UInt8) -> Bool {
@@ -31,8 +39,12 @@ enum RecordSyntax {
 
   /// Objects whose first key is quoted with one of `quotes` (`"` for JSON, `'` for a Python
   /// repr), each judged once: parsing resumes after an object, so the objects nested in one are
-  /// not judged again on their own.
-  static func objects(_ bytes: UnsafeRawBufferPointer, quotes: [UInt8], braces: [Int]? = nil) -> [Object] {
+  /// not judged again on their own. `wholeText`: whether `bytes` is all of the text (a whole file,
+  /// a decoded stream), so that an object with nothing else around it is `alone`; false for one
+  /// chunk of a larger file, where what lies outside the chunk is not known.
+  static func objects(
+    _ bytes: UnsafeRawBufferPointer, quotes: [UInt8], braces: [Int]? = nil, wholeText: Bool = true
+  ) -> [Object] {
     guard let base = bytes.baseAddress else { return [] }
     var found: [Object] = []
     var index = 0
@@ -56,7 +68,7 @@ enum RecordSyntax {
       var first = index
       while first < bytes.count, first - start <= 16, isWhitespace(bytes[first]) { first += 1 }
       guard first < bytes.count, quotes.contains(bytes[first]),
-        let object = parseObject(bytes, at: start, quote: bytes[first], budget: &budget)
+        let object = parseObject(bytes, at: start, quote: bytes[first], budget: &budget, wholeText: wholeText)
       else { continue }
       found.append(object)
       index = max(index, object.end)
@@ -82,7 +94,9 @@ enum RecordSyntax {
   }
 
   /// Parses the object opening at `start`.
-  static func parseObject(_ bytes: UnsafeRawBufferPointer, at start: Int, quote: UInt8, budget: inout Int) -> Object? {
+  static func parseObject(
+    _ bytes: UnsafeRawBufferPointer, at start: Int, quote: UInt8, budget: inout Int, wholeText: Bool = true
+  ) -> Object? {
     var at = start + 1
     var members = 0
     var flat = true
@@ -142,7 +156,7 @@ enum RecordSyntax {
     while after < bytes.count, isWhitespace(bytes[after]) { after += 1 }
     return Object(
       quote: quote, start: start, end: lastGood, members: members, flat: flat, multiLine: multiLine, closed: closed,
-      longestString: longest, alone: (before < 0 || bom) && after == bytes.count)
+      longestString: longest, alone: wholeText && (before < 0 || bom) && after == bytes.count)
   }
 
   /// After the closing quote of the string opening at `at`; nil when a control byte or the end

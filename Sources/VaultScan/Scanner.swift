@@ -33,13 +33,22 @@ public struct Scanner {
   /// get one of their own (`unshare` refused). Only for a process with no container open but
   /// the audit's own, such as `vault scan`: there, closing what was read drops no one's locks.
   package var sharesProcessDescriptorTable = false
-  /// How much of a file each read brings in and every detector searches before the next read.
-  /// Two heuristics judge a chunk as a whole (a pretty-printed JSON record that is the whole
-  /// buffer; sentences rare among a chunk's lines), so their answers depend on this size: 128 KiB
-  /// chunks, which stay in a core's L2 cache and scanned the benchmark's corpus 10–15 % faster,
-  /// missed a 140 KB JSON record and a cluster of 150 sentences in a 300 KB log (review), and were
-  /// not kept. Make those two independent of the chunk before making it smaller.
-  static let chunk = 4 << 20
+  /// How much of a file each read brings in and every detector searches before the next read:
+  /// small enough that the read's copy and every detector's pass stay in a core's L2 cache (with
+  /// 4 MiB, each pass read memory again). No heuristic judges a chunk as a whole: a log's lines
+  /// are judged rare over 4 MiB windows of the file (`TextDetectors.RareLineWindow`), and a file
+  /// that may be one pretty-printed record is read in one piece (`wholeRecordLimit`). (Before
+  /// both, 128 KiB chunks missed a 140 KB JSON record and a cluster of 150 sentences in a 300 KB
+  /// log: review, `ChunkEdgeTests`.)
+  static let chunk = 256 << 10
+  /// A file of up to this many bytes whose first character (after a byte order mark and white
+  /// space) opens a JSON object is read in one piece, so that a pretty-printed record that is the
+  /// whole file is judged whole (`TextDetectors.isJSONRecord`): 4 MiB and the overlap, what one
+  /// chunk was when that rule was made.
+  static let wholeRecordLimit = (4 << 20) + chunkOverlap
+  /// `chunk`, which tests make smaller or larger to show that no finding depends on it (a power of
+  /// two, at most `TextDetectors.RareLineWindow.size`).
+  var chunkSize = chunk
   /// lseek's SEEK_DATA (3 on Linux, <unistd.h>; Swift's Glibc module does not define _GNU_SOURCE).
   static let seekData: Int32 = 3
   /// How much of an overflow payload is searched at a time (tests make it small to put window
@@ -139,16 +148,31 @@ public struct Scanner {
     // finding in a stream does not say which canary it is, and both are listed; second review).
     // (Keyed by offset: the blocks of wrapped lines come after a chunk's other starts.)
     var streamFindingsAt: [Int: [Finding: Int]] = [:]
+    let chunk =
+      content.judgesJSON && size <= Self.wholeRecordLimit && RecordSyntax.opensWithObject(head) ? size : chunkSize
+    // A log's sentences and key=value lines wait for the end of their window (`RareLineWindow`);
+    // the byte before the chunk says whether its first line is the tail of one counted already.
+    var rareLines = TextDetectors.RareLineWindow()
+    var byteBefore: UInt8?
     var offset = 0
     while offset < size {
       // A hole reads as zeros and holds nothing to find: go on from the next data, less the
       // overlap (a pattern that begins with zero bytes just before it, UTF-16BE, is still seen
       // whole). A 20 GiB sparse file was read byte by byte for eight minutes (outside operator
-      // review). Where SEEK_DATA is not supported, every byte is read.
+      // review). Where SEEK_DATA is not supported, every byte is read. Chunks stay at multiples of
+      // `chunk`, so each lies in one window of `RareLineWindow`.
       let data = lseek(fd, off_t(offset), Self.seekData)
       if data < 0, errno == ENXIO { break }
-      if data > 0, Int(data) - overlap > offset { offset = Int(data) - overlap }
-      let count = min(Self.chunk + overlap, size - offset)
+      if data > 0, Int(data) - overlap > offset {
+        offset = (Int(data) - overlap) / chunk * chunk
+        byteBefore = nil
+      }
+      if content == .textLog, offset / TextDetectors.RareLineWindow.size != rareLines.index {
+        for finding in rareLines.flush(startingWindow: offset / TextDetectors.RareLineWindow.size) {
+          report.add(finding)
+        }
+      }
+      let count = min(chunk + overlap, size - offset)
       // One pread into this thread's buffer, as `RegionMap.read` would, without a new array per chunk.
       let buffer = scratch.buffer(count)
       let got = pread(fd, buffer.baseAddress, count, off_t(offset))
@@ -158,7 +182,8 @@ public struct Scanner {
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
       // whole (one finding per place; what a heuristic reported reaching past the edge, `reached`).
       let lastChunk = offset + count >= size
-      let reportBelow = lastChunk ? Int.max : offset + Self.chunk
+      let reportBelow = lastChunk ? Int.max : offset + chunk
+      let wholeFile = offset == 0 && lastChunk
       searcher.search(bytes) { hit, index in
         guard offset + hit < reportBelow else { return }
         let pattern = patterns[index]
@@ -175,29 +200,39 @@ public struct Scanner {
       }
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
-      // The text heuristics judge a chunk's lines together (in a log a sentence counts only while
-      // rare among them), so they read what they read before the overlap grew: the chunk and 255
-      // bytes. With the 8 KiB, 60 sentences just past an edge outnumbered the 3 before it, and the
-      // file was called clean (review). JSON records get the whole overlap.
-      let textCount =
-        lastChunk ? bytes.count : min(bytes.count, Self.chunk + max(longestPattern, Self.minimumOverlap) - 1)
-      let textBytes = UnsafeRawBufferPointer(rebasing: bytes[0..<textCount])
-      let textBraces = braces.map { positions in Array(positions.prefix { $0 < textCount }) }
       let reachedBefore = reached
-      func heuristic(_ detector: String, _ start: Int, _ end: Int) {
+      func heuristic(_ detector: String, _ start: Int, _ end: Int) -> Finding? {
         // Only a hit at the chunk's first byte can be the tail of one the last chunk reported (a
         // record's own lines inside a reported run, elsewhere, are still listed: review).
-        guard offset + start < reportBelow, start > 0 || offset >= reachedBefore[detector, default: 0] else { return }
-        report.add(
-          Finding(
-            file: path, offset: offset + start, region: regions.region(at: offset + start), detector: detector,
-            encoding: nil, excerpt: redact(bytes[start..<end])))
+        guard offset + start < reportBelow, start > 0 || offset >= reachedBefore[detector, default: 0] else {
+          return nil
+        }
         reached[detector] = max(reached[detector, default: 0], offset + end)
+        return Finding(
+          file: path, offset: offset + start, region: regions.region(at: offset + start), detector: detector,
+          encoding: nil, excerpt: redact(bytes[start..<end]))
       }
+      // The heuristics read the whole overlap (what starts before the edge is judged with up to
+      // 8 KiB of what follows), and report what starts before it.
       if content.judgesJSON {
-        for hit in jsonText(bytes, braces: braces) { heuristic("json-text", hit.start, hit.end) }
+        for hit in jsonText(bytes, braces: braces, wholeText: wholeFile) {
+          if let finding = heuristic("json-text", hit.start, hit.end) { report.add(finding) }
+        }
       }
-      for hit in content.textFindings(textBytes, braces: textBraces) { heuristic(hit.detector, hit.start, hit.end) }
+      if content == .textLog {
+        // Lines that start in this chunk are counted, less the tail of one the chunk before began.
+        let firstCounted = offset == 0 || byteBefore == 0x0a ? 0 : 1
+        let countBelow = max(firstCounted, min(bytes.count, reportBelow - offset))
+        let judged = TextDetectors.judgeLines(bytes, counting: firstCounted..<countBelow)
+        rareLines.count(lines: judged.lines)
+        for hit in judged.hits {
+          if let finding = heuristic(hit.detector, hit.start, hit.end) { rareLines.hold(finding) }
+        }
+      } else {
+        for hit in content.textFindings(bytes, braces: braces, wholeText: wholeFile) {
+          if let finding = heuristic(hit.detector, hit.start, hit.end) { report.add(finding) }
+        }
+      }
       // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
       // (which starts before them: it begins `overlap` bytes before this one ends), and only there:
       // both decoded them, and listed a stream's findings twice (review).
@@ -228,8 +263,10 @@ public struct Scanner {
       examinedUpTo = offset + count - StreamStart.lookahead
       progress(min(size, offset + count))
       if lastChunk { break }
-      offset += Self.chunk
+      byteBefore = bytes.count >= chunk ? bytes[chunk - 1] : nil
+      offset += chunk
     }
+    for finding in rareLines.flush(startingWindow: 0) { report.add(finding) }
     if regions.kind == .database {
       scanOverflowPayloads(regions, fd: fd, path: path, allowance: allowance, report: &report)
     }

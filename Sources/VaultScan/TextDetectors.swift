@@ -37,13 +37,61 @@ enum TextDetectors {
   /// `key=value` pairs (logfmt), says nothing by that.
   static func rareLineFindings(_ bytes: UnsafeRawBufferPointer) -> [Hit] {
     let (hits, lines) = judgeLines(bytes)
-    let allowed = max(2, lines / 20)
     var kept: [Hit] = []
     for detector in ["key-value-text", "natural-language"] {
       let these = hits.filter { $0.detector == detector }
-      if these.count <= allowed { kept += these }
+      if isRare(these.count, amongLines: lines) { kept += these }
     }
     return kept.sorted { $0.start < $1.start }
+  }
+
+  /// The rule `rareLineFindings` judges by: `count` lines of one detector are rare among `lines`
+  /// lines (of 16 bytes or more) when they are at most two, or one in twenty.
+  static func isRare(_ count: Int, amongLines lines: Int) -> Bool { count <= max(2, lines / 20) }
+
+  /// A log's sentences and `key=value` lines, judged rare (`isRare`) among the lines of one window
+  /// of the file (`size` bytes, from a multiple of it) whatever size of chunk the file is read
+  /// in: lines counted in a chunk of 128 KiB were too many for 150 sentences among 300 KB of log
+  /// lines to be rare, and they were dropped (review). Lines are counted and findings held as
+  /// chunks come; `flush` says which stand when the window ends.
+  struct RareLineWindow {
+    /// 4 MiB: what a chunk was when the rule was made (and tuned on logs).
+    static let size = 4 << 20
+    /// The most lines of 16 bytes or more (and a line break) a window can hold, and so the most
+    /// findings of one detector that can still be rare there: more are never listed, and are
+    /// counted without being held (memory stays bounded on a log of nothing but sentences).
+    static let mostRare = max(2, (size / 17 + 1) / 20)
+    /// Which window (file offset / `size`) the lines and findings are of.
+    private(set) var index = 0
+    private var lines = 0
+    private var held: [String: [Finding]] = [:]
+    private var counts: [String: Int] = [:]
+
+    /// Counts `lines` lines of 16 bytes or more that start in the window.
+    mutating func count(lines more: Int) { lines += more }
+
+    /// Holds a finding of the window's until it ends.
+    mutating func hold(_ finding: Finding) {
+      let count = counts[finding.detector, default: 0] + 1
+      counts[finding.detector] = count
+      if count <= Self.mostRare {
+        held[finding.detector, default: []].append(finding)
+      } else {
+        held[finding.detector] = nil
+      }
+    }
+
+    /// The findings that are rare in the window that ends, and a new window, numbered `next`.
+    mutating func flush(startingWindow next: Int) -> [Finding] {
+      var rare: [Finding] = []
+      for (detector, count) in counts.sorted(by: { $0.key < $1.key })
+      where count <= Self.mostRare && isRare(count, amongLines: lines) {
+        rare += held[detector] ?? []
+      }
+      self = RareLineWindow()
+      index = next
+      return rare
+    }
   }
 
   /// Lines that are an HTTP form body and nothing else: two or more `key=value` pairs joined by
@@ -99,7 +147,11 @@ enum TextDetectors {
     return pairs >= 2 && filledValues >= 2
   }
 
-  private static func judgeLines(_ bytes: UnsafeRawBufferPointer) -> (hits: [Hit], lines: Int) {
+  /// The lines of `bytes` that `findings` reports, and how many lines of 16 bytes or more start
+  /// in `counted` (by default, all of them).
+  static func judgeLines(
+    _ bytes: UnsafeRawBufferPointer, counting counted: Range<Int> = 0..<Int.max
+  ) -> (hits: [Hit], lines: Int) {
     guard let base = bytes.baseAddress else { return ([], 0) }
     var hits: [Hit] = []
     var lines = 0
@@ -110,16 +162,15 @@ enum TextDetectors {
         let lineEnd =
           memchr(base + lineStart, 0x0a, bytes.count - lineStart).map { base.distance(to: UnsafeRawPointer($0)) }
           ?? bytes.count
+        if lineEnd - lineStart >= 16, counted.contains(lineStart) { lines += 1 }
         if lineEnd - lineStart >= 16, !couldBePairs(base + lineStart, lineEnd - lineStart) {
           // A pre-filter: without two '=' the line can only be a sentence, and it stops being
           // one as soon as too many of its bytes are neither letters nor spaces (a log line's date
           // and numbers rule it out within a few bytes).
-          lines += 1
           if let hit = sentence(table, base + lineStart, lineEnd - lineStart) {
             hits.append(Hit(start: lineStart + hit.start, end: lineStart + hit.end, detector: hit.detector))
           }
         } else if lineEnd - lineStart >= 16 {
-          lines += 1
           var letters = 0
           var spaces = 0
           var words = 0
@@ -377,11 +428,11 @@ enum TextDetectors {
   /// members) as `key-value-text`. `includeJSONRecords` also reports what `jsonText` would (for
   /// text this scanner decoded itself, such as UTF-16).
   static func structuredFindings(
-    _ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false, braces: [Int]? = nil
+    _ bytes: UnsafeRawBufferPointer, includeJSONRecords: Bool = false, braces: [Int]? = nil, wholeText: Bool = true
   ) -> [Hit] {
     var hits: [Hit] = []
     var objects: [(start: Int, end: Int)] = []
-    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27], braces: braces)
+    let parsed = RecordSyntax.objects(bytes, quotes: [0x22, 0x27], braces: braces, wholeText: wholeText)
     for object in parsed where object.quote == 0x22 {
       objects.append((object.start, object.end))
       let record = isJSONRecord(object)
@@ -490,10 +541,13 @@ enum TextDetectors {
 extension Scanner {
   /// JSON objects that are records (`TextDetectors.isJSONRecord`): compact, pretty-printed or with
   /// `"key" : value` spacing, after a BOM or anything else, with where each starts and ends.
-  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already.
-  func jsonText(_ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil) -> [(start: Int, end: Int)] {
-    RecordSyntax.objects(bytes, quotes: [0x22], braces: braces).filter(TextDetectors.isJSONRecord).map {
-      ($0.start, $0.end)
-    }
+  /// `braces`: `RecordSyntax.quotedBraces(bytes)`, when the caller has it already; `wholeText`:
+  /// false when `bytes` is one chunk of a larger file (`RecordSyntax.objects`).
+  func jsonText(
+    _ bytes: UnsafeRawBufferPointer, braces: [Int]? = nil, wholeText: Bool = true
+  ) -> [(start: Int, end: Int)] {
+    RecordSyntax.objects(bytes, quotes: [0x22], braces: braces, wholeText: wholeText).filter(
+      TextDetectors.isJSONRecord
+    ).map { ($0.start, $0.end) }
   }
 }
