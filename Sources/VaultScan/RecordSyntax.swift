@@ -25,12 +25,55 @@ enum RecordSyntax {
     let alone: Bool
   }
 
-  /// Whether the first byte of `head` after a UTF-8 byte order mark and white space opens an
-  /// object: the only way a file can be one object `alone`.
-  static func opensWithObject(_ head: [UInt8]) -> Bool {
+  /// Where a reader of JSON text is: how deep in objects and arrays, and whether inside a string
+  /// (just after a backslash there).
+  struct Nesting {
+    var depth = 0
+    var inString = false
+    var escaped = false
+  }
+
+  /// Follows JSON text through `bytes[from..<to]` from `nesting`: the index after the byte that
+  /// closes its outermost value, or of the first byte JSON text cannot hold (a control byte other
+  /// than white space; a line break too, for a JSON line: `endsAtLineBreak`), or nil when it is
+  /// still open at `to` (`nesting` then says where it is there).
+  static func follow(
+    _ bytes: UnsafeRawBufferPointer, from: Int, to: Int, nesting: inout Nesting, endsAtLineBreak: Bool
+  ) -> Int? {
+    var at = from
+    while at < to {
+      let byte = bytes[at]
+      at += 1
+      if byte < 0x20, byte != 0x09, byte != 0x0d, byte != 0x0a || endsAtLineBreak { return at - 1 }
+      if nesting.inString {
+        if nesting.escaped {
+          nesting.escaped = false
+        } else if byte == 0x5c {
+          nesting.escaped = true
+        } else if byte == 0x22 {
+          nesting.inString = false
+        }
+        continue
+      }
+      switch byte {
+      case 0x22: nesting.inString = true
+      case 0x7b, 0x5b: nesting.depth += 1
+      case 0x7d, 0x5d:
+        nesting.depth -= 1
+        if nesting.depth <= 0 { return at }
+      default: break
+      }
+    }
+    return nil
+  }
+
+  /// Whether the first byte of `head` (a file's first bytes) after a UTF-8 byte order mark and
+  /// white space opens an object or an array, or `head` holds nothing else: whether the file may be
+  /// one JSON document (an object `alone`, or an array of them).
+  static func mayOpenJSONDocument(_ head: [UInt8]) -> Bool {
     var at = head.starts(with: [0xef, 0xbb, 0xbf]) ? 3 : 0
     while at < head.count, isWhitespace(head[at]) { at += 1 }
-    return at < head.count && head[at] == 0x7b
+    return at == head.count || head[at] == 0x7b || head[at] == 0x5b
   }
 
   @inline(__always) static func isWhitespace(_ byte: UInt8) -> Bool {

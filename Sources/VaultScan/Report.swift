@@ -154,6 +154,13 @@ public struct ScanReport: Codable, Equatable, Sendable {
     if count < Self.findingsPerDetectorPerFile { findings.append(finding) }
   }
 
+  /// Counts `count` more findings of `detector` in the file being scanned without listing them
+  /// (a caller that held only the first ones it found, as many as a file lists).
+  mutating func count(_ count: Int, moreOf detector: String) {
+    guard count > 0 else { return }
+    fileCounts[detector, default: 0] += count
+  }
+
   /// Closes the file being scanned: one finding per detector that had more than the limit says how
   /// many more there were.
   mutating func finishFile(_ path: String) {

@@ -42,9 +42,10 @@ public struct Scanner {
   /// log: review, `ChunkEdgeTests`.)
   static let chunk = 256 << 10
   /// A file of up to this many bytes whose first character (after a byte order mark and white
-  /// space) opens a JSON object is read in one piece, so that a pretty-printed record that is the
-  /// whole file is judged whole (`TextDetectors.isJSONRecord`): 4 MiB and the overlap, what one
-  /// chunk was when that rule was made.
+  /// space) opens a JSON object or array is read in one piece (`RecordSyntax.mayOpenJSONDocument`),
+  /// so that a pretty-printed record that is the whole file is judged whole
+  /// (`TextDetectors.isJSONRecord`) and no chunk begins inside a document's nested objects: 4 MiB
+  /// and the overlap, what one chunk was when those rules were made.
   static let wholeRecordLimit = (4 << 20) + chunkOverlap
   /// `chunk`, which tests make smaller or larger to show that no finding depends on it (a power of
   /// two, at most `TextDetectors.RareLineWindow.size`).
@@ -139,7 +140,9 @@ public struct Scanner {
     // Per heuristic detector, how far into the file its findings so far reach: a run, line or
     // object that a chunk's edge cut was reported where it starts, and its tail at the start of
     // the next chunk is that same place, not another finding (review: one listed twice per edge).
-    var reached: [String: Int] = [:]
+    var reached = HeuristicReach()
+    // A `json-text` finding still open at the chunk's start, and where in its structure it is.
+    var jsonOpen: RecordSyntax.Nesting?
     // Two starts at one offset can decode the same data: base64 whose first characters are a
     // compressed stream's (`H4sI`, gzip) that is also wrapped in lines, decoded as a stream and
     // as a block of lines, listed every finding twice (review). A later stream at an offset lists
@@ -149,7 +152,8 @@ public struct Scanner {
     // (Keyed by offset: the blocks of wrapped lines come after a chunk's other starts.)
     var streamFindingsAt: [Int: [Finding: Int]] = [:]
     let chunk =
-      content.judgesJSON && size <= Self.wholeRecordLimit && RecordSyntax.opensWithObject(head) ? size : chunkSize
+      content.judgesJSON && size <= Self.wholeRecordLimit && RecordSyntax.mayOpenJSONDocument(head)
+      ? size : chunkSize
     // A log's sentences and key=value lines wait for the end of their window (`RareLineWindow`);
     // the byte before the chunk says whether its first line is the tail of one counted already.
     var rareLines = TextDetectors.RareLineWindow()
@@ -167,10 +171,9 @@ public struct Scanner {
         offset = (Int(data) - overlap) / chunk * chunk
         byteBefore = nil
       }
-      if content == .textLog, offset / TextDetectors.RareLineWindow.size != rareLines.index {
-        for finding in rareLines.flush(startingWindow: offset / TextDetectors.RareLineWindow.size) {
-          report.add(finding)
-        }
+      if content == .textLog {
+        let window = TextDetectors.RareLineWindow.index(of: offset, fileSize: size)
+        if window != rareLines.index { rareLines.flush(into: &report, startingWindow: window) }
       }
       let count = min(chunk + overlap, size - offset)
       // One pread into this thread's buffer, as `RegionMap.read` would, without a new array per chunk.
@@ -201,22 +204,45 @@ public struct Scanner {
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
       let reachedBefore = reached
-      func heuristic(_ detector: String, _ start: Int, _ end: Int) -> Finding? {
-        // Only a hit at the chunk's first byte can be the tail of one the last chunk reported (a
-        // record's own lines inside a reported run, elsewhere, are still listed: review).
-        guard offset + start < reportBelow, start > 0 || offset >= reachedBefore[detector, default: 0] else {
-          return nil
+      // A JSON value that the chunk before reported across the edge goes on here, to the byte that
+      // closes it: the objects nested in it are not findings of their own (a line of 16 nested
+      // objects was listed 12 times: review), and those after it still are (an array of records
+      // on one line). In text, a JSON line ends at its line break however it ends.
+      let edge = lastChunk ? bytes.count : reportBelow - offset
+      let endsAtLineBreak = content == .text || content == .textLog
+      var jsonGoesOnTo = 0
+      if var nesting = jsonOpen {
+        jsonOpen = nil
+        if let end = RecordSyntax.follow(bytes, from: 0, to: edge, nesting: &nesting, endsAtLineBreak: endsAtLineBreak)
+        {
+          jsonGoesOnTo = end
+        } else {
+          jsonGoesOnTo = edge
+          if !lastChunk { jsonOpen = nesting }
         }
-        reached[detector] = max(reached[detector, default: 0], offset + end)
-        return Finding(
+      }
+      var jsonCrossing: Int?
+      func admits(_ detector: String, _ start: Int, _ end: Int) -> Bool {
+        guard offset + start < reportBelow, detector != "json-text" || start >= jsonGoesOnTo else { return false }
+        // Only a hit at the chunk's first byte can be the tail of one the last chunk reported (a
+        // record's own lines inside a reported run, elsewhere, are still listed: review). A tail
+        // carries the reach on, so a line longer than a chunk is listed once (it was listed again
+        // two chunks on: review).
+        let isTail = start == 0 && offset < reachedBefore[detector]
+        reached[detector] = max(reached[detector], offset + end)
+        if detector == "json-text", !isTail, end > edge, start < (jsonCrossing ?? .max) { jsonCrossing = start }
+        return !isTail
+      }
+      func finding(_ detector: String, _ start: Int, _ end: Int) -> Finding {
+        Finding(
           file: path, offset: offset + start, region: regions.region(at: offset + start), detector: detector,
           encoding: nil, excerpt: redact(bytes[start..<end]))
       }
       // The heuristics read the whole overlap (what starts before the edge is judged with up to
       // 8 KiB of what follows), and report what starts before it.
       if content.judgesJSON {
-        for hit in jsonText(bytes, braces: braces, wholeText: wholeFile) {
-          if let finding = heuristic("json-text", hit.start, hit.end) { report.add(finding) }
+        for hit in jsonText(bytes, braces: braces, wholeText: wholeFile) where admits("json-text", hit.start, hit.end) {
+          report.add(finding("json-text", hit.start, hit.end))
         }
       }
       if content == .textLog {
@@ -225,12 +251,21 @@ public struct Scanner {
         let countBelow = max(firstCounted, min(bytes.count, reportBelow - offset))
         let judged = TextDetectors.judgeLines(bytes, counting: firstCounted..<countBelow)
         rareLines.count(lines: judged.lines)
-        for hit in judged.hits {
-          if let finding = heuristic(hit.detector, hit.start, hit.end) { rareLines.hold(finding) }
+        for hit in judged.hits where admits(hit.detector, hit.start, hit.end) {
+          rareLines.hold(hit.detector) { finding(hit.detector, hit.start, hit.end) }
         }
       } else {
-        for hit in content.textFindings(bytes, braces: braces, wholeText: wholeFile) {
-          if let finding = heuristic(hit.detector, hit.start, hit.end) { report.add(finding) }
+        for hit in content.textFindings(bytes, braces: braces, wholeText: wholeFile)
+        where admits(hit.detector, hit.start, hit.end) {
+          report.add(finding(hit.detector, hit.start, hit.end))
+        }
+      }
+      // The JSON value reported here that goes on past the edge (the first, which holds any other).
+      if let start = jsonCrossing, jsonOpen == nil {
+        var nesting = RecordSyntax.Nesting()
+        if RecordSyntax.follow(bytes, from: start, to: edge, nesting: &nesting, endsAtLineBreak: endsAtLineBreak) == nil
+        {
+          jsonOpen = nesting
         }
       }
       // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
@@ -266,7 +301,7 @@ public struct Scanner {
       byteBefore = bytes.count >= chunk ? bytes[chunk - 1] : nil
       offset += chunk
     }
-    for finding in rareLines.flush(startingWindow: 0) { report.add(finding) }
+    rareLines.flush(into: &report, startingWindow: 0)
     if regions.kind == .database {
       scanOverflowPayloads(regions, fd: fd, path: path, allowance: allowance, report: &report)
     }
@@ -394,5 +429,28 @@ public struct Scanner {
     let text = String(decoding: RegionMap.read(fd, at: 0, count: size), as: UTF8.self)
     if name == "manifest.json" { return text.contains("\"vault_id\"") && text.contains("\"versions\"") }
     return text.split(separator: "\n").allSatisfy { $0.hasPrefix("{\"id\":\"") && $0.contains("\"delivered_at\"") }
+  }
+}
+
+/// How far into a file the findings of each heuristic detector (`json-text`, `key-value-text`,
+/// `natural-language`) reach, kept without hashing a detector's name for every line judged (a
+/// dictionary was a twentieth of a scan of a chatty log).
+struct HeuristicReach {
+  private var ends = [0, 0, 0]
+
+  subscript(detector: String) -> Int {
+    get { ends[Self.slot(detector)] }
+    set { ends[Self.slot(detector)] = newValue }
+  }
+
+  private static func slot(_ detector: String) -> Int {
+    let slot =
+      switch detector.utf8.first {
+      case UInt8(ascii: "j"): 0
+      case UInt8(ascii: "k"): 1
+      default: 2
+      }
+    assert(detector == ["json-text", "key-value-text", "natural-language"][slot], "a heuristic detector: \(detector)")
+    return slot
   }
 }

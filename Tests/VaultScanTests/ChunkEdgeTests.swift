@@ -103,14 +103,15 @@ final class ChunkEdgeTests: XCTestCase {
     file += sentence(1) + sentence(2)
     while file.count < edge - 22 { file += short }
     for k in 0..<60 { file += sentence(100 + k) }
-    while file.count < edge + 20_000 {
+    // (Half a window more at least, or the last window would run from the start of the one before.)
+    while file.count < edge + edge / 2 + 20_000 {
       file += logLine(i)
       i += 1
     }
     for chunk in [64 << 10, Scanner.chunk, edge] {
       let offsets = try findings(file, detector: "natural-language", chunk: chunk).map(\.offset)
       XCTAssertTrue(offsets.contains(before), "the sentences before the edge, \(chunk)-byte chunks: \(offsets)")
-      XCTAssertFalse(offsets.contains { $0 >= edge }, "60 sentences among 70 lines are not rare: \(offsets)")
+      XCTAssertFalse(offsets.contains { $0 >= edge }, "60 sentences among 330 lines are not rare: \(offsets)")
     }
   }
 
@@ -207,5 +208,120 @@ final class ChunkEdgeTests: XCTestCase {
     let offsets = try Scanner(canaries: []).scan([path]).findings.filter { $0.detector == "natural-language" }.map(
       \.offset)
     XCTAssertEqual(offsets, [100_000, tail + 1])
+  }
+
+  /// A JSON line whose objects nest, cut by an edge, is one finding where it starts, in a log and
+  /// in binary data, also when it is longer than a chunk: the next chunk, which begins inside it,
+  /// listed its nested objects as findings of their own (12 for a line of 16: review).
+  func testAJSONLineOfNestedObjectsCutByAnEdgeIsOneFinding() throws {
+    let chunk = 64 << 10
+    func line(_ count: Int) -> [UInt8] {
+      Array(
+        ("{"
+          + (0..<count).map { #""e\#($0)": {"user": "u\#($0)", "note": "called about the card"}"# }
+          .joined(separator: ", ") + "}").utf8)
+    }
+    for (count, before) in [(16, 300), (16, 4000), (3000, 300)] {
+      let start = chunk - before
+      let text = filler(start) + line(count) + [0x0a] + filler(3 * chunk)
+      XCTAssertEqual(
+        try findings(text, detector: "json-text", chunk: chunk).map(\.offset), [start], "log, \(count) objects")
+      var binary = (0..<(start + line(count).count + 3 * chunk)).map { UInt8(truncatingIfNeeded: $0 % 8) }
+      binary.replaceSubrange(start..<(start + line(count).count), with: line(count))
+      XCTAssertEqual(
+        try findings(binary, detector: "json-text", chunk: chunk).map(\.offset), [start], "binary, \(count) objects")
+    }
+  }
+
+  /// A line of sentences longer than a chunk and its overlap is one finding where it starts, in a
+  /// log and in binary data: the chunk after the one that passed over its tail listed it again.
+  func testALineLongerThanAChunkIsOneFinding() throws {
+    let chunk = 64 << 10
+    let sentence = "the customer asked about her balance and wanted to transfer money today "
+    let long = Array(String(repeating: sentence, count: 3 * chunk / sentence.utf8.count).utf8)
+    let start = chunk - 5
+    let log = filler(start) + long + [0x0a] + filler(chunk)
+    XCTAssertEqual(try findings(log, detector: "natural-language", chunk: chunk).map(\.offset), [start], "log")
+    var binary = (0..<(start + long.count + chunk)).map { UInt8(truncatingIfNeeded: $0 % 8) }
+    binary.replaceSubrange(start..<(start + long.count), with: long)
+    XCTAssertEqual(try findings(binary, detector: "natural-language", chunk: chunk).map(\.offset), [start], "binary")
+  }
+
+  /// A pretty-printed record after more than 64 KiB of white space (more than the head a file's
+  /// kind is judged from) is still read in one piece and found.
+  func testAPrettyPrintedRecordAfterMuchWhiteSpaceIsFound() throws {
+    let fields = (0..<5000).map { #"  "field_\#($0)": "value for customer record \#($0)""# }
+    let file = Array((String(repeating: " ", count: 70_000) + "{\n" + fields.joined(separator: ",\n") + "\n}\n").utf8)
+    XCTAssertGreaterThan(file.count, Scanner.chunk + Scanner.chunkOverlap)
+    for chunk in [64 << 10, Scanner.chunk] {
+      XCTAssertEqual(try findings(file, detector: "json-text", chunk: chunk).map(\.offset), [70_000], "\(chunk)")
+    }
+  }
+
+  /// The last window of a log runs to its end when what would follow it is shorter than half a
+  /// window: three sentences among a last 12 KB of a few long lines, after 4 MiB of log lines, are
+  /// rare among the lines before them too (judged alone, among 7 lines, they were not).
+  func testAShortLastWindowIsJudgedWithTheOneBefore() throws {
+    let window = TextDetectors.RareLineWindow.size
+    var file = filler(window)
+    let long = Array("2026-11-30 10:00:00 INFO ".utf8) + Array(repeating: UInt8(ascii: "7"), count: 3000) + [0x0a]
+    file += long + long
+    let first = file.count
+    for k in 0..<3 {
+      file += Array("the customer called about her missing card and asked us to block it now \(k)\n".utf8)
+    }
+    file += long + long
+    let offsets = try findings(file, detector: "natural-language", chunk: 64 << 10).map(\.offset)
+    XCTAssertEqual(offsets.first, first, "\(offsets)")
+    XCTAssertEqual(offsets.count, 3)
+  }
+
+  /// A pretty-printed JSON array of nested documents (an export, API data) of a few hundred
+  /// kilobytes holds no record, whatever the chunk: it is read in one piece, as an object is, so
+  /// no chunk begins inside an element and takes the one-line objects nested there for records.
+  func testANestedJSONArrayIsReadInOnePiece() throws {
+    let element = #"""
+        {
+          "name": "item",
+          "meta": {"kind": "example", "version": 2},
+          "tags": ["a", "b"]
+        }
+      """#
+    let file = Array(("[\n" + Array(repeating: element, count: 6000).joined(separator: ",\n") + "\n]\n").utf8)
+    XCTAssertGreaterThan(file.count, 2 * Scanner.chunk)
+    for chunk in [16 << 10, 32 << 10, 64 << 10, Scanner.chunk] {
+      XCTAssertEqual(try findings(file, detector: "json-text", chunk: chunk).map(\.offset), [], "\(chunk)")
+    }
+  }
+
+  /// An array of records on one line (a minified export) longer than several chunks: each record is
+  /// a finding whatever the chunk (100 listed, one finding counting the rest), those after one an
+  /// edge cuts too, and no object nested in a record is one.
+  func testAnArrayOfRecordsOnOneLineIsCountedRecordByRecord() throws {
+    let records = (0..<5000).map { #"{"user": "u\#($0)", "card": {"number": "4111", "cvc": "\#($0 % 999)"}}"# }
+    let text = Array(("a note before the export\n[" + records.joined(separator: ",") + "]\n").utf8)
+    XCTAssertGreaterThan(text.count, Scanner.chunk)
+    for chunk in [16 << 10, 64 << 10, Scanner.chunk, 4 << 20] {
+      let found = try findings(text, detector: "json-text", chunk: chunk)
+      XCTAssertEqual(found.count, 101, "\(chunk)-byte chunks")
+      XCTAssertTrue(found.contains { $0.excerpt.hasPrefix("4900 more json-text") }, "\(chunk)-byte chunks")
+    }
+  }
+
+  /// A JSON line cut short by the program that wrote it (never closed), across an edge, hides none
+  /// of the JSON lines after it: in text, a JSON value ends at its line break however it ends.
+  func testATruncatedJSONLineAcrossAnEdgeHidesNoLineAfterIt() throws {
+    let chunk = 64 << 10
+    let start = chunk - 300
+    // Its members go on past the edge; the last is cut in the middle of its string.
+    let members = (0..<40).map { #""field\#($0)": "value \#($0)""# }.joined(separator: ", ")
+    var text = filler(start) + Array(#"{"user": "ana", \#(members), "note": "called about the"#.utf8) + [0x0a]
+    var lines: [Int] = [start]
+    for k in 0..<10 {
+      lines.append(text.count)
+      text += Array(#"{"user": "u\#(k)", "card": "4111"}"#.utf8) + [0x0a]
+    }
+    text += filler(chunk)
+    XCTAssertEqual(try findings(text, detector: "json-text", chunk: chunk).map(\.offset), lines)
   }
 }
