@@ -33,18 +33,16 @@ enum RecordSyntax {
     var escaped = false
   }
 
-  /// Follows JSON text through `bytes[from..<to]` from `nesting`: the index after the byte that
-  /// closes its outermost value, or of the first byte JSON text cannot hold (a control byte other
-  /// than white space; a line break too, for a JSON line: `endsAtLineBreak`), or nil when it is
-  /// still open at `to` (`nesting` then says where it is there).
-  static func follow(
-    _ bytes: UnsafeRawBufferPointer, from: Int, to: Int, nesting: inout Nesting, endsAtLineBreak: Bool
-  ) -> Int? {
+  /// Follows a JSON line through `bytes[from..<to]` from `nesting`: the index after the byte that
+  /// closes its outermost value, or of its line break (or any control byte but a tab), or nil
+  /// when it is still open at `to` (`nesting` then says where it is there). A value cut short
+  /// (a brace or a quote missing) ends at its line break, not at the next value's end.
+  static func follow(_ bytes: UnsafeRawBufferPointer, from: Int, to: Int, nesting: inout Nesting) -> Int? {
     var at = from
     while at < to {
       let byte = bytes[at]
       at += 1
-      if byte < 0x20, byte != 0x09, byte != 0x0d, byte != 0x0a || endsAtLineBreak { return at - 1 }
+      if byte < 0x20, byte != 0x09 { return at - 1 }
       if nesting.inString {
         if nesting.escaped {
           nesting.escaped = false

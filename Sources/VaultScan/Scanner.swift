@@ -47,6 +47,9 @@ public struct Scanner {
   /// (`TextDetectors.isJSONRecord`) and no chunk begins inside a document's nested objects: 4 MiB
   /// and the overlap, what one chunk was when those rules were made.
   static let wholeRecordLimit = (4 << 20) + chunkOverlap
+  /// How far before the end of a buffer a JSON value's reading may stop for the value to go on in
+  /// the next chunk: a member's string of 4 KiB (`RecordSyntax.stringEnd`), its key and more.
+  static let jsonMemberReach = (4 << 10) + 512
   /// `chunk`, which tests make smaller or larger to show that no finding depends on it (a power of
   /// two, at most `TextDetectors.RareLineWindow.size`).
   var chunkSize = chunk
@@ -204,24 +207,25 @@ public struct Scanner {
       // The braces a quote follows, found once for the JSON search and the record detectors.
       let braces = content.judgesJSON ? RecordSyntax.quotedBraces(bytes) : nil
       let reachedBefore = reached
-      // A JSON value that the chunk before reported across the edge goes on here, to the byte that
-      // closes it: the objects nested in it are not findings of their own (a line of 16 nested
-      // objects was listed 12 times: review), and those after it still are (an array of records
-      // on one line). In text, a JSON line ends at its line break however it ends.
+      // A JSON value that the chunk before reported across the edge goes on here: the objects
+      // nested in it are not findings of their own (a line of 16 nested objects was listed 12
+      // times: review), and those after it still are (an array of records on one line). It goes
+      // on as far as that chunk read it, and when its reading ran into the end of that chunk's
+      // buffer, to the byte that closes it or its line break, whichever comes first (a value cut
+      // short in binary data, followed to the next control byte, hid megabytes of records after
+      // it: second review).
       let edge = lastChunk ? bytes.count : reportBelow - offset
-      let endsAtLineBreak = content == .text || content == .textLog
-      var jsonGoesOnTo = 0
+      var jsonGoesOnTo = max(0, reachedBefore["json-text"] - offset)
       if var nesting = jsonOpen {
         jsonOpen = nil
-        if let end = RecordSyntax.follow(bytes, from: 0, to: edge, nesting: &nesting, endsAtLineBreak: endsAtLineBreak)
-        {
-          jsonGoesOnTo = end
+        if let end = RecordSyntax.follow(bytes, from: 0, to: edge, nesting: &nesting) {
+          jsonGoesOnTo = max(jsonGoesOnTo, end)
         } else {
           jsonGoesOnTo = edge
           if !lastChunk { jsonOpen = nesting }
         }
       }
-      var jsonCrossing: Int?
+      var jsonCrossing: (start: Int, end: Int)?
       func admits(_ detector: String, _ start: Int, _ end: Int) -> Bool {
         guard offset + start < reportBelow, detector != "json-text" || start >= jsonGoesOnTo else { return false }
         // Only a hit at the chunk's first byte can be the tail of one the last chunk reported (a
@@ -230,7 +234,9 @@ public struct Scanner {
         // two chunks on: review).
         let isTail = start == 0 && offset < reachedBefore[detector]
         reached[detector] = max(reached[detector], offset + end)
-        if detector == "json-text", !isTail, end > edge, start < (jsonCrossing ?? .max) { jsonCrossing = start }
+        if detector == "json-text", !isTail, end > edge, start < (jsonCrossing?.start ?? .max) {
+          jsonCrossing = (start, end)
+        }
         return !isTail
       }
       func finding(_ detector: String, _ start: Int, _ end: Int) -> Finding {
@@ -251,7 +257,12 @@ public struct Scanner {
         let countBelow = max(firstCounted, min(bytes.count, reportBelow - offset))
         let judged = TextDetectors.judgeLines(bytes, counting: firstCounted..<countBelow)
         rareLines.count(lines: judged.lines)
-        for hit in judged.hits where admits(hit.detector, hit.start, hit.end) {
+        // The tail of a line that ends in the chunk before's overlap was judged there, whole: it is
+        // no line of its own (a sentence's tail, its time stamp cut off by the edge, was reported
+        // mid-line: second review).
+        let tailJudged = byteBefore != nil && firstCounted == 1 ? overlap : 0
+        for hit in judged.hits
+        where !(hit.start == 0 && hit.end < tailJudged) && admits(hit.detector, hit.start, hit.end) {
           rareLines.hold(hit.detector) { finding(hit.detector, hit.start, hit.end) }
         }
       } else {
@@ -260,13 +271,12 @@ public struct Scanner {
           report.add(finding(hit.detector, hit.start, hit.end))
         }
       }
-      // The JSON value reported here that goes on past the edge (the first, which holds any other).
-      if let start = jsonCrossing, jsonOpen == nil {
+      // The JSON value reported here that goes on past the edge (the first, which holds any other),
+      // when its reading ran into the end of the buffer: a value is read up to a member whose end
+      // it cannot find, and a member's string is at most 4 KiB (`RecordSyntax.stringEnd`).
+      if let crossing = jsonCrossing, jsonOpen == nil, crossing.end + Self.jsonMemberReach >= bytes.count {
         var nesting = RecordSyntax.Nesting()
-        if RecordSyntax.follow(bytes, from: start, to: edge, nesting: &nesting, endsAtLineBreak: endsAtLineBreak) == nil
-        {
-          jsonOpen = nesting
-        }
+        if RecordSyntax.follow(bytes, from: crossing.start, to: edge, nesting: &nesting) == nil { jsonOpen = nesting }
       }
       // Signatures in the last `StreamStart.lookahead` bytes of a chunk are examined with the next
       // (which starts before them: it begins `overlap` bytes before this one ends), and only there:

@@ -324,4 +324,52 @@ final class ChunkEdgeTests: XCTestCase {
     text += filler(chunk)
     XCTAssertEqual(try findings(text, detector: "json-text", chunk: chunk).map(\.offset), lines)
   }
+
+  /// A JSON record cut short (no closing brace, or a string never closed) across an edge, in
+  /// binary data and in text, hides none of the records after it, on its line or the next: the
+  /// next chunk followed it to the next control byte and skipped megabytes of records (review).
+  func testAJSONValueCutShortAcrossAnEdgeHidesNoRecordAfterIt() throws {
+    let chunk = 64 << 10
+    let start = chunk - 100
+    let head = #"{"user": "ana", "card": "4111111111111111", "k1": "\#(String(repeating: "a", count: 200))""#
+    for (cut, separator) in [("", "\n"), (#", "note": "cut off"#, "\n"), (#", "note": "cut"#, "")] {
+      let records = (0..<5).map { #"{"user": "u\#($0)", "card": "4111", "amount": \#($0)}"# }
+      let text = Array((head + cut + separator + records.joined(separator: separator) + "\n").utf8)
+      var expected = [start]
+      var at = start + head.utf8.count + cut.utf8.count + separator.utf8.count
+      for record in records {
+        expected.append(at)
+        at += record.utf8.count + separator.utf8.count
+      }
+      // (On one line, the string cut short ends at the first quote of the record after it, which
+      // is then read as part of the cut record, in any chunk.)
+      if separator.isEmpty { expected.remove(at: 1) }
+      var binary = (0..<(start + text.count + chunk)).map { UInt8(0x80 + $0 * 7919 % 128) }
+      binary[0] = 0
+      binary[start - 1] = 0
+      binary.replaceSubrange(start..<(start + text.count), with: text)
+      binary[start + text.count] = 0
+      let line = separator.isEmpty ? "one line" : "lines"
+      XCTAssertEqual(
+        try findings(binary, detector: "json-text", chunk: chunk).map(\.offset), expected, "binary, \(line), \(cut)")
+      let log = filler(start) + text + filler(chunk)
+      // (In text, a record that is not closed before its line break is a record only on one line.)
+      XCTAssertEqual(
+        try findings(log, detector: "json-text", chunk: chunk).map(\.offset),
+        cut.isEmpty ? Array(expected.dropFirst()) : expected, "log, \(line), \(cut)")
+    }
+  }
+
+  /// A log line whose time stamp an edge cuts, a sentence after it, is judged whole by the chunk
+  /// that reads it to its end, and its tail is no line of its own in the next (it was reported
+  /// mid-line, at the edge: review).
+  func testTheTailOfALineJudgedWholeBeforeIsNoLineOfItsOwn() throws {
+    let chunk = 64 << 10
+    let line = Array("2026-11-30 10:00:00.123 the customer asked us to block her card and send a new one\n".utf8)
+    for cut in [5, 22, 30] {
+      let file = filler(chunk - cut) + line + filler(chunk)
+      let offsets = try findings(file, detector: "natural-language", chunk: chunk).map(\.offset)
+      XCTAssertFalse(offsets.contains(chunk), "cut \(cut) bytes in: \(offsets)")
+    }
+  }
 }
