@@ -38,11 +38,21 @@ enum TextDetectors {
   static func rareLineFindings(_ bytes: UnsafeRawBufferPointer) -> [Hit] {
     let (hits, lines) = judgeLines(bytes)
     var kept: [Hit] = []
-    for detector in ["key-value-text", "natural-language"] {
+    for detector in lineDetectors {
       let these = hits.filter { $0.detector == detector }
       if isRare(these.count, amongLines: lines) { kept += these }
     }
     return kept.sorted { $0.start < $1.start }
+  }
+
+  /// The two detectors `judgeLines` reports, judged rare in a log.
+  static let lineDetectors = ["key-value-text", "natural-language"]
+
+  /// The index of the line break at or after `start` in `bytes`, or `bytes.count` (memchr is
+  /// vectorised: a loop over the bytes was a quarter of a scan of pretty-printed JSON files).
+  @inline(__always)
+  private static func lineEnd(_ bytes: UnsafeRawBufferPointer, from start: Int, base: UnsafeRawPointer) -> Int {
+    memchr(base + start, 0x0a, bytes.count - start).map { base.distance(to: UnsafeRawPointer($0)) } ?? bytes.count
   }
 
   /// The rule `rareLineFindings` judges by: `count` lines of one detector are rare among `lines`
@@ -66,11 +76,9 @@ enum TextDetectors {
     /// Which window (`index(of:fileSize:)`) the lines and findings are of.
     private(set) var index = 0
     private var lines = 0
-    /// The two detectors judged, and per detector how many findings the window holds and the
-    /// first of them (no more than a file lists, `findingsPerDetectorPerFile`): a finding is made
+    /// Per detector (`lineDetectors`), how many findings the window holds and the first of them (no more than a file lists, `findingsPerDetectorPerFile`): a finding is made
     /// only for those, so a log of nothing but sentences costs a count per line and its memory
     /// stays bounded (making one per line took twice the time: review).
-    private static let detectors = ["key-value-text", "natural-language"]
     private var counts = [0, 0]
     private var held: [[Finding]] = [[], []]
 
@@ -80,8 +88,8 @@ enum TextDetectors {
     /// Counts a line of `detector` (one of `judgeLines`'s two) in the window, and holds its finding
     /// (`finding()`) if it may be listed.
     mutating func hold(_ detector: String, _ finding: () -> Finding) {
-      let slot = detector == Self.detectors[0] ? 0 : 1
-      assert(detector == Self.detectors[slot], "judgeLines reports two detectors")
+      let slot = detector == lineDetectors[0] ? 0 : 1
+      assert(detector == lineDetectors[slot], "judgeLines reports two detectors")
       counts[slot] += 1
       if held[slot].count < ScanReport.findingsPerDetectorPerFile { held[slot].append(finding()) }
     }
@@ -91,7 +99,7 @@ enum TextDetectors {
     mutating func flush(into report: inout ScanReport, startingWindow next: Int) {
       for slot in 0..<2 where counts[slot] > 0 && isRare(counts[slot], amongLines: lines) {
         for finding in held[slot] { report.add(finding) }
-        report.count(counts[slot] - held[slot].count, moreOf: Self.detectors[slot])
+        report.count(counts[slot] - held[slot].count, moreOf: lineDetectors[slot])
       }
       self = RareLineWindow()
       index = next
@@ -106,11 +114,7 @@ enum TextDetectors {
     var hits: [Hit] = []
     var lineStart = 0
     while lineStart < bytes.count {
-      // Lines are found with memchr (vectorised: a loop over the bytes was a quarter of a scan of
-      // pretty-printed JSON files).
-      let lineEnd =
-        memchr(base + lineStart, 0x0a, bytes.count - lineStart).map { base.distance(to: UnsafeRawPointer($0)) }
-        ?? bytes.count
+      let lineEnd = lineEnd(bytes, from: lineStart, base: base)
       var end = lineEnd
       if end > lineStart, bytes[end - 1] == 0x0d { end -= 1 }
       if end - lineStart >= 16, isFormBody(UnsafeRawBufferPointer(rebasing: bytes[lineStart..<end])) {
@@ -165,11 +169,9 @@ enum TextDetectors {
     var lines = 0
     classes.withUnsafeBufferPointer { table in
       var lineStart = 0
-      // Lines are found with memchr (vectorised); each byte of a line is classified once.
+      // Each byte of a line is classified once.
       while lineStart < bytes.count {
-        let lineEnd =
-          memchr(base + lineStart, 0x0a, bytes.count - lineStart).map { base.distance(to: UnsafeRawPointer($0)) }
-          ?? bytes.count
+        let lineEnd = lineEnd(bytes, from: lineStart, base: base)
         if lineEnd - lineStart >= 16, counted.contains(lineStart) { lines += 1 }
         if lineEnd - lineStart >= 16, !couldBePairs(base + lineStart, lineEnd - lineStart) {
           // A pre-filter: without two '=' the line can only be a sentence, and it stops being
