@@ -255,6 +255,9 @@ extension Scanner {
   /// `isBase64` of every byte value.
   private static let base64Table: [Bool] = (0...255).map { isBase64(UInt8($0)) }
 
+  /// `isBase64` for the AVX2 block search.
+  static let base64Bytes = ByteClass(isBase64)
+
   @inline(__always)
   static func isBase64(_ byte: UInt8) -> Bool {
     (byte | 0x20) &- 0x61 < 26 || byte &- 0x30 < 10 || byte == 0x2b || byte == 0x2f || byte == 0x2d || byte == 0x5f
@@ -361,7 +364,9 @@ extension Scanner {
   /// Where line-wrapped base64 begins (MIME bodies wrap at 76 characters, PEM at 64): the first of
   /// two or more lines of 60–80 base64 characters. Its decoded bytes are searched like a stream's,
   /// since a wrap inside a canary's base64 form hides it from the encoded patterns.
-  static func wrappedBase64Blocks(_ bytes: UnsafeRawBufferPointer, from: Int) -> [Int] {
+  static func wrappedBase64Blocks(
+    _ bytes: UnsafeRawBufferPointer, from: Int, vectorised: Bool = PairFilter.available
+  ) -> [Int] {
     guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return [] }
     /// The length of the base64 line at `start` if it is 60–80 characters ended by a line break.
     func lineLength(_ start: Int) -> Int? {
@@ -381,24 +386,11 @@ extension Scanner {
       return (60...80).contains(before - start) && (start == 0 || base[start - 1] == 0x0a)
     }
     var blocks: [Int] = []
-    // A block's first line is a run of 60–80 base64 characters with a line feed (or the buffer's
-    // start) before it and a line break after it: a maximal run, since neither is base64. Every
-    // run of 60 or more holds one of every 60th position, so only those are looked at until one
-    // is base64; the run through it is then measured and skipped, and its start judged as a line
-    // start. The line starts judged are those after a line feed at `from` or later (and the
-    // buffer's start when `from` is 0 or less), as when each line was found by its line feed; a
-    // line start that is not where a run of 60 or more begins fails `lineLength` whatever it is,
-    // so none is missed. (Random data: one check per 60 bytes, not a memchr call and a measure
-    // per line.)
-    let step = 60
-    var position = step - 1
     // `isBase64` as a table (one load, no branch per comparison) for the sampled bytes and their runs.
     let table = base64Table
-    while position < bytes.count {
-      guard table[Int(base[position])] else {
-        position += step
-        continue
-      }
+    /// Measures the run of base64 through `position` (a base64 byte), judges its start as a line
+    /// start, and returns the run's end.
+    func measureRun(through position: Int) -> Int {
       var start = position
       while start > 0, table[Int(base[start - 1])] { start -= 1 }
       var end = position + 1
@@ -410,8 +402,38 @@ extension Scanner {
         if next < bytes.count, base[next] == 0x0d { next += 1 }
         if next + 1 < bytes.count, base[next] == 0x0a, isBase64(base[next + 1]) { blocks.append(start) }
       }
-      // The next run of 60 or more starts past `end` (not base64), and holds one of these.
-      position = end + step
+      return end
+    }
+    // A block's first line is a run of 60–80 base64 characters with a line feed (or the buffer's
+    // start) before it and a line break after it: a maximal run, since neither is base64. Each such
+    // run is measured once, through a byte of it found as below, and its start judged as a line
+    // start. The line starts judged are those after a line feed at `from` or later (and the
+    // buffer's start when `from` is 0 or less), as when each line was found by its line feed; a
+    // line start that is not where a run of 60 or more begins fails `lineLength` whatever it is,
+    // so none is missed. (Random data: no memchr call and no measure per line.)
+    //
+    // With AVX2, 16-byte blocks all of base64 are looked for 32 bytes at a time, from the start and
+    // again from the end of each run measured: every run of 31 or more that ends where the loop
+    // stops holds one. From there (and without AVX2, from the start) every 60th byte is looked at
+    // until one is base64: a run of 60 or more past the first holds one of them, and a run through
+    // the first holds the first.
+    let step = 60
+    var position = vectorised ? 0 : step - 1
+    if vectorised {
+      while true {
+        let (block, found) = Self.base64Bytes.firstBlock(in: bytes, from: position)
+        position = block
+        guard found else { break }
+        position = measureRun(through: block)
+      }
+    }
+    while position < bytes.count {
+      guard table[Int(base[position])] else {
+        position += step
+        continue
+      }
+      // The next run of 60 or more starts past the end (not base64), and holds one of these.
+      position = measureRun(through: position) + step
     }
     return blocks
   }

@@ -73,3 +73,70 @@ struct PairFilter: Sendable {
     }
   }
 }
+
+/// A set of byte values as the AVX2 block search takes it (`vault_scan_find_class_block_avx2`):
+/// a byte belongs when the entries its low and its high nibble select share a bit. High nibbles
+/// whose bytes take the same low nibbles share one bit, so any set whose high nibbles fall into at
+/// most eight such groups is held exactly.
+struct ByteClass: Sendable {
+  /// 32 bytes: the bits of each low nibble, then of each high nibble.
+  let table: [UInt8]
+
+  init(_ member: (UInt8) -> Bool) {
+    var groups: [UInt16: Int] = [:]
+    var table = [UInt8](repeating: 0, count: 32)
+    for high in 0..<16 {
+      let lows = (0..<16).reduce(UInt16(0)) { member(UInt8(high << 4 | $1)) ? $0 | 1 << $1 : $0 }
+      guard lows != 0 else { continue }
+      let bit = groups[lows] ?? groups.count
+      precondition(bit < 8, "a byte class needs at most eight groups of high nibbles")
+      groups[lows] = bit
+      table[16 + high] |= 1 << bit
+      for low in 0..<16 where lows & (1 << low) != 0 { table[low] |= 1 << bit }
+    }
+    self.table = table
+  }
+
+  /// Whether `byte` belongs (what the AVX2 loop computes for one byte).
+  func contains(_ byte: UInt8) -> Bool { table[Int(byte & 15)] & table[16 + Int(byte >> 4)] != 0 }
+
+  /// The first 16-byte block `[b, b + 16)`, `b` = `from`, `from + 16`, ..., whose bytes all
+  /// belong, as `found`; or, with none, `found` false and `position` the first `b` not looked at
+  /// (fewer than 32 bytes are left from it: the caller looks at the rest itself). Any run of 31 or
+  /// more such bytes from `from` on holds such a block. Only when `PairFilter.available`.
+  @inline(__always)
+  func firstBlock(in bytes: UnsafeRawBufferPointer, from: Int) -> (position: Int, found: Bool) {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), from < bytes.count else {
+      return (max(from, 0), false)
+    }
+    var found: Int32 = 0
+    let position = table.withUnsafeBufferPointer {
+      vault_scan_find_class_block_avx2(base, bytes.count, max(from, 0), $0.baseAddress, &found)
+    }
+    return (position, found != 0)
+  }
+}
+
+/// A byte value followed, `distance` bytes on, by a byte of a class: the AVX2 search
+/// `vault_scan_find_byte_then_class_avx2` (random data: about one position in 65,536 for one
+/// byte followed by another).
+struct SpacedPair: Sendable {
+  let first: UInt8
+  let distance: Int
+  let second: ByteClass
+
+  /// The first position from `from` on where the pair occurs, as `found`; or, with none, `found`
+  /// false and `position` the first position not looked at (fewer than `distance + 32` bytes are
+  /// left from it: the caller looks at the rest itself). Only when `PairFilter.available`.
+  @inline(__always)
+  func firstMatch(in bytes: UnsafeRawBufferPointer, from: Int) -> (position: Int, found: Bool) {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), from < bytes.count else {
+      return (max(from, 0), false)
+    }
+    var found: Int32 = 0
+    let position = second.table.withUnsafeBufferPointer {
+      vault_scan_find_byte_then_class_avx2(base, bytes.count, max(from, 0), first, distance, $0.baseAddress, &found)
+    }
+    return (position, found != 0)
+  }
+}

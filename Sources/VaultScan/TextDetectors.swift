@@ -314,36 +314,24 @@ enum TextDetectors {
   }
 
   /// Runs of at least `minimum` bytes of printable text and white space (32: eight short words)
-  /// inside binary data, judged like text lines and as records (`recordFindings`). Only every
-  /// `minimum`-th byte is looked at until one is printable; the run around it is then measured and
-  /// skipped, so random data costs about one check per `minimum` bytes. Line breaks belong to the
-  /// run, so a pretty-printed or one-field-per-line record is judged whole. SQL schema text
-  /// (SQLite's own `CREATE TABLE …`) is not a finding.
-  static func runFindings(_ bytes: UnsafeRawBufferPointer, minimum: Int = 32) -> [Hit] {
+  /// inside binary data, judged like text lines and as records (`recordFindings`). Only 16-byte
+  /// blocks (with AVX2) or every `minimum - 7`-th byte are looked at until one is printable; the run
+  /// around it is then measured and skipped, so random data costs little more than one load per
+  /// 32 bytes. Line breaks belong to the run, so a pretty-printed or one-field-per-line record is
+  /// judged whole. SQL schema text (SQLite's own `CREATE TABLE …`) is not a finding.
+  static func runFindings(
+    _ bytes: UnsafeRawBufferPointer, minimum: Int = 32, vectorised: Bool = PairFilter.available
+  ) -> [Hit] {
     guard let base = bytes.baseAddress, bytes.count >= minimum else { return [] }
     let data = base.assumingMemoryBound(to: UInt8.self)
     @inline(__always) func printable(_ byte: UInt8) -> Bool {
       (byte >= 0x20 && byte < 0x7f) || byte == 0x0a || byte == 0x0d || byte == 0x09
     }
     var hits: [Hit] = []
-    // With `minimum` of 14 or more, every `minimum - 7`-th position is looked at, by the 8 bytes
-    // starting there (one test of all 8, without a branch per byte; random data fails it nearly
-    // always): a run of `minimum` printable bytes holds the 8 bytes from one of any `minimum - 7`
-    // consecutive positions of its first ones. So every run of `minimum` or more is still measured,
-    // once, whole; the runs judged are the same.
-    let filtered = minimum >= 14
-    let step = filtered ? minimum - 7 : minimum
-    var position = step - 1
     var scannedUpTo = 0
-    while position < bytes.count {
-      if filtered, position + 8 <= bytes.count, !allPrintable((base + position).loadUnaligned(as: UInt64.self)) {
-        position += step
-        continue
-      }
-      guard printable(data[position]) else {
-        position += step
-        continue
-      }
+    /// Measures the run through `position` (a printable byte, past `scannedUpTo`), judges it when
+    /// it is `minimum` long or more, and returns its end.
+    func measureRun(through position: Int) -> Int {
       var start = position
       while start > scannedUpTo, printable(data[start - 1]) { start -= 1 }
       var end = position + 1
@@ -355,11 +343,48 @@ enum TextDetectors {
         }
       }
       scannedUpTo = end
-      // The next run of `minimum` or more starts past `end` (not printable), and holds one of these.
-      position = end + step
+      return end
+    }
+    // With AVX2 and `minimum` of 31 or more, 16-byte blocks all printable are looked for 32 bytes at
+    // a time, from the start and again from the end of each run measured: every run of `minimum`
+    // that ends where that loop stops holds one, and is measured through it, once, whole.
+    let filtered = minimum >= 14
+    let step = filtered ? minimum - 7 : minimum
+    let blocks = vectorised && minimum >= 31
+    var position = blocks ? 0 : step - 1
+    if blocks {
+      while true {
+        let (block, found) = Self.printableBytes.firstBlock(in: bytes, from: position)
+        position = block
+        guard found else { break }
+        position = measureRun(through: block)
+      }
+    }
+    // From there (and without AVX2, from the start), with `minimum` of 14 or more, every
+    // `minimum - 7`-th position is looked at, by the 8 bytes starting there (one test of all 8,
+    // without a branch per byte; random data fails it nearly always): a run of `minimum` printable
+    // bytes holds the 8 bytes from one of any `minimum - 7` consecutive positions of its first
+    // ones. So every run of `minimum` or more is still measured, once, whole; the runs judged are
+    // the same. (A run of `minimum` through the AVX2 loop's stopping point whose 8 bytes from there
+    // are not all inside it began 16 bytes or more before it, so it holds the last block that loop
+    // looked at.)
+    while position < bytes.count {
+      if filtered, position + 8 <= bytes.count, !allPrintable((base + position).loadUnaligned(as: UInt64.self)) {
+        position += step
+        continue
+      }
+      guard printable(data[position]) else {
+        position += step
+        continue
+      }
+      // The next run of `minimum` or more starts past the end (not printable), and holds one of these.
+      position = measureRun(through: position) + step
     }
     return hits
   }
+
+  /// `runFindings`' printable bytes for the AVX2 block search.
+  static let printableBytes = ByteClass { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
 
   /// Whether all 8 bytes of `word` are printable as `runFindings` counts them (0x20–0x7e, tab,
   /// line feed, carriage return), tested on all 8 at once.

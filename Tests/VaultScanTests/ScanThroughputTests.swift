@@ -209,6 +209,110 @@ final class ScanThroughputTests: XCTestCase {
     }
   }
 
+  /// A `ByteClass` holds exactly the bytes of its rule (all 256 tried), and its AVX2 loop finds the
+  /// block its one-block rule finds, on buffers of every length from every start, with runs of the
+  /// class of every length from 29 to 34 put either side of the 16-byte block edges.
+  func testByteClassFindsTheFirstBlockItsRuleFinds() throws {
+    let printable: (UInt8) -> Bool = { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
+    let classes: [(ByteClass, (UInt8) -> Bool, [UInt8])] = [
+      (TextDetectors.printableBytes, printable, Array("ab 9\t\n\r~".utf8)),
+      (Scanner.base64Bytes, Scanner.isBase64, Array("Az09+/-_".utf8)),
+    ]
+    for (byteClass, rule, _) in classes {
+      for byte in 0...255 { XCTAssertEqual(byteClass.contains(UInt8(byte)), rule(UInt8(byte)), "byte \(byte)") }
+    }
+    try XCTSkipUnless(PairFilter.available, "no AVX2 here: the byte-by-byte loops run instead")
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<4000 {
+      let (byteClass, rule, members) = classes[round % 2]
+      var bytes = (0..<Int.random(in: 0...300, using: &generator)).map { _ in
+        Int.random(in: 0..<4, using: &generator) == 0
+          ? members.randomElement(using: &generator)! : UInt8.random(in: 0...255, using: &generator)
+      }
+      for _ in 0..<Int.random(in: 0...3, using: &generator) where bytes.count > 40 {
+        let length = Int.random(in: 29...34, using: &generator)
+        let edge = Int.random(in: 0...(bytes.count / 16), using: &generator) * 16
+        let at = min(max(0, edge + Int.random(in: -2...2, using: &generator)), bytes.count - length)
+        for index in at..<(at + length) { bytes[index] = members.randomElement(using: &generator)! }
+      }
+      let from = Int.random(in: -2...(bytes.count + 2), using: &generator)
+      var expected = (position: max(from, 0), found: false)
+      var block = max(from, 0)
+      search: while block + 32 <= bytes.count {
+        for half in [block, block + 16] where bytes[half..<(half + 16)].allSatisfy(rule) {
+          expected = (half, true)
+          break search
+        }
+        block += 32
+        expected.position = block
+      }
+      let found = bytes.withUnsafeBytes { byteClass.firstBlock(in: $0, from: from) }
+      XCTAssertEqual(found.found, expected.found, "round \(round), from \(from)")
+      XCTAssertEqual(found.position, expected.position, "round \(round), from \(from)")
+    }
+  }
+
+  /// A `SpacedPair` finds the first position its one-position rule finds, on buffers of every
+  /// length from every start; and the searches built on it (`-----BEGIN `, braces a quote follows,
+  /// arrays of strings) find the same with AVX2 as without, in buffers made of their own bytes.
+  func testSpacedPairsFindWhatTheirRuleFinds() throws {
+    try XCTSkipUnless(PairFilter.available, "no AVX2 here: the byte-by-byte loops run instead")
+    let pairs = [
+      SpacedPair(first: 0x2d, distance: 5, second: ByteClass { $0 == 0x42 }),
+      SpacedPair(first: 0x7b, distance: 1, second: ByteClass { $0 == 0x22 || $0 == 0x27 || $0 == 0x20 }),
+    ]
+    let alphabet = Array("-B{[\"' \n\t,]}a:1".utf8)
+    var generator = SystemRandomNumberGenerator()
+    let planted = [#"["ana", "4111111111111111"]"#, #"{ "user": "ana"}"#, "{'a': 1}", "-----BEGIN ", "[\n\"a\",\"b\"]"]
+    var counted = (braces: 0, arrays: 0, begins: 0)
+    for round in 0..<4000 {
+      var bytes = (0..<Int.random(in: 0...300, using: &generator)).map { _ in
+        Int.random(in: 0..<8, using: &generator) == 0
+          ? UInt8.random(in: 0...255, using: &generator) : alphabet.randomElement(using: &generator)!
+      }
+      for _ in 0..<Int.random(in: 0...3, using: &generator) {
+        let piece = Array(planted.randomElement(using: &generator)!.utf8)
+        guard bytes.count > piece.count else { continue }
+        let at = Int.random(in: 0...(bytes.count - piece.count), using: &generator)
+        bytes.replaceSubrange(at..<(at + piece.count), with: piece)
+      }
+      let from = Int.random(in: -2...(bytes.count + 2), using: &generator)
+      let pair = pairs[round % 2]
+      var expected = (position: max(from, 0), found: false)
+      var block = max(from, 0)
+      search: while block + pair.distance + 32 <= bytes.count {
+        for position in block..<(block + 32)
+        where bytes[position] == pair.first && pair.second.contains(bytes[position + pair.distance]) {
+          expected = (position, true)
+          break search
+        }
+        block += 32
+        expected.position = block
+      }
+      let found = bytes.withUnsafeBytes { pair.firstMatch(in: $0, from: from) }
+      XCTAssertEqual(found.found, expected.found, "round \(round), from \(from)")
+      XCTAssertEqual(found.position, expected.position, "round \(round), from \(from)")
+
+      bytes.withUnsafeBytes { buffer in
+        XCTAssertEqual(
+          RecordSyntax.quotedBraces(buffer, vectorised: true), RecordSyntax.quotedBraces(buffer, vectorised: false),
+          "round \(round)")
+        XCTAssertEqual(
+          RecordSyntax.stringArrays(buffer, vectorised: true).map { [$0.start, $0.end] },
+          RecordSyntax.stringArrays(buffer, vectorised: false).map { [$0.start, $0.end] }, "round \(round)")
+        XCTAssertEqual(
+          KeyMaterial.beginLines(buffer, vectorised: true), KeyMaterial.beginLines(buffer, vectorised: false),
+          "round \(round)")
+        counted.braces += RecordSyntax.quotedBraces(buffer).count
+        counted.arrays += RecordSyntax.stringArrays(buffer).count
+        counted.begins += KeyMaterial.beginLines(buffer).count
+      }
+    }
+    XCTAssertGreaterThan(counted.braces, 500)
+    XCTAssertGreaterThan(counted.arrays, 500)
+    XCTAssertGreaterThan(counted.begins, 500)
+  }
+
   /// `streamStarts` finds the same starts with the AVX2 pre-filter as byte by byte: signatures
   /// planted at random offsets (either side of every 32-byte block edge) in random bytes.
   func testStreamStartsAreTheSameWithAndWithoutThePreFilter() throws {
@@ -340,9 +444,9 @@ final class ScanThroughputTests: XCTestCase {
     return Array(bytes.prefix(count))
   }
 
-  /// `runFindings`, which looks at every 25th byte until a run is found, reports what judging every
-  /// maximal run of 32 or more printable bytes on its own reports (a buffer that is one run is
-  /// measured whole whatever the sampling).
+  /// `runFindings`, which looks at 16-byte blocks (AVX2) or every 25th byte until a run is found,
+  /// reports what judging every maximal run of 32 or more printable bytes on its own reports (a
+  /// buffer that is one run is measured whole whatever the sampling), with AVX2 and without.
   func testSampledRunsAreEveryRunOfThirtyTwoOrMore() {
     let pieces = [
       "Dear Ana, the plumber comes on Tuesday so please leave the key", "user=ana&card=4111111111111111&amount=90",
@@ -372,13 +476,50 @@ final class ScanThroughputTests: XCTestCase {
         }
         start = end
       }
-      let found = bytes.withUnsafeBytes { TextDetectors.runFindings($0) }.map { "\($0.start)-\($0.end) \($0.detector)" }
-      XCTAssertEqual(found, expected, "round \(round)")
+      for vectorised in Set([false, PairFilter.available]) {
+        let found = bytes.withUnsafeBytes { TextDetectors.runFindings($0, vectorised: vectorised) }.map {
+          "\($0.start)-\($0.end) \($0.detector)"
+        }
+        XCTAssertEqual(found, expected, "round \(round), AVX2 \(vectorised)")
+      }
     }
   }
 
-  /// `wrappedBase64Blocks`, which looks at every 60th byte until a base64 run is found, gives the
-  /// blocks a search of every line start (after each line feed from `from` on) gives.
+  /// A `key=value` line of 31 to 40 bytes in zero bytes is judged as it is alone wherever it lies: at
+  /// every offset of buffers of 40 to 140 bytes (each side of every 16-byte block edge and of the
+  /// point where the AVX2 loop hands over to the sampled one), with AVX2 and without.
+  func testARunIsFoundAtEveryOffsetOfEveryLength() {
+    let line = Array("user=ana&card=4111111111111111&amount=90&city=porto".utf8)
+    for length in [31, 32, 33, 40] {
+      let run = Array(line.prefix(length))
+      let alone = run.withUnsafeBytes { TextDetectors.runFindings($0, vectorised: false) }.map {
+        "\($0.start)-\($0.end) \($0.detector)"
+      }
+      if length >= 32 { XCTAssertFalse(alone.isEmpty, "a line of \(length) bytes is a finding") }
+      for count in 40...140 where count >= length {
+        for at in 0...(count - length) {
+          var bytes = [UInt8](repeating: 0, count: count)
+          bytes.replaceSubrange(at..<(at + length), with: run)
+          let expected = length >= 32 ? alone.map { shifted($0, by: at) } : []
+          for vectorised in Set([false, PairFilter.available]) {
+            let found = bytes.withUnsafeBytes { TextDetectors.runFindings($0, vectorised: vectorised) }.map {
+              "\($0.start)-\($0.end) \($0.detector)"
+            }
+            XCTAssertEqual(found, expected, "length \(length) at \(at) of \(count), AVX2 \(vectorised)")
+          }
+        }
+      }
+    }
+    func shifted(_ hit: String, by offset: Int) -> String {
+      let parts = hit.split(separator: " ", maxSplits: 1)
+      let range = parts[0].split(separator: "-").map { Int($0)! + offset }
+      return "\(range[0])-\(range[1]) \(parts[1])"
+    }
+  }
+
+  /// `wrappedBase64Blocks`, which looks at 16-byte blocks (AVX2) or every 60th byte until a base64
+  /// run is found, gives the blocks a search of every line start (after each line feed from `from`
+  /// on) gives, with AVX2 and without.
   func testSampledWrappedBase64IsTheLineByLineSearch() {
     func reference(_ bytes: [UInt8], from: Int) -> [Int] {
       func lineLength(_ start: Int) -> Int? {
@@ -426,13 +567,40 @@ final class ScanThroughputTests: XCTestCase {
         }
       }
       for from in [-5, 0, 1, 59, 60, 61, Int.random(in: 0...count, using: &generator), count, count + 3] {
-        let found = bytes.withUnsafeBytes { Scanner.wrappedBase64Blocks($0, from: from) }
-        XCTAssertEqual(found, reference(bytes, from: from), "round \(round), from \(from)")
+        for vectorised in Set([false, PairFilter.available]) {
+          let found = bytes.withUnsafeBytes { Scanner.wrappedBase64Blocks($0, from: from, vectorised: vectorised) }
+          XCTAssertEqual(found, reference(bytes, from: from), "round \(round), from \(from), AVX2 \(vectorised)")
+        }
       }
     }
   }
 
-  /// `beginLines` gives the offsets memmem gives for `-----BEGIN `, among runs of dashes of every length.
+  /// Two wrapped base64 lines of 60 or 64 characters in zero bytes are one block wherever they
+  /// lie: at every offset of buffers of 130 to 260 bytes, the second line cut short by the buffer's
+  /// end from its first character on (each side of every 16-byte block edge and of the point where
+  /// the AVX2 loop hands over to the sampled one), with AVX2 and without.
+  func testAWrappedBase64BlockIsFoundAtEveryOffset() {
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    for width in [60, 64] {
+      let line = (0..<width).map { alphabet[$0 * 7 % alphabet.count] }
+      let block = [0x0a] + line + [0x0a] + line + [0x0a]
+      for count in 130...260 {
+        // The block's first line feed, its first line, the line feed after it and one character.
+        for at in 0...(count - width - 3) {
+          var bytes = [UInt8](repeating: 0, count: count)
+          let kept = min(block.count, count - at)
+          bytes.replaceSubrange(at..<(at + kept), with: block.prefix(kept))
+          for vectorised in Set([false, PairFilter.available]) {
+            let found = bytes.withUnsafeBytes { Scanner.wrappedBase64Blocks($0, from: 0, vectorised: vectorised) }
+            XCTAssertEqual(found, [at + 1], "width \(width) at \(at) of \(count), AVX2 \(vectorised)")
+          }
+        }
+      }
+    }
+  }
+
+  /// `beginLines` gives the offsets memmem gives for `-----BEGIN `, among runs of dashes of every
+  /// length, with AVX2 and without.
   func testBeginLinesAreWhereMemmemFindsThem() {
     let needle = Array("-----BEGIN ".utf8)
     let alphabet = Array("-----BEGIN x".utf8)
@@ -444,9 +612,11 @@ final class ScanThroughputTests: XCTestCase {
         let at = Int.random(in: 0...(bytes.count - needle.count), using: &generator)
         bytes.replaceSubrange(at..<(at + needle.count), with: needle)
       }
-      let found = bytes.withUnsafeBytes { KeyMaterial.beginLines($0) }
       let expected = bytes.withUnsafeBytes { Patterns.occurrences(of: needle, in: $0, longNeedle: true) }
-      XCTAssertEqual(found, expected, "round \(round)")
+      for vectorised in Set([false, PairFilter.available]) {
+        let found = bytes.withUnsafeBytes { KeyMaterial.beginLines($0, vectorised: vectorised) }
+        XCTAssertEqual(found, expected, "round \(round), AVX2 \(vectorised)")
+      }
     }
   }
 
