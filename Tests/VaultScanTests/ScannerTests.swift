@@ -588,16 +588,39 @@ final class MultiSearcherTests: XCTestCase {
     return expected
   }
 
-  /// The strided filter must find exactly what a naive search finds, at every alignment.
+  /// The strided filter must find exactly what a naive search finds, at every alignment, in texts
+  /// of every length up to 300 bytes (the end of the loop that probes four positions at a time)
+  /// and of 5,000.
   func testFindsExactlyWhatANaiveSearchFinds() {
     var generator = SystemRandomNumberGenerator()
-    for round in 0..<30 {
+    for round in 0..<600 {
       let alphabet: [UInt8] = Array("abcd".utf8)  // small alphabet: many overlapping near-matches
-      let text = (0..<5000).map { _ in alphabet.randomElement(using: &generator)! }
+      let length = round < 30 ? 5000 : Int.random(in: 12...300, using: &generator)
+      let text = (0..<length).map { _ in alphabet.randomElement(using: &generator)! }
       let patterns = (0..<4).map { index in
         (0..<(4 + (round + index) % 9)).map { _ in alphabet.randomElement(using: &generator)! }
       }
       assertFindsWhatANaiveSearchFinds(patterns, in: text, "round \(round)")
+    }
+  }
+
+  /// In random bytes, where the filter passes few positions, every occurrence of a few patterns
+  /// (4 to 30 bytes, planted at random offsets) is found, in texts of every length up to 3,000.
+  func testPatternsPlantedInRandomBytesAreAllFound() {
+    var generator = SystemRandomNumberGenerator()
+    for round in 0..<400 {
+      let patterns = (0..<Int.random(in: 1...4, using: &generator)).map { _ in
+        (0..<Int.random(in: 4...30, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+      }
+      var text = (0..<Int.random(in: 31...3000, using: &generator)).map { _ in
+        UInt8.random(in: 0...255, using: &generator)
+      }
+      for _ in 0..<Int.random(in: 1...8, using: &generator) {
+        let pattern = patterns.randomElement(using: &generator)!
+        let at = Int.random(in: 0...(text.count - pattern.count), using: &generator)
+        text.replaceSubrange(at..<(at + pattern.count), with: pattern)
+      }
+      XCTAssertFalse(assertFindsWhatANaiveSearchFinds(patterns, in: text, "round \(round)").isEmpty)
     }
   }
 
