@@ -55,14 +55,14 @@ __attribute__((target("avx2"))) static inline size_t vault_scan_pair_positions_a
   return i;
 }
 
-/// The first position `i` from `from` on where `bytes[i] == first` and `bytes[i + distance]`
-/// belongs to the class `table` describes (as in `vault_scan_find_class_block_avx2`), looking at
-/// 32 positions at a time while `bytes[i + distance + 31]` is inside `count`. Sets `*found` to 1
-/// and returns it; or, with none, sets `*found` to 0 and returns the first position not looked at
-/// (the caller looks at the rest itself).
+/// The first 32-position block `[i, i + 32)`, `i` = `from`, `from + 32`, ..., that holds a position
+/// `p` where `bytes[p] == first` and `bytes[p + distance]` belongs to the class `table` describes
+/// (as in `vault_scan_find_class_block_avx2`), while `bytes[i + distance + 31]` is inside `count`.
+/// Returns its `i` and sets `*mask` to its positions (bit k: `i + k`); or, with none, returns the
+/// first `i` not looked at with `*mask` 0 (the caller looks at the rest itself).
 __attribute__((target("avx2"))) static inline size_t vault_scan_find_byte_then_class_avx2(
     const uint8_t *bytes, size_t count, size_t from, uint8_t first, size_t distance, const uint8_t *table,
-    int *found) {
+    uint32_t *mask) {
   const __m256i a = _mm256_set1_epi8((char)first);
   const __m256i low = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table)));
   const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16)));
@@ -76,45 +76,62 @@ __attribute__((target("avx2"))) static inline size_t vault_scan_find_byte_then_c
         _mm256_shuffle_epi8(low, _mm256_and_si256(y, nibble)),
         _mm256_shuffle_epi8(high, _mm256_and_si256(_mm256_srli_epi16(y, 4), nibble)));
     const __m256i both = _mm256_andnot_si256(_mm256_cmpeq_epi8(classes, zero), x);
-    const uint32_t mask = (uint32_t)_mm256_movemask_epi8(both);
-    if (mask != 0) {
-      *found = 1;
-      return i + (size_t)__builtin_ctz(mask);
+    const uint32_t found = (uint32_t)_mm256_movemask_epi8(both);
+    if (found != 0) {
+      *mask = found;
+      return i;
     }
     i += 32;
   }
-  *found = 0;
+  *mask = 0;
   return i;
 }
 
-/// The first of the 16-byte blocks `[b, b + 16)`, for `b` = `from`, `from + 16`, ..., whose bytes
-/// all belong to the class `table` describes, looking at two blocks at a time while both are
-/// inside `count`. Sets `*found` to 1 and returns its `b`; or, with none, sets `*found` to 0 and
-/// returns the first `b` not looked at (fewer than 32 bytes are left from it). `table` is 32 bytes:
-/// 16 for a byte's low nibble, then 16 for its high nibble; a byte belongs when the two entries
-/// its nibbles select share a set bit. Any run of 31 or more bytes of the class from `from` on
-/// holds one such block, so a caller that measures the run through the block found, then looks
-/// again from the run's end, meets every such run.
+/// The first of the blocks `[b, b + span)`, for `b` = `from`, `from + 16`, ..., whose bytes all
+/// belong to the class `table` describes, `span` 16 or (with `pairs`) 32, looking at the 32 bytes
+/// from `i` = `from`, `from + 32`, ... while they are inside `count` (with `pairs`, the block from
+/// `i - 16` when `i` is past `from`, then the one from `i`; else the one from `i`, then from `i + 16`).
+/// Sets `*found` to 1 and returns its `b`; or, with none, sets `*found` to 0 and returns the first
+/// `i` not looked at (fewer than 32 bytes are left from it). `table` is 32 bytes: 16 for a byte's
+/// low nibble, then 16 for its high nibble; a byte belongs when the two entries its nibbles select
+/// share a set bit. Any run of `span + 15` or more bytes of the class from `from` on holds such a
+/// block, so a caller that measures the run through the block found, then looks again from the
+/// run's end, meets every such run that ends where the loop stops.
 __attribute__((target("avx2"))) static inline size_t vault_scan_find_class_block_avx2(
-    const uint8_t *bytes, size_t count, size_t from, const uint8_t *table, int *found) {
+    const uint8_t *bytes, size_t count, size_t from, const uint8_t *table, int pairs, int *found) {
   const __m256i low = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table)));
   const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16)));
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i zero = _mm256_setzero_si256();
   size_t i = from;
+  int previous_high = 0;
   while (count >= 32 && i <= count - 32) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)(bytes + i));
     const __m256i classes = _mm256_and_si256(
         _mm256_shuffle_epi8(low, _mm256_and_si256(x, nibble)),
         _mm256_shuffle_epi8(high, _mm256_and_si256(_mm256_srli_epi16(x, 4), nibble)));
     const uint32_t outside = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(classes, zero));
-    if ((outside & 0xffff) == 0) {
-      *found = 1;
-      return i;
-    }
-    if ((outside >> 16) == 0) {
-      *found = 1;
-      return i + 16;
+    const int low_full = (outside & 0xffff) == 0;
+    const int high_full = (outside >> 16) == 0;
+    if (pairs) {
+      if (previous_high && low_full) {
+        *found = 1;
+        return i - 16;
+      }
+      if (low_full && high_full) {
+        *found = 1;
+        return i;
+      }
+      previous_high = high_full;
+    } else {
+      if (low_full) {
+        *found = 1;
+        return i;
+      }
+      if (high_full) {
+        *found = 1;
+        return i + 16;
+      }
     }
     i += 32;
   }

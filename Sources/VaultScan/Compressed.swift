@@ -412,20 +412,16 @@ extension Scanner {
     // line start that is not where a run of 60 or more begins fails `lineLength` whatever it is,
     // so none is missed. (Random data: no memchr call and no measure per line.)
     //
-    // With AVX2, 16-byte blocks all of base64 are looked for 32 bytes at a time, from the start and
-    // again from the end of each run measured: every run of 31 or more that ends where the loop
-    // stops holds one. From there (and without AVX2, from the start) every 60th byte is looked at
-    // until one is base64: a run of 60 or more past the first holds one of them, and a run through
-    // the first holds the first.
+    // With AVX2, 32 base64 bytes from every 16th position are looked for 32 bytes at a time, from
+    // the start and again from the end of each run measured: every run of 47 or more that ends
+    // where the loop stops holds them (runs of base64 shorter than a line, as in paths, hex and
+    // tokens, mostly do not, and are not measured). From there (and without AVX2, from the start)
+    // every 60th byte is looked at until one is base64: a run of 60 or more past the first holds
+    // one of them, and a run through the first holds the first.
     let step = 60
     var position = vectorised ? 0 : step - 1
     if vectorised {
-      while true {
-        let (block, found) = Self.base64Bytes.firstBlock(in: bytes, from: position)
-        position = block
-        guard found else { break }
-        position = measureRun(through: block)
-      }
+      position = Self.base64Bytes.forEachBlock(in: bytes, from: 0, span: 32, measureRun)
     }
     while position < bytes.count {
       guard table[Int(base[position])] else {

@@ -189,14 +189,11 @@ enum KeyMaterial {
       // 65,536; a line of dashes: none), each compared in full; the rest (and every position
       // without AVX2) by memchr.
       if vectorised {
-        while true {
-          let (candidate, matched) = beginPair.firstMatch(in: bytes, from: position)
-          position = candidate
-          guard matched else { break }
-          if position <= last, memcmp(base + position, begin.baseAddress!, begin.count) == 0 {
-            found.append(position)
+        position = beginPair.forEachMatch(in: bytes, from: 0) { candidate in
+          if candidate <= last, memcmp(base + candidate, begin.baseAddress!, begin.count) == 0 {
+            found.append(candidate)
           }
-          position += 1
+          return candidate + 1
         }
       }
       while position <= last, let hit = memchr(base + position, 0x2d, last - position + 1) {

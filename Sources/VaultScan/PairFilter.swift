@@ -100,20 +100,25 @@ struct ByteClass: Sendable {
   /// Whether `byte` belongs (what the AVX2 loop computes for one byte).
   func contains(_ byte: UInt8) -> Bool { table[Int(byte & 15)] & table[16 + Int(byte >> 4)] != 0 }
 
-  /// The first 16-byte block `[b, b + 16)`, `b` = `from`, `from + 16`, ..., whose bytes all
-  /// belong, as `found`; or, with none, `found` false and `position` the first `b` not looked at
-  /// (fewer than 32 bytes are left from it: the caller looks at the rest itself). Any run of 31 or
-  /// more such bytes from `from` on holds such a block. Only when `PairFilter.available`.
+  /// Calls `body` with each block `[b, b + span)` whose bytes all belong, for `b` = `from`,
+  /// `from + 16`, ... (`span` 16 or 32), then looks on from the position `body` returns (past `b`),
+  /// until fewer than 32 bytes are left; returns the first position not looked at (the caller looks
+  /// at the rest itself). Any run of `span + 15` or more such bytes from where a search starts
+  /// holds such a block. Only when `PairFilter.available`.
   @inline(__always)
-  func firstBlock(in bytes: UnsafeRawBufferPointer, from: Int) -> (position: Int, found: Bool) {
-    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), from < bytes.count else {
-      return (max(from, 0), false)
+  func forEachBlock(in bytes: UnsafeRawBufferPointer, from: Int, span: Int, _ body: (Int) -> Int) -> Int {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return max(from, 0) }
+    return table.withUnsafeBufferPointer { table in
+      var position = max(from, 0)
+      while position < bytes.count {
+        var found: Int32 = 0
+        let block = vault_scan_find_class_block_avx2(
+          base, bytes.count, position, table.baseAddress, span == 32 ? 1 : 0, &found)
+        guard found != 0 else { return block }
+        position = max(body(block), block + 1)
+      }
+      return position
     }
-    var found: Int32 = 0
-    let position = table.withUnsafeBufferPointer {
-      vault_scan_find_class_block_avx2(base, bytes.count, max(from, 0), $0.baseAddress, &found)
-    }
-    return (position, found != 0)
   }
 }
 
@@ -125,18 +130,29 @@ struct SpacedPair: Sendable {
   let distance: Int
   let second: ByteClass
 
-  /// The first position from `from` on where the pair occurs, as `found`; or, with none, `found`
-  /// false and `position` the first position not looked at (fewer than `distance + 32` bytes are
-  /// left from it: the caller looks at the rest itself). Only when `PairFilter.available`.
+  /// Calls `body` with each position from `from` on where the pair occurs, in order, then looks on
+  /// from the position `body` returns (past the one it was given), until fewer than `distance + 32`
+  /// bytes are left; returns the first position not looked at (the caller looks at the rest
+  /// itself). Only when `PairFilter.available`.
   @inline(__always)
-  func firstMatch(in bytes: UnsafeRawBufferPointer, from: Int) -> (position: Int, found: Bool) {
-    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), from < bytes.count else {
-      return (max(from, 0), false)
+  func forEachMatch(in bytes: UnsafeRawBufferPointer, from: Int, _ body: (Int) -> Int) -> Int {
+    guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self) else { return max(from, 0) }
+    return second.table.withUnsafeBufferPointer { table in
+      var next = max(from, 0)
+      var block = next
+      while block < bytes.count {
+        var mask: UInt32 = 0
+        let at = vault_scan_find_byte_then_class_avx2(
+          base, bytes.count, block, first, distance, table.baseAddress, &mask)
+        guard mask != 0 else { return max(at, next) }
+        while mask != 0 {
+          let position = at + mask.trailingZeroBitCount
+          mask &= mask - 1
+          if position >= next { next = max(body(position), position + 1) }
+        }
+        block = max(at + 32, next)
+      }
+      return max(block, next)
     }
-    var found: Int32 = 0
-    let position = second.table.withUnsafeBufferPointer {
-      vault_scan_find_byte_then_class_avx2(base, bytes.count, max(from, 0), first, distance, $0.baseAddress, &found)
-    }
-    return (position, found != 0)
   }
 }

@@ -128,12 +128,9 @@ enum RecordSyntax {
     // in 11,000, where memchr stops at every brace, one in 256); the rest (and every brace without
     // AVX2) by memchr. A brace another byte follows starts no object.
     if vectorised {
-      while true {
-        let (start, matched) = quotedBrace.firstMatch(in: bytes, from: index)
-        index = start
-        guard matched else { break }
-        index = start + 1
+      index = quotedBrace.forEachMatch(in: bytes, from: 0) { start in
         if opensQuotedObject(bytes, at: start) { found.append(start) }
+        return start + 1
       }
     }
     while index < bytes.count, let brace = memchr(base + index, 0x7b, bytes.count - index) {
@@ -320,12 +317,7 @@ enum RecordSyntax {
     // With AVX2, brackets a double quote or white space follows, 32 positions at a time; the rest
     // (and every bracket without AVX2) by memchr. A bracket another byte follows holds no string.
     if vectorised {
-      while true {
-        let (start, matched) = stringBracket.firstMatch(in: bytes, from: index)
-        index = start
-        guard matched else { break }
-        index = judge(start)
-      }
+      index = stringBracket.forEachMatch(in: bytes, from: 0, judge)
     }
     while index < bytes.count, let bracket = memchr(base + index, 0x5b, bytes.count - index) {
       index = judge(base.distance(to: UnsafeRawPointer(bracket)))

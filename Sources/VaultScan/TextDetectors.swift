@@ -353,12 +353,7 @@ enum TextDetectors {
     let blocks = vectorised && minimum >= 31
     var position = blocks ? 0 : step - 1
     if blocks {
-      while true {
-        let (block, found) = Self.printableBytes.firstBlock(in: bytes, from: position)
-        position = block
-        guard found else { break }
-        position = measureRun(through: block)
-      }
+      position = Self.printableBytes.forEachBlock(in: bytes, from: 0, span: 16, measureRun)
     }
     // From there (and without AVX2, from the start), with `minimum` of 14 or more, every
     // `minimum - 7`-th position is looked at, by the 8 bytes starting there (one test of all 8,

@@ -210,9 +210,11 @@ final class ScanThroughputTests: XCTestCase {
   }
 
   /// A `ByteClass` holds exactly the bytes of its rule (all 256 tried), and its AVX2 loop finds the
-  /// block its one-block rule finds, on buffers of every length from every start, with runs of the
-  /// class of every length from 29 to 34 put either side of the 16-byte block edges.
-  func testByteClassFindsTheFirstBlockItsRuleFinds() throws {
+  /// blocks of 16 and of 32 bytes its one-block rule finds, on buffers of every length from every
+  /// start, with runs of the class of every length from 29 to 50 put either side of the 16-byte
+  /// block edges; and measuring the run through each block found, then looking on from its end,
+  /// meets every run of 31 (or 47) or more before where the loop stops.
+  func testByteClassFindsTheBlocksItsRuleFinds() throws {
     let printable: (UInt8) -> Bool = { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x0a || $0 == 0x0d || $0 == 0x09 }
     let classes: [(ByteClass, (UInt8) -> Bool, [UInt8])] = [
       (TextDetectors.printableBytes, printable, Array("ab 9\t\n\r~".utf8)),
@@ -225,35 +227,90 @@ final class ScanThroughputTests: XCTestCase {
     var generator = SystemRandomNumberGenerator()
     for round in 0..<4000 {
       let (byteClass, rule, members) = classes[round % 2]
+      let span = round % 4 < 2 ? 16 : 32
       var bytes = (0..<Int.random(in: 0...300, using: &generator)).map { _ in
         Int.random(in: 0..<4, using: &generator) == 0
           ? members.randomElement(using: &generator)! : UInt8.random(in: 0...255, using: &generator)
       }
-      for _ in 0..<Int.random(in: 0...3, using: &generator) where bytes.count > 40 {
-        let length = Int.random(in: 29...34, using: &generator)
+      for _ in 0..<Int.random(in: 0...3, using: &generator) where bytes.count > 60 {
+        let length = Int.random(in: 29...50, using: &generator)
         let edge = Int.random(in: 0...(bytes.count / 16), using: &generator) * 16
         let at = min(max(0, edge + Int.random(in: -2...2, using: &generator)), bytes.count - length)
         for index in at..<(at + length) { bytes[index] = members.randomElement(using: &generator)! }
       }
       let from = Int.random(in: -2...(bytes.count + 2), using: &generator)
-      var expected = (position: max(from, 0), found: false)
-      var block = max(from, 0)
-      search: while block + 32 <= bytes.count {
-        for half in [block, block + 16] where bytes[half..<(half + 16)].allSatisfy(rule) {
-          expected = (half, true)
-          break search
+      // The one-block rule, as the loop applies it 32 bytes at a time.
+      func firstBlock(from start: Int) -> (position: Int, found: Bool) {
+        var block = start
+        var previousHigh = false
+        while block + 32 <= bytes.count {
+          let low = bytes[block..<(block + 16)].allSatisfy(rule)
+          let high = bytes[(block + 16)..<(block + 32)].allSatisfy(rule)
+          if span == 32 {
+            if previousHigh && low { return (block - 16, true) }
+            if low && high { return (block, true) }
+            previousHigh = high
+          } else {
+            if low { return (block, true) }
+            if high { return (block + 16, true) }
+          }
+          block += 32
         }
-        block += 32
-        expected.position = block
+        return (block, false)
       }
-      let found = bytes.withUnsafeBytes { byteClass.firstBlock(in: $0, from: from) }
-      XCTAssertEqual(found.found, expected.found, "round \(round), from \(from)")
-      XCTAssertEqual(found.position, expected.position, "round \(round), from \(from)")
+      var expected: [Int] = []
+      var position = max(from, 0)
+      while position < bytes.count {
+        let (block, found) = firstBlock(from: position)
+        guard found else {
+          position = block
+          break
+        }
+        expected.append(block)
+        position = block + block % 37 + 1
+      }
+      var blocks: [Int] = []
+      let stop = bytes.withUnsafeBytes { buffer in
+        byteClass.forEachBlock(in: buffer, from: from, span: span) { block in
+          blocks.append(block)
+          return block + block % 37 + 1
+        }
+      }
+      XCTAssertEqual(blocks, expected, "round \(round), from \(from)")
+      XCTAssertEqual(stop, position, "round \(round), from \(from)")
+
+      // Every maximal run of `span + 15` or more from `from` on that ends before the stop is met.
+      var runs: [Range<Int>] = []
+      func run(through index: Int) -> Range<Int> {
+        var (start, end) = (index, index + 1)
+        while start > 0, rule(bytes[start - 1]) { start -= 1 }
+        while end < bytes.count, rule(bytes[end]) { end += 1 }
+        return start..<end
+      }
+      let end = bytes.withUnsafeBytes { buffer in
+        byteClass.forEachBlock(in: buffer, from: from, span: span) { block in
+          runs.append(run(through: block))
+          return runs.last!.upperBound
+        }
+      }
+      var index = max(from, 0)
+      while index < bytes.count {
+        guard rule(bytes[index]) else {
+          index += 1
+          continue
+        }
+        let whole = run(through: index)
+        let fromStart = max(whole.lowerBound, max(from, 0))..<whole.upperBound
+        if fromStart.count >= span + 15, whole.upperBound <= end {
+          XCTAssertTrue(runs.contains(whole), "round \(round): run \(whole) from \(from), stop \(end)")
+        }
+        index = whole.upperBound
+      }
     }
   }
 
-  /// A `SpacedPair` finds the first position its one-position rule finds, on buffers of every
-  /// length from every start; and the searches built on it (`-----BEGIN `, braces a quote follows,
+  /// A `SpacedPair` finds every position its one-position rule finds, less those the caller
+  /// skips, on buffers of every length from every start, up to where it stops; and the searches built on it (`-----BEGIN `, braces a quote follows,
   /// arrays of strings) find the same with AVX2 as without, in buffers made of their own bytes.
   func testSpacedPairsFindWhatTheirRuleFinds() throws {
     try XCTSkipUnless(PairFilter.available, "no AVX2 here: the byte-by-byte loops run instead")
@@ -278,20 +335,27 @@ final class ScanThroughputTests: XCTestCase {
       }
       let from = Int.random(in: -2...(bytes.count + 2), using: &generator)
       let pair = pairs[round % 2]
-      var expected = (position: max(from, 0), found: false)
-      var block = max(from, 0)
-      search: while block + pair.distance + 32 <= bytes.count {
-        for position in block..<(block + 32)
-        where bytes[position] == pair.first && pair.second.contains(bytes[position + pair.distance]) {
-          expected = (position, true)
-          break search
+      // Every position where the pair occurs, from `from` on, skipping what the body skips, up to
+      // where the loop stops: fewer than `distance + 32` bytes from a block's start.
+      let skip = Int.random(in: 1...40, using: &generator)
+      var matches: [Int] = []
+      let stop = bytes.withUnsafeBytes { buffer in
+        pair.forEachMatch(in: buffer, from: from) { position in
+          matches.append(position)
+          return position + skip
         }
-        block += 32
-        expected.position = block
       }
-      let found = bytes.withUnsafeBytes { pair.firstMatch(in: $0, from: from) }
-      XCTAssertEqual(found.found, expected.found, "round \(round), from \(from)")
-      XCTAssertEqual(found.position, expected.position, "round \(round), from \(from)")
+      XCTAssertGreaterThanOrEqual(stop, max(from, 0))
+      XCTAssertTrue(
+        stop >= bytes.count - pair.distance - 32 || bytes.count < pair.distance + 32, "round \(round): stop \(stop)")
+      var expected: [Int] = []
+      var next = max(from, 0)
+      for position in max(from, 0)..<max(max(from, 0), min(stop, bytes.count - pair.distance))
+      where position >= next && bytes[position] == pair.first && pair.second.contains(bytes[position + pair.distance]) {
+        expected.append(position)
+        next = position + skip
+      }
+      XCTAssertEqual(matches, expected, "round \(round), from \(from), skip \(skip)")
 
       bytes.withUnsafeBytes { buffer in
         XCTAssertEqual(
