@@ -7,6 +7,12 @@ import Foundation
 /// so the durability promise of a single enqueue is unchanged. A lone caller leads a group of one,
 /// paying nothing but an uncontended lock.
 ///
+/// Each caller sleeps on a `WakeUp` of its own: the leader wakes the callers whose records it
+/// committed, one by one, and hands the lead to the first caller that arrived during its commit.
+/// Nobody else is woken: no caller wakes to find its records not yet committed, and none wakes to
+/// queue for the lock. (Through one condition broadcast, four enqueueing threads spent about half
+/// of their CPU waking and switching: 27 futex calls per commit of four.)
+///
 /// A leader first gathers: when the last commit saw more callers than are waiting now (those it
 /// just woke, about to come back with their next record), it waits for them, at most
 /// `gatherLimit`, as PostgreSQL's `commit_delay` does. Without that, four threads settled into
@@ -21,8 +27,11 @@ final class GroupCommit: @unchecked Sendable {
     /// The only queues whose records the cap may drop to make room for these, within what the
     /// container allows; nil: what the container allows.
     let victims: Set<String>?
-    /// Set under the lock by the leader once the group's commit returned (or failed).
+    /// Set under the lock by the leader once the group's commit returned (or failed), before it
+    /// signals `wakeUp`.
     fileprivate(set) var result: Result<[EnqueueOutcome], any Error>?
+    /// Signalled once, when `result` is set or when this request's caller is to lead.
+    fileprivate let wakeUp = WakeUp()
 
     init(records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>? = nil) {
       self.records = records
@@ -31,8 +40,10 @@ final class GroupCommit: @unchecked Sendable {
     }
   }
 
+  /// Its lock guards the fields below; only a gathering leader waits on its condition.
   private let condition = MonotonicCondition()
   private var waiting: [Request] = []
+  /// Whether a caller leads (gathers, commits, or is being handed the lead).
   private var leading = false
   /// How many callers the last commit saw (its group and those that arrived meanwhile): how many
   /// the next leader gathers.
@@ -78,34 +89,40 @@ final class GroupCommit: @unchecked Sendable {
   {
     condition.lock()
     waiting.append(request)
-    if gathering { condition.broadcast() }
-    while request.result == nil {
-      if leading {
-        condition.wait()
-        continue
-      }
-      leading = true
-      if waiting.count < expected {
-        gathering = true
-        let deadline = MonotonicCondition.deadline(after: gatherLimit)
-        while waiting.count < expected, condition.wait(until: deadline) {}
-        gathering = false
-        expected = min(expected, waiting.count)
-      }
-      let group = waiting
-      waiting = []
+    if leading {
+      // The gathering leader needs waking only once every caller it waits for has come.
+      if gathering, waiting.count >= expected { condition.signal() }
       condition.unlock()
-      let results = commit(group)
+      request.wakeUp.wait()
+      if let result = request.result { return try result.get() }
+      // Handed the lead by the last leader: `leading` stayed true for this caller.
       condition.lock()
-      for (member, result) in zip(group, results) { member.result = result }
-      statistics.commits += 1
-      statistics.requests += group.count
-      expected = group.count + waiting.count
-      leading = false
-      // Wakes the group's callers, and those that arrived meanwhile: one of them leads next.
-      condition.broadcast()
+    } else {
+      leading = true
     }
+    if waiting.count < expected {
+      gathering = true
+      let deadline = MonotonicCondition.deadline(after: gatherLimit)
+      while waiting.count < expected, condition.wait(until: deadline) {}
+      gathering = false
+      expected = min(expected, waiting.count)
+    }
+    let group = waiting
+    waiting = []
     condition.unlock()
+    let results = commit(group)
+    condition.lock()
+    for (member, result) in zip(group, results) { member.result = result }
+    statistics.commits += 1
+    statistics.requests += group.count
+    expected = group.count + waiting.count
+    // The first caller that arrived during the commit leads the next one; with none, the next
+    // caller to arrive does.
+    let next = waiting.first
+    if next == nil { leading = false }
+    condition.unlock()
+    next?.wakeUp.signal()
+    for member in group where member !== request { member.wakeUp.signal() }
     return try request.result!.get()
   }
 }
