@@ -111,6 +111,8 @@ final class GroupCommit: @unchecked Sendable {
     waiting = []
     condition.unlock()
     let results = commit(group)
+    // A request left without a result would take its wake-up for the lead.
+    precondition(results.count == group.count, "one result per request")
     condition.lock()
     for (member, result) in zip(group, results) { member.result = result }
     statistics.commits += 1
@@ -121,8 +123,10 @@ final class GroupCommit: @unchecked Sendable {
     let next = waiting.first
     if next == nil { leading = false }
     condition.unlock()
-    next?.wakeUp.signal()
+    // The group first: a next leader woken before two hundred of them were could see its gather
+    // end before they came back (review: 131 requests per commit instead of 164 at 200 threads).
     for member in group where member !== request { member.wakeUp.signal() }
+    next?.wakeUp.signal()
     return try request.result!.get()
   }
 }
