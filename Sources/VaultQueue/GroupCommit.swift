@@ -27,16 +27,25 @@ final class GroupCommit: @unchecked Sendable {
     /// The only queues whose records the cap may drop to make room for these, within what the
     /// container allows; nil: what the container allows.
     let victims: Set<String>?
+    /// The records' envelopes, in order, sealed by the caller before it joined a group, so that
+    /// callers seal at once on their own threads rather than one after another in the leader's
+    /// transaction; nil: sealed there. The commit seals a record again when the vault's active
+    /// version inside the transaction is not the one it was sealed under (a rotation came between).
+    let envelopes: [[UInt8]]?
     /// Set under the lock by the leader once the group's commit returned (or failed), before it
     /// signals `wakeUp`.
     fileprivate(set) var result: Result<[EnqueueOutcome], any Error>?
     /// Signalled once, when `result` is set or when this request's caller is to lead.
     fileprivate let wakeUp = WakeUp()
 
-    init(records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>? = nil) {
+    init(
+      records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>? = nil, envelopes: [[UInt8]]? = nil
+    ) {
+      precondition(envelopes == nil || envelopes?.count == records.count, "one envelope per record")
       self.records = records
       self.queue = queue
       self.victims = victims
+      self.envelopes = envelopes
     }
   }
 

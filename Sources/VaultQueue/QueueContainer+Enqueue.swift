@@ -61,7 +61,18 @@ extension QueueContainer {
     for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
-    return try groupCommit.submit(GroupCommit.Request(records: records, queue: queue)) { self.commit($0) }
+    return try groupCommit.submit(try sealedRequest(records, queue: queue, victims: nil)) { self.commit($0) }
+  }
+
+  /// A request whose records are sealed now, on the caller's thread, under the vault's active
+  /// version (the commit seals again any the transaction finds under another).
+  private func sealedRequest(
+    _ records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>?
+  ) throws -> GroupCommit.Request {
+    let envelopes = try records.map { record in
+      try vault.seal(record.payload, context: context(queue: queue, id: record.id.recordText))
+    }
+    return GroupCommit.Request(records: records, queue: queue, victims: victims, envelopes: envelopes)
   }
 
   /// `enqueue(_:queue:id:)` that may make room only by dropping records of `victims` (within what
@@ -83,8 +94,7 @@ extension QueueContainer {
     if payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
-    let request = GroupCommit.Request(
-      records: [(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
+    let request = try sealedRequest([(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
     return try groupCommit.submit(request) { self.commit($0) }[0]
   }
 
@@ -154,9 +164,18 @@ extension QueueContainer {
   ) throws -> [EnqueueOutcome] {
     var outcomes: [EnqueueOutcome] = []
     var added = 0
-    for record in request.records {
+    for (index, record) in request.records.enumerated() {
       let idText = record.id.recordText
-      let envelope = try vault.seal(record.payload, context: context(queue: request.queue, id: idText))
+      let envelope: [UInt8]
+      let version: UInt32
+      if let sealed = request.envelopes?[index], let header = try? Envelope.header(of: sealed),
+        header.version == vault.activeVersion
+      {
+        (envelope, version) = (sealed, header.version)
+      } else {
+        envelope = try vault.seal(record.payload, context: context(queue: request.queue, id: idText))
+        version = try Envelope.header(of: envelope).version
+      }
       // The unique id decides: an existing record is kept as it is and reported as a duplicate.
       let inserted = try envelope.withUnsafeBytes { bytes in
         try storage.statement(
@@ -166,7 +185,7 @@ extension QueueContainer {
           """
         ).run([
           .text(idText), .text(request.queue), .integer(now), .integer(Int64(envelope.count)),
-          .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .integer(born),
+          .integer(Int64(version)), .blob(bytes), .integer(born),
         ])
       }
       guard inserted == 1 else {

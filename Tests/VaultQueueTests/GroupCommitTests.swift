@@ -257,6 +257,36 @@ final class GroupCommitTests: XCTestCase {
     XCTAssertEqual(Set(claimed.map(\.id)), Set(ids.joined()))
   }
 
+  /// Callers seal their records before they join a group: the commit stores a caller's envelope
+  /// as it is while the version it was sealed under is still active, and seals the record again
+  /// when a rotation came between (nothing older than the active version enters the container).
+  func testACallersEnvelopeIsStoredUnlessARotationCameBetween() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: vault)
+    // An envelope of other bytes than the request's payload shows which of the two was stored.
+    let (current, stale) = (UUID(), UUID())
+    let sealedNow = try vault.seal(
+      Array("as sealed".utf8), context: container.context(queue: "q", id: current.recordText))
+    let sealedBefore = try vault.seal(
+      Array("as sealed".utf8), context: container.context(queue: "q", id: stale.recordText))
+    let first = vault.activeVersion
+    let now = GroupCommit.Request(records: [(current, Array("payload".utf8))], queue: "q", envelopes: [sealedNow])
+    XCTAssertEqual(try container.commit([now])[0].get(), [.stored])
+    _ = try vault.rotate(containers: QueueContainerProvider(), options: RotationOptions(retireUnused: false))
+    XCTAssertGreaterThan(vault.activeVersion, first)
+    let before = GroupCommit.Request(records: [(stale, Array("payload".utf8))], queue: "q", envelopes: [sealedBefore])
+    XCTAssertEqual(try container.commit([before])[0].get(), [.stored])
+    let versions = Dictionary(uniqueKeysWithValues: try container.list().map { ($0.id, $0.keyVersion) })
+    XCTAssertEqual(versions[stale], vault.activeVersion, "sealed again under the active version")
+    let claimed = try container.claim(queue: "q", maxCount: 2)
+    let payloads = Dictionary(
+      uniqueKeysWithValues: claimed.map { ($0.id, String(decoding: $0.payload, as: UTF8.self)) })
+    XCTAssertEqual(payloads[current], "as sealed", "the caller's envelope, stored as it was")
+    XCTAssertEqual(payloads[stale], "payload", "the record, sealed again")
+  }
+
   /// A request the cap refuses fails alone; records of the same group are never the cap's victims.
   func testACapRefusalInAGroupIsThatRequestsAlone() throws {
     let temporary = TemporaryDirectory()
