@@ -64,15 +64,18 @@ extension QueueContainer {
     return try groupCommit.submit(try sealedRequest(records, queue: queue, victims: nil)) { self.commit($0) }
   }
 
-  /// A request whose records are sealed now, on the caller's thread, under the vault's active
-  /// version (the commit seals again any the transaction finds under another).
+  /// A request of one record is sealed now, on the caller's thread, under the vault's active
+  /// version (the commit seals it again if the transaction finds another active). A batch is sealed
+  /// record by record in the commit, as before: sealed ahead, all its envelopes would be held at
+  /// once beside its payloads (11 MB more for a batch of 10,000 records of 1 KiB).
   private func sealedRequest(
     _ records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>?
   ) throws -> GroupCommit.Request {
-    let envelopes = try records.map { record in
-      try vault.seal(record.payload, context: context(queue: queue, id: record.id.recordText))
+    guard records.count == 1, let record = records.first else {
+      return GroupCommit.Request(records: records, queue: queue, victims: victims)
     }
-    return GroupCommit.Request(records: records, queue: queue, victims: victims, envelopes: envelopes)
+    let envelope = try vault.seal(record.payload, context: context(queue: queue, id: record.id.recordText))
+    return GroupCommit.Request(records: records, queue: queue, victims: victims, envelopes: [envelope])
   }
 
   /// `enqueue(_:queue:id:)` that may make room only by dropping records of `victims` (within what
