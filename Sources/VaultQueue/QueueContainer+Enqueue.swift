@@ -160,8 +160,9 @@ extension QueueContainer {
     return results.map { $0 ?? .success([]) }
   }
 
-  /// One request's records: sealed under the active key and inserted, duplicates reported, then
-  /// (when one was stored) the cap enforced on records older than the group.
+  /// One request's records: sealed under the active key (or, sealed by the caller, stored as they
+  /// are when that key is still the active one) and inserted, duplicates reported, then (when one
+  /// was stored) the cap enforced on records older than the group.
   private func insert(
     _ request: GroupCommit.Request, into storage: Storage, now: Int64, born: Int64, victimsUpTo lastExisting: Int64
   ) throws -> [EnqueueOutcome] {
