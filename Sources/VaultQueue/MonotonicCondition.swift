@@ -34,7 +34,6 @@ final class MonotonicCondition: @unchecked Sendable {
 
   func lock() { Self.check(pthread_mutex_lock(mutex), "pthread_mutex_lock") }
   func unlock() { Self.check(pthread_mutex_unlock(mutex), "pthread_mutex_unlock") }
-  func broadcast() { Self.check(pthread_cond_broadcast(condition), "pthread_cond_broadcast") }
   /// Wakes one waiter (for a condition that only one thread at a time waits on).
   func signal() { Self.check(pthread_cond_signal(condition), "pthread_cond_signal") }
 

@@ -3,10 +3,10 @@ import XCTest
 
 @testable import VaultQueue
 
-/// The group commit's condition: a timed wait ends at its monotonic deadline, and a broadcast
-/// wakes a waiter before it.
+/// The group commit's condition: a timed wait ends at its monotonic deadline, and a signal wakes
+/// the waiter before it.
 final class MonotonicConditionTests: XCTestCase {
-  func testATimedWaitEndsAtItsDeadlineAndABroadcastWakesItBefore() {
+  func testATimedWaitEndsAtItsDeadlineAndASignalWakesItBefore() {
     let condition = MonotonicCondition()
     condition.lock()
     let started = DispatchTime.now()
@@ -22,12 +22,12 @@ final class MonotonicConditionTests: XCTestCase {
     Thread {
       woken.lock()
       flag.set = true
-      woken.broadcast()
+      woken.signal()
       woken.unlock()
     }.start()
     let far = MonotonicCondition.deadline(after: 60)
     while !flag.set {
-      XCTAssertTrue(woken.wait(until: far), "woken by the broadcast, not by the deadline")
+      XCTAssertTrue(woken.wait(until: far), "woken by the signal, not by the deadline")
     }
     woken.unlock()
   }
