@@ -406,6 +406,12 @@ public enum ManifestFile {
     case tooLarge(path: String, bytes: Int)
     /// The MAC does not verify, or is absent from a vault that has an integrity key.
     case unauthenticated(path: String)
+    /// The manifest belongs to another user (`owner`) than the one running (`expected`): vault is
+    /// run as the wrong user. The file is fine; nothing was read from it.
+    case wrongOwner(path: String, owner: UInt32, expected: UInt32)
+    /// The manifest's mode (`mode`) lets group or others change it. The file is not damaged by that;
+    /// it is refused until its mode is private.
+    case openToOthers(path: String, mode: UInt32)
     /// The manifest belongs to another vault than the key store's copy.
     case mismatchedMirror(path: String)
     /// The manifest was written for another vault home, which still holds the vault (a copy).
@@ -434,6 +440,16 @@ public enum ManifestFile {
       case .mismatchedMirror(let path):
         "the vault manifest \(path) and the copy in the key store belong to different vaults; "
           + "check that --home and the key store belong together"
+      case .wrongOwner(let path, let owner, let expected) where expected == 0:
+        // Never tell root to take a user's vault: the user would lose access to their own data.
+        "the vault manifest \(path) belongs to uid \(owner), not root; nothing was changed. "
+          + "Run as uid \(owner), the vault's owner"
+      case .wrongOwner(let path, let owner, let expected):
+        "the vault manifest \(path) is owned by uid \(owner), not by you (uid \(expected)); nothing was changed. "
+          + "Run as uid \(owner), the vault's owner"
+      case .openToOthers(let path, let mode):
+        "the vault manifest \(path) has mode \(octal(mode)), which lets others change it; nothing was changed. "
+          + "Run: chmod 600 \(ShellWord.quoted(path))"
       }
     }
   }
@@ -593,16 +609,8 @@ public enum ManifestFile {
   /// own file and writable by nobody else.
   static func checkPrivate(_ path: String, info: stat) throws {
     let me = geteuid()
-    guard info.st_uid == me else {
-      throw Failure.corrupt(
-        path: path,
-        reason: "owned by uid \(info.st_uid), not by you (uid \(me)); run vault as the user who owns the vault")
-    }
-    guard info.st_mode & 0o022 == 0 else {
-      throw Failure.corrupt(
-        path: path,
-        reason: "mode \(octal(UInt32(info.st_mode))) lets others change it; run: chmod 600 \(ShellWord.quoted(path))")
-    }
+    guard info.st_uid == me else { throw Failure.wrongOwner(path: path, owner: info.st_uid, expected: me) }
+    guard info.st_mode & 0o022 == 0 else { throw Failure.openToOthers(path: path, mode: UInt32(info.st_mode)) }
   }
 }
 
@@ -707,6 +715,8 @@ extension ManifestFile.Failure: CodedError {
     case .unauthenticated: "manifest.unauthenticated"
     case .mismatchedMirror: "manifest.mismatched-mirror"
     case .copiedHome: "manifest.copied-home"
+    case .wrongOwner: "manifest.wrong-owner"
+    case .openToOthers: "manifest.open-to-others"
     }
   }
 }

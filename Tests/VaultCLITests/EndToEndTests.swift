@@ -138,6 +138,41 @@ final class EndToEndTests: XCTestCase {
     XCTAssertFalse(run.error.contains("chown"), run.error)
   }
 
+  /// A manifest of another user's, or one others may change, is not damage: the error says whom to run
+  /// as or which mode to set, never "restore it from a backup", and changes nothing.
+  func testAManifestOwnedByAnotherUserIsRefusedWithWhomToRunAs() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    let manifestPath = home + "/manifest.json"
+    let before = try Data(contentsOf: URL(fileURLWithPath: manifestPath))
+    let entries = try FileManager.default.contentsOfDirectory(atPath: home).sorted()
+    XCTAssertEqual(chown(manifestPath, 4242, 4242), 0)
+    for command in [["status"], ["queue", "stats"], ["rotate"], ["seal", "--context", "c"]] {
+      let run = try vault(["--home", home] + command, input: secret)
+      XCTAssertEqual(run.status, 1, "\(command)")
+      XCTAssertTrue(
+        run.error.contains("belongs to uid 4242, not root; nothing was changed. Run as uid 4242"), run.error)
+      XCTAssertTrue(run.error.contains("sudo -u '#4242' vault"), run.error)
+      XCTAssertFalse(
+        run.error.contains("corrupt") || run.error.contains("backup") || run.error.contains("chown"), run.error)
+      XCTAssertTrue(run.output.isEmpty)
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: manifestPath)), before)
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).sorted(), entries, "nothing was made")
+  }
+
+  func testAManifestOthersMayChangeIsRefusedWithTheMode() throws {
+    let manifestPath = home + "/manifest.json"
+    XCTAssertEqual(chmod(manifestPath, 0o666), 0)
+    let run = try vault(["--home", home, "status"])
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(
+      run.error.contains(
+        "has mode 0666, which lets others change it; nothing was changed. Run: chmod 600 \(manifestPath)"), run.error)
+    XCTAssertFalse(run.error.contains("corrupt") || run.error.contains("backup"), run.error)
+    XCTAssertEqual(chmod(manifestPath, 0o600), 0)
+    XCTAssertEqual(try vault(["--home", home, "status"]).status, 0)
+  }
+
   func testCorruptManifestFailsWithoutTouchingKeys() throws {
     let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
     try Data("{\"format\":1,".utf8).write(to: URL(fileURLWithPath: home + "/manifest.json"))

@@ -16,6 +16,8 @@ final class ErrorCodeTests: XCTestCase {
     KeyStoreError.keyfileInsideData(path: "/h/k", dataDirectory: "/h"),
     KeyStoreError.keyfileTooLarge(path: "/k", byteCount: 2, limit: 1),
     KeyStoreError.wrongOwner(path: "/k", owner: 1000, expected: 0), CryptoError.randomUnavailable,
+    ManifestFile.Failure.wrongOwner(path: "/h/manifest.json", owner: 1000, expected: 0),
+    ManifestFile.Failure.openToOthers(path: "/h/manifest.json", mode: 0o100664),
     RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
     RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
@@ -37,6 +39,8 @@ final class ErrorCodeTests: XCTestCase {
     XCTAssertEqual(EnvelopeError.authenticationFailed.code, "envelope.authentication-failed")
     XCTAssertEqual(EnvelopeError.truncated(format: 1).code, "envelope.truncated")
     XCTAssertEqual(KeyStoreError.locked.code, "key-store.locked")
+    XCTAssertEqual(ManifestFile.Failure.wrongOwner(path: "/m", owner: 1, expected: 0).code, "manifest.wrong-owner")
+    XCTAssertEqual(ManifestFile.Failure.openToOthers(path: "/m", mode: 0o100666).code, "manifest.open-to-others")
     XCTAssertEqual(VaultError.keyMissing(version: 3, store: .secretService).code, "vault.key-missing")
     XCTAssertEqual(ManifestFile.Failure.missing(home: "/x").code, "manifest.missing")
     let codes = samples.map(\.code)
