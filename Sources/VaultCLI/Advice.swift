@@ -19,7 +19,8 @@ enum Advice {
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,
       KeyStoreError.unsafeKeyfileDirectory(_, _, let owner, let expected) where expected == 0 && owner != 0:
       return " (e.g. sudo -u '#\(owner)' vault …, or `vault init --keyfile PATH`)"
-    case ManifestFile.Failure.wrongOwner(_, let owner, let expected) where expected == 0:
+    case ManifestFile.Failure.wrongOwner(_, let owner, let expected) where expected == 0,
+      ManifestFile.Failure.unsafeHome(_, _, let owner, let expected) where expected == 0 && owner != 0:
       return " (e.g. sudo -u '#\(owner)' vault …)"
     case KeyStoreError.keyfileInsideData:
       // Without the command and home at hand (`keyfileInsideDataAdvice` has them): the way out only.

@@ -412,6 +412,9 @@ public enum ManifestFile {
     /// The manifest's mode (`mode`) lets group or others change it. The file is not damaged by that;
     /// it is refused until its mode is private.
     case openToOthers(path: String, mode: UInt32)
+    /// The vault's home directory belongs to another user (`owner`, not `expected`) or lets group or
+    /// others (`mode`) replace or delete the files in it. `init` makes it 0700.
+    case unsafeHome(home: String, mode: UInt32, owner: UInt32, expected: UInt32)
     /// The manifest belongs to another vault than the key store's copy.
     case mismatchedMirror(path: String)
     /// The manifest was written for another vault home, which still holds the vault (a copy).
@@ -447,6 +450,15 @@ public enum ManifestFile {
       case .wrongOwner(let path, let owner, let expected):
         "the vault manifest \(path) is owned by uid \(owner), not by you (uid \(expected)); nothing was changed. "
           + "Run as uid \(owner), the vault's owner"
+      case .unsafeHome(let home, _, let owner, let expected) where owner != expected && expected == 0:
+        "the vault home \(home) belongs to uid \(owner), not root; nothing was changed. "
+          + "Run as uid \(owner), the vault's owner"
+      case .unsafeHome(let home, _, let owner, let expected) where owner != expected:
+        "the vault home \(home) is owned by uid \(owner), not by you (uid \(expected)); nothing was changed. "
+          + "Run as uid \(owner), the vault's owner"
+      case .unsafeHome(let home, let mode, _, _):
+        "the vault home \(home) has mode \(octal(mode)), which lets others replace or delete the vault's files; "
+          + "nothing was changed. Run: chmod 700 \(ShellWord.quoted(home))"
       case .openToOthers(let path, let mode):
         "the vault manifest \(path) has mode \(octal(mode)), which lets others change it; nothing was changed. "
           + "Run: chmod 600 \(ShellWord.quoted(path))"
@@ -485,7 +497,23 @@ public enum ManifestFile {
   package static func read(home: String) throws -> Signed {
     let path = path(home: home)
     guard let bytes = try readPrivate(path) else { throw Failure.missing(home: home) }
+    // After the manifest, so that a home without one is `missing`, and root meeting a user's vault
+    // hears about the manifest whose owner to run as.
+    try checkHome(home)
     return try parse(bytes, path: path)
+  }
+
+  /// Whoever may write the home can delete or replace the manifest and the containers in it, so
+  /// it must be the user's own and writable by nobody else, as the manifest must be.
+  static func checkHome(_ home: String) throws {
+    var info = stat()
+    guard stat(home, &info) == 0 else {
+      throw KeyStoreError.io(path: home, operation: "stat the vault home", errno: errno)
+    }
+    let me = geteuid()
+    guard info.st_uid == me, info.st_mode & 0o022 == 0 else {
+      throw Failure.unsafeHome(home: home, mode: UInt32(info.st_mode), owner: info.st_uid, expected: me)
+    }
   }
 
   /// Parses manifest file bytes (from disk or from the key store's mirror).
@@ -581,7 +609,10 @@ public enum ManifestFile {
     if fd < 0 {
       if errno == ENOENT { return nil }
       if errno == ELOOP { throw Failure.corrupt(path: path, reason: "it is a symbolic link") }
-      throw KeyStoreError.io(path: path, operation: "open the vault manifest", errno: errno)
+      let code = errno
+      // Another user's home (0700) is closed to us: name its owner rather than "Permission denied".
+      if code == EACCES { try checkHome((path as NSString).deletingLastPathComponent) }
+      throw KeyStoreError.io(path: path, operation: "open the vault manifest", errno: code)
     }
     defer { close(fd) }
     var info = stat()
@@ -717,6 +748,7 @@ extension ManifestFile.Failure: CodedError {
     case .copiedHome: "manifest.copied-home"
     case .wrongOwner: "manifest.wrong-owner"
     case .openToOthers: "manifest.open-to-others"
+    case .unsafeHome: "manifest.unsafe-home"
     }
   }
 }

@@ -173,6 +173,58 @@ final class EndToEndTests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "status"]).status, 0)
   }
 
+  /// Whoever may write the home can delete the manifest and the queue in it: a home others may write
+  /// is refused with the chmod that fixes it, and works again after it.
+  func testAHomeOthersMayWriteIsRefusedWithTheChmod() throws {
+    let entries = try FileManager.default.contentsOfDirectory(atPath: home).sorted()
+    for (mode, shown): (mode_t, String) in [(0o777, "0777"), (0o1777, "01777"), (0o770, "0770")] {
+      XCTAssertEqual(chmod(home, mode), 0)
+      for command in [["status"], ["seal", "--context", "c"], ["queue", "put", "--queue", "q"]] {
+        let run = try vault(["--home", home] + command, input: secret)
+        XCTAssertEqual(run.status, 1, "\(command)")
+        XCTAssertTrue(
+          run.error.contains("the vault home \(home) has mode \(shown), which lets others replace or delete"), run.error
+        )
+        XCTAssertTrue(run.error.contains("Run: chmod 700 \(home)"), run.error)
+        XCTAssertTrue(run.output.isEmpty)
+      }
+    }
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).sorted(), entries, "nothing was made")
+    XCTAssertEqual(chmod(home, 0o750), 0)
+    XCTAssertEqual(try vault(["--home", home, "status"]).status, 0, "a home others may only read is accepted")
+  }
+
+  func testAHomeOwnedByAnotherUserIsRefusedWithWhomToRunAs() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    XCTAssertEqual(chown(home, 4242, 4242), 0)
+    let run = try vault(["--home", home, "status"])
+    XCTAssertEqual(run.status, 1)
+    XCTAssertTrue(
+      run.error.contains("the vault home \(home) belongs to uid 4242, not root; nothing was changed"), run.error)
+    XCTAssertTrue(run.error.contains("sudo -u '#4242' vault"), run.error)
+    XCTAssertFalse(run.error.contains("chown") || run.error.contains("chmod"), run.error)
+  }
+
+  /// Another user's home is closed to us (0700): the error names its owner, not "Permission denied".
+  func testAnotherUsersHomeNamesItsOwnerToRunAs() throws {
+    try XCTSkipUnless(getuid() == 0, "needs root to drop to another user with setpriv")
+    XCTAssertEqual(chmod(temporary.path, 0o755), 0)
+    let child = try Spawn.start(
+      "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", vaultBinary(), "--home", home, "status"])
+    guard let status = child.exitStatus(within: 60) else {
+      child.kill(SIGKILL)
+      _ = child.finish()
+      return XCTFail("vault status did not finish within 60 s")
+    }
+    let error = child.finish().error
+    XCTAssertEqual(status, 1)
+    XCTAssertTrue(
+      error.contains(
+        "the vault home \(home) is owned by uid 0, not by you (uid 65534); nothing was changed. Run as uid 0"),
+      error)
+    XCTAssertFalse(error.contains("Permission denied"), error)
+  }
+
   func testCorruptManifestFailsWithoutTouchingKeys() throws {
     let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
     try Data("{\"format\":1,".utf8).write(to: URL(fileURLWithPath: home + "/manifest.json"))

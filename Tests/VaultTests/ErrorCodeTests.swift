@@ -18,6 +18,7 @@ final class ErrorCodeTests: XCTestCase {
     KeyStoreError.wrongOwner(path: "/k", owner: 1000, expected: 0), CryptoError.randomUnavailable,
     ManifestFile.Failure.wrongOwner(path: "/h/manifest.json", owner: 1000, expected: 0),
     ManifestFile.Failure.openToOthers(path: "/h/manifest.json", mode: 0o100664),
+    ManifestFile.Failure.unsafeHome(home: "/h", mode: 0o40770, owner: 0, expected: 0),
     RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
     RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
@@ -41,6 +42,8 @@ final class ErrorCodeTests: XCTestCase {
     XCTAssertEqual(KeyStoreError.locked.code, "key-store.locked")
     XCTAssertEqual(ManifestFile.Failure.wrongOwner(path: "/m", owner: 1, expected: 0).code, "manifest.wrong-owner")
     XCTAssertEqual(ManifestFile.Failure.openToOthers(path: "/m", mode: 0o100666).code, "manifest.open-to-others")
+    XCTAssertEqual(
+      ManifestFile.Failure.unsafeHome(home: "/h", mode: 0o40777, owner: 0, expected: 0).code, "manifest.unsafe-home")
     XCTAssertEqual(VaultError.keyMissing(version: 3, store: .secretService).code, "vault.key-missing")
     XCTAssertEqual(ManifestFile.Failure.missing(home: "/x").code, "manifest.missing")
     let codes = samples.map(\.code)
