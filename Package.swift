@@ -97,7 +97,8 @@ let package = Package(
       name: "VaultTestSupport", dependencies: ["VaultKeys", "VaultCrypto"], path: "Tests/VaultTestSupport",
       swiftSettings: strict),
     .executableTarget(
-      name: "vault-queue-bench", dependencies: ["Vault", "VaultKeys", "VaultQueue", "Telemetry", "CSQLite"],
+      name: "vault-queue-bench",
+      dependencies: ["Vault", "VaultCrypto", "VaultKeys", "VaultQueue", "Telemetry", "CSQLite"],
       path: "tools/bench/vault-queue-bench", swiftSettings: strict),
     .executableTarget(
       name: "vault-crash-worker", dependencies: ["Vault", "VaultQueue"], path: "tools/crash/vault-crash-worker",
