@@ -698,7 +698,11 @@ public final class Vault: Sendable {
       }
     }
     let fresh = chosen.manifest
-    state.withLock { state in
+    let installed = state.withLock { state -> Bool in
+      // Another thread may have installed a newer manifest since this one was read (two reloads at
+      // once, or this process's own save): the active version must never go back. A writer that
+      // trusted it would store a record under a version a rotation has already retired.
+      guard fresh.epoch >= state.epoch else { return false }
       state.manifest = fresh
       state.stamp = stamp
       state.epoch = max(state.epoch, fresh.epoch)
@@ -707,7 +711,9 @@ public final class Vault: Sendable {
         guard let record = fresh.record(version) else { return false }
         return record.state.isLive
       }
+      return true
     }
+    guard installed else { return false }
     if rebind, heal, let old = fresh.home {
       var next = fresh
       next.home = home
