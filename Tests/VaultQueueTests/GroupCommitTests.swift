@@ -287,6 +287,39 @@ final class GroupCommitTests: XCTestCase {
     XCTAssertEqual(payloads[stale], "payload", "the record, sealed again")
   }
 
+  /// Sealing ahead of the commit only saves time: when it fails (here the key store refuses the
+  /// first read of a key that a rotation in another process made active), the commit seals the
+  /// record inside its transaction, and the enqueue succeeds.
+  func testARecordWhoseSealAheadFailsIsSealedInTheCommit() throws {
+    let temporary = TemporaryDirectory()
+    let shared = InMemoryKeyStore()
+    let failNextKeyRead = LockedValue(false)
+    let refused = LockedValue(0)
+    let store = InterposedKeyStore(shared) { call in
+      guard case .loadKey = call,
+        failNextKeyRead.withLock({ fail in
+          defer { fail = false }
+          return fail
+        })
+      else { return .forward }
+      refused.withLock { $0 += 1 }
+      throw KeyStoreError.locked
+    }
+    let home = temporary.sub("home")
+    let writer = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: writer)
+    let rotator = try Vault.open(home: home, resolver: .fixed(shared))
+    _ = try rotator.rotate(containers: QueueContainerProvider())
+    failNextKeyRead.withLock { $0 = true }
+    let id = UUID()
+    XCTAssertEqual(try container.enqueue(Array("kept".utf8), queue: "q", id: id), .stored)
+    XCTAssertEqual(refused.withLock { $0 }, 1, "the seal ahead met the refusal")
+    XCTAssertEqual(writer.activeVersion, rotator.activeVersion)
+    let claimed = try container.claim(queue: "q", maxCount: 1)
+    XCTAssertEqual(claimed.map(\.id), [id])
+    XCTAssertEqual(claimed.first.map { String(decoding: $0.payload, as: UTF8.self) }, "kept")
+  }
+
   /// A request the cap refuses fails alone; records of the same group are never the cap's victims.
   func testACapRefusalInAGroupIsThatRequestsAlone() throws {
     let temporary = TemporaryDirectory()
