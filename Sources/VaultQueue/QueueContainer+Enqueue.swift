@@ -61,7 +61,7 @@ extension QueueContainer {
     for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
-    return try groupCommit.submit(sealedRequest(records, queue: queue, victims: nil)) { self.commit($0) }
+    return try groupCommit.submit(try sealedRequest(records, queue: queue, victims: nil)) { self.commit($0) }
   }
 
   /// A request of one record is sealed now, on the caller's thread, under the vault's active
@@ -69,18 +69,27 @@ extension QueueContainer {
   /// record by record in the commit, as before: sealed ahead, all its envelopes would be held at
   /// once beside its payloads (11 MB more for a batch of 10,000 records of 1 KiB).
   ///
-  /// Sealing ahead only saves time: when it fails, the commit seals the record instead, inside the
-  /// transaction, and its error (if it fails there too) is the caller's. Outside the transaction a
-  /// rotation in another process may retire the version the seal just reloaded before its key was
-  /// read, which reads as a lost key (`keyMissing`); inside, no version at or above the
-  /// container's minimum can be retired.
+  /// Outside the transaction, a rotation in another process may retire the version this seal just
+  /// reloaded before its key was read: that fails as a key gone (`keyMissing`, a retired or unknown
+  /// version, no active key), which would read as a lost key. The commit then seals the record
+  /// itself: inside its transaction no version at or above the container's minimum can be
+  /// retired, and if the key is really gone it fails there with the same error. Any other failure
+  /// (a locked key store, a manifest that does not verify) is the caller's at once, before the
+  /// container's write lock is taken.
   private func sealedRequest(
     _ records: [(id: UUID, payload: [UInt8])], queue: String, victims: Set<String>?
-  ) -> GroupCommit.Request {
-    guard records.count == 1, let record = records.first,
-      let envelope = try? vault.seal(record.payload, context: context(queue: queue, id: record.id.recordText))
-    else { return GroupCommit.Request(records: records, queue: queue, victims: victims) }
-    return GroupCommit.Request(records: records, queue: queue, victims: victims, envelopes: [envelope])
+  ) throws -> GroupCommit.Request {
+    guard records.count == 1, let record = records.first else {
+      return GroupCommit.Request(records: records, queue: queue, victims: victims)
+    }
+    do {
+      let envelope = try vault.seal(record.payload, context: context(queue: queue, id: record.id.recordText))
+      return GroupCommit.Request(records: records, queue: queue, victims: victims, envelopes: [envelope])
+    } catch VaultError.keyMissing, VaultError.noActiveKey, EnvelopeError.retiredKeyVersion,
+      EnvelopeError.unknownKeyVersion
+    {
+      return GroupCommit.Request(records: records, queue: queue, victims: victims)
+    }
   }
 
   /// `enqueue(_:queue:id:)` that may make room only by dropping records of `victims` (within what
@@ -102,7 +111,7 @@ extension QueueContainer {
     if payload.count + Envelope.overhead > configuration.byteCap {
       throw QueueError.recordTooLarge(bytes: payload.count + Envelope.overhead, cap: configuration.byteCap)
     }
-    let request = sealedRequest([(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
+    let request = try sealedRequest([(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
     return try groupCommit.submit(request) { self.commit($0) }[0]
   }
 

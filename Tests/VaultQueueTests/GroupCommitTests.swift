@@ -287,37 +287,55 @@ final class GroupCommitTests: XCTestCase {
     XCTAssertEqual(payloads[stale], "payload", "the record, sealed again")
   }
 
-  /// Sealing ahead of the commit only saves time: when it fails (here the key store refuses the
-  /// first read of a key that a rotation in another process made active), the commit seals the
-  /// record inside its transaction, and the enqueue succeeds.
-  func testARecordWhoseSealAheadFailsIsSealedInTheCommit() throws {
+  /// A seal ahead of the commit that finds the key gone (a rotation in another process retired the
+  /// version it had just reloaded, or deleted its key) is left to the commit, which seals the record
+  /// inside its transaction; any other failure of it is the caller's at once.
+  func testASealAheadThatFindsTheKeyGoneIsSealedInTheCommit() throws {
     let temporary = TemporaryDirectory()
     let shared = InMemoryKeyStore()
-    let failNextKeyRead = LockedValue(false)
-    let refused = LockedValue(0)
+    let next = LockedValue<InterposedKeyStore.Answer?>(nil)
+    let locked = LockedValue(false)
+    let interposed = LockedValue(0)
     let store = InterposedKeyStore(shared) { call in
-      guard case .loadKey = call,
-        failNextKeyRead.withLock({ fail in
-          defer { fail = false }
-          return fail
+      guard case .loadKey = call else { return .forward }
+      if locked.withLock({ fail in
+        defer { fail = false }
+        return fail
+      }) {
+        throw KeyStoreError.locked
+      }
+      guard
+        let answer = next.withLock({ answer in
+          defer { answer = nil }
+          return answer
         })
       else { return .forward }
-      refused.withLock { $0 += 1 }
-      throw KeyStoreError.locked
+      interposed.withLock { $0 += 1 }
+      return answer
     }
     let home = temporary.sub("home")
     let writer = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
     let container = try QueueContainer(path: temporary.sub("q.sqlite"), vault: writer)
     let rotator = try Vault.open(home: home, resolver: .fixed(shared))
     _ = try rotator.rotate(containers: QueueContainerProvider())
-    failNextKeyRead.withLock { $0 = true }
+    // The seal ahead reloads, finds the new version's key absent (keyMissing), and leaves the record
+    // to the commit, whose own read of the key succeeds.
+    next.withLock { $0 = .absent }
     let id = UUID()
     XCTAssertEqual(try container.enqueue(Array("kept".utf8), queue: "q", id: id), .stored)
-    XCTAssertEqual(refused.withLock { $0 }, 1, "the seal ahead met the refusal")
+    XCTAssertEqual(interposed.withLock { $0 }, 1, "the seal ahead found the key gone")
     XCTAssertEqual(writer.activeVersion, rotator.activeVersion)
     let claimed = try container.claim(queue: "q", maxCount: 1)
     XCTAssertEqual(claimed.map(\.id), [id])
     XCTAssertEqual(claimed.first.map { String(decoding: $0.payload, as: UTF8.self) }, "kept")
+
+    // A locked store is not left to the commit: the caller hears of it, and nothing is stored.
+    _ = try rotator.rotate(containers: QueueContainerProvider())
+    locked.withLock { $0 = true }
+    XCTAssertThrowsError(try container.enqueue(Array("refused".utf8), queue: "q")) {
+      XCTAssertEqual($0 as? KeyStoreError, .locked)
+    }
+    XCTAssertEqual(try container.stats().total, 1)
   }
 
   /// A request the cap refuses fails alone; records of the same group are never the cap's victims.
