@@ -443,19 +443,10 @@ public enum ManifestFile {
       case .mismatchedMirror(let path):
         "the vault manifest \(path) and the copy in the key store belong to different vaults; "
           + "check that --home and the key store belong together"
-      case .wrongOwner(let path, let owner, let expected) where expected == 0:
-        // Never tell root to take a user's vault: the user would lose access to their own data.
-        "the vault manifest \(path) belongs to uid \(owner), not root; nothing was changed. "
-          + "Run as uid \(owner), the vault's owner"
       case .wrongOwner(let path, let owner, let expected):
-        "the vault manifest \(path) is owned by uid \(owner), not by you (uid \(expected)); nothing was changed. "
-          + "Run as uid \(owner), the vault's owner"
-      case .unsafeHome(let home, _, let owner, let expected) where owner != expected && expected == 0:
-        "the vault home \(home) belongs to uid \(owner), not root; nothing was changed. "
-          + "Run as uid \(owner), the vault's owner"
+        Self.notYours("the vault manifest \(path)", owner: owner, expected: expected)
       case .unsafeHome(let home, _, let owner, let expected) where owner != expected:
-        "the vault home \(home) is owned by uid \(owner), not by you (uid \(expected)); nothing was changed. "
-          + "Run as uid \(owner), the vault's owner"
+        Self.notYours("the vault home \(home)", owner: owner, expected: expected)
       case .unsafeHome(let home, let mode, _, _):
         "the vault home \(home) has mode \(octal(mode)), which lets others replace or delete the vault's files; "
           + "nothing was changed. Run: chmod 700 \(ShellWord.quoted(home))"
@@ -463,6 +454,14 @@ public enum ManifestFile {
         "the vault manifest \(path) has mode \(octal(mode)), which lets others change it; nothing was changed. "
           + "Run: chmod 600 \(ShellWord.quoted(path))"
       }
+    }
+
+    /// `subject` (the manifest or the home) belongs to `owner`, not to the user running: whom to
+    /// run as. Root is never told to take a user's vault: the user would lose access to their data.
+    static func notYours(_ subject: String, owner: UInt32, expected: UInt32) -> String {
+      let whose =
+        expected == 0 ? "belongs to uid \(owner), not root" : "is owned by uid \(owner), not by you (uid \(expected))"
+      return "\(subject) \(whose); nothing was changed. Run as uid \(owner), the vault's owner"
     }
   }
 
