@@ -415,6 +415,13 @@ public enum ManifestFile {
     /// The vault's home directory belongs to another user (`owner`, not `expected`) or lets group or
     /// others (`mode`) replace or delete the files in it. `init` makes it 0700.
     case unsafeHome(home: String, mode: UInt32, owner: UInt32, expected: UInt32)
+    /// The manifest's path holds a symbolic link (to `target`, when it could be read). vault never
+    /// reads its manifest through one: whoever controls the link would choose which file is trusted.
+    /// Nothing was read through it.
+    case symbolicLink(path: String, target: String?)
+    /// The manifest's path holds something other than a file (`kind`: a directory, a FIFO, a socket
+    /// or a device). Nothing was read from it.
+    case notAFile(path: String, kind: String)
     /// The manifest belongs to another vault than the key store's copy.
     case mismatchedMirror(path: String)
     /// The manifest was written for another vault home, which still holds the vault (a copy).
@@ -450,6 +457,18 @@ public enum ManifestFile {
       case .unsafeHome(let home, let mode, _, _):
         "the vault home \(home) has mode \(octal(mode)), which lets others replace or delete the vault's files; "
           + "nothing was changed. Run: chmod 700 \(ShellWord.quoted(home))"
+      case .symbolicLink(let path, let target?):
+        "the vault manifest \(path) is a symbolic link to \(ShellWord.quoted(target)), which vault never reads "
+          + "through (whoever controls a link would choose the manifest trusted); nothing was read or changed. "
+          + "If that is this vault's manifest, put the file itself in the link's place: mv "
+          + "\(ShellWord.quoted(Self.resolved(target, beside: path))) \(ShellWord.quoted(path))"
+      case .symbolicLink(let path, nil):
+        "the vault manifest \(path) is a symbolic link, which vault never reads through (whoever controls a "
+          + "link would choose the manifest trusted); nothing was read or changed. Put the manifest file itself "
+          + "in the link's place"
+      case .notAFile(let path, let kind):
+        "the vault manifest \(path) is \(kind), not a regular file; nothing was read or changed. Move it aside and "
+          + "restore \(Manifest.fileName) from a backup"
       case .openToOthers(let path, let mode):
         "the vault manifest \(path) has mode \(octal(mode)), which lets others change it; nothing was changed. "
           + "Run: chmod 600 \(ShellWord.quoted(path))"
@@ -462,6 +481,12 @@ public enum ManifestFile {
       let whose =
         expected == 0 ? "belongs to uid \(owner), not root" : "is owned by uid \(owner), not by you (uid \(expected))"
       return "\(subject) \(whose); nothing was changed. Run as uid \(owner), the vault's owner"
+    }
+
+    /// A link's `target` as a path from the working directory: a relative one is relative to the
+    /// directory holding the link at `path`.
+    static func resolved(_ target: String, beside path: String) -> String {
+      target.hasPrefix("/") ? target : (path as NSString).deletingLastPathComponent + "/" + target
     }
   }
 
@@ -607,10 +632,15 @@ public enum ManifestFile {
     let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     if fd < 0 {
       if errno == ENOENT { return nil }
-      if errno == ELOOP { throw Failure.corrupt(path: path, reason: "it is a symbolic link") }
+      if errno == ELOOP { throw Failure.symbolicLink(path: path, target: linkTarget(path)) }
       let code = errno
       // Another user's home (0700) is closed to us: name its owner rather than "Permission denied".
       if code == EACCES { try checkHome((path as NSString).deletingLastPathComponent) }
+      // A socket cannot be opened (ENXIO): say what is there rather than the errno's text.
+      var info = stat()
+      if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+        throw Failure.notAFile(path: path, kind: kind(of: info))
+      }
       throw KeyStoreError.io(path: path, operation: "open the vault manifest", errno: code)
     }
     defer { close(fd) }
@@ -618,7 +648,7 @@ public enum ManifestFile {
     guard fstat(fd, &info) == 0 else {
       throw KeyStoreError.io(path: path, operation: "stat the vault manifest", errno: errno)
     }
-    guard info.st_mode & S_IFMT == S_IFREG else { throw Failure.corrupt(path: path, reason: "not a regular file") }
+    guard info.st_mode & S_IFMT == S_IFREG else { throw Failure.notAFile(path: path, kind: kind(of: info)) }
     try ManifestFile.checkPrivate(path, info: info)
     let size = Int(info.st_size)
     guard size <= byteLimit else { throw Failure.tooLarge(path: path, bytes: size) }
@@ -633,6 +663,25 @@ public enum ManifestFile {
       done += n
     }
     return bytes
+  }
+
+  /// What a link at `path` points to, or nil when it cannot be read (removed since).
+  private static func linkTarget(_ path: String) -> String? {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = readlink(path, &buffer, buffer.count - 1)
+    guard count > 0 else { return nil }
+    return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  }
+
+  /// What a non-file is, for a sentence ("a directory").
+  private static func kind(of info: stat) -> String {
+    switch info.st_mode & S_IFMT {
+    case S_IFDIR: "a directory"
+    case S_IFIFO: "a FIFO"
+    case S_IFSOCK: "a socket"
+    case S_IFCHR, S_IFBLK: "a device"
+    default: "a special file"
+    }
   }
 
   /// The manifest decides which keys may be deleted: like a private key, it must be the user's
@@ -744,6 +793,8 @@ extension ManifestFile.Failure: CodedError {
     case .tooLarge: "manifest.too-large"
     case .unauthenticated: "manifest.unauthenticated"
     case .mismatchedMirror: "manifest.mismatched-mirror"
+    case .symbolicLink: "manifest.symbolic-link"
+    case .notAFile: "manifest.not-a-file"
     case .copiedHome: "manifest.copied-home"
     case .wrongOwner: "manifest.wrong-owner"
     case .openToOthers: "manifest.open-to-others"

@@ -225,6 +225,74 @@ final class EndToEndTests: XCTestCase {
     XCTAssertFalse(error.contains("Permission denied"), error)
   }
 
+  /// A manifest reached through a symbolic link is not read (whoever controls the link would choose
+  /// the file vault trusts), and it is not called corrupt: the error names the link's target and the
+  /// move that puts the file in its place, which then works.
+  func testAManifestThatIsALinkIsRefusedWithTheMoveThatRestoresIt() throws {
+    let manifest = home + "/manifest.json"
+    let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
+    XCTAssertEqual(mkdir(temporary.sub("moved"), 0o700), 0)
+    XCTAssertEqual(rename(manifest, temporary.sub("moved/manifest.json")), 0)
+    XCTAssertEqual(symlink("../moved/manifest.json", manifest), 0)
+    let target = home + "/../moved/manifest.json"
+    for command in [["status"], ["rotate"], ["seal", "--context", "c"], ["queue", "put", "--queue", "q"]] {
+      let run = try vault(["--home", home] + command, input: secret)
+      XCTAssertEqual(run.status, 1, "\(command)")
+      XCTAssertTrue(
+        run.error.contains("the vault manifest \(manifest) is a symbolic link to ../moved/manifest.json"), run.error)
+      XCTAssertTrue(run.error.contains("nothing was read or changed"), run.error)
+      XCTAssertTrue(run.error.contains("mv \(target) \(manifest)"), run.error)
+      XCTAssertFalse(run.error.contains("corrupt") || run.error.contains("backup"), run.error)
+      XCTAssertTrue(run.output.isEmpty)
+    }
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: keyfile)), keys, "no key was made or changed")
+    XCTAssertEqual(rename(target, manifest), 0, "the move the error names")
+    let status = try vault(["--home", home, "status"])
+    XCTAssertEqual(status.status, 0, status.error)
+  }
+
+  /// A directory, FIFO or socket where the manifest belongs is named as what it is, promptly (a
+  /// FIFO is not waited on), and the advice is to restore the manifest, not to fix its mode.
+  func testAManifestThatIsNotAFileIsNamedAsWhatItIs() throws {
+    let manifest = home + "/manifest.json"
+    XCTAssertEqual(rename(manifest, temporary.sub("kept.json")), 0)
+    let makers: [(String, () throws -> Void)] = [
+      ("a directory", { XCTAssertEqual(mkdir(manifest, 0o700), 0) }),
+      ("a FIFO", { XCTAssertEqual(mkfifo(manifest, 0o600), 0) }),
+      ("a socket", { try Self.bindSocket(at: manifest) }),
+    ]
+    for (kind, make) in makers {
+      try make()
+      defer { XCTAssertEqual(kind == "a directory" ? rmdir(manifest) : unlink(manifest), 0) }
+      for command in [["status"], ["seal", "--context", "c"]] {
+        let run = try vault(["--home", home] + command, input: secret)
+        XCTAssertEqual(run.status, 1, "\(kind) \(command)")
+        XCTAssertTrue(
+          run.error.contains("the vault manifest \(manifest) is \(kind), not a regular file; nothing was read"),
+          run.error)
+        XCTAssertTrue(run.error.contains("restore manifest.json from a backup"), run.error)
+      }
+    }
+  }
+
+  /// Binds a Unix socket at `path` (left there when the socket is closed).
+  private static func bindSocket(at path: String) throws {
+    let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    XCTAssertGreaterThanOrEqual(descriptor, 0)
+    defer { close(descriptor) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    try XCTSkipIf(bytes.count >= MemoryLayout.size(ofValue: address.sun_path), "socket path too long")
+    withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+    let bound = withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+      }
+    }
+    XCTAssertEqual(bound, 0, String(cString: strerror(errno)))
+  }
+
   func testCorruptManifestFailsWithoutTouchingKeys() throws {
     let keys = try Data(contentsOf: URL(fileURLWithPath: keyfile))
     try Data("{\"format\":1,".utf8).write(to: URL(fileURLWithPath: home + "/manifest.json"))

@@ -19,6 +19,8 @@ final class ErrorCodeTests: XCTestCase {
     ManifestFile.Failure.wrongOwner(path: "/h/manifest.json", owner: 1000, expected: 0),
     ManifestFile.Failure.openToOthers(path: "/h/manifest.json", mode: 0o100664),
     ManifestFile.Failure.unsafeHome(home: "/h", mode: 0o40770, owner: 0, expected: 0),
+    ManifestFile.Failure.symbolicLink(path: "/h/manifest.json", target: "/m"),
+    ManifestFile.Failure.notAFile(path: "/h/manifest.json", kind: "a FIFO"),
     RotationError.compromiseIncomplete(retired: [1], kept: ["x"]), ManifestFile.Failure.missing(home: "/h"),
     RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
@@ -46,6 +48,8 @@ final class ErrorCodeTests: XCTestCase {
       ManifestFile.Failure.unsafeHome(home: "/h", mode: 0o40777, owner: 0, expected: 0).code, "manifest.unsafe-home")
     XCTAssertEqual(VaultError.keyMissing(version: 3, store: .secretService).code, "vault.key-missing")
     XCTAssertEqual(ManifestFile.Failure.missing(home: "/x").code, "manifest.missing")
+    XCTAssertEqual(ManifestFile.Failure.symbolicLink(path: "/m", target: nil).code, "manifest.symbolic-link")
+    XCTAssertEqual(ManifestFile.Failure.notAFile(path: "/m", kind: "a socket").code, "manifest.not-a-file")
     let codes = samples.map(\.code)
     XCTAssertEqual(Set(codes).count, codes.count, "one code per case")
     for code in codes { XCTAssertNotNil(code.range(of: #"^[a-z-]+\.[a-z0-9-]+$"#, options: .regularExpression), code) }
