@@ -306,6 +306,14 @@ public struct VaultCommandLine {
     let (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
     var counts: [String: [UInt32: Int]?] = [:]
     for container in manifest.containers {
+      // Status only reads, and still counts; the commands that write or rotate refuse it.
+      do {
+        try QueueContainer.checkPrivate(container.path)
+      } catch QueueError.openToOthers(let path, let modes) {
+        terminal.note(
+          "vault: warning: "
+            + QueueError.openToOthers(path, modes, "every command but status refuses it until it is private"))
+      }
       do {
         // updateValue, not a subscript assignment: assigning nil would drop the key, and a missing
         // container must stay listed (nil counts) rather than vanish from the status.

@@ -349,7 +349,7 @@ extension KeyStoreError {
   }
 }
 
-func octal(_ mode: UInt32) -> String { "0" + String(mode & 0o7777, radix: 8) }
+package func octal(_ mode: UInt32) -> String { "0" + String(mode & 0o7777, radix: 8) }
 
 func formatSeconds(_ seconds: Double) -> String {
   seconds == seconds.rounded() ? String(Int(seconds)) : String(format: "%.1f", seconds)

@@ -515,6 +515,10 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case cannotOpen(path: String, reason: String)
   /// The path is a directory, FIFO, socket, device or symlink, not a container file.
   case notAFile(path: String)
+  /// The container's file, or its -wal, -shm or -journal file, has a mode that lets group or
+  /// others write it (`modes`: each such file's path and mode): they could change, roll back or
+  /// delete records. Nothing was opened; vault makes these files 0600.
+  case openToOthers(path: String, modes: [String: UInt32])
   /// A write would pass the process's file-size limit (ulimit -f).
   case fileTooLarge(path: String)
   /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
@@ -564,10 +568,27 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .cannotOpen(let path, let reason): "could not open \(path): \(reason)"
     case .fileTooLarge(let path):
       "\(path) would grow past the file-size limit (ulimit -f); the change was not made: raise the limit and retry"
+    case .openToOthers(let path, let modes):
+      Self.openToOthers(path, modes, "nothing was opened or changed")
     case .notAFile(let path):
       "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
         + "container file (nothing was opened or changed)"
     }
+  }
+}
+
+extension QueueError {
+  /// The sentence of `openToOthers`, with what was done instead (`outcome`): one file, or several,
+  /// each with its mode, then the chmod that makes every one of them private.
+  package static func openToOthers(_ path: String, _ modes: [String: UInt32], _ outcome: String) -> String {
+    let files = modes.keys.sorted()
+    let chmod = "Run: chmod 600 " + files.map(ShellWord.quoted).joined(separator: " ")
+    if files == [path] {
+      return "\(path) has mode \(octal(modes[path] ?? 0)), which lets others change or delete its records; "
+        + "\(outcome). \(chmod)"
+    }
+    let listed = files.map { "\($0) has mode \(octal(modes[$0] ?? 0))" }.joined(separator: ", ")
+    return "files of the container \(path) let others change or delete its records (\(listed)); \(outcome). \(chmod)"
   }
 }
 
@@ -594,6 +615,7 @@ extension QueueError: CodedError {
     case .permissionDenied: "queue.permission-denied"
     case .cannotOpen: "queue.cannot-open"
     case .notAFile: "queue.not-a-file"
+    case .openToOthers: "queue.open-to-others"
     case .fileTooLarge: "queue.file-too-large"
     case .outOfMemory: "queue.out-of-memory"
     }

@@ -192,4 +192,70 @@ extension ContainerCLITests {
     XCTAssertEqual(unlink(container + "-wal"), 0)
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
   }
+
+  /// A container others may write (its file, or a -wal left beside it) could have its records
+  /// changed, rolled back or deleted by them: every command that writes, rotates or lists refuses
+  /// it with the chmod, before anything changes (rotation keeps version 1 active); `status`, which
+  /// only reads, counts it and warns. After the chmod the record is there.
+  func testAContainerOthersMayWriteIsRefusedWithTheChmod() throws {
+    let container = temporary.sub("shared.sqlite")
+    try put(container)
+    let refusing = [
+      ["queue", "put", "--queue", "q", "--container", container], ["queue", "stats", "--container", container],
+      ["rotate"],
+    ]
+    for file in [container, container + "-wal"] {
+      if file.hasSuffix("-wal") { XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: nil)) }
+      for mode: mode_t in [0o666, 0o620] {
+        XCTAssertEqual(chmod(file, mode), 0)
+        let shown = "0" + String(mode, radix: 8)
+        let said =
+          file == container
+          ? "\(container) has mode \(shown), which lets others"
+          : "files of the container \(container) let others change or delete its records (\(file) has mode \(shown))"
+        for command in refusing {
+          let run = try vault(["--home", home] + command, input: [2])
+          XCTAssertEqual(run.status, 1, "\(command) \(shown)")
+          XCTAssertTrue(run.error.contains(said), run.error)
+          XCTAssertTrue(run.error.contains("nothing was opened or changed. Run: chmod 600 \(file)"), run.error)
+        }
+        XCTAssertEqual(try listing()[container]?["state"] as? String, "unreadable")
+        let listed = try vault(["--home", home, "container", "list"])
+        XCTAssertTrue(listed.outputText.contains("unreadable (\(said)"), listed.outputText)
+        var info = stat()
+        XCTAssertEqual(stat(file, &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, mode, "the mode is left for its owner to change")
+      }
+      XCTAssertEqual(chmod(file, 0o600), 0)
+    }
+    // Status reads through the WAL, so SQLite may make a -shm beside the file (with the file's mode).
+    XCTAssertEqual(chmod(container, 0o666), 0)
+    let status = try vault(["--home", home, "status"])
+    XCTAssertEqual(status.status, 0, "status only reads: \(status.error)")
+    XCTAssertTrue(status.error.contains("warning: \(container) has mode 0666, which lets others"), status.error)
+    XCTAssertTrue(status.outputText.contains("\(container)  1 record"), status.outputText)
+    XCTAssertEqual(chmod(container, 0o600), 0)
+    // Every file still open to others is named in one warning, and one chmod makes them private.
+    var open: [String] = []
+    for suffix in ["-wal", "-shm"] {
+      var info = stat()
+      if stat(container + suffix, &info) == 0, info.st_mode & 0o022 != 0 { open.append(container + suffix) }
+    }
+    let again = try vault(["--home", home, "status"])
+    if open.isEmpty {
+      XCTAssertFalse(again.error.contains("warning"), again.error)
+    } else {
+      XCTAssertTrue(again.error.contains("Run: chmod 600 \(open.sorted().joined(separator: " "))\n"), again.error)
+      for file in open { XCTAssertEqual(chmod(file, 0o600), 0) }
+    }
+    let statusJSON = try vault(["--home", home, "status", "--json"])
+    XCTAssertTrue(statusJSON.error.isEmpty, statusJSON.error)
+    XCTAssertEqual(
+      (try JSONSerialization.jsonObject(with: Data(statusJSON.output)) as? [String: Any])?["active_version"] as? Int,
+      1, "no rotation began")
+    let stats = try vault(["--home", home, "queue", "stats", "--container", container, "--json"])
+    XCTAssertEqual(stats.status, 0, stats.error)
+    XCTAssertTrue(stats.outputText.contains("\"pending\" : 1"), stats.outputText)
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+  }
 }

@@ -26,6 +26,35 @@ final class AdoptedContainerModeTests: XCTestCase {
     }
   }
 
+  /// A file others may write is not adopted, and a container that became one is not opened: they
+  /// could have it open already and change its records after any chmod of ours.
+  func testAFileOthersMayWriteIsRefusedNotAdoptedOrOpened() throws {
+    let temporary = TemporaryDirectory()
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let touched = temporary.sub("touched.sqlite")
+    XCTAssertTrue(FileManager.default.createFile(atPath: touched, contents: nil))
+    XCTAssertEqual(chmod(touched, 0o666), 0)
+    XCTAssertThrowsError(try QueueContainer(path: touched, vault: vault)) {
+      XCTAssertEqual($0 as? QueueError, .openToOthers(path: touched, modes: [touched: 0o100666]))
+    }
+    XCTAssertEqual(try mode(touched), 0o666, "left as it was")
+    XCTAssertFalse(vault.manifest.containers.contains { $0.path == touched }, "not registered")
+
+    let used = temporary.sub("used.sqlite")
+    _ = try QueueContainer(path: used, vault: vault).enqueue(Array("private".utf8), queue: "outbox")
+    XCTAssertEqual(chmod(used, 0o660), 0)
+    for mode in [QueueContainer.OpenMode.createIfNeeded, .existing, .readOnly] {
+      XCTAssertThrowsError(try QueueContainer(path: used, vault: vault, mode: mode)) {
+        XCTAssertEqual($0 as? QueueError, .openToOthers(path: used, modes: [used: 0o100660]))
+        XCTAssertEqual(($0 as? QueueError)?.code, "queue.open-to-others")
+      }
+    }
+    XCTAssertEqual(chmod(used, 0o640), 0)
+    XCTAssertEqual(try QueueContainer(path: used, vault: vault).stats().total, 1, "others may read it: used")
+  }
+
   private func mode(_ path: String) throws -> UInt32 {
     var info = stat()
     XCTAssertEqual(stat(path, &info), 0)
