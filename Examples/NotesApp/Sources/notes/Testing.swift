@@ -61,7 +61,9 @@ enum TestSupport {
   static func rotateIfDue(_ vault: Vault) throws {
     if vault.rotationSchedule(maxAgeDays: 90).due {
       let report = try vault.rotate()
-      for (version, reasons) in report.keptBecause { print("kept key version \(version): \(reasons.joined(separator: "; "))") }
+      for (version, reasons) in report.keptBecause {
+        print("kept key version \(version): \(reasons.joined(separator: "; "))")
+      }
     }
   }
   // guide:end
