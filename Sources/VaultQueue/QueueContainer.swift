@@ -260,12 +260,14 @@ public final class QueueContainer: @unchecked Sendable {
   /// refused forever. Called only where the caller is about to write the container anyway (never
   /// by a reader: status, stats and scan change no file). Nothing happens without a `-journal`
   /// file; when the rollback cannot be done (a read-only mount, a locked file), the open that
-  /// follows says why.
+  /// follows says why. A journal (or database) others may write is never played back: its pages
+  /// would be written into the container; the probe that follows refuses it.
   ///
   /// - Parameter path: the database file (its `-journal` is looked for beside it).
   package static func rollBackInterruptedWrite(_ path: String) {
     var info = stat()
-    guard lstat(path + "-journal", &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > 0,
+    guard (try? checkPrivate(path)) != nil, lstat(path + "-journal", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+      info.st_size > 0,
       lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
       let connection = try? Connection(path: path, create: false)
     else { return }

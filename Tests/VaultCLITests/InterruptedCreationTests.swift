@@ -44,6 +44,29 @@ final class InterruptedCreationTests: XCTestCase {
     XCTAssertGreaterThan(hotJournals, 0, "some kill left a hot journal (the case under test)")
   }
 
+  /// A hot journal others may write is never played back (its pages would be written into the
+  /// container): the put is refused with the chmod and changes nothing; after it, the put works.
+  func testAHotJournalOthersMayWriteIsNotPlayedBack() throws {
+    let container = temporary.sub("journal-open.sqlite")
+    let put = ["--home", home, "queue", "put", "--queue", "q", "--container", container]
+    var step = 1
+    while !FileManager.default.fileExists(atPath: container + "-journal") {
+      try XCTSkipIf(step > 40, "no kill left a hot journal")
+      XCTAssertEqual(try vaultKilled(at: "fsync,fdatasync", step: step, put, input: [1]).status, 128 + SIGKILL)
+      step += 1
+    }
+    XCTAssertEqual(chmod(container + "-journal", 0o666), 0)
+    let before = try [container, container + "-journal"].map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
+    let refused = try vault(put, input: [1])
+    XCTAssertEqual(refused.status, 1, refused.error)
+    XCTAssertTrue(refused.error.contains("Run: chmod 600 \(container)-journal"), refused.error)
+    let after = try [container, container + "-journal"].map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
+    XCTAssertEqual(after, before, "nothing was played back")
+    XCTAssertEqual(chmod(container + "-journal", 0o600), 0)
+    let again = try vault(put, input: [1])
+    XCTAssertEqual(again.status, 0, again.error)
+  }
+
   func testAnInitKilledWhileItCreatesTheDefaultQueueLeavesAQueueThatWorks() throws {
     let fresh = temporary.sub("fresh")
     var hotJournals = 0
