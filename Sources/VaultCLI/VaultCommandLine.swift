@@ -313,6 +313,8 @@ public struct VaultCommandLine {
         terminal.note(
           "vault: warning: "
             + QueueError.openToOthers(path, modes, "every command but status refuses it until it is private"))
+      } catch {
+        terminal.note("vault: warning: " + Self.describe(error).0)
       }
       do {
         // updateValue, not a subscript assignment: assigning nil would drop the key, and a missing

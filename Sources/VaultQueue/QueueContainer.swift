@@ -65,9 +65,10 @@ public final class QueueContainer: @unchecked Sendable {
   ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
   ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault;
   ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container;
-  ///   `.newerSchema` for one made by a newer vault; `.openToOthers` for a file group or others may
-  ///   write (its -wal, -shm or -journal too); the other `QueueError` kinds for a file that
-  ///   cannot be read or written (permissions, a read-only or full disk, too many open files).
+  ///   `.newerSchema` for one made by a newer vault; `.ownedByOther` or `.openToOthers` for a file
+  ///   another user owns or group or others may write (its -wal, -shm or -journal too); the other
+  ///   `QueueError` kinds for a file that cannot be read or written (permissions, a read-only or
+  ///   full disk, too many open files).
   ///   `VaultError.containerBesideKeyfile` for a container in the keyfile's directory;
   ///   `RotationError` when registering would conflict with another registered path; the
   ///   manifest's errors when it cannot be read or written.
@@ -207,9 +208,12 @@ public final class QueueContainer: @unchecked Sendable {
   ///   id), or `.container` with its keyring id and container id.
   /// - Throws: `QueueError.permissionDenied`, `.tooManyOpenFiles` or `.cannotOpen` when the file
   ///   cannot be looked at (`.cannotOpen` too when its -wal or -shm is not a regular file);
-  ///   `.openToOthers` when group or others may write it or its -wal, -shm or -journal; the
+  ///   `.ownedByOther` or `.openToOthers` when another user owns, or group or others may write, it
+  ///   or its -wal, -shm or -journal; the
   ///   other `QueueError` kinds when its database cannot be read.
   public static func probe(path: String) throws -> ContainerProbe {
+    // First: a -wal planted where a container is about to be made would be used by it.
+    try checkPrivate(path)
     var info = stat()
     guard lstat(path, &info) == 0 else {
       if errno == ENOENT { return .missing }
@@ -220,7 +224,6 @@ public final class QueueContainer: @unchecked Sendable {
     // SQLite: a reader created a -shm beside it and changed its mode, and rotation found it only
     // after making its new version active (outside operator review). Refused before any open.
     if let special = specialFile(at: path, reported: path) { throw special }
-    try checkPrivate(path)
     guard info.st_size > 0 else { return .empty }
     // SQLite itself tells a file that is not a database (SQLITE_NOTADB): no descriptor of our own
     // is opened here, because closing one would drop the POSIX locks of every connection this
@@ -452,17 +455,20 @@ public final class QueueContainer: @unchecked Sendable {
     specialFile(at: Array(path.utf8), reported: reported)
   }
 
-  /// Refuses a container whose file, or -wal, -shm or -journal beside it, group or others may
-  /// write: SQLite would use a -wal someone else can append frames to as it is.
+  /// Refuses a container whose file, or -wal, -shm or -journal beside it, another user owns or
+  /// group or others may write: SQLite would use a -wal someone else can append frames to as it is
+  /// (one planted before the container's first open, in a shared directory such as /tmp, too).
   ///
-  /// - Throws: `QueueError.openToOthers` naming every such file.
+  /// - Throws: `QueueError.ownedByOther` naming the first file another user owns; else
+  ///   `.openToOthers` naming every file group or others may write.
   package static func checkPrivate(_ path: String) throws {
     var modes: [String: UInt32] = [:]
+    let me = geteuid()
     for suffix in Vault.containerFileSuffixes {
       var info = stat()
-      if lstat(path + suffix, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o022 != 0 {
-        modes[path + suffix] = UInt32(info.st_mode)
-      }
+      guard lstat(path + suffix, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+      if info.st_uid != me { throw QueueError.ownedByOther(path: path, file: path + suffix, owner: info.st_uid) }
+      if info.st_mode & 0o022 != 0 { modes[path + suffix] = UInt32(info.st_mode) }
     }
     if !modes.isEmpty { throw QueueError.openToOthers(path: path, modes: modes) }
   }

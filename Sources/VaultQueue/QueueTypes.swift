@@ -519,6 +519,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   /// others write it (`modes`: each such file's path and mode): they could change, roll back or
   /// delete records. Nothing was opened; vault makes these files 0600.
   case openToOthers(path: String, modes: [String: UInt32])
+  /// The container's file, or its -wal, -shm or -journal file (`file`), belongs to another user
+  /// (`owner`), who may change, roll back or delete records whatever its mode. Nothing was opened.
+  case ownedByOther(path: String, file: String, owner: UInt32)
   /// A write would pass the process's file-size limit (ulimit -f).
   case fileTooLarge(path: String)
   /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
@@ -570,6 +573,11 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) would grow past the file-size limit (ulimit -f); the change was not made: raise the limit and retry"
     case .openToOthers(let path, let modes):
       Self.openToOthers(path, modes, "nothing was opened or changed")
+    case .ownedByOther(let path, let file, let owner):
+      (file == path ? path : "\(file), beside the container \(path),")
+        + " is owned by uid \(owner), not by you (uid \(geteuid())), so they may change or delete its records; "
+        + "nothing was opened or changed. Run as uid \(owner) if the container is theirs; else keep containers "
+        + "in a directory only you may write"
     case .notAFile(let path):
       "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
         + "container file (nothing was opened or changed)"
@@ -616,6 +624,7 @@ extension QueueError: CodedError {
     case .cannotOpen: "queue.cannot-open"
     case .notAFile: "queue.not-a-file"
     case .openToOthers: "queue.open-to-others"
+    case .ownedByOther: "queue.owned-by-other"
     case .fileTooLarge: "queue.file-too-large"
     case .outOfMemory: "queue.out-of-memory"
     }

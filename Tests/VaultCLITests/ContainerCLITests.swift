@@ -258,4 +258,44 @@ extension ContainerCLITests {
     XCTAssertTrue(stats.outputText.contains("\"pending\" : 1"), stats.outputText)
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
   }
+
+  /// A -wal another user planted beside a new container's path (in a shared directory such as
+  /// /tmp) is theirs to write whatever its mode: the put that would create the container there is
+  /// refused, and so is a container another user owns; `status` warns and still counts.
+  func testAContainerFileAnotherUserOwnsIsRefused() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    let shared = temporary.sub("shared")
+    XCTAssertEqual(mkdir(shared, 0o1777), 0)
+    XCTAssertEqual(chmod(shared, 0o1777), 0)
+    let planted = shared + "/new.sqlite"
+    XCTAssertTrue(FileManager.default.createFile(atPath: planted + "-wal", contents: Data([7])))
+    XCTAssertEqual(chown(planted + "-wal", 65534, 65534), 0)
+    XCTAssertEqual(chmod(planted + "-wal", 0o644), 0)
+    let run = try vault(["--home", home, "queue", "put", "--queue", "q", "--container", planted], input: [1])
+    XCTAssertEqual(run.status, 1, run.error)
+    XCTAssertTrue(
+      run.error.contains(
+        "\(planted)-wal, beside the container \(planted), is owned by uid 65534, not by you (uid 0), so they may "
+          + "change or delete its records; nothing was opened or changed"), run.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: planted), "no container was made")
+    XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: planted + "-wal")), Data([7]))
+
+    let theirs = temporary.sub("theirs.sqlite")
+    try put(theirs)
+    XCTAssertEqual(chown(theirs, 65534, 65534), 0)
+    for command in [["queue", "stats", "--container", theirs], ["rotate"]] {
+      let refused = try vault(["--home", home] + command)
+      XCTAssertEqual(refused.status, 1, "\(command)")
+      XCTAssertTrue(refused.error.contains("\(theirs) is owned by uid 65534, not by you (uid 0)"), refused.error)
+    }
+    let status = try vault(["--home", home, "status"])
+    XCTAssertEqual(status.status, 0, status.error)
+    XCTAssertTrue(status.error.contains("warning: \(theirs) is owned by uid 65534"), status.error)
+    // SQLite run as root gives the -wal and -shm status made the database file's owner.
+    for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: theirs + suffix) {
+      XCTAssertEqual(chown(theirs + suffix, 0, 0), 0)
+    }
+    let rotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+  }
 }
