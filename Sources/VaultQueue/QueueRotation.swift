@@ -132,11 +132,13 @@ extension QueueContainer: SealedContainer {
     try withStorage { storage in try storage.minimumSealVersion() }
   }
 
-  /// The same as `checkpoint()`: empties the WAL without waiting for readers.
+  /// Rotation's checkpoint: as `checkpoint()`, but waits at most a quarter of a second for a
+  /// writer's transaction or a reader of an older snapshot to end, holding new writers off
+  /// meanwhile.
   ///
   /// - Returns: false when that could not be done now: old envelopes may still be in the WAL.
   /// - Throws: nothing today; see `checkpoint()`.
-  public func checkpointNow() throws -> Bool { try checkpoint() }
+  public func checkpointNow() throws -> Bool { try withStorage { $0.checkpoint(waitingUpTo: 250) } }
 
   /// How many records do not open with `vault` (tampered, moved, or sealed under a key that is
   /// gone), trying every record in batches of 256.

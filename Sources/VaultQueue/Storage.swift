@@ -378,13 +378,17 @@ final class Storage {
     ).run([.text(QueueContainer.resentPrefix + state.rawValue), .integer(Int64(count))])
   }
 
-  /// A TRUNCATE checkpoint that never waits: with the busy timeout it would hold the write lock
-  /// for up to 10 s while a reader keeps an old snapshot, stalling every writer. Returns whether the
-  /// WAL was written back and emptied (false: a reader or writer was busy; try again later).
+  /// A TRUNCATE checkpoint that by default never waits: with the busy timeout it would hold the
+  /// write lock for up to 10 s while a reader keeps an old snapshot, stalling every writer. Returns
+  /// whether the WAL was written back and emptied (false: a reader or writer was busy; try again
+  /// later).
+  ///
+  /// - Parameter milliseconds: how long it may wait for a writer or a reader of an older snapshot
+  ///   (rotation's); new writers wait meanwhile.
   @discardableResult
-  func checkpoint() -> Bool {
+  func checkpoint(waitingUpTo milliseconds: Int32 = 0) -> Bool {
     guard !readOnly else { return false }
-    sqlite3_busy_timeout(connection.handle, 0)
+    sqlite3_busy_timeout(connection.handle, milliseconds)
     defer { sqlite3_busy_timeout(connection.handle, 10000) }
     let result = sqlite3_wal_checkpoint_v2(connection.handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
     guard result == SQLITE_OK else { return false }
