@@ -41,13 +41,17 @@ extension QueueContainer {
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
     try withStorage { storage in
-      let leasedAt = BootClock.nanoseconds()
-      let now = milliseconds(clock())
-      // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
-      let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
-      let leaseUntil = now + Self.span(grantedLease(lease))
+      var (leasedAt, now, leaseUntil) = (UInt64(0), Int64(0), Int64(0))
       try storage.transaction {
+        // The lease starts once the write lock is this claim's: read before BEGIN waited for it
+        // (behind a rotation's re-seal batch, about a second under load in an outside review), it
+        // reached the deliverer partly spent.
+        leasedAt = BootClock.nanoseconds()
+        now = milliseconds(clock())
+        leaseUntil = now + Self.span(grantedLease(lease))
+        // Strictly before the pass began: a retry rescheduled in the same millisecond waits.
+        let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
         try expire(storage, now: now)
         var bytes = 0
         try storage.statement(
@@ -430,10 +434,11 @@ extension QueueContainer {
   func renew(_ held: [UUID: Int64], lease: TimeInterval) throws -> [UUID: Int64] {
     guard !held.isEmpty else { return [:] }
     return try withStorage { storage in
-      var leaseUntil = milliseconds(clock()) + Self.span(grantedLease(lease))
-      // The new token must differ from the old ones, or a renewal could not be told from them.
-      while held.values.contains(leaseUntil) { leaseUntil += 1 }
-      return try storage.transaction {
+      try storage.transaction {
+        // Read once the write lock is held, as `claim` reads its lease's start.
+        var leaseUntil = milliseconds(clock()) + Self.span(grantedLease(lease))
+        // The new token must differ from the old ones, or a renewal could not be told from them.
+        while held.values.contains(leaseUntil) { leaseUntil += 1 }
         // Only the claim that set `lease_until` (?3) may extend or give back its lease.
         let renew = try storage.statement(
           "UPDATE records SET lease_until = ?1 WHERE id = ?2 AND state = 'in_flight' AND lease_until = ?3")

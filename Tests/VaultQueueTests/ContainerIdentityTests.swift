@@ -294,11 +294,6 @@ final class ContainerIdentityTests: XCTestCase {
   func testRotationsCheckpointWaitsOutAWritersTransaction() throws {
     let queue = try QueueContainer(path: path, vault: vault)
     for i in 0..<20 { try queue.enqueue([UInt8(i)], queue: "q") }
-    /// The writer's connection, used by one thread at a time (the test's, then the committer's).
-    final class Writer: @unchecked Sendable {
-      let connection: Connection
-      init(_ connection: Connection) { self.connection = connection }
-    }
     let writer = Writer(try Connection(path: path))
     try writer.connection.execute("BEGIN IMMEDIATE")
     XCTAssertFalse(try queue.checkpoint(), "a delete's checkpoint gives up while the writer holds the lock")
@@ -312,6 +307,35 @@ final class ContainerIdentityTests: XCTestCase {
     XCTAssertEqual(committed.wait(timeout: .now() + 10), .success)
     var info = stat()
     XCTAssertTrue(stat(path + "-wal", &info) != 0 || info.st_size == 0, "the WAL was emptied")
+  }
+
+  /// A claim that waited for the write lock (behind a rotation's re-seal batch, about a second
+  /// under load in an outside review) hands its deliverer a whole lease, counted from when it got
+  /// the lock, and so does a renewal: both were counted from before the wait.
+  func testALeaseStartsOnceTheClaimHoldsTheWriteLock() throws {
+    let queue = try QueueContainer(path: path, vault: vault)
+    try queue.enqueue([1], queue: "q")
+    let writer = Writer(try Connection(path: path))
+    let released = Released()
+    let committed = DispatchSemaphore(value: 0)
+    let hold = {
+      try writer.connection.execute("BEGIN IMMEDIATE")
+      Thread.detachNewThread {
+        usleep(300_000)
+        released.at = milliseconds(Date())
+        try? writer.connection.execute("COMMIT")
+        committed.signal()
+      }
+    }
+    try hold()
+    let claimed = try queue.claim(queue: "q", lease: 60)
+    XCTAssertEqual(committed.wait(timeout: .now() + 10), .success)
+    XCTAssertGreaterThanOrEqual(try XCTUnwrap(claimed.first).leaseToken, released.at + 60_000)
+
+    try hold()
+    let renewed = try queue.renew([claimed[0].id: claimed[0].leaseToken], lease: 60)
+    XCTAssertEqual(committed.wait(timeout: .now() + 10), .success)
+    XCTAssertGreaterThanOrEqual(try XCTUnwrap(renewed[claimed[0].id]), released.at + 60_000)
   }
 
   /// Rotation opens registered containers one at a time: more containers than the process may
@@ -527,4 +551,15 @@ final class FinalReviewRegressionTests: XCTestCase {
     XCTAssertEqual(
       try QueueContainer(path: moved + "/queue.sqlite", vault: reopened).claim(queue: "q").map(\.payloadBytes), [[42]])
   }
+}
+
+/// A connection used by one thread at a time (the test's, then the one that commits).
+private final class Writer: @unchecked Sendable {
+  let connection: Connection
+  init(_ connection: Connection) { self.connection = connection }
+}
+
+/// When the writer let go of the lock, in milliseconds (set before the test reads it).
+private final class Released: @unchecked Sendable {
+  var at: Int64 = 0
 }
