@@ -159,7 +159,9 @@ public final class Claim: @unchecked Sendable {
   }
 
   /// Gives back every record this claim still holds and has not settled (pending again, the
-  /// claim's attempt not counted). Afterwards the claim holds nothing.
+  /// claim's attempt not counted). Afterwards the claim holds nothing. Each keeps its place, so
+  /// the next claim takes it first again: for records that could not be sent, use `fail`, or
+  /// they hold back the newer records of their queue.
   ///
   /// - Returns: how many records went back (a record already settled, or claimed by another
   ///   deliverer since, is not touched and not counted).

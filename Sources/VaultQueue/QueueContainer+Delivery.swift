@@ -309,7 +309,9 @@ extension QueueContainer {
     """
 
   /// Gives claimed records back (pending, the claim's attempt not counted), as when a delivery
-  /// pass ends before sending them.
+  /// pass ends before sending them. A record given back keeps its place: the next claim takes it
+  /// first again. For a record that could not be sent, use `fail` (backoff, counted), or it holds
+  /// back every newer record of its queue.
   ///
   /// Unlike `Claim.releaseUnsettled()`, this is not fenced by the lease: any record of `ids` in
   /// flight goes back, even one another deliverer has claimed since.
