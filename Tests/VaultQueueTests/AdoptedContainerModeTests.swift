@@ -55,6 +55,25 @@ final class AdoptedContainerModeTests: XCTestCase {
     XCTAssertEqual(try QueueContainer(path: used, vault: vault).stats().total, 1, "others may read it: used")
   }
 
+  /// The two refusals read as what to run, each file quoted for a shell, and carry stable codes.
+  func testTheRefusalsNameEachFileAndTheCommand() {
+    let several = QueueError.openToOthers(
+      path: "/d/q.sqlite", modes: ["/d/q.sqlite-wal": 0o100666, "/d/q.sqlite": 0o100660])
+    XCTAssertEqual(
+      several.description,
+      "files of the container /d/q.sqlite let others change or delete its records (/d/q.sqlite has mode 0660, "
+        + "/d/q.sqlite-wal has mode 0666); nothing was opened or changed. Run: chmod 600 /d/q.sqlite /d/q.sqlite-wal")
+    XCTAssertTrue(
+      QueueError.openToOthers(path: "/d/my q", modes: ["/d/my q": 0o100622]).description.hasSuffix(
+        "Run: chmod 600 '/d/my q'"))
+    let theirs = QueueError.ownedByOther(path: "/d/q.sqlite", file: "/d/q.sqlite-shm", owner: 4242)
+    XCTAssertTrue(
+      theirs.description.hasPrefix("/d/q.sqlite-shm, beside the container /d/q.sqlite, is owned by uid 4242"),
+      theirs.description)
+    XCTAssertEqual(several.code, "queue.open-to-others")
+    XCTAssertEqual(theirs.code, "queue.owned-by-other")
+  }
+
   private func mode(_ path: String) throws -> UInt32 {
     var info = stat()
     XCTAssertEqual(stat(path, &info), 0)
