@@ -41,6 +41,11 @@ enum Advice {
     case VaultError.restoreKeysPresent(let store, _):
       return " (`vault restore BUNDLE --into THAT_HOME`"
         + (store == .keyfile ? ")" : ", or --store keyfile)")
+    case QueueError.unsafeDirectory(let path, _, let mode, let owner) where !(owner == geteuid() && mode & 0o022 != 0):
+      // No command moves a registered container: the steps that do, none of which loses a record.
+      return "; to move a registered container: mv it, with any -wal beside it, into such a directory, run "
+        + "`vault container forget \(ShellWord.quoted(path))`, then open it at its new path for writing "
+        + "(`vault queue put --container NEW`, or the app), which registers it again"
     case QueueError.olderSchema:
       return " (`vault rotate` or `vault backup` opens every registered container for writing)"
     case QueueError.busy(let path):

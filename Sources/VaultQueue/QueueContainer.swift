@@ -459,11 +459,24 @@ public final class QueueContainer: @unchecked Sendable {
   /// group or others may write: SQLite would use a -wal someone else can append frames to as it is
   /// (one planted before the container's first open, in a shared directory such as /tmp, too).
   ///
-  /// - Throws: `QueueError.ownedByOther` naming the first file another user owns; else
-  ///   `.openToOthers` naming every file group or others may write.
+  /// Its directory must be writable by nobody else (sticky or not: a sticky /tmp still lets others
+  /// make the -wal that is not there yet) and be yours or root's: per-file checks cannot close the
+  /// gap between them and SQLite's own open (outside review: a -wal planted in that gap, in /tmp,
+  /// was written to by root's put, and records were lost).
+  ///
+  /// - Throws: `QueueError.unsafeDirectory` for such a directory; `.ownedByOther` naming the first
+  ///   file another user owns; else `.openToOthers` naming every file group or others may write.
   package static func checkPrivate(_ path: String) throws {
     var modes: [String: UInt32] = [:]
     let me = geteuid()
+    let directory = (path as NSString).deletingLastPathComponent
+    var folder = stat()
+    if stat(directory.isEmpty ? "." : directory, &folder) == 0,
+      folder.st_mode & 0o022 != 0 || (folder.st_uid != me && folder.st_uid != 0)
+    {
+      throw QueueError.unsafeDirectory(
+        path: path, directory: directory, mode: UInt32(folder.st_mode), owner: folder.st_uid)
+    }
     for suffix in Vault.containerFileSuffixes {
       var info = stat()
       guard lstat(path + suffix, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }

@@ -519,6 +519,11 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   /// others write it (`modes`: each such file's path and mode): they could change, roll back or
   /// delete records. Nothing was opened; vault makes these files 0600.
   case openToOthers(path: String, modes: [String: UInt32])
+  /// The container's directory (`directory`, mode `mode`, owned by `owner`) lets group or others
+  /// write it, or belongs to another user than you or root: whoever may write it can delete or
+  /// replace the container's files, or plant its -wal before SQLite makes it (between any check
+  /// and SQLite's own open). Nothing was opened.
+  case unsafeDirectory(path: String, directory: String, mode: UInt32, owner: UInt32)
   /// The container's file, or its -wal, -shm or -journal file (`file`), belongs to another user
   /// (`owner`), who may change, roll back or delete records whatever its mode. Nothing was opened.
   case ownedByOther(path: String, file: String, owner: UInt32)
@@ -571,13 +576,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
     case .cannotOpen(let path, let reason): "could not open \(path): \(reason)"
     case .fileTooLarge(let path):
       "\(path) would grow past the file-size limit (ulimit -f); the change was not made: raise the limit and retry"
-    case .openToOthers(let path, let modes):
-      Self.openToOthers(path, modes, "nothing was opened or changed")
-    case .ownedByOther(let path, let file, let owner):
-      (file == path ? path : "\(file), beside the container \(path),")
-        + " is owned by uid \(owner), not by you (uid \(geteuid())), so they may change or delete its records; "
-        + "nothing was opened or changed. Run as uid \(owner) if the container is theirs; else keep containers "
-        + "in a directory only you may write"
+    case .openToOthers, .ownedByOther, .unsafeDirectory: refusal(outcome: "nothing was opened or changed")
     case .notAFile(let path):
       "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
         + "container file (nothing was opened or changed)"
@@ -586,9 +585,36 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 extension QueueError {
+  /// The sentence of a refusal for the container's files or directory (`openToOthers`,
+  /// `ownedByOther`, `unsafeDirectory`), with what was done instead (`outcome`: `status` counts
+  /// nothing rather than refusing); `description` for any other error.
+  package func refusal(outcome: String) -> String {
+    let me = geteuid()
+    switch self {
+    case .openToOthers(let path, let modes):
+      return Self.openToOthers(path, modes, outcome)
+    case .ownedByOther(let path, let file, let owner):
+      return (file == path ? path : "\(file), beside the container \(path),")
+        + " is owned by uid \(owner), not by you (uid \(me)), so they may change or delete its records; "
+        + "\(outcome). If the container is uid \(owner)'s, run as uid \(owner); if it is "
+        + (me == 0
+          ? "this vault's, make the file root's again (chown 0 \(ShellWord.quoted(file)))"
+          : "yours, only root can give the file back to you")
+    case .unsafeDirectory(let path, let directory, let mode, let owner):
+      let shared = mode & 0o022 != 0
+      return "the container \(path) is in \(directory), which "
+        + (shared ? "others may write (mode \(octal(mode)))" : "belongs to uid \(owner), not to you (uid \(me))")
+        + ": they could delete or replace its files, or plant its -wal before SQLite makes it; \(outcome). "
+        + (owner == me && shared
+          ? "Run: chmod go-w \(ShellWord.quoted(directory))" : "Keep containers in a directory only you may write")
+    default:
+      return description
+    }
+  }
+
   /// The sentence of `openToOthers`, with what was done instead (`outcome`): one file, or several,
   /// each with its mode, then the chmod that makes every one of them private.
-  package static func openToOthers(_ path: String, _ modes: [String: UInt32], _ outcome: String) -> String {
+  static func openToOthers(_ path: String, _ modes: [String: UInt32], _ outcome: String) -> String {
     let files = modes.keys.sorted()
     let chmod = "Run: chmod 600 " + files.map(ShellWord.quoted).joined(separator: " ")
     if files == [path] {
@@ -625,6 +651,7 @@ extension QueueError: CodedError {
     case .notAFile: "queue.not-a-file"
     case .openToOthers: "queue.open-to-others"
     case .ownedByOther: "queue.owned-by-other"
+    case .unsafeDirectory: "queue.unsafe-directory"
     case .fileTooLarge: "queue.file-too-large"
     case .outOfMemory: "queue.out-of-memory"
     }
