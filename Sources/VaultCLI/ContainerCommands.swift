@@ -79,9 +79,15 @@ extension VaultCommandLine {
       case .container(_, let id) where registered.id != nil && id != registered.id:
         found = "container id \(id ?? "none")"
       case .container:
-        state = .ok
-        let counts = try QueueContainer.recordCounts(path: path, keyring: keyring)?.byVersion ?? [:]
-        records = Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })
+        do {
+          let counts = try QueueContainer.recordCounts(path: path, keyring: keyring)?.byVersion ?? [:]
+          records = Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })
+          state = .ok
+        } catch let error as QueueError {
+          // Its pages do not read (damaged past its header): listed, not hiding the others.
+          state = .unreadable
+          found = error.description
+        }
       }
       listings.append(ContainerListing(path: path, id: registered.id, state: state, records: records, found: found))
     }

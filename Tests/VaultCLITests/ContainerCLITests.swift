@@ -342,4 +342,31 @@ extension ContainerCLITests {
     let list = try vault(["--home", home, "queue", "list", "--container", moved, "--json"])
     XCTAssertEqual(list.status, 0, list.error)
   }
+
+  /// A container whose records' pages no longer read is listed as unreadable, with why, and does
+  /// not hide the others (outside review: `container list` failed whole on it).
+  func testListShowsADamagedContainerWithoutHidingTheOthers() throws {
+    let good = temporary.sub("good.sqlite")
+    let damaged = temporary.sub("damaged.sqlite")
+    try put(good)
+    try put(damaged)
+    let script = """
+      import sqlite3, sys
+      path = sys.argv[1]
+      c = sqlite3.connect(path)
+      root = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'records'").fetchone()[0]
+      size = c.execute("PRAGMA page_size").fetchone()[0]
+      c.close()
+      with open(path, "r+b") as f:
+          f.seek((root - 1) * size)
+          f.write(b"\\xff" * size)
+      """
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, damaged]).status, 0)
+    let listed = try vault(["--home", home, "container", "list"])
+    XCTAssertEqual(listed.status, 0, listed.error)
+    XCTAssertTrue(listed.outputText.contains("\(good)  id "), listed.outputText)
+    XCTAssertTrue(listed.outputText.contains("  ok  records: v1 1"), listed.outputText)
+    XCTAssertTrue(listed.outputText.contains("unreadable (\(damaged) is corrupt"), listed.outputText)
+    XCTAssertEqual(try listing()[damaged]?["state"] as? String, "unreadable")
+  }
 }
