@@ -415,9 +415,9 @@ public enum ManifestFile {
     /// The vault's home directory belongs to another user (`owner`, not `expected`) or lets group or
     /// others (`mode`) replace or delete the files in it. `init` makes it 0700.
     case unsafeHome(home: String, mode: UInt32, owner: UInt32, expected: UInt32)
-    /// The manifest's path holds a symbolic link (to `target`, when it could be read). vault never
-    /// reads its manifest through one: whoever controls the link would choose which file is trusted.
-    /// Nothing was read through it.
+    /// The manifest's path holds a symbolic link (to `target`; nil when it leads to no regular file:
+    /// dangling, a loop, itself). vault never reads its manifest through one: whoever controls the
+    /// link would choose which file is trusted. Nothing was read through it.
     case symbolicLink(path: String, target: String?)
     /// The manifest's path holds something other than a file (`kind`: a directory, a FIFO, a socket
     /// or a device). Nothing was read from it.
@@ -463,9 +463,9 @@ public enum ManifestFile {
           + "If that is this vault's manifest, put the file itself in the link's place: mv "
           + "\(ShellWord.quoted(Self.resolved(target, beside: path))) \(ShellWord.quoted(path))"
       case .symbolicLink(let path, nil):
-        "the vault manifest \(path) is a symbolic link, which vault never reads through (whoever controls a "
-          + "link would choose the manifest trusted); nothing was read or changed. Put the manifest file itself "
-          + "in the link's place"
+        "the vault manifest \(path) is a symbolic link that leads to no file (dangling, or a loop), and vault never "
+          + "reads its manifest through a link; nothing was read or changed. Remove the link and put the manifest "
+          + "file itself in its place"
       case .notAFile(let path, let kind):
         "the vault manifest \(path) is \(kind), not a regular file; nothing was read or changed. Move it aside and "
           + "restore \(Manifest.fileName) from a backup"
@@ -632,7 +632,16 @@ public enum ManifestFile {
     let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     if fd < 0 {
       if errno == ENOENT { return nil }
-      if errno == ELOOP { throw Failure.symbolicLink(path: path, target: linkTarget(path)) }
+      if errno == ELOOP {
+        // A target that leads to no regular file (dangling, a loop, itself) is named as such: a
+        // `mv` of it would move nothing.
+        let target = linkTarget(path)
+        var info = stat()
+        let leads = target.map {
+          stat(Failure.resolved($0, beside: path), &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+        }
+        throw Failure.symbolicLink(path: path, target: leads == true ? target : nil)
+      }
       let code = errno
       // Another user's home (0700) is closed to us: name its owner rather than "Permission denied".
       if code == EACCES { try checkHome((path as NSString).deletingLastPathComponent) }

@@ -251,6 +251,22 @@ final class EndToEndTests: XCTestCase {
     XCTAssertEqual(status.status, 0, status.error)
   }
 
+  /// A link that leads to no file (dangling, to itself, a loop) is not given a `mv` of nothing.
+  func testAManifestLinkThatLeadsNowhereSaysSo() throws {
+    let manifest = home + "/manifest.json"
+    XCTAssertEqual(rename(manifest, temporary.sub("kept.json")), 0)
+    for target in ["gone.json", "manifest.json", manifest] {
+      XCTAssertEqual(symlink(target, manifest), 0)
+      defer { XCTAssertEqual(unlink(manifest), 0) }
+      let run = try vault(["--home", home, "status"])
+      XCTAssertEqual(run.status, 1, target)
+      XCTAssertTrue(
+        run.error.contains("the vault manifest \(manifest) is a symbolic link that leads to no file"), run.error)
+      XCTAssertTrue(run.error.contains("Remove the link and put the manifest file itself in its place"), run.error)
+      XCTAssertFalse(run.error.contains("mv "), run.error)
+    }
+  }
+
   /// A directory, FIFO or socket where the manifest belongs is named as what it is, promptly (a
   /// FIFO is not waited on), and the advice is to restore the manifest, not to fix its mode.
   func testAManifestThatIsNotAFileIsNamedAsWhatItIs() throws {
