@@ -79,8 +79,23 @@ extension QueueContainer {
       var opened: [ClaimedRecord] = []
       var undecryptable: [(id: String, version: Int64)] = []
       for record in claimed {
+        var (envelope, version) = (record.envelope, record.version)
         do {
-          let payload = try vault.open(record.envelope, context: context(queue: queue, id: record.id))
+          let payload: [UInt8]
+          do {
+            payload = try vault.open(envelope, context: context(queue: queue, id: record.id))
+          } catch let error where Self.mayBeResealed(error) {
+            // Opened outside the claim's transaction: a rotation may have re-sealed the record
+            // and retired its old version in between (the crash campaign saw `keyMissing` for a
+            // key deleted a moment after this process last read the manifest). The row, still
+            // this claim's, holds the envelope to open; one that is not re-sealed fails as before.
+            guard let fresh = try Self.heldEnvelope(storage, id: record.id, leaseUntil: leaseUntil) else {
+              continue  // no longer this claim's: settled or claimed elsewhere meanwhile
+            }
+            guard fresh.version != version else { throw error }
+            (envelope, version) = fresh
+            payload = try vault.open(envelope, context: context(queue: queue, id: record.id))
+          }
           opened.append(
             ClaimedRecord(
               id: UUID(uuidString: record.id)!, queue: queue, payload: Data(payload), attempts: record.attempts,
@@ -88,7 +103,7 @@ extension QueueContainer {
               leasedAt: leasedAt))
         } catch is EnvelopeError {
           // The envelope itself is bad (tampered, moved, another keyring, retired key).
-          undecryptable.append((record.id, record.version))
+          undecryptable.append((record.id, version))
         } catch {
           // The key could not be read right now: give every claimed record back and report it.
           try storage.transaction {
@@ -113,6 +128,27 @@ extension QueueContainer {
       }
       return opened
     }
+  }
+
+  /// Whether `error`, opening a claimed envelope, may mean only that its key version was retired
+  /// after a rotation re-sealed the record under a newer one.
+  private static func mayBeResealed(_ error: any Error) -> Bool {
+    switch error {
+    case VaultError.keyMissing, EnvelopeError.retiredKeyVersion, EnvelopeError.unknownKeyVersion: true
+    default: false
+    }
+  }
+
+  /// The envelope and key version of record `id` while it is still in flight under the lease
+  /// `leaseUntil`; nil when it is not (settled, given back or claimed by another deliverer).
+  private static func heldEnvelope(_ storage: Storage, id: String, leaseUntil: Int64) throws
+    -> (envelope: [UInt8], version: Int64)?
+  {
+    var found: (envelope: [UInt8], version: Int64)?
+    try storage.statement(
+      "SELECT envelope, key_version FROM records WHERE id = ? AND state = 'in_flight' AND lease_until = ?"
+    ).query([.text(id), .integer(leaseUntil)]) { found = ($0.blob(0), $0.int(1)) }
+    return found
   }
 
   /// Deletes delivered records, then checkpoints the WAL so their frames do not linger.

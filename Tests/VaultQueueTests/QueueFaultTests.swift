@@ -30,7 +30,8 @@ final class QueueFaultTests: XCTestCase {
   }
 
   private func mount(size: String, inodes: Int? = nil) throws {
-    let options = "size=\(size)" + (inodes.map { ",nr_inodes=\($0)" } ?? "")
+    // mode=0700: a tmpfs's root is 1777 by default, a directory others may write.
+    let options = "size=\(size),mode=0700" + (inodes.map { ",nr_inodes=\($0)" } ?? "")
     let result = try Spawn.run("/bin/mount", ["-t", "tmpfs", "-o", options, "tmpfs", mountPoint])
     XCTAssertEqual(result.status, 0, result.error)
   }
