@@ -65,10 +65,10 @@ public final class QueueContainer: @unchecked Sendable {
   ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
   ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault;
   ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container;
-  ///   `.newerSchema` for one made by a newer vault; `.ownedByOther` or `.openToOthers` for a file
-  ///   another user owns or group or others may write (its -wal, -shm or -journal too); the other
-  ///   `QueueError` kinds for a file that cannot be read or written (permissions, a read-only or
-  ///   full disk, too many open files).
+  ///   `.newerSchema` for one made by a newer vault; `.unsafeDirectory`, `.ownedByOther` or
+  ///   `.openToOthers` for a directory or file someone else may change (see `probe(path:)`); the
+  ///   other `QueueError` kinds for a file that cannot be read or written (permissions, a read-only
+  ///   or full disk, too many open files).
   ///   `VaultError.containerBesideKeyfile` for a container in the keyfile's directory;
   ///   `RotationError` when registering would conflict with another registered path; the
   ///   manifest's errors when it cannot be read or written.
@@ -208,9 +208,10 @@ public final class QueueContainer: @unchecked Sendable {
   ///   id), or `.container` with its keyring id and container id.
   /// - Throws: `QueueError.permissionDenied`, `.tooManyOpenFiles` or `.cannotOpen` when the file
   ///   cannot be looked at (`.cannotOpen` too when its -wal or -shm is not a regular file);
-  ///   `.ownedByOther` or `.openToOthers` when another user owns, or group or others may write, it
-  ///   or its -wal, -shm or -journal; the
-  ///   other `QueueError` kinds when its database cannot be read.
+  ///   `.unsafeDirectory` when group or others may write its directory, or another user than you
+  ///   or root owns it; `.ownedByOther` or `.openToOthers` when another user owns, or group or
+  ///   others may write, it or its -wal, -shm or -journal (checked first, whether or not there is
+  ///   a file yet); the other `QueueError` kinds when its database cannot be read.
   public static func probe(path: String) throws -> ContainerProbe {
     // First: a -wal planted where a container is about to be made would be used by it.
     try checkPrivate(path)
@@ -269,8 +270,8 @@ public final class QueueContainer: @unchecked Sendable {
   /// - Parameter path: the database file (its `-journal` is looked for beside it).
   package static func rollBackInterruptedWrite(_ path: String) {
     var info = stat()
-    guard (try? checkPrivate(path)) != nil, lstat(path + "-journal", &info) == 0, info.st_mode & S_IFMT == S_IFREG,
-      info.st_size > 0,
+    guard (try? checkPrivate(path)) != nil,
+      lstat(path + "-journal", &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size > 0,
       lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
       let connection = try? Connection(path: path, create: false)
     else { return }
