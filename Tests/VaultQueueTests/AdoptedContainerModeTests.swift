@@ -51,6 +51,9 @@ final class AdoptedContainerModeTests: XCTestCase {
         XCTAssertEqual(($0 as? QueueError)?.code, "queue.open-to-others")
       }
     }
+    XCTAssertThrowsError(try QueueContainer.recordCounts(path: used, keyring: vault.keyringID)) {
+      XCTAssertEqual($0 as? QueueError, .openToOthers(path: used, modes: [used: 0o100660]), "counted without a look")
+    }
     XCTAssertEqual(chmod(used, 0o640), 0)
     XCTAssertEqual(try QueueContainer(path: used, vault: vault).stats().total, 1, "others may read it: used")
   }
