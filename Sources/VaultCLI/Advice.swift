@@ -41,7 +41,8 @@ enum Advice {
     case VaultError.restoreKeysPresent(let store, _):
       return " (`vault restore BUNDLE --into THAT_HOME`"
         + (store == .keyfile ? ")" : ", or --store keyfile)")
-    case QueueError.unsafeDirectory(let path, _, let mode, let owner) where !(owner == geteuid() && mode & 0o022 != 0):
+    case QueueError.unsafeDirectory(let path, _, let mode, let owner)
+    where !QueueError.chmodFixes(mode: mode, owner: owner):
       // No command moves a registered container: the steps that do, none of which loses a record.
       return "; to move a registered container: mv it, with any -wal beside it, into such a directory, run "
         + "`vault container forget \(ShellWord.quoted(path))`, then open it at its new path for writing "

@@ -69,6 +69,14 @@ package final class ContainerReader {
     {
       throw special
     }
+    // Read through its WAL, SQLite run as root gives a -wal it opens the database file's owner and
+    // plays its frames: one planted by someone else (in a directory they may write) would become
+    // the owner's, and the next write would keep its frames (outside review: a root scan did this).
+    // So a live read needs the files and directory to be the database owner's alone.
+    if live {
+      try QueueContainer.checkPrivate(
+        String(decoding: resolved.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self), owner: named.st_uid)
+    }
     let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")

@@ -467,11 +467,13 @@ public final class QueueContainer: @unchecked Sendable {
   /// gap between them and SQLite's own open (outside review: a -wal planted in that gap, in /tmp,
   /// was written to by root's put, and records were lost).
   ///
+  /// - Parameter owner: whose files they must be: the user running, or (for a scan's read of
+  ///   another user's database) the database file's owner.
   /// - Throws: `QueueError.unsafeDirectory` for such a directory; `.ownedByOther` naming the first
   ///   file another user owns; else `.openToOthers` naming every file group or others may write.
-  package static func checkPrivate(_ path: String) throws {
+  package static func checkPrivate(_ path: String, owner: uid_t = geteuid()) throws {
     var modes: [String: UInt32] = [:]
-    let me = geteuid()
+    let me = owner
     let directory = (path as NSString).deletingLastPathComponent
     var folder = stat()
     if stat(directory.isEmpty ? "." : directory, &folder) == 0,

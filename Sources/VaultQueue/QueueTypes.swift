@@ -593,23 +593,34 @@ extension QueueError {
     switch self {
     case .openToOthers(let path, let modes):
       return Self.openToOthers(path, modes, outcome)
+    case .ownedByOther(let path, let file, let owner) where file == path:
+      return "\(path) is owned by uid \(owner), not by you (uid \(me)), so they may change or delete its "
+        + "records; \(outcome). If the container is uid \(owner)'s, run as uid \(owner). If it is this "
+        + "vault's, uid \(owner) could have changed it: restore it from a backup, or take it back only if you "
+        + "know nobody else wrote to it"
     case .ownedByOther(let path, let file, let owner):
-      return (file == path ? path : "\(file), beside the container \(path),")
-        + " is owned by uid \(owner), not by you (uid \(me)), so they may change or delete its records; "
-        + "\(outcome). If the container is uid \(owner)'s, run as uid \(owner); if it is "
-        + (me == 0
-          ? "this vault's, make the file root's again (chown 0 \(ShellWord.quoted(file)))"
-          : "yours, only root can give the file back to you")
+      // Never "take it back": a -wal or -journal of someone else's would then be played into the
+      // container (outside review: a chown of a planted -wal, as advised, deleted records).
+      return "\(file), beside the container \(path), is owned by uid \(owner), not by you (uid \(me)): it may hold "
+        + "writes that are not this vault's; \(outcome). Do not make it yours. Move it aside (mv "
+        + "\(ShellWord.quoted(file)) \(ShellWord.quoted(file + ".untrusted"))): the container is then read "
+        + "without it, as of its last checkpoint"
     case .unsafeDirectory(let path, let directory, let mode, let owner):
       let shared = mode & 0o022 != 0
       return "the container \(path) is in \(directory), which "
         + (shared ? "others may write (mode \(octal(mode)))" : "belongs to uid \(owner), not to you (uid \(me))")
         + ": they could delete or replace its files, or plant its -wal before SQLite makes it; \(outcome). "
-        + (owner == me && shared
+        + (Self.chmodFixes(mode: mode, owner: owner)
           ? "Run: chmod go-w \(ShellWord.quoted(directory))" : "Keep containers in a directory only you may write")
     default:
       return description
     }
+  }
+
+  /// Whether `chmod go-w` is the fix for a container's directory: the user's own, and not a shared
+  /// one by design (sticky, as /tmp: root would take it from every other user).
+  package static func chmodFixes(mode: UInt32, owner: UInt32) -> Bool {
+    owner == geteuid() && mode & 0o022 != 0 && mode & UInt32(S_ISVTX) == 0
   }
 
   /// The sentence of `openToOthers`, with what was done instead (`outcome`): one file, or several,

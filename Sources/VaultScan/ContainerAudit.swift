@@ -126,6 +126,8 @@ extension Scanner {
     case QueueError.outOfMemory: "out of memory"
     case QueueError.cannotOpen(_, let reason): "cannot open (\(reason))"
     case QueueError.storage(_, let detail): "storage failure (\(detail))"
+    case QueueError.unsafeDirectory, QueueError.ownedByOther, QueueError.openToOthers:
+      "not read through its log: another user may write its directory, -wal or -shm"
     default: "unreadable (\(type(of: error)))"
     }
   }

@@ -114,6 +114,27 @@ final class ScanCLITests: XCTestCase {
     XCTAssertTrue(run.error.contains("the audit is incomplete"), run.error)
   }
 
+  /// A -wal another user planted beside a container is never read through, as root: SQLite would
+  /// give it the database file's owner and play its frames, and the next write would keep them
+  /// (outside review: a root scan turned a planted -wal into root's, and a later put deleted
+  /// records). The container is listed incomplete and the -wal stays as it was.
+  func testAWALAnotherUserPlantedIsNotReadThroughAndStaysTheirs() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    let temporary = TemporaryDirectory()
+    let home = try makeHome(temporary)
+    try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3])
+    let wal = home + "/queue.sqlite-wal"
+    XCTAssertTrue(FileManager.default.createFile(atPath: wal, contents: nil))
+    XCTAssertEqual(chown(wal, 65534, 65534), 0)
+    let run = try vault(["--home", home, "scan", home, "--verify"])
+    XCTAssertEqual(run.status, 2, run.outputText + run.error)
+    XCTAssertTrue(run.error.contains("the audit is incomplete"), run.error)
+    XCTAssertTrue(run.outputText.contains("another user may write its directory, -wal or -shm"), run.outputText)
+    var info = stat()
+    XCTAssertEqual(stat(wal, &info), 0)
+    XCTAssertEqual(info.st_uid, 65534, "the planted -wal is still its planter's")
+  }
+
   /// A registered container whose file was swapped for another that claims its id (the outside
   /// review's case: rows copied in, `meta.container_id` edited) is not vouched for by `--verify`,
   /// however well the copied rows open.
