@@ -75,7 +75,7 @@ enum FileIO {
     var info = stat()
     guard fstat(fd, &info) == 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
     guard info.st_mode & S_IFMT == S_IFREG else {
-      throw FileError.inputNotRegular(path: path, kind: kind(info.st_mode))
+      throw FileError.inputNotRegular(path: path, kind: SecureFile.kind(info.st_mode))
     }
     let size = Int(info.st_size)
     guard size <= limit else { throw StandardInputError.tooLarge(limit: VaultCommandLine.maximumRecordSize) }
@@ -222,16 +222,6 @@ enum FileIO {
     let code = errno
     if code == EEXIST { throw FileError.outputExists(path: path) }
     throw FileError.outputFailed(path: path, errno: code)
-  }
-
-  private static func kind(_ mode: mode_t) -> String {
-    switch mode & S_IFMT {
-    case S_IFDIR: "a directory"
-    case S_IFIFO: "a FIFO"
-    case S_IFSOCK: "a socket"
-    case S_IFCHR, S_IFBLK: "a device"
-    default: "not a regular file"
-    }
   }
 }
 

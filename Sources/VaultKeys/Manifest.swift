@@ -648,7 +648,7 @@ public enum ManifestFile {
       // A socket cannot be opened (ENXIO): say what is there rather than the errno's text.
       var info = stat()
       if lstat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
-        throw Failure.notAFile(path: path, kind: kind(of: info))
+        throw Failure.notAFile(path: path, kind: SecureFile.kind(info.st_mode))
       }
       throw KeyStoreError.io(path: path, operation: "open the vault manifest", errno: code)
     }
@@ -657,7 +657,9 @@ public enum ManifestFile {
     guard fstat(fd, &info) == 0 else {
       throw KeyStoreError.io(path: path, operation: "stat the vault manifest", errno: errno)
     }
-    guard info.st_mode & S_IFMT == S_IFREG else { throw Failure.notAFile(path: path, kind: kind(of: info)) }
+    guard info.st_mode & S_IFMT == S_IFREG else {
+      throw Failure.notAFile(path: path, kind: SecureFile.kind(info.st_mode))
+    }
     try ManifestFile.checkPrivate(path, info: info)
     let size = Int(info.st_size)
     guard size <= byteLimit else { throw Failure.tooLarge(path: path, bytes: size) }
@@ -680,17 +682,6 @@ public enum ManifestFile {
     let count = readlink(path, &buffer, buffer.count - 1)
     guard count > 0 else { return nil }
     return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-  }
-
-  /// What a non-file is, for a sentence ("a directory").
-  private static func kind(of info: stat) -> String {
-    switch info.st_mode & S_IFMT {
-    case S_IFDIR: "a directory"
-    case S_IFIFO: "a FIFO"
-    case S_IFSOCK: "a socket"
-    case S_IFCHR, S_IFBLK: "a device"
-    default: "a special file"
-    }
   }
 
   /// The manifest decides which keys may be deleted: like a private key, it must be the user's

@@ -24,6 +24,21 @@ package enum SecureFile {
     }
   }
 
+  /// What a file that is not a regular file is, for a sentence: "a directory", "a FIFO", "a
+  /// socket", "a device", "a symlink" (from `lstat`), else "a special file".
+  ///
+  /// - Parameter mode: the file's `st_mode`.
+  package static func kind(_ mode: mode_t) -> String {
+    switch mode & S_IFMT {
+    case S_IFDIR: "a directory"
+    case S_IFIFO: "a FIFO"
+    case S_IFSOCK: "a socket"
+    case S_IFCHR, S_IFBLK: "a device"
+    case S_IFLNK: "a symlink"
+    default: "a special file"
+    }
+  }
+
   /// Refuses a file or directory that is not owned by the effective user or that group/others may
   /// read or write, the way ssh treats private keys.
   ///

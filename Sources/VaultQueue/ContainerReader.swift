@@ -64,9 +64,8 @@ package final class ContainerReader {
     guard stat(link, &opened) == 0, opened.st_nlink > 0, lstat(resolved, &named) == 0,
       named.st_mode & S_IFMT == S_IFREG, named.st_dev == opened.st_dev, named.st_ino == opened.st_ino
     else { throw QueueError.cannotOpen(path: path, reason: "the file was removed or replaced while it was read") }
-    if live,
-      let special = QueueContainer.specialFile(at: resolved.dropLast().map { UInt8(bitPattern: $0) }, reported: path)
-    {
+    let resolvedBytes = resolved.dropLast().map { UInt8(bitPattern: $0) }
+    if live, let special = QueueContainer.specialFile(at: resolvedBytes, reported: path) {
       throw special
     }
     // Read through its WAL, SQLite run as root gives a -wal it opens the database file's owner and
@@ -74,8 +73,7 @@ package final class ContainerReader {
     // the owner's, and the next write would keep its frames (outside review: a root scan did this).
     // So a live read needs the files and directory to be the database owner's alone.
     if live {
-      try QueueContainer.checkPrivate(
-        String(decoding: resolved.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self), owner: named.st_uid)
+      try QueueContainer.checkPrivate(String(decoding: resolvedBytes, as: UTF8.self), owner: named.st_uid)
     }
     let (connection, keyring, containerID) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)

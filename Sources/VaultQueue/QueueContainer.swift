@@ -497,15 +497,7 @@ public final class QueueContainer: @unchecked Sendable {
       var info = stat()
       let name = (path + Array(suffix.utf8) + [0]).map { CChar(bitPattern: $0) }
       guard lstat(name, &info) == 0, info.st_mode & S_IFMT != S_IFREG else { continue }
-      let kind =
-        switch info.st_mode & S_IFMT {
-        case S_IFIFO: "a FIFO"
-        case S_IFSOCK: "a socket"
-        case S_IFCHR, S_IFBLK: "a device"
-        case S_IFLNK: "a symlink"
-        case S_IFDIR: "a directory"
-        default: "not a regular file"
-        }
+      let kind = SecureFile.kind(info.st_mode)
       return QueueError.cannotOpen(
         path: reported,
         reason: "its \(suffix.isEmpty ? "database file" : suffix + " file") is \(kind), not a regular file: "
