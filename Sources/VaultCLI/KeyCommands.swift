@@ -31,7 +31,11 @@ enum InitCommand: Subcommand {
 enum StatusCommand: Subcommand {
   static let declaration = CommandDeclaration(
     name: "status", abstract: "Show key versions, their states and where the keys live.",
-    discussion: "Reads only the manifest and the containers' envelope headers: it works while the keyring is locked.",
+    discussion: """
+      Reads only the manifest and the containers' envelope headers: it works while the keyring is locked. \
+      A container whose directory or files someone else may write is named on standard error and not \
+      opened (its records show as not counted).
+      """,
     parameters: [
       .flag(
         "--json",
