@@ -261,14 +261,7 @@ public final class Vault: Sendable {
       // never waits for a rotation running elsewhere.
       if try vault.adoptVerifiedManifest(heal: false) { try vault.withManifestLock {} }
     } else {
-      guard signed.isLegacy else {
-        // A missing active key says more (a deleted or replaced keyfile) than a missing record.
-        let active = signed.manifest.activeVersion
-        if try store.loadKey(keyring: keyring, version: active, check: signed.manifest.record(active)?.check) == nil {
-          throw VaultError.keyMissing(version: signed.manifest.activeVersion, store: store.kind)
-        }
-        throw VaultError.integrityKeyMissing(store: store.kind)
-      }
+      guard signed.isLegacy else { throw try noIntegrityKeyError(signed.manifest, store: store) }
       vault = try upgrade(home: home, store: store, clock: clock)
     }
     if vault.manifest.versions.contains(where: { $0.state == .pending }) {
@@ -283,6 +276,19 @@ public final class Vault: Sendable {
     }
     _ = try vault.activeKey()
     return vault
+  }
+
+  /// What to throw when `store` holds no integrity key for the signed `manifest`: a missing active
+  /// key says more (a deleted, moved or replaced keyfile) than a missing record.
+  ///
+  /// - Returns: `VaultError.keyMissing` when the active key is gone too, else `.integrityKeyMissing`.
+  /// - Throws: the store's error when it cannot be read.
+  static func noIntegrityKeyError(_ manifest: Manifest, store: any KeyStore) throws -> VaultError {
+    let active = manifest.activeVersion
+    guard let keyring = manifest.keyringID,
+      try store.loadKey(keyring: keyring, version: active, check: manifest.record(active)?.check) != nil
+    else { return .keyMissing(version: active, store: store.kind) }
+    return .integrityKeyMissing(store: store.kind)
   }
 
   /// Reads the manifest in `home` for display, changing nothing, and says whether it could be

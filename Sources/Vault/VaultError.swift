@@ -62,6 +62,15 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// the vault the bundle was taken from (or an earlier restore of it) keeps its keys there, and
   /// they are never overwritten.
   case restoreKeysPresent(store: KeyStoreKind, version: UInt32)
+  /// `Vault.recoverManifest` found no usable copy of `home`'s manifest in any store it looked in
+  /// (`searched`); `skipped` names what it found but could not use, and why.
+  case noManifestCopy(home: String, searched: [String], skipped: [String])
+  /// `Vault.recoverManifest` found copies naming `home` from more than one vault or store
+  /// (`copies`, each "vault ID in STORE"), and takes none of them unasked.
+  case manifestCopiesDiffer(home: String, copies: [String])
+  /// The only copy of the home's manifest is in the keyfile at `keyfile`, but names the vault's
+  /// keyfile as `named`: the keyfile was moved by hand.
+  case keyfileMoved(keyfile: String, named: String)
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -128,6 +137,18 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
         + (keyfile.map { " at \($0)" } ?? "")
         + "; run it again with that store to finish it (nothing was changed)"
+    case .noManifestCopy(let home, let searched, let skipped):
+      "no key store holds a copy of the manifest of a vault at \(home) that vault can use (looked in "
+        + searched.joined(separator: "; ")
+        + (skipped.isEmpty ? "" : "; could not use: " + skipped.joined(separator: "; "))
+        + "). Nothing was changed. Without the vault's keys its records cannot be opened: restore a backup of the "
+        + "vault into a new home, or point at the store that keeps its keys"
+    case .manifestCopiesDiffer(let home, let copies):
+      "more than one key store copy names \(home) as its home: \(copies.joined(separator: "; ")). Nothing was "
+        + "changed; choose the vault and store whose records the home holds"
+    case .keyfileMoved(let keyfile, let named):
+      "the keyfile \(keyfile) keeps this home's manifest, which names the vault's keyfile as \(named); nothing was "
+        + "changed. Move the keyfile back: mv \(ShellWord.quoted(keyfile)) \(ShellWord.quoted(named))"
     case .restoreKeysPresent(let store, let version):
       "the \(store.rawValue) store already holds key version \(version) of this bundle's vault: the vault it was "
         + "taken from (or an earlier restore of it) keeps its keys there, and they are never overwritten; merge "
@@ -174,6 +195,9 @@ extension VaultError: CodedError {
     case .restoreUnfinished: "vault.restore-unfinished"
     case .restoreStoreDiffers: "vault.restore-store-differs"
     case .restoreKeysPresent: "vault.restore-keys-present"
+    case .noManifestCopy: "vault.no-manifest-copy"
+    case .manifestCopiesDiffer: "vault.manifest-copies-differ"
+    case .keyfileMoved: "vault.keyfile-moved"
     }
   }
 }

@@ -527,9 +527,46 @@ public enum ManifestFile {
     return try parse(bytes, path: path)
   }
 
+  /// What is at a home's manifest path, for recovering it from the key store's copy.
+  package enum Examined {
+    /// No file there.
+    case missing
+    /// A file that is not a manifest vault could have written (corrupt, too large, or a format-2
+    /// manifest without its MAC): replaceable by an authentic copy.
+    case damaged
+    /// A manifest that parses; its MAC is not checked yet.
+    case readable(Signed)
+
+    package var isPresent: Bool {
+      if case .missing = self { return false }
+      return true
+    }
+
+    /// The store a readable manifest names (a hint where its authentic copy is; not trusted).
+    package var storeHint: StoreDescriptor? {
+      if case .readable(let signed) = self { return signed.manifest.store }
+      return nil
+    }
+  }
+
+  /// Reads the manifest in `home` as `read` does, telling a missing or damaged file from one that
+  /// must not be replaced: every other failure (another owner, a mode, a link, not a file, a newer
+  /// release's format) is thrown.
+  package static func examine(home: String) throws -> Examined {
+    do {
+      return .readable(try read(home: home))
+    } catch let failure as Failure {
+      switch failure {
+      case .missing: return .missing
+      case .corrupt, .tooLarge, .unauthenticated: return .damaged
+      default: throw failure
+      }
+    }
+  }
+
   /// Whoever may write the home can delete or replace the manifest and the containers in it, so
   /// it must be the user's own and writable by nobody else, as the manifest must be.
-  static func checkHome(_ home: String) throws {
+  package static func checkHome(_ home: String) throws {
     var info = stat()
     guard stat(home, &info) == 0 else {
       throw KeyStoreError.io(path: home, operation: "stat the vault home", errno: errno)
