@@ -13,7 +13,17 @@ enum Advice {
   static func suffix(for error: any Error) -> String {
     switch error {
     case VaultError.alreadyExists: return " (use `vault status` to inspect it)"
-    case ManifestFile.Failure.missing: return "; `vault init` creates one"
+    case ManifestFile.Failure.missing:
+      return "; if this vault existed, `vault recover` writes its manifest back from the copy its key store "
+        + "keeps; `vault init` creates a new one"
+    case ManifestFile.Failure.corrupt, ManifestFile.Failure.tooLarge, ManifestFile.Failure.unauthenticated:
+      return " (`vault recover` writes back the copy the key store keeps, and keeps this file beside it)"
+    case VaultError.homeNotEmpty, VaultError.orphanedKeys:
+      return " (`vault recover` writes the manifest back from the copy its key store keeps)"
+    case VaultError.noManifestCopy(let home, _, _):
+      return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
+        + "then `vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
+    case VaultError.manifestCopiesDiffer: return " (`vault recover --vault-id ID`, with --keyfile PATH or --store)"
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,

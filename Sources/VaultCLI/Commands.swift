@@ -3,7 +3,8 @@ package enum Commands {
   static let all: [any Subcommand.Type] = [
     InitCommand.self, StatusCommand.self, SealCommand.self, OpenCommand.self, ResealCommand.self,
     UnpinCommand.self, RotateCommand.self, QueueCommand.self, ContainerCommand.self, TelemetryCommand.self,
-    ScanCommand.self, BackupCommand.self, RestoreCommand.self, DoctorCommand.self, KeyfileCommand.self,
+    ScanCommand.self, BackupCommand.self, RestoreCommand.self, RecoverCommand.self, DoctorCommand.self,
+    KeyfileCommand.self,
     VersionCommand.self, CompletionCommand.self, HelpCommand.self,
   ]
 

@@ -258,13 +258,7 @@ public struct VaultCommandLine {
         home: homePath(arguments), resolver: keyStores)
     {
       // The reason's kind only: its usual hint ("use --store keyfile") is no advice for a keyfile init.
-      let why =
-        switch reason {
-        case .noSessionBus: "no D-Bus session bus"
-        case .noProvider: "no Secret Service provider"
-        case .libraryMissing: "libsecret could not be loaded"
-        default: "\(reason)"
-        }
+      let why = reason.absentServiceReason ?? "\(reason)"
       terminal.note(
         "vault: skipped the check for keys a lost manifest left in the Secret Service (\(why)); "
           + "only the keyfile path was checked")

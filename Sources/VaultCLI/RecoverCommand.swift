@@ -1,0 +1,111 @@
+import Vault
+import VaultKeys
+
+/// `vault recover`: writes a lost or damaged manifest back from the key store's copy.
+enum RecoverCommand: Subcommand {
+  static let declaration = CommandDeclaration(
+    name: "recover", abstract: "Write a lost or damaged manifest back from the copy its key store keeps.",
+    discussion: """
+      Every manifest change is written to the key store before the home, so the store's copy is never older. \
+      It is taken only when it verifies under the integrity key stored beside it and names this home and that \
+      store. Looks in the Secret Service's items for the home and in every <vault id>.keys in \
+      $XDG_CONFIG_HOME/vault-keys (else ~/.config/vault-keys); --keyfile names a keyfile kept elsewhere. \
+      A damaged manifest (corrupt, or failing its integrity check) is kept beside the new one as \
+      manifest.json.damaged-<UTC time>. A manifest that verifies is left as it is. A manifest refused for its \
+      owner, mode or a link is not damaged and is never replaced: that error says what to do. No key is ever \
+      made: when no store holds a copy, nothing is changed.
+      """,
+    parameters: [
+      .option("--keyfile", "PATH", .file, help: "Read only this keyfile."),
+      .option(
+        "--store", "secret-service|keyfile", .choice(["secret-service", "keyfile"]),
+        help: "Look only in this kind of store."),
+      .option(
+        "--vault-id", "ID", .name, help: "Take only this vault's copy (when copies of two vaults name the home)."),
+      .flag(
+        "--json",
+        help: """
+          Print JSON: outcome (recovered or intact), home, vault_id, store, keyfile (null unless a keyfile), \
+          active_version, containers, kept_damaged (null when there was none).
+          """),
+    ],
+    constraints: [.excludes("--keyfile", "--store", because: "a keyfile names its store")])
+
+  static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {
+    try cli.recover(arguments)
+    return ExitCode.success.rawValue
+  }
+}
+
+extension VaultCommandLine {
+  func recover(_ arguments: Arguments) throws {
+    if let id = arguments.options["--vault-id"], KeyringID(hex: id) == nil {
+      throw UsageError(
+        message: "--vault-id takes a vault id: 16 hex digits, as `vault status` shows", command: "recover")
+    }
+    let search = ManifestSearch(
+      keyfile: arguments.options["--keyfile"], store: arguments.options["--store"].flatMap(KeyStoreKind.init),
+      vaultID: arguments.options["--vault-id"])
+    let home = absolutePath(homePath(arguments))
+    let result = try Vault.recoverManifest(home: home, search: search, resolver: keyStores)
+    if arguments.flags.contains("--json") {
+      terminal.printBlock(try JSON.encode(RecoverResult(result, home: home)))
+      return
+    }
+    let store =
+      result.store.kind == .keyfile ? "the keyfile \(result.store.keyfile ?? "")" : "the Secret Service"
+    switch result.outcome {
+    case .intact:
+      terminal.print("The manifest of vault \(result.vaultID) in \(home) verifies; nothing was changed")
+    case .recovered:
+      terminal.print("Recovered the manifest of vault \(result.vaultID) in \(home) from its copy in \(store)")
+      if let kept = result.keptDamaged { terminal.print("The damaged manifest was kept as \(kept)") }
+    }
+    terminal.print("Active key version: \(result.activeVersion)")
+    terminal.print(
+      "Registered containers: \(result.containers.count)"
+        + (result.containers.isEmpty ? "" : " (`vault container list` checks each)"))
+  }
+}
+
+/// `vault recover --json`.
+struct RecoverResult: Encodable {
+  var outcome: String
+  var home: String
+  var vaultID: String
+  var store: String
+  var keyfile: String?
+  var activeVersion: UInt32
+  var containers: [String]
+  var keptDamaged: String?
+
+  init(_ result: ManifestRecovery, home: String) {
+    outcome = result.outcome.rawValue
+    self.home = home
+    vaultID = result.vaultID
+    store = result.store.kind.rawValue
+    keyfile = result.store.kind == .keyfile ? result.store.keyfile : nil
+    activeVersion = result.activeVersion
+    containers = result.containers
+    keptDamaged = result.keptDamaged
+  }
+
+  enum CodingKeys: String, CodingKey {
+    case outcome, home, store, keyfile, containers
+    case vaultID = "vault_id"
+    case activeVersion = "active_version"
+    case keptDamaged = "kept_damaged"
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    try container.encode(outcome, forKey: .outcome)
+    try container.encode(home, forKey: .home)
+    try container.encode(vaultID, forKey: .vaultID)
+    try container.encode(store, forKey: .store)
+    try container.encode(keyfile, forKey: .keyfile)
+    try container.encode(activeVersion, forKey: .activeVersion)
+    try container.encode(containers, forKey: .containers)
+    try container.encode(keptDamaged, forKey: .keptDamaged)
+  }
+}
