@@ -35,6 +35,7 @@ public struct ManifestRecovery: Sendable, Equatable {
     case intact
   }
 
+  /// Whether the manifest was written back (`recovered`) or left as it was (`intact`).
   public let outcome: Outcome
   /// The vault the manifest describes.
   public let vaultID: String
@@ -54,34 +55,47 @@ extension Vault {
   /// Every manifest write goes to the key store first and to the home second, so the store's copy
   /// is never older than the home's file and is signed with the same integrity key. A copy is taken
   /// only when it verifies under the integrity key stored beside it, belongs to that store's vault,
-  /// names `home` as its home and names the store it was found in as the vault's store. Nothing is
+  /// names the store it was found in as the vault's store, and names `home` as its home. The
+  /// home's containers record a vault id, which is not authenticated (whoever can write the home
+  /// can plant a container), so they only ever stop a choice, never make one: copies of two vaults
+  /// naming the home are never chosen between, and a copy that a container of the home
+  /// contradicts is not taken; `search.vaultID` names the one to take in both cases. A copy of a
+  /// home this one may have been moved from (its old place holds neither a manifest nor a
+  /// container of that vault) is taken only when `search.vaultID` names it, too. Nothing is
   /// generated: a home whose keys are gone too stays as it is, and the error says so.
   ///
-  /// Acts only when the manifest is missing or damaged (corrupt, over the size limit, or failing
-  /// its MAC). A damaged file is kept beside the new one as `manifest.json.damaged-<UTC time>`.
-  /// Everything else that stops a manifest from being read (another owner, a link, a mode, a
-  /// newer release's format) is thrown unchanged: those files are not damaged, and are never
-  /// replaced. Runs under the home's lock; the manifest is then opened as `open` does.
+  /// Acts only when the manifest is missing or damaged (corrupt, over the size limit, failing its
+  /// MAC, or naming a store that cannot verify it). A damaged file is kept beside the new one as
+  /// `manifest.json.damaged-<UTC time>`. A manifest that verifies is never replaced. Everything
+  /// else that stops a manifest from being read (another owner, a link, a mode, a newer release's
+  /// format) is thrown unchanged: those files are not damaged, and are never replaced. Runs under
+  /// the home's lock; the manifest is then opened as `open` does.
   ///
   /// - Parameters:
   ///   - home: the vault's home directory (made absolute against the working directory). It must
   ///     exist and pass the home's checks (the user's own, writable by nobody else).
   ///   - search: where to look (default: the Secret Service's items for `home`, and every
-  ///     `<vault id>.keys` in `KeyfileStore.defaultPath`'s directory).
+  ///     `<vault id>.keys` in `KeyfileStore.defaultPath`'s directory), and which vault to take.
+  ///   - containers: reads which vault each container file records (VaultQueue's
+  ///     `recoverManifest(home:search:resolver:clock:)` passes its queue containers' provider).
   ///   - resolver: builds the Secret Service store searched, and the store the recovered manifest names.
   ///   - clock: the time source for the damaged file's name and the open.
   /// - Returns: what was found and done.
-  /// - Throws: `VaultError.noManifestCopy` when no store holds a usable copy (it lists where it
-  ///   looked and what it could not read); `.manifestCopiesDiffer` when copies of more than one
-  ///   vault (or store) name `home`; `.keyfileMoved` when the only copy is in a keyfile that has
-  ///   moved from the path the copy names; `.restoreUnfinished`; `ManifestFile.Failure` for a
+  /// - Throws: `VaultError.noManifestCopy` when no usable copy was found (it lists where it looked,
+  ///   what it could not search and what it found but did not take, and why);
+  ///   `.manifestCopiesDiffer` when copies of more than one vault (or store) could be the home's;
+  ///   `.unconfirmedManifestCopy` when the one copy found has no container to confirm it and some
+  ///   store could not be searched; `.keyfileMoved` when the only copy is in a keyfile that has
+  ///   moved from the path the copy names; `.manifestContradicted` when the home's manifest verifies
+  ///   but a container records another vault; `.intactManifestDiffers` when it verifies but is not
+  ///   the vault or store `search` names; `.restoreUnfinished`; `ManifestFile.Failure` for a
   ///   manifest that is not damaged but cannot be read; `KeyStoreError` when a store that must be
-  ///   read cannot be (a locked keyring holding this home's items, a keyfile named in `search`);
-  ///   what `open` throws once the manifest is back (a key missing from the store: the manifest
-  ///   stays written, as it is the store's own copy).
+  ///   read cannot be (a locked keyring, a keyfile named in `search`); what `open` throws once the
+  ///   manifest is back (a key missing from the store: the manifest stays written, as it is the
+  ///   store's own copy).
   public static func recoverManifest(
-    home: String, search: ManifestSearch = ManifestSearch(), resolver: KeyStoreResolver = .system(),
-    clock: @escaping @Sendable () -> Date = Date.init
+    home: String, search: ManifestSearch = ManifestSearch(), containers: any ContainerProvider,
+    resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> ManifestRecovery {
     let home = absolutePath(home)
     try refuseUnfinishedRestore(home)
@@ -89,11 +103,25 @@ extension Vault {
     let lock = try FileLock(path: home + "/" + lockFileName)
     defer { lock.release() }
     let found = try ManifestFile.examine(home: home)
-    if case .readable(let signed) = found, try isIntact(signed, home: home, resolver: resolver) {
-      return ManifestRecovery(outcome: .intact, manifest: signed.manifest, keptDamaged: nil)
+    var doubt: String?
+    if case .readable(let signed) = found {
+      doubt = try doubtAbout(signed, home: home, resolver: resolver)
+      if doubt == nil {
+        // Sound: never replaced on what a container says (its vault id is not authenticated: anyone
+        // who can write the home can plant one), only reported.
+        if let (path, other) = contradiction(of: signed.manifest, home: home, containers: containers) {
+          throw VaultError.manifestContradicted(
+            home: home, vaultID: signed.manifest.vaultID, container: path, containerVault: other)
+        }
+        try requireAsked(search, signed.manifest, home: home)
+        return ManifestRecovery(outcome: .intact, manifest: signed.manifest, keptDamaged: nil)
+      }
     }
-    let copy = try findManifestCopy(home: home, search: search, hint: found.storeHint, resolver: resolver)
+    let copy = try findManifestCopy(
+      home: home, search: search, hint: found.storeHint, doubt: doubt, containers: containers, resolver: resolver)
     let kept = found.isPresent ? try keepDamagedManifest(home: home, at: clock()) : nil
+    // What a write killed before its rename left; under the lock none is a write in progress.
+    try? removeStaleManifestTemporaries(home: home)
     try ManifestFile.write(copy.bytes, home: home)
     lock.release()
     let vault = try open(home: home, resolver: resolver, clock: clock)
@@ -121,21 +149,81 @@ extension Vault {
     throw KeyStoreError.io(path: base, operation: "keep the damaged manifest", errno: EEXIST)
   }
 
-  /// Whether a manifest that reads verifies under the integrity key of the store it names (a
-  /// format-1 manifest, which has no MAC, is left for `open` to upgrade).
+  /// Why a manifest that reads is not sound, or nil when it is: it must verify under the integrity
+  /// key of the store it names. A format-1 manifest, which has no MAC, is left for `open` to
+  /// upgrade. The store it names is only a claim of an unverified file: when that store cannot be
+  /// read, the file counts as damaged.
   ///
-  /// - Throws: `VaultError.keyMissing` or `.integrityKeyMissing` when that store holds no integrity
-  ///   key (as `open` does: nothing could tell which copy is right); the store's error when it
-  ///   cannot be read.
-  private static func isIntact(_ signed: ManifestFile.Signed, home: String, resolver: KeyStoreResolver) throws
-    -> Bool
+  /// - Throws: a locked or timed-out Secret Service (the file may be sound: nobody can tell yet).
+  private static func doubtAbout(_ signed: ManifestFile.Signed, home: String, resolver: KeyStoreResolver) throws
+    -> String?
   {
-    if signed.isLegacy { return true }
-    let store = try resolver.store(for: signed.manifest.store, home: home)
-    guard let keyring = signed.manifest.keyringID,
-      let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) })
-    else { throw try noIntegrityKeyError(signed.manifest, store: store) }
-    return try signed.isAuthentic(under: integrityKey)
+    if signed.isLegacy { return nil }
+    let named = signed.manifest.store
+    let namedPlace = named.kind == .keyfile ? "the keyfile \(named.keyfile ?? "")" : "the Secret Service"
+    do {
+      let store = try resolver.store(for: named, home: home)
+      guard let keyring = signed.manifest.keyringID,
+        let integrityKey = try store.loadRecord(.integrityKey, keyring: keyring).map({ try SymmetricKey(storage: $0) })
+      else {
+        return
+          "the manifest names \(namedPlace), which cannot verify it: \(try noIntegrityKeyError(signed.manifest, store: store))"
+      }
+      guard try signed.isAuthentic(under: integrityKey) else {
+        return "the manifest fails its integrity check under \(namedPlace)"
+      }
+    } catch let error as KeyStoreError where error.stopsEveryStore {
+      throw error
+    } catch {
+      return "the manifest names \(namedPlace), which cannot verify it: \(error)"
+    }
+    return nil
+  }
+
+  /// Refuses a manifest that is sound but is not the vault or store `search` asks for: the caller
+  /// meant another vault, and nothing is changed.
+  ///
+  /// - Throws: `VaultError.intactManifestDiffers`.
+  private static func requireAsked(_ search: ManifestSearch, _ manifest: Manifest, home: String) throws {
+    let store = manifest.store
+    let differs =
+      (search.vaultID.map { $0.lowercased() != manifest.vaultID } ?? false)
+      || (search.store.map { $0 != store.kind } ?? false)
+      || (search.keyfile.map { store.kind != .keyfile || !sameFile(absolutePath($0), store.keyfile ?? "") } ?? false)
+    if differs {
+      throw VaultError.intactManifestDiffers(home: home, vaultID: manifest.vaultID, store: store.kind)
+    }
+  }
+
+  /// The vault each container of `manifest` records, by path, as containers say it: the
+  /// containers it registers (those inside the home it names followed to `home`, as a moved home's
+  /// are) and `home`'s `queue.sqlite` (the container `vault init` makes). Only files that read as
+  /// containers count; one that cannot be read tells nothing either way. A container's vault id is
+  /// not authenticated (whoever can write the file can write it), so what it says only ever stops
+  /// `recoverManifest` or informs the person choosing; it never chooses a copy.
+  ///
+  /// - Returns: the vault by path, and the paths inside `home`.
+  static func containerVaults(of manifest: Manifest, home: String, containers: any ContainerProvider)
+    -> (vaults: [String: String], inside: Set<String>)
+  {
+    var paths = manifest.containers.map { container -> String in
+      guard let old = manifest.home, container.path.hasPrefix(old + "/") else { return container.path }
+      return home + container.path.dropFirst(old.count)
+    }
+    paths.append(home + "/queue.sqlite")
+    var vaults: [String: String] = [:]
+    for path in Set(paths) {
+      if case .container(let keyring, _)? = try? containers.probe(path: path) { vaults[path] = keyring }
+    }
+    return (vaults, Set(vaults.keys.filter { $0.hasPrefix(home + "/") }))
+  }
+
+  /// The first container (by path) of `manifest` that records another vault, and that vault.
+  static func contradiction(of manifest: Manifest, home: String, containers: any ContainerProvider)
+    -> (path: String, vault: String)?
+  {
+    containerVaults(of: manifest, home: home, containers: containers).vaults
+      .filter { $0.value != manifest.vaultID }.min { $0.key < $1.key }.map { ($0.key, $0.value) }
   }
 
   /// A manifest copy kept in a key store, with where it was found.
@@ -143,52 +231,93 @@ extension Vault {
     let signed: ManifestFile.Signed
     /// The store it was found in: the Secret Service, or the keyfile's absolute path.
     let store: StoreDescriptor
+    /// Whether a container inside the home records this copy's vault.
+    var confirmed = false
+    /// A container of the home that records another vault, and that vault.
+    var contradiction: (path: String, vault: String)?
     var bytes: [UInt8] { signed.bytes }
     var vaultID: String { signed.manifest.vaultID }
     var label: String {
-      store.kind == .keyfile
+      let place =
+        store.kind == .keyfile
         ? "vault \(vaultID) in the keyfile \(store.keyfile ?? "")" : "vault \(vaultID) in the Secret Service"
+      let active = signed.manifest.record(signed.manifest.activeVersion)
+      return place + " (key version \(signed.manifest.activeVersion)"
+        + (active.map { " made \($0.createdAt)" } ?? "") + ")"
+    }
+    /// What the home's containers say of it, for a person choosing.
+    var evidence: String {
+      if let contradiction { return "\(contradiction.path) records vault \(contradiction.vault)" }
+      return confirmed ? "a container here records this vault" : "no container here records a vault"
     }
   }
 
-  /// The one usable copy of `home`'s manifest that `search` allows.
+  /// The one copy of `home`'s manifest that `search` allows and nothing speaks against.
+  ///
+  /// Copies are found by the store they are in and checked by their MAC; the home's containers
+  /// only stop a choice, never make one: two vaults' copies naming the home are never chosen
+  /// between, a copy a container contradicts is not taken, nor one of a home this one may have
+  /// been moved from, unless `search.vaultID` names it.
   static func findManifestCopy(
-    home: String, search: ManifestSearch, hint: StoreDescriptor?, resolver: KeyStoreResolver
+    home: String, search: ManifestSearch, hint: StoreDescriptor?, doubt: String?, containers: any ContainerProvider,
+    resolver: KeyStoreResolver
   ) throws -> ManifestCopy {
     var searched: [String] = []
-    var skipped: [String] = []
+    var unused: [String] = doubt.map { ["the home's own manifest (\($0))"] } ?? []
+    // Stores that could not be searched at all: the home's copy may be in one of them.
+    var unsearched: [String] = []
     var copies: [ManifestCopy] = []
     var moved: (keyfile: String, named: String)?
+    let named = search.vaultID.map { $0.lowercased() }
 
     func consider(_ signed: ManifestFile.Signed, from store: StoreDescriptor) {
       let manifest = signed.manifest
-      if let wanted = search.vaultID, wanted.lowercased() != manifest.vaultID { return }
-      let copy = ManifestCopy(signed: signed, store: store)
-      // An older manifest has no home; the Secret Service found its items by `home` all the
-      // same, and a keyfile named on purpose is the caller's word for it.
-      guard manifest.home.map({ sameFile($0, home) }) ?? (store.kind == .secretService || search.keyfile != nil)
-      else {
-        skipped.append("\(copy.label) (the manifest of \(manifest.home.map { "the home \($0)" } ?? "another home"))")
-        return
-      }
+      if let named, named != manifest.vaultID { return }
+      var copy = ManifestCopy(signed: signed, store: store)
       if store.kind == .keyfile, let path = store.keyfile {
-        guard manifest.store.kind == .keyfile, let named = manifest.store.keyfile else {
-          skipped.append("\(copy.label) (a copy that names another store)")
+        guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile else {
+          unused.append("\(copy.label): it names another store")
           return
         }
-        if !sameFile(named, path) {
+        if !sameFile(keyfile, path) {
           var info = stat()
-          if lstat(named, &info) == 0 {
+          if lstat(keyfile, &info) == 0 {
             // Something else is where the copy says the keyfile is: no `mv` may go over it.
-            skipped.append("\(copy.label) (it names the keyfile \(named), which is another file)")
+            unused.append("\(copy.label): it names the keyfile \(keyfile), which is another file")
           } else {
-            moved = (path, named)
+            moved = (path, keyfile)
           }
           return
         }
       } else if manifest.store.kind != store.kind {
-        skipped.append("\(copy.label) (a copy that names another store)")
+        unused.append("\(copy.label): it names another store")
         return
+      }
+      if let bound = manifest.home, !sameFile(bound, home) {
+        // Another home's. Taken only as a home moved here, and only when named: its old place
+        // must hold neither a manifest nor a container of this vault (else this is a copy of it).
+        let (there, _) = containerVaults(of: manifest, home: bound, containers: containers)
+        let live =
+          (ManifestFile.exists(home: bound)
+            && (try? ManifestFile.read(home: bound).manifest.vaultID) ?? manifest.vaultID == manifest.vaultID)
+          || there.values.contains(manifest.vaultID)
+        guard !live, named != nil else {
+          unused.append(
+            live
+              ? "\(copy.label): its home is \(bound), which still holds this vault (this home would be a copy of it)"
+              : "\(copy.label): its home was \(bound), which holds no vault any more; if this home was moved from "
+                + "there, take it with --vault-id \(manifest.vaultID)")
+          return
+        }
+      } else if manifest.home == nil, store.kind == .keyfile, search.keyfile == nil {
+        // A copy from an older release names no home: the caller must name the keyfile.
+        unused.append("\(copy.label): it names no home; take it with --keyfile \(store.keyfile ?? "")")
+        return
+      }
+      let (vaults, inside) = containerVaults(of: manifest, home: home, containers: containers)
+      copy.confirmed = inside.contains { vaults[$0] == manifest.vaultID }
+      copy.contradiction = vaults.filter { $0.value != manifest.vaultID }.min { $0.key < $1.key }.map {
+        ($0.key, $0.value)
       }
       copies.append(copy)
     }
@@ -198,19 +327,21 @@ extension Vault {
       do {
         for (keyring, signed) in try secretServiceCopies(home: home, resolver: resolver) {
           guard let signed else {
-            skipped.append("vault \(keyring.hex) in the Secret Service (no authentic manifest copy)")
+            unused.append("vault \(keyring.hex) in the Secret Service: no authentic manifest copy")
             continue
           }
           consider(signed, from: StoreDescriptor(kind: .secretService))
         }
       } catch let error as KeyStoreError where error.meansNoSecretService && search.store != .secretService {
-        skipped.append("the Secret Service (\(error.absentServiceReason ?? ""))")
+        searched.removeLast()
+        unsearched.append("the Secret Service (\(error.absentServiceReason ?? ""))")
       }
     }
     if search.store != .secretService {
       let paths: [String]
       if let keyfile = search.keyfile {
         paths = [absolutePath(keyfile)]
+        searched.append("the keyfile \(absolutePath(keyfile))")
       } else {
         let directory = KeyfileStore.defaultDirectory(environment: ProcessInfo.processInfo.environment)
         searched.append("the keyfiles in \(directory)")
@@ -226,27 +357,39 @@ extension Vault {
       for path in paths {
         do {
           guard let signed = try keyfileCopy(path) else {
-            skipped.append("the keyfile \(path) (no authentic manifest copy)")
+            unused.append("the keyfile \(path): no authentic manifest copy")
             continue
           }
           consider(signed, from: StoreDescriptor(kind: .keyfile, keyfile: path))
         } catch {
           // A keyfile named on purpose must be read; one of many in the directory may be anyone's.
           if search.keyfile != nil { throw error }
-          skipped.append("the keyfile \(path) (\(error))")
+          unsearched.append("the keyfile \(path) (\(error))")
         }
       }
-      if let keyfile = search.keyfile { searched.append("the keyfile \(absolutePath(keyfile))") }
     }
     let distinct = copies.reduce(into: [ManifestCopy]()) { kept, copy in
       if !kept.contains(where: { $0.vaultID == copy.vaultID && $0.store == copy.store }) { kept.append(copy) }
     }
     if distinct.count > 1 {
-      throw VaultError.manifestCopiesDiffer(home: home, copies: distinct.map(\.label))
+      // Containers do not choose (a planted one could choose for an attacker): the person does.
+      throw VaultError.manifestCopiesDiffer(home: home, copies: distinct.map { "\($0.label): \($0.evidence)" })
     }
-    if let copy = distinct.first { return copy }
+    if let copy = distinct.first {
+      if let contradiction = copy.contradiction, named == nil {
+        unused.append(
+          "\(copy.label): \(contradiction.path) records vault \(contradiction.vault); if that container is not this "
+            + "home's own, take the copy with --vault-id \(copy.vaultID)")
+      } else {
+        let narrowed = named != nil || search.keyfile != nil || search.store != nil
+        guard copy.confirmed || unsearched.isEmpty || narrowed else {
+          throw VaultError.unconfirmedManifestCopy(home: home, copy: copy.label, unsearched: unsearched)
+        }
+        return copy
+      }
+    }
     if let moved { throw VaultError.keyfileMoved(keyfile: moved.keyfile, named: moved.named) }
-    throw VaultError.noManifestCopy(home: home, searched: searched, skipped: skipped)
+    throw VaultError.noManifestCopy(home: home, searched: searched, unsearched: unsearched, unused: unused)
   }
 
   /// The manifest copies the Secret Service holds for vaults whose key items name `home`, each nil
@@ -318,6 +461,15 @@ extension ManifestRecovery {
 }
 
 extension KeyStoreError {
+  /// Whether a store that holds what is asked cannot answer now (a locked keyring, a Secret
+  /// Service that timed out): nothing can be decided until it does.
+  var stopsEveryStore: Bool {
+    switch self {
+    case .locked, .timedOut: true
+    default: false
+    }
+  }
+
   /// Whether this says there is no Secret Service to ask here (no session bus, no provider, no
   /// libsecret), rather than that one answered with a failure.
   package var meansNoSecretService: Bool { absentServiceReason != nil }

@@ -62,12 +62,24 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// the vault the bundle was taken from (or an earlier restore of it) keeps its keys there, and
   /// they are never overwritten.
   case restoreKeysPresent(store: KeyStoreKind, version: UInt32)
-  /// `Vault.recoverManifest` found no usable copy of `home`'s manifest in any store it looked in
-  /// (`searched`); `skipped` names what it found but could not use, and why.
-  case noManifestCopy(home: String, searched: [String], skipped: [String])
+  /// `Vault.recoverManifest` found no usable copy of `home`'s manifest in the stores it looked in
+  /// (`searched`); `unsearched` names stores it could not look in, and `unused` what it found but
+  /// did not take, each with why.
+  case noManifestCopy(home: String, searched: [String], unsearched: [String], unused: [String])
+  /// `Vault.recoverManifest` found the home's manifest sound (vault `vaultID`), but the container
+  /// at `container` records vault `containerVault`: one of the two is not this home's, and a
+  /// container's word is not authenticated, so nothing is replaced.
+  case manifestContradicted(home: String, vaultID: String, container: String, containerVault: String)
   /// `Vault.recoverManifest` found copies naming `home` from more than one vault or store
-  /// (`copies`, each "vault ID in STORE"), and takes none of them unasked.
+  /// (`copies`, each "vault ID in STORE" and what the home's containers say of it), and takes none
+  /// of them unasked.
   case manifestCopiesDiffer(home: String, copies: [String])
+  /// `Vault.recoverManifest` found one copy (`copy`), which no container of the home confirms,
+  /// while some stores could not be searched (`unsearched`): the home's vault may be in one of them.
+  case unconfirmedManifestCopy(home: String, copy: String, unsearched: [String])
+  /// `Vault.recoverManifest` found the home's manifest sound, but it is vault `vaultID`'s with its
+  /// keys in `store`, not the vault or store the search named.
+  case intactManifestDiffers(home: String, vaultID: String, store: KeyStoreKind)
   /// The only copy of the home's manifest is in the keyfile at `keyfile`, but names the vault's
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
@@ -137,15 +149,36 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
         + (keyfile.map { " at \($0)" } ?? "")
         + "; run it again with that store to finish it (nothing was changed)"
-    case .noManifestCopy(let home, let searched, let skipped):
-      "no key store holds a copy of the manifest of a vault at \(home) that vault can use (looked in "
-        + searched.joined(separator: "; ")
-        + (skipped.isEmpty ? "" : "; could not use: " + skipped.joined(separator: "; "))
-        + "). Nothing was changed. Without the vault's keys its records cannot be opened: restore a backup of the "
-        + "vault into a new home, or point at the store that keeps its keys"
+    case .noManifestCopy(let home, let searched, let unsearched, let unused)
+    where unsearched.isEmpty && unused.isEmpty:
+      "no key store holds a copy of the manifest of a vault at \(home) (looked in \(searched.joined(separator: "; "))). "
+        + "Nothing was changed. Without the vault's keys its records cannot be opened: restore a backup of the vault "
+        + "into a new home, or point at the store that keeps its keys"
+    case .noManifestCopy(let home, let searched, let unsearched, let unused):
+      "no usable copy of the manifest of a vault at \(home) was found"
+        + (searched.isEmpty ? "" : " (looked in \(searched.joined(separator: "; ")))") + ". Nothing was changed."
+        + (unused.isEmpty ? "" : " Found but not taken: \(unused.joined(separator: "; ")).")
+        + (unsearched.isEmpty
+          ? ""
+          : " Could not search: \(unsearched.joined(separator: "; ")); the home's copy may be there: make it "
+            + "searchable (a desktop session's D-Bus for the Secret Service; a private 0600 keyfile) and run again.")
     case .manifestCopiesDiffer(let home, let copies):
-      "more than one key store copy names \(home) as its home: \(copies.joined(separator: "; ")). Nothing was "
-        + "changed; choose the vault and store whose records the home holds"
+      "more than one key store copy could be the manifest of \(home): \(copies.joined(separator: "; ")). Nothing was "
+        + "changed; name the vault whose records the home holds (what a container records is only a hint: it is not "
+        + "authenticated)"
+    case .unconfirmedManifestCopy(let home, let copy, let unsearched):
+      "the one copy of a manifest found for \(home), \(copy), is not confirmed by any container there, and "
+        + "\(unsearched.joined(separator: "; ")) could not be searched: the home's vault may be there. Nothing was "
+        + "changed; fix that and run again, or name this vault to take its copy"
+    case .intactManifestDiffers(let home, let vaultID, let store):
+      "the manifest in \(home) verifies, and is vault \(vaultID)'s with its keys in the \(store.rawValue) store, not "
+        + "the vault or store asked for; nothing was changed. Only if this manifest is the wrong one for the home, "
+        + "move it aside and run again"
+    case .manifestContradicted(let home, let vaultID, let container, let other):
+      "the manifest in \(home) verifies (vault \(vaultID)), but the container \(container) records vault \(other); "
+        + "nothing was changed. If that container was replaced, put this vault's back (a container's vault id is not "
+        + "authenticated, so it never decides); only if the manifest is the wrong one for the home, move it aside and "
+        + "run again"
     case .keyfileMoved(let keyfile, let named):
       "the keyfile \(keyfile) keeps this home's manifest, which names the vault's keyfile as \(named); nothing was "
         + "changed. Move the keyfile back: mv \(ShellWord.quoted(keyfile)) \(ShellWord.quoted(named))"
@@ -197,6 +230,9 @@ extension VaultError: CodedError {
     case .restoreKeysPresent: "vault.restore-keys-present"
     case .noManifestCopy: "vault.no-manifest-copy"
     case .manifestCopiesDiffer: "vault.manifest-copies-differ"
+    case .unconfirmedManifestCopy: "vault.unconfirmed-manifest-copy"
+    case .intactManifestDiffers: "vault.intact-manifest-differs"
+    case .manifestContradicted: "vault.manifest-contradicted"
     case .keyfileMoved: "vault.keyfile-moved"
     }
   }

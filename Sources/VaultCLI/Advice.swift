@@ -13,17 +13,23 @@ enum Advice {
   static func suffix(for error: any Error) -> String {
     switch error {
     case VaultError.alreadyExists: return " (use `vault status` to inspect it)"
-    case ManifestFile.Failure.missing:
-      return "; if this vault existed, `vault recover` writes its manifest back from the copy its key store "
-        + "keeps; `vault init` creates a new one"
+    case ManifestFile.Failure.missing: return " (`vault recover` writes it back; `vault init` creates a vault)"
     case ManifestFile.Failure.corrupt, ManifestFile.Failure.tooLarge, ManifestFile.Failure.unauthenticated:
-      return " (`vault recover` writes back the copy the key store keeps, and keeps this file beside it)"
+      return " (`vault recover` writes back that copy, and keeps this file beside it)"
+    case ManifestFile.Failure.notAFile:
+      return " (once it is moved aside, `vault recover` writes the manifest back from its key store's copy)"
     case VaultError.homeNotEmpty, VaultError.orphanedKeys:
       return " (`vault recover` writes the manifest back from the copy its key store keeps)"
-    case VaultError.noManifestCopy(let home, _, _):
+    case VaultError.noManifestCopy(let home, _, let unsearched, let unused) where unsearched.isEmpty && unused.isEmpty:
       return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
         + "then `vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
-    case VaultError.manifestCopiesDiffer: return " (`vault recover --vault-id ID`, with --keyfile PATH or --store)"
+    case VaultError.noManifestCopy: return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`)"
+    case VaultError.manifestCopiesDiffer:
+      return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
+    case VaultError.unconfirmedManifestCopy: return " (`vault recover --vault-id ID` with the id above takes it)"
+    case VaultError.intactManifestDiffers(let home, _, _), VaultError.manifestContradicted(let home, _, _, _):
+      let path = ManifestFile.path(home: home)
+      return " (mv \(ShellWord.quoted(path)) \(ShellWord.quoted(path + ".wrong")), then `vault recover`)"
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,

@@ -91,12 +91,18 @@ extension VaultCommandLine {
     switch inspected {
     case .failure(let error):
       let (message, _) = Self.describe(error)
-      if case ManifestFile.Failure.missing = error {
+      if case ManifestFile.Failure.missing = error, Self.holdsOnlyALock(home) {
         report.add("manifest", .notChecked, message)
         report.result =
           "no vault here yet; `vault init` would use "
           + (secretService == .available ? "the Secret Service." : "a keyfile.")
         report.healthy = true
+      } else if case ManifestFile.Failure.missing = error {
+        // `init` would refuse this home: the files left in it are likely a vault's that lost its manifest.
+        report.add("manifest", .problem, message)
+        report.result =
+          "the home holds files but no manifest: if a vault lived here, `vault recover` writes its manifest back "
+          + "from its key store's copy."
       } else {
         report.add("manifest", .problem, message)
         report.result = "the manifest cannot be read; see above."
@@ -122,6 +128,12 @@ extension VaultCommandLine {
         into: &report)
       return report
     }
+  }
+
+  /// Whether `home` is missing, empty or holds only the lock file: a home `init` would take.
+  static func holdsOnlyALock(_ home: String) -> Bool {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? []
+    return entries.allSatisfy { $0 == "vault.lock" }
   }
 
   /// The manifest line from `Vault.inspect`'s integrity: what was checked (read, and its MAC under

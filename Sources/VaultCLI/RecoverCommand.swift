@@ -1,5 +1,6 @@
 import Vault
 import VaultKeys
+import VaultQueue
 
 /// `vault recover`: writes a lost or damaged manifest back from the key store's copy.
 enum RecoverCommand: Subcommand {
@@ -7,13 +8,16 @@ enum RecoverCommand: Subcommand {
     name: "recover", abstract: "Write a lost or damaged manifest back from the copy its key store keeps.",
     discussion: """
       Every manifest change is written to the key store before the home, so the store's copy is never older. \
-      It is taken only when it verifies under the integrity key stored beside it and names this home and that \
-      store. Looks in the Secret Service's items for the home and in every <vault id>.keys in \
-      $XDG_CONFIG_HOME/vault-keys (else ~/.config/vault-keys); --keyfile names a keyfile kept elsewhere. \
-      A damaged manifest (corrupt, or failing its integrity check) is kept beside the new one as \
-      manifest.json.damaged-<UTC time>. A manifest that verifies is left as it is. A manifest refused for its \
-      owner, mode or a link is not damaged and is never replaced: that error says what to do. No key is ever \
-      made: when no store holds a copy, nothing is changed.
+      A copy is taken only when it verifies under the integrity key stored beside it and names that store and \
+      this home. Looks in the Secret Service's items for the home and in every <vault id>.keys in \
+      $XDG_CONFIG_HOME/vault-keys (else ~/.config/vault-keys); --keyfile names a keyfile kept elsewhere. A \
+      damaged manifest (corrupt, or failing its integrity check) is kept beside the new one as \
+      manifest.json.damaged-<UTC time>. A manifest that verifies is never replaced, nor one refused for its \
+      owner, mode or a link: that error says what to do. The vault id a container records is not \
+      authenticated, so containers never choose: when copies of two vaults name the home, when a container \
+      records another vault than the copy, or when the copy names a home this one was moved from, nothing is \
+      changed until --vault-id names the vault. No key is ever made: when no store holds a usable copy, \
+      nothing is changed.
       """,
     parameters: [
       .option("--keyfile", "PATH", .file, help: "Read only this keyfile."),
@@ -41,7 +45,7 @@ extension VaultCommandLine {
   func recover(_ arguments: Arguments) throws {
     if let id = arguments.options["--vault-id"], KeyringID(hex: id) == nil {
       throw UsageError(
-        message: "--vault-id takes a vault id: 16 hex digits, as `vault status` shows", command: "recover")
+        message: "--vault-id takes a vault id: 16 hex digits", command: "recover")
     }
     let search = ManifestSearch(
       keyfile: arguments.options["--keyfile"], store: arguments.options["--store"].flatMap(KeyStoreKind.init),

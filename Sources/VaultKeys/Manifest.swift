@@ -431,19 +431,20 @@ public enum ManifestFile {
     public var description: String {
       switch self {
       case .missing(let home):
-        "no vault at \(home) (\(Manifest.fileName) is missing); create one, "
-          + "or restore \(Manifest.fileName) from a backup if this vault existed"
+        "no vault at \(home) (\(Manifest.fileName) is missing): if a vault lived here, its key store keeps a copy "
+          + "of its manifest to write back; otherwise create one"
       case .corrupt(let path, let reason):
-        "the vault manifest \(path) is corrupt (\(reason)); restore it from a backup. Nothing was changed and no key was made"
+        "the vault manifest \(path) is corrupt (\(reason)); its key store keeps a copy to write back (or restore it "
+          + "from a backup). Nothing was changed and no key was made"
       case .unsupportedFormat(let path, let format):
         "the vault manifest \(path) has format \(format), which this version of vault does not understand; upgrade vault"
       case .tooLarge(let path, let bytes):
         "the vault manifest \(path) is \(bytes) bytes, over the \(ManifestFile.byteLimit)-byte limit; "
-          + "it is not one vault wrote. Restore it from a backup"
+          + "it is not one vault wrote. Its key store keeps a copy to write back (or restore it from a backup)"
       case .unauthenticated(let path):
         "the vault manifest \(path) fails its integrity check (it was modified, replaced or had its MAC removed "
-          + "by something other than vault); nothing was changed. Restore it from a backup: vault then "
-          + "supersedes an older copy with the newest one its key store holds"
+          + "by something other than vault); nothing was changed. Its key store keeps a copy to write back (or "
+          + "restore it from a backup: vault then supersedes an older copy with the newest one its key store holds)"
       case .copiedHome(let path, let home):
         "the vault manifest \(path) belongs to the vault home \(home), which still holds that vault; a copied home "
           + "would act on the same keys under another lock. Use --home \(ShellWord.quoted(home)) (nothing was changed)"

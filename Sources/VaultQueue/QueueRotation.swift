@@ -289,3 +289,25 @@ extension Vault {
     try rotate(containers: QueueContainerProvider(), options: options)
   }
 }
+
+extension Vault {
+  /// What `vault recover` does: writes a lost or damaged manifest back into `home` from the copy
+  /// its key store keeps, the home's queue containers deciding which vault's copy it is. See
+  /// `recoverManifest(home:search:containers:resolver:clock:)`.
+  ///
+  /// - Parameters:
+  ///   - home: the vault's home directory.
+  ///   - search: where to look (default: the Secret Service's items for `home`, and every
+  ///     `<vault id>.keys` in the default keyfile directory).
+  ///   - resolver: builds the Secret Service store searched, and the store the recovered manifest names.
+  ///   - clock: the time source for the damaged file's name and the open.
+  /// - Returns: what was found and done.
+  /// - Throws: as `recoverManifest(home:search:containers:resolver:clock:)`.
+  public static func recoverManifest(
+    home: String, search: ManifestSearch = ManifestSearch(), resolver: KeyStoreResolver = .system(),
+    clock: @escaping @Sendable () -> Date = Date.init
+  ) throws -> ManifestRecovery {
+    try recoverManifest(
+      home: home, search: search, containers: QueueContainerProvider(), resolver: resolver, clock: clock)
+  }
+}

@@ -98,6 +98,21 @@ final class DoctorTests: XCTestCase {
     XCTAssertEqual(check(report, "manifest")?["status"] as? String, "not-checked")
     XCTAssertEqual(report["result"] as? String, "no vault here yet; `vault init` would use a keyfile.")
   }
+
+  /// A home that lost its manifest but keeps its files is not "no vault yet" (`init` would refuse
+  /// it): doctor names `vault recover`.
+  func testAHomeWithFilesButNoManifestPointsToRecover() throws {
+    let home = temporary.sub("lost")
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(created.status, 0, created.error)
+    XCTAssertEqual(unlink(home + "/manifest.json"), 0)
+    let run = try vault(["--home", home, "doctor", "--json"], environment: noBus)
+    XCTAssertNotEqual(run.status, 0)
+    let report = try json(run)
+    XCTAssertEqual(check(report, "manifest")?["status"] as? String, "problem")
+    XCTAssertTrue(
+      (report["result"] as? String)?.contains("`vault recover` writes its manifest back") == true, "\(report)")
+  }
 }
 
 /// Issue 13, item 9: option values are checked with a usage error that says what was expected.

@@ -324,10 +324,10 @@ final class EndToEndTests: XCTestCase {
     unlink(home + "/manifest.json")
     let status = try vault(["--home", home, "status"])
     XCTAssertEqual(status.status, 2)
-    XCTAssertTrue(status.error.contains("restore manifest.json"), status.error)
+    XCTAssertTrue(status.error.contains("`vault recover` writes it back"), status.error)
     let reinit = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile])
     XCTAssertEqual(reinit.status, 1)
-    XCTAssertTrue(reinit.error.contains("is not empty") && reinit.error.contains("restore"), reinit.error)
+    XCTAssertTrue(reinit.error.contains("is not empty") && reinit.error.contains("`vault recover`"), reinit.error)
   }
 
   func testDeletedKeyIsReportedNeverRegenerated() throws {

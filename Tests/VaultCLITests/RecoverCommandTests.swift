@@ -66,7 +66,7 @@ final class RecoverCommandTests: XCTestCase {
 
     let lost = try run(["status"])
     XCTAssertEqual(lost.status, 2, lost.error)
-    XCTAssertTrue(lost.error.contains("`vault recover` writes its manifest back"), lost.error)
+    XCTAssertTrue(lost.error.contains("(`vault recover` writes it back; `vault init` creates a vault)"), lost.error)
 
     let recovered = try run(["recover"])
     XCTAssertEqual(recovered.status, 0, recovered.error)
@@ -98,7 +98,7 @@ final class RecoverCommandTests: XCTestCase {
       XCTAssertEqual(refused.status, 1, damage)
       XCTAssertTrue(
         refused.error.contains(damage == "corrupt" ? "is corrupt" : "fails its integrity check"), refused.error)
-      XCTAssertTrue(refused.error.contains("`vault recover` writes back the copy"), refused.error)
+      XCTAssertTrue(refused.error.contains("`vault recover` writes back that copy"), refused.error)
 
       let recovered = try run(["recover", "--json"])
       XCTAssertEqual(recovered.status, 0, recovered.error)
@@ -185,9 +185,12 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(try deliveredPayloads(), payloads)
   }
 
-  func testCopiesOfTwoVaultsNamingTheHomeAreNotChosenBetween() throws {
+  /// Vault A's home was removed and vault B made at the same path; A's keyfile stays in the
+  /// default directory. Both copies name the home: neither is taken unasked (a container's vault
+  /// id is not authenticated, so the home's `queue.sqlite` is shown as a hint and does not choose),
+  /// and naming B recovers it.
+  func testCopiesOfTwoVaultsAreNotChosenBetweenAndTheContainerIsOnlyAHint() throws {
     let first = try keyfileVaultWithRecords()
-    // The home is removed whole and a second vault made there; the first one's keyfile stays.
     try FileManager.default.removeItem(atPath: home)
     let second = try keyfileVaultWithRecords()
     let written = try XCTUnwrap(contents(manifest))
@@ -195,8 +198,11 @@ final class RecoverCommandTests: XCTestCase {
 
     let both = try run(["recover"])
     XCTAssertEqual(both.status, 1)
+    XCTAssertTrue(both.error.contains("more than one key store copy could be the manifest of \(home)"), both.error)
     XCTAssertTrue(both.error.contains("vault \(first) in the keyfile"), both.error)
+    XCTAssertTrue(both.error.contains("\(home)/queue.sqlite records vault \(second)"), both.error)
     XCTAssertTrue(both.error.contains("vault \(second) in the keyfile"), both.error)
+    XCTAssertTrue(both.error.contains("a container here records this vault"), both.error)
     XCTAssertTrue(both.error.contains("`vault recover --vault-id ID`"), both.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
@@ -204,6 +210,155 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(chosen.status, 0, chosen.error)
     XCTAssertEqual(contents(manifest), written)
     XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// The outside review's case: B's keyfile is outside the default directory, so the only copy
+  /// found is A's, a vault whose home was removed. B's container contradicts it: it is not taken,
+  /// and naming B's keyfile recovers B.
+  func testACopyTheHomesContainersContradictIsNeverTaken() throws {
+    let first = try keyfileVaultWithRecords()
+    try FileManager.default.removeItem(atPath: home)
+    XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
+    let keyfile = temporary.sub("elsewhere/b.keys")
+    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    for payload in payloads {
+      XCTAssertEqual(try run(["queue", "put", "--queue", "orders"], input: Array(payload.utf8)).status, 0)
+    }
+    let written = try XCTUnwrap(contents(manifest))
+    XCTAssertEqual(unlink(manifest), 0)
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("vault \(first) in the keyfile"), refused.error)
+    XCTAssertTrue(refused.error.contains("\(home)/queue.sqlite records vault "), refused.error)
+    XCTAssertTrue(refused.error.contains("`vault recover --keyfile PATH`"), refused.error)
+    XCTAssertFalse(refused.error.contains("vault restore"), "the keys are not gone: \(refused.error)")
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+
+    let recovered = try run(["recover", "--keyfile", keyfile])
+    XCTAssertEqual(recovered.status, 0, recovered.error)
+    XCTAssertEqual(contents(manifest), written)
+    XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// A manifest that verifies but is another vault's than the home's container (a wrong copy put
+  /// there) is reported, never replaced on a container's word; moved aside as the advice says,
+  /// the home's own vault is recovered.
+  func testAnotherVaultsManifestThatVerifiesIsReportedNotReplaced() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    let written = try XCTUnwrap(contents(manifest))
+    let otherHome = temporary.sub("otherhome")
+    XCTAssertEqual(try vault(["--home", otherHome, "init", "--store", "keyfile"], environment: env).status, 0)
+    let foreign = try XCTUnwrap(contents(otherHome + "/manifest.json"))
+    XCTAssertTrue(FileManager.default.createFile(atPath: manifest, contents: foreign))
+
+    let reported = try run(["recover"])
+    XCTAssertEqual(reported.status, 1)
+    XCTAssertTrue(
+      reported.error.contains("the container \(home)/queue.sqlite records vault \(vaultID)"), reported.error)
+    XCTAssertTrue(reported.error.contains("mv \(manifest) \(manifest).wrong"), reported.error)
+    XCTAssertEqual(contents(manifest), foreign, "nothing was changed")
+
+    XCTAssertEqual(rename(manifest, manifest + ".wrong"), 0, "the move the advice names")
+    let recovered = try run(["recover"])
+    XCTAssertEqual(recovered.status, 0, recovered.error)
+    XCTAssertEqual(contents(manifest), written)
+    XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// The second outside review's attack: whoever can write the home plants another vault's
+  /// container at `queue.sqlite`. A sound manifest is not replaced; with the manifest deleted too,
+  /// no copy is taken on the planted container's word, and naming the vault recovers it.
+  func testAPlantedContainerNeverChoosesAVault() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    let written = try XCTUnwrap(contents(manifest))
+    let otherHome = temporary.sub("otherhome")
+    let other = try vault(["--home", otherHome, "init", "--store", "keyfile", "--json"], environment: env)
+    let otherID = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(other.output)) as? [String: Any])?["vault_id"] as? String)
+    XCTAssertEqual(rename(home + "/queue.sqlite", temporary.sub("kept.sqlite")), 0)
+    for suffix in ["-wal", "-shm"] { unlink(home + "/queue.sqlite" + suffix) }
+    try FileManager.default.copyItem(atPath: otherHome + "/queue.sqlite", toPath: home + "/queue.sqlite")
+
+    let intact = try run(["recover"])
+    XCTAssertEqual(intact.status, 1)
+    XCTAssertTrue(intact.error.contains("records vault \(otherID)"), intact.error)
+    XCTAssertEqual(contents(manifest), written, "a sound manifest is not replaced")
+
+    XCTAssertEqual(unlink(manifest), 0)
+    let lost = try run(["recover"])
+    XCTAssertEqual(lost.status, 1)
+    XCTAssertTrue(lost.error.contains("take the copy with --vault-id \(vaultID)"), lost.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest), "no copy is taken on a container's word")
+
+    let named = try run(["recover", "--vault-id", vaultID])
+    XCTAssertEqual(named.status, 0, named.error)
+    XCTAssertEqual(contents(manifest), written)
+  }
+
+  /// A tampered manifest names a keyfile that does not exist: it is damaged, not an answer.
+  func testATamperedStoreInTheManifestDoesNotBlockRecovery() throws {
+    try keyfileVaultWithRecords()
+    let written = try XCTUnwrap(contents(manifest))
+    let text = String(decoding: written, as: UTF8.self)
+    let tampered = text.replacingOccurrences(
+      of: #""keyfile" : "[^"]*""#, with: #""keyfile" : "/nonexistent/x.keys""#, options: .regularExpression)
+    XCTAssertNotEqual(tampered, text)
+    XCTAssertTrue(FileManager.default.createFile(atPath: manifest, contents: Data(tampered.utf8)))
+    let recovered = try run(["recover"])
+    XCTAssertEqual(recovered.status, 0, recovered.error)
+    XCTAssertEqual(contents(manifest), written)
+  }
+
+  /// A home moved with `mv` whose manifest was then lost: the copy names the old home, which
+  /// holds no vault any more. Taken once the vault is named, and bound to its new place.
+  func testAMovedHomeIsRecoveredAndBoundToItsNewPlace() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    let moved = temporary.sub("moved-home")
+    XCTAssertEqual(rename(home, moved), 0)
+    XCTAssertEqual(unlink(moved + "/manifest.json"), 0)
+    let unnamed = try vault(["--home", moved, "recover"], environment: env)
+    XCTAssertEqual(unnamed.status, 1)
+    XCTAssertTrue(
+      unnamed.error.contains("if this home was moved from there, take it with --vault-id \(vaultID)"), unnamed.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: moved + "/manifest.json"))
+    let recovered = try vault(["--home", moved, "recover", "--vault-id", vaultID], environment: env)
+    XCTAssertEqual(recovered.status, 0, recovered.error)
+    XCTAssertTrue(recovered.outputText.contains("vault \(vaultID)"), recovered.outputText)
+    let rotated = try vault(["--home", moved, "rotate"], environment: env)
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    let status = try vault(["--home", moved, "status", "--json"], environment: env)
+    let json = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+    XCTAssertEqual(json["home"] as? String, moved)
+  }
+
+  /// One copy, no container to confirm it, and a keyfile in the directory that could not be
+  /// read: the home's vault may be that one, so the copy is taken only when named.
+  func testAnUnconfirmedCopyIsNotTakenWhileAStoreCouldNotBeSearched() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    for name in ["manifest.json", "queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"] { unlink(home + "/" + name) }
+    let otherHome = temporary.sub("otherhome")
+    let other = try vault(["--home", otherHome, "init", "--store", "keyfile", "--json"], environment: env)
+    let otherID = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(other.output)) as? [String: Any])?["vault_id"] as? String)
+    XCTAssertEqual(chmod(keyDirectory + "/\(otherID).keys", 0o640), 0)
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("is not confirmed by any container"), refused.error)
+    XCTAssertTrue(refused.error.contains("\(otherID).keys"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+
+    let named = try run(["recover", "--vault-id", vaultID])
+    XCTAssertEqual(named.status, 0, named.error)
+  }
+
+  /// The options name what the caller expects: a sound manifest of another vault is not taken for it.
+  func testASoundManifestOfAnotherVaultThanTheOneNamedIsReported() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    let result = try run(["recover", "--vault-id", "0123456789abcdef"])
+    XCTAssertEqual(result.status, 1)
+    XCTAssertTrue(result.error.contains("verifies, and is vault \(vaultID)'s"), result.error)
   }
 
   /// A copy in the keyfile that fails its MAC (changed by something other than vault) is never
@@ -222,7 +377,7 @@ final class RecoverCommandTests: XCTestCase {
 
     let result = try run(["recover"])
     XCTAssertEqual(result.status, 1)
-    XCTAssertTrue(result.error.contains("the keyfile \(keyfile) (no authentic manifest copy)"), result.error)
+    XCTAssertTrue(result.error.contains("the keyfile \(keyfile): no authentic manifest copy"), result.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
   }
 
@@ -232,7 +387,7 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(mkdir(other, 0o700), 0)
     let result = try vault(["--home", other, "recover"], environment: env)
     XCTAssertEqual(result.status, 1)
-    XCTAssertTrue(result.error.contains("(the manifest of the home \(home))"), result.error)
+    XCTAssertTrue(result.error.contains(": its home is \(home), which still holds this vault"), result.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: other + "/manifest.json"))
   }
 
@@ -261,6 +416,24 @@ final class RecoverCommandTests: XCTestCase {
       XCTAssertEqual(contents(manifest), written, "#\(step)")
     }
     XCTAssertGreaterThan(kills, 2, "the kills reached the link and the rename")
+    XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// The second outside review's case: a `cp -a` of a home that had lost its manifest. The copy
+  /// is not taken for the copied home (the original still holds the vault's container), so the
+  /// original is not stranded.
+  func testACopyOfAHomeDoesNotTakeTheOriginalsManifest() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    XCTAssertEqual(unlink(manifest), 0)
+    let copy = temporary.sub("copied-home")
+    let copied = try Spawn.run("/bin/cp", ["-a", home, copy])
+    XCTAssertEqual(copied.status, 0, copied.error)
+    let refused = try vault(["--home", copy, "recover", "--vault-id", vaultID], environment: env)
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("its home is \(home), which still holds this vault"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: copy + "/manifest.json"))
+    let original = try run(["recover"])
+    XCTAssertEqual(original.status, 0, original.error)
     XCTAssertEqual(try deliveredPayloads(), payloads)
   }
 

@@ -83,12 +83,12 @@ final class VaultLifecycleTests: XCTestCase {
     XCTAssertEqual(try KeyfileStore(path: keyfile).storedVersions(keyring: vault.keyringID), [1])
   }
 
-  func testOpenWithMissingManifestWhileKeysExistSaysRestore() throws {
+  func testOpenWithMissingManifestWhileKeysExistSaysTheKeyStoreKeepsACopy() throws {
     let (vault, keyfile) = try keyfileVault()
     unlink(ManifestFile.path(home: vault.home))
     XCTAssertThrowsError(try Vault.open(home: vault.home)) { error in
       XCTAssertEqual(error as? ManifestFile.Failure, .missing(home: vault.home))
-      XCTAssertTrue(String(describing: error).contains("restore"))
+      XCTAssertTrue(String(describing: error).contains("its key store keeps a copy of its manifest to write back"))
     }
     // And init refuses to make a new vault over the old keyfile.
     XCTAssertThrowsError(
