@@ -305,7 +305,7 @@ extension Vault {
           unused.append(
             live
               ? "\(copy.label): its home is \(bound), which still holds this vault (this home would be a copy of it)"
-              : "\(copy.label): its home was \(bound), which holds no vault any more; if this home was moved from "
+              : "\(copy.label): its home was \(bound), which no longer holds this vault; if this home was moved from "
                 + "there, take it with --vault-id \(manifest.vaultID)")
           return
         }

@@ -311,7 +311,7 @@ final class RecoverCommandTests: XCTestCase {
   }
 
   /// A home moved with `mv` whose manifest was then lost: the copy names the old home, which
-  /// holds no vault any more. Taken once the vault is named, and bound to its new place.
+  /// no longer holds the vault. Taken once the vault is named, and bound to its new place.
   func testAMovedHomeIsRecoveredAndBoundToItsNewPlace() throws {
     let vaultID = try keyfileVaultWithRecords()
     let moved = temporary.sub("moved-home")
