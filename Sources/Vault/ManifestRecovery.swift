@@ -257,7 +257,9 @@ extension Vault {
   /// Copies are found by the store they are in and checked by their MAC; the home's containers
   /// only stop a choice, never make one: two vaults' copies naming the home are never chosen
   /// between, a copy a container contradicts is not taken, nor one of a home this one may have
-  /// been moved from, unless `search.vaultID` names it.
+  /// been moved from, unless `search.vaultID` names it. A lone copy is taken unasked only when a
+  /// container inside the home records its vault and every store could be searched, and a keyfile
+  /// inside the home (which whoever writes the home controls) only when `search.keyfile` names it.
   static func findManifestCopy(
     home: String, search: ManifestSearch, hint: StoreDescriptor?, doubt: String?, containers: any ContainerProvider,
     resolver: KeyStoreResolver
@@ -275,6 +277,12 @@ extension Vault {
       if let named, named != manifest.vaultID { return }
       var copy = ManifestCopy(signed: signed, store: store)
       if store.kind == .keyfile, let path = store.keyfile {
+        // Whoever can write the home can put a keyfile there, with a copy that verifies under the
+        // integrity key they put beside it: only the person naming it makes it this vault's.
+        if isInside(path, home), search.keyfile == nil {
+          unused.append("\(copy.label): a keyfile inside the home is never taken unless named with --keyfile")
+          return
+        }
         guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile else {
           unused.append("\(copy.label): it names another store")
           return
@@ -304,7 +312,8 @@ extension Vault {
         guard !live, named != nil else {
           unused.append(
             live
-              ? "\(copy.label): its home is \(bound), which still holds this vault (this home would be a copy of it)"
+              ? "\(copy.label): its home is \(bound), which still holds this vault, so this home would be a copy of it "
+                + "(use --home \(bound); its copy is refused here even when named)"
               : "\(copy.label): its home was \(bound), which no longer holds this vault; if this home was moved from "
                 + "there, take it with --vault-id \(manifest.vaultID)")
           return
@@ -348,7 +357,9 @@ extension Vault {
         var names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         names = names.filter(isDefaultKeyfileName).sorted()
         var found = names.map { directory + "/" + $0 }
-        if let keyfile = hint?.keyfile, hint?.kind == .keyfile, !found.contains(where: { sameFile($0, keyfile) }) {
+        if let keyfile = hint?.keyfile, hint?.kind == .keyfile, !isInside(keyfile, home),
+          !found.contains(where: { sameFile($0, keyfile) })
+        {
           searched.append("the keyfile \(keyfile) the damaged manifest names")
           found.append(keyfile)
         }
@@ -364,7 +375,12 @@ extension Vault {
         } catch {
           // A keyfile named on purpose must be read; one of many in the directory may be anyone's.
           if search.keyfile != nil { throw error }
-          unsearched.append("the keyfile \(path) (\(error))")
+          if case KeyStoreError.io(_, _, ENOENT) = error {
+            // Only the damaged manifest named it (the directory's files were listed): no store here.
+            unused.append("the keyfile \(path) the damaged manifest names: there is no such file")
+          } else {
+            unsearched.append("the keyfile \(path) (\(error))")
+          }
         }
       }
     }
@@ -381,8 +397,10 @@ extension Vault {
           "\(copy.label): \(contradiction.path) records vault \(contradiction.vault); if that container is not this "
             + "home's own, take the copy with --vault-id \(copy.vaultID)")
       } else {
-        let narrowed = named != nil || search.keyfile != nil || search.store != nil
-        guard copy.confirmed || unsearched.isEmpty || narrowed else {
+        // Taken unasked only when a container inside the home records its vault and every store
+        // could be searched; otherwise the person names it. (A keyfile kept outside the default
+        // directory is never searched, so a dead vault's copy naming this path could stand alone.)
+        guard copy.confirmed && unsearched.isEmpty || named != nil || search.keyfile != nil else {
           throw VaultError.unconfirmedManifestCopy(home: home, copy: copy.label, unsearched: unsearched)
         }
         return copy
@@ -437,6 +455,13 @@ extension Vault {
     return signed
   }
 
+  /// Whether `path` lies inside the directory `home` (symbolic links resolved).
+  static func isInside(_ path: String, _ home: String) -> Bool {
+    let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+    let resolvedHome = (home as NSString).resolvingSymlinksInPath
+    return directory == resolvedHome || directory.hasPrefix(resolvedHome + "/")
+  }
+
   /// Whether `name` is what `KeyfileStore.defaultPath` names a keyfile: 16 lowercase hex digits
   /// and `.keys`.
   static func isDefaultKeyfileName(_ name: String) -> Bool {
@@ -445,7 +470,7 @@ extension Vault {
   }
 
   /// `date` as `20261205T081500Z`: sortable, and safe in a file name.
-  static func compactTimestamp(_ date: Date) -> String {
+  package static func compactTimestamp(_ date: Date) -> String {
     let formatter = ISO8601DateFormatter()
     formatter.formatOptions = [.withYear, .withMonth, .withDay, .withTime, .withTimeZone]
     return formatter.string(from: date)

@@ -74,8 +74,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// (`copies`, each "vault ID in STORE" and what the home's containers say of it), and takes none
   /// of them unasked.
   case manifestCopiesDiffer(home: String, copies: [String])
-  /// `Vault.recoverManifest` found one copy (`copy`), which no container of the home confirms,
-  /// while some stores could not be searched (`unsearched`): the home's vault may be in one of them.
+  /// `Vault.recoverManifest` found one copy (`copy`) and takes it only when named: no container
+  /// inside the home records its vault, or some stores could not be searched (`unsearched`), and
+  /// the home's vault may be in one of them.
   case unconfirmedManifestCopy(home: String, copy: String, unsearched: [String])
   /// `Vault.recoverManifest` found the home's manifest sound, but it is vault `vaultID`'s with its
   /// keys in `store`, not the vault or store the search named.
@@ -152,8 +153,8 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .noManifestCopy(let home, let searched, let unsearched, let unused)
     where unsearched.isEmpty && unused.isEmpty:
       "no key store holds a copy of the manifest of a vault at \(home) (looked in \(searched.joined(separator: "; "))). "
-        + "Nothing was changed. Without the vault's keys its records cannot be opened: restore a backup of the vault "
-        + "into a new home, or point at the store that keeps its keys"
+        + "Nothing was changed. If the vault keeps its keys somewhere else (a keyfile at another path), name that "
+        + "store; if its keys are gone too, its records cannot be opened: restore a backup of the vault into a new home"
     case .noManifestCopy(let home, let searched, let unsearched, let unused):
       "no usable copy of the manifest of a vault at \(home) was found"
         + (searched.isEmpty ? "" : " (looked in \(searched.joined(separator: "; ")))") + ". Nothing was changed."
@@ -166,10 +167,14 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "more than one key store copy could be the manifest of \(home): \(copies.joined(separator: "; ")). Nothing was "
         + "changed; name the vault whose records the home holds (what a container records is only a hint: it is not "
         + "authenticated)"
+    case .unconfirmedManifestCopy(let home, let copy, let unsearched) where unsearched.isEmpty:
+      "one copy of a manifest was found for \(home), \(copy), but no container in the home records its vault (a "
+        + "vault removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
+        + "searched). Nothing was changed; if it is this home's vault, name it to take its copy"
     case .unconfirmedManifestCopy(let home, let copy, let unsearched):
-      "the one copy of a manifest found for \(home), \(copy), is not confirmed by any container there, and "
-        + "\(unsearched.joined(separator: "; ")) could not be searched: the home's vault may be there. Nothing was "
-        + "changed; fix that and run again, or name this vault to take its copy"
+      "one copy of a manifest was found for \(home), \(copy), but "
+        + "\(unsearched.joined(separator: "; ")) could not be searched, and the home's vault may be there. Nothing "
+        + "was changed; make that searchable and run again, or, if this is the home's vault, name it to take its copy"
     case .intactManifestDiffers(let home, let vaultID, let store):
       "the manifest in \(home) verifies, and is vault \(vaultID)'s with its keys in the \(store.rawValue) store, not "
         + "the vault or store asked for; nothing was changed. Only if this manifest is the wrong one for the home, "

@@ -27,9 +27,6 @@ enum Advice {
     case VaultError.manifestCopiesDiffer:
       return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
     case VaultError.unconfirmedManifestCopy: return " (`vault recover --vault-id ID` with the id above takes it)"
-    case VaultError.intactManifestDiffers(let home, _, _), VaultError.manifestContradicted(let home, _, _, _):
-      let path = ManifestFile.path(home: home)
-      return " (mv \(ShellWord.quoted(path)) \(ShellWord.quoted(path + ".wrong")), then `vault recover`)"
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,
@@ -103,9 +100,32 @@ extension VaultCommandLine {
   /// - Returns: the sentence, never contents.
   func sentence(for error: any Error, _ arguments: Arguments) -> String {
     if let unreachable = unreachableSecretServiceSentence(for: error, arguments) { return unreachable }
+    if let recover = recoverSentence(for: error, arguments) { return recover }
     guard case KeyStoreError.keyfileInsideData(let path, let directory) = error else { return Self.describe(error).0 }
     return KeyStoreError.keyfileInsideData(path: path, dataDirectory: directory).description
       + keyfileInsideDataAdvice(arguments)
+  }
+
+  /// For `recover` over a manifest that verifies but is not the one wanted: the `mv` that sets it
+  /// aside (to a name no earlier one holds) and the same `recover` again, with the options given,
+  /// so that following the advice asks for the same vault. Nil for any other error.
+  func recoverSentence(for error: any Error, _ arguments: Arguments) -> String? {
+    let home: String
+    switch error {
+    case VaultError.intactManifestDiffers(let path, _, _), VaultError.manifestContradicted(let path, _, _, _):
+      home = path
+    default: return nil
+    }
+    let manifest = ManifestFile.path(home: home)
+    let aside = manifest + ".wrong-" + Vault.compactTimestamp(Date())
+    var rerun = ["vault", "--home", ShellWord.quoted(home), "recover"]
+    for option in ["--keyfile", "--store", "--vault-id"] {
+      if let value = arguments.options[option] {
+        rerun += [option, ShellWord.quoted(option == "--keyfile" ? absolutePath(value) : value)]
+      }
+    }
+    return Self.describe(error).0 + " (mv \(ShellWord.quoted(manifest)) \(ShellWord.quoted(aside)), then "
+      + "`\(rerun.joined(separator: " "))`)"
   }
 
   /// For an existing vault whose keys are in the Secret Service, a Secret Service that cannot be

@@ -14,10 +14,11 @@ enum RecoverCommand: Subcommand {
       damaged manifest (corrupt, or failing its integrity check) is kept beside the new one as \
       manifest.json.damaged-<UTC time>. A manifest that verifies is never replaced, nor one refused for its \
       owner, mode or a link: that error says what to do. The vault id a container records is not \
-      authenticated, so containers never choose: when copies of two vaults name the home, when a container \
-      records another vault than the copy, or when the copy names a home this one was moved from, nothing is \
-      changed until --vault-id names the vault. No key is ever made: when no store holds a usable copy, \
-      nothing is changed.
+      authenticated, so containers never choose: a lone copy is taken unasked only when a container in the home \
+      records its vault and every store could be searched; when copies of two vaults name the home, when a \
+      container records another vault than the copy, or when the copy names a home this one was moved from, \
+      nothing is changed until --vault-id (or --keyfile) names the vault. A keyfile inside the home is read \
+      only when --keyfile names it. No key is ever made: when no store holds a usable copy, nothing is changed.
       """,
     parameters: [
       .option("--keyfile", "PATH", .file, help: "Read only this keyfile."),

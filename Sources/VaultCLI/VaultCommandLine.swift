@@ -83,8 +83,10 @@ public struct VaultCommandLine {
       terminal.error(sentence(for: error, arguments))
       return ExitCode.failure.rawValue
     } catch {
-      if let unreachable = unreachableSecretServiceSentence(for: error, arguments) {
-        terminal.error(unreachable)
+      if let sentence = unreachableSecretServiceSentence(for: error, arguments)
+        ?? recoverSentence(for: error, arguments)
+      {
+        terminal.error(sentence)
         return ExitCode.failure.rawValue
       }
       return fail(error, home: arguments.home)

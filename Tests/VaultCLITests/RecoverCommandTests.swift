@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultCrypto
 import VaultKeys
 import VaultQueue
 import VaultTestSupport
@@ -256,7 +257,8 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(reported.status, 1)
     XCTAssertTrue(
       reported.error.contains("the container \(home)/queue.sqlite records vault \(vaultID)"), reported.error)
-    XCTAssertTrue(reported.error.contains("mv \(manifest) \(manifest).wrong"), reported.error)
+    XCTAssertTrue(reported.error.contains("(mv \(manifest) \(manifest).wrong-"), reported.error)
+    XCTAssertTrue(reported.error.contains("then `vault --home \(home) recover`)"), reported.error)
     XCTAssertEqual(contents(manifest), foreign, "nothing was changed")
 
     XCTAssertEqual(rename(manifest, manifest + ".wrong"), 0, "the move the advice names")
@@ -345,7 +347,7 @@ final class RecoverCommandTests: XCTestCase {
 
     let refused = try run(["recover"])
     XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("is not confirmed by any container"), refused.error)
+    XCTAssertTrue(refused.error.contains("could not be searched, and the home's vault may be there"), refused.error)
     XCTAssertTrue(refused.error.contains("\(otherID).keys"), refused.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
@@ -435,6 +437,62 @@ final class RecoverCommandTests: XCTestCase {
     let original = try run(["recover"])
     XCTAssertEqual(original.status, 0, original.error)
     XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// The third outside review's attack: whoever can write the home puts a keyfile in it, holding
+  /// the home's vault id, an integrity key of their own and a copy signed with it, and points the
+  /// (then damaged) manifest at it. That keyfile is never taken: new records would be sealed under
+  /// their keys.
+  func testAKeyfilePlantedInTheHomeIsNeverTaken() throws {
+    XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
+    let keyfile = temporary.sub("elsewhere/b.keys")
+    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    let signed = try ManifestFile.parse(Array(try XCTUnwrap(contents(manifest))), path: manifest)
+    let planted = home + "/evil.keys"
+    var forged = signed.manifest
+    forged.store = StoreDescriptor(kind: .keyfile, keyfile: planted)
+    let theirs = try SymmetricKey.generate()
+    let keyring = try XCTUnwrap(forged.keyringID)
+    let store = KeyfileStore(path: planted)
+    try theirs.withUnsafeBytes { try store.storeRecord(.integrityKey, bytes: $0, keyring: keyring) }
+    try ManifestFile.sign(forged, key: theirs).withUnsafeBytes {
+      try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyring)
+    }
+    // The home's manifest, pointed at the planted keyfile: its MAC no longer verifies.
+    let text = String(decoding: try XCTUnwrap(contents(manifest)), as: UTF8.self)
+    let damaged = Data(text.replacingOccurrences(of: keyfile, with: planted).utf8)
+    XCTAssertTrue(FileManager.default.createFile(atPath: manifest, contents: damaged))
+
+    let result = try run(["recover"])
+    XCTAssertNotEqual(result.status, 0, result.outputText)
+    XCTAssertEqual(contents(manifest), damaged, "nothing was written from the planted keyfile")
+    XCTAssertFalse(result.error.contains("evil.keys (key version"), "not offered as a choice: \(result.error)")
+
+    let named = try run(["recover", "--keyfile", keyfile])
+    XCTAssertEqual(named.status, 0, named.error)
+  }
+
+  /// The third outside review's case with nothing planted: a vault removed from this path left
+  /// its copy in the default directory, the home's vault keeps its keyfile elsewhere, and the
+  /// home's container is gone. The lone copy is not taken unasked.
+  func testALoneCopyNoContainerConfirmsIsNotTakenUnasked() throws {
+    let first = try keyfileVaultWithRecords()
+    try FileManager.default.removeItem(atPath: home)
+    XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
+    let keyfile = temporary.sub("elsewhere/b.keys")
+    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    let written = try XCTUnwrap(contents(manifest))
+    for name in ["manifest.json", "queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"] { unlink(home + "/" + name) }
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("vault \(first) in the keyfile"), refused.error)
+    XCTAssertTrue(refused.error.contains("no container in the home records its vault"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+
+    let named = try run(["recover", "--keyfile", keyfile])
+    XCTAssertEqual(named.status, 0, named.error)
+    XCTAssertEqual(contents(manifest), written)
   }
 
   func testOptionsAreChecked() throws {
