@@ -283,7 +283,7 @@ extension Vault {
           unused.append("\(copy.label): a keyfile inside the home is never taken unless named with --keyfile")
           return
         }
-        guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile else {
+        guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile, keyfile.hasPrefix("/") else {
           unused.append("\(copy.label): it names another store")
           return
         }
@@ -334,12 +334,18 @@ extension Vault {
     if search.store != .keyfile, search.keyfile == nil {
       searched.append("the Secret Service's items for \(home)")
       do {
-        for (keyring, signed) in try secretServiceCopies(home: home, resolver: resolver) {
+        let found = try secretServiceCopies(home: home, named: named, resolver: resolver)
+        for (keyring, signed) in found.copies {
           guard let signed else {
             unused.append("vault \(keyring.hex) in the Secret Service: no authentic manifest copy")
             continue
           }
           consider(signed, from: StoreDescriptor(kind: .secretService))
+        }
+        for (id, homes) in found.gone.sorted(by: { $0.key < $1.key }) {
+          unused.append(
+            "vault \(id) in the Secret Service: its keys were stored for \(homes.sorted().joined(separator: ", ")), "
+              + "which no longer exists; if this home was moved from there, take it with --vault-id \(id)")
         }
       } catch let error as KeyStoreError where error.meansNoSecretService && search.store != .secretService {
         searched.removeLast()
@@ -357,7 +363,8 @@ extension Vault {
         var names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         names = names.filter(isDefaultKeyfileName).sorted()
         var found = names.map { directory + "/" + $0 }
-        if let keyfile = hint?.keyfile, hint?.kind == .keyfile, !isInside(keyfile, home),
+        // Only an absolute path: a relative one would be read from wherever `vault` runs.
+        if let keyfile = hint?.keyfile, hint?.kind == .keyfile, keyfile.hasPrefix("/"), !isInside(keyfile, home),
           !found.contains(where: { sameFile($0, keyfile) })
         {
           searched.append("the keyfile \(keyfile) the damaged manifest names")
@@ -376,8 +383,8 @@ extension Vault {
           // A keyfile named on purpose must be read; one of many in the directory may be anyone's.
           if search.keyfile != nil { throw error }
           if case KeyStoreError.io(_, _, ENOENT) = error {
-            // Only the damaged manifest named it (the directory's files were listed): no store here.
-            unused.append("the keyfile \(path) the damaged manifest names: there is no such file")
+            // Named only by the damaged manifest (or gone since the directory was listed): no store here.
+            unused.append("the keyfile \(path): there is no such file")
           } else {
             unsearched.append("the keyfile \(path) (\(error))")
           }
@@ -410,19 +417,31 @@ extension Vault {
     throw VaultError.noManifestCopy(home: home, searched: searched, unsearched: unsearched, unused: unused)
   }
 
-  /// The manifest copies the Secret Service holds for vaults whose key items name `home`, each nil
-  /// when it is absent or does not verify under the integrity key beside it.
-  private static func secretServiceCopies(home: String, resolver: KeyStoreResolver) throws
-    -> [(KeyringID, ManifestFile.Signed?)]
+  /// The manifest copies the Secret Service holds for vaults whose key items name `home` (and for
+  /// vault `named`, wherever its items say its home is), each nil when it is absent or does not
+  /// verify under the integrity key beside it; and, unless a vault is named, the vaults whose items
+  /// name only homes that no longer exist (a home moved elsewhere keeps its items' old path).
+  private static func secretServiceCopies(home: String, named: String?, resolver: KeyStoreResolver) throws
+    -> (copies: [(KeyringID, ManifestFile.Signed?)], gone: [String: Set<String>])
   {
     guard
       let store = try resolver.store(for: StoreDescriptor(kind: .secretService), home: home) as? SecretServiceStore
-    else { return [] }
-    return try store.keyringIDs(forHome: home).compactMap { KeyringID(hex: $0) }.map { keyring in
+    else { return ([], [:]) }
+    let forHome = Set(try store.keyringIDs(forHome: home))
+    let ids = forHome.union(named.map { [$0] } ?? [])
+    let copies = try ids.sorted().compactMap { KeyringID(hex: $0) }.compactMap {
+      keyring -> (KeyringID, ManifestFile.Signed?)? in
       let integrity = try store.loadRecord(.integrityKey, keyring: keyring)
       let mirror = try store.loadRecord(.manifestMirror, keyring: keyring)
+      // A vault named by the caller that the Secret Service does not hold is not a finding here.
+      if !forHome.contains(keyring.hex), integrity == nil, mirror == nil { return nil }
       return (keyring, authenticCopy(mirror, integrityKey: integrity, keyring: keyring, source: "Secret Service"))
     }
+    guard named == nil else { return (copies, [:]) }
+    let gone = try store.homesByVault().filter { id, homes in
+      !ids.contains(id) && !homes.isEmpty && homes.allSatisfy { !FileManager.default.fileExists(atPath: $0) }
+    }
+    return (copies, gone)
   }
 
   /// The manifest copy in the keyfile at `path`, nil when it has none that verifies under the
@@ -457,7 +476,7 @@ extension Vault {
 
   /// Whether `path` lies inside the directory `home` (symbolic links resolved).
   static func isInside(_ path: String, _ home: String) -> Bool {
-    let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+    let directory = ((absolutePath(path) as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
     let resolvedHome = (home as NSString).resolvingSymlinksInPath
     return directory == resolvedHome || directory.hasPrefix(resolvedHome + "/")
   }

@@ -468,6 +468,16 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(contents(manifest), damaged, "nothing was written from the planted keyfile")
     XCTAssertFalse(result.error.contains("evil.keys (key version"), "not offered as a choice: \(result.error)")
 
+    // The fourth review's way round: the damaged manifest names the planted keyfile by a relative
+    // path, read from wherever `vault` runs (here the directory holding the home).
+    let relative = Data(text.replacingOccurrences(of: keyfile, with: "home/evil.keys").utf8)
+    XCTAssertTrue(FileManager.default.createFile(atPath: manifest, contents: relative))
+    let fromParent = try Spawn.run(
+      "/bin/sh", ["-c", "cd \"$0\" && exec \"$1\" --home home recover", temporary.sub(""), vaultBinary()],
+      environment: env)
+    XCTAssertNotEqual(fromParent.status, 0, fromParent.outputText)
+    XCTAssertEqual(contents(manifest), relative, "nothing was written from the planted keyfile")
+
     let named = try run(["recover", "--keyfile", keyfile])
     XCTAssertEqual(named.status, 0, named.error)
   }
@@ -529,5 +539,34 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertTrue(recovered.outputText.contains("from its copy in the Secret Service"), recovered.outputText)
     XCTAssertEqual(contents(manifest), written)
     XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
+  /// A Secret Service vault's items name the home they were stored for: after the home is moved
+  /// and its manifest lost, recover says which vault's items name a home that no longer exists,
+  /// and naming it recovers the vault at its new place.
+  func testAMovedSecretServiceHomeIsFoundByItsVaultID() throws {
+    try XCTSkipUnless(TestKeyring.isAvailable, "no private Secret Service; run the tests via tools/test.sh")
+    let created = try run(["init", "--store", "secret-service", "--json"])
+    XCTAssertEqual(created.status, 0, created.error)
+    let vaultID = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(created.output)) as? [String: Any])?["vault_id"] as? String)
+    addTeardownBlock { _ = try? Spawn.run("/usr/bin/secret-tool", ["clear", "vault-id", vaultID]) }
+    for payload in payloads {
+      XCTAssertEqual(try run(["queue", "put", "--queue", "orders"], input: Array(payload.utf8)).status, 0)
+    }
+    let moved = temporary.sub("moved-home")
+    XCTAssertEqual(rename(home, moved), 0)
+    XCTAssertEqual(unlink(moved + "/manifest.json"), 0)
+
+    let unnamed = try vault(["--home", moved, "recover"], environment: env)
+    XCTAssertEqual(unnamed.status, 1)
+    XCTAssertTrue(
+      unnamed.error.contains(
+        "vault \(vaultID) in the Secret Service: its keys were stored for \(home), which no "
+          + "longer exists; if this home was moved from there, take it with --vault-id \(vaultID)"), unnamed.error)
+    let named = try vault(["--home", moved, "recover", "--vault-id", vaultID], environment: env)
+    XCTAssertEqual(named.status, 0, named.error)
+    let rotated = try vault(["--home", moved, "rotate"], environment: env)
+    XCTAssertEqual(rotated.status, 0, rotated.error)
   }
 }

@@ -433,29 +433,45 @@ public final class SecretServiceStore: KeyStore {
   /// - Throws: `KeyStoreError` when the Secret Service cannot be asked (no session bus, no
   ///   provider, timed out, failed).
   public func keyringIDs(forHome home: String) throws -> [String] {
+    Set(try keyItems(home: home).map(\.vaultID)).sorted()
+  }
+
+  /// The homes that vaults' key items were stored for, by vault id, across every home: how a
+  /// vault whose home was moved (its items still name the old path) is found. Works while the
+  /// collection is locked, as `keyringIDs(forHome:)` does.
+  ///
+  /// - Returns: each vault id (or "unknown") with the home attributes of its key items.
+  /// - Throws: `KeyStoreError` when the Secret Service cannot be asked.
+  public func homesByVault() throws -> [String: Set<String>] {
+    try keyItems(home: nil).reduce(into: [:]) { homes, item in
+      homes[item.vaultID, default: []].formUnion(item.home.map { [$0] } ?? [])
+    }
+  }
+
+  /// The vault id and home attribute of every key item (records alone do not count: a vault id
+  /// with records but no key never sealed anything), of `home` only unless it is nil.
+  private func keyItems(home: String?) throws -> [(vaultID: String, home: String?)] {
     try lock.withLock { _ in
       try withDeadline("list vaults") { cancellable in
         let service = try connect(cancellable)
         defer { vault_g_object_unref(UnsafeMutableRawPointer(service)) }
-        var ids: Set<String> = []
-        // Keys only: a vault id with records but no key (an `init` that failed before storing its
-        // first key) never sealed anything, and must not block the retry.
-        for makeSchema in [vault_key_schema_new] {
-          let schema = makeSchema()
-          defer { vault_secret_schema_unref(schema) }
-          let attributes = vault_attributes_new(nil, nil, home)
-          defer { vault_g_hash_table_unref(attributes) }
-          var error: UnsafeMutablePointer<VaultGError>?
-          let list = vault_secret_search(service, schema, attributes, 0, cancellable, &error)
-          if let error { throw translate(error, cancellable, operation: "list vaults") }
-          defer { vault_item_list_free(list) }
-          for item in Self.items(list) {
-            let id = vault_item_attribute(item, "vault-id")
-            defer { vault_g_free(id) }
-            ids.insert(id.map { String(cString: $0) } ?? "unknown")
+        let schema = vault_key_schema_new()
+        defer { vault_secret_schema_unref(schema) }
+        let attributes = vault_attributes_new(nil, nil, home)
+        defer { vault_g_hash_table_unref(attributes) }
+        var error: UnsafeMutablePointer<VaultGError>?
+        let list = vault_secret_search(service, schema, attributes, 0, cancellable, &error)
+        if let error { throw translate(error, cancellable, operation: "list vaults") }
+        defer { vault_item_list_free(list) }
+        return Self.items(list).map { item in
+          let id = vault_item_attribute(item, "vault-id")
+          let itemHome = vault_item_attribute(item, "home")
+          defer {
+            vault_g_free(id)
+            vault_g_free(itemHome)
           }
+          return (id.map { String(cString: $0) } ?? "unknown", itemHome.map { String(cString: $0) })
         }
-        return ids.sorted()
       }
     }
   }
