@@ -64,6 +64,11 @@ extension Vault {
   /// container of that vault) is taken only when `search.vaultID` names it, too. Nothing is
   /// generated: a home whose keys are gone too stays as it is, and the error says so.
   ///
+  /// A Secret Service that is not there at all (no session bus, no provider: a server, an ssh
+  /// login) stops only a copy that no container confirms; search a keyfile vault there with
+  /// `ManifestSearch(store: .keyfile)`. Only `VaultError.noManifestCopy` with nothing unsearched
+  /// and nothing unused means no key store holds the home's keys.
+  ///
   /// Acts only when the manifest is missing or damaged (corrupt, over the size limit, failing its
   /// MAC, or naming a store that cannot verify it). A damaged file is kept beside the new one as
   /// `manifest.json.damaged-<UTC time>`. A manifest that verifies is never replaced. Everything
@@ -77,11 +82,15 @@ extension Vault {
   ///   - search: where to look (default: the Secret Service's items for `home`, and every
   ///     `<vault id>.keys` in `KeyfileStore.defaultPath`'s directory), and which vault to take.
   ///   - containers: reads which vault each container file records (VaultQueue's
-  ///     `recoverManifest(home:search:resolver:clock:)` passes its queue containers' provider).
+  ///     `recoverManifest(home:search:resolver:clock:)` passes its queue containers' provider; an
+  ///     app that imports only Vault passes a provider of its own, whose `probe` may return
+  ///     `.missing` for every path: then no copy is taken without `search.vaultID` or `.keyfile`).
   ///   - resolver: builds the Secret Service store searched, and the store the recovered manifest names.
   ///   - clock: the time source for the damaged file's name and the open.
   /// - Returns: what was found and done.
-  /// - Throws: `VaultError.noManifestCopy` when no usable copy was found (it lists where it looked,
+  /// - Throws: `VaultError.invalidManifestSearch` when `search` cannot match anything (a vault id
+  ///   that is not 16 hex digits, a keyfile with `.secretService`); `.orphanedKeyfile` never (that
+  ///   is `create`'s); `.noManifestCopy` when no usable copy was found (it lists where it looked,
   ///   what it could not search and what it found but did not take, and why);
   ///   `.manifestCopiesDiffer` when copies of more than one vault (or store) could be the home's;
   ///   `.unconfirmedManifestCopy` when the one copy found has no container to confirm it and some
@@ -98,6 +107,12 @@ extension Vault {
     resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> ManifestRecovery {
     let home = absolutePath(home)
+    if let id = search.vaultID, KeyringID(hex: id.lowercased()) == nil {
+      throw VaultError.invalidManifestSearch(reason: "a vault id is 16 hex digits")
+    }
+    if search.keyfile != nil, search.store == .secretService {
+      throw VaultError.invalidManifestSearch(reason: "a keyfile is not in the Secret Service")
+    }
     try refuseUnfinishedRestore(home)
     try ManifestFile.checkHome(home)
     let lock = try FileLock(path: home + "/" + lockFileName)
@@ -270,6 +285,12 @@ extension Vault {
     var unsearched: [String] = []
     var copies: [ManifestCopy] = []
     var moved: (keyfile: String, named: String)?
+    // Vaults that may be this home's though their copies name another home (moved here, or whose
+    // items name a home that holds no vault now): while there are any besides the copy found, the
+    // person chooses.
+    var possible: Set<String> = []
+    // No Secret Service to ask here (a server, an ssh login): it stops only a copy nothing confirms.
+    var noSecretService: String?
     let named = search.vaultID.map { $0.lowercased() }
 
     func consider(_ signed: ManifestFile.Signed, from store: StoreDescriptor) {
@@ -280,7 +301,7 @@ extension Vault {
         // Whoever can write the home can put a keyfile there, with a copy that verifies under the
         // integrity key they put beside it: only the person naming it makes it this vault's.
         if isInside(path, home), search.keyfile == nil {
-          unused.append("\(copy.label): a keyfile inside the home is never taken unless named with --keyfile")
+          unused.append("\(copy.label): a keyfile inside the home is read only when it is named as the keyfile to read")
           return
         }
         guard manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile, keyfile.hasPrefix("/") else {
@@ -304,23 +325,24 @@ extension Vault {
       if let bound = manifest.home, !sameFile(bound, home) {
         // Another home's. Taken only as a home moved here, and only when named: its old place
         // must hold neither a manifest nor a container of this vault (else this is a copy of it).
-        let (there, _) = containerVaults(of: manifest, home: bound, containers: containers)
-        let live =
-          (ManifestFile.exists(home: bound)
-            && (try? ManifestFile.read(home: bound).manifest.vaultID) ?? manifest.vaultID == manifest.vaultID)
-          || there.values.contains(manifest.vaultID)
+        let live = !holdsNoVault(manifest.vaultID, at: bound, registered: manifest, containers: containers)
+        if !live { possible.insert(manifest.vaultID) }
         guard !live, named != nil else {
+          let evidence = containerVaults(of: manifest, home: home, containers: containers).vaults
+            .sorted { $0.key < $1.key }.map { "\($0.key) records vault \($0.value)" }
           unused.append(
             live
               ? "\(copy.label): its home is \(bound), which still holds this vault, so this home would be a copy of it "
-                + "(use --home \(bound); its copy is refused here even when named)"
+                + "(use that home; its copy is refused here even when named; to make a vault of its own from it, back "
+                + "up that home and restore the backup into a new home)"
               : "\(copy.label): its home was \(bound), which no longer holds this vault; if this home was moved from "
-                + "there, take it with --vault-id \(manifest.vaultID)")
+                + "there, name vault \(manifest.vaultID) to take it"
+                + (evidence.isEmpty ? "" : " (here, \(evidence.joined(separator: ", ")))"))
           return
         }
       } else if manifest.home == nil, store.kind == .keyfile, search.keyfile == nil {
         // A copy from an older release names no home: the caller must name the keyfile.
-        unused.append("\(copy.label): it names no home; take it with --keyfile \(store.keyfile ?? "")")
+        unused.append("\(copy.label): it names no home; name that keyfile to take it")
         return
       }
       let (vaults, inside) = containerVaults(of: manifest, home: home, containers: containers)
@@ -343,13 +365,14 @@ extension Vault {
           consider(signed, from: StoreDescriptor(kind: .secretService))
         }
         for (id, homes) in found.gone.sorted(by: { $0.key < $1.key }) {
+          possible.insert(id)
           unused.append(
             "vault \(id) in the Secret Service: its keys were stored for \(homes.sorted().joined(separator: ", ")), "
-              + "which no longer exists; if this home was moved from there, take it with --vault-id \(id)")
+              + "which no longer exists; if this home was moved from there, name vault \(id) to take it")
         }
       } catch let error as KeyStoreError where error.meansNoSecretService && search.store != .secretService {
         searched.removeLast()
-        unsearched.append("the Secret Service (\(error.absentServiceReason ?? ""))")
+        noSecretService = "the Secret Service (\(error.absentServiceReason ?? ""))"
       }
     }
     if search.store != .secretService {
@@ -396,25 +419,31 @@ extension Vault {
     }
     if distinct.count > 1 {
       // Containers do not choose (a planted one could choose for an attacker): the person does.
-      throw VaultError.manifestCopiesDiffer(home: home, copies: distinct.map { "\($0.label): \($0.evidence)" })
+      throw VaultError.manifestCopiesDiffer(
+        home: home, vaultIDs: distinct.map(\.vaultID), copies: distinct.map { "\($0.label): \($0.evidence)" })
     }
     if let copy = distinct.first {
       if let contradiction = copy.contradiction, named == nil {
         unused.append(
           "\(copy.label): \(contradiction.path) records vault \(contradiction.vault); if that container is not this "
-            + "home's own, take the copy with --vault-id \(copy.vaultID)")
+            + "home's own, name vault \(copy.vaultID) to take the copy")
       } else {
         // Taken unasked only when a container inside the home records its vault and every store
         // could be searched; otherwise the person names it. (A keyfile kept outside the default
         // directory is never searched, so a dead vault's copy naming this path could stand alone.)
-        guard copy.confirmed && unsearched.isEmpty || named != nil || search.keyfile != nil else {
-          throw VaultError.unconfirmedManifestCopy(home: home, copy: copy.label, unsearched: unsearched)
+        let alone = possible.subtracting([copy.vaultID]).isEmpty
+        guard copy.confirmed && unsearched.isEmpty && alone || named != nil || search.keyfile != nil else {
+          throw VaultError.unconfirmedManifestCopy(
+            home: home, vaultID: copy.vaultID, copy: copy.label,
+            unsearched: unsearched + (copy.confirmed ? [] : noSecretService.map { [$0] } ?? []),
+            others: possible.subtracting([copy.vaultID]).sorted().map { "vault \($0)" })
         }
         return copy
       }
     }
     if let moved { throw VaultError.keyfileMoved(keyfile: moved.keyfile, named: moved.named) }
-    throw VaultError.noManifestCopy(home: home, searched: searched, unsearched: unsearched, unused: unused)
+    throw VaultError.noManifestCopy(
+      home: home, searched: searched, unsearched: unsearched + (noSecretService.map { [$0] } ?? []), unused: unused)
   }
 
   /// The manifest copies the Secret Service holds for vaults whose key items name `home` (and for
@@ -439,7 +468,8 @@ extension Vault {
     }
     guard named == nil else { return (copies, [:]) }
     let gone = try store.homesByVault().filter { id, homes in
-      !ids.contains(id) && !homes.isEmpty && homes.allSatisfy { !FileManager.default.fileExists(atPath: $0) }
+      !ids.contains(id) && !homes.isEmpty
+        && homes.allSatisfy { holdsNoVault(id, at: $0, registered: nil, containers: nil) }
     }
     return (copies, gone)
   }
@@ -449,7 +479,13 @@ extension Vault {
   /// and `open` then says to move it.
   ///
   /// - Throws: `KeyStoreError` when the file cannot be read or is not a private keyfile.
-  static func keyfileCopy(_ path: String) throws -> ManifestFile.Signed? {
+  static func keyfileCopy(_ path: String) throws -> ManifestFile.Signed? { try keyfileManifest(path).copy }
+
+  /// The manifest copy in the keyfile at `path` (as `keyfileCopy`), and whether the file holds any
+  /// key version (an `init` killed before its first key left one that holds none).
+  ///
+  /// - Throws: `KeyStoreError` when the file cannot be read or is not a private keyfile.
+  static func keyfileManifest(_ path: String) throws -> (copy: ManifestFile.Signed?, holdsKeys: Bool) {
     guard let file = try SecureFile.read(path, requirePrivate: true) else {
       throw KeyStoreError.io(path: path, operation: "open", errno: ENOENT)
     }
@@ -458,9 +494,27 @@ extension Vault {
       throw KeyStoreError.corruptKeyfile(path: path, reason: "too short")
     }
     let contents = try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
-    return authenticCopy(
+    let copy = authenticCopy(
       contents.records[KeyStoreRecord.manifestMirror.rawValue],
       integrityKey: contents.records[KeyStoreRecord.integrityKey.rawValue], keyring: keyring, source: path)
+    return (copy, !contents.keys.isEmpty)
+  }
+
+  /// The keyfiles in the default keyfile directory (`<vault id>.keys`) that hold keys of a vault
+  /// whose manifest copy names `home`: a vault that lived there and lost its manifest. Files that
+  /// cannot be read are passed over (nobody can tell whose they are).
+  ///
+  /// - Returns: each keyfile's path and vault id.
+  static func keyfilesNaming(home: String) -> [(path: String, vaultID: String)] {
+    let directory = KeyfileStore.defaultDirectory(environment: ProcessInfo.processInfo.environment)
+    let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter(isDefaultKeyfileName)
+    return names.sorted().compactMap { name in
+      let path = directory + "/" + name
+      guard let (copy, holdsKeys) = try? keyfileManifest(path), holdsKeys, let copy,
+        let named = copy.manifest.home, named == home || sameFile(named, home)
+      else { return nil }
+      return (path, copy.manifest.vaultID)
+    }
   }
 
   /// `mirror` parsed, when it is a signed manifest of `keyring` that verifies under `integrityKey`.
@@ -472,6 +526,28 @@ extension Vault {
       !signed.isLegacy, (try? signed.isAuthentic(under: key)) == true, signed.manifest.vaultID == keyring.hex
     else { return nil }
     return signed
+  }
+
+  /// Whether the directory `place`, named as vault `vaultID`'s home, holds nothing of that vault
+  /// now: it is gone, empty, or holds another vault's manifest, and no container of that vault is
+  /// there (those `registered` lists inside it, and its `queue.sqlite`). A place that holds files
+  /// but no manifest may be that vault's home having lost its own: it counts as holding it.
+  static func holdsNoVault(
+    _ vaultID: String, at place: String, registered: Manifest?, containers: (any ContainerProvider)?
+  ) -> Bool {
+    var info = stat()
+    guard stat(place, &info) == 0 else { return true }
+    if let containers {
+      let inside = (registered?.containers.map(\.path) ?? []).filter { $0.hasPrefix(place + "/") }
+      for path in inside + [place + "/queue.sqlite"] {
+        if case .container(let keyring, _)? = try? containers.probe(path: path), keyring == vaultID { return false }
+      }
+    }
+    if ManifestFile.exists(home: place) {
+      return (try? ManifestFile.read(home: place).manifest.vaultID).map { $0 != vaultID } ?? false
+    }
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: place)) ?? []
+    return entries.isEmpty
   }
 
   /// Whether `path` lies inside the directory `home` (symbolic links resolved).

@@ -80,8 +80,9 @@ public final class Vault: Sendable {
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
-  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys` or
-  ///   `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
+  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
+  ///   `.orphanedKeyfile` (a keyfile in the default directory holds keys of a vault whose manifest
+  ///   copy names `home`) or `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
   ///   `VaultError.roundTripFailed` when the new key fails its self-test.
   public static func create(
@@ -104,6 +105,10 @@ public final class Vault: Sendable {
     let store = try resolver.store(for: descriptor, home: home)
     // Whatever the store: a keyfile vault over a home whose Secret Service keys remain orphans them too.
     _ = try checkForOrphanedKeys(home: home, resolver: resolver)
+    // And over a home whose vault's keyfile, with its manifest copy, is still in the default directory.
+    if let orphan = keyfilesNaming(home: home).first {
+      throw VaultError.orphanedKeyfile(home: home, keyfile: orphan.path, vaultID: orphan.vaultID)
+    }
 
     let homeExisted = FileManager.default.fileExists(atPath: home)
     let lockExisted = FileManager.default.fileExists(atPath: home + "/" + lockFileName)

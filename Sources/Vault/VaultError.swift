@@ -73,11 +73,18 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// `Vault.recoverManifest` found copies naming `home` from more than one vault or store
   /// (`copies`, each "vault ID in STORE" and what the home's containers say of it), and takes none
   /// of them unasked.
-  case manifestCopiesDiffer(home: String, copies: [String])
-  /// `Vault.recoverManifest` found one copy (`copy`) and takes it only when named: no container
-  /// inside the home records its vault, or some stores could not be searched (`unsearched`), and
-  /// the home's vault may be in one of them.
-  case unconfirmedManifestCopy(home: String, copy: String, unsearched: [String])
+  case manifestCopiesDiffer(home: String, vaultIDs: [String], copies: [String])
+  /// `Vault.recoverManifest` found one copy (`copy`, of vault `vaultID`) and takes it only when
+  /// named: no container inside the home records its vault, some stores could not be searched
+  /// (`unsearched`), or other vaults (`others`) may be the home's, their copies naming a home that
+  /// no longer holds them (as a moved home's do).
+  case unconfirmedManifestCopy(home: String, vaultID: String, copy: String, unsearched: [String], others: [String])
+  /// `Vault.recoverManifest` was given a search that cannot match anything (`reason` says why).
+  case invalidManifestSearch(reason: String)
+  /// The keyfile at `keyfile`, in the default keyfile directory, holds keys of vault `vaultID`,
+  /// whose manifest copy names `home`: that vault lived there and lost its manifest, and a new
+  /// vault there would leave it behind.
+  case orphanedKeyfile(home: String, keyfile: String, vaultID: String)
   /// `Vault.recoverManifest` found the home's manifest sound, but it is vault `vaultID`'s with its
   /// keys in `store`, not the vault or store the search named.
   case intactManifestDiffers(home: String, vaultID: String, store: KeyStoreKind)
@@ -91,14 +98,15 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .alreadyExists(let home):
       "a vault already exists at \(home); nothing was changed"
     case .homeNotEmpty(let home):
-      "\(home) is not empty and holds no vault manifest; if a vault lived here, restore its manifest.json "
-        + "from a backup instead of creating a new vault over its data"
+      "\(home) is not empty and holds no vault manifest; if a vault lived here, write its manifest back from the "
+        + "copy its key store keeps (or restore it from a backup) instead of creating a new vault over its data"
     case .keyfileExists(let path):
       "a keyfile already exists at \(path) and may hold the only copy of another vault's keys; "
         + "nothing was changed (choose another keyfile path, or restore that vault's manifest)"
     case .orphanedKeys(let home, let ids):
       "the Secret Service already holds keys for a vault at \(home) (vault id \(ids.joined(separator: ", "))) "
-        + "but its manifest is missing; restore manifest.json from a backup rather than creating a new vault"
+        + "but its manifest is missing; write it back from the copy the Secret Service keeps (or restore it from a "
+        + "backup) rather than creating a new vault"
     case .keyMissing(let version, let store):
       "key version \(version) is missing from the \(store.rawValue) store although the manifest expects it; "
         + Self.anotherServiceHint(store) + "restore the key store from a backup (no new key was made)"
@@ -163,18 +171,35 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
           ? ""
           : " Could not search: \(unsearched.joined(separator: "; ")); the home's copy may be there: make it "
             + "searchable (a desktop session's D-Bus for the Secret Service; a private 0600 keyfile) and run again.")
-    case .manifestCopiesDiffer(let home, let copies):
+    case .manifestCopiesDiffer(let home, _, let copies):
       "more than one key store copy could be the manifest of \(home): \(copies.joined(separator: "; ")). Nothing was "
         + "changed; name the vault whose records the home holds (what a container records is only a hint: it is not "
         + "authenticated)"
-    case .unconfirmedManifestCopy(let home, let copy, let unsearched) where unsearched.isEmpty:
-      "one copy of a manifest was found for \(home), \(copy), but no container in the home records its vault (a "
-        + "vault removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
-        + "searched). Nothing was changed; if it is this home's vault, name it to take its copy"
-    case .unconfirmedManifestCopy(let home, let copy, let unsearched):
-      "one copy of a manifest was found for \(home), \(copy), but "
-        + "\(unsearched.joined(separator: "; ")) could not be searched, and the home's vault may be there. Nothing "
-        + "was changed; make that searchable and run again, or, if this is the home's vault, name it to take its copy"
+    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched, let others):
+      "one copy of a manifest naming \(home) was found, \(copy), but "
+        + [
+          unsearched.isEmpty
+            ? nil
+            : "\(unsearched.joined(separator: "; ")) could not be searched, and the home's vault "
+              + "may be there (make that searchable and run again)",
+          others.isEmpty
+            ? nil
+            : "other vaults may be this home's: \(others.joined(separator: "; ")) (their copies "
+              + "name a home that no longer holds them, as a moved home's do)",
+          !unsearched.isEmpty || !others.isEmpty
+            ? nil
+            : "no container in the home records its vault (a vault "
+              + "removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
+              + "searched)",
+        ].compactMap { $0 }.joined(separator: ", and ")
+        + ". Nothing was changed; if it is this home's vault, name it to take its copy"
+    case .invalidManifestSearch(let reason):
+      "the search for a manifest copy cannot match anything: \(reason); nothing was changed"
+    case .orphanedKeyfile(let home, let keyfile, let vaultID):
+      "the keyfile \(keyfile) holds the keys of vault \(vaultID), which lived at \(home) and whose manifest is missing; "
+        + "nothing was changed. Write that vault's manifest back from the copy its keyfile keeps; only if that vault "
+        + "is gone for good, move its keyfile away first: mv \(ShellWord.quoted(keyfile)) "
+        + "\(ShellWord.quoted(keyfile + ".retired"))"
     case .intactManifestDiffers(let home, let vaultID, let store):
       "the manifest in \(home) verifies, and is vault \(vaultID)'s with its keys in the \(store.rawValue) store, not "
         + "the vault or store asked for; nothing was changed. Only if this manifest is the wrong one for the home, "
@@ -237,6 +262,8 @@ extension VaultError: CodedError {
     case .manifestCopiesDiffer: "vault.manifest-copies-differ"
     case .unconfirmedManifestCopy: "vault.unconfirmed-manifest-copy"
     case .intactManifestDiffers: "vault.intact-manifest-differs"
+    case .invalidManifestSearch: "vault.invalid-manifest-search"
+    case .orphanedKeyfile: "vault.orphaned-keyfile"
     case .manifestContradicted: "vault.manifest-contradicted"
     case .keyfileMoved: "vault.keyfile-moved"
     }

@@ -44,7 +44,7 @@ enum RecoverCommand: Subcommand {
 
 extension VaultCommandLine {
   func recover(_ arguments: Arguments) throws {
-    if let id = arguments.options["--vault-id"], KeyringID(hex: id) == nil {
+    if let id = arguments.options["--vault-id"], KeyringID(hex: id.lowercased()) == nil {
       throw UsageError(
         message: "--vault-id takes a vault id: 16 hex digits", command: "recover")
     }

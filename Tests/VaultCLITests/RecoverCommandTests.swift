@@ -53,6 +53,17 @@ final class RecoverCommandTests: XCTestCase {
 
   private func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
+  /// Removes the home of vault `vaultID` and runs `makeNext` there while that vault's keyfile is
+  /// set aside (`init` refuses a home whose vault's keyfile is still in the default directory),
+  /// then puts the keyfile back: a vault removed from this path whose keyfile came back later.
+  private func replaceVault(_ vaultID: String, by makeNext: () throws -> Void) throws {
+    try FileManager.default.removeItem(atPath: home)
+    let keyfile = keyDirectory + "/\(vaultID).keys"
+    XCTAssertEqual(rename(keyfile, temporary.sub("aside.keys")), 0)
+    try makeNext()
+    XCTAssertEqual(rename(temporary.sub("aside.keys"), keyfile), 0)
+  }
+
   /// The manifest `text` with another epoch: still a valid manifest, but its MAC no longer verifies.
   private static func changingItsEpoch(_ text: String) -> String {
     text.replacingOccurrences(of: #""epoch" : [0-9]+"#, with: #""epoch" : 999"#, options: .regularExpression)
@@ -192,8 +203,8 @@ final class RecoverCommandTests: XCTestCase {
   /// and naming B recovers it.
   func testCopiesOfTwoVaultsAreNotChosenBetweenAndTheContainerIsOnlyAHint() throws {
     let first = try keyfileVaultWithRecords()
-    try FileManager.default.removeItem(atPath: home)
-    let second = try keyfileVaultWithRecords()
+    var second = ""
+    try replaceVault(first) { second = try keyfileVaultWithRecords() }
     let written = try XCTUnwrap(contents(manifest))
     XCTAssertEqual(unlink(manifest), 0)
 
@@ -218,10 +229,11 @@ final class RecoverCommandTests: XCTestCase {
   /// and naming B's keyfile recovers B.
   func testACopyTheHomesContainersContradictIsNeverTaken() throws {
     let first = try keyfileVaultWithRecords()
-    try FileManager.default.removeItem(atPath: home)
     XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
     let keyfile = temporary.sub("elsewhere/b.keys")
-    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    try replaceVault(first) {
+      XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    }
     for payload in payloads {
       XCTAssertEqual(try run(["queue", "put", "--queue", "orders"], input: Array(payload.utf8)).status, 0)
     }
@@ -290,7 +302,7 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(unlink(manifest), 0)
     let lost = try run(["recover"])
     XCTAssertEqual(lost.status, 1)
-    XCTAssertTrue(lost.error.contains("take the copy with --vault-id \(vaultID)"), lost.error)
+    XCTAssertTrue(lost.error.contains("name vault \(vaultID) to take the copy"), lost.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest), "no copy is taken on a container's word")
 
     let named = try run(["recover", "--vault-id", vaultID])
@@ -322,7 +334,7 @@ final class RecoverCommandTests: XCTestCase {
     let unnamed = try vault(["--home", moved, "recover"], environment: env)
     XCTAssertEqual(unnamed.status, 1)
     XCTAssertTrue(
-      unnamed.error.contains("if this home was moved from there, take it with --vault-id \(vaultID)"), unnamed.error)
+      unnamed.error.contains("if this home was moved from there, name vault \(vaultID) to take it"), unnamed.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: moved + "/manifest.json"))
     let recovered = try vault(["--home", moved, "recover", "--vault-id", vaultID], environment: env)
     XCTAssertEqual(recovered.status, 0, recovered.error)
@@ -487,10 +499,11 @@ final class RecoverCommandTests: XCTestCase {
   /// home's container is gone. The lone copy is not taken unasked.
   func testALoneCopyNoContainerConfirmsIsNotTakenUnasked() throws {
     let first = try keyfileVaultWithRecords()
-    try FileManager.default.removeItem(atPath: home)
     XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
     let keyfile = temporary.sub("elsewhere/b.keys")
-    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    try replaceVault(first) {
+      XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    }
     let written = try XCTUnwrap(contents(manifest))
     for name in ["manifest.json", "queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"] { unlink(home + "/" + name) }
 
@@ -503,6 +516,48 @@ final class RecoverCommandTests: XCTestCase {
     let named = try run(["recover", "--keyfile", keyfile])
     XCTAssertEqual(named.status, 0, named.error)
     XCTAssertEqual(contents(manifest), written)
+  }
+
+  /// `init` over a home whose vault's keyfile, with its manifest copy, is still in the default
+  /// directory is refused: the records of that vault would be left behind (the same as for
+  /// Secret Service items). The advice's `mv` retires the keyfile, and `init` then works.
+  func testInitRefusesAHomeWhoseVaultsKeyfileRemains() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    try FileManager.default.removeItem(atPath: home)
+    let keyfile = keyDirectory + "/\(vaultID).keys"
+    let refused = try run(["init", "--store", "keyfile"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("the keyfile \(keyfile) holds the keys of vault \(vaultID)"), refused.error)
+    XCTAssertTrue(refused.error.contains("`vault recover`"), refused.error)
+    XCTAssertTrue(refused.error.contains("mv \(keyfile) \(keyfile).retired"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+    XCTAssertEqual(rename(keyfile, keyfile + ".retired"), 0, "the move the error names")
+    let created = try run(["init", "--store", "keyfile"])
+    XCTAssertEqual(created.status, 0, created.error)
+  }
+
+  /// The fifth outside review's case: vault B's home was moved here from a place that no longer
+  /// exists, a vault removed from this path left its keyfile, and a container recording that
+  /// vault is planted. B's copy names another home, but may be this one's: nothing is taken unasked.
+  func testAVaultThatMayHaveMovedHereStopsALoneCopy() throws {
+    let first = try keyfileVaultWithRecords()
+    try FileManager.default.copyItem(atPath: home + "/queue.sqlite", toPath: temporary.sub("first.sqlite"))
+    let old = temporary.sub("old-home")
+    let second = try vault(["--home", old, "init", "--store", "keyfile", "--json"], environment: env)
+    let secondID = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(second.output)) as? [String: Any])?["vault_id"] as? String)
+    try FileManager.default.removeItem(atPath: home)
+    XCTAssertEqual(rename(old, home), 0)
+    XCTAssertEqual(unlink(manifest), 0)
+    for suffix in ["", "-wal", "-shm"] { unlink(home + "/queue.sqlite" + suffix) }
+    try FileManager.default.copyItem(atPath: temporary.sub("first.sqlite"), toPath: home + "/queue.sqlite")
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("other vaults may be this home's: vault \(secondID)"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest), "vault \(first) is not taken unasked")
+    let named = try run(["recover", "--vault-id", secondID])
+    XCTAssertEqual(named.status, 0, named.error)
   }
 
   func testOptionsAreChecked() throws {
@@ -557,13 +612,14 @@ final class RecoverCommandTests: XCTestCase {
     let moved = temporary.sub("moved-home")
     XCTAssertEqual(rename(home, moved), 0)
     XCTAssertEqual(unlink(moved + "/manifest.json"), 0)
+    XCTAssertEqual(mkdir(home, 0o700), 0, "the old path made again, empty: it holds no vault")
 
     let unnamed = try vault(["--home", moved, "recover"], environment: env)
     XCTAssertEqual(unnamed.status, 1)
     XCTAssertTrue(
       unnamed.error.contains(
         "vault \(vaultID) in the Secret Service: its keys were stored for \(home), which no "
-          + "longer exists; if this home was moved from there, take it with --vault-id \(vaultID)"), unnamed.error)
+          + "longer exists; if this home was moved from there, name vault \(vaultID) to take it"), unnamed.error)
     let named = try vault(["--home", moved, "recover", "--vault-id", vaultID], environment: env)
     XCTAssertEqual(named.status, 0, named.error)
     let rotated = try vault(["--home", moved, "rotate"], environment: env)
