@@ -93,8 +93,8 @@ extension Vault {
   ///   is `create`'s); `.noManifestCopy` when no usable copy was found (it lists where it looked,
   ///   what it could not search and what it found but did not take, and why);
   ///   `.manifestCopiesDiffer` when copies of more than one vault (or store) could be the home's;
-  ///   `.unconfirmedManifestCopy` when the one copy found has no container to confirm it and some
-  ///   store could not be searched; `.keyfileMoved` when the only copy is in a keyfile that has
+  ///   `.unconfirmedManifestCopy` when the one copy found is taken only when named (no container
+  ///   in the home confirms it, or a store could not be searched); `.keyfileMoved` when the only copy is in a keyfile that has
   ///   moved from the path the copy names; `.manifestContradicted` when the home's manifest verifies
   ///   but a container records another vault; `.intactManifestDiffers` when it verifies but is not
   ///   the vault or store `search` names; `.restoreUnfinished`; `ManifestFile.Failure` for a
@@ -285,10 +285,9 @@ extension Vault {
     var unsearched: [String] = []
     var copies: [ManifestCopy] = []
     var moved: (keyfile: String, named: String)?
-    // Vaults that may be this home's though their copies name another home (moved here, or whose
-    // items name a home that holds no vault now): while there are any besides the copy found, the
-    // person chooses.
-    var possible: Set<String> = []
+    // Vaults whose Secret Service items name only homes that no longer hold them: a moved home's
+    // items still name its old path. Told of when nothing is taken; they never stop a choice.
+    var elsewhere: [String] = []
     // No Secret Service to ask here (a server, an ssh login): it stops only a copy nothing confirms.
     var noSecretService: String?
     let named = search.vaultID.map { $0.lowercased() }
@@ -326,7 +325,6 @@ extension Vault {
         // Another home's. Taken only as a home moved here, and only when named: its old place
         // must hold neither a manifest nor a container of this vault (else this is a copy of it).
         let live = !holdsNoVault(manifest.vaultID, at: bound, registered: manifest, containers: containers)
-        if !live { possible.insert(manifest.vaultID) }
         guard !live, named != nil else {
           let evidence = containerVaults(of: manifest, home: home, containers: containers).vaults
             .sorted { $0.key < $1.key }.map { "\($0.key) records vault \($0.value)" }
@@ -364,11 +362,8 @@ extension Vault {
           }
           consider(signed, from: StoreDescriptor(kind: .secretService))
         }
-        for (id, homes) in found.gone.sorted(by: { $0.key < $1.key }) {
-          possible.insert(id)
-          unused.append(
-            "vault \(id) in the Secret Service: its keys were stored for \(homes.sorted().joined(separator: ", ")), "
-              + "which no longer exists; if this home was moved from there, name vault \(id) to take it")
+        elsewhere = found.gone.sorted { $0.key < $1.key }.map { id, homes in
+          "vault \(id) (stored for \(homes.sorted().joined(separator: ", ")))"
         }
       } catch let error as KeyStoreError where error.meansNoSecretService && search.store != .secretService {
         searched.removeLast()
@@ -431,19 +426,20 @@ extension Vault {
         // Taken unasked only when a container inside the home records its vault and every store
         // could be searched; otherwise the person names it. (A keyfile kept outside the default
         // directory is never searched, so a dead vault's copy naming this path could stand alone.)
-        let alone = possible.subtracting([copy.vaultID]).isEmpty
-        guard copy.confirmed && unsearched.isEmpty && alone || named != nil || search.keyfile != nil else {
+        // (Vaults that may have moved here from a home that no longer holds them do not stop it: a
+        // keyring keeps the items of every home ever deleted, and each would stop every recovery.)
+        guard copy.confirmed && unsearched.isEmpty || named != nil || search.keyfile != nil else {
           throw VaultError.unconfirmedManifestCopy(
             home: home, vaultID: copy.vaultID, copy: copy.label,
-            unsearched: unsearched + (copy.confirmed ? [] : noSecretService.map { [$0] } ?? []),
-            others: possible.subtracting([copy.vaultID]).sorted().map { "vault \($0)" })
+            unsearched: unsearched + (copy.confirmed ? [] : noSecretService.map { [$0] } ?? []))
         }
         return copy
       }
     }
     if let moved { throw VaultError.keyfileMoved(keyfile: moved.keyfile, named: moved.named) }
     throw VaultError.noManifestCopy(
-      home: home, searched: searched, unsearched: unsearched + (noSecretService.map { [$0] } ?? []), unused: unused)
+      home: home, searched: searched, unsearched: unsearched + (noSecretService.map { [$0] } ?? []), unused: unused,
+      elsewhere: elsewhere)
   }
 
   /// The manifest copies the Secret Service holds for vaults whose key items name `home` (and for

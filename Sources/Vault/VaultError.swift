@@ -64,8 +64,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case restoreKeysPresent(store: KeyStoreKind, version: UInt32)
   /// `Vault.recoverManifest` found no usable copy of `home`'s manifest in the stores it looked in
   /// (`searched`); `unsearched` names stores it could not look in, and `unused` what it found but
-  /// did not take, each with why.
-  case noManifestCopy(home: String, searched: [String], unsearched: [String], unused: [String])
+  /// did not take, each with why; `elsewhere` the Secret Service vaults whose items name only homes
+  /// that no longer hold them (a home moved here would be one of them: its items name its old path).
+  case noManifestCopy(home: String, searched: [String], unsearched: [String], unused: [String], elsewhere: [String])
   /// `Vault.recoverManifest` found the home's manifest sound (vault `vaultID`), but the container
   /// at `container` records vault `containerVault`: one of the two is not this home's, and a
   /// container's word is not authenticated, so nothing is replaced.
@@ -75,10 +76,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// of them unasked.
   case manifestCopiesDiffer(home: String, vaultIDs: [String], copies: [String])
   /// `Vault.recoverManifest` found one copy (`copy`, of vault `vaultID`) and takes it only when
-  /// named: no container inside the home records its vault, some stores could not be searched
-  /// (`unsearched`), or other vaults (`others`) may be the home's, their copies naming a home that
-  /// no longer holds them (as a moved home's do).
-  case unconfirmedManifestCopy(home: String, vaultID: String, copy: String, unsearched: [String], others: [String])
+  /// named: no container inside the home records its vault, or some stores could not be searched
+  /// (`unsearched`), and the home's vault may be in one of them.
+  case unconfirmedManifestCopy(home: String, vaultID: String, copy: String, unsearched: [String])
   /// `Vault.recoverManifest` was given a search that cannot match anything (`reason` says why).
   case invalidManifestSearch(reason: String)
   /// The keyfile at `keyfile`, in the default keyfile directory, holds keys of vault `vaultID`,
@@ -158,12 +158,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
         + (keyfile.map { " at \($0)" } ?? "")
         + "; run it again with that store to finish it (nothing was changed)"
-    case .noManifestCopy(let home, let searched, let unsearched, let unused)
+    case .noManifestCopy(let home, let searched, let unsearched, let unused, let elsewhere)
     where unsearched.isEmpty && unused.isEmpty:
       "no key store holds a copy of the manifest of a vault at \(home) (looked in \(searched.joined(separator: "; "))). "
-        + "Nothing was changed. If the vault keeps its keys somewhere else (a keyfile at another path), name that "
-        + "store; if its keys are gone too, its records cannot be opened: restore a backup of the vault into a new home"
-    case .noManifestCopy(let home, let searched, let unsearched, let unused):
+        + "Nothing was changed." + Self.movedHint(elsewhere)
+        + " If the vault keeps its keys somewhere else (a keyfile at another path), name that store; if its keys are "
+        + "gone too, its records cannot be opened: restore a backup of the vault into a new home"
+    case .noManifestCopy(let home, let searched, let unsearched, let unused, let elsewhere):
       "no usable copy of the manifest of a vault at \(home) was found"
         + (searched.isEmpty ? "" : " (looked in \(searched.joined(separator: "; ")))") + ". Nothing was changed."
         + (unused.isEmpty ? "" : " Found but not taken: \(unused.joined(separator: "; ")).")
@@ -171,28 +172,19 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
           ? ""
           : " Could not search: \(unsearched.joined(separator: "; ")); the home's copy may be there: make it "
             + "searchable (a desktop session's D-Bus for the Secret Service; a private 0600 keyfile) and run again.")
+        + Self.movedHint(elsewhere)
     case .manifestCopiesDiffer(let home, _, let copies):
       "more than one key store copy could be the manifest of \(home): \(copies.joined(separator: "; ")). Nothing was "
         + "changed; name the vault whose records the home holds (what a container records is only a hint: it is not "
         + "authenticated)"
-    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched, let others):
-      "one copy of a manifest naming \(home) was found, \(copy), but "
-        + [
-          unsearched.isEmpty
-            ? nil
-            : "\(unsearched.joined(separator: "; ")) could not be searched, and the home's vault "
-              + "may be there (make that searchable and run again)",
-          others.isEmpty
-            ? nil
-            : "other vaults may be this home's: \(others.joined(separator: "; ")) (their copies "
-              + "name a home that no longer holds them, as a moved home's do)",
-          !unsearched.isEmpty || !others.isEmpty
-            ? nil
-            : "no container in the home records its vault (a vault "
-              + "removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
-              + "searched)",
-        ].compactMap { $0 }.joined(separator: ", and ")
-        + ". Nothing was changed; if it is this home's vault, name it to take its copy"
+    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched) where unsearched.isEmpty:
+      "one copy of a manifest naming \(home) was found, \(copy), but no container in the home records its vault (a "
+        + "vault removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
+        + "searched). Nothing was changed; if it is this home's vault, name it to take its copy"
+    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched):
+      "one copy of a manifest naming \(home) was found, \(copy), but \(unsearched.joined(separator: "; ")) could not "
+        + "be searched, and the home's vault may be there. Nothing was changed; make that searchable and run again, "
+        + "or, if this is the home's vault, name it to take its copy"
     case .invalidManifestSearch(let reason):
       "the search for a manifest copy cannot match anything: \(reason); nothing was changed"
     case .orphanedKeyfile(let home, let keyfile, let vaultID):
@@ -217,6 +209,16 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
         + "taken from (or an earlier restore of it) keeps its keys there, and they are never overwritten; merge "
         + "the bundle into that vault's home instead, or restore into another key store (nothing was changed)"
     }
+  }
+
+  /// The Secret Service vaults whose items name only homes that no longer hold them (at most five),
+  /// for a home that may have been moved from one of those; "" when there are none.
+  private static func movedHint(_ elsewhere: [String]) -> String {
+    guard !elsewhere.isEmpty else { return "" }
+    let shown = elsewhere.prefix(5).joined(separator: "; ")
+    let more = elsewhere.count > 5 ? " and \(elsewhere.count - 5) more" : ""
+    return " The Secret Service holds the keys of vaults whose homes no longer hold them: \(shown)\(more); if this "
+      + "home was moved from one of those, name that vault."
   }
 
   /// For the Secret Service: the service answering may not be the one holding the keys (another

@@ -20,7 +20,8 @@ enum Advice {
       return " (once it is moved aside, `vault recover` writes the manifest back from its key store's copy)"
     case VaultError.homeNotEmpty, VaultError.orphanedKeys, VaultError.orphanedKeyfile:
       return " (`vault recover` writes the manifest back from the copy its key store keeps)"
-    case VaultError.noManifestCopy(let home, _, let unsearched, let unused) where unsearched.isEmpty && unused.isEmpty:
+    case VaultError.noManifestCopy(let home, _, let unsearched, let unused, _)
+    where unsearched.isEmpty && unused.isEmpty:
       return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
         + "then `vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.noManifestCopy:
@@ -28,7 +29,7 @@ enum Advice {
         " (to name a vault: `vault recover --vault-id ID`; a keyfile kept elsewhere: `vault recover --keyfile PATH`)"
     case VaultError.manifestCopiesDiffer:
       return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
-    case VaultError.unconfirmedManifestCopy(_, let id, _, _, _): return " (`vault recover --vault-id \(id)` takes it)"
+    case VaultError.unconfirmedManifestCopy(_, let id, _, _): return " (`vault recover --vault-id \(id)` takes it)"
     case VaultError.manifestContradicted, VaultError.intactManifestDiffers: return ""
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
