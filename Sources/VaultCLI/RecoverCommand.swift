@@ -26,7 +26,7 @@ enum RecoverCommand: Subcommand {
         "--store", "secret-service|keyfile", .choice(["secret-service", "keyfile"]),
         help: "Look only in this kind of store."),
       .option(
-        "--vault-id", "ID", .name, help: "Take only this vault's copy (when copies of two vaults name the home)."),
+        "--vault-id", "ID", .name, help: "Take this vault's copy where recover will not choose on its own."),
       .flag(
         "--json",
         help: """
