@@ -250,6 +250,8 @@ extension Vault {
     var confirmed = false
     /// A container of the home that records another vault, and that vault.
     var contradiction: (path: String, vault: String)?
+    /// Found only because the damaged manifest named its keyfile: whoever writes the home chose it.
+    var throughHint = false
     var bytes: [UInt8] { signed.bytes }
     var vaultID: String { signed.manifest.vaultID }
     var label: String {
@@ -287,15 +289,18 @@ extension Vault {
     var moved: (keyfile: String, named: String)?
     // Vaults whose Secret Service items name only homes that no longer hold them: a moved home's
     // items still name its old path. Told of when nothing is taken; they never stop a choice.
-    var elsewhere: [String] = []
+    var elsewhere: [String: Set<String>] = [:]
     // No Secret Service to ask here (a server, an ssh login): it stops only a copy nothing confirms.
     var noSecretService: String?
     let named = search.vaultID.map { $0.lowercased() }
+
+    var hinted: String?
 
     func consider(_ signed: ManifestFile.Signed, from store: StoreDescriptor) {
       let manifest = signed.manifest
       if let named, named != manifest.vaultID { return }
       var copy = ManifestCopy(signed: signed, store: store)
+      copy.throughHint = store.keyfile != nil && store.keyfile == hinted
       if store.kind == .keyfile, let path = store.keyfile {
         // Whoever can write the home can put a keyfile there, with a copy that verifies under the
         // integrity key they put beside it: only the person naming it makes it this vault's.
@@ -362,9 +367,7 @@ extension Vault {
           }
           consider(signed, from: StoreDescriptor(kind: .secretService))
         }
-        elsewhere = found.gone.sorted { $0.key < $1.key }.map { id, homes in
-          "vault \(id) (stored for \(homes.sorted().joined(separator: ", ")))"
-        }
+        elsewhere = found.gone
       } catch let error as KeyStoreError where error.meansNoSecretService && search.store != .secretService {
         searched.removeLast()
         noSecretService = "the Secret Service (\(error.absentServiceReason ?? ""))"
@@ -387,13 +390,20 @@ extension Vault {
         {
           searched.append("the keyfile \(keyfile) the damaged manifest names")
           found.append(keyfile)
+          hinted = keyfile
         }
         paths = found
       }
       for path in paths {
         do {
-          guard let signed = try keyfileCopy(path) else {
+          let (copy, holdsKeys) = try keyfileManifest(path)
+          guard let signed = copy else {
             unused.append("the keyfile \(path): no authentic manifest copy")
+            continue
+          }
+          guard holdsKeys else {
+            // What an `init` killed before its first key leaves: nothing was ever sealed under it.
+            unused.append("the keyfile \(path): it holds no key (an init killed before its first key left it)")
             continue
           }
           consider(signed, from: StoreDescriptor(kind: .keyfile, keyfile: path))
@@ -418,7 +428,7 @@ extension Vault {
         home: home, vaultIDs: distinct.map(\.vaultID), copies: distinct.map { "\($0.label): \($0.evidence)" })
     }
     if let copy = distinct.first {
-      if let contradiction = copy.contradiction, named == nil {
+      if let contradiction = copy.contradiction, named == nil, search.keyfile == nil {
         unused.append(
           "\(copy.label): \(contradiction.path) records vault \(contradiction.vault); if that container is not this "
             + "home's own, name vault \(copy.vaultID) to take the copy")
@@ -428,10 +438,19 @@ extension Vault {
         // directory is never searched, so a dead vault's copy naming this path could stand alone.)
         // (Vaults that may have moved here from a home that no longer holds them do not stop it: a
         // keyring keeps the items of every home ever deleted, and each would stop every recovery.)
-        guard copy.confirmed && unsearched.isEmpty || named != nil || search.keyfile != nil else {
+        guard copy.confirmed && unsearched.isEmpty && !copy.throughHint || named != nil || search.keyfile != nil else {
+          let blocking = unsearched + (copy.confirmed ? [] : noSecretService.map { [$0] } ?? [])
+          let reason =
+            !blocking.isEmpty
+            ? "\(blocking.joined(separator: "; ")) could not be searched, and the home's vault may be there (make that "
+              + "searchable and run again)"
+            : copy.throughHint
+              ? "it was found only through the keyfile the damaged manifest names, and whoever can write the home "
+                + "can point that anywhere"
+              : "no container in the home records its vault (a vault removed from this path leaves such a copy, and "
+                + "a keyfile kept outside the default directory is not searched)"
           throw VaultError.unconfirmedManifestCopy(
-            home: home, vaultID: copy.vaultID, copy: copy.label,
-            unsearched: unsearched + (copy.confirmed ? [] : noSecretService.map { [$0] } ?? []))
+            home: home, vaultID: copy.vaultID, copy: copy.label, unsearched: blocking, reason: reason)
         }
         return copy
       }
@@ -439,7 +458,7 @@ extension Vault {
     if let moved { throw VaultError.keyfileMoved(keyfile: moved.keyfile, named: moved.named) }
     throw VaultError.noManifestCopy(
       home: home, searched: searched, unsearched: unsearched + (noSecretService.map { [$0] } ?? []), unused: unused,
-      elsewhere: elsewhere)
+      elsewhere: try movedVaults(elsewhere, home: home, resolver: resolver))
   }
 
   /// The manifest copies the Secret Service holds for vaults whose key items name `home` (and for
@@ -468,6 +487,29 @@ extension Vault {
         && homes.allSatisfy { holdsNoVault(id, at: $0, registered: nil, containers: nil) }
     }
     return (copies, gone)
+  }
+
+  /// Of the Secret Service vaults in `candidates` (id → the homes their items name), those whose
+  /// manifest copy verifies, newest key version first, as "vault ID (stored for HOME)": the ones a
+  /// home moved here could be. Items with no copy (strays, another program's) are left out.
+  private static func movedVaults(_ candidates: [String: Set<String>], home: String, resolver: KeyStoreResolver)
+    throws -> [String]
+  {
+    guard !candidates.isEmpty,
+      let store = try resolver.store(for: StoreDescriptor(kind: .secretService), home: home) as? SecretServiceStore
+    else { return [] }
+    var found: [(line: String, made: String)] = []
+    for (id, homes) in candidates {
+      guard let keyring = KeyringID(hex: id),
+        let signed = authenticCopy(
+          try store.loadRecord(.manifestMirror, keyring: keyring),
+          integrityKey: try store.loadRecord(.integrityKey, keyring: keyring), keyring: keyring,
+          source: "Secret Service")
+      else { continue }
+      let made = signed.manifest.record(signed.manifest.activeVersion)?.createdAt ?? ""
+      found.append(("vault \(id) (stored for \(homes.sorted().joined(separator: ", ")))", made))
+    }
+    return found.sorted { ($0.made, $0.line) > ($1.made, $1.line) }.map(\.line)
   }
 
   /// The manifest copy in the keyfile at `path`, nil when it has none that verifies under the

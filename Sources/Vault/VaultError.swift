@@ -76,9 +76,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// of them unasked.
   case manifestCopiesDiffer(home: String, vaultIDs: [String], copies: [String])
   /// `Vault.recoverManifest` found one copy (`copy`, of vault `vaultID`) and takes it only when
-  /// named: no container inside the home records its vault, or some stores could not be searched
-  /// (`unsearched`), and the home's vault may be in one of them.
-  case unconfirmedManifestCopy(home: String, vaultID: String, copy: String, unsearched: [String])
+  /// named; `reason` says why: no container inside the home records its vault, some stores could
+  /// not be searched (`unsearched`), or it was found only through the damaged manifest's keyfile.
+  case unconfirmedManifestCopy(home: String, vaultID: String, copy: String, unsearched: [String], reason: String)
   /// `Vault.recoverManifest` was given a search that cannot match anything (`reason` says why).
   case invalidManifestSearch(reason: String)
   /// The keyfile at `keyfile`, in the default keyfile directory, holds keys of vault `vaultID`,
@@ -106,7 +106,8 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .orphanedKeys(let home, let ids):
       "the Secret Service already holds keys for a vault at \(home) (vault id \(ids.joined(separator: ", "))) "
         + "but its manifest is missing; write it back from the copy the Secret Service keeps (or restore it from a "
-        + "backup) rather than creating a new vault"
+        + "backup) rather than creating a new vault; only if that vault is gone for good, remove its items first "
+        + "(secret-tool clear vault-id ID)"
     case .keyMissing(let version, let store):
       "key version \(version) is missing from the \(store.rawValue) store although the manifest expects it; "
         + Self.anotherServiceHint(store) + "restore the key store from a backup (no new key was made)"
@@ -177,20 +178,16 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "more than one key store copy could be the manifest of \(home): \(copies.joined(separator: "; ")). Nothing was "
         + "changed; name the vault whose records the home holds (what a container records is only a hint: it is not "
         + "authenticated)"
-    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched) where unsearched.isEmpty:
-      "one copy of a manifest naming \(home) was found, \(copy), but no container in the home records its vault (a "
-        + "vault removed from this path leaves such a copy, and a keyfile kept outside the default directory is not "
-        + "searched). Nothing was changed; if it is this home's vault, name it to take its copy"
-    case .unconfirmedManifestCopy(let home, _, let copy, let unsearched):
-      "one copy of a manifest naming \(home) was found, \(copy), but \(unsearched.joined(separator: "; ")) could not "
-        + "be searched, and the home's vault may be there. Nothing was changed; make that searchable and run again, "
-        + "or, if this is the home's vault, name it to take its copy"
+    case .unconfirmedManifestCopy(let home, _, let copy, _, let reason):
+      "one copy of a manifest naming \(home) was found, \(copy), but \(reason). Nothing was changed; if it is this "
+        + "home's vault, name it to take its copy"
     case .invalidManifestSearch(let reason):
       "the search for a manifest copy cannot match anything: \(reason); nothing was changed"
     case .orphanedKeyfile(let home, let keyfile, let vaultID):
-      "the keyfile \(keyfile) holds the keys of vault \(vaultID), which lived at \(home) and whose manifest is missing; "
-        + "nothing was changed. Write that vault's manifest back from the copy its keyfile keeps; only if that vault "
-        + "is gone for good, move its keyfile away first: mv \(ShellWord.quoted(keyfile)) "
+      "the keyfile \(keyfile) holds the keys of vault \(vaultID), whose manifest copy names \(home) as its home; "
+        + "nothing was changed. If that vault lost its manifest here, write it back from the keyfile's copy; if it was "
+        + "moved elsewhere, open it once at its new home (which records the move) and run this again; only if it is "
+        + "gone for good, move its keyfile away first: mv \(ShellWord.quoted(keyfile)) "
         + "\(ShellWord.quoted(keyfile + ".retired"))"
     case .intactManifestDiffers(let home, let vaultID, let store):
       "the manifest in \(home) verifies, and is vault \(vaultID)'s with its keys in the \(store.rawValue) store, not "

@@ -29,7 +29,7 @@ enum Advice {
         " (to name a vault: `vault recover --vault-id ID`; a keyfile kept elsewhere: `vault recover --keyfile PATH`)"
     case VaultError.manifestCopiesDiffer:
       return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
-    case VaultError.unconfirmedManifestCopy(_, let id, _, _): return " (`vault recover --vault-id \(id)` takes it)"
+    case VaultError.unconfirmedManifestCopy(_, let id, _, _, _): return " (`vault recover --vault-id \(id)` takes it)"
     case VaultError.manifestContradicted, VaultError.intactManifestDiffers: return ""
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"

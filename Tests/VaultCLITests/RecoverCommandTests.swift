@@ -549,6 +549,55 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(created.status, 0, created.error)
   }
 
+  /// The sixth outside review's case: a vault removed from this path kept its keyfile outside the
+  /// default directory; whoever can write the home points the damaged manifest at that keyfile
+  /// and plants that vault's container. A copy found only through the damaged manifest's keyfile
+  /// is taken only when named.
+  func testACopyFoundOnlyThroughTheDamagedManifestIsTakenOnlyWhenNamed() throws {
+    XCTAssertEqual(mkdir(temporary.sub("kd"), 0o700), 0)
+    XCTAssertEqual(mkdir(temporary.sub("kb"), 0o700), 0)
+    let removed = temporary.sub("kd/d.keys")
+    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", removed]).status, 0)
+    let removedManifest = try XCTUnwrap(contents(manifest))
+    try FileManager.default.copyItem(atPath: home + "/queue.sqlite", toPath: temporary.sub("d.sqlite"))
+    try FileManager.default.removeItem(atPath: home)
+    let keyfile = temporary.sub("kb/b.keys")
+    XCTAssertEqual(try run(["init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    let written = try XCTUnwrap(contents(manifest))
+    // The planter's damaged manifest: the removed vault's, with its MAC broken, naming its keyfile.
+    let damaged = Data(Self.changingItsEpoch(String(decoding: removedManifest, as: UTF8.self)).utf8)
+    XCTAssertTrue(FileManager.default.createFile(atPath: manifest, contents: damaged))
+    for suffix in ["", "-wal", "-shm"] { unlink(home + "/queue.sqlite" + suffix) }
+    try FileManager.default.copyItem(atPath: temporary.sub("d.sqlite"), toPath: home + "/queue.sqlite")
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("found only through the keyfile the damaged manifest names"), refused.error)
+    XCTAssertEqual(contents(manifest), damaged, "nothing was changed")
+    let named = try run(["recover", "--keyfile", keyfile])
+    XCTAssertEqual(named.status, 0, named.error)
+    XCTAssertEqual(contents(manifest), written)
+  }
+
+  /// An `init` killed before its first key left a keyfile (no key, a copy naming the home) that
+  /// the rerun did not reuse; it is never a candidate, so the vault's lost manifest still comes
+  /// back unasked.
+  func testAKeyfileAKilledInitLeftIsNoCandidate() throws {
+    let killed = try vaultKilled(
+      at: "rename,renameat,renameat2", step: 3, ["--home", home, "init", "--store", "keyfile"], environment: env)
+    XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+    let rerun = try run(["init", "--store", "keyfile"])
+    XCTAssertEqual(rerun.status, 0, rerun.error)
+    for payload in payloads {
+      XCTAssertEqual(try run(["queue", "put", "--queue", "orders"], input: Array(payload.utf8)).status, 0)
+    }
+    XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keyDirectory).count, 2, "the leftover stays")
+    XCTAssertEqual(unlink(manifest), 0)
+    let recovered = try run(["recover"])
+    XCTAssertEqual(recovered.status, 0, recovered.error)
+    XCTAssertEqual(try deliveredPayloads(), payloads)
+  }
+
   func testOptionsAreChecked() throws {
     let badID = try run(["recover", "--vault-id", "zz"])
     XCTAssertEqual(badID.status, 64)
