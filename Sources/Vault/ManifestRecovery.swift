@@ -452,6 +452,11 @@ extension Vault {
           throw VaultError.unconfirmedManifestCopy(
             home: home, vaultID: copy.vaultID, copy: copy.label, unsearched: blocking, reason: reason)
         }
+        // A keyfile moved by hand that keeps this home's manifest may be the home's own vault: its
+        // copy cannot be taken from where it is, and no other copy is taken unasked beside it.
+        if let moved, named == nil, search.keyfile == nil {
+          throw VaultError.keyfileMoved(keyfile: moved.keyfile, named: moved.named)
+        }
         return copy
       }
     }

@@ -598,6 +598,32 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(try deliveredPayloads(), payloads)
   }
 
+  /// The seventh outside review's case: the home's keyfile was moved by hand into the default
+  /// directory, a vault removed from this path left its keyfile there too, and its container is
+  /// planted. The moved keyfile may be the home's vault: no other copy is taken beside it.
+  func testAKeyfileMovedByHandStopsAnotherLoneCopy() throws {
+    let first = try keyfileVaultWithRecords()
+    try FileManager.default.copyItem(atPath: home + "/queue.sqlite", toPath: temporary.sub("first.sqlite"))
+    XCTAssertEqual(mkdir(temporary.sub("kb"), 0o700), 0)
+    let keyfile = temporary.sub("kb/b.keys")
+    var second = ""
+    try replaceVault(first) {
+      let created = try run(["init", "--store", "keyfile", "--keyfile", keyfile, "--json"])
+      second = try XCTUnwrap(
+        (try JSONSerialization.jsonObject(with: Data(created.output)) as? [String: Any])?["vault_id"] as? String)
+    }
+    let movedTo = keyDirectory + "/\(second).keys"
+    XCTAssertEqual(rename(keyfile, movedTo), 0)
+    XCTAssertEqual(unlink(manifest), 0)
+    for suffix in ["", "-wal", "-shm"] { unlink(home + "/queue.sqlite" + suffix) }
+    try FileManager.default.copyItem(atPath: temporary.sub("first.sqlite"), toPath: home + "/queue.sqlite")
+
+    let refused = try run(["recover"])
+    XCTAssertEqual(refused.status, 1)
+    XCTAssertTrue(refused.error.contains("Move the keyfile back: mv \(movedTo) \(keyfile)"), refused.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest), "vault \(first) is not taken unasked")
+  }
+
   func testOptionsAreChecked() throws {
     let badID = try run(["recover", "--vault-id", "zz"])
     XCTAssertEqual(badID.status, 64)
