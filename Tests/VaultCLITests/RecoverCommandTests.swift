@@ -53,6 +53,26 @@ final class RecoverCommandTests: XCTestCase {
 
   private func contents(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
 
+  /// Asserts that `result` succeeded, that the home's manifest is `written` byte for byte, and that
+  /// every record opens through it.
+  private func assertRecovered(_ result: Spawned, as written: Data, file: StaticString = #filePath, line: UInt = #line)
+    throws
+  {
+    XCTAssertEqual(result.status, 0, result.error, file: file, line: line)
+    XCTAssertEqual(contents(manifest), written, file: file, line: line)
+    XCTAssertEqual(try deliveredPayloads(), payloads, file: file, line: line)
+  }
+
+  /// Asserts that `result` failed with exit status 1 and that its error says each of `phrases`.
+  private func assertRefused(
+    _ result: Spawned, saying phrases: [String], file: StaticString = #filePath, line: UInt = #line
+  ) {
+    XCTAssertEqual(result.status, 1, result.error, file: file, line: line)
+    for phrase in phrases {
+      XCTAssertTrue(result.error.contains(phrase), "missing \"\(phrase)\" in: \(result.error)", file: file, line: line)
+    }
+  }
+
   /// Removes the home of vault `vaultID` and runs `makeNext` there while that vault's keyfile is
   /// set aside (`init` refuses a home whose vault's keyfile is still in the default directory),
   /// then puts the keyfile back: a vault removed from this path whose keyfile came back later.
@@ -177,11 +197,14 @@ final class RecoverCommandTests: XCTestCase {
     let before = try FileManager.default.contentsOfDirectory(atPath: home).sorted()
 
     let result = try run(["recover"])
-    XCTAssertEqual(result.status, 1)
-    XCTAssertTrue(result.error.contains("no key store holds a copy of the manifest"), result.error)
-    XCTAssertTrue(result.error.contains("the keyfiles in \(keyDirectory)"), result.error)
-    XCTAssertTrue(result.error.contains("Nothing was changed"), result.error)
-    XCTAssertTrue(result.error.contains("vault restore BUNDLE --into \(home)"), result.error)
+    assertRefused(
+      result,
+      saying: [
+        "no key store holds a copy of the manifest",
+        "the keyfiles in \(keyDirectory)",
+        "Nothing was changed",
+        "vault restore BUNDLE --into \(home)",
+      ])
     XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home).sorted(), before)
     XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keyDirectory), [], "no key was made")
 
@@ -222,19 +245,20 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(unlink(manifest), 0)
 
     let both = try run(["recover"])
-    XCTAssertEqual(both.status, 1)
-    XCTAssertTrue(both.error.contains("more than one key store copy could be the manifest of \(home)"), both.error)
-    XCTAssertTrue(both.error.contains("vault \(first) in the keyfile"), both.error)
-    XCTAssertTrue(both.error.contains("\(home)/queue.sqlite records vault \(second)"), both.error)
-    XCTAssertTrue(both.error.contains("vault \(second) in the keyfile"), both.error)
-    XCTAssertTrue(both.error.contains("a container here records this vault"), both.error)
-    XCTAssertTrue(both.error.contains("`vault recover --vault-id ID`"), both.error)
+    assertRefused(
+      both,
+      saying: [
+        "more than one key store copy could be the manifest of \(home)",
+        "vault \(first) in the keyfile",
+        "\(home)/queue.sqlite records vault \(second)",
+        "vault \(second) in the keyfile",
+        "a container here records this vault",
+        "`vault recover --vault-id ID`",
+      ])
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
     let chosen = try run(["recover", "--vault-id", second])
-    XCTAssertEqual(chosen.status, 0, chosen.error)
-    XCTAssertEqual(contents(manifest), written)
-    XCTAssertEqual(try deliveredPayloads(), payloads)
+    try assertRecovered(chosen, as: written)
   }
 
   /// The outside review's case: B's keyfile is outside the default directory, so the only copy
@@ -254,17 +278,18 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(unlink(manifest), 0)
 
     let refused = try run(["recover"])
-    XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("vault \(first) in the keyfile"), refused.error)
-    XCTAssertTrue(refused.error.contains("\(home)/queue.sqlite records vault "), refused.error)
-    XCTAssertTrue(refused.error.contains("`vault recover --keyfile PATH`"), refused.error)
+    assertRefused(
+      refused,
+      saying: [
+        "vault \(first) in the keyfile",
+        "\(home)/queue.sqlite records vault ",
+        "`vault recover --keyfile PATH`",
+      ])
     XCTAssertFalse(refused.error.contains("vault restore"), "the keys are not gone: \(refused.error)")
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
     let recovered = try run(["recover", "--keyfile", keyfile])
-    XCTAssertEqual(recovered.status, 0, recovered.error)
-    XCTAssertEqual(contents(manifest), written)
-    XCTAssertEqual(try deliveredPayloads(), payloads)
+    try assertRecovered(recovered, as: written)
   }
 
   /// A manifest that verifies but is another vault's than the home's container (a wrong copy put
@@ -288,9 +313,7 @@ final class RecoverCommandTests: XCTestCase {
 
     XCTAssertEqual(rename(manifest, manifest + ".wrong"), 0, "the move the advice names")
     let recovered = try run(["recover"])
-    XCTAssertEqual(recovered.status, 0, recovered.error)
-    XCTAssertEqual(contents(manifest), written)
-    XCTAssertEqual(try deliveredPayloads(), payloads)
+    try assertRecovered(recovered, as: written)
   }
 
   /// The second outside review's attack: whoever can write the home plants another vault's
@@ -371,9 +394,12 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(chmod(keyDirectory + "/\(otherID).keys", 0o640), 0)
 
     let refused = try run(["recover"])
-    XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("could not be searched, and the home's vault may be there"), refused.error)
-    XCTAssertTrue(refused.error.contains("\(otherID).keys"), refused.error)
+    assertRefused(
+      refused,
+      saying: [
+        "could not be searched, and the home's vault may be there",
+        "\(otherID).keys",
+      ])
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
     let named = try run(["recover", "--vault-id", vaultID])
@@ -521,9 +547,12 @@ final class RecoverCommandTests: XCTestCase {
     for name in ["manifest.json", "queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm"] { unlink(home + "/" + name) }
 
     let refused = try run(["recover"])
-    XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("vault \(first) in the keyfile"), refused.error)
-    XCTAssertTrue(refused.error.contains("no container in the home records its vault"), refused.error)
+    assertRefused(
+      refused,
+      saying: [
+        "vault \(first) in the keyfile",
+        "no container in the home records its vault",
+      ])
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
 
     let named = try run(["recover", "--keyfile", keyfile])
@@ -539,10 +568,13 @@ final class RecoverCommandTests: XCTestCase {
     try FileManager.default.removeItem(atPath: home)
     let keyfile = keyDirectory + "/\(vaultID).keys"
     let refused = try run(["init", "--store", "keyfile"])
-    XCTAssertEqual(refused.status, 1)
-    XCTAssertTrue(refused.error.contains("the keyfile \(keyfile) holds the keys of vault \(vaultID)"), refused.error)
-    XCTAssertTrue(refused.error.contains("`vault recover`"), refused.error)
-    XCTAssertTrue(refused.error.contains("mv \(keyfile) \(keyfile).retired"), refused.error)
+    assertRefused(
+      refused,
+      saying: [
+        "the keyfile \(keyfile) holds the keys of vault \(vaultID)",
+        "`vault recover`",
+        "mv \(keyfile) \(keyfile).retired",
+      ])
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
     XCTAssertEqual(rename(keyfile, keyfile + ".retired"), 0, "the move the error names")
     let created = try run(["init", "--store", "keyfile"])
