@@ -130,10 +130,11 @@ extension VaultCommandLine {
     }
   }
 
-  /// Whether `home` is missing, empty or holds only the lock file: a home `init` would take.
+  /// Whether `home` is missing, empty or holds only the lock file and the manifest temporaries a
+  /// killed `init` leaves: a home `init` would take.
   static func holdsOnlyALock(_ home: String) -> Bool {
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: home)) ?? []
-    return entries.allSatisfy { $0 == "vault.lock" }
+    return entries.allSatisfy { $0 == "vault.lock" || $0.hasPrefix("manifest.json.tmp-") }
   }
 
   /// The manifest line from `Vault.inspect`'s integrity: what was checked (read, and its MAC under
