@@ -66,7 +66,27 @@ extension Vault {
   ///   does not match its record's key-check value; `VaultError.restoreUnfinished` when the home
   ///   holds a stopped restore of another vault, `.restoreStoreDiffers` when this one's stopped
   ///   restore used another store, `.restoreKeysPresent` when a new home's store already holds keys
-  ///   of this vault; what `placeContainers` throws.
+  ///   of this vault, `.orphanedKeyfile` or `.orphanedKeys` when another vault's keys for the new
+  ///   home remain; what `placeContainers` throws.
+  /// Refuses a new home that another vault lived in and whose keys remain (a keyfile in the
+  /// default directory whose manifest copy names it, or Secret Service items of it), as `create`
+  /// does: a restore there would leave that vault behind. The restored vault's own keys there
+  /// (its home is restored where it was) do not count.
+  ///
+  /// - Throws: `VaultError.orphanedKeyfile` or `.orphanedKeys`; the Secret Service's error when it
+  ///   is there but cannot answer.
+  static func refuseOtherVaultsLeftAt(_ home: String, restoring keyring: KeyringID, resolver: KeyStoreResolver) throws {
+    if let orphan = keyfilesNaming(home: home).first(where: { $0.vaultID != keyring.hex }) {
+      throw VaultError.orphanedKeyfile(home: home, keyfile: orphan.path, vaultID: orphan.vaultID)
+    }
+    do {
+      _ = try checkForOrphanedKeys(home: home, resolver: resolver)
+    } catch VaultError.orphanedKeys(let home, let ids) {
+      let others = ids.filter { $0 != keyring.hex }
+      if !others.isEmpty { throw VaultError.orphanedKeys(home: home, vaultIDs: others) }
+    }
+  }
+
   package static func restore(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver, keyring: KeyringID,
     keys: [ExportedKey], activeVersion: UInt32, highestVersion: UInt32, externalSealVersions: [UInt32],
@@ -113,6 +133,7 @@ extension Vault {
       try takeUpStoppedRestore(
         stopped, home: home, names: containerNames, descriptor: descriptor, keyring: keyring, keys: keys)
     }
+    if stopped == nil { try refuseOtherVaultsLeftAt(home, restoring: keyring, resolver: resolver) }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
     let store = try resolver.store(for: descriptor, home: home)

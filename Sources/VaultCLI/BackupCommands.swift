@@ -367,8 +367,8 @@ enum RestoreCommand: Subcommand {
       Verifies the bundle completely before touching anything. Into a new home (missing or empty): creates it \
       with the same vault id and key versions, the keys in the chosen store, and the containers copied into the \
       home and registered there. A vault may move between key stores this way (a keyfile vault restored into \
-      the Secret Service and back). Refuses a home that holds another vault or other files, and a store that \
-      already holds this vault's keys. A restore that stopped part-way (killed, a failed store) leaves the \
+      the Secret Service and back). Refuses a home that holds another vault or other files, a home whose \
+      earlier vault's keys remain (as init does), and a store that already holds this vault's keys. A restore that stopped part-way (killed, a failed store) leaves the \
       home refused by every command until the same restore is run again, which finishes it.
 
       Into a home that holds the same vault: merges, keeping the home's key store. A record the home lacks is \

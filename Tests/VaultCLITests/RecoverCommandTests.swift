@@ -656,6 +656,30 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest), "vault \(first) is not taken unasked")
   }
 
+  /// The sixth outside review's other way to two vaults at one path: restoring another vault's
+  /// bundle into a home whose removed vault's keyfile remains is refused, as `init` is.
+  func testRestoreRefusesAHomeWhoseVaultsKeyfileRemains() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    let otherHome = temporary.sub("otherhome")
+    XCTAssertEqual(try vault(["--home", otherHome, "init", "--store", "keyfile"], environment: env).status, 0)
+    let passphrase = temporary.sub("passphrase")
+    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
+    let backup = try vault(
+      ["--home", otherHome, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"],
+      environment: env)
+    XCTAssertEqual(backup.status, 0, backup.error)
+    let bundle = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
+    try FileManager.default.removeItem(atPath: home)
+
+    let restored = try vault(
+      ["restore", bundle, "--passphrase-file", passphrase, "--into", home, "--store", "keyfile"], environment: env)
+    assertRefused(restored, saying: ["holds the keys of vault \(vaultID), whose manifest copy names \(home)"])
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+  }
+
   func testOptionsAreChecked() throws {
     let badID = try run(["recover", "--vault-id", "zz"])
     XCTAssertEqual(badID.status, 64)
