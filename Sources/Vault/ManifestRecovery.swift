@@ -61,8 +61,12 @@ extension Vault {
   /// naming the home are never chosen between, and a copy that a container of the home
   /// contradicts is not taken; `search.vaultID` names the one to take in both cases. A copy of a
   /// home this one may have been moved from (its old place holds neither a manifest nor a
-  /// container of that vault) is taken only when `search.vaultID` names it, too. Nothing is
-  /// generated: a home whose keys are gone too stays as it is, and the error says so.
+  /// container of that vault) is taken only when `search.vaultID` names it, too. A lone copy is
+  /// taken unasked only when a container inside the home records its vault and every store could
+  /// be searched, and not when it was found only through the keyfile a damaged manifest names, or
+  /// beside a keyfile moved by hand that keeps this home's manifest. A keyfile inside the home is
+  /// read only when `search.keyfile` names it, and one that holds no key is never a candidate.
+  /// Nothing is generated: a home whose keys are gone too stays as it is, and the error says so.
   ///
   /// A Secret Service that is not there at all (no session bus, no provider: a server, an ssh
   /// login) stops only a copy that no container confirms; search a keyfile vault there with
