@@ -128,7 +128,8 @@ extension Vault {
       if doubt == nil {
         // Sound: never replaced on what a container says (its vault id is not authenticated: anyone
         // who can write the home can plant one), only reported.
-        if let (path, other) = contradiction(of: signed.manifest, home: home, containers: containers) {
+        let evidence = ContainerEvidence(of: signed.manifest, home: home, containers: containers)
+        if let (path, other) = evidence.contradiction(of: signed.manifest.vaultID) {
           throw VaultError.manifestContradicted(
             home: home, vaultID: signed.manifest.vaultID, container: path, containerVault: other)
         }
@@ -179,7 +180,7 @@ extension Vault {
   {
     if signed.isLegacy { return nil }
     let named = signed.manifest.store
-    let namedPlace = named.kind == .keyfile ? "the keyfile \(named.keyfile ?? "")" : "the Secret Service"
+    let namedPlace = named.place
     do {
       let store = try resolver.store(for: named, home: home)
       guard let keyring = signed.manifest.keyringID,
@@ -214,35 +215,42 @@ extension Vault {
     }
   }
 
-  /// The vault each container of `manifest` records, by path, as containers say it: the
-  /// containers it registers (those inside the home it names followed to `home`, as a moved home's
-  /// are) and `home`'s `queue.sqlite` (the container `vault init` makes). Only files that read as
+  /// What a manifest's containers record about which vault they belong to: the containers it
+  /// registers (those inside the home it names followed to `home`, as a moved home's are) and
+  /// `home`'s `queue.sqlite` (the container `vault init` makes). Only files that read as
   /// containers count; one that cannot be read tells nothing either way. A container's vault id is
   /// not authenticated (whoever can write the file can write it), so what it says only ever stops
   /// `recoverManifest` or informs the person choosing; it never chooses a copy.
-  ///
-  /// - Returns: the vault by path, and the paths inside `home`.
-  static func containerVaults(of manifest: Manifest, home: String, containers: any ContainerProvider)
-    -> (vaults: [String: String], inside: Set<String>)
-  {
-    var paths = manifest.containers.map { container -> String in
-      guard let old = manifest.home, container.path.hasPrefix(old + "/") else { return container.path }
-      return home + container.path.dropFirst(old.count)
-    }
-    paths.append(home + "/queue.sqlite")
-    var vaults: [String: String] = [:]
-    for path in Set(paths) {
-      if case .container(let keyring, _)? = try? containers.probe(path: path) { vaults[path] = keyring }
-    }
-    return (vaults, Set(vaults.keys.filter { $0.hasPrefix(home + "/") }))
-  }
+  struct ContainerEvidence {
+    /// The vault each container records, by path.
+    let vaults: [String: String]
+    /// The paths of `vaults` that lie inside the home.
+    let inside: Set<String>
 
-  /// The first container (by path) of `manifest` that records another vault, and that vault.
-  static func contradiction(of manifest: Manifest, home: String, containers: any ContainerProvider)
-    -> (path: String, vault: String)?
-  {
-    containerVaults(of: manifest, home: home, containers: containers).vaults
-      .filter { $0.value != manifest.vaultID }.min { $0.key < $1.key }.map { ($0.key, $0.value) }
+    init(of manifest: Manifest, home: String, containers: any ContainerProvider) {
+      var paths = manifest.containers.map { container -> String in
+        guard let old = manifest.home, container.path.hasPrefix(old + "/") else { return container.path }
+        return home + container.path.dropFirst(old.count)
+      }
+      paths.append(home + "/queue.sqlite")
+      var vaults: [String: String] = [:]
+      for path in Set(paths) {
+        if case .container(let keyring, _)? = try? containers.probe(path: path) { vaults[path] = keyring }
+      }
+      self.vaults = vaults
+      inside = Set(vaults.keys.filter { $0.hasPrefix(home + "/") })
+    }
+
+    /// Whether a container inside the home records `vaultID`.
+    func confirms(_ vaultID: String) -> Bool { inside.contains { vaults[$0] == vaultID } }
+
+    /// The first container (by path) that records another vault than `vaultID`, and that vault.
+    func contradiction(of vaultID: String) -> (path: String, vault: String)? {
+      vaults.filter { $0.value != vaultID }.min { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// "PATH records vault ID" for each container, by path.
+    var records: [String] { vaults.sorted { $0.key < $1.key }.map { "\($0.key) records vault \($0.value)" } }
   }
 
   /// A manifest copy kept in a key store, with where it was found.
@@ -259,9 +267,7 @@ extension Vault {
     var bytes: [UInt8] { signed.bytes }
     var vaultID: String { signed.manifest.vaultID }
     var label: String {
-      let place =
-        store.kind == .keyfile
-        ? "vault \(vaultID) in the keyfile \(store.keyfile ?? "")" : "vault \(vaultID) in the Secret Service"
+      let place = "vault \(vaultID) in \(store.place)"
       let active = signed.manifest.record(signed.manifest.activeVersion)
       return place + " (key version \(signed.manifest.activeVersion)"
         + (active.map { " made \($0.createdAt)" } ?? "") + ")"
@@ -330,13 +336,13 @@ extension Vault {
         unused.append("\(copy.label): it names another store")
         return
       }
+      let evidence = ContainerEvidence(of: manifest, home: home, containers: containers)
       if let bound = manifest.home, !sameFile(bound, home) {
         // Another home's. Taken only as a home moved here, and only when named: its old place
         // must hold neither a manifest nor a container of this vault (else this is a copy of it).
-        let live = !holdsNoVault(manifest.vaultID, at: bound, registered: manifest, containers: containers)
+        let live = !holdsNoVault(
+          manifest.vaultID, at: bound, evidence: ContainerEvidence(of: manifest, home: bound, containers: containers))
         guard !live, named != nil else {
-          let evidence = containerVaults(of: manifest, home: home, containers: containers).vaults
-            .sorted { $0.key < $1.key }.map { "\($0.key) records vault \($0.value)" }
           unused.append(
             live
               ? "\(copy.label): its home is \(bound), which still holds this vault, so this home would be a copy of it "
@@ -344,7 +350,7 @@ extension Vault {
                 + "up that home and restore the backup into a new home)"
               : "\(copy.label): its home was \(bound), which no longer holds this vault; if this home was moved from "
                 + "there, name vault \(manifest.vaultID) to take it"
-                + (evidence.isEmpty ? "" : " (here, \(evidence.joined(separator: ", ")))"))
+                + (evidence.records.isEmpty ? "" : " (here, \(evidence.records.joined(separator: ", ")))"))
           return
         }
       } else if manifest.home == nil, store.kind == .keyfile, search.keyfile == nil {
@@ -352,11 +358,8 @@ extension Vault {
         unused.append("\(copy.label): it names no home; name that keyfile to take it")
         return
       }
-      let (vaults, inside) = containerVaults(of: manifest, home: home, containers: containers)
-      copy.confirmed = inside.contains { vaults[$0] == manifest.vaultID }
-      copy.contradiction = vaults.filter { $0.value != manifest.vaultID }.min { $0.key < $1.key }.map {
-        ($0.key, $0.value)
-      }
+      copy.confirmed = evidence.confirms(manifest.vaultID)
+      copy.contradiction = evidence.contradiction(of: manifest.vaultID)
       copies.append(copy)
     }
 
@@ -484,16 +487,15 @@ extension Vault {
     let ids = forHome.union(named.map { [$0] } ?? [])
     let copies = try ids.sorted().compactMap { KeyringID(hex: $0) }.compactMap {
       keyring -> (KeyringID, ManifestFile.Signed?)? in
-      let integrity = try store.loadRecord(.integrityKey, keyring: keyring)
-      let mirror = try store.loadRecord(.manifestMirror, keyring: keyring)
+      let (held, copy) = try storedCopy(in: store, keyring: keyring)
       // A vault named by the caller that the Secret Service does not hold is not a finding here.
-      if !forHome.contains(keyring.hex), integrity == nil, mirror == nil { return nil }
-      return (keyring, authenticCopy(mirror, integrityKey: integrity, keyring: keyring, source: "Secret Service"))
+      if !forHome.contains(keyring.hex), !held { return nil }
+      return (keyring, copy)
     }
     guard named == nil else { return (copies, [:]) }
     let gone = try store.homesByVault().filter { id, homes in
       !ids.contains(id) && !homes.isEmpty
-        && homes.allSatisfy { holdsNoVault(id, at: $0, registered: nil, containers: nil) }
+        && homes.allSatisfy { holdsNoVault(id, at: $0, evidence: nil) }
     }
     return (copies, gone)
   }
@@ -509,12 +511,9 @@ extension Vault {
     else { return [] }
     var found: [(line: String, made: String)] = []
     for (id, homes) in candidates {
-      guard let keyring = KeyringID(hex: id),
-        let signed = authenticCopy(
-          try store.loadRecord(.manifestMirror, keyring: keyring),
-          integrityKey: try store.loadRecord(.integrityKey, keyring: keyring), keyring: keyring,
-          source: "Secret Service")
-      else { continue }
+      guard let keyring = KeyringID(hex: id), let signed = try storedCopy(in: store, keyring: keyring).copy else {
+        continue
+      }
       let made = signed.manifest.record(signed.manifest.activeVersion)?.createdAt ?? ""
       found.append(("vault \(id) (stored for \(homes.sorted().joined(separator: ", ")))", made))
     }
@@ -564,6 +563,19 @@ extension Vault {
     }
   }
 
+  /// The manifest copy `store` keeps for `keyring` when it verifies under the integrity key beside
+  /// it, and whether the store holds either record at all.
+  ///
+  /// - Throws: the store's error when it cannot be read.
+  private static func storedCopy(in store: any KeyStore, keyring: KeyringID) throws
+    -> (held: Bool, copy: ManifestFile.Signed?)
+  {
+    let integrity = try store.loadRecord(.integrityKey, keyring: keyring)
+    let mirror = try store.loadRecord(.manifestMirror, keyring: keyring)
+    let copy = authenticCopy(mirror, integrityKey: integrity, keyring: keyring, source: store.kind.rawValue)
+    return (integrity != nil || mirror != nil, copy)
+  }
+
   /// `mirror` parsed, when it is a signed manifest of `keyring` that verifies under `integrityKey`.
   private static func authenticCopy(
     _ mirror: SecureBytes?, integrityKey: SecureBytes?, keyring: KeyringID, source: String
@@ -576,20 +588,14 @@ extension Vault {
   }
 
   /// Whether the directory `place`, named as vault `vaultID`'s home, holds nothing of that vault
-  /// now: it is gone, empty, or holds another vault's manifest, and no container of that vault is
-  /// there (those `registered` lists inside it, and its `queue.sqlite`). A place that holds files
-  /// but no manifest may be that vault's home having lost its own: it counts as holding it.
-  static func holdsNoVault(
-    _ vaultID: String, at place: String, registered: Manifest?, containers: (any ContainerProvider)?
-  ) -> Bool {
+  /// now: it is gone, empty, or holds another vault's manifest, and no container inside it records
+  /// that vault (`evidence`, gathered for `place`, when there is a manifest to list them). A place
+  /// that holds files but no manifest may be that vault's home having lost its own: it counts as
+  /// holding it.
+  static func holdsNoVault(_ vaultID: String, at place: String, evidence: ContainerEvidence?) -> Bool {
     var info = stat()
     guard stat(place, &info) == 0 else { return true }
-    if let containers {
-      let inside = (registered?.containers.map(\.path) ?? []).filter { $0.hasPrefix(place + "/") }
-      for path in inside + [place + "/queue.sqlite"] {
-        if case .container(let keyring, _)? = try? containers.probe(path: path), keyring == vaultID { return false }
-      }
-    }
+    if evidence?.confirms(vaultID) == true { return false }
     if ManifestFile.exists(home: place) {
       return (try? ManifestFile.read(home: place).manifest.vaultID).map { $0 != vaultID } ?? false
     }
@@ -598,7 +604,7 @@ extension Vault {
   }
 
   /// Whether `path` lies inside the directory `home` (symbolic links resolved).
-  static func isInside(_ path: String, _ home: String) -> Bool {
+  package static func isInside(_ path: String, _ home: String) -> Bool {
     let directory = ((absolutePath(path) as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
     let resolvedHome = (home as NSString).resolvingSymlinksInPath
     return directory == resolvedHome || directory.hasPrefix(resolvedHome + "/")
@@ -651,4 +657,9 @@ extension KeyStoreError {
     default: nil
     }
   }
+}
+
+extension StoreDescriptor {
+  /// Where the keys are, for a sentence: "the keyfile PATH" or "the Secret Service".
+  package var place: String { kind == .keyfile ? "the keyfile \(keyfile ?? "")" : "the Secret Service" }
 }

@@ -191,9 +191,7 @@ public final class Vault: Sendable {
     if KeyfileStore(path: path).exists, !(acceptingKilledInit && isKeyfileLeftByKilledInit(path)) {
       throw VaultError.keyfileExists(path: path)
     }
-    let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
-    let resolvedHome = (home as NSString).resolvingSymlinksInPath
-    if directory == resolvedHome || directory.hasPrefix(resolvedHome + "/") {
+    if isInside(path, home) {
       throw KeyStoreError.keyfileInsideData(path: path, dataDirectory: home)
     }
     return descriptor

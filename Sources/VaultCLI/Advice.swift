@@ -157,11 +157,7 @@ extension VaultCommandLine {
   func keyfileInsideDataAdvice(_ arguments: Arguments) -> String {
     let restoring = arguments.command == "restore"
     let home = absolutePath((restoring ? arguments.options["--into"] : nil) ?? homePath(arguments))
-    let resolvedHome = (home as NSString).resolvingSymlinksInPath
-    func isInsideHome(_ path: String) -> Bool {
-      let directory = ((path as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
-      return directory == resolvedHome || directory.hasPrefix(resolvedHome + "/")
-    }
+    func isInsideHome(_ path: String) -> Bool { Vault.isInside(path, home) }
     func defaultPath(_ keyring: KeyringID?) -> String {
       keyring.map { KeyfileStore.defaultPath(keyring: $0, environment: terminal.environment) }
         ?? KeyfileStore.defaultDirectory(environment: terminal.environment) + "/<vault id>.keys"

@@ -57,8 +57,7 @@ extension VaultCommandLine {
       terminal.printBlock(try JSON.encode(RecoverResult(result, home: home)))
       return
     }
-    let store =
-      result.store.kind == .keyfile ? "the keyfile \(result.store.keyfile ?? "")" : "the Secret Service"
+    let store = result.store.place
     switch result.outcome {
     case .intact:
       terminal.print("The manifest of vault \(result.vaultID) in \(home) verifies; nothing was changed")
