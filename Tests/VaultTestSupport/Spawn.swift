@@ -35,10 +35,17 @@ public enum Spawn {
   ///     parent can leave signals blocked); none by default.
   ///   - standardError: a descriptor to give the child as its stderr instead of a pipe that
   ///     `finish` drains (its result's `error` is then empty).
+  /// The test process ignores SIGPIPE, so that writing a child's input after the child exited is
+  /// EPIPE, which `finish` tolerates, and not the end of the whole test run: a CI run at 7bf171d
+  /// died of signal 13 when `vault` refused a usage error before reading its one byte of input.
+  /// Children start with every signal at its default (`POSIX_SPAWN_SETSIGDEF` below).
+  private static let ignoreBrokenPipes: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
+
   public static func start(
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
     blockedSignals: [Int32] = [], standardError: Int32? = nil
   ) throws -> Child {
+    _ = ignoreBrokenPipes
     let stdinPipe = Pipe()
     let stdoutPipe = Pipe()
     let stderrPipe = Pipe()
@@ -122,8 +129,9 @@ public final class Child: @unchecked Sendable {
     let group = DispatchGroup()
     let collected = Collected()
     DispatchQueue.global().async(group: group) { [stdin] in
-      // The throwing write: a child that exits before reading (one refused under ulimit -v)
-      // makes this EPIPE, which the non-throwing `write(_:)` turns into a trap of the test process.
+      // The throwing write: a child that exits before reading (one refused under ulimit -v, or a
+      // usage error) makes this EPIPE (SIGPIPE is ignored: `ignoreBrokenPipes`), which the
+      // non-throwing `write(_:)` turns into a trap of the test process.
       try? stdin.write(contentsOf: Data(input))
       try? stdin.close()
     }
