@@ -602,7 +602,7 @@ extension Vault {
         var reasons: [String] = []
         if !options.retireUnused && !options.compromised { reasons.append("retirement was not requested") }
         if manifest.containers.isEmpty, !options.compromised {
-          reasons.append("no container is registered, so no count can prove it unused")
+          reasons.append(Vault.noContainerToCountReason)
         }
         if let paths = inUse[version] { reasons += paths.map { "records sealed under it remain in \($0)" } }
         if manifest.externalSealVersions.contains(version), !options.compromised {

@@ -203,6 +203,8 @@ extension Vault {
   /// Why `version` (decrypt-only) is kept, as the next rotation would see it from these counts.
   static func keptBecause(_ version: UInt32, manifest: Manifest, counts: [String: [UInt32: Int]?]) -> [String] {
     var reasons: [String] = []
+    // Rotation retires a version only on counts from registered containers (see `Vault.rotate`).
+    if manifest.containers.isEmpty { reasons.append(noContainerToCountReason) }
     if manifest.externalSealVersions.contains(version) { reasons.append(externalSealReason(version)) }
     for container in manifest.containers {
       switch counts[container.path] {
@@ -219,6 +221,9 @@ extension Vault {
     if reasons.isEmpty { reasons.append("nothing needs it now: the next rotation retires it") }
     return reasons
   }
+
+  /// Why rotation keeps every older version of a vault with no registered container.
+  static let noContainerToCountReason = "no container is registered, so no count can prove it unused"
 
   /// Why a version pinned by `seal` is kept, and the way to release it: re-seal the envelopes,
   /// then release the pin.

@@ -131,6 +131,19 @@ final class ExternalSealTests: XCTestCase {
       status?.keptBecause.contains { $0.contains("vault unpin 1") } == true, "\(String(describing: status))")
   }
 
+  /// `status` gives the reason `rotate` then gives: with no container registered no count can
+  /// prove an older version unused, and rotation keeps it (status said "the next rotation retires
+  /// it").
+  func testStatusGivesRotationsReasonWhenNoContainerIsRegistered() throws {
+    let vault = try makeVault()
+    try vault.rotate([])
+    let said = vault.status().versions.first { $0.version == 1 }?.keptBecause
+    XCTAssertEqual(said, ["no container is registered, so no count can prove it unused"])
+    let report = try vault.rotate([])
+    XCTAssertEqual(report.keptBecause["1"], said, "rotation keeps version 1 for the reason status gave")
+    XCTAssertEqual(vault.manifest.record(1)?.state, .decryptOnly)
+  }
+
   // MARK: - The shared hold on the lock file
 
   /// A seal holds the home's lock shared for its whole duration, though the lock file now stays
