@@ -530,9 +530,15 @@ extension Vault {
   /// The manifest copy in the keyfile at `path` (as `keyfileCopy`), and whether the file holds any
   /// key version (an `init` killed before its first key left one that holds none).
   ///
-  /// - Throws: `KeyStoreError` when the file cannot be read or is not a private keyfile.
-  static func keyfileManifest(_ path: String) throws -> (copy: ManifestFile.Signed?, holdsKeys: Bool) {
-    guard let file = try SecureFile.read(path, requirePrivate: true) else {
+  /// - Parameter requirePrivate: refuse a file or directory others may read or write, or a file
+  ///   with another name (as a keyfile store does). Only a check that can refuse and never picks
+  ///   a copy may pass false.
+  /// - Throws: `KeyStoreError` when the file cannot be read, or is not a private keyfile when
+  ///   `requirePrivate`.
+  static func keyfileManifest(_ path: String, requirePrivate: Bool = true) throws
+    -> (copy: ManifestFile.Signed?, holdsKeys: Bool)
+  {
+    guard let file = try SecureFile.read(path, requirePrivate: requirePrivate) else {
       throw KeyStoreError.io(path: path, operation: "open", errno: ENOENT)
     }
     // The vault id sits at bytes 4..<12 of both formats; the parse checks all the rest.
@@ -547,7 +553,9 @@ extension Vault {
   }
 
   /// The keyfiles in the default keyfile directory (`<vault id>.keys`) that hold keys of a vault
-  /// whose manifest copy names `home`: a vault that lived there and lost its manifest. Files that
+  /// whose manifest copy names `home`: a vault that lived there and lost its manifest. A file
+  /// others may read (mode 0640, say) counts as well: the vault refuses to use it until its mode
+  /// is fixed, but its keys are still that vault's, and this check only ever refuses. Files that
   /// cannot be read are passed over (nobody can tell whose they are).
   ///
   /// - Returns: each keyfile's path and vault id.
@@ -556,7 +564,7 @@ extension Vault {
     let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter(isDefaultKeyfileName)
     return names.sorted().compactMap { name in
       let path = directory + "/" + name
-      guard let (copy, holdsKeys) = try? keyfileManifest(path), holdsKeys, let copy,
+      guard let (copy, holdsKeys) = try? keyfileManifest(path, requirePrivate: false), holdsKeys, let copy,
         let named = copy.manifest.home, named == home || sameFile(named, home)
       else { return nil }
       return (path, copy.manifest.vaultID)

@@ -581,6 +581,20 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertEqual(created.status, 0, created.error)
   }
 
+  /// A keyfile whose mode lets its group read it is still its vault's: the vault refuses to use it
+  /// until the mode is fixed, and `init` over its home is refused as for a private one (it was
+  /// passed over as unreadable).
+  func testInitRefusesAHomeWhoseVaultsKeyfileRemainsWithAMode0640() throws {
+    let vaultID = try keyfileVaultWithRecords()
+    try FileManager.default.removeItem(atPath: home)
+    let keyfile = keyDirectory + "/\(vaultID).keys"
+    XCTAssertEqual(chmod(keyfile, 0o640), 0)
+    assertRefused(
+      try run(["init", "--store", "keyfile"]),
+      saying: ["the keyfile \(keyfile) holds the keys of vault \(vaultID)", "mv \(keyfile) \(keyfile).retired"])
+    XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
+  }
+
   /// The sixth outside review's case: a vault removed from this path kept its keyfile outside the
   /// default directory; whoever can write the home points the damaged manifest at that keyfile
   /// and plants that vault's container. A copy found only through the damaged manifest's keyfile
