@@ -101,7 +101,8 @@ extension Vault {
   ///   in the home confirms it, or a store could not be searched); `.keyfileMoved` when the only copy is in a keyfile that has
   ///   moved from the path the copy names; `.manifestContradicted` when the home's manifest verifies
   ///   but a container records another vault; `.intactManifestDiffers` when it verifies but is not
-  ///   the vault or store `search` names; `.restoreUnfinished`; `ManifestFile.Failure` for a
+  ///   the vault or store `search` names; `.homeMissing` when `home` does not exist;
+  ///   `.restoreUnfinished`; `ManifestFile.Failure` for a
   ///   manifest that is not damaged but cannot be read; `KeyStoreError` when a store that must be
   ///   read cannot be (a locked keyring, a keyfile named in `search`); what `open` throws once the
   ///   manifest is back (a key missing from the store: the manifest stays written, as it is the
@@ -118,6 +119,8 @@ extension Vault {
       throw VaultError.invalidManifestSearch(reason: "a keyfile is not in the Secret Service")
     }
     try refuseUnfinishedRestore(home)
+    var info = stat()
+    if stat(home, &info) != 0, errno == ENOENT { throw VaultError.homeMissing(home: home) }
     try ManifestFile.checkHome(home)
     let lock = try FileLock(path: home + "/" + lockFileName)
     defer { lock.release() }

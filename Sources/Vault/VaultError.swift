@@ -91,6 +91,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The only copy of the home's manifest is in the keyfile at `keyfile`, but names the vault's
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
+  /// `Vault.recoverManifest` was given a home that does not exist: a manifest is written back only
+  /// into the directory that holds its vault's containers.
+  case homeMissing(home: String)
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -201,6 +204,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileMoved(let keyfile, let named):
       "the keyfile \(keyfile) keeps this home's manifest, which names the vault's keyfile as \(named); nothing was "
         + "changed. Move the keyfile back: mv \(ShellWord.quoted(keyfile)) \(ShellWord.quoted(named))"
+    case .homeMissing(let home):
+      "the vault home \(home) does not exist; nothing was changed. A lost manifest is written back into the home "
+        + "that holds its vault's containers: if the home was moved, name its new place; if it was deleted, its "
+        + "records went with it, and a backup bundle restores them"
     case .restoreKeysPresent(let store, let version):
       "the \(store.rawValue) store already holds key version \(version) of this bundle's vault: the vault it was "
         + "taken from (or an earlier restore of it) keeps its keys there, and they are never overwritten; merge "
@@ -265,6 +272,7 @@ extension VaultError: CodedError {
     case .orphanedKeyfile: "vault.orphaned-keyfile"
     case .manifestContradicted: "vault.manifest-contradicted"
     case .keyfileMoved: "vault.keyfile-moved"
+    case .homeMissing: "vault.home-missing"
     }
   }
 }

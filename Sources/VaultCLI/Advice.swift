@@ -31,6 +31,8 @@ enum Advice {
       return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
     case VaultError.unconfirmedManifestCopy(_, let id, _, _, _): return " (`vault recover --vault-id \(id)` takes it)"
     case VaultError.manifestContradicted, VaultError.intactManifestDiffers: return ""
+    case VaultError.homeMissing:
+      return " (`vault --home NEW recover` for a moved home; `vault restore BUNDLE --into HOME` from a backup)"
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,

@@ -694,6 +694,16 @@ final class RecoverCommandTests: XCTestCase {
     XCTAssertFalse(FileManager.default.fileExists(atPath: manifest))
   }
 
+  /// A home that does not exist gets an error of its own (it was "stat the vault home … failed"),
+  /// which says where a manifest can go back, and nothing is made there.
+  func testAHomeThatDoesNotExistIsNamedAndNotMade() throws {
+    _ = try keyfileVaultWithRecords()
+    try FileManager.default.removeItem(atPath: home)
+    assertRefused(
+      try run(["recover"]), saying: ["the vault home \(home) does not exist", "`vault --home NEW recover`"])
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home), "recover made nothing")
+  }
+
   func testOptionsAreChecked() throws {
     let badID = try run(["recover", "--vault-id", "zz"])
     XCTAssertEqual(badID.status, 64)

@@ -25,7 +25,7 @@ final class ErrorCodeTests: XCTestCase {
     RotationError.containerNotRegistered(path: "/c"), RotationError.containerStillPresent(path: "/c"),
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
     VaultError.restoreUnfinished(home: "/h", vaultID: "0011223344556677"),
-    VaultError.restoreStoreDiffers(home: "/h", store: .keyfile, keyfile: "/k"),
+    VaultError.restoreStoreDiffers(home: "/h", store: .keyfile, keyfile: "/k"), VaultError.homeMissing(home: "/h"),
   ]
 
   func testLocalizedDescriptionIsTheDescription() {
