@@ -133,7 +133,10 @@ extension Vault {
       try takeUpStoppedRestore(
         stopped, home: home, names: containerNames, descriptor: descriptor, keyring: keyring, keys: keys)
     }
-    if stopped == nil { try refuseOtherVaultsLeftAt(home, restoring: keyring, resolver: resolver) }
+    if stopped == nil {
+      try checkNewHome(home)
+      try refuseOtherVaultsLeftAt(home, restoring: keyring, resolver: resolver)
+    }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
     let store = try resolver.store(for: descriptor, home: home)

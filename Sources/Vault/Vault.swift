@@ -74,13 +74,15 @@ public final class Vault: Sendable {
   ///
   /// - Parameters:
   ///   - home: the home directory (made absolute against the working directory); created 0700 if
-  ///     missing, and made 0700 if it exists empty.
+  ///     missing, and made 0700 if it exists empty (it must then be this user's, and neither
+  ///     sticky nor writable by others).
   ///   - descriptor: the store to keep the keys in; a keyfile with no path gets the default one
   ///     for the new vault id (`KeyfileStore.defaultPath(keyring:environment:)`).
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
-  /// - Throws: `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
+  /// - Throws: `ManifestFile.Failure.unsafeHome` for an existing home another user owns, or that
+  ///   is sticky or writable by others; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
   ///   `.orphanedKeyfile` (a keyfile in the default directory holds keys of a vault whose manifest
   ///   copy names `home`) or `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
@@ -100,6 +102,7 @@ public final class Vault: Sendable {
       throw VaultError.homeNotEmpty(home: home)
     }
     // Every check that can refuse runs before anything is created or changed.
+    try checkNewHome(home)
     let keyring = try KeyringID.random()
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home, acceptingKilledInit: true)
     let store = try resolver.store(for: descriptor, home: home)
@@ -115,7 +118,8 @@ public final class Vault: Sendable {
     try SecureFile.makeDirectory(home, mode: 0o700)
     let lock: FileLock
     do {
-      // An empty home made beforehand keeps whatever mode it had; make it private like a new one.
+      // An empty home made beforehand keeps whatever mode it had; make it private like a new one
+      // (`checkNewHome` let through only a directory of this user's that nobody else may write).
       guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
       lock = try FileLock(path: home + "/" + lockFileName)
     } catch {
@@ -217,6 +221,21 @@ public final class Vault: Sendable {
   /// no vault until that restore runs again.
   ///
   /// - Throws: `VaultError.restoreUnfinished`.
+  /// Refuses an existing directory as a new vault's home unless it is this user's and nobody else
+  /// may write it: `init` and `restore` make an empty home private (mode 0700), and must never do
+  /// that to a directory others use (a sticky one such as /tmp or /dev/shm, or one another user
+  /// owns). A directory that is not there yet is made 0700.
+  ///
+  /// - Throws: `ManifestFile.Failure.unsafeHome` (nothing was changed).
+  package static func checkNewHome(_ home: String) throws {
+    var info = stat()
+    guard stat(home, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return }
+    let me = geteuid()
+    if info.st_uid != me || info.st_mode & (0o022 | UInt32(S_ISVTX)) != 0 {
+      throw ManifestFile.Failure.unsafeHome(home: home, mode: UInt32(info.st_mode), owner: info.st_uid, expected: me)
+    }
+  }
+
   package static func refuseUnfinishedRestore(_ home: String) throws {
     let home = absolutePath(home)
     let found = RestoreMarker.read(home: home)

@@ -50,6 +50,59 @@ final class HomeAndEnvironmentTests: XCTestCase {
     }
   }
 
+  /// `init` and `restore` make an empty home private (mode 0700). A directory shared with others
+  /// (sticky, as /tmp and /dev/shm are) or another user's is refused and keeps its mode: an
+  /// operator review's `vault --home /dev/shm init` made it 0700, locking everyone else out.
+  func testInitAndRestoreRefuseASharedDirectoryAndLeaveItsMode() throws {
+    let shared = temporary.sub("shared")
+    XCTAssertEqual(mkdir(shared, 0o700), 0)
+    XCTAssertEqual(chmod(shared, 0o1777), 0)
+    let theirs = temporary.sub("theirs")
+    XCTAssertEqual(mkdir(theirs, 0o755), 0)
+    XCTAssertEqual(chown(theirs, 1001, 1001), 0)
+    let passphrase = temporary.sub("passphrase")
+    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
+    let backup = try vault(
+      ["--home", home, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"],
+      environment: clean())
+    XCTAssertEqual(backup.status, 0, backup.error)
+    let bundle = try XCTUnwrap(
+      (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
+
+    for (directory, mode) in [(shared, 0o1777), (theirs, 0o755)] as [(String, mode_t)] {
+      let created = try vault(
+        ["--home", directory, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys")],
+        environment: clean())
+      let restored = try vault(
+        [
+          "restore", bundle, "--passphrase-file", passphrase, "--into", directory, "--store", "keyfile", "--keyfile",
+          temporary.sub("k3/v.keys"),
+        ], environment: clean())
+      for (what, run) in [("init", created), ("restore", restored)] {
+        XCTAssertEqual(run.status, 1, "\(what) into \(directory): \(run.error)")
+        XCTAssertTrue(run.error.contains("the vault home \(directory)"), "\(what): \(run.error)")
+        XCTAssertTrue(run.error.contains("nothing was changed"), "\(what): \(run.error)")
+      }
+      XCTAssertTrue(
+        directory != shared
+          || created.error.contains("Keep the vault in a directory of your own, such as \(shared)/vault"),
+        created.error)
+      var info = stat()
+      XCTAssertEqual(stat(directory, &info), 0)
+      XCTAssertEqual(info.st_mode & 0o7777, mode, "\(directory) keeps its mode")
+      XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory), [], "nothing made in \(directory)")
+    }
+    // An empty directory of one's own is made private, as before.
+    let own = temporary.sub("own")
+    XCTAssertEqual(mkdir(own, 0o755), 0)
+    try initKeyfileVault(home: own, keyfile: temporary.sub("k4/v.keys"))
+    var info = stat()
+    XCTAssertEqual(stat(own, &info), 0)
+    XCTAssertEqual(info.st_mode & 0o7777, 0o700)
+  }
+
   /// memo takes `--home=DIR` as vault does; `--home` without a value is a usage error (it used to
   /// fall back to the default home, or become the memo's text).
   func testMemoUnderstandsHomeEqualsAndRefusesAMissingHome() throws {
