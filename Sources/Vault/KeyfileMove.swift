@@ -10,11 +10,14 @@ extension Vault {
   /// Under the home's lock: copies the keyfile byte for byte to `newPath` (0600, in a private
   /// directory, which is created 0700 when missing), checks that the copy holds the same key
   /// versions and is in an allowed place, writes the manifest naming it (signed, and mirrored into
-  /// the new keyfile), and only then removes the old file. A crash before the manifest write leaves
-  /// an unused copy at `newPath` (running the move again adopts it when it is identical); a crash
-  /// after it leaves the old file, which the next move removes (the home's `keyfile-move-pending`,
-  /// written before the manifest, names it; it is removed only when every key it holds is the
-  /// current keyfile's too).
+  /// the new keyfile), and only then removes the old file. The home's `keyfile-move-pending`,
+  /// written before anything is made at `newPath`, names both places until the move is over. A
+  /// crash before the manifest write leaves an unused copy at `newPath` (or its temporary), which
+  /// the next move or rotation removes (a move run again then makes a fresh copy); a crash after
+  /// it leaves the old file, which the next move or rotation removes. Either file is removed only
+  /// when every key it holds is the current keyfile's too, or of a version retired since. `status`
+  /// and `doctor` warn of a move stopped part-way. A copy of the keyfile already at `newPath`
+  /// with no move pending (identical, or holding the same keys) is adopted.
   ///
   /// A manifest from the release before MACs is rewritten unsigned with the new path; the next
   /// `open` upgrades it.
@@ -44,7 +47,7 @@ extension Vault {
       throw VaultError.notAKeyfileVault(home: home)
     }
     let keyring = signed.manifest.keyringID!
-    if let stopped = try finishStoppedMove(home: home, current: oldPath, manifest: signed.manifest),
+    if let stopped = try settleStoppedMove(home: home, current: oldPath, manifest: signed.manifest),
       sameFile(oldPath, newPath)
     {
       // The same move run again after it was killed past its manifest write: now finished.
@@ -68,7 +71,8 @@ extension Vault {
     let newStore = KeyfileStore(path: newPath) { .init(home: home, containers: containers) }
 
     var existingInfo = stat()
-    if lstat(newPath, &existingInfo) == 0 {
+    let adopting = lstat(newPath, &existingInfo) == 0
+    if adopting {
       // Only a copy of this keyfile (a move that stopped before its manifest write) is adopted:
       // identical, or holding the same keys and integrity key (the stopped move had stored the
       // manifest's copy in it). Anything else is "already exists", before its mode is judged: a
@@ -79,24 +83,33 @@ extension Vault {
       }
       // A copy of the keyfile open to others (or a link) is refused for that, as before.
       _ = try SecureFile.read(newPath, requirePrivate: true)
-    } else {
-      try SecureFile.makeDirectory((newPath as NSString).deletingLastPathComponent, mode: 0o700)
-      try oldBytes.withUnsafeBytes { try SecureFile.atomicWrite(newPath, bytes: $0, mode: 0o600) }
+    }
+
+    // Written before anything is made at the new place, removed once the move is over: a move
+    // killed before its manifest names the new place left a copy of every key there (or its
+    // temporary), unused, which the next move or rotation removes, so that no key outlives its
+    // retirement in it; one killed after it is finished by the next move or rotation (the old path
+    // is nowhere else once the manifest names the new one, and the old file still holds every key).
+    let pendingPath = home + "/" + movePendingName
+    try PendingMove(old: oldPath, new: newPath).bytes.withUnsafeBytes {
+      try SecureFile.atomicWrite(pendingPath, bytes: $0)
     }
     do {
+      if !adopting {
+        try SecureFile.makeDirectory((newPath as NSString).deletingLastPathComponent, mode: 0o700)
+        try oldBytes.withUnsafeBytes { try SecureFile.atomicWrite(newPath, bytes: $0, mode: 0o600) }
+      }
       // Reading through the new store applies its owner, mode and location checks.
       guard try newStore.storedVersions(keyring: keyring) == oldStore.storedVersions(keyring: keyring) else {
         throw KeyStoreError.corruptKeyfile(path: newPath, reason: "the copy does not hold the same key versions")
       }
     } catch {
+      // Nothing names the new place: the copy (made here, or adopted) goes, and the move with it.
       unlink(newPath)
+      _ = try? KeyfileStore(path: newPath).removeLeftoverTemporaryFiles()
+      unlink(pendingPath)
       throw error
     }
-
-    // Written before the manifest names the new place, removed once the old file is gone: a move
-    // killed in between is finished by the next move (the old path is nowhere else once the
-    // manifest names the new one, and the old file still holds every key).
-    try Array(oldPath.utf8).withUnsafeBytes { try SecureFile.atomicWrite(home + "/" + movePendingName, bytes: $0) }
     var manifest = signed.manifest
     if signed.isLegacy {
       // No MAC yet: rewrite the previous release's JSON with the new path; the next open upgrades it.
@@ -175,6 +188,59 @@ extension Vault {
   /// The file in the home naming the keyfile a move is leaving, while that move is under way.
   static let movePendingName = "keyfile-move-pending"
 
+  /// What the home's `keyfile-move-pending` holds: the keyfile a move is leaving and where it is
+  /// going, both absolute, separated by a NUL (which no path holds). A file written by a build
+  /// before the destination was recorded holds the old path alone.
+  struct PendingMove: Equatable {
+    let old: String
+    let new: String?
+
+    var bytes: [UInt8] { Array(old.utf8) + (new.map { [0] + Array($0.utf8) } ?? []) }
+
+    /// The pending move recorded in `home`; nil when none is.
+    ///
+    /// - Throws: `KeyStoreError` when the file cannot be read or is not private.
+    static func read(home: String) throws -> PendingMove? {
+      guard let bytes = try SecureFile.read(home + "/" + movePendingName, requirePrivate: true) else { return nil }
+      let parts = bytes.withUnsafeBytes { $0.split(separator: 0, omittingEmptySubsequences: false) }
+      let text = parts.map { String(decoding: $0, as: UTF8.self) }
+      return PendingMove(old: text.first ?? "", new: text.count > 1 ? text[1] : nil)
+    }
+  }
+
+  /// The keyfile move that stopped part-way in `home`, for `status` and `doctor`: where from and
+  /// to; nil when none did (or the file cannot be read).
+  static func stoppedMove(home: String) -> PendingMove? { (try? PendingMove.read(home: home)) ?? nil }
+
+  /// Settles a keyfile move that stopped part-way before anything deletes a key: the next move and
+  /// every rotation call it under the home's lock. Killed before its manifest write (the manifest
+  /// still names the old keyfile, `current`), the copy it made at the new place is unused and is
+  /// removed (it and any temporary beside it hold keys, which a rotation would otherwise leave
+  /// there after deleting them from `current`), as long as it holds nothing `current` lacks.
+  /// Killed after it, the move is finished (`finishStoppedMove`).
+  ///
+  /// - Returns: the old path a finished move left (removed, or found gone); nil otherwise.
+  /// - Throws: `KeyStoreError` when a keyfile cannot be read or a file cannot be removed.
+  static func settleStoppedMove(home: String, current: String, manifest: Manifest) throws -> String? {
+    guard let keyring = manifest.keyringID, let pending = try PendingMove.read(home: home) else { return nil }
+    guard pending.old.hasPrefix("/"), pending.old == current || sameFile(pending.old, current) else {
+      return try finishStoppedMove(home: home, current: current, manifest: manifest)
+    }
+    if let new = pending.new, new.hasPrefix("/"), new != current, !sameFile(new, current) {
+      let copy = KeyfileStore(path: new)
+      if copy.exists, try isLeftByThisVault(new, current: current, manifest: manifest, keyring: keyring) {
+        guard unlink(new) == 0 || errno == ENOENT else {
+          throw KeyStoreError.io(path: new, operation: "remove the unused keyfile copy", errno: errno)
+        }
+        try SecureFile.syncDirectory((new as NSString).deletingLastPathComponent)
+      }
+      _ = try? copy.removeLeftoverTemporaryFiles()
+    }
+    unlink(home + "/" + movePendingName)
+    try SecureFile.syncDirectory(home)
+    return nil
+  }
+
   /// Finishes a keyfile move that was killed after its manifest write and before the old keyfile
   /// was removed (its pending file names the old path, the manifest already names `current`):
   /// removes the old file when every key it holds is `current`'s too, byte for byte, or belongs
@@ -189,8 +255,7 @@ extension Vault {
   private static func finishStoppedMove(home: String, current: String, manifest: Manifest) throws -> String? {
     guard let keyring = manifest.keyringID else { return nil }
     let pending = home + "/" + movePendingName
-    guard let bytes = try SecureFile.read(pending, requirePrivate: true) else { return nil }
-    let old = bytes.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+    guard let old = try PendingMove.read(home: home)?.old else { return nil }
     guard !old.isEmpty, old.hasPrefix("/"), !sameFile(old, current) else {
       unlink(pending)
       return nil

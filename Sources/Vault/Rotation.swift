@@ -480,6 +480,11 @@ extension Vault {
     return try withManifestLock {
       // Refuse before recording anything when the store cannot take a key (locked, no provider…).
       try store.checkWritable()
+      // A keyfile move that stopped part-way left a second file holding the keys: finished or
+      // undone first, so that no key this rotation deletes stays in it.
+      if manifest.store.kind == .keyfile, let current = manifest.store.keyfile {
+        _ = try Self.settleStoppedMove(home: home, current: current, manifest: manifest)
+      }
       // Every registered container holds a minimum seal version above the newest retired version:
       // a version is retired only at the end of a rotation that raised every registered container
       // to a newer active version first, a container registered later is raised to the active

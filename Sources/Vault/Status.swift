@@ -197,7 +197,7 @@ extension Vault {
           path: container.path, id: container.id,
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
-      externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest))
+      externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest, home: home))
   }
 
   /// Why `version` (decrypt-only) is kept, as the next rotation would see it from these counts.
@@ -234,17 +234,28 @@ extension Vault {
 
   /// The warnings `status` and `doctor` show for `manifest`, as sentences.
   ///
-  /// - Parameter manifest: the manifest to judge.
-  /// - Returns: one sentence per thing to act on (see `statusWarnings(_:)`); empty when there is none.
-  public static func warnings(_ manifest: Manifest) -> [String] { statusWarnings(manifest).map(\.description) }
+  /// - Parameters:
+  ///   - manifest: the manifest to judge.
+  ///   - home: the vault's home, to look for a keyfile move that stopped part-way; nil: not looked for.
+  /// - Returns: one sentence per thing to act on (see `statusWarnings(_:home:)`); empty when there
+  ///   is none.
+  public static func warnings(_ manifest: Manifest, home: String? = nil) -> [String] {
+    statusWarnings(manifest, home: home).map(\.description)
+  }
 
   /// The things to act on in `manifest`, most urgent first.
   ///
   /// - Parameter manifest: the manifest to judge.
   /// - Returns: an unfinished rotation (after a compromise, or another), then an active version
   ///   that still seals format 1; empty when there is none of these.
-  public static func statusWarnings(_ manifest: Manifest) -> [StatusWarning] {
+  public static func statusWarnings(_ manifest: Manifest, home: String? = nil) -> [StatusWarning] {
     var warnings: [StatusWarning] = []
+    if let home, let move = stoppedMove(home: home) {
+      let current = manifest.store.keyfile ?? ""
+      let finishing = move.old != current && !sameFile(move.old, current)
+      warnings.append(
+        .unfinishedKeyfileMove(from: move.old, to: finishing ? current : move.new, manifestChanged: finishing))
+    }
     if let version = manifest.unfinishedCompromise {
       warnings.append(.unfinishedCompromise(version: version))
     } else if let version = manifest.resealing {
@@ -268,6 +279,11 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
   case unfinishedRotation(version: UInt32)
   /// The active version `version` seals envelope format 1: rotate to get a format-2 key.
   case sealsFormatOne(version: UInt32)
+  /// A keyfile move from `from` to `to` (nil: not recorded) stopped part-way: before the manifest
+  /// named the new place (the vault still uses `from`, and an unused copy may be at `to`), or
+  /// after it (`manifestChanged`: the vault uses `to`, and `from` still holds every key). The same
+  /// move run again finishes it; a rotation first undoes the first kind and finishes the second.
+  case unfinishedKeyfileMove(from: String, to: String?, manifestChanged: Bool)
 
   /// The warning as a sentence (it names no command: an app has none of the CLI's).
   public var description: String {
@@ -278,6 +294,13 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
     case .unfinishedRotation(let version):
       "the rotation to version \(version) has not finished (it is running, or it was stopped or killed): the "
         + "versions before it keep their keys until it does; unless it is running, rotate again to resume it"
+    case .unfinishedKeyfileMove(let from, let to, true):
+      "a keyfile move stopped part-way: the vault uses \(to ?? "its new keyfile"), and the old keyfile \(from) still "
+        + "holds every key; run the same move again to finish it (which removes the old file)"
+    case .unfinishedKeyfileMove(let from, let to, false):
+      "a keyfile move from \(from)" + (to.map { " to \($0)" } ?? "")
+        + " stopped part-way: the vault still uses \(from), and the copy the move made holds its keys too; run the same "
+        + "move again to finish it (a rotation removes the copy first)"
     case .sealsFormatOne(let version):
       "key version \(version) seals envelope format 1 (AES-256-GCM with random 96-bit nonces: at most "
         + "2^32 records per key, no key commitment, contexts without container ids); rotate the vault to "

@@ -83,6 +83,8 @@ enum Advice {
     switch warning {
     case .unfinishedCompromise: " (`vault rotate --compromised`)"
     case .sealsFormatOne, .unfinishedRotation: " (`vault rotate`)"
+    case .unfinishedKeyfileMove(_, let to?, _): " (`vault keyfile move \(ShellWord.quoted(to))`)"
+    case .unfinishedKeyfileMove: ""
     }
   }
 }

@@ -114,12 +114,17 @@ extension VaultCommandLine {
       let (status, detail) = Self.manifestCheck(
         integrity: keyfileMissing ? "unverified: its keyfile, which holds the integrity key, is not found" : integrity)
       report.add("manifest", status, detail + " (\(ManifestFile.path(home: home)), vault \(manifest.vaultID))")
-      let warnings = Vault.statusWarnings(manifest)
+      let warnings = Vault.statusWarnings(manifest, home: home)
       if !warnings.contains(.sealsFormatOne(version: manifest.activeVersion)) {
         report.add("envelopes", .ok, "format 2 (key version \(manifest.activeVersion), suite 2)")
       }
       for warning in warnings {
-        let name = warning == .sealsFormatOne(version: manifest.activeVersion) ? "envelopes" : "rotation"
+        let name =
+          switch warning {
+          case .sealsFormatOne: "envelopes"
+          case .unfinishedKeyfileMove: "keyfile"
+          default: "rotation"
+          }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
       examineBackup(manifest, home: home, into: &report)

@@ -351,7 +351,7 @@ public struct VaultCommandLine {
     }
     terminal.print("  manifest: \(vault.integrity)")
     printLastBackup(vault)
-    for warning in Vault.statusWarnings(manifest) {
+    for warning in Vault.statusWarnings(manifest, home: home) {
       terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
     }
     terminal.print("  containers:")

@@ -124,6 +124,57 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertGreaterThan(kills, 10)
   }
 
+  /// `keyfile move` killed at each rename and unlink, then a rotation after a compromise: it says
+  /// it deleted version 1's key, and no file the move made still holds it (an operator review: the
+  /// unused copy of a move killed before its manifest write kept every key, and the rerun was then
+  /// refused as another vault's keyfile). `status` warns of the stopped move until then, and the
+  /// move run again afterwards works.
+  func testAStoppedMoveLeavesNoCopyOfAKeyARotationDeletes() throws {
+    let temporary = TemporaryDirectory()
+    var warned = 0
+    for calls in ["rename,renameat,renameat2", "unlink,unlinkat"] {
+      for step in 1...12 {
+        let run = temporary.sub("\(calls.prefix(5))-\(step)")
+        let home = run + "/home"
+        let old = run + "/keys/v.keys"
+        let new = run + "/moved/v.keys"
+        XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
+        XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
+        let killed = try vaultKilled(at: calls, step: step, ["--home", home, "keyfile", "move", new])
+        if killed.status == 0 { break }
+        XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
+        let status = try vault(["--home", home, "status"])
+        XCTAssertEqual(status.status, 0, "\(calls) #\(step): \(status.error)")
+        if FileManager.default.fileExists(atPath: home + "/keyfile-move-pending") {
+          warned += 1
+          XCTAssertTrue(
+            status.outputText.contains("warning:  a keyfile move"), "\(calls) #\(step): \(status.outputText)")
+          XCTAssertTrue(status.outputText.contains("`vault keyfile move \(new)`"), "\(calls) #\(step)")
+        }
+
+        let rotated = try vault(["--home", home, "rotate", "--compromised", "--yes"])
+        XCTAssertEqual(rotated.status, 0, "\(calls) #\(step): \(rotated.error)")
+        XCTAssertTrue(
+          rotated.outputText.contains("Retired (keys deleted): 1"), "\(calls) #\(step): \(rotated.outputText)")
+        // Every file in the two keyfile directories holds this vault's keys: only the one in use remains.
+        let manifest = try String(contentsOfFile: home + "/manifest.json", encoding: .utf8)
+        let current = manifest.contains("\"\(new)\"") ? new : old
+        var left: [String] = []
+        for directory in [run + "/keys", run + "/moved"] {
+          let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+          left += names.map { directory + "/" + $0 }
+        }
+        XCTAssertEqual(left, [current], "\(calls) #\(step)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keyfile-move-pending"), "\(calls) #\(step)")
+        let stats = try vault(["--home", home, "queue", "stats", "--json"])
+        XCTAssertTrue(stats.outputText.contains("\"total\" : 1"), "\(calls) #\(step): \(stats.error)")
+        let again = try vault(["--home", home, "keyfile", "move", new])
+        XCTAssertEqual(again.status, 0, "\(calls) #\(step): \(again.error)")
+      }
+    }
+    XCTAssertGreaterThan(warned, 2)
+  }
+
   /// A move's pending note naming a path where, since, another vault's keyfile was made (here a
   /// restore of this vault's own backup, same vault id, its own integrity key) never gets that
   /// keyfile deleted by the next move (review: it was, and the other vault lost its version 2).
