@@ -136,6 +136,14 @@ extension Vault {
     if stopped == nil {
       try checkNewHome(home)
       try refuseOtherVaultsLeftAt(home, restoring: keyring, resolver: resolver)
+      // The keyfile this vault already keeps there (its own home's, usually at the default path) is
+      // the case of keys present, not of someone else's file in the way.
+      let path = keyfilePath(of: descriptor, keyring: keyring)
+      if descriptor.kind == .keyfile, let (copy, _) = try? keyfileManifest(path, requirePrivate: false),
+        let present = try? KeyfileStore(path: path).storedVersions(keyring: keyring).first
+      {
+        throw VaultError.restoreKeysPresent(store: .keyfile, version: present, home: copy?.manifest.home)
+      }
     }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)
     let madeKeyfile = descriptor.kind == .keyfile
@@ -154,7 +162,8 @@ extension Vault {
       // Items the stopped restore wrote are taken over only when they are the bundle's own keys.
       resumed = try identicalVersions(in: store, keyring: keyring, keys: keys)
     } else if let present = try store.storedVersions(keyring: keyring).first {
-      throw VaultError.restoreKeysPresent(store: store.kind, version: present)
+      let home = (try? storedCopy(in: store, keyring: keyring))?.copy?.manifest.home
+      throw VaultError.restoreKeysPresent(store: store.kind, version: present, home: home)
     }
     let marker = RestoreMarker(
       vaultID: keyring.hex, store: descriptor, integrityCheck: try KeyVersionRecord.checkValue(of: integrityKey))

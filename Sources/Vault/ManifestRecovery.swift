@@ -578,7 +578,7 @@ extension Vault {
   /// it, and whether the store holds either record at all.
   ///
   /// - Throws: the store's error when it cannot be read.
-  private static func storedCopy(in store: any KeyStore, keyring: KeyringID) throws
+  static func storedCopy(in store: any KeyStore, keyring: KeyringID) throws
     -> (held: Bool, copy: ManifestFile.Signed?)
   {
     let integrity = try store.loadRecord(.integrityKey, keyring: keyring)

@@ -217,10 +217,6 @@ public final class Vault: Sendable {
     return resolved
   }
 
-  /// Refuses a home that a stopped restore left half made (it holds the restore's marker): it is
-  /// no vault until that restore runs again.
-  ///
-  /// - Throws: `VaultError.restoreUnfinished`.
   /// Refuses an existing directory as a new vault's home unless it is this user's and nobody else
   /// may write it: `init` and `restore` make an empty home private (mode 0700), and must never do
   /// that to a directory others use (a sticky one such as /tmp or /dev/shm, or one another user
@@ -236,6 +232,10 @@ public final class Vault: Sendable {
     }
   }
 
+  /// Refuses a home that a stopped restore left half made (it holds the restore's marker): it is
+  /// no vault until that restore runs again.
+  ///
+  /// - Throws: `VaultError.restoreUnfinished`.
   package static func refuseUnfinishedRestore(_ home: String) throws {
     let home = absolutePath(home)
     let found = RestoreMarker.read(home: home)
@@ -770,7 +770,7 @@ public final class Vault: Sendable {
 
   /// Whether two paths name one existing file or directory (same device and inode), so a home
   /// reached through a symlink is still the same home and a keyfile under another name is itself.
-  static func sameFile(_ a: String, _ b: String) -> Bool {
+  package static func sameFile(_ a: String, _ b: String) -> Bool {
     if a == b { return true }
     var first = stat()
     var second = stat()

@@ -60,8 +60,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   case restoreStoreDiffers(home: String, store: KeyStoreKind, keyfile: String?)
   /// A restore into a new home found key version `version` of the bundle's vault already in `store`:
   /// the vault the bundle was taken from (or an earlier restore of it) keeps its keys there, and
-  /// they are never overwritten.
-  case restoreKeysPresent(store: KeyStoreKind, version: UInt32)
+  /// they are never overwritten. `home` is that vault's home as the store's copy of its manifest
+  /// names it (nil when the store holds no copy that verifies).
+  case restoreKeysPresent(store: KeyStoreKind, version: UInt32, home: String?)
   /// `Vault.recoverManifest` found no usable copy of `home`'s manifest in the stores it looked in
   /// (`searched`); `unsearched` names stores it could not look in, and `unused` what it found but
   /// did not take, each with why; `elsewhere` the Secret Service vaults whose items name only homes
@@ -208,10 +209,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the vault home \(home) does not exist; nothing was changed. A lost manifest is written back into the home "
         + "that holds its vault's containers: if the home was moved, name its new place; if it was deleted, its "
         + "records went with it, and a backup bundle restores them"
-    case .restoreKeysPresent(let store, let version):
+    case .restoreKeysPresent(let store, let version, let home):
       "the \(store.rawValue) store already holds key version \(version) of this bundle's vault: the vault it was "
-        + "taken from (or an earlier restore of it) keeps its keys there, and they are never overwritten; merge "
-        + "the bundle into that vault's home instead, or restore into another key store (nothing was changed)"
+        + "taken from (or an earlier restore of it) keeps its keys there"
+        + (home.map { ", with its home at \($0)" } ?? "")
+        + ", and they are never overwritten; merge the bundle into that vault's home instead (a second home of the "
+        + "same vault would share its keys and its backups' names), or restore into another key store (nothing "
+        + "was changed)"
     }
   }
 

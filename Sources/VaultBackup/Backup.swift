@@ -161,7 +161,7 @@ public enum Backup {
           version: $0.record.version, state: $0.record.state.rawValue, createdAt: $0.record.createdAt,
           suite: $0.record.effectiveSuite, check: $0.record.check ?? "")
       },
-      containers: containers.map(\.0))
+      containers: containers.map(\.0), home: vault.home)
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let manifestBytes = Array(try encoder.encode(backupManifest))
@@ -238,7 +238,8 @@ public enum Backup {
           "\(directory) could not be added to \(vault.home)/\(directoriesFileName) (\(error))" + unlisted)
       }
     }
-    let removed = try prune(directory: directory, vaultID: manifest.vaultID, keep: keep, newest: name)
+    let removed = try prune(
+      directory: directory, vaultID: manifest.vaultID, home: vault.home, keep: keep, newest: name)
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,
       seconds: Date().timeIntervalSince(started), warnings: warnings)
@@ -716,10 +717,21 @@ public enum Backup {
     }
   }
 
-  /// Whether the file at `path` reads as a bundle of `vaultID` by its header and manifest (their
-  /// hash checked, nothing authenticated): what pruning and `lastBackup` count as a bundle.
-  static func looksLikeBundle(_ path: String, of vaultID: String) -> Bool {
-    (try? inspectManifest(bundle: path))?.vaultID == vaultID
+  /// Whether the file at `path` reads as a bundle of `vaultID` taken from `home` by its header and
+  /// manifest (their hash checked, nothing authenticated): what pruning and `lastBackup` count as
+  /// a home's bundle. A bundle that records no home (written before homes were recorded) counts
+  /// for every home of its vault.
+  static func looksLikeBundle(_ path: String, of vaultID: String, from home: String) -> Bool {
+    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return false }
+    return manifest.home.map { $0 == home || Vault.sameFile($0, home) } ?? true
+  }
+
+  /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than
+  /// `home` (a second home of the vault, restored into another key store).
+  static func isAnotherHomesBundle(_ path: String, of vaultID: String, home: String) -> Bool {
+    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID, let from = manifest.home
+    else { return false }
+    return from != home && !Vault.sameFile(from, home)
   }
 
   /// `20261201T160512.123Z`: sorts by time as text.
@@ -734,11 +746,12 @@ public enum Backup {
   /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
   /// names); `newest`, just written and verified, is always kept. A bundle newer than `newest`
   /// (a backup running at the same time) counts among the newest and is never removed for it.
-  /// Only files whose header and manifest read as this vault's bundle count: a file that only
-  /// has a bundle's name (a note, a truncated copy) is neither counted nor removed.
-  static func prune(directory: String, vaultID: String, keep: Int, newest: String) throws -> [String] {
+  /// Only files whose header and manifest read as this vault's bundle taken from `home` count: a
+  /// file that only has a bundle's name (a note, a truncated copy), or a bundle of another home of
+  /// the same vault (restored into another key store), is neither counted nor removed.
+  static func prune(directory: String, vaultID: String, home: String, keep: Int, newest: String) throws -> [String] {
     var names = ownBundleNames(in: directory, vaultID: vaultID).filter {
-      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID)
+      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID, from: home)
     }
     if !names.contains(newest) { names.append(newest) }
     let older = names.sorted().dropLast(keep).filter { $0 != newest }

@@ -56,9 +56,13 @@ public struct BackupManifest: Codable, Sendable, Equatable {
   public var versions: [Version]
   /// The container snapshots, in bundle order.
   public var containers: [Container]
+  /// The home the vault was backed up from (absent in bundles written before it was recorded):
+  /// a home prunes and reports as its own only bundles of its vault taken from it, since a restore
+  /// into another key store makes a second home of the same vault id.
+  public var home: String?
 
   enum CodingKeys: String, CodingKey {
-    case format, versions, containers
+    case format, versions, containers, home
     case vaultID = "vault_id"
     case keyringID = "keyring_id"
     case createdAt = "created_at"

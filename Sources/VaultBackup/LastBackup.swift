@@ -105,16 +105,22 @@ extension Backup {
   ///   is in those directories now.
   public static func lastBackup(home: String, vaultID: String, now: Date = Date()) -> LastBackup? {
     let prefix = bundlePrefix(vaultID: vaultID)
+    let home = absolutePath(home)
     var found: [String] = []
-    for directory in backupDirectories(home: absolutePath(home)) {
+    for directory in backupDirectories(home: home) {
       found += ownBundleNames(in: directory, vaultID: vaultID).map { directory + "/" + $0 }
     }
+    // Another home of the same vault (restored into another key store) may back up to the same
+    // directory: its bundles are not this home's backups.
+    found.removeAll { isAnotherHomesBundle($0, of: vaultID, home: home) }
     // Names carry the time (sortable text) after the prefix: the newest sorts last. The newest
     // whose header and manifest read as this vault's bundle is the last backup; a file that only
     // has a bundle's name (say, dated 9999) must not hide it. When none reads so, the newest by
     // name is reported, damaged.
     let byName = found.sorted { ($0 as NSString).lastPathComponent > ($1 as NSString).lastPathComponent }
-    guard let newest = byName.first(where: { looksLikeBundle($0, of: vaultID) }) ?? byName.first else { return nil }
+    guard let newest = byName.first(where: { looksLikeBundle($0, of: vaultID, from: home) }) ?? byName.first else {
+      return nil
+    }
     let stamp = String(
       (newest as NSString).lastPathComponent.dropFirst(prefix.count).dropLast(BundleLayout.fileSuffix.count))
     var createdAt = stamp

@@ -57,8 +57,8 @@ enum Advice {
     case VaultError.restoreUnfinished(let home, _): return " (`vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.restoreStoreDiffers(_, let store, let keyfile):
       return " (--store \(store.rawValue)" + (keyfile.map { " --keyfile \(ShellWord.quoted($0))" } ?? "") + ")"
-    case VaultError.restoreKeysPresent(let store, _):
-      return " (`vault restore BUNDLE --into THAT_HOME`"
+    case VaultError.restoreKeysPresent(let store, _, let home):
+      return " (`vault restore BUNDLE --into \(home.map(ShellWord.quoted) ?? "THAT_HOME")`"
         + (store == .keyfile ? ")" : ", or --store keyfile)")
     case QueueError.unsafeDirectory(let path, _, let mode, let owner)
     where !QueueError.chmodFixes(mode: mode, owner: owner):

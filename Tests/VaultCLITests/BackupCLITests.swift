@@ -150,6 +150,38 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(try bundles(), ([foreign] + written.suffix(2)).sorted())
   }
 
+  /// A restore into another key store makes a second home of the same vault: its bundles are not
+  /// this home's. Its `backup --keep 1` into the same directory deleted this home's only bundle,
+  /// and `status` here showed its bundle as this home's last backup (an operator review). A restore
+  /// into the store that already holds the vault's keys names the home to merge into (it called
+  /// the keyfile another vault's).
+  func testASecondHomeOfTheVaultNeitherPrunesNorShowsThisHomesBundles() throws {
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+    let backup = ["backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json"]
+    let first = try vault(["--home", home] + backup)
+    XCTAssertEqual(first.status, 0, first.error)
+    let bundle = try XCTUnwrap(try json(first)["bundle"] as? String)
+    let copy = temporary.sub("copy")
+    let restore = ["restore", bundle, "--passphrase-file", passphraseFile, "--into", copy, "--store", "keyfile"]
+    let refused = try vault(restore + ["--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertEqual(refused.status, 1, refused.error)
+    XCTAssertTrue(refused.error.contains("keeps its keys there, with its home at \(home)"), refused.error)
+    XCTAssertTrue(refused.error.contains("`vault restore BUNDLE --into \(home)`"), refused.error)
+    let restored = try vault(restore + ["--keyfile", temporary.sub("k2/v.keys")])
+    XCTAssertEqual(restored.status, 0, restored.error)
+
+    let second = try vault(["--home", copy] + backup)
+    XCTAssertEqual(second.status, 0, second.error)
+    let theirs = try XCTUnwrap(try json(second)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [bundle, theirs].sorted(), "each home keeps its own bundle")
+    let status = try json(try vault(["--home", home, "status", "--json"]))
+    XCTAssertEqual((status["last_backup"] as? [String: Any])?["bundle"] as? String, bundle)
+    let third = try vault(["--home", home] + backup)
+    XCTAssertEqual(third.status, 0, third.error)
+    let mine = try XCTUnwrap(try json(third)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "this home prunes only its own")
+  }
+
   func testWrongPassphraseDamageAndAnExistingHomeAreRefused() throws {
     XCTAssertEqual(
       try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)

@@ -340,7 +340,8 @@ final class SecretServiceCLITests: XCTestCase {
     ])
     XCTAssertEqual(refused.status, 1)
     XCTAssertTrue(refused.error.contains("already holds key version 1 of this bundle's vault"), refused.error)
-    XCTAssertTrue(refused.error.contains("--into THAT_HOME`, or --store keyfile"), refused.error)
+    XCTAssertTrue(refused.error.contains("with its home at \(home)"), refused.error)
+    XCTAssertTrue(refused.error.contains("--into \(home)`, or --store keyfile"), refused.error)
     XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: copy)) ?? [], [], "nothing made")
 
     let merged = try vault(["restore", bundle, "--passphrase-file", passphrase, "--into", home])
