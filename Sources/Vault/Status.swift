@@ -260,6 +260,9 @@ extension Vault {
       warnings.append(.unfinishedCompromise(version: version))
     } else if let version = manifest.resealing {
       warnings.append(.unfinishedRotation(version: version))
+    } else if let pending = manifest.versions.last(where: { $0.state == .pending }) {
+      // Stopped before its new version was made active (the next rotation or open finishes that).
+      warnings.append(.unfinishedRotation(version: pending.version))
     }
     if let active = manifest.record(manifest.activeVersion), active.effectiveSuite == Envelope.suiteAES256GCM {
       warnings.append(.sealsFormatOne(version: active.version))
@@ -273,8 +276,8 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
   /// A rotation after a compromise made `version` active and has not finished: the compromised keys
   /// still exist, and only a rotation after a compromise may go on.
   case unfinishedCompromise(version: UInt32)
-  /// A rotation made `version` active and has not re-sealed every record: it is running now, or it
-  /// was stopped or killed. The versions before it keep their keys until a rotation finishes (the
+  /// A rotation added `version` and has not made it active, or made it active and has not
+  /// re-sealed every record: it is running now, or it was stopped or killed. The versions before it keep their keys until a rotation finishes (the
   /// next one resumes it). New cases may come: switch with a `default`.
   case unfinishedRotation(version: UInt32)
   /// The active version `version` seals envelope format 1: rotate to get a format-2 key.

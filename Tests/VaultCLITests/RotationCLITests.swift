@@ -107,6 +107,24 @@ final class RotationCLITests: XCTestCase {
     try Spawn.run("/bin/sh", ["-c", script], input: input)
   }
 
+  /// A rotation killed while its new version is pending (recorded, not yet active): `status` and
+  /// `doctor` say the rotation has not finished, as `rotate --if-due` did (an operator review: they
+  /// showed "2 pending" and no warning). The next rotation finishes it.
+  func testARotationKilledWhileItsVersionIsPendingIsReported() throws {
+    let killed = try vaultKilled(at: "rename,renameat,renameat2", step: 2, ["--home", home, "rotate"])
+    XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+    let status = try vault(["--home", home, "status", "--json"])
+    let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+    let states = (object["versions"] as? [[String: Any]])?.map { $0["state"] as? String ?? "?" }
+    XCTAssertEqual(states, ["active", "pending"], status.outputText)
+    let warnings = object["warnings"] as? [String] ?? []
+    XCTAssertTrue(warnings.contains { $0.hasPrefix("the rotation to version 2 has not finished") }, "\(warnings)")
+    XCTAssertTrue(
+      try vault(["--home", home, "doctor"]).outputText.contains("the rotation to version 2 has not finished"))
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    XCTAssertFalse(try vault(["--home", home, "status"]).outputText.contains("has not finished"))
+  }
+
   /// A rotation that fails after its new version is active (here every write past 512 KiB fails,
   /// `ulimit -f`, while the container is re-sealed) says so and how to finish; the rerun resumes,
   /// and every record opens.
