@@ -218,7 +218,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case insecurePermissions(path: String, mode: UInt32, isDirectory: Bool)
   /// The keyfile belongs to another user than the one running (`expected`).
   case wrongOwner(path: String, owner: UInt32, expected: UInt32)
-  /// The keyfile's directory is shared (sticky or writable by others) or belongs to another user.
+  /// The keyfile's directory is shared (sticky or writable by others), belongs to another user, or
+  /// (when `owner` is `expected`) is open to group or others and holds other files than keyfiles
+  /// (/etc, /home): a directory whose mode vault never advises changing.
   case unsafeKeyfileDirectory(path: String, mode: UInt32, owner: UInt32, expected: UInt32)
   /// The keyfile path is a symlink, directory, FIFO, socket or device: never followed or opened.
   case notARegularFile(path: String)
@@ -339,6 +341,10 @@ extension KeyStoreError {
     if isShared(directoryMode: mode) {
       return "keyfile directory \(path) is shared with other users (mode \(octal(mode))), so they could read, "
         + "replace or delete keys there; do not change its mode: \(privateDirectory)"
+    }
+    if owner == expected {
+      return "keyfile directory \(path) has mode \(octal(mode)), open to group or others, and holds other files "
+        + "than keyfiles, so its mode is not vault's to change: \(privateDirectory)"
     }
     if expected == 0 {
       return "keyfile directory \(path) belongs to uid \(owner), not root; run as uid \(owner), its owner, "

@@ -56,8 +56,20 @@ package enum SecureFile {
       throw KeyStoreError.wrongOwner(path: path, owner: info.st_uid, expected: me)
     }
     guard info.st_mode & 0o077 == 0 else {
+      // A directory used for other things (/etc, /home, a project's folder) is not made private
+      // for a keyfile: a chmod there would lock others out of what else it holds.
+      if isDirectory, !holdsOnlyKeyfiles(path) {
+        throw KeyStoreError.unsafeKeyfileDirectory(path: path, mode: mode, owner: info.st_uid, expected: me)
+      }
       throw KeyStoreError.insecurePermissions(path: path, mode: mode, isDirectory: isDirectory)
     }
+  }
+
+  /// Whether the directory at `path` holds nothing but keyfiles (`*.keys`) and what their writes
+  /// leave (`*.keys.tmp-*`): one made for keyfiles, whose mode `chmod 700` may tighten.
+  static func holdsOnlyKeyfiles(_ path: String) -> Bool {
+    let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+    return names.allSatisfy { $0.hasSuffix(".keys") || $0.contains(".keys.tmp-") }
   }
 
   /// Reads a whole file into zeroizing memory. Returns nil when the file does not exist.

@@ -112,6 +112,25 @@ final class KeyfileStoreTests: XCTestCase {
     }
   }
 
+  /// A directory open to others that holds other files than keyfiles (/etc, /home as root) is
+  /// refused without the advice to chmod it, which would lock others out of what else it holds
+  /// (an operator review was told "run: chmod 700 /etc").
+  func testADirectoryUsedForOtherFilesIsNeverToldToChangeItsMode() throws {
+    let store = makeStore()
+    try store.storeKey(try .generate(), keyring: keyring, version: 1)
+    XCTAssertTrue(FileManager.default.createFile(atPath: temporary.sub("keys/notes.txt"), contents: Data()))
+    chmod(temporary.sub("keys"), 0o755)
+    XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
+      XCTAssertEqual(
+        error as? KeyStoreError,
+        .unsafeKeyfileDirectory(path: temporary.sub("keys"), mode: 0o40755, owner: geteuid(), expected: geteuid()))
+      let text = String(describing: error)
+      XCTAssertFalse(text.contains("chmod"), text)
+      XCTAssertTrue(text.contains("holds other files than keyfiles"), text)
+      XCTAssertTrue(text.contains("keep the keyfile in a private directory of your own"), text)
+    }
+  }
+
   func testRefusesAFileOwnedByAnotherUser() throws {
     try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
     let store = makeStore()
