@@ -111,7 +111,7 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the Secret Service already holds keys for a vault at \(home) (vault id \(ids.joined(separator: ", "))) "
         + "but its manifest is missing; write it back from the copy the Secret Service keeps (or restore it from a "
         + "backup) rather than creating a new vault; only if that vault is gone for good, remove its items first "
-        + "(secret-tool clear vault-id ID)"
+        + "(" + ids.map { "secret-tool clear vault-id \($0)" }.joined(separator: "; ") + ")"
     case .keyMissing(let version, let store):
       "key version \(version) is missing from the \(store.rawValue) store although the manifest expects it; "
         + Self.anotherServiceHint(store) + "restore the key store from a backup (no new key was made)"

@@ -453,11 +453,16 @@ extension VaultCommandLine {
   func examineBackup(_ manifest: Manifest, home: String, into report: inout DoctorReport) {
     let live = manifest.versions.filter { $0.state.isLive }.map(\.version)
     let store = manifest.store.kind == .keyfile ? "keyfile" : "Secret Service"
+    /// "key version 1 exists" or "key versions 1, 2 exist".
+    func versions(_ list: [UInt32]) -> String {
+      (list.count == 1 ? "key version " : "key versions ") + list.map(String.init).joined(separator: ", ")
+        + (list.count == 1 ? " exists" : " exist")
+    }
     guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID) else {
       report.add(
         "backup", .warning,
-        "warning: no backup bundle of this vault found; key versions "
-          + live.map(String.init).joined(separator: ", ") + " exist only in the \(store) (`vault backup --to DIR`)")
+        "warning: no backup bundle of this vault found; \(versions(live)) only in the \(store) "
+          + "(`vault backup --to DIR`)")
       return
     }
     guard last.intact else {
@@ -468,8 +473,8 @@ extension VaultCommandLine {
     guard missing.isEmpty else {
       report.add(
         "backup", .warning,
-        "warning: key versions " + missing.map(String.init).joined(separator: ", ")
-          + " exist only in the \(store); the newest bundle (\(last.bundle)) predates them (`vault backup --to DIR`)")
+        "warning: \(versions(missing)) only in the \(store); the newest bundle (\(last.bundle)) does not hold "
+          + (missing.count == 1 ? "it" : "them") + " (`vault backup --to DIR`)")
       return
     }
     report.add("backup", .ok, "ok (\(last.bundle), taken \(last.createdAt), holds every live key version)")

@@ -370,7 +370,8 @@ final class BackupCLITests: XCTestCase {
     check = try backupCheck()
     XCTAssertEqual(check["status"] as? String, "warning")
     XCTAssertTrue(
-      (check["detail"] as? String)?.contains("key versions 2 exist only in the keyfile") == true, "\(check)")
+      (check["detail"] as? String)?.contains("key version 2 exists only in the keyfile") == true, "\(check)")
+    XCTAssertTrue((check["detail"] as? String)?.contains("does not hold it") == true, "\(check)")
   }
 
   /// Another process enqueues all along; every record it was told was stored before the backup

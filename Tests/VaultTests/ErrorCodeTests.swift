@@ -66,6 +66,14 @@ final class ErrorCodeTests: XCTestCase {
     XCTAssertFalse(VaultError.keyMissing(version: 3, store: .keyfile).description.contains("D-Bus"))
   }
 
+  /// The way to retire a vault gone for good names its id, ready to paste (it said `vault-id ID`).
+  func testOrphanedKeysNameTheItemsToClearByTheirVaultID() {
+    let text = VaultError.orphanedKeys(home: "/h", vaultIDs: ["0011223344556677", "8899aabbccddeeff"]).description
+    XCTAssertTrue(
+      text.hasSuffix("(secret-tool clear vault-id 0011223344556677; secret-tool clear vault-id 8899aabbccddeeff)"), text
+    )
+  }
+
   func testLibraryTextsNameNoCommand() {
     for error in samples {
       for advice in ["`vault ", "--keyfile", "--store", "vault init", "vault rotate", "vault keyfile"] {
