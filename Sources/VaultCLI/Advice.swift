@@ -13,6 +13,10 @@ enum Advice {
   static func suffix(for error: any Error) -> String {
     switch error {
     case VaultError.alreadyExists: return " (use `vault status` to inspect it)"
+    case ManifestFile.Failure.missing(let home) where !FileManager.default.fileExists(atPath: home):
+      // No directory at all: nothing to write a manifest back into (recover says vault.home-missing).
+      return " (the directory does not exist: for a vault that was moved, give its new place with --home; "
+        + "`vault init` creates a vault)"
     case ManifestFile.Failure.missing: return " (`vault recover` writes it back; `vault init` creates a vault)"
     case ManifestFile.Failure.corrupt, ManifestFile.Failure.tooLarge, ManifestFile.Failure.unauthenticated:
       return " (`vault recover` writes back that copy, and keeps this file beside it)"
@@ -20,8 +24,8 @@ enum Advice {
       return " (once it is moved aside, `vault recover` writes the manifest back from its key store's copy)"
     case VaultError.homeNotEmpty, VaultError.orphanedKeys, VaultError.orphanedKeyfile:
       return " (`vault recover` writes the manifest back from the copy its key store keeps)"
-    case VaultError.noManifestCopy(let home, _, let unsearched, let unused, _)
-    where unsearched.isEmpty && unused.isEmpty:
+    case VaultError.noManifestCopy(let home, _, let unsearched, let unused, let elsewhere)
+    where unsearched.isEmpty && unused.isEmpty && elsewhere.isEmpty:
       return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
         + "then `vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.noManifestCopy:

@@ -701,6 +701,10 @@ final class RecoverCommandTests: XCTestCase {
     try FileManager.default.removeItem(atPath: home)
     assertRefused(
       try run(["recover"]), saying: ["the vault home \(home) does not exist", "`vault --home NEW recover`"])
+    // And `status` there no longer sends the operator to `recover` (an operator review followed it).
+    let status = try run(["status"])
+    XCTAssertTrue(status.error.contains("(the directory does not exist: for a vault that was moved"), status.error)
+    XCTAssertFalse(status.error.contains("`vault recover`"), status.error)
     XCTAssertFalse(FileManager.default.fileExists(atPath: home), "recover made nothing")
   }
 
@@ -764,6 +768,7 @@ final class RecoverCommandTests: XCTestCase {
       unnamed.error.contains("The Secret Service holds the keys of vaults whose homes no longer hold them: "),
       unnamed.error)
     XCTAssertTrue(unnamed.error.contains("vault \(vaultID) (stored for \(home))"), unnamed.error)
+    XCTAssertTrue(unnamed.error.contains("`vault recover --vault-id ID`"), unnamed.error)
     let named = try vault(["--home", moved, "recover", "--vault-id", vaultID], environment: env)
     XCTAssertEqual(named.status, 0, named.error)
     let rotated = try vault(["--home", moved, "rotate"], environment: env)
