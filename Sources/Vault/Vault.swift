@@ -281,7 +281,15 @@ public final class Vault: Sendable {
       vault = Vault(home: home, manifest: signed.manifest, store: store, integrityKey: integrityKey, clock: clock)
       // The lock is taken only when the home or the key store's copy must be rewritten, so opening
       // never waits for a rotation running elsewhere.
-      if try vault.adoptVerifiedManifest(heal: false) { try vault.withManifestLock {} }
+      if try vault.adoptVerifiedManifest(heal: false) {
+        do {
+          try vault.withManifestLock {}
+        } catch KeyStoreError.io(_, _, let code) where [ENOSPC, EDQUOT, EROFS].contains(code) {
+          // No room (or no write) for the rewrite: the newest authentic manifest, adopted above, is
+          // used as it is, so reading works on a full disk; the next open that can write brings the
+          // file up to date, and anything that changes the manifest (a rotation) fails there first.
+        }
+      }
     } else {
       guard signed.isLegacy else { throw try noIntegrityKeyError(signed.manifest, store: store) }
       vault = try upgrade(home: home, store: store, clock: clock)
@@ -291,9 +299,15 @@ public final class Vault: Sendable {
       // under a pending version. A rotation's (there is an older version) is then still
       // re-sealing: recorded, so that the next rotation resumes it instead of making yet another
       // version while the records are still under the old one.
-      try vault.withManifestLock {
-        let rotating = vault.manifest.versions.contains { $0.state != .pending }
-        try vault.completePendingVersion(resealing: rotating)
+      let rotating = vault.manifest.versions.contains { $0.state != .pending }
+      do {
+        try vault.withManifestLock {
+          try vault.completePendingVersion(resealing: vault.manifest.versions.contains { $0.state != .pending })
+        }
+      } catch KeyStoreError.io(_, _, let code) where rotating && [ENOSPC, EDQUOT, EROFS].contains(code) {
+        // No room to record it: the version active before the rotation stays active here (nothing
+        // was sealed under the pending one), so reading works on a full disk; the next rotation,
+        // or the next open that can write, finishes it.
       }
     }
     _ = try vault.activeKey()

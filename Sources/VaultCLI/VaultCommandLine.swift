@@ -422,6 +422,12 @@ public struct VaultCommandLine {
     // The containers are checked, then opened one at a time, under the manifest lock.
     let report: RotationReport
     let activeBefore = vault.activeVersion
+    // A rotation an earlier run left unfinished, which this one resumes: its new version may be
+    // active already (opening the vault makes a pending version active), so the active version
+    // alone does not tell whether this run got anywhere.
+    let resuming =
+      vault.manifest.resealing != nil || vault.manifest.unfinishedCompromise != nil
+      || vault.manifest.versions.contains { $0.state == .pending }
     do {
       defer { progress.finish() }
       report = try vault.rotate(containers: QueueContainerProvider(), options: options)
@@ -436,7 +442,10 @@ public struct VaultCommandLine {
       } catch {
         unreadable = error is KeyStoreError
       }
-      if let after, after.activeVersion != activeBefore, after.resealing == nil, after.unfinishedCompromise == nil {
+      let unfinished = after.map {
+        $0.resealing != nil || $0.unfinishedCompromise != nil || $0.versions.contains { $0.state == .pending }
+      }
+      if let after, after.activeVersion != activeBefore || resuming, unfinished == false {
         // The rotation is done (running it again would make another version); what failed came after.
         let homeEpoch = try? ManifestFile.read(home: vault.home).manifest.epoch
         if homeEpoch.map({ $0 < after.epoch }) ?? true {
@@ -456,7 +465,7 @@ public struct VaultCommandLine {
           "vault: the key store stopped answering, so how far this rotation got cannot be checked now; once it "
             + "answers, `vault status` tells whether a rotation is under way (`vault rotate"
             + (compromised ? " --compromised" : "") + "` resumes it)")
-      } else if let active = after?.activeVersion, active != activeBefore {
+      } else if let active = after?.activeVersion, active != activeBefore || (resuming && unfinished == true) {
         // Stopped after the new version was made active: the re-sealing is unfinished. An ordinary
         // rerun resumes it (it adds no further version). After a compromise only `rotate
         // --compromised` may finish it (an ordinary rotation refuses), and it always makes a fresh

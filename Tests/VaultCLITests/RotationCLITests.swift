@@ -107,6 +107,58 @@ final class RotationCLITests: XCTestCase {
     try Spawn.run("/bin/sh", ["-c", script], input: input)
   }
 
+  /// Opening a vault brings a stale manifest file up to date (and records a stopped rotation's
+  /// pending version); on a full disk those writes fail, and commands that only read failed with
+  /// them (an operator review: `queue stats` and `scan` refused on a full disk). They now read
+  /// with the newest authentic manifest; a command with room then writes it.
+  func testCommandsThatReadWorkWhenTheManifestCannotBeBroughtUpToDate() throws {
+    for index in 0..<3 {
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [UInt8(index)]).status, 0)
+    }
+    let killed = try vaultKilled(at: "rename,renameat,renameat2", step: 2, ["--home", home, "rotate"])
+    XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+    let full = try vaultFailing(
+      "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home, "queue", "stats", "--json"])
+    XCTAssertEqual(full.status, 0, full.error)
+    XCTAssertTrue(full.outputText.contains("\"total\" : 3"), full.outputText)
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(status.outputText.contains("older than the key store's copy"), status.outputText)
+    XCTAssertEqual(try vault(["--home", home, "queue", "stats"]).status, 0)
+    XCTAssertFalse(try vault(["--home", home, "status"]).outputText.contains("older than the key store's copy"))
+    XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+  }
+
+  /// A rerun of a stopped rotation whose Nth write fails (ENOSPC, N = 1, 2, …): when it got as far
+  /// as finishing the rotation, it says so (an operator review: a resumed rotation that finished
+  /// but could not write the home's manifest printed only the disk error, as the new version was
+  /// already active when it began); while the rotation is unfinished, `status` says that instead.
+  func testAResumedRotationThatFailsSaysHowFarItGot() throws {
+    var finished = 0
+    for step in 1...40 {
+      let home = temporary.sub("resume-\(step)")
+      try initKeyfileVault(home: home, keyfile: temporary.sub("resume-keys-\(step)/v.keys"))
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      let killed = try vaultKilled(at: "rename,renameat,renameat2", step: 2, ["--home", home, "rotate"])
+      XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+      let failed = try vaultFailing("write", with: "ENOSPC", when: "\(step)", ["--home", home, "rotate"])
+      // The only write opening makes is the home's manifest, brought up to date: when it fails,
+      // the rotation takes the lock and writes it again.
+      if failed.status == 0 { continue }
+      if failed.error.contains("could not write to standard output") { break }
+      let status = try vault(["--home", home, "status", "--json"])
+      let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+      let unfinished = (object["warnings"] as? [String] ?? []).contains { $0.contains("has not finished") }
+      if failed.error.contains("vault: the rotation to version 2 finished") {
+        finished += 1
+        XCTAssertFalse(unfinished, "write #\(step): \(failed.error)")
+      } else {
+        XCTAssertTrue(unfinished, "write #\(step): status shows no unfinished rotation after: \(failed.error)")
+      }
+      XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "write #\(step)")
+    }
+    XCTAssertGreaterThan(finished, 0, "a failure after the rotation finished was reached")
+  }
+
   /// A rotation killed while its new version is pending (recorded, not yet active): `status` and
   /// `doctor` say the rotation has not finished, as `rotate --if-due` did (an operator review: they
   /// showed "2 pending" and no warning). The next rotation finishes it.
