@@ -29,7 +29,8 @@ extension Vault {
   /// - Returns: the old path.
   /// - Throws: `VaultError.notAKeyfileVault` when the vault keeps its keys elsewhere;
   ///   `VaultError.keyfileExists` when another file is already at `newPath` (or `newPath` is the
-  ///   keyfile itself under another name); `VaultError.keyMissing` when the old keyfile is gone;
+  ///   keyfile itself under another name); `KeyStoreError.notARegularFile` when `newPath` is a
+  ///   directory, a link or another special file; `VaultError.keyMissing` when the old keyfile is gone;
   ///   `KeyStoreError` when the copy is refused (its place, owner or mode) or does not hold the same
   ///   versions (the copy is then removed) and for I/O failures; `ManifestFile.Failure` when the
   ///   manifest is missing or fails its checks. Nothing is changed when it throws before the
@@ -72,6 +73,11 @@ extension Vault {
 
     var existingInfo = stat()
     let adopting = lstat(newPath, &existingInfo) == 0
+    // A directory (or another special file) there is not a keyfile in the way: the path must name
+    // the keyfile itself (`keyfile move ~` said "a keyfile already exists").
+    if adopting, existingInfo.st_mode & S_IFMT != S_IFREG {
+      throw KeyStoreError.notARegularFile(path: newPath)
+    }
     if adopting {
       // Only a copy of this keyfile (a move that stopped before its manifest write) is adopted:
       // identical, or holding the same keys and integrity key (the stopped move had stored the

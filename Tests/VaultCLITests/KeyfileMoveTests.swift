@@ -175,6 +175,21 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertGreaterThan(warned, 2)
   }
 
+  /// A directory given as the new place (`keyfile move ~`) is named as one, not as "a keyfile
+  /// already exists" (an operator review), and nothing changes.
+  func testADirectoryAsTheNewPlaceIsNamedAsNotAFile() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    XCTAssertEqual(
+      try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", temporary.sub("k/v.keys")]).status, 0)
+    XCTAssertEqual(mkdir(temporary.sub("elsewhere"), 0o700), 0)
+    let moved = try vault(["--home", home, "keyfile", "move", temporary.sub("elsewhere")])
+    XCTAssertEqual(moved.status, 1)
+    XCTAssertTrue(moved.error.contains("\(temporary.sub("elsewhere")) is not a regular file"), moved.error)
+    XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keyfile-move-pending"))
+    XCTAssertTrue(FileManager.default.fileExists(atPath: temporary.sub("k/v.keys")))
+  }
+
   /// A move's pending note naming a path where, since, another vault's keyfile was made (here a
   /// restore of this vault's own backup, same vault id, its own integrity key) never gets that
   /// keyfile deleted by the next move (review: it was, and the other vault lost its version 2).
