@@ -39,6 +39,9 @@ enum Advice {
       return " (`vault --home NEW recover` for a moved home; `vault restore BUNDLE --into HOME` from a backup)"
     case KeyStoreError.noSessionBus, KeyStoreError.noProvider, KeyStoreError.libraryMissing:
       return " (`vault init --store keyfile`)"
+    case KeyStoreError.wrongOwner(let path, _, let expected) where SecureFile.isInDirectoryOf(expected, path),
+      ManifestFile.Failure.wrongOwner(let path, _, let expected) where SecureFile.isInDirectoryOf(expected, path):
+      return ""
     case KeyStoreError.wrongOwner(_, let owner, let expected) where expected == 0,
       KeyStoreError.unsafeKeyfileDirectory(_, _, let owner, let expected) where expected == 0 && owner != 0:
       return " (e.g. sudo -u '#\(owner)' vault …, or `vault init --keyfile PATH`)"

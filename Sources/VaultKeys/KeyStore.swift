@@ -278,6 +278,11 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .insecurePermissions(let path, let mode, let isDirectory):
       "\(isDirectory ? "keyfile directory" : "keyfile") \(path) has mode \(octal(mode)), open to group or others; "
         + "run: chmod \(isDirectory ? "700" : "600") \(ShellWord.quoted(path))   (then check nobody else copied it)"
+    case .wrongOwner(let path, let owner, let expected) where SecureFile.isInDirectoryOf(expected, path):
+      // In a directory of the user's own: made there by vault run as that uid (with sudo).
+      "keyfile \(path) belongs to uid \(owner), while its directory is yours (uid \(expected)); if vault wrote it "
+        + "while run as uid \(owner), give it back: \(SecureFile.chown(to: expected)) \(ShellWord.quoted(path)) (each key "
+        + "is checked against the manifest's record of it, so a replaced one is refused after that)"
     case .wrongOwner(let path, let owner, let expected) where expected == 0:
       // Never tell root to take a user's file: that would lock the user out of their own keys.
       "keyfile \(path) belongs to uid \(owner), not root; run as uid \(owner), its owner, "

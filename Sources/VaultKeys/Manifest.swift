@@ -451,6 +451,11 @@ public enum ManifestFile {
       case .mismatchedMirror(let path):
         "the vault manifest \(path) and the copy in the key store belong to different vaults; "
           + "check that --home and the key store belong together"
+      case .wrongOwner(let path, let owner, let expected) where SecureFile.isInDirectoryOf(expected, path):
+        // The home is the user's: running as the file's owner would be refused there (review).
+        "the vault manifest \(path) belongs to uid \(owner), while its home is yours (uid \(expected)); nothing was "
+          + "changed. If vault wrote it while run as uid \(owner), give it back: "
+          + "\(SecureFile.chown(to: expected)) \(ShellWord.quoted(path)) (it is authenticated: a manifest anyone changed is refused after that)"
       case .wrongOwner(let path, let owner, let expected):
         Self.notYours("the vault manifest \(path)", owner: owner, expected: expected)
       case .unsafeHome(let home, _, let owner, let expected) where owner != expected:

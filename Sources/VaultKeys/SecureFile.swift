@@ -65,6 +65,19 @@ package enum SecureFile {
     }
   }
 
+  /// Whether the directory holding `path` belongs to `user`: a file of another user's in a
+  /// directory of the user's own was made there by them, or by vault run as them (with sudo), and
+  /// is given back with `chown`, not by running as that user.
+  package static func isInDirectoryOf(_ user: uid_t, _ path: String) -> Bool {
+    let directory = (path as NSString).deletingLastPathComponent
+    var info = stat()
+    return stat(directory.isEmpty ? "." : directory, &info) == 0 && info.st_uid == user
+  }
+
+  /// The command that gives a file to `user`: only root may give a file away, so another user's
+  /// runs under sudo.
+  package static func chown(to user: uid_t) -> String { user == 0 ? "chown 0" : "sudo chown \(user)" }
+
   /// Whether the directory at `path` holds nothing but keyfiles (`*.keys`) and what their writes
   /// leave (`*.keys.tmp-*`): one made for keyfiles, whose mode `chmod 700` may tighten.
   static func holdsOnlyKeyfiles(_ path: String) -> Bool {

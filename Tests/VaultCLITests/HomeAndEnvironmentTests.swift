@@ -103,6 +103,22 @@ final class HomeAndEnvironmentTests: XCTestCase {
     XCTAssertEqual(info.st_mode & 0o7777, 0o700)
   }
 
+  /// A manifest of another user's in a home of one's own is given back with chown, not by running
+  /// as that user, who would then be told the home is not theirs (an operator review went back and
+  /// forth between the two).
+  func testAManifestOfAnotherUserInOnesOwnHomeIsGivenBack() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    let manifest = home + "/manifest.json"
+    XCTAssertEqual(chown(manifest, 1001, 1001), 0)
+    let refused = try vault(["--home", home, "status"], environment: clean())
+    XCTAssertEqual(refused.status, 1, refused.error)
+    XCTAssertTrue(refused.error.contains("while its home is yours (uid 0)"), refused.error)
+    XCTAssertTrue(refused.error.contains("give it back: chown 0 \(manifest)"), refused.error)
+    XCTAssertFalse(refused.error.contains("sudo -u"), refused.error)
+    XCTAssertEqual(chown(manifest, 0, 0), 0, "the chown it names")
+    XCTAssertEqual(try vault(["--home", home, "status"], environment: clean()).status, 0)
+  }
+
   /// memo takes `--home=DIR` as vault does; `--home` without a value is a usage error (it used to
   /// fall back to the default home, or become the memo's text).
   func testMemoUnderstandsHomeEqualsAndRefusesAMissingHome() throws {

@@ -85,10 +85,27 @@ final class PermissionHintTests: XCTestCase {
     let store = KeyfileStore(path: temporary.sub("keys/v.keys"))
     try store.storeKey(try .generate(), keyring: keyring, version: 1)
     XCTAssertEqual(chown(store.path, 4242, 4242), 0)
+    XCTAssertEqual(chown(temporary.sub("keys"), 4242, 4242), 0)
     XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
       let text = String(describing: error)
       XCTAssertFalse(text.contains("chown"), text)
       XCTAssertTrue(text.contains("run as uid 4242"), text)
+    }
+  }
+
+  /// Another user's keyfile in a directory of one's own was written there by vault run as that
+  /// user: it is given back with chown (an operator review was sent to run as uid 1001, who was
+  /// then told to run as uid 0, since the directory is root's).
+  func testAKeyfileOfAnotherUserInOnesOwnDirectoryIsGivenBack() throws {
+    try XCTSkipUnless(geteuid() == 0, "changing a file's owner needs root (CI runs as root)")
+    let store = KeyfileStore(path: temporary.sub("keys/v.keys"))
+    try store.storeKey(try .generate(), keyring: keyring, version: 1)
+    XCTAssertEqual(chown(store.path, 4242, 4242), 0)
+    XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
+      let text = String(describing: error)
+      XCTAssertTrue(text.contains("while its directory is yours (uid 0)"), text)
+      XCTAssertTrue(text.contains("give it back: chown 0 \(store.path)"), text)
+      XCTAssertFalse(text.contains("run as uid 4242, its owner"), text)
     }
   }
 }
