@@ -364,13 +364,28 @@ public final class Vault: Sendable {
         if try mirror.isAuthentic(under: integrityKey), mirror.manifest.vaultID == signed.manifest.vaultID,
           mirror.manifest.epoch > signed.manifest.epoch
         {
-          return (mirror.manifest, "verified (the home's manifest is older than the key store's copy; shown: the copy)")
+          return movedView(
+            mirror.manifest, home: home,
+            integrity: "verified (the home's manifest is older than the key store's copy; shown: the copy)")
         }
       }
-      return (signed.manifest, "verified")
+      return movedView(signed.manifest, home: home, integrity: "verified")
     } catch let error as KeyStoreError {
       return (signed.manifest, "unverified: \(error)")
     }
+  }
+
+  /// A verified manifest as `inspect` shows it: for a home that was moved (it names another place,
+  /// which no longer holds the vault), as the next command that writes will record it, its
+  /// containers inside the home followed to the new place; otherwise as it is.
+  private static func movedView(_ manifest: Manifest, home: String, integrity: String) -> (Manifest, String) {
+    guard let bound = manifest.home, movedFrom(bound, to: home, vaultID: manifest.vaultID) else {
+      return (manifest, integrity)
+    }
+    return (
+      rebound(manifest, to: home),
+      integrity + " (the home was moved from \(bound); the next command that writes records its new place)"
+    )
   }
 
   /// Upgrades a vault made by the release before manifest MACs: makes its integrity key and
@@ -715,9 +730,7 @@ public final class Vault: Sendable {
     if let bound = chosen.manifest.home, !Self.sameFile(bound, home) {
       // Only a live home of the same vault makes this a copy; a manifest there that cannot be read
       // is treated as one too (nobody can tell), while another vault there means this one moved.
-      if ManifestFile.exists(home: bound),
-        (try? ManifestFile.read(home: bound).manifest.vaultID) ?? keyringID.hex == keyringID.hex
-      {
+      guard Self.movedFrom(bound, to: home, vaultID: keyringID.hex) else {
         throw ManifestFile.Failure.copiedHome(path: path, home: bound)
       }
       rebind = true
@@ -756,17 +769,30 @@ public final class Vault: Sendable {
       return true
     }
     guard installed else { return false }
-    if rebind, heal, let old = fresh.home {
-      var next = fresh
-      next.home = home
-      // Containers inside the home moved with it (their paths are absolute): follow them, or the
-      // moved container would look like a copy and the old path like a missing container.
-      for index in next.containers.indices where next.containers[index].path.hasPrefix(old + "/") {
-        next.containers[index].path = home + next.containers[index].path.dropFirst(old.count)
-      }
-      try save(next)
-    }
+    if rebind, heal { try save(Self.rebound(fresh, to: home)) }
     return !heal && (superseded || mirrorStale || rebind)
+  }
+
+  /// `manifest` bound to the home it was moved to: its home, and the paths of the containers that
+  /// were inside the old home (absolute, so they moved with it: kept as they were, the moved
+  /// container would look like a copy and the old path like a missing container).
+  static func rebound(_ manifest: Manifest, to home: String) -> Manifest {
+    guard let old = manifest.home, old != home else { return manifest }
+    var next = manifest
+    next.home = home
+    for index in next.containers.indices where next.containers[index].path.hasPrefix(old + "/") {
+      next.containers[index].path = home + next.containers[index].path.dropFirst(old.count)
+    }
+    return next
+  }
+
+  /// Whether the manifest of a vault bound to `bound` is read in `home` because the home was moved
+  /// there: `bound` is another place that no longer holds a live manifest of `vaultID` (one that
+  /// does makes `home` a copy, and one that cannot be read is taken as one: nobody can tell).
+  static func movedFrom(_ bound: String, to home: String, vaultID: String) -> Bool {
+    guard !sameFile(bound, home) else { return false }
+    guard ManifestFile.exists(home: bound) else { return true }
+    return ((try? ManifestFile.read(home: bound).manifest.vaultID) ?? vaultID) != vaultID
   }
 
   /// Whether the key store's own copy of the manifest fails under `integrityKey` too, once the

@@ -25,8 +25,9 @@ enum Advice {
     case VaultError.homeNotEmpty, VaultError.orphanedKeys, VaultError.orphanedKeyfile:
       return " (`vault recover` writes the manifest back from the copy its key store keeps)"
     case VaultError.noManifestCopy(let home, _, let unsearched, let unused, let elsewhere)
-    where unsearched.isEmpty && unused.isEmpty && elsewhere.isEmpty:
-      return " (a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
+    where unsearched.isEmpty && unused.isEmpty:
+      return " (" + (elsewhere.isEmpty ? "" : "a vault listed above: `vault recover --vault-id ID`; ")
+        + "a keyfile kept elsewhere: `vault recover --keyfile PATH`; a backup bundle: move the home aside, "
         + "then `vault restore BUNDLE --into \(ShellWord.quoted(home))`)"
     case VaultError.noManifestCopy:
       return

@@ -119,6 +119,26 @@ final class HomeAndEnvironmentTests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "status"], environment: clean()).status, 0)
   }
 
+  /// Right after a home is moved, before any command that writes records the new place, `status`
+  /// shows its containers where they are now, with their records (it listed the old path as
+  /// missing and 0 records under the active version, while `queue stats` counted them: an
+  /// operator review), and says the home was moved.
+  func testStatusOfAMovedHomeShowsItsContainersWhereTheyAre() throws {
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1], environment: clean()).status, 0)
+    let moved = temporary.sub("moved")
+    XCTAssertEqual(rename(home, moved), 0)
+    let status = try vault(["--home", moved, "status", "--json"], environment: clean())
+    XCTAssertEqual(status.status, 0, status.error)
+    let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+    let containers = try XCTUnwrap(object["containers"] as? [[String: Any]])
+    XCTAssertEqual(containers.map { $0["path"] as? String }, [moved + "/queue.sqlite"])
+    XCTAssertEqual(containers.first?["records"] as? [String: Int], ["1": 1])
+    XCTAssertTrue((object["integrity"] as? String)?.contains("the home was moved from \(home)") == true, "\(object)")
+    let listed = try vault(["--home", moved, "container", "list"], environment: clean())
+    XCTAssertTrue(listed.outputText.hasPrefix(moved + "/queue.sqlite "), listed.outputText)
+  }
+
   /// memo takes `--home=DIR` as vault does; `--home` without a value is a usage error (it used to
   /// fall back to the default home, or become the memo's text).
   func testMemoUnderstandsHomeEqualsAndRefusesAMissingHome() throws {
