@@ -317,9 +317,13 @@ public final class Vault: Sendable {
   /// What to throw when `store` holds no integrity key for the signed `manifest`: a missing active
   /// key says more (a deleted, moved or replaced keyfile) than a missing record.
   ///
-  /// - Returns: `VaultError.keyMissing` when the active key is gone too, else `.integrityKeyMissing`.
+  /// - Returns: `VaultError.keyfileMissing` when the manifest's keyfile is not there at all,
+  ///   `.keyMissing` when the active key is gone too, else `.integrityKeyMissing`.
   /// - Throws: the store's error when it cannot be read.
   static func noIntegrityKeyError(_ manifest: Manifest, store: any KeyStore) throws -> VaultError {
+    if manifest.store.kind == .keyfile, let path = manifest.store.keyfile, !KeyfileStore(path: path).exists {
+      return .keyfileMissing(path: path)
+    }
     let active = manifest.activeVersion
     guard let keyring = manifest.keyringID,
       try store.loadKey(keyring: keyring, version: active, check: manifest.record(active)?.check) != nil
@@ -349,6 +353,9 @@ public final class Vault: Sendable {
     do {
       let store = try resolver.store(for: signed.manifest.store, home: home)
       guard let bytes = try store.loadRecord(.integrityKey, keyring: keyring) else {
+        if !signed.isLegacy, case .keyfileMissing(let path) = try noIntegrityKeyError(signed.manifest, store: store) {
+          return (signed.manifest, "unverified: its keyfile \(path), which holds the integrity key, is not there")
+        }
         return (signed.manifest, signed.isLegacy ? "legacy" : "unverified: the key store has no integrity key")
       }
       integrityKey = try SymmetricKey(storage: bytes)

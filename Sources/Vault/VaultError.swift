@@ -92,6 +92,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The only copy of the home's manifest is in the keyfile at `keyfile`, but names the vault's
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
+  /// The keyfile the manifest names, which holds the vault's keys, is not there: moved, renamed or
+  /// deleted (no key was made in its place).
+  case keyfileMissing(path: String)
   /// `Vault.recoverManifest` was given a home that does not exist: a manifest is written back only
   /// into the directory that holds its vault's containers.
   case homeMissing(home: String)
@@ -205,6 +208,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileMoved(let keyfile, let named):
       "the keyfile \(keyfile) keeps this home's manifest, which names the vault's keyfile as \(named); nothing was "
         + "changed. Move the keyfile back: mv \(ShellWord.quoted(keyfile)) \(ShellWord.quoted(named))"
+    case .keyfileMissing(let path):
+      "the keyfile \(path), which holds this vault's keys, is not there (moved, renamed or deleted); nothing was "
+        + "changed and no key was made. If it was moved, put it back there; if it was deleted, restore it from a "
+        + "backup"
     case .homeMissing(let home):
       "the vault home \(home) does not exist; nothing was changed. A lost manifest is written back into the home "
         + "that holds its vault's containers: if the home was moved, name its new place; if it was deleted, its "
@@ -277,6 +284,7 @@ extension VaultError: CodedError {
     case .manifestContradicted: "vault.manifest-contradicted"
     case .keyfileMoved: "vault.keyfile-moved"
     case .homeMissing: "vault.home-missing"
+    case .keyfileMissing: "vault.keyfile-missing"
     }
   }
 }

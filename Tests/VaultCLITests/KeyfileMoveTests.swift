@@ -175,6 +175,27 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertGreaterThan(warned, 2)
   }
 
+  /// A keyfile moved away by hand is named as not there, with the way back (an operator review
+  /// was told "key version 1 is missing from the keyfile store … restore the key store from a
+  /// backup", naming no file, and `status` said "the key store has no integrity key").
+  func testAKeyfileMovedAwayIsNamedAsNotThere() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    let keyfile = temporary.sub("k/v.keys")
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", keyfile]).status, 0)
+    XCTAssertEqual(rename(keyfile, temporary.sub("k/moved.keys")), 0)
+    let put = try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1])
+    XCTAssertEqual(put.status, 1)
+    XCTAssertTrue(put.error.contains("the keyfile \(keyfile), which holds this vault's keys, is not there"), put.error)
+    XCTAssertTrue(put.error.contains("`vault recover --keyfile PATH`"), put.error)
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(
+      status.outputText.contains("unverified: its keyfile \(keyfile), which holds the integrity key, is not there"),
+      status.outputText)
+    let named = try vault(["--home", home, "recover", "--keyfile", temporary.sub("k/moved.keys")])
+    XCTAssertTrue(named.error.contains("mv \(temporary.sub("k/moved.keys")) \(keyfile)"), named.error)
+  }
+
   /// A directory given as the new place (`keyfile move ~`) is named as one, not as "a keyfile
   /// already exists" (an operator review), and nothing changes.
   func testADirectoryAsTheNewPlaceIsNamedAsNotAFile() throws {
