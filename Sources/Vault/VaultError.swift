@@ -160,8 +160,9 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .restoreUnfinished(let home, let vaultID):
       "a restore into \(home) did not finish"
         + (vaultID.map { " (vault \($0))" } ?? "")
-        + ", so it holds no usable vault yet; run the same restore of that vault's bundle again to finish it "
-        + "(it takes up what the stopped one wrote), or remove \(home) and restore elsewhere"
+        + ", so it holds no usable vault yet; run the same restore of that vault's bundle into it again to finish "
+        + "it (it takes up what the stopped one wrote, keys included: removing the home instead would leave them "
+        + "in the key store)"
     case .restoreStoreDiffers(let home, let store, let keyfile):
       "the stopped restore into \(home) began writing keys into the \(store.rawValue) store"
         + (keyfile.map { " at \($0)" } ?? "")
