@@ -661,13 +661,13 @@ extension Vault {
       // item in a collection of its own): a version whose deletion failed, or whose key the store
       // still lists afterwards, was not retired, whatever the call said. Reported as retired, the
       // key of a compromise would have stayed readable while the rotation said it was gone.
-      var notDeleted = Set<UInt32>()
+      var failedCalls = Set<UInt32>()
       var deletionFailure: (any Error)?
       for version in candidates {
         do {
           _ = try store.deleteKey(keyring: keyringID, version: version)
         } catch {
-          notDeleted.insert(version)
+          failedCalls.insert(version)
           deletionFailure = deletionFailure ?? error
         }
       }
@@ -675,11 +675,17 @@ extension Vault {
       // rotation fails with that error rather than report retired a key it may still hold. The
       // manifest keeps those versions retired, so the next rotation deletes what stayed (on its
       // own proof), and after a compromise the rotation stays unfinished.
+      // What the store lists decides: a call that failed after the key was gone (a keyfile
+      // rewritten, then its directory's sync failed) did delete it, and recorded decrypt-only, the
+      // version would name a key no store holds, and every later rotation and backup would refuse
+      // (a fault-injection review). Its error is still reported, once the manifest says so.
+      var notDeleted = Set<UInt32>()
       var listingFailure: (any Error)?
       do {
-        notDeleted.formUnion(Set(try store.storedVersions(keyring: keyringID)).intersection(candidates))
+        notDeleted = Set(try store.storedVersions(keyring: keyringID)).intersection(candidates)
       } catch {
         listingFailure = error
+        notDeleted = failedCalls
       }
       let retired = candidates.filter { !notDeleted.contains($0) }
       if !notDeleted.isEmpty || (listingFailure != nil && !candidates.isEmpty) {
@@ -716,6 +722,9 @@ extension Vault {
       // A keyfile rewrite interrupted by a crash leaves a temporary copy holding keys, retired
       // ones included: remove such leftovers now that the keys it may hold are gone.
       if let keyfile = store as? KeyfileStore { try keyfile.removeLeftoverTemporaryFiles() }
+      // The keys are gone from what the store lists, but the call that removed them failed (a sync
+      // after it): the manifest records them retired; the error says what to fix.
+      if let deletionFailure { throw deletionFailure }
       // Forget every cached key that is no longer usable (save already dropped retired ones).
       try adoptVerifiedManifest(heal: true)
       if incomplete {

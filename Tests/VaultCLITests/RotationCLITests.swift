@@ -159,6 +159,31 @@ final class RotationCLITests: XCTestCase {
     XCTAssertGreaterThan(finished, 0, "a failure after the rotation finished was reached")
   }
 
+  /// A rotation whose Nth fsync fails (EIO), for every N: the rotations after it work, and every
+  /// record opens (a fault-injection review: when the keyfile directory's sync failed after the
+  /// rewrite that deleted a retired key, the version was recorded decrypt-only with its key gone,
+  /// and every later rotation and backup refused for good).
+  func testEveryFailedSyncOfARotationLeavesAVaultThatRotatesAgain() throws {
+    var failures = 0
+    for step in 1...30 {
+      let home = temporary.sub("sync-\(step)")
+      try initKeyfileVault(home: home, keyfile: temporary.sub("sync-keys-\(step)/v.keys"))
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "a version to retire")
+      let failed = try vaultFailing("fsync,fdatasync", with: "EIO", when: "\(step)", ["--home", home, "rotate"])
+      if failed.status == 0 { break }
+      failures += 1
+      for attempt in 1...2 {
+        let rerun = try vault(["--home", home, "rotate"])
+        XCTAssertEqual(rerun.status, 0, "fsync #\(step), rotation \(attempt) after: \(rerun.error)")
+      }
+      let backup = try vault(["--home", home, "scan", home, "--verify", "--json"])
+      let verify = (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["verify"]
+      XCTAssertEqual((verify as? [String: Any])?["opened"] as? Int, 1, "fsync #\(step): \(backup.outputText)")
+    }
+    XCTAssertGreaterThan(failures, 5)
+  }
+
   /// A rotation killed while its new version is pending (recorded, not yet active): `status` and
   /// `doctor` say the rotation has not finished, as `rotate --if-due` did (an operator review: they
   /// showed "2 pending" and no warning). The next rotation finishes it.
