@@ -245,9 +245,12 @@ extension Vault {
 
   /// The things to act on in `manifest`, most urgent first.
   ///
-  /// - Parameter manifest: the manifest to judge.
-  /// - Returns: an unfinished rotation (after a compromise, or another), then an active version
-  ///   that still seals format 1; empty when there is none of these.
+  /// - Parameters:
+  ///   - manifest: the manifest to judge.
+  ///   - home: the vault's home, to look for a keyfile move that stopped part-way; nil: not looked for.
+  /// - Returns: a keyfile move that stopped part-way, an unfinished rotation (after a compromise,
+  ///   or another, a version still pending included), then an active version that still seals
+  ///   format 1; empty when there is none of these.
   public static func statusWarnings(_ manifest: Manifest, home: String? = nil) -> [StatusWarning] {
     var warnings: [StatusWarning] = []
     if let home, let move = stoppedMove(home: home) {
