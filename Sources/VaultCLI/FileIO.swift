@@ -29,13 +29,19 @@ enum FileIO {
     return (fd, String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
   }
 
-  /// Flushes the directory holding `path`, so a new name in it survives a crash (best effort: a
-  /// directory that cannot be opened or flushed leaves the file written, only its name less sure).
-  static func syncDirectory(of path: String) {
+  /// Flushes the directory holding `path`, so a new name in it survives a crash. Most callers take
+  /// it as best effort (a directory that cannot be opened or flushed leaves the file written, only
+  /// its name less sure); `reseal` does not, since it replaces the only copy of an envelope.
+  /// - Returns: false with `errno` set when the directory could not be opened or flushed.
+  @discardableResult
+  static func syncDirectory(of path: String) -> Bool {
     let fd = open(split(path).directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard fd >= 0 else { return }
-    _ = fsync(fd)
+    guard fd >= 0 else { return false }
+    let synced = fsync(fd) == 0
+    let code = errno
     close(fd)
+    errno = code
+    return synced
   }
 
   /// Writes all of `bytes` to `fd`, retrying short writes and EINTR.

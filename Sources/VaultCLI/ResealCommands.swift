@@ -74,8 +74,11 @@ extension VaultCommandLine {
       }
       let resealed = try vault.reseal(envelope, context: context)
       let version = try Envelope.header(of: resealed).version
-      // `Vault.reseal` returns an envelope already under the active version unchanged.
+      // `Vault.reseal` returns an envelope already under the active version unchanged. Its
+      // directory is flushed all the same: a run whose flush failed after the rename is finished
+      // by running it again.
       if version == previous {
+        guard FileIO.syncDirectory(of: path) else { throw EnvelopeFileError.notFlushed(path: path, errno: errno) }
         return ResealedFile(path: path, previousVersion: previous, version: version, outcome: .current)
       }
       if armored, resealed.count > Armor.maximumEnvelopeSize {
@@ -280,6 +283,7 @@ struct EnvelopeFile {
   /// two calls leaves nothing beside the file. Where the file system has no O_TMPFILE it is a named
   /// file from the start.
   /// - Throws: `EnvelopeFileError.writeFailed` or `.changed`; the file is untouched then.
+  ///   `.notFlushed` when the file was replaced but its directory could not be flushed.
   func replace(with bytes: [UInt8]) throws {
     let fd: Int32
     var temporary: String?
@@ -331,7 +335,8 @@ struct EnvelopeFile {
     }
     try check(rename(named, path) == 0)
     renamed = true
-    FileIO.syncDirectory(of: path)
+    // Without the flush a crash may bring the old envelope back after its version was retired.
+    guard FileIO.syncDirectory(of: path) else { throw EnvelopeFileError.notFlushed(path: path, errno: errno) }
   }
 }
 
@@ -342,6 +347,8 @@ enum EnvelopeFileError: Error, Equatable, CustomStringConvertible {
   case unreadable(path: String, errno: Int32)
   case changed(path: String)
   case writeFailed(path: String, errno: Int32)
+  /// Replaced (or already current), but its directory could not be flushed.
+  case notFlushed(path: String, errno: Int32)
 
   var code: String {
     switch self {
@@ -350,6 +357,7 @@ enum EnvelopeFileError: Error, Equatable, CustomStringConvertible {
     case .unreadable: "file.unreadable"
     case .changed: "file.changed"
     case .writeFailed: "file.write-failed"
+    case .notFlushed: "file.not-flushed"
     }
   }
 
@@ -363,6 +371,10 @@ enum EnvelopeFileError: Error, Equatable, CustomStringConvertible {
     case .changed(let path): "\(path) changed while it was re-sealed; run reseal on it again"
     case .writeFailed(let path, let code):
       "could not replace \(path): \(String(cString: strerror(code)))"
+    case .notFlushed(let path, let code):
+      "\(path) holds the re-sealed envelope, but its directory could not be flushed (\(String(cString: strerror(code)))): "
+        + "a crash could bring the old one back; fix that, then run reseal on it again before releasing the old "
+        + "version's pin"
     }
   }
 }

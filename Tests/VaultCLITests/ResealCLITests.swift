@@ -148,6 +148,32 @@ final class ResealCLITests: XCTestCase {
     XCTAssertGreaterThan(kills, 4)
   }
 
+  /// A directory flush that fails after the rename is a failure of that file, not a success (a
+  /// fault-injection review: `"resealed": 2, "failed": 0` with the flush failed, after which an
+  /// unpin and a crash could leave an envelope under a retired key); running reseal again, when
+  /// the flush works, reports the file current and exits 0.
+  func testAFailedDirectoryFlushFailsTheFileAndARerunFinishesIt() throws {
+    let original = try contents(try sealed("original.bin"))
+    _ = try rotate()
+    var notFlushed = 0
+    for step in 1...12 {
+      let path = work + "/f\(step).bin"
+      try Data(original).write(to: URL(fileURLWithPath: path))
+      let failed = try vaultFailing(
+        "fsync,fdatasync", with: "EIO", when: "\(step)", ["--home", home, "reseal", "--context", "c", path, "--json"])
+      if failed.status == 0 { break }
+      if failed.outputText.contains("\"file.not-flushed\"") {
+        notFlushed += 1
+        XCTAssertEqual(try headerVersion(path), 2, "fsync #\(step): the file holds the new envelope")
+        XCTAssertTrue(failed.outputText.contains("could not be flushed"), failed.outputText)
+      }
+      let again = try vault(["--home", home, "reseal", "--context", "c", path])
+      XCTAssertEqual(again.status, 0, "fsync #\(step): \(again.error)")
+      XCTAssertEqual(try headerVersion(path), 2, "fsync #\(step)")
+    }
+    XCTAssertGreaterThan(notFlushed, 0, "the flush after the rename was reached")
+  }
+
   /// Where the file system has no O_TMPFILE (strace fails that open), reseal writes a named
   /// temporary file beside FILE and renames it over FILE: the same result, nothing left beside.
   func testResealWithoutOTmpfileUsesANamedTemporaryAndLeavesNothingBeside() throws {
