@@ -414,6 +414,12 @@ public final class QueueContainer: @unchecked Sendable {
           path: path,
           reason: "a write to it was cut short (its -journal is beside it); the next open for writing plays it back")
       }
+      // SQLite falls back to read-only when opening for writing fails for any reason (an I/O
+      // error, too): a file and directory that are writable on a writable file system are not
+      // the reason, so the operator is not sent to check permissions and mounts.
+      if error.isReadOnly, writable(path) {
+        throw QueueError.cannotOpen(path: path, reason: probedReason(path, otherwise: nil))
+      }
       if error.isReadOnly { throw QueueError.readOnly(path: path) }
       if error.isCannotOpen {
         // SQLite's errno is often that of its last fallback (a missing -shm); ask the file system.
@@ -432,14 +438,48 @@ public final class QueueContainer: @unchecked Sendable {
         if fileSystemIsFull(holding: (path as NSString).deletingLastPathComponent) {
           throw QueueError.diskFull(path: path)
         }
+        // SQLite's errno is its last fallback's: "No such file" for a file that is there, after an
+        // I/O error on the -wal or -shm (a fault-injection review), names nothing to do.
+        let reported = error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message
+        let exists = FileManager.default.fileExists(atPath: path)
         throw QueueError.cannotOpen(
-          path: path, reason: error.systemErrno != 0 ? String(cString: strerror(error.systemErrno)) : error.message)
+          path: path,
+          reason: error.systemErrno == ENOENT && exists ? probedReason(path, otherwise: nil) : reported)
       }
       if error.isCorrupt { throw QueueError.corrupt(path: path) }
       if error.isBusy { throw QueueError.busy(path: path) }
       if let special = specialFile(at: path, reported: path) { throw special }
       throw QueueError.storage(path: path, detail: error.description)
     }
+  }
+
+  /// Whether the container file (when there) and its directory may be written, on a file system
+  /// mounted for writing.
+  static func writable(_ path: String) -> Bool {
+    let directory = (path as NSString).deletingLastPathComponent
+    var info = statvfs()
+    guard statvfs(directory.isEmpty ? "." : directory, &info) == 0, info.f_flag & UInt(ST_RDONLY) == 0 else {
+      return false
+    }
+    let file = FileManager.default.fileExists(atPath: path) ? access(path, W_OK) == 0 : true
+    return file && access(directory.isEmpty ? "." : directory, W_OK) == 0
+  }
+
+  /// Why SQLite could not open the container for writing, when its own errno does not say: the
+  /// first error opening the file, its -wal or its -shm for writing ourselves gives (an I/O error
+  /// that lasts), else `otherwise`, else a sentence saying that nothing tells more.
+  static func probedReason(_ path: String, otherwise: String?) -> String {
+    for suffix in ["", "-wal", "-shm"] {
+      let fd = Glibc.open(path + suffix, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+      if fd >= 0 {
+        close(fd)
+      } else if errno != ENOENT {
+        return "\(String(cString: strerror(errno))) (\((path + suffix as NSString).lastPathComponent))"
+      }
+    }
+    return otherwise
+      ?? "SQLite could not open it, or the -wal or -shm beside it, though opening them again works (an I/O error "
+      + "that passed?); retry, and if it lasts, check the disk"
   }
 
   /// Whether the file system holding `directory` has no block or no inode left for this user

@@ -28,6 +28,27 @@ final class ContainerCLITests: XCTestCase {
     return Dictionary(uniqueKeysWithValues: rows.map { ($0["path"] as? String ?? "", $0) })
   }
 
+  /// An I/O error opening a container's -wal is not reported as "No such file or directory" of the
+  /// container, which is there (SQLite reports its last fallback's errno), nor as a read-only file
+  /// to check permissions and mounts for; one that lasts is named (a fault-injection review).
+  func testAnIOErrorOpeningTheWalIsNotReportedAsAMissingOrReadOnlyFile() throws {
+    let put = ["--home", home, "queue", "put", "--queue", "q"]
+    XCTAssertEqual(try vault(put, input: [1]).status, 0)
+    let index = try XCTUnwrap(try openatIndex(matching: "queue.sqlite-wal", put, input: [2]))
+    for when in ["\(index)", "\(index)+"] {
+      let failed = try vaultFailing("openat", with: "EIO", when: when, put, input: [3])
+      XCTAssertEqual(failed.status, 1, "\(when): \(failed.error)")
+      XCTAssertTrue(failed.error.contains("could not open \(home)/queue.sqlite"), "\(when): \(failed.error)")
+      XCTAssertFalse(failed.error.contains("No such file or directory"), "\(when): \(failed.error)")
+      XCTAssertFalse(failed.error.contains("check permissions and mounts"), "\(when): \(failed.error)")
+      XCTAssertTrue(
+        failed.error.contains(when.hasSuffix("+") ? "Input/output error" : "retry, and if it lasts, check the disk"),
+        "\(when): \(failed.error)")
+    }
+    let stats = try vault(["--home", home, "queue", "stats", "--json"])
+    XCTAssertTrue(stats.outputText.contains("\"total\" : 2"), stats.outputText)
+  }
+
   func testListTellsOkMissingAndReplacedApartWithoutKeys() throws {
     let kept = temporary.sub("kept.sqlite")
     let gone = temporary.sub("gone.sqlite")
