@@ -81,8 +81,8 @@ public final class Vault: Sendable {
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
-  /// - Throws: `ManifestFile.Failure.unsafeHome` for an existing home another user owns, or that
-  ///   is sticky or writable by others; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
+  /// - Throws: `VaultError.sharedDirectory` for an existing home another user owns, or that is
+  ///   sticky or writable by others; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
   ///   `.orphanedKeyfile` (a keyfile in the default directory holds keys of a vault whose manifest
   ///   copy names `home`) or `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
@@ -222,13 +222,12 @@ public final class Vault: Sendable {
   /// that to a directory others use (a sticky one such as /tmp or /dev/shm, or one another user
   /// owns). A directory that is not there yet is made 0700.
   ///
-  /// - Throws: `ManifestFile.Failure.unsafeHome` (nothing was changed).
+  /// - Throws: `VaultError.sharedDirectory` (nothing was changed).
   package static func checkNewHome(_ home: String) throws {
     var info = stat()
     guard stat(home, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return }
-    let me = geteuid()
-    if info.st_uid != me || info.st_mode & (0o022 | UInt32(S_ISVTX)) != 0 {
-      throw ManifestFile.Failure.unsafeHome(home: home, mode: UInt32(info.st_mode), owner: info.st_uid, expected: me)
+    if info.st_uid != geteuid() || info.st_mode & (0o022 | UInt32(S_ISVTX)) != 0 {
+      throw VaultError.sharedDirectory(home: home, mode: UInt32(info.st_mode), owner: info.st_uid)
     }
   }
 

@@ -92,6 +92,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The only copy of the home's manifest is in the keyfile at `keyfile`, but names the vault's
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
+  /// `init` or `restore` was given an existing directory as the new home that is not the user's
+  /// own (another user's, sticky as /tmp is, or writable by others): a new home is made private
+  /// (0700), which must never happen to a directory others use.
+  case sharedDirectory(home: String, mode: UInt32, owner: UInt32)
   /// The keyfile the manifest names, which holds the vault's keys, is not there: moved, renamed or
   /// deleted (no key was made in its place).
   case keyfileMissing(path: String)
@@ -209,6 +213,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileMoved(let keyfile, let named):
       "the keyfile \(keyfile) keeps this home's manifest, which names the vault's keyfile as \(named); nothing was "
         + "changed. Move the keyfile back: mv \(ShellWord.quoted(keyfile)) \(ShellWord.quoted(named))"
+    case .sharedDirectory(let home, let mode, let owner):
+      "\(home) is not a directory of your own (mode \(octal(mode)), owned by uid \(owner)): a new vault's home is "
+        + "made private (mode 0700), which would lock others out of a directory they use; nothing was changed. Keep "
+        + "the vault in a directory of your own, such as \(ShellWord.quoted(home + "/vault"))"
     case .keyfileMissing(let path):
       "the keyfile \(path), which holds this vault's keys, is not there (moved, renamed or deleted); nothing was "
         + "changed and no key was made. If it was moved, put it back there; if it was deleted, restore it from a "
@@ -286,6 +294,7 @@ extension VaultError: CodedError {
     case .keyfileMoved: "vault.keyfile-moved"
     case .homeMissing: "vault.home-missing"
     case .keyfileMissing: "vault.keyfile-missing"
+    case .sharedDirectory: "vault.shared-directory"
     }
   }
 }

@@ -460,11 +460,6 @@ public enum ManifestFile {
         Self.notYours("the vault manifest \(path)", owner: owner, expected: expected)
       case .unsafeHome(let home, _, let owner, let expected) where owner != expected:
         Self.notYours("the vault home \(home)", owner: owner, expected: expected)
-      case .unsafeHome(let home, let mode, _, _) where mode & UInt32(S_ISVTX) != 0:
-        // Sticky: a directory shared by design (/tmp, /dev/shm); a chmod would lock everyone else out.
-        "the vault home \(home) has mode \(octal(mode)): a directory shared with others (sticky), where they may "
-          + "make files of their own; nothing was changed. Keep the vault in a directory of your own, such as "
-          + "\(ShellWord.quoted(home + "/vault")), which vault makes private"
       case .unsafeHome(let home, let mode, _, _):
         "the vault home \(home) has mode \(octal(mode)), which lets others replace or delete the vault's files; "
           + "nothing was changed. Run: chmod 700 \(ShellWord.quoted(home))"

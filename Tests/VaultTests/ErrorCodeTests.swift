@@ -26,7 +26,7 @@ final class ErrorCodeTests: XCTestCase {
     ProcessResources.Shortage.openFiles(limit: 1, needed: 2, alreadyOpen: 1),
     VaultError.restoreUnfinished(home: "/h", vaultID: "0011223344556677"),
     VaultError.restoreStoreDiffers(home: "/h", store: .keyfile, keyfile: "/k"), VaultError.homeMissing(home: "/h"),
-    VaultError.keyfileMissing(path: "/k"),
+    VaultError.keyfileMissing(path: "/k"), VaultError.sharedDirectory(home: "/h", mode: 0o41777, owner: 0),
   ]
 
   func testLocalizedDescriptionIsTheDescription() {
