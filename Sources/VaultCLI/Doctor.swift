@@ -97,6 +97,12 @@ extension VaultCommandLine {
           "no vault here yet; `vault init` would use "
           + (secretService == .available ? "the Secret Service." : "a keyfile.")
         report.healthy = true
+        do {
+          try Vault.checkNewHome(home)
+        } catch {
+          // A directory others use: init refuses it (and says why).
+          report.result = "no vault here, and `vault init` would refuse this directory: \(Self.describe(error).0)"
+        }
       } else if case ManifestFile.Failure.missing = error {
         // `init` would refuse this home: the files left in it are likely a vault's that lost its manifest.
         report.add("manifest", .problem, message)

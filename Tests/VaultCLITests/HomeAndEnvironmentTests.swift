@@ -92,6 +92,8 @@ final class HomeAndEnvironmentTests: XCTestCase {
       XCTAssertEqual(info.st_mode & 0o7777, mode, "\(directory) keeps its mode")
       XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: directory), [], "nothing made in \(directory)")
     }
+    let doctor = try vault(["--home", shared, "doctor"], environment: clean())
+    XCTAssertTrue(doctor.outputText.contains("`vault init` would refuse this directory"), doctor.outputText)
     // An empty directory of one's own is made private, as before.
     let own = temporary.sub("own")
     XCTAssertEqual(mkdir(own, 0o755), 0)
