@@ -265,7 +265,21 @@ public struct VaultCommandLine {
         "vault: skipped the check for keys a lost manifest left in the Secret Service (\(why)); "
           + "only the keyfile path was checked")
     }
-    let vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
+    let vault: Vault
+    do {
+      vault = try Vault.create(home: homePath(arguments), store: descriptor, resolver: keyStores)
+    } catch {
+      // A failure after the manifest was in place (a last flush, the first open): the vault may
+      // well exist now, and a second init would refuse. Say so when a verified manifest is there.
+      if let (manifest, integrity) = try? Vault.inspect(home: homePath(arguments), resolver: keyStores),
+        integrity.hasPrefix("verified")
+      {
+        terminal.note(
+          "vault: vault \(manifest.vaultID) was created in \(absolutePath(homePath(arguments))), but a last step "
+            + "failed; `vault status` and `vault doctor` show whether it works (do not run init again)")
+      }
+      throw error
+    }
     // The default queue container lives in the home and is registered for rotation from the start.
     do {
       _ = try QueueContainer(path: vault.home + "/" + Self.defaultContainerName, vault: vault)
