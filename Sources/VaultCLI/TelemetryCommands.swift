@@ -108,6 +108,15 @@ extension VaultCommandLine {
           + "rejected \(report.rejected), pending \(report.pending) (\(counted(report.batches, "batch", plural: "batches")))"
       )
       if let line = Self.nothingDeliveredLine(report) { terminal.print(line) }
+      // Events another delivery claimed (one running now, or one killed before it acked them) are
+      // neither pending nor lost: say so, or "pending 0" reads as nothing left (a fault-injection
+      // review killed a flush between its POST and its ack).
+      let held = try container.count(queue: Telemetry.queueName, state: .inFlight)
+      if held > 0 {
+        terminal.print(
+          "\(counted(held, "event")) in flight: claimed by another delivery (running, or stopped before it "
+            + "finished); sent again once its lease ends, if it does not finish them")
+      }
     }
     if report.errorKind == "http-401", arguments.options["--token-file"] == nil {
       terminal.note(Self.missingTokenWarning)

@@ -111,6 +111,28 @@ final class FlushRefusalCLITests: XCTestCase {
     return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any])
   }
 
+  /// Events another delivery claimed and never acked (killed between its POST and its ack) are
+  /// neither pending nor lost: the next flush says they are in flight and will be sent again (a
+  /// fault-injection review: it printed "delivered 0 … pending 0" and nothing more).
+  func testAFlushSaysWhatAnotherDeliveryHoldsInFlight() throws {
+    let server = try TelemetryServer(directory: temporary.path, root: packageRoot())
+    defer { server.stop() }
+    let flush = [
+      "--home", home, "telemetry", "flush", "--endpoint", server.endpoint.absoluteString, "--token-file", token,
+    ]
+    // Killed at each commit in turn until one leaves the claimed events unacknowledged.
+    for step in 1...12 {
+      let killed = try vaultKilled(at: "fdatasync,fsync", step: step, flush)
+      XCTAssertEqual(killed.status, 128 + SIGKILL, "commit #\(step): \(killed.error)")
+      guard (try stats()["by_state"] as? [String: Int])?["in_flight"] == 2 else { continue }
+      let again = try vault(flush)
+      XCTAssertEqual(again.status, 0, again.error)
+      XCTAssertTrue(again.outputText.contains("2 events in flight: claimed by another delivery"), again.outputText)
+      return
+    }
+    XCTFail("no kill left the events in flight")
+  }
+
   func testA401WithoutATokenFileWarnsAboutItAndExits1() throws {
     let server = try TelemetryServer(directory: temporary.path, root: packageRoot())
     defer { server.stop() }
