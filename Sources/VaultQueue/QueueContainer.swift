@@ -470,6 +470,9 @@ public final class QueueContainer: @unchecked Sendable {
   /// that lasts), else `otherwise`, else a sentence saying that nothing tells more.
   static func probedReason(_ path: String, otherwise: String?) -> String {
     for suffix in ["", "-wal", "-shm"] {
+      // Regular files only: opening a device or a FIFO can do something of its own.
+      var info = stat()
+      guard lstat(path + suffix, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
       let fd = Glibc.open(path + suffix, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
       if fd >= 0 {
         close(fd)
