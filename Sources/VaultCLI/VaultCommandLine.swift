@@ -425,6 +425,9 @@ public struct VaultCommandLine {
     let assumeYes = arguments.flags.contains("--yes")
     let terminal = self.terminal
     let progress = ProgressLine(terminal, json: arguments.flags.contains("--json"))
+    // Ctrl-C clears the line, then ends the process by the signal as before: the rotation is left
+    // where it stopped (status says so; a rerun resumes it). It was left on the screen.
+    if progress.isEnabled { Self.clearingOnStop(progress) }
     let options = RotationOptions(
       retireUnused: true, compromised: compromised,
       confirm: { plan in

@@ -158,14 +158,15 @@ final class ProgressCLITests: XCTestCase {
     XCTAssertFalse(run.outputText.contains("rotating:"), run.outputText)
   }
 
-  /// Starts `strace … vault scan DIR` on a new pty as its session leader (so vault's group is the
-  /// terminal's foreground group: the line is drawn), strace holding each openat 40 ms so the scan
-  /// outlasts its first second; types Ctrl-C once the progress line is on the screen; prints
-  /// `status` (`signal N` or `exit N`) and `after`: what the terminal got after the last
-  /// "scanning: ", as a Python repr.
+  /// Starts `strace -e INJECTION vault ARGS…` on a new pty as its session leader (so vault's group
+  /// is the terminal's foreground group: the line is drawn), strace slowing the command so it
+  /// outlasts its first second; types Ctrl-C once the progress line (MARKER) is on the screen;
+  /// prints `status` (`signal N` or `exit N`) and `after`: what the terminal got after the last
+  /// MARKER, as a Python repr. Arguments: strace, vault, injection, marker, vault's arguments.
   private static let interruptDriver = #"""
     import fcntl, os, pty, struct, sys, termios, time
-    strace, vault, directory = sys.argv[1:4]
+    strace, vault, injection, marker = sys.argv[1:5]
+    marker = marker.encode()
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
     child = os.fork()
@@ -175,12 +176,11 @@ final class ProgressCLITests: XCTestCase {
         fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
         for fd in (0, 1, 2):
             os.dup2(slave, fd)
-        os.execv(strace, [strace, "-f", "-o", "/dev/null", "-e", "trace=openat", "-e",
-                          "inject=openat:delay_exit=40ms", vault, "scan", directory])
+        os.execv(strace, [strace, "-f", "-o", "/dev/null", "-e", "inject=" + injection, vault] + sys.argv[5:])
     os.close(slave)
     seen = b""
     deadline = time.time() + 60
-    while b"scanning: " not in seen and time.time() < deadline:
+    while marker not in seen and time.time() < deadline:
         seen += os.read(master, 4096)
     time.sleep(0.3)
     os.write(master, b"\x03")
@@ -194,7 +194,7 @@ final class ProgressCLITests: XCTestCase {
         pass
     _, status = os.waitpid(child, 0)
     print("status", f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}")
-    print("after", repr(seen[seen.rfind(b"scanning: "):]))
+    print("after", repr(seen[seen.rfind(marker):]))
     """#
 
   /// Ctrl-C during `vault scan` on a terminal left the progress line there, and the shell's prompt
@@ -207,19 +207,42 @@ final class ProgressCLITests: XCTestCase {
     for index in 0..<400 {
       try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: directory + "/\(index).txt"))
     }
+    try assertCtrlCClearsTheLine(
+      strace: strace, injection: "openat:delay_exit=40ms", marker: "scanning: ", ["scan", directory])
+  }
+
+  /// Ctrl-C during `vault rotate` on a terminal left its progress line on the screen (an operator
+  /// review in tmux); it is cleared now, vault still ends by SIGINT, and the next rotation resumes.
+  func testCtrlCDuringARotationClearsTheProgressLineAndTheNextOneResumes() throws {
+    let strace = try Strace.path()
+    try assertCtrlCClearsTheLine(
+      strace: strace, injection: "fdatasync,fsync:delay_exit=400ms", marker: "rotating: ", ["--home", home, "rotate"])
+    let status = try vault(["--home", home, "status"])
+    if status.outputText.contains("has not finished") {
+      XCTAssertTrue(try vault(["--home", home, "rotate"]).outputText.contains("version 1 -> 2"))
+    }
+    let stats = try vault(["--home", home, "queue", "stats", "--json"])
+    XCTAssertTrue(stats.outputText.contains("\"total\" : 3"), stats.outputText)
+  }
+
+  /// Runs `vault ARGUMENTS` on a pty through `interruptDriver` and checks that Ctrl-C, typed once
+  /// the progress line (`marker`) shows, cleared the line and ended vault by SIGINT.
+  private func assertCtrlCClearsTheLine(
+    strace: String, injection: String, marker: String, _ arguments: [String], line: UInt = #line
+  ) throws {
     let run = try Spawn.run(
-      "/usr/bin/env", ["python3", "-c", Self.interruptDriver, strace, vaultBinary(), directory],
+      "/usr/bin/env", ["python3", "-c", Self.interruptDriver, strace, vaultBinary(), injection, marker] + arguments,
       environment: Strace.environment(nil))
-    XCTAssertEqual(run.status, 0, run.error)
+    XCTAssertEqual(run.status, 0, run.error, line: line)
     var lines: [String: String] = [:]
-    for line in run.outputText.split(separator: "\n") {
-      let parts = line.split(separator: " ", maxSplits: 1)
+    for text in run.outputText.split(separator: "\n") {
+      let parts = text.split(separator: " ", maxSplits: 1)
       if parts.count == 2 { lines[String(parts[0])] = String(parts[1]) }
     }
-    XCTAssertEqual(lines["status"], "signal \(SIGINT)", run.outputText)
-    let after = try XCTUnwrap(lines["after"], run.outputText)
-    XCTAssertTrue(after.hasPrefix("b'scanning: "), "the line was drawn: \(after)")
+    XCTAssertEqual(lines["status"], "signal \(SIGINT)", run.outputText, line: line)
+    let after = try XCTUnwrap(lines["after"], run.outputText, line: line)
+    XCTAssertTrue(after.hasPrefix("b'\(marker)"), "the line was drawn: \(after)", line: line)
     // The clear: a carriage return, then erase to the end of the line (Python writes ESC as \x1b).
-    XCTAssertTrue(after.contains(#"\r\x1b[K"#), "the progress line is cleared: \(after)")
+    XCTAssertTrue(after.contains(#"\r\x1b[K"#), "the progress line is cleared: \(after)", line: line)
   }
 }
