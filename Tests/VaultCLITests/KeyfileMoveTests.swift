@@ -97,18 +97,27 @@ final class KeyfileMoveTests: XCTestCase {
   /// `keyfile move` killed at each rename, unlink and fsync (strace), then run again: it finishes,
   /// the old keyfile is gone (a kill after the manifest write used to leave it, keys and all, with
   /// the rerun refused as "a keyfile already exists"), and the record still opens (review).
+  /// A keyfile vault with one record in a directory of its own under `temporary`, its keyfile
+  /// then moved by `keyfile move` killed at the `step`th call of `calls`.
+  /// - Returns: that directory, the home, the keyfile's old and new paths, and the killed run.
+  private func killedMove(in temporary: TemporaryDirectory, at calls: String, step: Int) throws
+    -> (run: String, home: String, old: String, new: String, killed: Spawned)
+  {
+    let run = temporary.sub("\(calls.prefix(5))-\(step)")
+    let home = run + "/home"
+    let old = run + "/keys/v.keys"
+    let new = run + "/moved/v.keys"
+    XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
+    return (run, home, old, new, try vaultKilled(at: calls, step: step, ["--home", home, "keyfile", "move", new]))
+  }
+
   func testAMoveKilledAtAnyStepIsFinishedByRunningItAgain() throws {
     let temporary = TemporaryDirectory()
     var kills = 0
     for calls in ["rename,renameat,renameat2", "unlink,unlinkat", "fsync,fdatasync"] {
       for step in 1...30 {
-        let run = temporary.sub("\(calls.prefix(5))-\(step)")
-        let home = run + "/home"
-        let old = run + "/keys/v.keys"
-        let new = run + "/moved/v.keys"
-        XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
-        XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
-        let killed = try vaultKilled(at: calls, step: step, ["--home", home, "keyfile", "move", new])
+        let (_, home, old, new, killed) = try killedMove(in: temporary, at: calls, step: step)
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         kills += 1
@@ -134,13 +143,7 @@ final class KeyfileMoveTests: XCTestCase {
     var warned = 0
     for calls in ["rename,renameat,renameat2", "unlink,unlinkat"] {
       for step in 1...12 {
-        let run = temporary.sub("\(calls.prefix(5))-\(step)")
-        let home = run + "/home"
-        let old = run + "/keys/v.keys"
-        let new = run + "/moved/v.keys"
-        XCTAssertEqual(try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", old]).status, 0)
-        XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("x".utf8)).status, 0)
-        let killed = try vaultKilled(at: calls, step: step, ["--home", home, "keyfile", "move", new])
+        let (run, home, old, new, killed) = try killedMove(in: temporary, at: calls, step: step)
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         let status = try vault(["--home", home, "status"])

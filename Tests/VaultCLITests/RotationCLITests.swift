@@ -17,6 +17,15 @@ final class RotationCLITests: XCTestCase {
 
   override func tearDown() { temporary = nil }
 
+  /// A new keyfile vault at `name` (and its keyfile at `name`-keys) holding one record.
+  /// - Returns: its home.
+  private func vaultWithARecord(_ name: String) throws -> String {
+    let home = temporary.sub(name)
+    try initKeyfileVault(home: home, keyfile: temporary.sub(name + "-keys/v.keys"))
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+    return home
+  }
+
   /// A keyfile on a full disk (its own small file system, the rest of the vault on another):
   /// `rotate` says which disk is full and to free space there, not only "No space left on
   /// device" under a temporary file's name; nothing is lost and no key is made in place of one,
@@ -34,9 +43,7 @@ final class RotationCLITests: XCTestCase {
     // there is a SIGBUS in the runtime, before any of vault's code. vault's writes come after it.
     let first = Sanitizer.current == .thread ? 2 : 1
     for step in first...(first + 39) {
-      let home = temporary.sub("sweep-\(step)")
-      try initKeyfileVault(home: home, keyfile: temporary.sub("sweep-keys-\(step)/v.keys"))
-      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      let home = try vaultWithARecord("sweep-\(step)")
       let failed = try vaultFailing("write", with: "ENOSPC", when: "\(step)", ["--home", home, "rotate"])
       if failed.status == 0 { break }
       XCTAssertEqual(failed.status, 1, "write #\(step): \(failed.error)")
@@ -135,9 +142,7 @@ final class RotationCLITests: XCTestCase {
   func testAResumedRotationThatFailsSaysHowFarItGot() throws {
     var finished = 0
     for step in 1...40 {
-      let home = temporary.sub("resume-\(step)")
-      try initKeyfileVault(home: home, keyfile: temporary.sub("resume-keys-\(step)/v.keys"))
-      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      let home = try vaultWithARecord("resume-\(step)")
       let killed = try vaultKilled(at: "rename,renameat,renameat2", step: 2, ["--home", home, "rotate"])
       XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
       let failed = try vaultFailing("write", with: "ENOSPC", when: "\(step)", ["--home", home, "rotate"])
@@ -166,9 +171,7 @@ final class RotationCLITests: XCTestCase {
   func testEveryFailedSyncOfARotationLeavesAVaultThatRotatesAgain() throws {
     var failures = 0
     for step in 1...30 {
-      let home = temporary.sub("sync-\(step)")
-      try initKeyfileVault(home: home, keyfile: temporary.sub("sync-keys-\(step)/v.keys"))
-      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1, 2, 3]).status, 0)
+      let home = try vaultWithARecord("sync-\(step)")
       XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0, "a version to retire")
       let failed = try vaultFailing("fsync,fdatasync", with: "EIO", when: "\(step)", ["--home", home, "rotate"])
       if failed.status == 0 { break }
