@@ -170,23 +170,32 @@ extension Vault {
   /// holds this vault's integrity key (so it is this vault's own, not a restored copy's, which gets
   /// a new one), and each key in it is in `current` byte for byte or belongs to a version this
   /// vault retired since (a version the manifest names as active, decrypt-only or pending, but
-  /// `current` lacks, is never deleted). Anything that does not parse as such is not.
+  /// `current` lacks, is never deleted). A keyfile of another vault, or of another home of it, is not.
+  ///
+  /// The file is read whatever its mode, owner or directory (a move's copy in a directory others
+  /// may read, a mode changed since, still holds the keys: a security review saw such a copy kept,
+  /// and the note dropped, by a rotation after a compromise). A symbolic link or special file is
+  /// not what a move makes: not this vault's.
+  ///
+  /// - Throws: `KeyStoreError` when a regular file there cannot be read or parsed (nobody can tell
+  ///   whose keys it holds: the caller keeps its note and stops), or the current keyfile cannot be.
   private static func isLeftByThisVault(
     _ old: String, current: String, manifest: Manifest, keyring: KeyringID
   ) throws -> Bool {
-    let left = KeyfileStore(path: old)
+    var info = stat()
+    guard lstat(old, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return false }
+    let left = try keyfileContents(old, requirePrivate: false)
     let kept = KeyfileStore(path: current)
-    guard let theirs = try? left.loadRecord(.integrityKey, keyring: keyring),
-      try theirs == kept.loadRecord(.integrityKey, keyring: keyring),
-      let versions = try? left.storedVersions(keyring: keyring)
+    guard left.keyring == keyring, let theirs = left.records[KeyStoreRecord.integrityKey.rawValue],
+      try theirs == kept.loadRecord(.integrityKey, keyring: keyring)
     else { return false }
-    for version in versions {
+    for (version, key) in left.keys {
       guard let held = try kept.loadKey(keyring: keyring, version: version) else {
         let state = manifest.record(version)?.state
         guard state == nil || state == .retired else { return false }
         continue
       }
-      guard let key = try? left.loadKey(keyring: keyring, version: version), key == held else { return false }
+      guard key == held else { return false }
     }
     return true
   }

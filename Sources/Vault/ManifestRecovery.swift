@@ -541,6 +541,20 @@ extension Vault {
   static func keyfileManifest(_ path: String, requirePrivate: Bool = true) throws
     -> (copy: ManifestFile.Signed?, holdsKeys: Bool)
   {
+    let contents = try keyfileContents(path, requirePrivate: requirePrivate)
+    let copy = authenticCopy(
+      contents.records[KeyStoreRecord.manifestMirror.rawValue],
+      integrityKey: contents.records[KeyStoreRecord.integrityKey.rawValue], keyring: contents.keyring, source: path)
+    return (copy, !contents.keys.isEmpty)
+  }
+
+  /// Everything the keyfile at `path` holds, read directly (no store), under the vault id the file
+  /// itself names.
+  ///
+  /// - Parameter requirePrivate: as for `keyfileManifest`.
+  /// - Throws: `KeyStoreError` when the file is missing, cannot be read or parsed, or is not a
+  ///   private keyfile when `requirePrivate`.
+  static func keyfileContents(_ path: String, requirePrivate: Bool) throws -> KeyfileContents {
     guard let file = try SecureFile.read(path, requirePrivate: requirePrivate) else {
       throw KeyStoreError.io(path: path, operation: "open", errno: ENOENT)
     }
@@ -548,11 +562,7 @@ extension Vault {
     guard let keyring = file.withUnsafeBytes({ $0.count >= 12 ? KeyringID(bytes: Array($0[4..<12])) : nil }) else {
       throw KeyStoreError.corruptKeyfile(path: path, reason: "too short")
     }
-    let contents = try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
-    let copy = authenticCopy(
-      contents.records[KeyStoreRecord.manifestMirror.rawValue],
-      integrityKey: contents.records[KeyStoreRecord.integrityKey.rawValue], keyring: keyring, source: path)
-    return (copy, !contents.keys.isEmpty)
+    return try file.withUnsafeBytes { try KeyfileContents(parsing: $0, path: path, expecting: keyring) }
   }
 
   /// The keyfiles in the default keyfile directory (`<vault id>.keys`) that hold keys of a vault
