@@ -74,15 +74,14 @@ public final class Vault: Sendable {
   ///
   /// - Parameters:
   ///   - home: the home directory (made absolute against the working directory); created 0700 if
-  ///     missing, and made 0700 if it exists empty (it must then be this user's, and neither
-  ///     sticky nor writable by others).
+  ///     missing, and made 0700 if it exists empty (it must then be this user's, and not sticky).
   ///   - descriptor: the store to keep the keys in; a keyfile with no path gets the default one
   ///     for the new vault id (`KeyfileStore.defaultPath(keyring:environment:)`).
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
   /// - Throws: `VaultError.sharedDirectory` for an existing home another user owns, or that is
-  ///   sticky or writable by others; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
+  ///   sticky; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
   ///   `.orphanedKeyfile` (a keyfile in the default directory holds keys of a vault whose manifest
   ///   copy names `home`) or `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
@@ -217,16 +216,17 @@ public final class Vault: Sendable {
     return resolved
   }
 
-  /// Refuses an existing directory as a new vault's home unless it is this user's and nobody else
-  /// may write it: `init` and `restore` make an empty home private (mode 0700), and must never do
-  /// that to a directory others use (a sticky one such as /tmp or /dev/shm, or one another user
-  /// owns). A directory that is not there yet is made 0700.
+  /// Refuses an existing directory as a new vault's home unless it is this user's own and not
+  /// sticky: `init` and `restore` make an empty home private (mode 0700), and must never do that to
+  /// a directory others use (a sticky one such as /tmp or /dev/shm, or one another user owns). A
+  /// directory of the user's that their group may write (umask 002) is made private as before.
+  /// A directory that is not there yet is made 0700.
   ///
   /// - Throws: `VaultError.sharedDirectory` (nothing was changed).
   package static func checkNewHome(_ home: String) throws {
     var info = stat()
     guard stat(home, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return }
-    if info.st_uid != geteuid() || info.st_mode & (0o022 | UInt32(S_ISVTX)) != 0 {
+    if info.st_uid != geteuid() || info.st_mode & UInt32(S_ISVTX) != 0 {
       throw VaultError.sharedDirectory(home: home, mode: UInt32(info.st_mode), owner: info.st_uid)
     }
   }
@@ -298,7 +298,11 @@ public final class Vault: Sendable {
       // under a pending version. A rotation's (there is an older version) is then still
       // re-sealing: recorded, so that the next rotation resumes it instead of making yet another
       // version while the records are still under the old one.
-      let rotating = vault.manifest.versions.contains { $0.state != .pending }
+      // Tolerated only for an ordinary rotation: after a compromise the version active before it
+      // is the leaked one, and nothing may be sealed under it (a security review: `vault seal` on
+      // a full disk sealed under it, and the envelope was unreadable once the rotation finished).
+      let rotating =
+        vault.manifest.versions.contains { $0.state != .pending } && vault.manifest.unfinishedCompromise == nil
       do {
         try vault.withManifestLock {
           try vault.completePendingVersion(resealing: vault.manifest.versions.contains { $0.state != .pending })
@@ -795,7 +799,7 @@ public final class Vault: Sendable {
   /// Whether the manifest of a vault bound to `bound` is read in `home` because the home was moved
   /// there: `bound` is another place that no longer holds a live manifest of `vaultID` (one that
   /// does makes `home` a copy, and one that cannot be read is taken as one: nobody can tell).
-  static func movedFrom(_ bound: String, to home: String, vaultID: String) -> Bool {
+  package static func movedFrom(_ bound: String, to home: String, vaultID: String) -> Bool {
     guard !sameFile(bound, home) else { return false }
     guard ManifestFile.exists(home: bound) else { return true }
     return ((try? ManifestFile.read(home: bound).manifest.vaultID) ?? vaultID) != vaultID

@@ -93,8 +93,8 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
   /// `init` or `restore` was given an existing directory as the new home that is not the user's
-  /// own (another user's, sticky as /tmp is, or writable by others): a new home is made private
-  /// (0700), which must never happen to a directory others use.
+  /// own (another user's, or sticky as /tmp is): a new home is made private (0700), which must
+  /// never happen to a directory others use.
   case sharedDirectory(home: String, mode: UInt32, owner: UInt32)
   /// The keyfile the manifest names, which holds the vault's keys, is not there: moved, renamed or
   /// deleted (no key was made in its place).

@@ -94,9 +94,11 @@ final class HomeAndEnvironmentTests: XCTestCase {
     }
     let doctor = try vault(["--home", shared, "doctor"], environment: clean())
     XCTAssertTrue(doctor.outputText.contains("`vault init` would refuse this directory"), doctor.outputText)
-    // An empty directory of one's own is made private, as before.
+    // An empty directory of one's own is made private, as before, also one its group may write
+    // (umask 002: a security review saw it refused).
     let own = temporary.sub("own")
-    XCTAssertEqual(mkdir(own, 0o755), 0)
+    XCTAssertEqual(mkdir(own, 0o700), 0)
+    XCTAssertEqual(chmod(own, 0o775), 0)
     try initKeyfileVault(home: own, keyfile: temporary.sub("k4/v.keys"))
     var info = stat()
     XCTAssertEqual(stat(own, &info), 0)
