@@ -418,7 +418,7 @@ public final class QueueContainer: @unchecked Sendable {
       // error, too): a file and directory that are writable on a writable file system are not
       // the reason, so the operator is not sent to check permissions and mounts.
       if error.isReadOnly, writable(path) {
-        throw QueueError.cannotOpen(path: path, reason: probedReason(path, otherwise: nil))
+        throw QueueError.cannotOpen(path: path, reason: unclearOpenFailure)
       }
       if error.isReadOnly { throw QueueError.readOnly(path: path) }
       if error.isCannotOpen {
@@ -444,7 +444,7 @@ public final class QueueContainer: @unchecked Sendable {
         let exists = FileManager.default.fileExists(atPath: path)
         throw QueueError.cannotOpen(
           path: path,
-          reason: error.systemErrno == ENOENT && exists ? probedReason(path, otherwise: nil) : reported)
+          reason: error.systemErrno == ENOENT && exists ? unclearOpenFailure : reported)
       }
       if error.isCorrupt { throw QueueError.corrupt(path: path) }
       if error.isBusy { throw QueueError.busy(path: path) }
@@ -465,25 +465,13 @@ public final class QueueContainer: @unchecked Sendable {
     return file && access(directory.isEmpty ? "." : directory, W_OK) == 0
   }
 
-  /// Why SQLite could not open the container for writing, when its own errno does not say: the
-  /// first error opening the file, its -wal or its -shm for writing ourselves gives (an I/O error
-  /// that lasts), else `otherwise`, else a sentence saying that nothing tells more.
-  static func probedReason(_ path: String, otherwise: String?) -> String {
-    for suffix in ["", "-wal", "-shm"] {
-      // Regular files only: opening a device or a FIFO can do something of its own.
-      var info = stat()
-      guard lstat(path + suffix, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
-      let fd = Glibc.open(path + suffix, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-      if fd >= 0 {
-        close(fd)
-      } else if errno != ENOENT {
-        return "\(String(cString: strerror(errno))) (\((path + suffix as NSString).lastPathComponent))"
-      }
-    }
-    return otherwise
-      ?? "SQLite could not open it, or the -wal or -shm beside it, though opening them again works (an I/O error "
-      + "that passed?); retry, and if it lasts, check the disk"
-  }
+  /// Why SQLite could not open the container for writing, when its own errno does not say (it
+  /// reports its last fallback's). Nothing is opened to find out: this process may hold a
+  /// connection to the file, and closing any descriptor of it would drop that connection's locks
+  /// (a security review of a first version that opened the files).
+  static let unclearOpenFailure =
+    "SQLite could not open it, or the -wal or -shm beside it, and the file system gave no clear reason (an I/O "
+    + "error?); retry, and if it lasts, check the disk"
 
   /// Whether the file system holding `directory` has no block or no inode left for this user
   /// (statvfs), so no new file can be made there. A file system that reports no inode count at
