@@ -138,11 +138,14 @@ extension Vault {
       try refuseOtherVaultsLeftAt(home, restoring: keyring, resolver: resolver)
       // The keyfile this vault already keeps there (its own home's, usually at the default path) is
       // the case of keys present, not of someone else's file in the way.
+      // Read whatever its mode (a keyfile made 0640 is still this vault's: a security review saw it
+      // called another vault's).
       let path = keyfilePath(of: descriptor, keyring: keyring)
-      if descriptor.kind == .keyfile, let (copy, _) = try? keyfileManifest(path, requirePrivate: false),
-        let present = try? KeyfileStore(path: path).storedVersions(keyring: keyring).first
+      if descriptor.kind == .keyfile, let contents = try? keyfileContents(path, requirePrivate: false),
+        contents.keyring == keyring, let present = contents.keys.keys.min()
       {
-        throw VaultError.restoreKeysPresent(store: .keyfile, version: present, home: copy?.manifest.home)
+        let home = (try? keyfileManifest(path, requirePrivate: false))?.copy?.manifest.home
+        throw VaultError.restoreKeysPresent(store: .keyfile, version: present, home: home)
       }
     }
     let descriptor = try newKeyfileChecked(descriptor, keyring: keyring, home: home)

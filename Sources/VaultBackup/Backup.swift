@@ -717,21 +717,25 @@ public enum Backup {
     }
   }
 
-  /// Whether the file at `path` reads as a bundle of `vaultID` taken from `home` by its header and
-  /// manifest (their hash checked, nothing authenticated): what pruning and `lastBackup` count as
-  /// a home's bundle. A bundle that records no home (written before homes were recorded) counts
-  /// for every home of its vault.
-  static func looksLikeBundle(_ path: String, of vaultID: String, from home: String) -> Bool {
+  /// Whether the file at `path` reads as a bundle of `vaultID` by its header and manifest (their
+  /// hash checked, nothing authenticated), and, with `from`, one taken from that very home: what
+  /// pruning removes. A bundle that records no home (written before homes were recorded) or
+  /// another one (a second home of the vault, restored into another key store, or this home before
+  /// it was moved) is never pruned: it may be another home's only backup (a security review).
+  static func looksLikeBundle(_ path: String, of vaultID: String, from home: String? = nil) -> Bool {
     guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return false }
-    return manifest.home.map { $0 == home || Vault.sameFile($0, home) } ?? true
+    guard let home else { return true }
+    return manifest.home.map { $0 == home || Vault.sameFile($0, home) } ?? false
   }
 
-  /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than
-  /// `home` (a second home of the vault, restored into another key store).
+  /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than `home`
+  /// that still holds the vault (a second home of it, restored into another key store): not this
+  /// home's backup. One from a home that no longer holds the vault (this one, before it was
+  /// moved) or that records no home may be, and counts.
   static func isAnotherHomesBundle(_ path: String, of vaultID: String, home: String) -> Bool {
     guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID, let from = manifest.home
     else { return false }
-    return from != home && !Vault.sameFile(from, home)
+    return !Vault.sameFile(from, home) && from != home && !Vault.movedFrom(from, to: home, vaultID: vaultID)
   }
 
   /// `20261201T160512.123Z`: sorts by time as text.

@@ -118,9 +118,7 @@ extension Backup {
     // has a bundle's name (say, dated 9999) must not hide it. When none reads so, the newest by
     // name is reported, damaged.
     let byName = found.sorted { ($0 as NSString).lastPathComponent > ($1 as NSString).lastPathComponent }
-    guard let newest = byName.first(where: { looksLikeBundle($0, of: vaultID, from: home) }) ?? byName.first else {
-      return nil
-    }
+    guard let newest = byName.first(where: { looksLikeBundle($0, of: vaultID) }) ?? byName.first else { return nil }
     let stamp = String(
       (newest as NSString).lastPathComponent.dropFirst(prefix.count).dropLast(BundleLayout.fileSuffix.count))
     var createdAt = stamp

@@ -182,6 +182,28 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "this home prunes only its own")
   }
 
+  /// After the home is moved, its earlier bundles (which record the old place) are still shown as
+  /// its backups (a security review: "none found"), and `--keep` leaves them: only bundles that
+  /// name this very home are pruned, since one naming another may be another home's only backup.
+  func testAMovedHomeStillShowsItsBundlesAndPrunesOnlyThoseThatNameIt() throws {
+    XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
+    let backup = ["backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json"]
+    let first = try vault(["--home", home] + backup)
+    XCTAssertEqual(first.status, 0, first.error)
+    let before = try XCTUnwrap(try json(first)["bundle"] as? String)
+    let moved = temporary.sub("moved")
+    XCTAssertEqual(rename(home, moved), 0)
+    let status = try json(try vault(["--home", moved, "status", "--json"]))
+    XCTAssertEqual((status["last_backup"] as? [String: Any])?["bundle"] as? String, before)
+    let second = try vault(["--home", moved] + backup)
+    XCTAssertEqual(second.status, 0, second.error)
+    let after = try XCTUnwrap(try json(second)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [before, after].sorted(), "the bundle naming the old place stays")
+    let third = try vault(["--home", moved] + backup)
+    let newest = try XCTUnwrap(try json(third)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [before, newest].sorted(), "a bundle naming this home is pruned")
+  }
+
   func testWrongPassphraseDamageAndAnExistingHomeAreRefused() throws {
     XCTAssertEqual(
       try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile]).status, 0)
