@@ -167,6 +167,11 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(refused.status, 1, refused.error)
     XCTAssertTrue(refused.error.contains("keeps its keys there, with its home at \(home)"), refused.error)
     XCTAssertTrue(refused.error.contains("`vault restore BUNDLE --into \(home)`"), refused.error)
+    // Whatever the keyfile's mode: at 0640 it was called another vault's (a security review).
+    XCTAssertEqual(chmod(temporary.sub("k/v.keys"), 0o640), 0)
+    let refusedAt0640 = try vault(restore + ["--keyfile", temporary.sub("k/v.keys")])
+    XCTAssertTrue(refusedAt0640.error.contains("keeps its keys there, with its home at \(home)"), refusedAt0640.error)
+    XCTAssertEqual(chmod(temporary.sub("k/v.keys"), 0o600), 0)
     let restored = try vault(restore + ["--keyfile", temporary.sub("k2/v.keys")])
     XCTAssertEqual(restored.status, 0, restored.error)
 

@@ -178,6 +178,33 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertGreaterThan(warned, 2)
   }
 
+  /// A move into a directory others may read (mode 0755: the move itself refuses it, after the
+  /// copy is made) killed at each fsync, then a rotation after a compromise: no file in that
+  /// directory still holds a key (a security review: the copy was taken for not this vault's, as
+  /// it could not be read as a private keyfile, and kept with key 1 after "Retired (keys deleted)").
+  func testACopyInADirectoryOthersMayReadIsRemovedBeforeKeysAreDeleted() throws {
+    let temporary = TemporaryDirectory()
+    var settled = 0
+    for step in 1...12 {
+      let run = temporary.sub("fsync-\(step)")
+      let home = run + "/home"
+      XCTAssertEqual(
+        try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", run + "/keys/v.keys"]).status, 0)
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+      XCTAssertEqual(mkdir(run + "/open", 0o755), 0)
+      XCTAssertEqual(chmod(run + "/open", 0o755), 0)
+      let killed = try vaultKilled(
+        at: "fsync,fdatasync", step: step, ["--home", home, "keyfile", "move", run + "/open/v.keys"])
+      if killed.status != 128 + SIGKILL { break }
+      if FileManager.default.fileExists(atPath: home + "/keyfile-move-pending") { settled += 1 }
+      let rotated = try vault(["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(rotated.status, 0, "fsync #\(step): \(rotated.error)")
+      XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: run + "/open"), [], "fsync #\(step)")
+      XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/keyfile-move-pending"), "fsync #\(step)")
+    }
+    XCTAssertGreaterThan(settled, 0, "a kill left the move pending")
+  }
+
   /// A keyfile moved away by hand is named as not there, with the way back (an operator review
   /// was told "key version 1 is missing from the keyfile store … restore the key store from a
   /// backup", naming no file, and `status` said "the key store has no integrity key").

@@ -135,6 +135,27 @@ final class RotationCLITests: XCTestCase {
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
   }
 
+  /// After a compromise rotation stopped with its new version pending, a full disk does not let
+  /// `vault seal` go on under the leaked version (a security review: opening tolerated the failed
+  /// write and sealed under version 1, unreadable once the rotation finished).
+  func testAFullDiskNeverSealsUnderTheVersionACompromiseRotationIsReplacing() throws {
+    XCTAssertEqual(try vault(["--home", home, "seal", "--context", "c"], input: [1]).status, 0)
+    var stopped = false
+    for step in 1...8 where !stopped {
+      let killed = try vaultKilled(
+        at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+      stopped = try Vault.inspect(home: home).0.versions.contains { $0.state == .pending }
+    }
+    XCTAssertTrue(stopped, "a kill left the compromise's version pending")
+    let full = try vaultFailing(
+      "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home, "seal", "--context", "c"], input: [2])
+    XCTAssertNotEqual(full.status, 0, "refused rather than sealed under version 1")
+    let sealed = try vault(["--home", home, "seal", "--context", "c"], input: [3])
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertNotEqual(try Envelope.header(of: sealed.output).version, 1, "never under the leaked version")
+  }
+
   /// A rerun of a stopped rotation whose Nth write fails (ENOSPC, N = 1, 2, …): when it got as far
   /// as finishing the rotation, it says so (an operator review: a resumed rotation that finished
   /// but could not write the home's manifest printed only the disk error, as the new version was
