@@ -183,8 +183,20 @@ extension Vault {
     _ old: String, current: String, manifest: Manifest, keyring: KeyringID
   ) throws -> Bool {
     var info = stat()
-    guard lstat(old, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return false }
-    let left = try keyfileContents(old, requirePrivate: false)
+    guard lstat(old, &info) == 0 else {
+      // Gone: nothing to keep. Anything else (a directory that cannot be searched) cannot tell.
+      guard errno == ENOENT else {
+        throw VaultError.stoppedMoveUnclear(path: old, reason: String(cString: strerror(errno)))
+      }
+      return false
+    }
+    guard info.st_mode & S_IFMT == S_IFREG else { return false }
+    let left: KeyfileContents
+    do {
+      left = try keyfileContents(old, requirePrivate: false)
+    } catch {
+      throw VaultError.stoppedMoveUnclear(path: old, reason: "\(error)")
+    }
     let kept = KeyfileStore(path: current)
     guard left.keyring == keyring, let theirs = left.records[KeyStoreRecord.integrityKey.rawValue],
       try theirs == kept.loadRecord(.integrityKey, keyring: keyring)
@@ -206,9 +218,9 @@ extension Vault {
   /// What the home's `keyfile-move-pending` holds: the keyfile a move is leaving and where it is
   /// going, both absolute, separated by a NUL (which no path holds). A file written by a build
   /// before the destination was recorded holds the old path alone.
-  struct PendingMove: Equatable {
-    let old: String
-    let new: String?
+  package struct PendingMove: Equatable {
+    package let old: String
+    package let new: String?
 
     var bytes: [UInt8] { Array(old.utf8) + (new.map { [0] + Array($0.utf8) } ?? []) }
 
@@ -225,7 +237,7 @@ extension Vault {
 
   /// The keyfile move that stopped part-way in `home`, for `status` and `doctor`: where from and
   /// to; nil when none did (or the file cannot be read).
-  static func stoppedMove(home: String) -> PendingMove? { (try? PendingMove.read(home: home)) ?? nil }
+  package static func stoppedMove(home: String) -> PendingMove? { (try? PendingMove.read(home: home)) ?? nil }
 
   /// Settles a keyfile move that stopped part-way before anything deletes a key: the next move and
   /// every rotation call it under the home's lock. Killed before its manifest write (the manifest
@@ -243,7 +255,7 @@ extension Vault {
     }
     if let new = pending.new, new.hasPrefix("/"), new != current, !sameFile(new, current) {
       let copy = KeyfileStore(path: new)
-      if copy.exists, try isLeftByThisVault(new, current: current, manifest: manifest, keyring: keyring) {
+      if try isLeftByThisVault(new, current: current, manifest: manifest, keyring: keyring) {
         guard unlink(new) == 0 || errno == ENOENT else {
           throw KeyStoreError.io(path: new, operation: "remove the unused keyfile copy", errno: errno)
         }
@@ -275,7 +287,9 @@ extension Vault {
       unlink(pending)
       return nil
     }
-    if KeyfileStore(path: old).exists {
+    // Only a file that is gone is skipped: one that cannot be looked at stops here (isLeftByThisVault).
+    var info = stat()
+    if lstat(old, &info) == 0 || errno != ENOENT {
       guard try isLeftByThisVault(old, current: current, manifest: manifest, keyring: keyring) else {
         // Not this vault's old keyfile any more (replaced since: another vault's, someone's file):
         // left alone, and the pending move forgotten.

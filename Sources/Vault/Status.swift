@@ -276,8 +276,8 @@ extension Vault {
 
 /// Something `status` and `doctor` tell the operator to act on.
 public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
-  /// A rotation after a compromise made `version` active and has not finished: the compromised keys
-  /// still exist, and only a rotation after a compromise may go on.
+  /// A rotation after a compromise to `version` (pending or active) has not finished: the
+  /// compromised keys still exist, and only a rotation after a compromise may go on.
   case unfinishedCompromise(version: UInt32)
   /// A rotation added `version` and has not made it active, or made it active and has not
   /// re-sealed every record: it is running now, or it was stopped or killed. The versions before it keep their keys until a rotation finishes (the
@@ -295,8 +295,8 @@ public enum StatusWarning: Sendable, Equatable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .unfinishedCompromise(let version):
-      "a rotation after a compromise made version \(version) active and has not finished: the compromised "
-        + "keys still exist; finish it with a rotation after a compromise"
+      "a rotation after a compromise to version \(version) has not finished: the compromised keys still exist; "
+        + "finish it with a rotation after a compromise"
     case .unfinishedRotation(let version):
       "the rotation to version \(version) has not finished (it is running, or it was stopped or killed): the "
         + "versions before it keep their keys until it does; unless it is running, rotate again to resume it"

@@ -74,14 +74,15 @@ public final class Vault: Sendable {
   ///
   /// - Parameters:
   ///   - home: the home directory (made absolute against the working directory); created 0700 if
-  ///     missing, and made 0700 if it exists empty (it must then be this user's, and not sticky).
+  ///     missing, and made 0700 if it exists empty (it must then be this user's, neither sticky nor
+  ///     writable by others).
   ///   - descriptor: the store to keep the keys in; a keyfile with no path gets the default one
   ///     for the new vault id (`KeyfileStore.defaultPath(keyring:environment:)`).
   ///   - resolver: builds the key store `descriptor` names.
   ///   - clock: the time source for the manifest's timestamps.
   /// - Returns: the open vault, its first key version active.
   /// - Throws: `VaultError.sharedDirectory` for an existing home another user owns, or that is
-  ///   sticky; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
+  ///   sticky or writable by others; `VaultError.alreadyExists`, `.homeNotEmpty`, `.keyfileExists`, `.orphanedKeys`,
   ///   `.orphanedKeyfile` (a keyfile in the default directory holds keys of a vault whose manifest
   ///   copy names `home`) or `.restoreUnfinished` (nothing was changed); `KeyStoreError.keyfileInsideData` for a keyfile inside `home`;
   ///   `KeyStoreError` when the store cannot be written or the Secret Service cannot answer;
@@ -118,7 +119,7 @@ public final class Vault: Sendable {
     let lock: FileLock
     do {
       // An empty home made beforehand keeps whatever mode it had; make it private like a new one
-      // (`checkNewHome` let through only a directory of this user's that nobody else may write).
+      // (`checkNewHome` let through only a directory of this user's that others may not write).
       guard chmod(home, 0o700) == 0 else { throw KeyStoreError.io(path: home, operation: "chmod", errno: errno) }
       lock = try FileLock(path: home + "/" + lockFileName)
     } catch {
@@ -216,9 +217,10 @@ public final class Vault: Sendable {
     return resolved
   }
 
-  /// Refuses an existing directory as a new vault's home unless it is this user's own and not
-  /// sticky: `init` and `restore` make an empty home private (mode 0700), and must never do that to
-  /// a directory others use (a sticky one such as /tmp or /dev/shm, or one another user owns). A
+  /// Refuses an existing directory as a new vault's home unless it is this user's own, not sticky
+  /// and not writable by others: `init` and `restore` make an empty home private (mode 0700), and
+  /// must never do that to a directory others use (a sticky one such as /tmp or /dev/shm, or one
+  /// another user owns), nor take one where others may have planted files before the chmod. A
   /// directory of the user's that their group may write (umask 002) is made private as before.
   /// A directory that is not there yet is made 0700.
   ///
@@ -226,7 +228,7 @@ public final class Vault: Sendable {
   package static func checkNewHome(_ home: String) throws {
     var info = stat()
     guard stat(home, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return }
-    if info.st_uid != geteuid() || info.st_mode & UInt32(S_ISVTX) != 0 {
+    if info.st_uid != geteuid() || info.st_mode & (UInt32(S_ISVTX) | UInt32(S_IWOTH)) != 0 {
       throw VaultError.sharedDirectory(home: home, mode: UInt32(info.st_mode), owner: info.st_uid)
     }
   }
@@ -952,6 +954,9 @@ public final class Vault: Sendable {
     try adoptVerifiedManifest(heal: true)
     return try body()
   }
+
+  /// The integrity key, for `homeIdentity()` (which says nothing of it).
+  var integrityKeyForIdentity: SymmetricKey { state.withLock { $0.integrityKey } }
 
   /// Whether the calling thread is inside `withManifestLock`.
   var holdsManifestLock: Bool {

@@ -93,9 +93,13 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// keyfile as `named`: the keyfile was moved by hand.
   case keyfileMoved(keyfile: String, named: String)
   /// `init` or `restore` was given an existing directory as the new home that is not the user's
-  /// own (another user's, or sticky as /tmp is): a new home is made private (0700), which must
-  /// never happen to a directory others use.
+  /// own (another user's, sticky as /tmp is, or writable by others): a new home is made private
+  /// (0700), which must never happen to a directory others use.
   case sharedDirectory(home: String, mode: UInt32, owner: UInt32)
+  /// A keyfile move that stopped part-way left `path` (its copy, or the old keyfile), which cannot
+  /// be looked at or read (`reason`) to tell whether it holds this vault's keys: nothing that
+  /// deletes keys goes on while it may keep them.
+  case stoppedMoveUnclear(path: String, reason: String)
   /// The keyfile the manifest names, which holds the vault's keys, is not there: moved, renamed or
   /// deleted (no key was made in its place).
   case keyfileMissing(path: String)
@@ -217,6 +221,11 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(home) is not a directory of your own (mode \(octal(mode)), owned by uid \(owner)): a new vault's home is "
         + "made private (mode 0700), which would lock others out of a directory they use; nothing was changed. Keep "
         + "the vault in a directory of your own, such as \(ShellWord.quoted(home + "/vault"))"
+    case .stoppedMoveUnclear(let path, let reason):
+      "a keyfile move stopped part-way and left \(path), which cannot be read to tell whether it holds this "
+        + "vault's keys (\(reason)); nothing was changed. The keyfile in use is fine. Make it readable again, or, "
+        + "if it is that move's leftover, delete it yourself (it may hold keys): a rotation deletes keys only "
+        + "once no such copy may keep them"
     case .keyfileMissing(let path):
       "the keyfile \(path), which holds this vault's keys, is not there (moved, renamed or deleted); nothing was "
         + "changed and no key was made. If it was moved, put it back there; if it was deleted, restore it from a "
@@ -295,6 +304,7 @@ extension VaultError: CodedError {
     case .homeMissing: "vault.home-missing"
     case .keyfileMissing: "vault.keyfile-missing"
     case .sharedDirectory: "vault.shared-directory"
+    case .stoppedMoveUnclear: "vault.stopped-move-unclear"
     }
   }
 }

@@ -161,7 +161,7 @@ public enum Backup {
           version: $0.record.version, state: $0.record.state.rawValue, createdAt: $0.record.createdAt,
           suite: $0.record.effectiveSuite, check: $0.record.check ?? "")
       },
-      containers: containers.map(\.0), home: vault.home)
+      containers: containers.map(\.0), home: vault.home, homeID: try vault.homeIdentity())
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let manifestBytes = Array(try encoder.encode(backupManifest))
@@ -239,7 +239,7 @@ public enum Backup {
       }
     }
     let removed = try prune(
-      directory: directory, vaultID: manifest.vaultID, home: vault.home, keep: keep, newest: name)
+      directory: directory, vaultID: manifest.vaultID, homeID: try vault.homeIdentity(), keep: keep, newest: name)
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,
       seconds: Date().timeIntervalSince(started), warnings: warnings)
@@ -718,23 +718,24 @@ public enum Backup {
   }
 
   /// Whether the file at `path` reads as a bundle of `vaultID` by its header and manifest (their
-  /// hash checked, nothing authenticated), and, with `from`, one taken from that very home: what
-  /// pruning removes. A bundle that records no home (written before homes were recorded) or
-  /// another one (a second home of the vault, restored into another key store, or this home before
-  /// it was moved) is never pruned: it may be another home's only backup (a security review).
-  static func looksLikeBundle(_ path: String, of vaultID: String, from home: String? = nil) -> Bool {
+  /// hash checked, nothing authenticated), and, with `homeID`, one taken from the home with that
+  /// identity: what pruning removes. A bundle that records no identity (written before it was
+  /// recorded) or another one (a second home of the vault, restored into another key store, even
+  /// at the same path on another machine) is never pruned: it may be another home's only backup
+  /// (two security reviews; the path alone was not enough).
+  static func looksLikeBundle(_ path: String, of vaultID: String, homeID: String? = nil) -> Bool {
     guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return false }
-    guard let home else { return true }
-    return manifest.home.map { $0 == home || Vault.sameFile($0, home) } ?? false
+    guard let homeID else { return true }
+    return manifest.homeID == homeID
   }
 
-  /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than `home`
-  /// that still holds the vault (a second home of it, restored into another key store): not this
-  /// home's backup. One from a home that no longer holds the vault (this one, before it was
-  /// moved) or that records no home may be, and counts.
-  static func isAnotherHomesBundle(_ path: String, of vaultID: String, home: String) -> Bool {
-    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID, let from = manifest.home
-    else { return false }
+  /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than this
+  /// one: another identity than `homeID` when both are known, else (no identity to compare) a
+  /// recorded home other than `home` that still holds the vault. Not this home's backup.
+  static func isAnotherHomesBundle(_ path: String, of vaultID: String, home: String, homeID: String?) -> Bool {
+    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return false }
+    if let homeID, let theirs = manifest.homeID { return theirs != homeID }
+    guard let from = manifest.home else { return false }
     return !Vault.sameFile(from, home) && from != home && !Vault.movedFrom(from, to: home, vaultID: vaultID)
   }
 
@@ -750,12 +751,13 @@ public enum Backup {
   /// Removes this vault's bundles in `directory` beyond the newest `keep` (by the time in their
   /// names); `newest`, just written and verified, is always kept. A bundle newer than `newest`
   /// (a backup running at the same time) counts among the newest and is never removed for it.
-  /// Only files whose header and manifest read as this vault's bundle taken from `home` count: a
-  /// file that only has a bundle's name (a note, a truncated copy), or a bundle of another home of
-  /// the same vault (restored into another key store), is neither counted nor removed.
-  static func prune(directory: String, vaultID: String, home: String, keep: Int, newest: String) throws -> [String] {
+  /// Only files whose header and manifest read as this vault's bundle taken from the home with
+  /// `homeID` count: a file that only has a bundle's name (a note, a truncated copy), or a bundle of
+  /// another home of the same vault (restored into another key store), is neither counted nor
+  /// removed.
+  static func prune(directory: String, vaultID: String, homeID: String, keep: Int, newest: String) throws -> [String] {
     var names = ownBundleNames(in: directory, vaultID: vaultID).filter {
-      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID, from: home)
+      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID, homeID: homeID)
     }
     if !names.contains(newest) { names.append(newest) }
     let older = names.sorted().dropLast(keep).filter { $0 != newest }

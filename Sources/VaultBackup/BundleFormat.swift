@@ -60,9 +60,14 @@ public struct BackupManifest: Codable, Sendable, Equatable {
   /// a home prunes and reports as its own only bundles of its vault taken from it, since a restore
   /// into another key store makes a second home of the same vault id.
   public var home: String?
+  /// The identity of the home the vault was backed up from (`Vault.homeIdentity()`: it stays when
+  /// the home is moved, and a second home of the vault, restored into another key store, has its
+  /// own); absent in bundles written before it was recorded. `--keep` prunes only this home's.
+  public var homeID: String?
 
   enum CodingKeys: String, CodingKey {
     case format, versions, containers, home
+    case homeID = "home_id"
     case vaultID = "vault_id"
     case keyringID = "keyring_id"
     case createdAt = "created_at"

@@ -104,6 +104,13 @@ extension Backup {
   /// - Returns: the newest bundle and what the check found, or nil when no bundle of this vault
   ///   is in those directories now.
   public static func lastBackup(home: String, vaultID: String, now: Date = Date()) -> LastBackup? {
+    lastBackup(home: home, vaultID: vaultID, homeID: nil, now: now)
+  }
+
+  /// `lastBackup(home:vaultID:now:)` that also leaves out bundles recording another home identity
+  /// than `homeID` (`Vault.homeIdentity`), when given: another home of the vault, at the same path
+  /// on another machine, or one since deleted, is not this home's backup.
+  package static func lastBackup(home: String, vaultID: String, homeID: String?, now: Date = Date()) -> LastBackup? {
     let prefix = bundlePrefix(vaultID: vaultID)
     let home = absolutePath(home)
     var found: [String] = []
@@ -112,7 +119,7 @@ extension Backup {
     }
     // Another home of the same vault (restored into another key store) may back up to the same
     // directory: its bundles are not this home's backups.
-    found.removeAll { isAnotherHomesBundle($0, of: vaultID, home: home) }
+    found.removeAll { isAnotherHomesBundle($0, of: vaultID, home: home, homeID: homeID) }
     // Names carry the time (sortable text) after the prefix: the newest sorts last. The newest
     // whose header and manifest read as this vault's bundle is the last backup; a file that only
     // has a bundle's name (say, dated 9999) must not hide it. When none reads so, the newest by

@@ -426,13 +426,19 @@ extension VaultCommandLine {
     enum Key: String, CodingKey { case lastBackup = "last_backup" }
   }
 
+  /// The home's newest bundle, leaving out those of another home of the vault by their recorded
+  /// identity when the key store can be read now (by their recorded path otherwise).
+  func lastBackup(home: String, vaultID: String) -> LastBackup? {
+    Backup.lastBackup(home: home, vaultID: vaultID, homeID: Vault.homeIdentity(home: home, resolver: keyStores))
+  }
+
   func withLastBackup(_ status: VaultStatus) -> StatusWithBackup {
-    StatusWithBackup(status: status, lastBackup: Backup.lastBackup(home: status.home, vaultID: status.vaultID))
+    StatusWithBackup(status: status, lastBackup: lastBackup(home: status.home, vaultID: status.vaultID))
   }
 
   /// The `backup:` line of `status`, read from the newest bundle on disk now.
   func printLastBackup(_ status: VaultStatus) {
-    guard let last = Backup.lastBackup(home: status.home, vaultID: status.vaultID) else {
+    guard let last = lastBackup(home: status.home, vaultID: status.vaultID) else {
       terminal.print("  backup:   none found (`vault backup --to DIR` makes one)")
       return
     }
@@ -458,7 +464,7 @@ extension VaultCommandLine {
       (list.count == 1 ? "key version " : "key versions ") + list.map(String.init).joined(separator: ", ")
         + (list.count == 1 ? " exists" : " exist")
     }
-    guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID) else {
+    guard let last = lastBackup(home: home, vaultID: manifest.vaultID) else {
       report.add(
         "backup", .warning,
         "warning: no backup bundle of this vault found; \(versions(live)) only in the \(store) "

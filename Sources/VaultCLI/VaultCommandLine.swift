@@ -445,6 +445,9 @@ public struct VaultCommandLine {
     let resuming =
       vault.manifest.resealing != nil || vault.manifest.unfinishedCompromise != nil
       || vault.manifest.versions.contains { $0.state == .pending }
+    // A keyfile move that stopped part-way: the rotation removes its second file first, or stops
+    // when it cannot be read; one that is not there at all may be on a drive not mounted now.
+    let stoppedMove = Vault.stoppedMove(home: vault.home)
     do {
       defer { progress.finish() }
       report = try vault.rotate(containers: QueueContainerProvider(), options: options)
@@ -500,6 +503,16 @@ public struct VaultCommandLine {
     }
     terminal.done =
       "the rotation to version \(report.newVersion) finished; running it again would make another version"
+    if let move = stoppedMove, !report.retired.isEmpty {
+      let current = vault.manifest.store.keyfile
+      for path in [move.old, move.new].compactMap({ $0 })
+      where path != current && !FileManager.default.fileExists(atPath: path) {
+        terminal.note(
+          "vault: a keyfile move had stopped part-way, and \(path), where it left a second copy of the keys, "
+            + "holds no file now; if that place is on a drive that is not mounted, or the file was moved, delete it "
+            + "wherever it is: it holds the keys this rotation deleted")
+      }
+    }
     if arguments.flags.contains("--json") {
       if let schedule {
         terminal.printBlock(try JSON.encode(DueRotation(rotated: true, schedule: schedule, rotation: report)))

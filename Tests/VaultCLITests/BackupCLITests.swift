@@ -187,10 +187,11 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "this home prunes only its own")
   }
 
-  /// After the home is moved, its earlier bundles (which record the old place) are still shown as
-  /// its backups (a security review: "none found"), and `--keep` leaves them: only bundles that
-  /// name this very home are pruned, since one naming another may be another home's only backup.
-  func testAMovedHomeStillShowsItsBundlesAndPrunesOnlyThoseThatNameIt() throws {
+  /// After the home is moved, its earlier bundles (which record the old place) are still its own:
+  /// shown as its backups (a security review: "none found") and pruned by `--keep`, as they carry
+  /// this home's identity, which a second home of the vault, even one made at the old path, does
+  /// not (a second review: two machines with the same path pruned each other's bundles).
+  func testAMovedHomeKeepsItsBundlesAndASecondHomeAtItsOldPathLeavesThem() throws {
     XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
     let backup = ["backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json"]
     let first = try vault(["--home", home] + backup)
@@ -200,13 +201,23 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(rename(home, moved), 0)
     let status = try json(try vault(["--home", moved, "status", "--json"]))
     XCTAssertEqual((status["last_backup"] as? [String: Any])?["bundle"] as? String, before)
-    let second = try vault(["--home", moved] + backup)
+    // A command that writes records the new place (until then a vault made at the old path would
+    // make this one look like its copy), then a second home of the vault is made at the old path
+    // (restored into another keyfile), and backs up there too.
+    XCTAssertEqual(try vault(["--home", moved, "queue", "put", "--queue", "q"], input: [9]).status, 0)
+    let restored = try vault([
+      "restore", before, "--passphrase-file", passphraseFile, "--into", home, "--store", "keyfile", "--keyfile",
+      temporary.sub("k2/v.keys"),
+    ])
+    XCTAssertEqual(restored.status, 0, restored.error)
+    let second = try vault(["--home", home] + backup)
     XCTAssertEqual(second.status, 0, second.error)
-    let after = try XCTUnwrap(try json(second)["bundle"] as? String)
-    XCTAssertEqual(try bundles(), [before, after].sorted(), "the bundle naming the old place stays")
-    let third = try vault(["--home", moved] + backup)
-    let newest = try XCTUnwrap(try json(third)["bundle"] as? String)
-    XCTAssertEqual(try bundles(), [before, newest].sorted(), "a bundle naming this home is pruned")
+    let theirs = try XCTUnwrap(try json(second)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [before, theirs].sorted(), "the second home prunes none of the first's")
+    let mine = try XCTUnwrap(try json(try vault(["--home", moved] + backup))["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "the moved home prunes its own earlier bundle")
+    let shown = try json(try vault(["--home", moved, "status", "--json"]))
+    XCTAssertEqual((shown["last_backup"] as? [String: Any])?["bundle"] as? String, mine)
   }
 
   func testWrongPassphraseDamageAndAnExistingHomeAreRefused() throws {

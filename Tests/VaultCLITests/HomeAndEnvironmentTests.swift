@@ -71,7 +71,10 @@ final class HomeAndEnvironmentTests: XCTestCase {
     let bundle = try XCTUnwrap(
       (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
 
-    for (directory, mode) in [(shared, 0o1777), (theirs, 0o755)] as [(String, mode_t)] {
+    let open = temporary.sub("open")
+    XCTAssertEqual(mkdir(open, 0o700), 0)
+    XCTAssertEqual(chmod(open, 0o777), 0)
+    for (directory, mode) in [(shared, 0o1777), (theirs, 0o755), (open, 0o777)] as [(String, mode_t)] {
       let created = try vault(
         ["--home", directory, "init", "--store", "keyfile", "--keyfile", temporary.sub("k2/v.keys")],
         environment: clean())
