@@ -205,6 +205,34 @@ final class KeyfileMoveTests: XCTestCase {
     XCTAssertGreaterThan(settled, 0, "a kill left the move pending")
   }
 
+  /// A stopped move's copy that cannot even be looked at (its directory replaced by a file here:
+  /// ENOTDIR; unsearchable for a user) stops a rotation after a compromise, which keeps the note
+  /// and deletes no key; once it can be looked at, the rotation removes it (a second security
+  /// review: it was taken for gone, and the key reported deleted stayed in it).
+  func testACopyThatCannotBeLookedAtStopsTheRotation() throws {
+    let temporary = TemporaryDirectory()
+    var checked = false
+    for step in 1...12 where !checked {
+      let (run, home, _, new, killed) = try killedMove(in: temporary, at: "fsync,fdatasync", step: step)
+      guard killed.status == 128 + SIGKILL else { break }
+      guard FileManager.default.fileExists(atPath: new) else { continue }
+      checked = true
+      XCTAssertEqual(rename(run + "/moved", run + "/moved.real"), 0)
+      XCTAssertTrue(FileManager.default.createFile(atPath: run + "/moved", contents: Data("x".utf8)))
+      let stopped = try vault(["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(stopped.status, 1, "fsync #\(step): \(stopped.outputText)")
+      XCTAssertTrue(
+        stopped.error.contains("which cannot be read to tell whether it holds this vault's keys"), stopped.error)
+      XCTAssertTrue(FileManager.default.fileExists(atPath: home + "/keyfile-move-pending"), "the note is kept")
+      XCTAssertEqual(unlink(run + "/moved"), 0)
+      XCTAssertEqual(rename(run + "/moved.real", run + "/moved"), 0)
+      let rotated = try vault(["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(rotated.status, 0, rotated.error)
+      XCTAssertFalse(FileManager.default.fileExists(atPath: new), "the copy is removed before the keys are deleted")
+    }
+    XCTAssertTrue(checked, "a kill left the copy in place")
+  }
+
   /// A keyfile moved away by hand is named as not there, with the way back (an operator review
   /// was told "key version 1 is missing from the keyfile store … restore the key store from a
   /// backup", naming no file, and `status` said "the key store has no integrity key").
