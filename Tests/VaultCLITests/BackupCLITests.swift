@@ -32,6 +32,16 @@ final class BackupCLITests: XCTestCase {
     try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(run.output)) as? [String: Any], run.error)
   }
 
+  /// Runs `backup --to backups --keep 1` for `home`, failing the test unless it succeeded.
+  /// - Returns: the bundle it wrote.
+  private func backedUpKeepingOne(_ home: String, line: UInt = #line) throws -> String {
+    let run = try vault([
+      "--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json",
+    ])
+    XCTAssertEqual(run.status, 0, run.error, line: line)
+    return try XCTUnwrap(try json(run)["bundle"] as? String, line: line)
+  }
+
   private func bundles() throws -> [String] {
     try FileManager.default.contentsOfDirectory(atPath: backups).sorted().map { backups + "/" + $0 }
   }
@@ -157,10 +167,7 @@ final class BackupCLITests: XCTestCase {
   /// the keyfile another vault's).
   func testASecondHomeOfTheVaultNeitherPrunesNorShowsThisHomesBundles() throws {
     XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
-    let backup = ["backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json"]
-    let first = try vault(["--home", home] + backup)
-    XCTAssertEqual(first.status, 0, first.error)
-    let bundle = try XCTUnwrap(try json(first)["bundle"] as? String)
+    let bundle = try backedUpKeepingOne(home)
     let copy = temporary.sub("copy")
     let restore = ["restore", bundle, "--passphrase-file", passphraseFile, "--into", copy, "--store", "keyfile"]
     let refused = try vault(restore + ["--keyfile", temporary.sub("k/v.keys")])
@@ -175,15 +182,11 @@ final class BackupCLITests: XCTestCase {
     let restored = try vault(restore + ["--keyfile", temporary.sub("k2/v.keys")])
     XCTAssertEqual(restored.status, 0, restored.error)
 
-    let second = try vault(["--home", copy] + backup)
-    XCTAssertEqual(second.status, 0, second.error)
-    let theirs = try XCTUnwrap(try json(second)["bundle"] as? String)
+    let theirs = try backedUpKeepingOne(copy)
     XCTAssertEqual(try bundles(), [bundle, theirs].sorted(), "each home keeps its own bundle")
     let status = try json(try vault(["--home", home, "status", "--json"]))
     XCTAssertEqual((status["last_backup"] as? [String: Any])?["bundle"] as? String, bundle)
-    let third = try vault(["--home", home] + backup)
-    XCTAssertEqual(third.status, 0, third.error)
-    let mine = try XCTUnwrap(try json(third)["bundle"] as? String)
+    let mine = try backedUpKeepingOne(home)
     XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "this home prunes only its own")
   }
 
@@ -193,10 +196,7 @@ final class BackupCLITests: XCTestCase {
   /// not (a second review: two machines with the same path pruned each other's bundles).
   func testAMovedHomeKeepsItsBundlesAndASecondHomeAtItsOldPathLeavesThem() throws {
     XCTAssertEqual(chmod(passphraseFile, 0o600), 0)
-    let backup = ["backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1", "--json"]
-    let first = try vault(["--home", home] + backup)
-    XCTAssertEqual(first.status, 0, first.error)
-    let before = try XCTUnwrap(try json(first)["bundle"] as? String)
+    let before = try backedUpKeepingOne(home)
     let moved = temporary.sub("moved")
     XCTAssertEqual(rename(home, moved), 0)
     let status = try json(try vault(["--home", moved, "status", "--json"]))
@@ -210,11 +210,9 @@ final class BackupCLITests: XCTestCase {
       temporary.sub("k2/v.keys"),
     ])
     XCTAssertEqual(restored.status, 0, restored.error)
-    let second = try vault(["--home", home] + backup)
-    XCTAssertEqual(second.status, 0, second.error)
-    let theirs = try XCTUnwrap(try json(second)["bundle"] as? String)
+    let theirs = try backedUpKeepingOne(home)
     XCTAssertEqual(try bundles(), [before, theirs].sorted(), "the second home prunes none of the first's")
-    let mine = try XCTUnwrap(try json(try vault(["--home", moved] + backup))["bundle"] as? String)
+    let mine = try backedUpKeepingOne(moved)
     XCTAssertEqual(try bundles(), [theirs, mine].sorted(), "the moved home prunes its own earlier bundle")
     let shown = try json(try vault(["--home", moved, "status", "--json"]))
     XCTAssertEqual((shown["last_backup"] as? [String: Any])?["bundle"] as? String, mine)
