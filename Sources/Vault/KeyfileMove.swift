@@ -177,8 +177,9 @@ extension Vault {
   /// and the note dropped, by a rotation after a compromise). A symbolic link or special file is
   /// not what a move makes: not this vault's.
   ///
-  /// - Throws: `KeyStoreError` when a regular file there cannot be read or parsed (nobody can tell
-  ///   whose keys it holds: the caller keeps its note and stops), or the current keyfile cannot be.
+  /// - Throws: `VaultError.stoppedMoveUnclear` when the file cannot be looked at, or is a regular
+  ///   file that cannot be read or parsed (nobody can tell whose keys it holds: the caller keeps its
+  ///   note and stops); `KeyStoreError` when the current keyfile cannot be read.
   private static func isLeftByThisVault(
     _ old: String, current: String, manifest: Manifest, keyring: KeyringID
   ) throws -> Bool {
@@ -247,7 +248,9 @@ extension Vault {
   /// Killed after it, the move is finished (`finishStoppedMove`).
   ///
   /// - Returns: the old path a finished move left (removed, or found gone); nil otherwise.
-  /// - Throws: `KeyStoreError` when a keyfile cannot be read or a file cannot be removed.
+  /// - Throws: `VaultError.stoppedMoveUnclear` when the move's other file cannot be looked at or
+  ///   read (the note is kept); `KeyStoreError` when the current keyfile cannot be read or a file
+  ///   cannot be removed.
   static func settleStoppedMove(home: String, current: String, manifest: Manifest) throws -> String? {
     guard let keyring = manifest.keyringID, let pending = try PendingMove.read(home: home) else { return nil }
     guard pending.old.hasPrefix("/"), pending.old == current || sameFile(pending.old, current) else {
