@@ -46,6 +46,27 @@ func initKeyfileVault(home: String, keyfile: String, file: StaticString = #fileP
   XCTAssertEqual(created.status, 0, created.error, file: file, line: line)
 }
 
+/// Backs up the vault at `home` with `vault backup --json` into `bundles` under `temporary`, with a
+/// passphrase file written there (0600), failing the test unless it succeeded.
+/// - Returns: the bundle's path and the passphrase file's.
+func backUp(
+  _ home: String, in temporary: TemporaryDirectory, environment: [String: String]? = nil,
+  file: StaticString = #filePath, line: UInt = #line
+) throws -> (bundle: String, passphrase: String) {
+  let passphrase = temporary.sub("passphrase")
+  XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
+  XCTAssertEqual(chmod(passphrase, 0o600), 0)
+  XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
+  let backup = try vault(
+    ["--home", home, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"],
+    environment: environment)
+  XCTAssertEqual(backup.status, 0, backup.error, file: file, line: line)
+  let bundle = try XCTUnwrap(
+    (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String,
+    file: file, line: line)
+  return (bundle, passphrase)
+}
+
 /// The current environment with changes (nil removes a variable).
 func environment(_ changes: [String: String?]) -> [String: String] {
   var env = ProcessInfo.processInfo.environment

@@ -60,16 +60,7 @@ final class HomeAndEnvironmentTests: XCTestCase {
     let theirs = temporary.sub("theirs")
     XCTAssertEqual(mkdir(theirs, 0o755), 0)
     XCTAssertEqual(chown(theirs, 1001, 1001), 0)
-    let passphrase = temporary.sub("passphrase")
-    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
-    XCTAssertEqual(chmod(passphrase, 0o600), 0)
-    XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
-    let backup = try vault(
-      ["--home", home, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"],
-      environment: clean())
-    XCTAssertEqual(backup.status, 0, backup.error)
-    let bundle = try XCTUnwrap(
-      (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
+    let (bundle, passphrase) = try backUp(home, in: temporary, environment: clean())
 
     let open = temporary.sub("open")
     XCTAssertEqual(mkdir(open, 0o700), 0)

@@ -676,16 +676,7 @@ final class RecoverCommandTests: XCTestCase {
     let vaultID = try keyfileVaultWithRecords()
     let otherHome = temporary.sub("otherhome")
     XCTAssertEqual(try vault(["--home", otherHome, "init", "--store", "keyfile"], environment: env).status, 0)
-    let passphrase = temporary.sub("passphrase")
-    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
-    XCTAssertEqual(chmod(passphrase, 0o600), 0)
-    XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
-    let backup = try vault(
-      ["--home", otherHome, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"],
-      environment: env)
-    XCTAssertEqual(backup.status, 0, backup.error)
-    let bundle = try XCTUnwrap(
-      (try JSONSerialization.jsonObject(with: Data(backup.output)) as? [String: Any])?["bundle"] as? String)
+    let (bundle, passphrase) = try backUp(otherHome, in: temporary, environment: env)
     try FileManager.default.removeItem(atPath: home)
 
     let restored = try vault(
