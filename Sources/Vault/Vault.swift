@@ -40,6 +40,10 @@ public final class Vault: Sendable {
     /// The thread inside `withManifestLock`, if any (the flock is per open file, so the same
     /// thread taking it again would wait for itself).
     var lockHolder: pthread_t?
+    /// The version a rotation after a compromise replaces, when opening could not make that
+    /// rotation's new version active (no room to record it): this instance reads under it and
+    /// never seals under it.
+    var leakedVersion: UInt32?
   }
 
   static let lockFileName = "vault.lock"
@@ -300,19 +304,19 @@ public final class Vault: Sendable {
       // under a pending version. A rotation's (there is an older version) is then still
       // re-sealing: recorded, so that the next rotation resumes it instead of making yet another
       // version while the records are still under the old one.
-      // Tolerated only for an ordinary rotation: after a compromise the version active before it
-      // is the leaked one, and nothing may be sealed under it (a security review: `vault seal` on
-      // a full disk sealed under it, and the envelope was unreadable once the rotation finished).
-      let rotating =
-        vault.manifest.versions.contains { $0.state != .pending } && vault.manifest.unfinishedCompromise == nil
+      let rotating = vault.manifest.versions.contains { $0.state != .pending }
       do {
-        try vault.withManifestLock {
-          try vault.completePendingVersion(resealing: vault.manifest.versions.contains { $0.state != .pending })
-        }
+        try vault.withManifestLock { try vault.completePendingVersion(resealing: rotating) }
       } catch KeyStoreError.io(_, _, let code) where rotating && [ENOSPC, EDQUOT, EROFS].contains(code) {
         // No room to record it: the version active before the rotation stays active here (nothing
         // was sealed under the pending one), so reading works on a full disk; the next rotation,
-        // or the next open that can write, finishes it.
+        // or the next open that can write, finishes it. After a compromise that version is the
+        // leaked one: this vault reads under it and refuses to seal (a security review: `vault
+        // seal` on a full disk sealed under it, and the envelope was unreadable once the rotation
+        // finished; before that fix, commands that only read refused too).
+        if vault.manifest.unfinishedCompromise != nil {
+          vault.state.withLock { $0.leakedVersion = $0.manifest.activeVersion }
+        }
       }
     }
     _ = try vault.activeKey()
@@ -502,6 +506,8 @@ public final class Vault: Sendable {
   ///   the errors of `reload()` when the manifest changed on disk (another process rotated) and
   ///   the new one fails its checks; `KeyStoreError` also when the first seal under a version
   ///   cannot record its pin in the manifest (its copy in the store, or its file: a full disk);
+  ///   `VaultError.compromisedVersionActive` when the active version is the one an unfinished
+  ///   rotation after a compromise replaces and its new version could not be made active;
   ///   `CryptoError.randomUnavailable` when no nonce can be drawn.
   public func seal(_ plaintext: some DataProtocol, context: String) throws -> Data {
     Data(try Self.withBytes(of: plaintext) { try sealPinned($0, context: .app(Array(context.utf8))) })
@@ -580,6 +586,8 @@ public final class Vault: Sendable {
     }
     return try withManifestLock {
       let version = manifest.activeVersion
+      // Not pinned either: a pin would keep the leaked key past the rotation that retires it.
+      try refuseSealing(under: version)
       if !manifest.externalSealVersions.contains(version) {
         var next = manifest
         next.externalSealVersions.append(version)
@@ -603,10 +611,14 @@ public final class Vault: Sendable {
     -> [UInt8]
   {
     // Read in place: `manifest` would copy the whole manifest, and `record(_:)` the record, for one field.
-    let state = self.state.withLock { state in
-      state.manifest.versions.firstIndex { $0.version == version }.map { state.manifest.versions[$0].state }
+    let (state, leaked) = self.state.withLock { state in
+      (
+        state.manifest.versions.firstIndex { $0.version == version }.map { state.manifest.versions[$0].state },
+        state.leakedVersion
+      )
     }
     guard state?.isLive == true else { throw VaultError.noActiveKey }
+    guard leaked != version else { throw VaultError.compromisedVersionActive(version: version) }
     let key = try key(for: version)
     switch key.suite {
     case Envelope.suiteAES256GCM:
@@ -620,6 +632,14 @@ public final class Vault: Sendable {
           plaintext, key: key, keyring: keyringID, version: version, random: UnsafeRawBufferPointer(random),
           context: context)
       }
+    }
+  }
+
+  /// Throws when `version` is the one an unfinished rotation after a compromise replaces and this
+  /// vault could not make the new version active when it opened (`State.leakedVersion`).
+  private func refuseSealing(under version: UInt32) throws {
+    if state.withLock({ $0.leakedVersion }) == version {
+      throw VaultError.compromisedVersionActive(version: version)
     }
   }
 

@@ -106,6 +106,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
   /// `Vault.recoverManifest` was given a home that does not exist: a manifest is written back only
   /// into the directory that holds its vault's containers.
   case homeMissing(home: String)
+  /// Key `version` is the one a rotation after a compromise replaces, and that rotation's new
+  /// version could not be made active when the vault was opened (no room to record it: a full disk
+  /// or a read-only file system): the vault reads under the old key and seals nothing under it.
+  case compromisedVersionActive(version: UInt32)
 
   /// A sentence for a person that names the fix; it names no vault command (the CLI adds its own).
   public var description: String {
@@ -234,6 +238,10 @@ public enum VaultError: Error, Equatable, Sendable, CustomStringConvertible {
       "the vault home \(home) does not exist; nothing was changed. A lost manifest is written back into the home "
         + "that holds its vault's containers: if the home was moved, name its new place; if it was deleted, its "
         + "records went with it, and a backup bundle restores them"
+    case .compromisedVersionActive(let version):
+      "key version \(version) is the one an unfinished rotation after a compromise replaces, and that rotation's "
+        + "new key could not be made active (no room to record it: the disk is full or read-only); nothing was "
+        + "sealed. Reading works meanwhile; free space, then finish the rotation after the compromise"
     case .restoreKeysPresent(let store, let version, let home):
       "the \(store.rawValue) store already holds key version \(version) of this bundle's vault: the vault it was "
         + "taken from (or an earlier restore of it) keeps its keys there"
@@ -305,6 +313,7 @@ extension VaultError: CodedError {
     case .keyfileMissing: "vault.keyfile-missing"
     case .sharedDirectory: "vault.shared-directory"
     case .stoppedMoveUnclear: "vault.stopped-move-unclear"
+    case .compromisedVersionActive: "vault.compromised-version-active"
     }
   }
 }

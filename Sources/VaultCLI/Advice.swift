@@ -55,7 +55,7 @@ enum Advice {
       // Without the command and home at hand (`keyfileInsideDataAdvice` has them): the way out only.
       return " (an existing vault: `vault keyfile move PATH`; a new one: another --keyfile, or none for the default)"
     case KeyStoreError.keyfileTooLarge: return " (`vault rotate`)"
-    case RotationError.compromiseIncomplete, RotationError.compromiseUnfinished:
+    case RotationError.compromiseIncomplete, RotationError.compromiseUnfinished, VaultError.compromisedVersionActive:
       return " (`vault rotate --compromised`)"
     case RotationError.aborted: return " (`vault rotate --compromised`; --yes purges without asking)"
     case RotationError.containerMissing(let path):

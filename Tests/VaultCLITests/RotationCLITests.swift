@@ -136,10 +136,14 @@ final class RotationCLITests: XCTestCase {
   }
 
   /// After a compromise rotation stopped with its new version pending, a full disk does not let
-  /// `vault seal` go on under the leaked version (a security review: opening tolerated the failed
-  /// write and sealed under version 1, unreadable once the rotation finished).
+  /// `vault seal` or `queue put` go on under the leaked version (a security review: opening
+  /// tolerated the failed write and sealed under version 1, unreadable once the rotation
+  /// finished), while commands that only read still work (the fix for that review had made them
+  /// refuse on a full disk).
   func testAFullDiskNeverSealsUnderTheVersionACompromiseRotationIsReplacing() throws {
-    XCTAssertEqual(try vault(["--home", home, "seal", "--context", "c"], input: [1]).status, 0)
+    let before = try vault(["--home", home, "seal", "--context", "c"], input: [1])
+    XCTAssertEqual(before.status, 0, before.error)
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [9]).status, 0)
     var stopped = false
     for step in 1...8 where !stopped {
       let killed = try vaultKilled(
@@ -148,9 +152,21 @@ final class RotationCLITests: XCTestCase {
       stopped = try Vault.inspect(home: home).0.versions.contains { $0.state == .pending }
     }
     XCTAssertTrue(stopped, "a kill left the compromise's version pending")
-    let full = try vaultFailing(
-      "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home, "seal", "--context", "c"], input: [2])
-    XCTAssertNotEqual(full.status, 0, "refused rather than sealed under version 1")
+    for command in [["seal", "--context", "c"], ["queue", "put", "--queue", "q"]] {
+      let full = try vaultFailing(
+        "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home] + command, input: [2])
+      XCTAssertNotEqual(full.status, 0, "\(command): refused rather than sealed under version 1")
+      XCTAssertTrue(full.error.contains("an unfinished rotation after a compromise replaces"), full.error)
+      XCTAssertTrue(full.error.contains("`vault rotate --compromised`"), full.error)
+    }
+    let opened = try vaultFailing(
+      "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home, "open", "--context", "c"], input: before.output)
+    XCTAssertEqual(opened.status, 0, opened.error)
+    XCTAssertEqual(opened.output, [1])
+    let stats = try vaultFailing(
+      "fsync,fdatasync", with: "ENOSPC", when: "1+", ["--home", home, "queue", "stats", "--json"])
+    XCTAssertEqual(stats.status, 0, stats.error)
+    XCTAssertTrue(stats.outputText.contains("\"total\" : 1"), stats.outputText)
     let sealed = try vault(["--home", home, "seal", "--context", "c"], input: [3])
     XCTAssertEqual(sealed.status, 0, sealed.error)
     XCTAssertNotEqual(try Envelope.header(of: sealed.output).version, 1, "never under the leaked version")
