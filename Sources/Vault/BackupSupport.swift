@@ -94,20 +94,8 @@ extension Vault {
   /// - Throws: `CryptoError` when the HMAC cannot be computed.
   package func homeIdentity() throws -> String { try Self.homeIdentity(under: integrityKeyForIdentity) }
 
-  /// The identity of the home in `home`, from its key store's integrity key (read as `inspect`
-  /// does, without any data key); nil when the store cannot be read now or holds none.
-  package static func homeIdentity(home: String, resolver: KeyStoreResolver) -> String? {
-    guard let signed = try? ManifestFile.read(home: absolutePath(home)), let keyring = signed.manifest.keyringID,
-      let store = try? resolver.store(for: signed.manifest.store, home: absolutePath(home)),
-      let bytes = (try? store.loadRecord(.integrityKey, keyring: keyring)) ?? nil,
-      let key = try? SymmetricKey(storage: bytes)
-    else { return nil }
-    return try? homeIdentity(under: key)
-  }
-
   static func homeIdentity(under key: SymmetricKey) throws -> String {
-    let code = try HMACSHA256.authenticationCode(Array("vault home identity v1".utf8), key: key)
-    return code.prefix(16).map { String(format: "%02x", $0) }.joined()
+    try KeyVersionRecord.labelledCheck(of: key, label: "vault home identity v1")
   }
 
   package static func restore(

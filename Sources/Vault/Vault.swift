@@ -354,6 +354,30 @@ public final class Vault: Sendable {
   ///   manifest nor the store's copy of it; `VaultError.restoreUnfinished` when a restore into
   ///   `home` stopped part-way.
   public static func inspect(home: String, resolver: KeyStoreResolver = .system()) throws -> (Manifest, String) {
+    let inspection = try inspection(home: home, resolver: resolver)
+    return (inspection.manifest, inspection.integrity)
+  }
+
+  /// What `inspection(home:resolver:)` read: the manifest and integrity `inspect` returns, and the
+  /// home's identity (`homeIdentity()`) when the integrity key was read and verified the manifest,
+  /// so that `status` and `doctor` need not read the key store a second time for it.
+  package struct Inspection: Sendable {
+    /// The manifest shown, as `inspect` returns it.
+    package let manifest: Manifest
+    /// `verified`, `unverified: <why>` or `legacy`, as `inspect` returns it.
+    package let integrity: String
+    /// The home's identity; nil when the integrity key could not be read.
+    package let homeIdentity: String?
+  }
+
+  /// `inspect(home:resolver:)`, with the home's identity read from the same integrity key.
+  ///
+  /// - Parameters:
+  ///   - home: the home directory (made absolute against the working directory).
+  ///   - resolver: builds the key store, to read the integrity key and the store's copy.
+  /// - Returns: the manifest, its integrity and the home's identity.
+  /// - Throws: as `inspect(home:resolver:)`.
+  package static func inspection(home: String, resolver: KeyStoreResolver = .system()) throws -> Inspection {
     let home = absolutePath(home)
     try refuseUnfinishedRestore(home)
     let signed = try ManifestFile.read(home: home)
@@ -363,9 +387,14 @@ public final class Vault: Sendable {
       let store = try resolver.store(for: signed.manifest.store, home: home)
       guard let bytes = try store.loadRecord(.integrityKey, keyring: keyring) else {
         if !signed.isLegacy, case .keyfileMissing(let path) = try noIntegrityKeyError(signed.manifest, store: store) {
-          return (signed.manifest, "unverified: its keyfile \(path), which holds the integrity key, is not there")
+          return Inspection(
+            manifest: signed.manifest,
+            integrity: "unverified: its keyfile \(path), which holds the integrity key, is not there", homeIdentity: nil
+          )
         }
-        return (signed.manifest, signed.isLegacy ? "legacy" : "unverified: the key store has no integrity key")
+        return Inspection(
+          manifest: signed.manifest,
+          integrity: signed.isLegacy ? "legacy" : "unverified: the key store has no integrity key", homeIdentity: nil)
       }
       integrityKey = try SymmetricKey(storage: bytes)
       guard try signed.isAuthentic(under: integrityKey) else {
@@ -375,6 +404,7 @@ public final class Vault: Sendable {
         }
         throw ManifestFile.Failure.unauthenticated(path: ManifestFile.path(home: home))
       }
+      let identity = try? homeIdentity(under: integrityKey)
       if let mirrorBytes = try store.loadRecord(.manifestMirror, keyring: keyring) {
         let mirror = try ManifestFile.parse(mirrorBytes.withUnsafeBytes { Array($0) }, path: "key store copy")
         if try mirror.isAuthentic(under: integrityKey), mirror.manifest.vaultID == signed.manifest.vaultID,
@@ -382,26 +412,29 @@ public final class Vault: Sendable {
         {
           return movedView(
             mirror.manifest, home: home,
-            integrity: "verified (the home's manifest is older than the key store's copy; shown: the copy)")
+            integrity: "verified (the home's manifest is older than the key store's copy; shown: the copy)",
+            homeIdentity: identity)
         }
       }
-      return movedView(signed.manifest, home: home, integrity: "verified")
+      return movedView(signed.manifest, home: home, integrity: "verified", homeIdentity: identity)
     } catch let error as KeyStoreError {
-      return (signed.manifest, "unverified: \(error)")
+      return Inspection(manifest: signed.manifest, integrity: "unverified: \(error)", homeIdentity: nil)
     }
   }
 
   /// A verified manifest as `inspect` shows it: for a home that was moved (it names another place,
   /// which no longer holds the vault), as the next command that writes will record it, its
   /// containers inside the home followed to the new place; otherwise as it is.
-  private static func movedView(_ manifest: Manifest, home: String, integrity: String) -> (Manifest, String) {
+  private static func movedView(_ manifest: Manifest, home: String, integrity: String, homeIdentity: String?)
+    -> Inspection
+  {
     guard let bound = manifest.home, movedFrom(bound, to: home, vaultID: manifest.vaultID) else {
-      return (manifest, integrity)
+      return Inspection(manifest: manifest, integrity: integrity, homeIdentity: homeIdentity)
     }
-    return (
-      rebound(manifest, to: home),
-      integrity + " (the home was moved from \(bound); the next command that writes records its new place)"
-    )
+    return Inspection(
+      manifest: rebound(manifest, to: home),
+      integrity: integrity + " (the home was moved from \(bound); the next command that writes records its new place)",
+      homeIdentity: homeIdentity)
   }
 
   /// Upgrades a vault made by the release before manifest MACs: makes its integrity key and

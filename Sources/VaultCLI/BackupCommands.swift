@@ -426,19 +426,17 @@ extension VaultCommandLine {
     enum Key: String, CodingKey { case lastBackup = "last_backup" }
   }
 
-  /// The home's newest bundle, leaving out those of another home of the vault by their recorded
-  /// identity when the key store can be read now (by their recorded path otherwise).
-  func lastBackup(home: String, vaultID: String) -> LastBackup? {
-    Backup.lastBackup(home: home, vaultID: vaultID, homeID: Vault.homeIdentity(home: home, resolver: keyStores))
+  /// `status` with the home's newest bundle (`homeID`: the home's identity, from `Vault.inspection`;
+  /// nil when the key store could not be read, and bundles are then told apart by their path).
+  func withLastBackup(_ status: VaultStatus, homeID: String?) -> StatusWithBackup {
+    StatusWithBackup(
+      status: status, lastBackup: Backup.lastBackup(home: status.home, vaultID: status.vaultID, homeID: homeID))
   }
 
-  func withLastBackup(_ status: VaultStatus) -> StatusWithBackup {
-    StatusWithBackup(status: status, lastBackup: lastBackup(home: status.home, vaultID: status.vaultID))
-  }
-
-  /// The `backup:` line of `status`, read from the newest bundle on disk now.
-  func printLastBackup(_ status: VaultStatus) {
-    guard let last = lastBackup(home: status.home, vaultID: status.vaultID) else {
+  /// The `backup:` line of `status`, read from the newest bundle on disk now (`homeID` as for
+  /// `withLastBackup`).
+  func printLastBackup(_ status: VaultStatus, homeID: String?) {
+    guard let last = Backup.lastBackup(home: status.home, vaultID: status.vaultID, homeID: homeID) else {
       terminal.print("  backup:   none found (`vault backup --to DIR` makes one)")
       return
     }
@@ -456,7 +454,7 @@ extension VaultCommandLine {
 extension VaultCommandLine {
   /// Doctor's `backup` check: a warning while a key version that may still open records lives only
   /// in the key store, with no intact bundle of this vault holding it.
-  func examineBackup(_ manifest: Manifest, home: String, into report: inout DoctorReport) {
+  func examineBackup(_ manifest: Manifest, home: String, homeID: String?, into report: inout DoctorReport) {
     let live = manifest.versions.filter { $0.state.isLive }.map(\.version)
     let store = manifest.store.kind == .keyfile ? "keyfile" : "Secret Service"
     /// "key version 1 exists" or "key versions 1, 2 exist".
@@ -464,7 +462,7 @@ extension VaultCommandLine {
       (list.count == 1 ? "key version " : "key versions ") + list.map(String.init).joined(separator: ", ")
         + (list.count == 1 ? " exists" : " exist")
     }
-    guard let last = lastBackup(home: home, vaultID: manifest.vaultID) else {
+    guard let last = Backup.lastBackup(home: home, vaultID: manifest.vaultID, homeID: homeID) else {
       report.add(
         "backup", .warning,
         "warning: no backup bundle of this vault found; \(versions(live)) only in the \(store) "

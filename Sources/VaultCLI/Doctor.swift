@@ -52,8 +52,8 @@ extension VaultCommandLine {
   /// order an operator reads it: the session bus and Secret Service, the keyfile store, the vault.
   private func examine(home: String, _ arguments: Arguments) -> DoctorReport {
     var report = DoctorReport()
-    let inspected: Result<(Manifest, String), any Error> = Result { try Vault.inspect(home: home, resolver: keyStores) }
-    let manifest = try? inspected.get().0
+    let inspected = Result { try Vault.inspection(home: home, resolver: keyStores) }
+    let manifest = try? inspected.get().manifest
     let usesKeyfile = manifest?.store.kind == .keyfile
 
     let probed = SecretServiceStore(timeout: secretServiceTimeout)
@@ -114,7 +114,8 @@ extension VaultCommandLine {
         report.result = "the manifest cannot be read; see above."
       }
       return report
-    case .success(let (manifest, integrity)):
+    case .success(let inspection):
+      let (manifest, integrity) = (inspection.manifest, inspection.integrity)
       let keyfile = manifest.store.keyfile ?? ""
       let keyfileMissing = manifest.store.kind == .keyfile && !KeyfileStore(path: keyfile).exists
       let (status, detail) = Self.manifestCheck(
@@ -133,7 +134,7 @@ extension VaultCommandLine {
           }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
-      examineBackup(manifest, home: home, into: &report)
+      examineBackup(manifest, home: home, homeID: inspection.homeIdentity, into: &report)
       examineStore(
         manifest, home: home, keyfileMissing: keyfileMissing, secretService: secretService, arguments,
         into: &report)

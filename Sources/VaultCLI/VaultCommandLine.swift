@@ -313,7 +313,8 @@ public struct VaultCommandLine {
     // Absolute, as every other path status prints (and as a script reading --json needs it).
     let home = absolutePath(homePath(arguments))
     // Status reads only the manifest: it must work even when the key store is locked.
-    let (manifest, integrity) = try Vault.inspect(home: home, resolver: keyStores)
+    let inspection = try Vault.inspection(home: home, resolver: keyStores)
+    let (manifest, integrity) = (inspection.manifest, inspection.integrity)
     var counts: [String: [UInt32: Int]?] = [:]
     // Containers that are there but were not counted: "not counted" rather than "missing".
     var uncounted: Set<String> = []
@@ -344,7 +345,7 @@ public struct VaultCommandLine {
     }
     let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
     if arguments.flags.contains("--json") {
-      terminal.printBlock(try JSON.encode(withLastBackup(vault)))
+      terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
       return
     }
     terminal.print("Vault \(vault.vaultID)")
@@ -364,7 +365,7 @@ public struct VaultCommandLine {
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
-    printLastBackup(vault)
+    printLastBackup(vault, homeID: inspection.homeIdentity)
     for warning in Vault.statusWarnings(manifest, home: home) {
       terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
     }

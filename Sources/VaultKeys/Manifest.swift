@@ -107,7 +107,20 @@ public struct KeyVersionRecord: Codable, Sendable, Equatable {
   /// - Returns: 32 lowercase hex characters; they say nothing usable about the key.
   /// - Throws: `CryptoError.library` when OpenSSL fails.
   public static func checkValue(of key: SymmetricKey) throws -> String {
-    let code = try HMACSHA256.authenticationCode(Array("vault key check v1".utf8), key: key)
+    try labelledCheck(of: key, label: "vault key check v1")
+  }
+
+  /// The first 16 bytes of HMAC-SHA256(`key`, `label`), in lowercase hex: tells keys apart and
+  /// says nothing usable about them (the key-check value; a home's identity, under its integrity
+  /// key).
+  ///
+  /// - Parameters:
+  ///   - key: the key.
+  ///   - label: a fixed text naming what the value is for, so that values for two uses differ.
+  /// - Returns: 32 lowercase hex characters.
+  /// - Throws: `CryptoError.library` when OpenSSL fails.
+  package static func labelledCheck(of key: SymmetricKey, label: String) throws -> String {
+    let code = try HMACSHA256.authenticationCode(Array(label.utf8), key: key)
     return code.prefix(16).map { String(format: "%02x", $0) }.joined()
   }
 }
