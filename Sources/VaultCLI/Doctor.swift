@@ -201,7 +201,15 @@ extension VaultCommandLine {
     if report.healthy {
       do {
         let vault = try Vault.open(home: home, resolver: keyStores)
-        report.add("active key", .ok, "readable (version \(vault.manifest.activeVersion))")
+        let active = vault.manifest.activeVersion
+        // Opening finishes a stopped rotation's pending version: the lines above show the manifest
+        // as it was before (an operator would otherwise read "key version 1" and "version 2").
+        let madeActive =
+          active == manifest.activeVersion
+          ? ""
+          : "; opening the vault just made the stopped rotation's new version active: the lines above show "
+            + "version \(manifest.activeVersion), as it was"
+        report.add("active key", .ok, "readable (version \(active)\(madeActive))")
         if manifest.store.kind == .secretService {
           let strays = (try? vault.versionsWithStrayKeys()) ?? []
           for stray in strays {

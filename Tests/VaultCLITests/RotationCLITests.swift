@@ -236,8 +236,15 @@ final class RotationCLITests: XCTestCase {
     XCTAssertEqual(states, ["active", "pending"], status.outputText)
     let warnings = object["warnings"] as? [String] ?? []
     XCTAssertTrue(warnings.contains { $0.hasPrefix("the rotation to version 2 has not finished") }, "\(warnings)")
+    let doctor = try vault(["--home", home, "doctor"]).outputText
+    XCTAssertTrue(doctor.contains("the rotation to version 2 has not finished"), doctor)
+    // Doctor opens the vault, which finishes the pending version: the active key's line says so
+    // rather than stand beside "key version 1" unexplained.
+    XCTAssertTrue(doctor.contains("envelopes:       format 2 (key version 1"), doctor)
     XCTAssertTrue(
-      try vault(["--home", home, "doctor"]).outputText.contains("the rotation to version 2 has not finished"))
+      doctor.contains("readable (version 2; opening the vault just made the stopped rotation's new version active"),
+      doctor)
+    XCTAssertTrue(try vault(["--home", home, "doctor"]).outputText.contains("readable (version 2)\n"))
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
     XCTAssertFalse(try vault(["--home", home, "status"]).outputText.contains("has not finished"))
   }
