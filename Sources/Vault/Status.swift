@@ -85,10 +85,23 @@ public struct VaultStatus: Codable, Sendable, Equatable {
   public var versions: [Version]
   /// A registered container and its records per key version (nil when its file is missing).
   public struct Container: Codable, Sendable, Equatable {
+    /// Whether a container's records were counted.
+    public enum State: String, Codable, Sendable {
+      /// Counted: `records` holds the counts.
+      case ok
+      /// No file at its path.
+      case missing
+      /// There, but not counted (refused as unsafe to open, or failed to read): the caller said why.
+      case unreadable
+    }
+
     /// The container's absolute path, as registered.
     public var path: String
     /// The container id recorded at registration (nil for one registered before ids existed).
     public var id: String?
+    /// Whether its records were counted (`ok`), its file is missing, or it is there and was not
+    /// counted (`unreadable`).
+    public var state: State
     /// Records per key version (the version in decimal as the key); nil when the file is missing or
     /// was not counted.
     public var records: [String: Int]?
@@ -101,10 +114,28 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       var container = encoder.container(keyedBy: CodingKeys.self)
       try container.encode(path, forKey: .path)
       try container.encode(id, forKey: .id)
+      try container.encode(state, forKey: .state)
       try container.encode(records, forKey: .records)
     }
 
-    enum CodingKeys: String, CodingKey { case path, id, records }
+    /// Decodes the `status --json` form; `state`, absent from the JSON of releases before it, is
+    /// then `ok` when `records` were counted and `missing` otherwise, as those releases meant.
+    ///
+    /// - Parameter decoder: the decoder to read from.
+    /// - Throws: the decoder's errors.
+    public init(from decoder: any Decoder) throws {
+      let values = try decoder.container(keyedBy: CodingKeys.self)
+      path = try values.decode(String.self, forKey: .path)
+      id = try values.decodeIfPresent(String.self, forKey: .id)
+      records = try values.decodeIfPresent([String: Int].self, forKey: .records)
+      state = try values.decodeIfPresent(State.self, forKey: .state) ?? (records == nil ? .missing : .ok)
+    }
+
+    init(path: String, id: String?, state: State, records: [String: Int]?) {
+      (self.path, self.id, self.state, self.records) = (path, id, state, records)
+    }
+
+    enum CodingKeys: String, CodingKey { case path, id, state, records }
   }
 
   /// Whether the manifest's MAC was checked: `verified`, or `unverified` (the key store could
@@ -152,11 +183,15 @@ extension Vault {
   /// The vault's state from its manifest as this process last read it, with `counts` (records per
   /// version, per container path; nil for a container whose file is missing). Reads no key.
   ///
-  /// - Parameter counts: records per key version, keyed by container path, as the caller counted
-  ///   them (a container missing from it shows nil records and adds nothing to the totals).
+  /// - Parameters:
+  ///   - counts: records per key version, keyed by container path, as the caller counted them (a
+  ///     container missing from it shows nil records and adds nothing to the totals).
+  ///   - uncounted: paths of containers that are there but could not be counted (shown
+  ///     `unreadable`, not `missing`).
   /// - Returns: the status, with `integrity` `verified` (an open vault's manifest was checked).
-  public func status(counts: [String: [UInt32: Int]?] = [:]) -> VaultStatus {
-    Self.describe(home: home, manifest: manifest, counts: counts, integrity: "verified", now: clock())
+  public func status(counts: [String: [UInt32: Int]?] = [:], uncounted: Set<String> = []) -> VaultStatus {
+    Self.describe(
+      home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: "verified", now: clock())
   }
 
   /// The status of a vault from its manifest alone, without reading any key (so it works while the
@@ -166,12 +201,15 @@ extension Vault {
   ///   - home: the home to report.
   ///   - manifest: the manifest to describe, e.g. from `Vault.inspect(home:resolver:)`.
   ///   - counts: records per key version, keyed by container path (nil for a missing file).
+  ///   - uncounted: paths of containers that are there but could not be counted (refused as unsafe
+  ///     to open, or failed to read): shown `unreadable`, not `missing`.
   ///   - integrity: what is known of the manifest's MAC, shown as given (`verified`,
   ///     `unverified: …`, `legacy`).
   ///   - now: the time ages are measured at.
   /// - Returns: the status.
   public static func describe(
-    home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], integrity: String, now: Date = Date()
+    home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], uncounted: Set<String> = [],
+    integrity: String, now: Date = Date()
   ) -> VaultStatus {
     var totals: [UInt32: Int] = [:]
     for case let perVersion? in counts.values {
@@ -188,20 +226,24 @@ extension Vault {
           version: $0.version, state: $0.state, createdAt: $0.createdAt,
           ageDays: RotationSchedule.ageDays(of: $0.createdAt, now: now), retiredAt: $0.retiredAt,
           records: totals[$0.version] ?? 0, suite: $0.effectiveSuite,
-          keptBecause: $0.state == .decryptOnly ? keptBecause($0.version, manifest: manifest, counts: counts) : [])
+          keptBecause: $0.state == .decryptOnly
+            ? keptBecause($0.version, manifest: manifest, counts: counts, uncounted: uncounted) : [])
       },
       integrity: integrity, keyfile: keyfile,
       containers: manifest.containers.map { container in
         let perVersion = counts[container.path] ?? nil
         return .init(
           path: container.path, id: container.id,
+          state: perVersion != nil ? .ok : uncounted.contains(container.path) ? .unreadable : .missing,
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
       externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest, home: home))
   }
 
   /// Why `version` (decrypt-only) is kept, as the next rotation would see it from these counts.
-  static func keptBecause(_ version: UInt32, manifest: Manifest, counts: [String: [UInt32: Int]?]) -> [String] {
+  static func keptBecause(
+    _ version: UInt32, manifest: Manifest, counts: [String: [UInt32: Int]?], uncounted: Set<String> = []
+  ) -> [String] {
     var reasons: [String] = []
     // Rotation retires a version only on counts from registered containers (see `Vault.rotate`).
     if manifest.containers.isEmpty { reasons.append(noContainerToCountReason) }
@@ -212,6 +254,8 @@ extension Vault {
         if let count = perVersion[version], count > 0 {
           reasons.append("\(count) records under it in \(container.path)")
         }
+      case .some(.none) where uncounted.contains(container.path):
+        reasons.append("container \(container.path) could not be read, so its records cannot be counted")
       case .some(.none):
         reasons.append("container \(container.path) is missing, so its records cannot be counted")
       case .none:

@@ -343,7 +343,8 @@ public struct VaultCommandLine {
           "vault: could not count records in \(container.path): \(Self.describe(error).0)")
       }
     }
-    let vault = Vault.describe(home: home, manifest: manifest, counts: counts, integrity: integrity)
+    let vault = Vault.describe(
+      home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: integrity)
     if arguments.flags.contains("--json") {
       terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
       return
@@ -373,7 +374,7 @@ public struct VaultCommandLine {
     for container in vault.containers {
       let records =
         container.records.map { counted($0.values.reduce(0, +), "record") }
-        ?? (uncounted.contains(container.path) ? "not counted (see above)" : "missing")
+        ?? (container.state == .unreadable ? "not counted (see above)" : "missing")
       terminal.print("    \(container.path)  \(records)")
     }
   }

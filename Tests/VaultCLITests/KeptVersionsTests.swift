@@ -16,13 +16,35 @@ final class KeptVersionsTests: XCTestCase {
       try vault(["--home", home, "queue", "put", "--queue", "q", "--container", other], input: Array("y".utf8)).status,
       0)
     XCTAssertEqual(try vault(["--home", home, "rotate"]).status, 0)
+    /// The status's kept reasons per version, and its `other` container's `state` and `records`.
+    func status() throws -> (reasons: [Int: [String]], state: String?, records: Any?) {
+      let status = try vault(["--home", home, "status", "--json"])
+      let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
+      let versions = try XCTUnwrap(object["versions"] as? [[String: Any]])
+      let containers = try XCTUnwrap(object["containers"] as? [[String: Any]])
+      let container = try XCTUnwrap(containers.first { $0["path"] as? String == other })
+      return (
+        Dictionary(
+          uniqueKeysWithValues: versions.map { ($0["version"] as? Int ?? 0, $0["kept_because"] as? [String] ?? ["?"]) }
+        ), container["state"] as? String, container["records"]
+      )
+    }
+    XCTAssertEqual(try status().state, "ok")
+    // There but not counted (refused: others may write it), which is not "missing" (an outside
+    // reading of the JSON: both were null records, and the reason said "missing").
+    XCTAssertEqual(chmod(other, 0o666), 0)
+    let unreadable = try status()
+    XCTAssertEqual(unreadable.state, "unreadable")
+    XCTAssertTrue(unreadable.records is NSNull, "\(String(describing: unreadable.records))")
+    XCTAssertTrue(
+      unreadable.reasons[1]?.contains { $0.contains("container \(other) could not be read") } == true,
+      "\(unreadable.reasons)")
+    XCTAssertFalse(unreadable.reasons[1]?.contains { $0.contains("is missing") } == true, "\(unreadable.reasons)")
     try FileManager.default.removeItem(atPath: other)
 
-    let status = try vault(["--home", home, "status", "--json"])
-    let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.output)) as? [String: Any])
-    let versions = try XCTUnwrap(object["versions"] as? [[String: Any]])
-    let reasons = Dictionary(
-      uniqueKeysWithValues: versions.map { ($0["version"] as? Int ?? 0, $0["kept_because"] as? [String] ?? ["?"]) })
+    let (reasons, state, records) = try status()
+    XCTAssertEqual(state, "missing")
+    XCTAssertTrue(records is NSNull, "\(String(describing: records))")
     XCTAssertTrue(reasons[1]?.contains { $0.contains("outside any container") } == true, "\(reasons)")
     XCTAssertTrue(reasons[1]?.contains { $0.contains("container \(other) is missing") } == true, "\(reasons)")
     XCTAssertEqual(reasons[3], [], "the active version needs no reason")
