@@ -36,7 +36,7 @@ enum Advice {
       return " (`vault recover --vault-id ID`; add --keyfile PATH or --store when one vault's copies are in two stores)"
     case VaultError.unconfirmedManifestCopy(_, let id, _, _, _): return " (`vault recover --vault-id \(id)` takes it)"
     case VaultError.manifestContradicted, VaultError.intactManifestDiffers: return ""
-    case VaultError.keyfileMissing:
+    case VaultError.keyfileMissing, KeyStoreError.keyfileMissing:
       return " (`vault recover --keyfile PATH`, given where the keyfile is now, names the move back)"
     case VaultError.homeMissing:
       return " (`vault --home NEW recover` for a moved home; `vault restore BUNDLE --into HOME` from a backup)"

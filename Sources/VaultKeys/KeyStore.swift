@@ -143,7 +143,9 @@ public protocol KeyStore: Sendable {
   ///   - bytes: its new value, at most `KeyStoreRecord.maximumByteCount` bytes.
   ///   - keyring: the vault whose record it is.
   /// - Throws: `KeyStoreError.recordTooLarge` for a value over the limit (nothing is stored);
-  ///   other `KeyStoreError` cases when the store cannot be written.
+  ///   `.keyfileMissing` when the manifest's copy is written to a keyfile that is not there (a
+  ///   keyfile is made only by the integrity key or a key); other `KeyStoreError` cases when the
+  ///   store cannot be written.
   func storeRecord(_ record: KeyStoreRecord, bytes: UnsafeRawBufferPointer, keyring: KeyringID) throws
   /// Every different key the store holds for a version: more than one only in a store that can
   /// hold several items for one version (the Secret Service), where `loadKey` refuses them as
@@ -248,6 +250,10 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
   case ambiguousRecord(record: String, count: Int)
   /// A keyfile rewrite would grow past what vault reads back; nothing was written.
   case keyfileTooLarge(path: String, byteCount: Int, limit: Int)
+  /// A write of the manifest's copy found no keyfile there (moved, renamed or deleted since the
+  /// vault was opened): nothing was written and no file was made in its place, which would hold
+  /// none of the vault's keys.
+  case keyfileMissing(path: String)
 
   /// A sentence for a person that names the kind of failure and the fix; never key bytes.
   public var description: String {
@@ -330,6 +336,10 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case .keyfileTooLarge(let path, let byteCount, let limit):
       "keyfile \(path) would grow to \(byteCount) bytes, more than the \(limit) vault reads back; nothing was "
         + "written (rotate to retire unused key versions)"
+    case .keyfileMissing(let path):
+      "the keyfile \(path), which holds the vault's keys, is not there (moved, renamed or deleted since the vault "
+        + "was opened); nothing was written and no keyfile was made in its place. If it was moved, put it back "
+        + "there; if it was deleted, restore it from a backup"
     }
   }
 }
@@ -395,6 +405,7 @@ extension KeyStoreError: CodedError {
     case .hardLinked: "key-store.hard-linked"
     case .ambiguousRecord: "key-store.ambiguous-record"
     case .keyfileTooLarge: "key-store.keyfile-too-large"
+    case .keyfileMissing: "key-store.keyfile-missing"
     }
   }
 }

@@ -141,7 +141,13 @@ public final class KeyfileStore: KeyStore {
         record: record.rawValue, byteCount: bytes.count, limit: KeyStoreRecord.maximumByteCount)
     }
     let value = SecureBytes(copying: bytes)
-    try change(keyring: keyring, createDirectory: true) { contents in
+    // The manifest's copy goes only into a keyfile that is there: every vault writes its integrity
+    // key (which makes the file) before its first manifest, so a file that is gone was moved or
+    // deleted, and writing would make a keyfile holding none of the vault's keys, which hid the
+    // loss (an outside review: a seal's manifest write after the keyfile was deleted made a
+    // keyless one, and `doctor` no longer said the keyfile was not found).
+    let mirror = record == .manifestMirror
+    try change(keyring: keyring, createDirectory: !mirror, mustExist: mirror) { contents in
       contents.records[record.rawValue] = value
       return true
     }
@@ -250,20 +256,25 @@ public final class KeyfileStore: KeyStore {
 
   /// Reads, lets `body` change the contents (it returns whether it changed anything), and
   /// replaces the file, all under the in-process lock and an exclusive `flock` of the directory.
+  /// With `mustExist`, a file that is not there is `KeyStoreError.keyfileMissing`, and nothing
+  /// is written.
   private func change(
-    keyring: KeyringID, createDirectory: Bool, _ body: (inout KeyfileContents) throws -> Bool
+    keyring: KeyringID, createDirectory: Bool, mustExist: Bool = false, _ body: (inout KeyfileContents) throws -> Bool
   ) throws {
     try lock.withLock { _ in
       try checkLocation()
       if createDirectory { try SecureFile.makeDirectory(directory, mode: 0o700) }
       let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+      if fd < 0, errno == ENOENT, mustExist { throw KeyStoreError.keyfileMissing(path: path) }
       if fd < 0, errno == ENOENT, !createDirectory { return }
       guard fd >= 0 else { throw KeyStoreError.io(path: directory, operation: "open directory", errno: errno) }
       defer { close(fd) }
       while flock(fd, LOCK_EX) != 0 {
         guard errno == EINTR else { throw KeyStoreError.io(path: directory, operation: "lock", errno: errno) }
       }
-      var contents = try read(keyring: keyring) ?? KeyfileContents(keyring: keyring)
+      let existing = try read(keyring: keyring)
+      if existing == nil, mustExist { throw KeyStoreError.keyfileMissing(path: path) }
+      var contents = existing ?? KeyfileContents(keyring: keyring)
       guard try body(&contents) else { return }
       let file = try contents.serialized(path: path)
       try file.withUnsafeBytes { try SecureFile.atomicWrite(path, bytes: $0, mode: 0o600) }

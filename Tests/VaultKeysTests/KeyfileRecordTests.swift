@@ -19,8 +19,34 @@ final class KeyfileRecordTests: XCTestCase {
 
   private func makeStore() -> KeyfileStore { KeyfileStore(path: temporary.sub("keys/vault.keys")) }
 
-  func testRecordRoundTripsAndReplaceKeepsOnlyTheNewValue() throws {
+  /// A store whose file exists, as every vault's does before its first manifest copy: its
+  /// integrity key made it.
+  private func makeStoreWithIntegrityKey() throws -> KeyfileStore {
     let store = makeStore()
+    try store.storeRecord(.integrityKey, bytes: [UInt8](repeating: 0xAA, count: 32), keyring: keyring)
+    return store
+  }
+
+  /// The manifest's copy goes only into a keyfile that is there: one that is gone (moved or
+  /// deleted under an open vault) is not made again holding none of the keys (outside review).
+  func testTheManifestCopyIsNeverWrittenIntoAKeyfileThatIsNotThere() throws {
+    let store = makeStore()
+    XCTAssertThrowsError(try store.storeRecord(.manifestMirror, bytes: [1], keyring: keyring)) {
+      XCTAssertEqual($0 as? KeyStoreError, .keyfileMissing(path: store.path))
+    }
+    XCTAssertFalse(FileManager.default.fileExists(atPath: temporary.sub("keys")), "not even its directory")
+    try store.storeKey(try .generate(), keyring: keyring, version: 1)
+    XCTAssertEqual(unlink(store.path), 0)
+    XCTAssertThrowsError(try store.storeRecord(.manifestMirror, bytes: [1], keyring: keyring)) {
+      XCTAssertEqual($0 as? KeyStoreError, .keyfileMissing(path: store.path))
+    }
+    XCTAssertFalse(store.exists)
+    try store.storeRecord(.integrityKey, bytes: [UInt8](repeating: 0xAA, count: 32), keyring: keyring)
+    XCTAssertTrue(store.exists, "a new vault's integrity key makes its keyfile")
+  }
+
+  func testRecordRoundTripsAndReplaceKeepsOnlyTheNewValue() throws {
+    let store = try makeStoreWithIntegrityKey()
     try store.storeRecord(.manifestMirror, bytes: Array("first".utf8), keyring: keyring)
     XCTAssertEqual(try store.loadRecord(.manifestMirror, keyring: keyring).map(bytes), Array("first".utf8))
     try store.storeRecord(.manifestMirror, bytes: Array("second, longer".utf8), keyring: keyring)
@@ -44,7 +70,7 @@ final class KeyfileRecordTests: XCTestCase {
   }
 
   func testEmptyRecordIsPresentNotAbsent() throws {
-    let store = makeStore()
+    let store = try makeStoreWithIntegrityKey()
     try store.storeRecord(.manifestMirror, bytes: [], keyring: keyring)
     XCTAssertEqual(try store.loadRecord(.manifestMirror, keyring: keyring)?.count, 0)
   }
@@ -102,7 +128,7 @@ final class KeyfileRecordTests: XCTestCase {
   }
 
   func testOversizedRecordIsRefusedAndNothingIsWritten() throws {
-    let store = makeStore()
+    let store = try makeStoreWithIntegrityKey()
     try store.storeRecord(.manifestMirror, bytes: [1], keyring: keyring)
     let before = try fileBytes(store.path)
     let tooBig = [UInt8](repeating: 0, count: KeyStoreRecord.maximumByteCount + 1)

@@ -27,7 +27,7 @@ final class ErrorCodeTests: XCTestCase {
     VaultError.restoreUnfinished(home: "/h", vaultID: "0011223344556677"),
     VaultError.restoreStoreDiffers(home: "/h", store: .keyfile, keyfile: "/k"), VaultError.homeMissing(home: "/h"),
     VaultError.keyfileMissing(path: "/k"), VaultError.sharedDirectory(home: "/h", mode: 0o41777, owner: 0),
-    VaultError.compromisedVersionActive(version: 1),
+    VaultError.compromisedVersionActive(version: 1), KeyStoreError.keyfileMissing(path: "/k"),
     VaultError.stoppedMoveUnclear(path: "/k", reason: "Permission denied"),
   ]
 

@@ -18,6 +18,23 @@ final class VaultLifecycleTests: XCTestCase {
     return (vault, keyfile)
   }
 
+  /// A keyfile deleted while the vault is open is never made again by a write of the vault (an
+  /// outside review: the first seal's manifest write made a keyfile holding only that copy, with
+  /// none of the keys, and `doctor` no longer said the keyfile was not found). The seal that must
+  /// write refuses; opening again says the keyfile is missing, and the path stays empty.
+  func testAKeyfileDeletedUnderAnOpenVaultIsNotMadeAgain() throws {
+    let (vault, keyfile) = try keyfileVault()
+    XCTAssertEqual(unlink(keyfile), 0)
+    XCTAssertThrowsError(try vault.seal(Array("note".utf8), context: Array("c".utf8))) { error in
+      XCTAssertEqual(error as? KeyStoreError, .keyfileMissing(path: keyfile), "\(error)")
+    }
+    XCTAssertFalse(KeyfileStore(path: keyfile).exists, "no keyfile was made in its place")
+    XCTAssertThrowsError(try Vault.open(home: vault.home)) { error in
+      XCTAssertEqual(error as? VaultError, .keyfileMissing(path: keyfile), "\(error)")
+    }
+    XCTAssertFalse(KeyfileStore(path: keyfile).exists)
+  }
+
   /// The library refuses an empty context on seal, as the CLI does (issue 11 item 2): a record must
   /// be bound to what it is for. sealExternal goes through the same check.
   func testSealingWithAnEmptyContextIsRefused() throws {
