@@ -178,6 +178,38 @@ extension JSONValue {
     return output
   }
 
+  /// Whether the arrays and objects of `object` (level 1) nest deeper than `limit` levels, found
+  /// without recursion, so that a value too deep to walk recursively is refused rather than walked.
+  /// A payload with no array or object inside allocates nothing.
+  static func nestsDeeper(_ object: [String: JSONValue], than limit: Int) -> Bool {
+    guard limit >= 1 else { return true }
+    var pending: [(JSONValue, Int)] = []
+    for value in object.values {
+      switch value {
+      case .array, .object: pending.append((value, 2))
+      default: continue
+      }
+    }
+    while let (value, depth) = pending.popLast() {
+      switch value {
+      case .array(let values):
+        guard depth <= limit else { return true }
+        for value in values {
+          if case .array = value { pending.append((value, depth + 1)) }
+          if case .object = value { pending.append((value, depth + 1)) }
+        }
+      case .object(let members):
+        guard depth <= limit else { return true }
+        for value in members.values {
+          if case .array = value { pending.append((value, depth + 1)) }
+          if case .object = value { pending.append((value, depth + 1)) }
+        }
+      default: continue
+      }
+    }
+    return false
+  }
+
   func write(into output: inout [UInt8]) {
     switch self {
     case .null: output.append(contentsOf: "null".utf8)

@@ -199,8 +199,10 @@ public final class Telemetry: @unchecked Sendable {
   ///   - payload: the event's JSON object; empty by default.
   ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
   /// - Returns: the event's id.
-  /// - Throws: `TelemetryError.invalidType`; `CryptoError.randomUnavailable` when no random id can
-  ///   be drawn; the errors of `QueueContainer.enqueue` (`QueueError` such as `.capExceeded` or
+  /// - Throws: `TelemetryError.invalidType`; `.payloadTooDeep` when the payload nests deeper than
+  ///   `JSONLimits`' default depth (64, the payload object being level 1), as parsed JSON may not;
+  ///   `CryptoError.randomUnavailable` when no random id can be drawn; the errors of
+  ///   `QueueContainer.enqueue` (`QueueError` such as `.capExceeded` or
   ///   `.diskFull`, `KeyStoreError` when the key cannot be read right now): the event was then
   ///   not stored.
   @discardableResult
@@ -208,6 +210,10 @@ public final class Telemetry: @unchecked Sendable {
     // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
     let id = try id ?? SecureRandom.uuid()
     guard Self.isValidType(type) else { throw TelemetryError.invalidType }
+    // Writing the event recurses once per level: a payload built deep enough overflowed the stack
+    // (an outside review: 10,000 levels killed the process), where parsed JSON stops at 64.
+    let limit = JSONLimits().maxDepth
+    guard !JSONValue.nestsDeeper(payload, than: limit) else { throw TelemetryError.payloadTooDeep(limit: limit) }
     let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     // The cap makes room for an event only from other events: telemetry never pushes out the
     // records of another queue in the same container (an app's messages), whatever its

@@ -126,6 +126,9 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
   case invalidType
   /// An `Encodable` payload that does not encode to a JSON object.
   case invalidPayload
+  /// A payload whose arrays and objects nest deeper than `limit` levels (the payload object itself
+  /// is level 1), as `JSONLimits.maxDepth` refuses in parsed JSON; nothing was stored.
+  case payloadTooDeep(limit: Int)
   /// The rtnetlink socket (or its wake-up eventfd) could not be opened or bound; `errno` says why.
   case netlink(errno: Int32)
 
@@ -138,6 +141,8 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
         + "or control characters); nothing was sent"
     case .invalidType: "an event type must be 1–128 characters, without control characters"
     case .invalidPayload: "the payload must be a JSON object"
+    case .payloadTooDeep(let limit):
+      "the payload nests arrays and objects more than \(limit) levels deep; nothing was stored"
     case .netlink(let code): "cannot watch network changes (rtnetlink: \(String(cString: strerror(code))))"
     }
   }
@@ -152,6 +157,7 @@ public enum TelemetryError: CodedError, Equatable, CustomStringConvertible {
     case .tokenMalformed: "telemetry.token-malformed"
     case .invalidType: "telemetry.invalid-type"
     case .invalidPayload: "telemetry.invalid-payload"
+    case .payloadTooDeep: "telemetry.payload-too-deep"
     case .netlink: "telemetry.netlink"
     }
   }

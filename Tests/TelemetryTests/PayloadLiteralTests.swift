@@ -48,4 +48,34 @@ final class PayloadLiteralTests: XCTestCase {
       XCTAssertEqual($0 as? TelemetryError, .invalidPayload)
     }
   }
+
+  /// A payload nested deeper than parsed JSON may be (64 levels, the payload object being level 1)
+  /// is refused with nothing stored: writing it recursed once per level, and 10,000
+  /// levels overflowed the stack (an outside review: the process died of SIGSEGV). 64 levels, in
+  /// an array or in an object, are logged.
+  func testAPayloadNestedTooDeeplyIsRefusedNotACrash() throws {
+    let temporary = TemporaryDirectory()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
+    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
+    let telemetry = Telemetry(container: container, tokens: TokenFile(path: "/nonexistent"), sender: NoBatchSender())
+    /// A payload whose innermost value sits `levels` levels deep (the payload itself is level 1).
+    func nested(_ levels: Int, inObjects: Bool) -> [String: JSONValue] {
+      var value: JSONValue = .number(1)
+      for _ in 1..<levels { value = inObjects ? .object(["k": value]) : .array([.null, value]) }
+      return ["deep": value]
+    }
+    for inObjects in [false, true] {
+      XCTAssertNoThrow(try telemetry.log(type: "ok", payload: nested(64, inObjects: inObjects)))
+      for levels in [65, 10_000] {
+        XCTAssertThrowsError(try telemetry.log(type: "deep", payload: nested(levels, inObjects: inObjects))) {
+          XCTAssertEqual($0 as? TelemetryError, .payloadTooDeep(limit: 64))
+        }
+      }
+    }
+    XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 2, "nothing too deep stored")
+    XCTAssertTrue(JSONValue.nestsDeeper(["a": .array([.array([])])], than: 2))
+    XCTAssertFalse(JSONValue.nestsDeeper(["a": .array([.array([])])], than: 3))
+    XCTAssertFalse(JSONValue.nestsDeeper(["a": 1, "b": "x"], than: 1))
+  }
 }

@@ -96,13 +96,15 @@ final class TelemetryEventsTests: XCTestCase {
   func testErrorsHaveStableCodesAndTheirDescriptionAsText() {
     let errors: [any CodedError] = [
       TelemetryError.tokenUnavailable(path: "/x"), TelemetryError.invalidType, TelemetryError.invalidPayload,
-      TelemetryError.netlink(errno: EPERM), JSONParseError(reason: .duplicateKey, offset: 3),
+      TelemetryError.payloadTooDeep(limit: 64), TelemetryError.netlink(errno: EPERM),
+      JSONParseError(reason: .duplicateKey, offset: 3),
       GzipError(code: -4, call: "deflate"),
     ]
     XCTAssertEqual(
       errors.map(\.code),
       [
-        "telemetry.token-unavailable", "telemetry.invalid-type", "telemetry.invalid-payload", "telemetry.netlink",
+        "telemetry.token-unavailable", "telemetry.invalid-type", "telemetry.invalid-payload",
+        "telemetry.payload-too-deep", "telemetry.netlink",
         "json.duplicate-key", "gzip.failed",
       ])
     for error in errors {
