@@ -38,10 +38,11 @@ enum CompressedInput {
   /// A payload on SQLite overflow pages, offsets counted in the payload.
   case overflow(RegionMap.OverflowPayload)
 
-  func read(at offset: Int, count: Int) -> [UInt8] {
+  /// Up to `count` bytes from `offset`; `failure` gets the `errno` of a read that failed.
+  func read(at offset: Int, count: Int, failure: inout Int32?) -> [UInt8] {
     switch self {
-    case .file(let fd): RegionMap.read(fd, at: offset, count: count)
-    case .overflow(let payload): payload.read(at: offset, count: count)
+    case .file(let fd): RegionMap.read(fd, at: offset, count: count, failure: &failure)
+    case .overflow(let payload): payload.read(at: offset, count: count, failure: &failure)
     }
   }
 }
@@ -55,6 +56,9 @@ final class InflateAllowance {
   private(set) var exhausted: String?
   /// A valid stream that was not decoded (beyond a memory limit): the file is then incomplete too.
   var unsupported: String?
+  /// A read of a stream's compressed bytes that failed (an I/O error, not the file's end): the
+  /// file is then incomplete too.
+  var readFailure: String?
   /// Streams being decoded at once, nested ones included: each holds a decoder (an xz one up to
   /// 128 MiB), so beyond this a further nested stream is not decoded and the file is incomplete.
   static let maximumLive = 6
@@ -453,7 +457,15 @@ extension Scanner {
     var position = start
     var readSize = 512
     while true {
-      let bytes = input.read(at: position, count: readSize)
+      var failure: Int32?
+      let bytes = input.read(at: position, count: readSize, failure: &failure)
+      if let failure {
+        // Not the stream's end: what follows was not read, and may hold what is looked for.
+        allowance.readFailure =
+          allowance.readFailure
+          ?? "a compressed stream could not be read to its end (\(String(cString: strerror(failure))))"
+        break
+      }
       position += bytes.count
       readSize = min(readSize * 2, 64 << 10)
       if bytes.isEmpty {

@@ -60,10 +60,23 @@ final class RegionMap {
   /// Up to `count` bytes at `offset` (one `pread`; fewer at the end of the file, none on an error).
   /// Read straight into the array's storage: not zeroed first, not copied after.
   static func read(_ fd: Int32, at offset: Int, count: Int) -> [UInt8] {
+    var failure: Int32?
+    return read(fd, at: offset, count: count, failure: &failure)
+  }
+
+  /// As `read(_:at:count:)`, with `failure` set to the `errno` of a `pread` that failed: an I/O
+  /// error reads as no bytes, which must not pass for the end of the file (an outside review: a
+  /// compressed stream cut short by one EIO was taken as truncated, and the scan said clean).
+  static func read(_ fd: Int32, at offset: Int, count: Int, failure: inout Int32?) -> [UInt8] {
     guard count > 0 else { return [] }
-    return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-      initialized = max(0, pread(fd, buffer.baseAddress, count, off_t(offset)))
+    var code: Int32?
+    let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+      let got = pread(fd, buffer.baseAddress, count, off_t(offset))
+      if got < 0 { code = errno }
+      initialized = max(0, got)
     }
+    if let code { failure = failure ?? code }
+    return bytes
   }
 
   private static func be16(_ b: [UInt8], _ i: Int) -> Int { Int(b[i]) << 8 | Int(b[i + 1]) }
@@ -247,6 +260,12 @@ final class RegionMap {
     /// Up to `count` bytes from `payloadOffset` (fewer at the payload's end or where the file is
     /// short), one `pread` per segment they cover.
     func read(at payloadOffset: Int, count: Int) -> [UInt8] {
+      var failure: Int32?
+      return read(at: payloadOffset, count: count, failure: &failure)
+    }
+
+    /// As `read(at:count:)`, with `failure` set to the `errno` of a `pread` that failed.
+    func read(at payloadOffset: Int, count: Int, failure: inout Int32?) -> [UInt8] {
       guard payloadOffset >= 0, payloadOffset < self.count, count > 0 else { return [] }
       var bytes: [UInt8] = []
       bytes.reserveCapacity(min(count, self.count - payloadOffset))
@@ -255,7 +274,8 @@ final class RegionMap {
       while index < segments.count, bytes.count < count {
         let segment = segments[index]
         let wanted = min(segment.payloadOffset + segment.count - at, count - bytes.count)
-        let part = RegionMap.read(fd, at: segment.fileOffset + at - segment.payloadOffset, count: wanted)
+        let part = RegionMap.read(
+          fd, at: segment.fileOffset + at - segment.payloadOffset, count: wanted, failure: &failure)
         bytes += part
         // A short read (the file shrank): what follows would be out of place.
         guard part.count == wanted else { break }

@@ -169,7 +169,12 @@ public struct Scanner {
       // review). Where SEEK_DATA is not supported, every byte is read. Chunks stay at multiples of
       // `chunk`, so each lies in one window of `RareLineWindow`.
       let data = lseek(fd, off_t(offset), Self.seekData)
-      if data < 0, errno == ENXIO { break }
+      if data < 0, errno == ENXIO {
+        // No data from here to the end: a hole to its end, or a file cut short under the scan (an
+        // outside review: a log truncated mid-scan, as logrotate's copytruncate does, was never
+        // read past that point and the scan said clean). The end-of-file check below tells them.
+        break
+      }
       if data > 0, Int(data) - overlap > offset {
         offset = (Int(data) - overlap) / chunk * chunk
         byteBefore = nil
@@ -182,7 +187,11 @@ public struct Scanner {
       // One pread into this thread's buffer, as `RegionMap.read` would, without a new array per chunk.
       let buffer = scratch.buffer(count)
       let got = pread(fd, buffer.baseAddress, count, off_t(offset))
-      let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<max(0, got)])
+      if got < 0 {
+        unreadable = unreadable ?? "a read failed (\(String(cString: strerror(errno))))"
+        break
+      }
+      let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<got])
       if bytes.count < count { shortRead = true }
       if bytes.isEmpty { break }
       // Chunks overlap: what starts in the overlap is reported by the next chunk, which sees it
@@ -318,12 +327,20 @@ public struct Scanner {
     scanLooseSeams(regions, path: path, report: &report)
     if let reason = allowance.exhausted { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = allowance.unsupported { report.incomplete.append(Skipped(path: path, reason: reason)) }
+    if let reason = allowance.readFailure { report.incomplete.append(Skipped(path: path, reason: reason)) }
     if let reason = unreadable { report.incomplete.append(Skipped(path: path, reason: reason)) }
     // A file that shrank or grew while it was read, or whose size says less than it holds (procfs),
-    // was not read as it is.
-    if shortRead || !RegionMap.read(fd, at: size, count: 1).isEmpty {
+    // was not read as it is. Its size now is looked at too: a file cut short while the scan was in
+    // a hole, or past the last data `SEEK_DATA` found, reads nothing short.
+    var now = stat()
+    var failure: Int32?
+    let beyond = RegionMap.read(fd, at: size, count: 1, failure: &failure)
+    if shortRead || !beyond.isEmpty || fstat(fd, &now) != 0 || Int(now.st_size) != size {
       report.incomplete.append(
         Skipped(path: path, reason: "changed size while being scanned (or its size is not its content)"))
+    } else if let failure {
+      report.incomplete.append(
+        Skipped(path: path, reason: "its end could not be read (\(String(cString: strerror(failure))))"))
     }
     return regions.kind
   }

@@ -280,6 +280,31 @@ extension ScanCLITests {
   /// skipped now (SEEK_DATA), and what lies at and around their edges is still found: here a 1 TiB
   /// file holding a UTF-8 canary far in, and a UTF-16BE one whose first (zero) byte is the last
   /// byte of a hole. `timeout` ends a scan that reads the holes (about six hours) as a failure.
+  /// A gzip file holding a canary, scanned while the Nth `pread64` fails with EIO, for every N the
+  /// scan makes: each run finds the canary or says the file is incomplete, never clean (an outside
+  /// review: an I/O error while a compressed stream was read ended it as if truncated, and the
+  /// scan exited 0).
+  func testEveryFailedReadOfACompressedStreamLeavesTheScanNotClean() throws {
+    let temporary = TemporaryDirectory()
+    let file = temporary.sub("big.gz")
+    let script = #"""
+      import gzip, base64, random, sys
+      random.seed(2)
+      text = base64.b64encode(random.randbytes(600000)) + b"\nCANARY-7f3Q-secret-zz\n"
+      open(sys.argv[1], "wb").write(gzip.compress(text))
+      """#
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, file]).status, 0)
+    let arguments = ["scan", file, "--canary", "CANARY-7f3Q-secret-zz"]
+    XCTAssertEqual(try vault(arguments).status, 1, "found without a fault")
+    var incomplete = 0
+    for step in 1...40 {
+      let run = try vaultFailing("pread64", with: "EIO", when: "\(step)", arguments)
+      XCTAssertNotEqual(run.status, 0, "read #\(step) failed and the scan said clean: \(run.outputText)")
+      if run.status == 2 { incomplete += 1 }
+    }
+    XCTAssertGreaterThan(incomplete, 0, "a failed read was reached")
+  }
+
   func testASparseFileIsScannedByItsDataNotItsHoles() throws {
     let temporary = TemporaryDirectory()
     let path = temporary.sub("sparse.bin")
