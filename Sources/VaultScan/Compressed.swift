@@ -105,6 +105,9 @@ final class InflateAllowance {
     let decoder = large ? StreamDecoder() : spareDecoders.popLast() ?? StreamDecoder()
     guard decoder.reset(format) else {
       if !large { spareDecoders.append(decoder) }
+      // The library could not allocate its state (memory short, a `ulimit -v`): a stream that
+      // may be real went unread (an outside review: such an xz stream was passed over, clean).
+      unsupported = unsupported ?? "\(format.withArticle) decoder could not be set up (out of memory)"
       return nil
     }
     live += 1

@@ -1,3 +1,4 @@
+internal import CZlib
 import Foundation
 
 /// Something that takes bytes as they come: a decoder, a base64 layer in front of one.
@@ -267,6 +268,9 @@ final class PushDecoder: ByteSink {
   private var filled = 0
   private var delivered = 0
   private(set) var consumed = 0
+  /// An xz stream's first 12 bytes (its stream header), kept to tell a damaged stream from a
+  /// program's copy of the magic number.
+  private var xzHeader: [UInt8] = []
   /// How the stream ended, once it has.
   private(set) var end: InflateEnd?
 
@@ -279,6 +283,7 @@ final class PushDecoder: ByteSink {
 
   func push(_ bytes: UnsafeRawBufferPointer) -> Bool {
     guard end == nil, let decoder else { return false }
+    if format == .xz, xzHeader.count < 12 { xzHeader += bytes.prefix(12 - xzHeader.count) }
     var used = 0
     while true {
       let (read, written, state) = output.withUnsafeMutableBytes { outBuffer in
@@ -301,7 +306,16 @@ final class PushDecoder: ByteSink {
         // false start, and inside SQLite files a page boundary cuts what the page pass reassembles.
         if context.reportsCorruption, delivered + filled > 0, format != .zlib {
           context.allowance.unsupported =
-            "a \(format.name) stream is corrupt after its first bytes; the rest of it was not read"
+            "\(format.withArticle) stream is corrupt after its first bytes; the rest of it was not read"
+        } else if context.reportsCorruption, format == .bzip2 || format == .xz && Self.isXzStreamHeader(xzHeader) {
+          // A bzip2 signature ("BZh", a level and the six-byte block magic) or an xz stream
+          // header (its magic, flags and their CRC32) does not turn up by chance: one that breaks
+          // before its first byte out is a damaged stream, whose later blocks may still hold data
+          // (an outside review: a bzip2 file with a corrupt first block was passed over, clean,
+          // while `bzip2recover` got the rest back). The xz magic alone is in programs (liblzma,
+          // libmagic) as a constant.
+          context.allowance.unsupported =
+            "\(format.withArticle) stream is corrupt from its start; it was not read"
         }
         return stop(.corrupt(consumed: consumed))
       case .more:
@@ -315,6 +329,14 @@ final class PushDecoder: ByteSink {
   }
 
   func finish() { _ = stop(.truncated(consumed: consumed)) }
+
+  /// Whether `bytes` are a valid xz stream header (xz file format 2.1.1): the magic, stream flags
+  /// of a null byte and a check type of at most 0x0F, and the CRC32 of the flags, little-endian.
+  static func isXzStreamHeader(_ bytes: [UInt8]) -> Bool {
+    guard bytes.count >= 12, bytes[6] == 0, bytes[7] <= 0x0F else { return false }
+    let crc = bytes[6..<8].withContiguousStorageIfAvailable { UInt32(CZlib.crc32(0, $0.baseAddress, 2)) } ?? 0
+    return crc == UInt32(bytes[8]) | UInt32(bytes[9]) << 8 | UInt32(bytes[10]) << 16 | UInt32(bytes[11]) << 24
+  }
 
   /// Hands decoded bytes to the sink; the minimum output that keeps false starts out does not apply
   /// to a stream that `ended` with its checksum (a 9-byte password compressed with zlib is real).

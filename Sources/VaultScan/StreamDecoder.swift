@@ -22,6 +22,9 @@ enum StreamFormat: Equatable {
     }
   }
 
+  /// The name with its article, to start a sentence's subject: "an xz", "a gzip".
+  var withArticle: String { (self == .xz ? "an " : "a ") + name }
+
   /// Random bytes pass a 2-byte zlib header check now and then; a real stream decodes to something.
   /// Every other format starts with a magic number of 3 bytes or more.
   var minimumOutput: Int { self == .zlib ? 16 : 1 }
@@ -51,6 +54,11 @@ final class StreamDecoder {
   private var bzipReady = false
   private var zstd: OpaquePointer?
   static let xzMemoryLimit: UInt64 = 128 << 20
+
+  /// Why a stream of `format` was not decoded when its decoder ran out of memory.
+  static func outOfMemory(_ format: StreamFormat) -> String {
+    "\(format.withArticle) stream could not be decoded (out of memory)"
+  }
 
   /// Prepares for a new stream of `format`; false if the library could not allocate its state.
   func reset(_ format: StreamFormat) -> Bool {
@@ -97,6 +105,7 @@ final class StreamDecoder {
         switch result {
         case Z_STREAM_END: .end
         case Z_OK, Z_BUF_ERROR: .more
+        case Z_MEM_ERROR: .unsupported(Self.outOfMemory(format))
         default: .corrupt
         }
       return (input.count - Int(zlib.avail_in), output.count - Int(zlib.avail_out), state)
@@ -111,6 +120,9 @@ final class StreamDecoder {
         case LZMA_STREAM_END: .end
         case LZMA_OK, LZMA_BUF_ERROR: .more
         case LZMA_MEMLIMIT_ERROR: .unsupported("an xz stream needs more than 128 MiB to decode")
+        // Memory short is not a corrupt stream (an outside review: under `ulimit -v` an xz stream
+        // was taken for a false start, and the scan said clean).
+        case LZMA_MEM_ERROR: .unsupported(Self.outOfMemory(format))
         default: .corrupt
         }
       return (input.count - lzma.avail_in, output.count - lzma.avail_out, state)
@@ -125,6 +137,7 @@ final class StreamDecoder {
         switch result {
         case BZ_STREAM_END: .end
         case BZ_OK: .more
+        case BZ_MEM_ERROR: .unsupported(Self.outOfMemory(format))
         default: .corrupt
         }
       return (input.count - Int(bzip.avail_in), output.count - Int(bzip.avail_out), state)
@@ -139,8 +152,15 @@ final class StreamDecoder {
       let state: State
       if ZSTD_isError(result) != 0 {
         state =
-          ZSTD_getErrorCode(result) == ZSTD_error_frameParameter_windowTooLarge
-          ? .unsupported("a zstd frame needs a window larger than 128 MiB to decode") : .corrupt
+          switch ZSTD_getErrorCode(result) {
+          case ZSTD_error_frameParameter_windowTooLarge:
+            .unsupported("a zstd frame needs a window larger than 128 MiB to decode")
+          // A frame that names a dictionary cannot be read without it (an outside review: one
+          // decoded nothing and was passed over, clean).
+          case ZSTD_error_dictionary_wrong: .unsupported("a zstd frame needs a dictionary the scanner does not have")
+          case ZSTD_error_memory_allocation: .unsupported(Self.outOfMemory(format))
+          default: .corrupt
+          }
       } else {
         state = result == 0 ? .end : .more
       }

@@ -249,6 +249,71 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertTrue(report.incomplete.first?.reason.contains("gzip stream is corrupt") ?? false, "\(report.incomplete)")
   }
 
+  /// A stream whose signature cannot be chance (xz, bzip2) that breaks before its first byte out,
+  /// and a zstd frame that names a dictionary, are not read: the file is incomplete, never clean
+  /// (an outside review: a bzip2 file with a corrupt first block, whose later blocks
+  /// `bzip2recover` read back, and a zstd frame made with a dictionary were both passed over).
+  /// A zstd magic number followed by garbage, or the xz magic number with no valid stream header
+  /// after it (programs hold it as a constant), stays a false start.
+  func testAStreamThatCannotBeReadFromItsStartMakesTheFileIncomplete() throws {
+    try python(
+      """
+      import base64,bz2,lzma,random,sys
+      random.seed(1)
+      text = base64.b64encode(random.randbytes(300000)) + b'\\nnote: unread-canary-77\\n'
+      stream = bytearray(bz2.compress(text, 1)); stream[14] ^= 0xff
+      open(sys.argv[1] + '/first-block.bz2', 'wb').write(bytes(stream))
+      stream = bytearray(lzma.compress(text)); stream[13] ^= 0xff
+      open(sys.argv[1] + '/first-block.xz', 'wb').write(bytes(stream))
+      # The xz magic alone, as programs hold it (liblzma, libmagic): not a stream.
+      open(sys.argv[1] + '/magic-constant.bin', 'wb').write(random.randbytes(100) + bytes([0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00, 0, 1, 2, 3, 4, 5]) + random.randbytes(100))
+      # A zstd frame (RFC 8878 3.1.1): descriptor 0x21 = single segment, a 1-byte dictionary id (7),
+      # then a 1-byte content size (16) and one raw last block of 16 bytes.
+      frame = bytes([0x28, 0xb5, 0x2f, 0xfd, 0x21, 7, 16]) + (1 | 16 << 3).to_bytes(3, 'little') + random.randbytes(16)
+      open(sys.argv[1] + '/dictionary.zst', 'wb').write(random.randbytes(100) + frame + random.randbytes(100))
+      open(sys.argv[1] + '/magic-only.bin', 'wb').write(random.randbytes(100) + bytes([0x28, 0xb5, 0x2f, 0xfd, 0xff, 0xff]) + random.randbytes(100))
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["unread-canary-77"]).scan([temporary.path])
+    XCTAssertEqual(report.findings, [], "\(report.findings)")
+    let reasons = Dictionary(
+      uniqueKeysWithValues: report.incomplete.map { (($0.path as NSString).lastPathComponent, $0.reason) })
+    XCTAssertEqual(reasons.keys.sorted(), ["dictionary.zst", "first-block.bz2", "first-block.xz"], "\(reasons)")
+    XCTAssertTrue(reasons["first-block.bz2"]?.contains("bzip2 stream is corrupt from its start") == true, "\(reasons)")
+    XCTAssertTrue(reasons["first-block.xz"]?.contains("an xz stream is corrupt from its start") == true, "\(reasons)")
+    XCTAssertTrue(reasons["dictionary.zst"]?.contains("needs a dictionary") == true, "\(reasons)")
+  }
+
+  /// An xz stream whose decoder cannot get memory for its dictionary (64 MiB at `xz -9`; here the
+  /// process may map only 40 MiB more) is not read: the file is incomplete, never clean (an
+  /// outside review: under `ulimit -v` the stream was taken for a false start).
+  func testAStreamWhoseDecoderRunsOutOfMemoryMakesTheFileIncomplete() throws {
+    try XCTSkipIf(Sanitizer.current != nil, "a sanitizer's runtime maps memory of its own")
+    let path = temporary.sub("big-window.xz")
+    try python(
+      """
+      import base64,lzma,random,sys
+      random.seed(3)
+      text = base64.b64encode(random.randbytes(100000)) + b'\\nsecret: memory-canary-5\\n'
+      open(sys.argv[1], 'wb').write(lzma.compress(text, preset=9))
+      """, [path])
+    let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+    let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix("VmSize:") })
+    let kilobytes = try XCTUnwrap(Int(line.split(separator: " ").dropFirst().first ?? ""))
+    var saved = rlimit()
+    XCTAssertEqual(getrlimit(Int32(RLIMIT_AS.rawValue), &saved), 0)
+    var limited = saved
+    limited.rlim_cur = rlim_t((kilobytes << 10) + (40 << 20))
+    XCTAssertEqual(setrlimit(Int32(RLIMIT_AS.rawValue), &limited), 0)
+    let report = Result { try Scanner(canaries: ["memory-canary-5"]).scan([path]) }
+    XCTAssertEqual(setrlimit(Int32(RLIMIT_AS.rawValue), &saved), 0)
+    let scanned = try report.get()
+    XCTAssertEqual(scanned.findings, [], "\(scanned.findings)")
+    XCTAssertEqual(scanned.incomplete.map(\.path), [path], "\(scanned.incomplete)")
+    XCTAssertTrue(scanned.incomplete.first?.reason.contains("out of memory") == true, "\(scanned.incomplete)")
+    // With the memory, the same file is read and the canary found.
+    XCTAssertEqual(try Scanner(canaries: ["memory-canary-5"]).scan([path]).findings.count, 1)
+  }
+
   /// An encrypted ZIP entry cannot be read (and ZipCrypto proves nothing): the file is incomplete.
   func testAnEncryptedZipEntryMakesTheFileIncomplete() throws {
     // A local file header (APPNOTE §4.3.7) with the encryption flag, method 8, a 9-byte name.
