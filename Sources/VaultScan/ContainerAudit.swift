@@ -36,7 +36,20 @@ extension Scanner {
     var fatal: (any Error)?
     do {
       let reader = try ContainerReader(link: link, path: path, live: live)
-      guard let keyring = reader.keyringID else { return }
+      guard let keyring = reader.keyringID else {
+        // Not a vault container, unless the vault registered this file: then its metadata was
+        // removed, and its records cannot be checked (an outside review: `--verify` said clean,
+        // with 0 envelopes verified, while a record held plaintext).
+        if let vault, let registered = Self.registration(of: link, in: vault.manifest) {
+          report.add(
+            Finding(
+              file: path, offset: 0, region: "live-cell", detector: "envelope-verify",
+              encoding: "replaced-container",
+              excerpt: "registered as container \(registered.id ?? "of this vault"), holds no vault metadata"))
+          report.verify?.failed += 1
+        }
+        return
+      }
       // A file at a registered container's path must hold that container: the records of another
       // (a file swapped in, its meta edited to claim the id) are not what the vault registered,
       // however well they open, and rotation and the queue refuse such a file too.

@@ -158,6 +158,15 @@ final class ScanCLITests: XCTestCase {
     let run = try vault(["--home", home, "scan", second, "--verify"])
     XCTAssertEqual(run.status, 1, run.outputText)
     XCTAssertTrue(run.outputText.contains("envelope-verify (replaced-container)"), run.outputText)
+
+    // The registered container with its vault metadata removed (and a record made plaintext):
+    // not taken for some other database, clean (an outside review: "Verified 0 envelopes", exit 0).
+    try SQLiteScript.run(
+      first,
+      "UPDATE records SET envelope = CAST('plaintext record' AS BLOB); DELETE FROM meta WHERE key = 'keyring_id';")
+    let stripped = try vault(["--home", home, "scan", first, "--verify"])
+    XCTAssertEqual(stripped.status, 1, stripped.outputText)
+    XCTAssertTrue(stripped.outputText.contains("holds no vault metadata"), stripped.outputText)
   }
 
   /// A container whose writers were SIGKILLed mid-write, then restarted, still scans clean.
