@@ -66,6 +66,29 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(report.findings.map(\.encoding), ["inflated+utf8"], "\(report.findings)")
   }
 
+  /// Deflated entries named by a path of over 1,024 bytes (`zip -r` of a deep tree), by nothing,
+  /// or by a name with a tab are inflated too, and an encrypted one so named is listed: an outside
+  /// review found each passed over, clean.
+  func testZipEntriesWithLongEmptyOrTabbedNamesAreInflated() throws {
+    try python(
+      """
+      import sys,zipfile
+      for file, name in (('long.zip', 'a/' * 1000 + 'x.txt'), ('empty.zip', ''), ('tab.zip', 'no\\ttes.txt')):
+        with zipfile.ZipFile(sys.argv[1] + '/' + file, 'w', zipfile.ZIP_DEFLATED) as z:
+          z.writestr(zipfile.ZipInfo(name) if name == '' else name, b'log line\\nzip-name-canary-4\\n' * 3,
+                     compress_type=zipfile.ZIP_DEFLATED)
+      # An encrypted entry (flag bit 0) under a long name: its local header, then bytes unzip cannot read.
+      name = b'b/' * 700 + b'y.txt'
+      header = b'PK\\x03\\x04' + bytes([20, 0, 1, 0, 8, 0]) + bytes(16) + len(name).to_bytes(2, 'little') + bytes(2)
+      open(sys.argv[1] + '/sealed.zip', 'wb').write(header + name + bytes(range(256)) * 4)
+      """, [temporary.path])
+    let report = try Scanner(canaries: ["zip-name-canary-4"]).scan([temporary.path])
+    let found = Set(report.findings.map { ($0.file as NSString).lastPathComponent })
+    XCTAssertEqual(found, ["long.zip", "empty.zip", "tab.zip"], "\(report.findings)")
+    XCTAssertEqual(report.incomplete.map { ($0.path as NSString).lastPathComponent }, ["sealed.zip"])
+    XCTAssertTrue(report.incomplete.first?.reason.contains("encrypted ZIP entries") == true, "\(report.incomplete)")
+  }
+
   /// A file of decompression bombs (gzip members of zeros, about 1,000:1) stops at the budget, is
   /// reported as incomplete, and still reports what it found before the budget ran out.
   func testDecompressionBombsStopAtTheBudgetAndMakeTheFileIncomplete() throws {
