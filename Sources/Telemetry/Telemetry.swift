@@ -348,8 +348,10 @@ public final class Telemetry: @unchecked Sendable {
   ///
   /// The token is read first; 401, 413 and the other answers are handled as the README's
   /// "Telemetry" section says. A batch refused again after a token refresh, or with 403, waits
-  /// with backoff and ends the pass; a 404 (a wrong endpoint) gives the batch back, unparked and due at once, and ends it;
-  /// a spent request budget ends it too. Either way the rest of the claim goes back.
+  /// with backoff and ends the pass; so does a batch the server asked to wait (429, 503, after
+  /// `Retry-After`) or did not answer; a 404 (a wrong endpoint) gives the batch back, unparked and
+  /// due at once, and ends it; a spent request budget ends it too. Either way the rest of the claim
+  /// goes back.
   ///
   /// - Returns: what the pass did, and how many events are still pending.
   /// - Throws: what the token provider throws (before anything is claimed, or on refresh after a
@@ -412,6 +414,9 @@ public final class Telemetry: @unchecked Sendable {
         // claim still holds: settled ones are acked, rescheduled, parked or in review already.)
         try claim.releaseUnsettled()
         break pass
+      } catch is EndpointUnavailable {
+        try claim.releaseUnsettled()
+        break pass
       } catch is EndpointNotFound {
         // A 404 is a wrong endpoint, not a bad event: every event of the claim (the refused batch
         // too) goes back to pending, due at once, its attempt not counted, so a flush to the right
@@ -447,6 +452,12 @@ public final class Telemetry: @unchecked Sendable {
   /// Thrown inside a pass when the server answered 404: the endpoint is wrong, so the pass ends and
   /// gives back every event it claimed and did not settle, the refused batch's too.
   private struct EndpointNotFound: Error {}
+
+  /// Thrown inside a pass once a batch is settled after the server asked to wait (429, 503) or did
+  /// not answer: that is the endpoint's state, not the batch's, so the pass ends and gives back the
+  /// rest of what it claimed, untouched (an outside review: the outbox sent every message of a
+  /// backlog against a Retry-After, and waited a timeout per message on a hung server).
+  private struct EndpointUnavailable: Error {}
 
   /// Whether the pass under way ends before its next batch: the process is stopping deliveries
   /// (`HTTPCancellation`) or `stop()` was called since the pass began.
@@ -561,8 +572,10 @@ public final class Telemetry: @unchecked Sendable {
     case .status(let status, let retryAfter):
       settle(
         HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, claim, &report)
+      if status == 429 || status == 503 { throw EndpointUnavailable() }
     case .transport(let kind):
       settle(.unreachable(kind: kind), batch.ids, claim, &report)
+      if !(kind == "cancelled" && HTTPCancellation.isCancelled) { throw EndpointUnavailable() }
     }
   }
 

@@ -141,9 +141,17 @@ final class OutboxTests: XCTestCase {
   /// fix, not bad messages: the message is retried with backoff, the rest of the backlog goes back
   /// untouched and the pass ends (review: every message of the backlog went to review, two
   /// requests each, in one pass); once the token is fixed, everything is delivered.
+  /// The same for a server that asks every sender to wait (429, 503) or does not answer (an
+  /// outside review: a backlog of 20 made 20 requests in one pass against a Retry-After, and a hung
+  /// server cost a timeout per message).
   func testRefusedCredentialsEndThePassAndSendNothingToReview() throws {
-    for kind in ["http-401", "http-403"] {
-      let revoked = ScriptedTransport(otherwise: .retry(kind: kind, after: nil))
+    let answers: [(String, DeliveryResult)] = [
+      ("http-401", .retry(kind: "http-401", after: nil)), ("http-403", .retry(kind: "http-403", after: nil)),
+      ("http-429", .retry(kind: "http-429", after: 2)),
+      ("http-503", .retry(kind: "http-503", after: nil)), ("timed-out", .unreachable(kind: "timed-out")),
+    ]
+    for (kind, answer) in answers {
+      let revoked = ScriptedTransport(otherwise: answer)
       let outbox = Outbox(container: container, transport: revoked)
       let ids = try (0..<20).map { try outbox.send(Array("message \($0) \(kind)".utf8)).id }
       let pass = try outbox.deliverDueWaiting()

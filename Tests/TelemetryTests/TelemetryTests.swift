@@ -347,6 +347,36 @@ final class TelemetryDeliveryTests: XCTestCase {
       "the rest released, not counted")
   }
 
+  /// A server that asks to wait (429, 503) or does not answer says so of the endpoint: the pass
+  /// ends after that batch, which waits, and the rest of the backlog goes back untouched (an
+  /// outside review: every batch of a backlog was sent against a Retry-After).
+  func testAnEndpointThatAsksToWaitOrDoesNotAnswerEndsThePass() throws {
+    let answers: [SendResult] = [
+      .status(429, retryAfter: "2"), .status(503, retryAfter: nil), .transport(kind: "timed-out"),
+    ]
+    for answer in answers {
+      let sender = ScriptedSender(otherwise: answer)
+      let telemetry = Telemetry(
+        container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
+        sender: sender, clock: clock.function)
+      for i in 0..<30 {
+        try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+      }
+      let report = try telemetry.flush()
+      XCTAssertEqual(sender.sent.count, 1, "\(answer): one request, then the pass ends")
+      let waiting = Set(sender.sent[0].batch.ids)
+      XCTAssertEqual(report.retried, waiting.count, "\(answer)")
+      XCTAssertEqual(try container.count(queue: Telemetry.queueName, state: .pending), 30, "\(answer)")
+      XCTAssertTrue(
+        try container.list(state: .pending).allSatisfy { $0.attempts == (waiting.contains($0.id) ? 1 : 0) },
+        "\(answer): the rest released, not counted")
+      clock.advance(3600)
+      XCTAssertEqual(
+        try Telemetry(container: container, tokens: CountingTokens(), sender: ScriptedSender(), clock: clock.function)
+          .flush().delivered, 30, "\(answer)")
+    }
+  }
+
   func testATokenProviderFailureClaimsNothing() throws {
     struct Broken: TokenProvider {
       func token(refresh: Bool) throws -> String { throw TelemetryError.tokenUnavailable(path: "/nonexistent") }
