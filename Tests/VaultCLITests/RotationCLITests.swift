@@ -178,7 +178,10 @@ final class RotationCLITests: XCTestCase {
   /// already active when it began); while the rotation is unfinished, `status` says that instead.
   func testAResumedRotationThatFailsSaysHowFarItGot() throws {
     var finished = 0
-    for step in 1...40 {
+    // Under ThreadSanitizer the first write is its runtime's (see the sweep above): a failure there
+    // is a SIGBUS in the runtime, which a whole-suite TSan run reported (session 33).
+    let first = Sanitizer.current == .thread ? 2 : 1
+    for step in first...(first + 39) {
       let home = try vaultWithARecord("resume-\(step)")
       let killed = try vaultKilled(at: "rename,renameat,renameat2", step: 2, ["--home", home, "rotate"])
       XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
