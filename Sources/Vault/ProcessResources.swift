@@ -47,16 +47,18 @@ public enum ProcessResources {
   /// Raises the soft open-file limit to `target`, or as far towards it as the hard limit allows
   /// (never lowers it).
   ///
-  /// - Parameter target: the number of descriptors wanted.
+  /// - Parameter target: the number of descriptors wanted (a negative one asks for nothing).
   /// - Returns: the soft limit now, which is below `target` when the hard limit is; 0 when the
   ///   limit cannot be read.
   @discardableResult
   public static func raiseOpenFileLimit(to target: Int) -> Int {
     var files = rlimit()
     guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 else { return 0 }
-    if files.rlim_cur < rlim_t(target) {
+    // `rlim_t(-1)` traps (an outside review): a negative target needs no raise.
+    let wanted = rlim_t(clamping: max(target, 0))
+    if files.rlim_cur < wanted {
       var raised = files
-      raised.rlim_cur = min(files.rlim_max, rlim_t(target))
+      raised.rlim_cur = min(files.rlim_max, wanted)
       if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { files = raised }
     }
     return Int(clamping: files.rlim_cur)
@@ -74,6 +76,8 @@ public enum ProcessResources {
   /// - Throws: `Shortage.openFiles` when the hard limit is too low, `Shortage.threads` when a
   ///   thread cannot be created.
   public static func ensure(openFiles needed: Int = 64, threads: Int = 8) throws(Shortage) {
+    // A negative count needs nothing (`rlim_t` of one trapped: an outside review).
+    let needed = max(needed, 0)
     var files = rlimit()
     if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0 {
       // Only descriptors below the limit take a slot; one at or above it (opened before the
@@ -83,7 +87,7 @@ public enum ProcessResources {
       // The smallest limit with `needed` slots for the standard three and everything new.
       var wanted = needed
       while needed + taken(below: wanted) > wanted { wanted = needed + taken(below: wanted) }
-      if files.rlim_cur < rlim_t(wanted) {
+      if files.rlim_cur < rlim_t(clamping: wanted) {
         let limit = raiseOpenFileLimit(to: wanted)
         guard limit >= wanted else {
           throw .openFiles(limit: limit, needed: needed, alreadyOpen: taken(below: limit))
@@ -94,7 +98,7 @@ public enum ProcessResources {
     // stacks exist at the same time (glibc keeps them cached for the threads that follow).
     var started: [pthread_t] = []
     var failure: Int32 = 0
-    for _ in 0..<threads {
+    for _ in 0..<max(threads, 0) {
       var thread = pthread_t()
       let result = pthread_create(&thread, nil, { _ in nil }, nil)
       guard result == 0 else {

@@ -55,7 +55,8 @@ public struct BackoffPolicy: Sendable, Equatable {
   /// - Parameter attempts: failures so far; 1 or less gives `base`.
   /// - Returns: `min(cap, base × 2^(attempts − 1))` seconds (the exponent stops growing at 30).
   public func ceiling(afterAttempts attempts: Int) -> TimeInterval {
-    let exponent = Double(max(0, min(attempts - 1, 30)))
+    // Clamped before subtracting: `Int.min - 1` would trap (an outside review).
+    let exponent = Double(min(max(attempts, 1), 31) - 1)
     return min(cap, base * pow(2, exponent))
   }
 

@@ -244,6 +244,8 @@ final class QueueContainerTests: XCTestCase {
   func testBackoffCeilingGrowsAndIsCapped() {
     let policy = BackoffPolicy(base: 1, cap: 300)
     XCTAssertEqual((1...10).map { policy.ceiling(afterAttempts: $0) }, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300])
+    // Any count, however absurd, gives a delay rather than a trap (an outside review: Int.min did).
+    XCTAssertEqual([Int.min, -1, 0, Int.max].map { policy.ceiling(afterAttempts: $0) }, [1, 1, 1, 300])
     XCTAssertEqual(policy.delay(afterAttempts: 50, unit: 0.999_999), 300 * 0.999_999, accuracy: 1e-9)
     XCTAssertEqual(policy.delay(afterAttempts: 3, unit: 0), 0)
   }
