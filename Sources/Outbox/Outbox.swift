@@ -93,7 +93,9 @@ public final class Outbox: @unchecked Sendable {
   }
 
   /// Saves `message` durably (the "saved" moment an app uses to clear its editor) and asks the
-  /// background loop, if started, to deliver it. Never waits for the network.
+  /// background loop, if started, to deliver it. Never waits for the network; it blocks its caller
+  /// for the commit's fsync, and while a rotation in another process holds the container (seconds
+  /// on a large one). It has no async form: from async code, call it where blocking is allowed.
   ///
   /// The container's byte cap (20 MB by default) still applies to a saved message: a later send
   /// past it deletes the oldest records the cap may drop, by default of any queue, this outbox's
