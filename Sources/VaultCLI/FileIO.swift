@@ -101,10 +101,12 @@ enum FileIO {
   /// All of what `path` holds, read to its end: a FIFO too (`--canary-file <(…)`), whose writer
   /// it waits for.
   ///
-  /// - Parameter path: the file.
-  /// - Returns: its bytes.
+  /// - Parameters:
+  ///   - path: the file.
+  ///   - limit: the most bytes read; nil when more is there (read up to `limit + 1`).
+  /// - Returns: its bytes, or nil when it holds more than `limit`.
   /// - Throws: `FileError.inputUnreadable` with the errno of the call that failed.
-  static func readAll(_ path: String) throws -> [UInt8] {
+  static func readAll(_ path: String, limit: Int) throws -> [UInt8]? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
     defer { close(fd) }
@@ -116,6 +118,7 @@ enum FileIO {
       guard got >= 0 else { throw FileError.inputUnreadable(path: path, errno: errno) }
       if got == 0 { return bytes }
       bytes += block[0..<got]
+      if bytes.count > limit { return nil }
     }
   }
 
@@ -238,6 +241,9 @@ enum FileError: Error, Equatable, CustomStringConvertible {
   case inputEmpty(path: String)
   /// `scan --canary-file` names a file that is not UTF-8 (its bytes are never shown).
   case canaryFileNotText(path: String)
+  /// `scan --canary-file` names a file that holds more than `limit` bytes (`/dev/zero` grew the
+  /// process until it died: an outside review).
+  case canaryFileTooLarge(path: String, limit: Int)
   case outputExists(path: String)
   case outputFailed(path: String, errno: Int32)
   /// `path` was written, but the temporary file it was linked from, a second name for the same
@@ -251,6 +257,8 @@ enum FileError: Error, Equatable, CustomStringConvertible {
     case .inputUnreadable(let path, let code): "could not read \(path): \(String(cString: strerror(code)))"
     case .inputEmpty(let path): "\(path) is empty; it holds no envelope"
     case .canaryFileNotText(let path): "the canary file \(path) is not UTF-8 text; give one canary a line, in UTF-8"
+    case .canaryFileTooLarge(let path, let limit):
+      "the canary file \(path) holds more than \(limit >> 20) MiB; give one canary a line, or split them over runs"
     case .outputExists(let path):
       "\(path) already exists; vault never overwrites a file with -o: remove it or choose another name"
     case .outputFailed(let path, let code):

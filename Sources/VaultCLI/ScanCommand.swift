@@ -8,24 +8,34 @@ extension VaultCommandLine {
   /// `vault scan PATH… [--canary TEXT]… [--canary-file FILE] [--verify] [--json]`: exit 0 clean and
   /// complete, 1 findings, 2 could not scan or could not read everything (the library does the
   /// walk and the container audit; this is arguments, progress and printing).
+  /// The most a canary file may hold: a million canaries of 16 bytes.
+  static let canaryFileLimit = 16 << 20
+
   func scan(_ arguments: Arguments) throws -> Int32 {
     var canaries = arguments.lists["--canary"] ?? []
     if let file = arguments.options["--canary-file"] {
       // Read, then decoded: a file that reads but is not UTF-8 was reported with whatever errno an
       // earlier call had left ("No such file or directory"), as if it could not be read.
-      let bytes: [UInt8]
+      let read: [UInt8]?
       do {
-        bytes = try FileIO.readAll(file)
+        read = try FileIO.readAll(file, limit: Self.canaryFileLimit)
       } catch FileError.inputUnreadable(_, let code) {
         throw ScanError.unreadable(path: file, errno: code)
       }
+      guard let bytes = read else { throw FileError.canaryFileTooLarge(path: file, limit: Self.canaryFileLimit) }
       guard let text = String(validating: bytes, as: UTF8.self) else { throw FileError.canaryFileNotText(path: file) }
       // Split on line feeds by scalar ("\r\n" is one Character in Swift) and drop a trailing CR.
-      canaries += text.unicodeScalars.split(separator: "\n").map { line in
+      let listed = text.unicodeScalars.split(separator: "\n").map { line in
         var line = String(String.UnicodeScalarView(line))
         if line.hasSuffix("\r") { line.removeLast() }
         return line
       }.filter { !$0.isEmpty }
+      // A file with no canary (empty, or blank lines: a script whose list came out empty) would
+      // scan for nothing and say clean (an outside review): refused, as a short canary is.
+      guard !listed.isEmpty else {
+        throw UsageError(message: "the canary file \(file) holds no canary (one a line)", command: "scan")
+      }
+      canaries += listed
     }
     // Shorter canaries would match everywhere and mean nothing: refuse rather than ignore them.
     if let short = canaries.first(where: { $0.utf8.count < 4 }) {

@@ -258,6 +258,17 @@ final class ScanCLITests: XCTestCase {
     let short = try vault(["scan", temporary.sub("x.log"), "--canary", "abc"])
     XCTAssertEqual(short.status, 64)
     XCTAssertTrue(short.error.contains("at least 4 bytes"), short.error)
+    // A canary file with no canary scanned for nothing and said clean; one without end (/dev/zero)
+    // grew the process until it died (an outside review). Both are refused, nothing scanned.
+    for contents in ["", "\n\r\n\n"] {
+      try Data(contents.utf8).write(to: URL(fileURLWithPath: temporary.sub("none.txt")))
+      let none = try vault(["scan", temporary.sub("x.log"), "--canary-file", temporary.sub("none.txt")])
+      XCTAssertEqual(none.status, 64, none.outputText)
+      XCTAssertTrue(none.error.contains("holds no canary"), none.error)
+    }
+    let endless = try vault(["scan", temporary.sub("x.log"), "--canary-file", "/dev/zero"])
+    XCTAssertEqual(endless.status, 2, endless.outputText)
+    XCTAssertTrue(endless.error.contains("holds more than 16 MiB"), endless.error)
   }
 
   /// A canary file that is not UTF-8 was reported as unreadable with a stale errno ("No such
