@@ -29,3 +29,38 @@ final class ReadFailureTests: XCTestCase {
     XCTAssertTrue(report.incomplete.first?.reason.contains("changed size") == true, "\(report.incomplete)")
   }
 }
+
+/// A database's freelist is taken only for pages the file has.
+final class FreelistBoundTests: XCTestCase {
+  /// A crafted freelist naming 16,382 leaf pages per trunk page, all past the file's end, grew the
+  /// scanner's set of free pages to six times the file's size in memory (an outside review: 426 MB
+  /// for a 65 MB file). Only pages the file has are taken now: the trunks themselves.
+  func testFreelistPagesPastTheEndOfTheFileAreNotHeld() throws {
+    let temporary = TemporaryDirectory()
+    let path = temporary.sub("crafted.db")
+    let script = #"""
+      import struct, sys
+      trunks, size = 20, 65536
+      header = bytearray(100); header[0:16] = b"SQLite format 3\x00"; header[16:18] = struct.pack('>H', 1)
+      header[18] = 1; header[19] = 1; header[21] = 64; header[22] = 32; header[23] = 32
+      header[28:32] = struct.pack('>I', trunks + 1); header[32:36] = struct.pack('>I', 2)
+      with open(sys.argv[1], 'wb') as f:
+        first = bytearray(size); first[0:100] = header; first[100] = 0x0d; f.write(first)
+        leaf = 10_000_000
+        for t in range(trunks):
+          page = bytearray(size)
+          page[0:4] = struct.pack('>I', t + 3 if t < trunks - 1 else 0); page[4:8] = struct.pack('>I', 16382)
+          page[8:8 + 4 * 16382] = b''.join(struct.pack('>I', leaf + i) for i in range(16382)); leaf += 16382
+          f.write(page)
+      """#
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, path]).status, 0)
+    let fd = open(path, O_RDONLY)
+    XCTAssertGreaterThanOrEqual(fd, 0)
+    defer { close(fd) }
+    var info = stat()
+    XCTAssertEqual(fstat(fd, &info), 0)
+    let regions = RegionMap(fd: fd, size: Int(info.st_size), name: "crafted.db")
+    XCTAssertEqual(regions.freelistCount, 20, "the 20 trunk pages, none of the 327,640 leaves past the end")
+    XCTAssertEqual(try Scanner(canaries: []).scan([path]).findings, [])
+  }
+}
