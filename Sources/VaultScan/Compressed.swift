@@ -252,10 +252,13 @@ extension Scanner {
   /// Signatures of what the scanner cannot read, besides a ZIP header (see `unreadable(at:in:)`).
   private static let unreadableMagic: [[UInt8]] = [[0x37, 0x7a], [0x04, 0x22], Array("LZ".utf8)]
 
-  /// What base64 text of a compressed stream starts with: gzip `H4sI`, zlib `eJ` (0x78 0x9c) and
-  /// `eN` (0x78 0xda), xz `/Td6WFo`, zstd `KLUv`, bzip2 `Qlpo` ("BZh").
+  /// What base64 text of a compressed stream starts with: gzip `H4sI`, zlib `eJ` (0x78 0x9c, the
+  /// default level), `eN` (0x78 0xda, levels 7–9), `eA` (0x78 0x01, level 0–1) and `eF` (0x78 0x5e,
+  /// levels 2–5: an outside review found those two passed over), xz `/Td6WFo`, zstd `KLUv`, bzip2
+  /// `Qlpo` ("BZh").
   private static let base64Prefixes: [(bytes: [UInt8], format: StreamFormat)] = [
-    (Array("H4sI".utf8), .gzip), (Array("eJ".utf8), .zlib), (Array("eN".utf8), .zlib),
+    (Array("H4sI".utf8), .gzip), (Array("eJ".utf8), .zlib), (Array("eN".utf8), .zlib), (Array("eA".utf8), .zlib),
+    (Array("eF".utf8), .zlib),
     (Array("/Td6WFo".utf8), .xz), (Array("KLUv".utf8), .zstd), (Array("Qlpo".utf8), .bzip2),
   ]
 

@@ -209,13 +209,20 @@ final class CompressedStreamTests: XCTestCase {
       mail = base64.encodebytes(gzip.compress(secret(6) * 20))
       open(d + '/mail.eml', 'wb').write(b'Content-Transfer-Encoding: base64\\n\\n' + mail)
       open(d + '/rotated.log.gz', 'wb').write(gzip.compress(b'INFO ok\\n' * 100 + line.replace(b'4 into', b'4 into')))
+      # base64 of zlib at levels 1 (eA...) and 3 (eF...), as an outside review found passed over.
+      open(d + '/level1.json', 'wb').write(b'{"payload": "' + base64.b64encode(zlib.compress(secret(7), 1)) + b'"}')
+      open(d + '/level3.json', 'wb').write(b'{"payload": "' + base64.b64encode(zlib.compress(secret(8), 3)) + b'"}')
       """, [temporary.path])
-    let canaries = (1...6).map { "nested-canary-\($0)" }
+    let canaries = (1...8).map { "nested-canary-\($0)" }
     let report = try Scanner(canaries: canaries).scan([temporary.path])
     let found = Set(
       report.findings.filter { $0.encoding == "inflated+utf8" }.map { ($0.file as NSString).lastPathComponent })
     XCTAssertEqual(
-      found, ["backup.tar.gz", "export.zip", "blob.xz", "debug.log", "event.json", "mail.eml", "rotated.log.gz"],
+      found,
+      [
+        "backup.tar.gz", "export.zip", "blob.xz", "debug.log", "event.json", "mail.eml", "rotated.log.gz",
+        "level1.json", "level3.json",
+      ],
       "\(report.findings)")
     XCTAssertTrue(report.complete, "\(report.incomplete)")
   }
