@@ -207,12 +207,7 @@ final class TelemetryDeliveryTests: XCTestCase {
   /// the next answer) gets everything at once, without waiting for a backoff.
   func testA404KeepsEveryEventPendingAndDueAndEndsThePass() throws {
     let sender = ScriptedSender([.status(404, retryAfter: nil)])
-    let telemetry = Telemetry(
-      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
-      sender: sender, clock: clock.function)
-    for i in 0..<30 {
-      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
-    }
+    let telemetry = try backlogOfThirty(sender: sender)
     let report = try telemetry.flush()
     XCTAssertEqual(sender.sent.count, 1, "the pass ends at the first 404")
     XCTAssertEqual(report.notFound, sender.sent[0].batch.ids.count)
@@ -230,17 +225,24 @@ final class TelemetryDeliveryTests: XCTestCase {
     XCTAssertFalse(next.refusedByConfiguration)
   }
 
+  /// Telemetry sending through `sender`, in batches of at most 600 bytes, with 30 events logged:
+  /// a backlog of several batches.
+  private func backlogOfThirty(sender: ScriptedSender, tokens: CountingTokens = CountingTokens()) throws -> Telemetry {
+    let telemetry = Telemetry(
+      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: tokens, sender: sender,
+      clock: clock.function)
+    for i in 0..<30 {
+      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
+    }
+    return telemetry
+  }
+
   /// A 403 is refused credentials: the batch waits with backoff (its attempt counted, as for any
   /// refusal) and the pass ends, so a wrong token sends no other batch to the same refusal and
   /// moves nothing to parking or review.
   func test403MakesTheBatchWaitAndEndsThePass() throws {
     let sender = ScriptedSender([.status(403, retryAfter: nil)])
-    let telemetry = Telemetry(
-      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
-      sender: sender, clock: clock.function)
-    for i in 0..<30 {
-      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
-    }
+    let telemetry = try backlogOfThirty(sender: sender)
     let report = try telemetry.flush()
     XCTAssertEqual(sender.sent.count, 1, "the pass ends at the first 403")
     let refused = Set(sender.sent[0].batch.ids)
@@ -263,12 +265,7 @@ final class TelemetryDeliveryTests: XCTestCase {
   /// manual `queue resend` while exposed to the cap and the age limit.)
   func testARevokedTokenParksNothingAndTheFixedOneSendsEverything() throws {
     let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
-    let telemetry = Telemetry(
-      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
-      sender: sender, clock: clock.function)
-    for i in 0..<30 {
-      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
-    }
+    let telemetry = try backlogOfThirty(sender: sender)
     for _ in 0..<40 {
       let report = try telemetry.flush()
       XCTAssertEqual(report.parked, 0)
@@ -329,12 +326,7 @@ final class TelemetryDeliveryTests: XCTestCase {
   func testARefusedRefreshEndsThePassAndGivesTheBacklogBack() throws {
     let tokens = CountingTokens()
     let sender = ScriptedSender(otherwise: .status(401, retryAfter: nil))
-    let telemetry = Telemetry(
-      container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: tokens, sender: sender,
-      clock: clock.function)
-    for i in 0..<30 {
-      try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
-    }
+    let telemetry = try backlogOfThirty(sender: sender, tokens: tokens)
     let report = try telemetry.flush()
     XCTAssertEqual(tokens.refreshes, 1)
     XCTAssertEqual(sender.sent.count, 2, "one batch, sent with the old and the fresh token")
@@ -356,12 +348,7 @@ final class TelemetryDeliveryTests: XCTestCase {
     ]
     for answer in answers {
       let sender = ScriptedSender(otherwise: answer)
-      let telemetry = Telemetry(
-        container: container, configuration: TelemetryConfiguration(batchLimit: 600), tokens: CountingTokens(),
-        sender: sender, clock: clock.function)
-      for i in 0..<30 {
-        try telemetry.log(type: "tap", payload: ["n": .number(Double(i)), "pad": .string(UUID().uuidString)])
-      }
+      let telemetry = try backlogOfThirty(sender: sender)
       let report = try telemetry.flush()
       XCTAssertEqual(sender.sent.count, 1, "\(answer): one request, then the pass ends")
       let waiting = Set(sender.sent[0].batch.ids)
