@@ -247,8 +247,8 @@ public final class Outbox: @unchecked Sendable {
   }
 
   /// One delivery pass: every record that is due is attempted at most once, until the server
-  /// refuses the credentials (401, 403), asks every sender to wait (429, 503) or does not answer:
-  /// that record waits, and the rest of what the pass claimed goes back untouched.
+  /// refuses the credentials (401, 403), or asks to wait (429, 503) or does not answer for two
+  /// records in a row: those wait, and the rest of what the pass claimed goes back untouched.
   ///
   /// Each record is acked as soon as the server has it, and the leases of the records still
   /// waiting are renewed as the pass goes (see `Claim`), so a slow server cannot make them due
@@ -311,11 +311,16 @@ public final class Outbox: @unchecked Sendable {
   }
 
   /// Delivers the claim's records not attempted yet, one at a time; returns false when the pass
-  /// must end: the server refused the credentials (401, 403), asked to wait (429, 503), or did not
-  /// answer. The rest of the claim then goes back untouched, its attempts not counted.
+  /// must end: the server refused the credentials (401, 403), or asked to wait (429, 503) or did
+  /// not answer for two records in a row. The rest of the claim then goes back untouched, its
+  /// attempts not counted.
   private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass, stops: Int) async throws
     -> Bool
   {
+    // Answers that speak of the endpoint (429, 503, no answer) in a row: two end the pass. One
+    // alone may be the message's (a server that answers 429 to one body): ending the pass on it
+    // kept that message, first in every claim, ahead of all the others for a day (a review).
+    var endpointRefusals = 0
     for record in claim.records where !attempted.contains(record.id) {
       if passShouldEnd(stops) { return true }
       // Lost (the process was suspended past the lease and another deliverer took it): not ours.
@@ -329,6 +334,7 @@ public final class Outbox: @unchecked Sendable {
       // since under the same id (the container's own `ack` deleted it unsent).
       switch result {
       case .delivered:
+        endpointRefusals = 0
         _ = try await storage { try claim.ack([id]) }
         pass.delivered += 1
         logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
@@ -347,23 +353,32 @@ public final class Outbox: @unchecked Sendable {
           logger.warning("credentials refused, pass ended", metadata: ["queue": queue, "error_kind": kind])
           return false
         }
-        // The server asked every sender to wait (429) or is down (503): it says so of the endpoint,
-        // not of this message. Sending the rest anyway made a backlog of 20 twenty requests in one
+        // The server asked every sender to wait (429) or is down (503): twice in a row, it says so
+        // of the endpoint. Sending the rest anyway made a backlog of 20 twenty requests in one
         // pass against a Retry-After (an outside review).
         if kind == "http-429" || kind == "http-503" {
-          logger.notice("endpoint asked to wait, pass ended", metadata: ["queue": queue, "error_kind": kind])
-          return false
+          endpointRefusals += 1
+          if endpointRefusals >= 2 {
+            logger.notice("endpoint asked to wait, pass ended", metadata: ["queue": queue, "error_kind": kind])
+            return false
+          }
+        } else {
+          endpointRefusals = 0
         }
       case .unreachable(let kind):
         let outcome = try await storage { try claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
         pass.retrying += 1
         settled(id, kind: kind, outcome: outcome)
-        // No answer (refused, timed out, no route): the endpoint, not this message. Trying each
-        // message of the backlog made a hung server cost a timeout per message in one pass (an
-        // outside review: 50 messages behind a 15 s deadline, a pass of 12.5 minutes).
-        logger.notice("endpoint unreachable, pass ended", metadata: ["queue": queue, "error_kind": kind])
-        return false
+        // No answer (refused, timed out, no route) twice in a row: the endpoint, not a message.
+        // Trying each message of the backlog made a hung server cost a timeout per message in one
+        // pass (an outside review: 50 messages behind a 15 s deadline, a pass of 12.5 minutes).
+        endpointRefusals += 1
+        if endpointRefusals >= 2 {
+          logger.notice("endpoint unreachable, pass ended", metadata: ["queue": queue, "error_kind": kind])
+          return false
+        }
       case .reject(let kind):
+        endpointRefusals = 0
         // Not ours any more (another deliverer took it meanwhile): nothing to report.
         guard try await storage({ try claim.reject([id], errorKind: kind) }).contains(id) else { continue }
         pass.rejected += 1

@@ -348,8 +348,8 @@ public final class Telemetry: @unchecked Sendable {
   ///
   /// The token is read first; 401, 413 and the other answers are handled as the README's
   /// "Telemetry" section says. A batch refused again after a token refresh, or with 403, waits
-  /// with backoff and ends the pass; so does a batch the server asked to wait (429, 503, after
-  /// `Retry-After`) or did not answer; a 404 (a wrong endpoint) gives the batch back, unparked and
+  /// with backoff and ends the pass; so does a second batch in a row the server asked to wait
+  /// (429, 503, after `Retry-After`) or did not answer; a 404 (a wrong endpoint) gives the batch back, unparked and
   /// due at once, and ends it; a spent request budget ends it too. Either way the rest of the claim
   /// goes back.
   ///
@@ -371,6 +371,8 @@ public final class Telemetry: @unchecked Sendable {
     var token = try tokens.token(refresh: false)
     var refreshed = false
     var budget = configuration.requestBudget
+    // Batches in a row the server asked to wait for (429, 503) or did not answer: two end the pass.
+    var refusals = 0
     let start = container.now
     unstoredOutcomes = []
     // Claims holding events whose outcome could not be stored: kept until the pass ends, so the
@@ -396,7 +398,7 @@ public final class Telemetry: @unchecked Sendable {
       do {
         try deliverAll(
           fresh.map { (id: $0.id, json: [UInt8]($0.payload)) }, claim: claim, token: &token, report: &report,
-          refreshed: &refreshed, budget: &budget)
+          refreshed: &refreshed, budget: &budget, refusals: &refusals)
         if fresh.contains(where: { unstoredOutcomes.contains($0.id) }) {
           heldBack.append(claim)
         } else {
@@ -453,10 +455,11 @@ public final class Telemetry: @unchecked Sendable {
   /// gives back every event it claimed and did not settle, the refused batch's too.
   private struct EndpointNotFound: Error {}
 
-  /// Thrown inside a pass once a batch is settled after the server asked to wait (429, 503) or did
-  /// not answer: that is the endpoint's state, not the batch's, so the pass ends and gives back the
-  /// rest of what it claimed, untouched (an outside review: the outbox sent every message of a
-  /// backlog against a Retry-After, and waited a timeout per message on a hung server).
+  /// Thrown inside a pass once a second batch in a row is settled after the server asked to wait
+  /// (429, 503) or did not answer: that is the endpoint's state, not a batch's, so the pass ends
+  /// and gives back the rest of what it claimed, untouched (an outside review: the outbox sent
+  /// every message of a backlog against a Retry-After, and waited a timeout per message on a hung
+  /// server). One alone may be the batch's: ending on it kept that batch ahead of all the others.
   private struct EndpointUnavailable: Error {}
 
   /// Whether the pass under way ends before its next batch: the process is stopping deliveries
@@ -484,7 +487,7 @@ public final class Telemetry: @unchecked Sendable {
   /// the same id.
   private func deliverAll(
     _ events: [(id: UUID, json: [UInt8])], splitting: Bool = false, claim: Claim, token: inout String,
-    report: inout FlushReport, refreshed: inout Bool, budget: inout Int
+    report: inout FlushReport, refreshed: inout Bool, budget: inout Int, refusals: inout Int
   ) throws {
     var remaining = events
     while !remaining.isEmpty {
@@ -504,7 +507,7 @@ public final class Telemetry: @unchecked Sendable {
       let byID = Dictionary(remaining.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
       try deliver(
         batch, events: batch.ids.compactMap { byID[$0] }, claim: claim, token: &token, report: &report,
-        refreshed: &refreshed, budget: &budget)
+        refreshed: &refreshed, budget: &budget, refusals: &refusals)
       remaining = packed.rest
     }
   }
@@ -518,7 +521,7 @@ public final class Telemetry: @unchecked Sendable {
   /// events together (and so the same `Idempotency-Key`).
   private func deliver(
     _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], claim: Claim, token: inout String,
-    report: inout FlushReport, refreshed: inout Bool, budget: inout Int
+    report: inout FlushReport, refreshed: inout Bool, budget: inout Int, refusals: inout Int
   ) throws {
     report.batches += 1
     var result = sender.send(batch, token: token)
@@ -563,7 +566,7 @@ public final class Telemetry: @unchecked Sendable {
         do {
           try deliverAll(
             part, splitting: true, claim: claim, token: &token, report: &report, refreshed: &refreshed,
-            budget: &budget)
+            budget: &budget, refusals: &refusals)
         } catch var spent as RequestBudgetSpent {
           spent.refused += parts[(index + 1)...].flatMap { $0.map(\.id) }
           throw spent
@@ -572,10 +575,18 @@ public final class Telemetry: @unchecked Sendable {
     case .status(let status, let retryAfter):
       settle(
         HTTPStatusPolicy.result(status: status, retryAfter: retryAfter, now: clock()), batch.ids, claim, &report)
-      if status == 429 || status == 503 { throw EndpointUnavailable() }
+      if status == 429 || status == 503 {
+        refusals += 1
+        if refusals >= 2 { throw EndpointUnavailable() }
+      } else {
+        refusals = 0
+      }
     case .transport(let kind):
       settle(.unreachable(kind: kind), batch.ids, claim, &report)
-      if !(kind == "cancelled" && HTTPCancellation.isCancelled) { throw EndpointUnavailable() }
+      if !(kind == "cancelled" && HTTPCancellation.isCancelled) {
+        refusals += 1
+        if refusals >= 2 { throw EndpointUnavailable() }
+      }
     }
   }
 

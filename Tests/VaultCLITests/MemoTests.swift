@@ -71,10 +71,10 @@ final class MemoTests: XCTestCase {
       ids.append(String(sent.outputText.split(separator: " ")[1]))
     }
     XCTAssertFalse(directoryContains(home, "canary-memo"), "memos are sealed on disk")
-    // The relay is down (nothing listens on port 9): every memo is kept; the pass ends at the first
-    // request not answered, and the other four go back untouched.
+    // The relay is down (nothing listens on port 9): every memo is kept; the pass ends at the second
+    // request in a row not answered, and the other three go back untouched.
     let offline = try memo(["relay", "--endpoint", "http://127.0.0.1:9/relay"])
-    XCTAssertEqual(offline.outputText, "delivered 0, retrying 1, parked 0, rejected 0, pending 5\n", offline.error)
+    XCTAssertEqual(offline.outputText, "delivered 0, retrying 2, parked 0, rejected 0, pending 5\n", offline.error)
 
     let rotated = try vault(["--home", home, "rotate", "--json"])
     XCTAssertEqual(rotated.status, 0, rotated.error)
