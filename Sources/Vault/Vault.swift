@@ -610,14 +610,34 @@ public final class Vault: Sendable {
     if !holdsManifestLock {
       let pinned: T? = try sealLock.withShared {
         try refreshIfChanged()
-        let (version, pinned) = state.withLock {
-          ($0.manifest.activeVersion, $0.manifest.externalSealVersions.contains($0.manifest.activeVersion))
+        let (version, pinned, compromisePending, leaked) = state.withLock {
+          (
+            $0.manifest.activeVersion, $0.manifest.externalSealVersions.contains($0.manifest.activeVersion),
+            $0.manifest.unfinishedCompromise != nil && $0.manifest.versions.contains { $0.state == .pending },
+            $0.leakedVersion
+          )
         }
-        return pinned ? try body(version) : nil
+        // Opened on a full disk under the leaked version: refused here, before any write is tried.
+        if leaked == version { throw VaultError.compromisedVersionActive(version: version) }
+        // A rotation after a compromise stopped before its new version was active (this process
+        // opened the vault before): the active version is the leaked one, so the pending version
+        // is finished first, under the exclusive lock, as opening does.
+        return pinned && !compromisePending ? try body(version) : nil
       }
       if let pinned { return pinned }
     }
     return try withManifestLock {
+      if manifest.unfinishedCompromise != nil, manifest.versions.contains(where: { $0.state == .pending }) {
+        // A security review: a process that had the vault open before such a rotation stopped
+        // sealed under the leaked version. No rotation runs while the lock is held, so the
+        // pending version is one a stopped rotation left; with no room to record it, nothing is
+        // sealed.
+        do {
+          try completePendingVersion(resealing: true)
+        } catch KeyStoreError.io(_, _, let code) where [ENOSPC, EDQUOT, EROFS].contains(code) {
+          throw VaultError.compromisedVersionActive(version: manifest.activeVersion)
+        }
+      }
       let version = manifest.activeVersion
       // Not pinned either: a pin would keep the leaked key past the rotation that retires it.
       try refuseSealing(under: version)
