@@ -325,6 +325,32 @@ extension ScanCLITests {
     XCTAssertGreaterThan(incomplete, 0, "a failed read was reached")
   }
 
+  /// An xz stream whose decoder cannot get memory for its dictionary (64 MiB at `xz -9`) is not
+  /// read: under every address-space limit from too little to start to enough, the scan finds the
+  /// canary, says the file is incomplete, or cannot run, and never says clean (an outside review:
+  /// under `ulimit -v` the stream was taken for a false start, exit 0).
+  func testAScanShortOfMemoryNeverSaysClean() throws {
+    try XCTSkipIf(Sanitizer.current != nil, "a sanitizer's runtime maps memory of its own")
+    let temporary = TemporaryDirectory()
+    let file = temporary.sub("big-window.xz")
+    let script = #"""
+      import base64, lzma, random, sys
+      random.seed(3)
+      text = base64.b64encode(random.randbytes(100000)) + b"\nsecret: memory-canary-5\n"
+      open(sys.argv[1], "wb").write(lzma.compress(text, preset=9))
+      """#
+    XCTAssertEqual(try Spawn.run("/usr/bin/env", ["python3", "-c", script, file]).status, 0)
+    var outOfMemory = 0
+    for kilobytes in stride(from: 60_000, through: 400_000, by: 10_000) {
+      let run = try Spawn.run(
+        "/bin/sh",
+        ["-c", "ulimit -v \(kilobytes); exec \"$0\" scan \"$1\" --canary memory-canary-5", vaultBinary(), file])
+      XCTAssertNotEqual(run.status, 0, "ulimit -v \(kilobytes): clean: \(run.outputText)")
+      if run.outputText.contains("out of memory") || run.error.contains("out of memory") { outOfMemory += 1 }
+    }
+    XCTAssertGreaterThan(outOfMemory, 0, "a limit was reached where the decoder ran short")
+  }
+
   func testASparseFileIsScannedByItsDataNotItsHoles() throws {
     let temporary = TemporaryDirectory()
     let path = temporary.sub("sparse.bin")

@@ -313,37 +313,6 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertTrue(reasons["dictionary.zst"]?.contains("needs a dictionary") == true, "\(reasons)")
   }
 
-  /// An xz stream whose decoder cannot get memory for its dictionary (64 MiB at `xz -9`; here the
-  /// process may map only 40 MiB more) is not read: the file is incomplete, never clean (an
-  /// outside review: under `ulimit -v` the stream was taken for a false start).
-  func testAStreamWhoseDecoderRunsOutOfMemoryMakesTheFileIncomplete() throws {
-    try XCTSkipIf(Sanitizer.current != nil, "a sanitizer's runtime maps memory of its own")
-    let path = temporary.sub("big-window.xz")
-    try python(
-      """
-      import base64,lzma,random,sys
-      random.seed(3)
-      text = base64.b64encode(random.randbytes(100000)) + b'\\nsecret: memory-canary-5\\n'
-      open(sys.argv[1], 'wb').write(lzma.compress(text, preset=9))
-      """, [path])
-    let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
-    let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix("VmSize:") })
-    let kilobytes = try XCTUnwrap(Int(line.split(separator: " ").dropFirst().first ?? ""))
-    var saved = rlimit()
-    XCTAssertEqual(getrlimit(Int32(RLIMIT_AS.rawValue), &saved), 0)
-    var limited = saved
-    limited.rlim_cur = rlim_t((kilobytes << 10) + (40 << 20))
-    XCTAssertEqual(setrlimit(Int32(RLIMIT_AS.rawValue), &limited), 0)
-    let report = Result { try Scanner(canaries: ["memory-canary-5"]).scan([path]) }
-    XCTAssertEqual(setrlimit(Int32(RLIMIT_AS.rawValue), &saved), 0)
-    let scanned = try report.get()
-    XCTAssertEqual(scanned.findings, [], "\(scanned.findings)")
-    XCTAssertEqual(scanned.incomplete.map(\.path), [path], "\(scanned.incomplete)")
-    XCTAssertTrue(scanned.incomplete.first?.reason.contains("out of memory") == true, "\(scanned.incomplete)")
-    // With the memory, the same file is read and the canary found.
-    XCTAssertEqual(try Scanner(canaries: ["memory-canary-5"]).scan([path]).findings.count, 1)
-  }
-
   /// An encrypted ZIP entry cannot be read (and ZipCrypto proves nothing): the file is incomplete.
   func testAnEncryptedZipEntryMakesTheFileIncomplete() throws {
     // A local file header (APPNOTE §4.3.7) with the encryption flag, method 8, a 9-byte name.
