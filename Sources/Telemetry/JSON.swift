@@ -183,27 +183,22 @@ extension JSONValue {
   /// A payload with no array or object inside allocates nothing.
   static func nestsDeeper(_ object: [String: JSONValue], than limit: Int) -> Bool {
     guard limit >= 1 else { return true }
+    // Only arrays and objects are held, each with its level.
     var pending: [(JSONValue, Int)] = []
-    for value in object.values {
-      switch value {
-      case .array, .object: pending.append((value, 2))
-      default: continue
+    func hold(_ values: some Sequence<JSONValue>, at depth: Int) {
+      for value in values {
+        switch value {
+        case .array, .object: pending.append((value, depth))
+        default: continue
+        }
       }
     }
+    hold(object.values, at: 2)
     while let (value, depth) = pending.popLast() {
+      guard depth <= limit else { return true }
       switch value {
-      case .array(let values):
-        guard depth <= limit else { return true }
-        for value in values {
-          if case .array = value { pending.append((value, depth + 1)) }
-          if case .object = value { pending.append((value, depth + 1)) }
-        }
-      case .object(let members):
-        guard depth <= limit else { return true }
-        for value in members.values {
-          if case .array = value { pending.append((value, depth + 1)) }
-          if case .object = value { pending.append((value, depth + 1)) }
-        }
+      case .array(let values): hold(values, at: depth + 1)
+      case .object(let members): hold(members.values, at: depth + 1)
       default: continue
       }
     }

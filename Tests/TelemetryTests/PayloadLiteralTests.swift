@@ -30,12 +30,20 @@ final class PayloadLiteralTests: XCTestCase {
     let folder: String
   }
 
-  func testAnEncodableIsLoggedAsItsJSONObject() throws {
-    let temporary = TemporaryDirectory()
+  /// Telemetry that never sends, over a container of a vault whose keys are kept in memory, in
+  /// `temporary`.
+  private func unsentTelemetry(in temporary: TemporaryDirectory) throws -> (QueueContainer, Telemetry) {
     let vault = try Vault.create(
       home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
     let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
-    let telemetry = Telemetry(container: container, tokens: TokenFile(path: "/nonexistent"), sender: NoBatchSender())
+    return (
+      container, Telemetry(container: container, tokens: TokenFile(path: "/nonexistent"), sender: NoBatchSender())
+    )
+  }
+
+  func testAnEncodableIsLoggedAsItsJSONObject() throws {
+    let temporary = TemporaryDirectory()
+    let (container, telemetry) = try unsentTelemetry(in: temporary)
     let id = try telemetry.log(type: "note_added", encoding: NoteAdded(words: 12, pinned: false, folder: "work"))
     let claimed = try XCTUnwrap(try container.claim(queue: Telemetry.queueName).first)
     XCTAssertEqual(claimed.id, id)
@@ -55,10 +63,7 @@ final class PayloadLiteralTests: XCTestCase {
   /// an array or in an object, are logged.
   func testAPayloadNestedTooDeeplyIsRefusedNotACrash() throws {
     let temporary = TemporaryDirectory()
-    let vault = try Vault.create(
-      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
-    let container = try QueueContainer(path: temporary.sub("home/q.sqlite"), vault: vault)
-    let telemetry = Telemetry(container: container, tokens: TokenFile(path: "/nonexistent"), sender: NoBatchSender())
+    let (container, telemetry) = try unsentTelemetry(in: temporary)
     /// A payload whose innermost value sits `levels` levels deep (the payload itself is level 1).
     func nested(_ levels: Int, inObjects: Bool) -> [String: JSONValue] {
       var value: JSONValue = .number(1)
