@@ -289,7 +289,7 @@ public final class Vault: Sendable {
       if try vault.adoptVerifiedManifest(heal: false) {
         do {
           try vault.withManifestLock {}
-        } catch KeyStoreError.io(_, _, let code) where [ENOSPC, EDQUOT, EROFS].contains(code) {
+        } catch let error as KeyStoreError where error.isNoRoom {
           // No room (or no write) for the rewrite: the newest authentic manifest, adopted above, is
           // used as it is, so reading works on a full disk; the next open that can write brings the
           // file up to date, and anything that changes the manifest (a rotation) fails there first.
@@ -307,7 +307,7 @@ public final class Vault: Sendable {
       let rotating = vault.manifest.versions.contains { $0.state != .pending }
       do {
         try vault.withManifestLock { try vault.completePendingVersion(resealing: rotating) }
-      } catch KeyStoreError.io(_, _, let code) where rotating && [ENOSPC, EDQUOT, EROFS].contains(code) {
+      } catch let error as KeyStoreError where rotating && error.isNoRoom {
         // No room to record it: the version active before the rotation stays active here (nothing
         // was sealed under the pending one), so reading works on a full disk; the next rotation,
         // or the next open that can write, finishes it. After a compromise that version is the
@@ -613,7 +613,7 @@ public final class Vault: Sendable {
         let (version, pinned, compromisePending, leaked) = state.withLock {
           (
             $0.manifest.activeVersion, $0.manifest.externalSealVersions.contains($0.manifest.activeVersion),
-            $0.manifest.unfinishedCompromise != nil && $0.manifest.versions.contains { $0.state == .pending },
+            $0.manifest.hasPendingCompromiseVersion,
             $0.leakedVersion
           )
         }
@@ -627,14 +627,14 @@ public final class Vault: Sendable {
       if let pinned { return pinned }
     }
     return try withManifestLock {
-      if manifest.unfinishedCompromise != nil, manifest.versions.contains(where: { $0.state == .pending }) {
+      if manifest.hasPendingCompromiseVersion {
         // A security review: a process that had the vault open before such a rotation stopped
         // sealed under the leaked version. No rotation runs while the lock is held, so the
         // pending version is one a stopped rotation left; with no room to record it, nothing is
         // sealed.
         do {
           try completePendingVersion(resealing: true)
-        } catch KeyStoreError.io(_, _, let code) where [ENOSPC, EDQUOT, EROFS].contains(code) {
+        } catch let error as KeyStoreError where error.isNoRoom {
           throw VaultError.compromisedVersionActive(version: manifest.activeVersion)
         }
       }
@@ -1188,4 +1188,21 @@ package func absolutePath(_ path: String) -> String {
   let expanded = (path as NSString).expandingTildeInPath
   let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
   return (absolute as NSString).standardizingPath
+}
+
+extension KeyStoreError {
+  /// Whether this is a write that failed for want of room (a full disk, a quota, a read-only file
+  /// system): opening tolerates it where a read can go on without the write.
+  var isNoRoom: Bool {
+    if case .io(_, _, let code) = self { return [ENOSPC, EDQUOT, EROFS].contains(code) }
+    return false
+  }
+}
+
+extension Manifest {
+  /// Whether a rotation after a compromise stopped with its new version still pending: the active
+  /// version is then the leaked one.
+  var hasPendingCompromiseVersion: Bool {
+    unfinishedCompromise != nil && versions.contains { $0.state == .pending }
+  }
 }
