@@ -314,80 +314,121 @@ public final class Outbox: @unchecked Sendable {
   /// must end: the server refused the credentials (401, 403), or asked to wait (429, 503) or did
   /// not answer for two records in a row. The rest of the claim then goes back untouched, its
   /// attempts not counted.
+  ///
+  /// When both records were refused in an earlier pass too, they may be the messages and not the
+  /// endpoint (a server that answers 429 to one body): one record this claim holds that was never
+  /// attempted is sent first, and the pass goes on only if the server takes it (or answers about
+  /// it alone). Without that, two such messages, first in every claim, held back every other for
+  /// as long as parking took (a day by default). Against an endpoint that refuses everything, a
+  /// pass costs one request more.
   private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass, stops: Int) async throws
     -> Bool
   {
     // Answers that speak of the endpoint (429, 503, no answer) in a row: two end the pass. One
-    // alone may be the message's (a server that answers 429 to one body): ending the pass on it
-    // kept that message, first in every claim, ahead of all the others for a day (a review).
-    var endpointRefusals = 0
+    // alone may be the message's: ending the pass on it kept that message, first in every claim,
+    // ahead of all the others for a day (a review).
+    var refusals = 0
+    var onlyRepeats = true
     for record in claim.records where !attempted.contains(record.id) {
       if passShouldEnd(stops) { return true }
-      // Lost (the process was suspended past the lease and another deliverer took it): not ours.
-      guard try claim.keep().contains(record.id) else { continue }
-      attempted.insert(record.id)
-      let id = record.id
-      let result = await transport.deliver(id: id, payload: record.payload).withNamedKind
-      // Settled through the claim, fenced by the record's lease: a late answer (this process was
-      // suspended, or the wall clock stepped, past the lease and another deliverer took the
-      // record) must not delete or reschedule what that deliverer holds, nor a new message sent
-      // since under the same id (the container's own `ack` deleted it unsent).
-      switch result {
-      case .delivered:
-        endpointRefusals = 0
-        _ = try await storage { try claim.ack([id]) }
-        pass.delivered += 1
-        logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
-        hub.publish(.delivered(ids: [id]))
-      case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
-        // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
+      var outcome = try await attempt(record, claim, &attempted, &pass)
+      if case .endpointRefused = outcome {
+        refusals += 1
+        onlyRepeats = onlyRepeats && record.attempts > 1
+        if refusals >= 2, onlyRepeats,
+          let probe = claim.records.first(where: { !attempted.contains($0.id) && $0.attempts == 1 })
+        {
+          if passShouldEnd(stops) { return true }
+          outcome = try await attempt(probe, claim, &attempted, &pass)
+        }
+      }
+      switch outcome {
+      case .answered:
+        (refusals, onlyRepeats) = (0, true)
+      case .endpointRefused(let kind, let unanswered):
+        guard refusals < 2 else {
+          logger.notice(
+            unanswered ? "endpoint unreachable, pass ended" : "endpoint asked to wait, pass ended",
+            metadata: ["queue": queue, "error_kind": kind])
+          return false
+        }
+      case .credentialsRefused:
+        return false
+      case .cutShort:
         return true
-      case .retry(let kind, let after):
-        let outcome = try await storage { try claim.fail([id], errorKind: kind, retryAfter: after)[id] }
-        if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
-        settled(id, kind: kind, outcome: outcome)
-        // Credentials refused (401 after a token refresh, 403): a configuration to fix, not these
-        // messages. The rest of the claim goes back untouched and the pass ends, so a revoked token
-        // costs one message's requests per pass, not two requests for every message queued.
-        if kind == "http-401" || kind == "http-403" {
-          logger.warning("credentials refused, pass ended", metadata: ["queue": queue, "error_kind": kind])
-          return false
-        }
-        // The server asked every sender to wait (429) or is down (503): twice in a row, it says so
-        // of the endpoint. Sending the rest anyway made a backlog of 20 twenty requests in one
-        // pass against a Retry-After (an outside review).
-        if kind == "http-429" || kind == "http-503" {
-          endpointRefusals += 1
-          if endpointRefusals >= 2 {
-            logger.notice("endpoint asked to wait, pass ended", metadata: ["queue": queue, "error_kind": kind])
-            return false
-          }
-        } else {
-          endpointRefusals = 0
-        }
-      case .unreachable(let kind):
-        let outcome = try await storage { try claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
-        pass.retrying += 1
-        settled(id, kind: kind, outcome: outcome)
-        // No answer (refused, timed out, no route) twice in a row: the endpoint, not a message.
-        // Trying each message of the backlog made a hung server cost a timeout per message in one
-        // pass (an outside review: 50 messages behind a 15 s deadline, a pass of 12.5 minutes).
-        endpointRefusals += 1
-        if endpointRefusals >= 2 {
-          logger.notice("endpoint unreachable, pass ended", metadata: ["queue": queue, "error_kind": kind])
-          return false
-        }
-      case .reject(let kind):
-        endpointRefusals = 0
-        // Not ours any more (another deliverer took it meanwhile): nothing to report.
-        guard try await storage({ try claim.reject([id], errorKind: kind) }).contains(id) else { continue }
-        pass.rejected += 1
-        logger.warning(
-          "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
-        hub.publish(.rejected(ids: [id], errorKind: kind))
       }
     }
     return true
+  }
+
+  /// What one attempt said of the pass.
+  private enum Attempt {
+    /// The server answered about this record alone (delivered, rejected, another retry), or the
+    /// record was no longer this claim's.
+    case answered
+    /// The server asked to wait (429, 503), or did not answer (`unanswered`).
+    case endpointRefused(kind: String, unanswered: Bool)
+    /// The server refused the credentials (401, 403): the pass ends.
+    case credentialsRefused
+    /// A stop cut the request short: the record goes back with the rest of the claim.
+    case cutShort
+  }
+
+  /// Sends one record and settles it through the claim.
+  private func attempt(_ record: ClaimedRecord, _ claim: Claim, _ attempted: inout Set<UUID>, _ pass: inout Pass)
+    async throws -> Attempt
+  {
+    // Lost (the process was suspended past the lease and another deliverer took it): not ours.
+    guard try claim.keep().contains(record.id) else { return .answered }
+    attempted.insert(record.id)
+    let id = record.id
+    let result = await transport.deliver(id: id, payload: record.payload).withNamedKind
+    // Settled through the claim, fenced by the record's lease: a late answer (this process was
+    // suspended, or the wall clock stepped, past the lease and another deliverer took the
+    // record) must not delete or reschedule what that deliverer holds, nor a new message sent
+    // since under the same id (the container's own `ack` deleted it unsent).
+    switch result {
+    case .delivered:
+      _ = try await storage { try claim.ack([id]) }
+      pass.delivered += 1
+      logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
+      hub.publish(.delivered(ids: [id]))
+      return .answered
+    case .unreachable(let kind) where kind == "cancelled" && HTTPCancellation.isCancelled:
+      // Cut short by a stop: given back with the rest of the claim, not counted as a failure.
+      return .cutShort
+    case .retry(let kind, let after):
+      let outcome = try await storage { try claim.fail([id], errorKind: kind, retryAfter: after)[id] }
+      if outcome == .parked { pass.parked += 1 } else { pass.retrying += 1 }
+      settled(id, kind: kind, outcome: outcome)
+      // Credentials refused (401 after a token refresh, 403): a configuration to fix, not these
+      // messages. The rest of the claim goes back untouched and the pass ends, so a revoked token
+      // costs one message's requests per pass, not two requests for every message queued.
+      if kind == "http-401" || kind == "http-403" {
+        logger.warning("credentials refused, pass ended", metadata: ["queue": queue, "error_kind": kind])
+        return .credentialsRefused
+      }
+      // The server asked every sender to wait (429) or is down (503): twice in a row, it says so
+      // of the endpoint. Sending the rest anyway made a backlog of 20 twenty requests in one
+      // pass against a Retry-After (an outside review).
+      return kind == "http-429" || kind == "http-503" ? .endpointRefused(kind: kind, unanswered: false) : .answered
+    case .unreachable(let kind):
+      let outcome = try await storage { try claim.fail([id], errorKind: kind, serverAnswered: false)[id] }
+      pass.retrying += 1
+      settled(id, kind: kind, outcome: outcome)
+      // No answer (refused, timed out, no route) twice in a row: the endpoint, not a message.
+      // Trying each message of the backlog made a hung server cost a timeout per message in one
+      // pass (an outside review: 50 messages behind a 15 s deadline, a pass of 12.5 minutes).
+      return .endpointRefused(kind: kind, unanswered: true)
+    case .reject(let kind):
+      // Not ours any more (another deliverer took it meanwhile): nothing to report.
+      guard try await storage({ try claim.reject([id], errorKind: kind) }).contains(id) else { return .answered }
+      pass.rejected += 1
+      logger.warning(
+        "rejected, kept for review", metadata: ["queue": queue, "id": id.uuidString.lowercased(), "error_kind": kind])
+      hub.publish(.rejected(ids: [id], errorKind: kind))
+      return .answered
+    }
   }
 
   /// Runs one of the pass's container calls (a transaction and its fsync) off Swift's concurrency

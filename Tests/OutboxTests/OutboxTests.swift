@@ -28,6 +28,22 @@ final class ScriptedTransport: SynchronousTransport, @unchecked Sendable {
   var callCount: Int { lock.withLock { calls.count } }
 }
 
+/// Answers each delivery by its body.
+final class BodyTransport: SynchronousTransport, @unchecked Sendable {
+  private let lock = NSLock()
+  private let answer: @Sendable ([UInt8]) -> DeliveryResult
+  private var calls = 0
+
+  init(_ answer: @escaping @Sendable ([UInt8]) -> DeliveryResult) { self.answer = answer }
+
+  func deliverSynchronously(id: UUID, payload: Data) -> DeliveryResult {
+    lock.withLock { calls += 1 }
+    return answer([UInt8](payload))
+  }
+
+  var callCount: Int { lock.withLock { calls } }
+}
+
 final class OutboxTests: XCTestCase {
   var temporary: TemporaryDirectory!
   var vault: Vault!
@@ -182,6 +198,46 @@ final class OutboxTests: XCTestCase {
       XCTAssertEqual(transport.callCount, 4, "\(answer)")
       clock.advance(600)
       XCTAssertEqual(try Outbox(container: container, transport: ScriptedTransport()).deliverDueWaiting().delivered, 1)
+    }
+  }
+
+  /// Two messages the server keeps answering 429 (or does not answer), first in every claim, do
+  /// not hold the others back for as long as parking takes (a day by default): once both were
+  /// refused in an earlier pass too, a message never attempted is sent, and the server taking it
+  /// lets the pass go on. Against an endpoint that refuses everything a pass sends three requests.
+  func testTwoMessagesTheServerKeepsRefusingDoNotHoldBackTheOthers() throws {
+    for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
+      .enumerated()
+    {
+      let container = try QueueContainer(
+        path: temporary.sub("home/refused-\(index).sqlite"), vault: vault,
+        configuration: QueueConfiguration(backoff: BackoffPolicy(base: 1, cap: 10)), clock: clock.function)
+      let poisoned = BodyTransport { $0.starts(with: Array("poison".utf8)) ? refusal : .delivered }
+      let outbox = Outbox(container: container, transport: poisoned)
+      for index in 0..<2 { try outbox.send(Array("poison \(index)".utf8)) }
+      for index in 0..<4 { try outbox.send(Array("message \(index)".utf8)) }
+      let first = try outbox.deliverDueWaiting()
+      XCTAssertEqual([first.delivered, first.retrying, poisoned.callCount], [0, 2, 2], "\(refusal)")
+      clock.advance(600)
+      let second = try outbox.deliverDueWaiting()
+      XCTAssertEqual([second.delivered, second.retrying, poisoned.callCount], [4, 2, 8], "\(refusal)")
+      XCTAssertEqual(try container.list(state: .pending).count, 2, "only the two refused wait")
+
+      // Then the endpoint refuses everything: each pass sends the two refused before and one
+      // message never attempted (a new one each pass), and ends.
+      let refusing = BodyTransport { _ in refusal }
+      let stalled = Outbox(container: container, transport: refusing)
+      for index in 0..<6 { try stalled.send(Array("queued \(index)".utf8)) }
+      clock.advance(600)
+      var counts: [Int] = []
+      for _ in 0..<3 {
+        let before = refusing.callCount
+        XCTAssertEqual(try stalled.deliverDueWaiting().delivered, 0)
+        counts.append(refusing.callCount - before)
+        clock.advance(600)
+      }
+      XCTAssertEqual(counts, [3, 3, 3], "\(refusal)")
+      XCTAssertEqual(try container.list().map(\.attempts).sorted(), [0, 0, 0, 1, 1, 1, 5, 5], "\(refusal)")
     }
   }
 
