@@ -214,7 +214,7 @@ extension Vault {
       try provisionalBytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyring) }
       for exported in keys.sorted(by: { $0.record.version < $1.record.version })
       where !resumed.contains(exported.record.version) {
-        try store.storeKey(exported.key, keyring: keyring, version: exported.record.version)
+        try store.storeVaultKey(exported.key, keyring: keyring, version: exported.record.version)
       }
       placed = try placeContainers(home)
       var manifest = Manifest(vaultID: keyring, store: descriptor, createdAt: timestamp(clock()), home: home)

@@ -1060,7 +1060,7 @@ public final class Vault: Sendable {
       throw VaultError.unexpectedKeyItem(version: version, store: store.kind)
     }
     try save(next)
-    try store.storeKey(material, keyring: keyringID, version: version)
+    try store.storeVaultKey(material, keyring: keyringID, version: version)
   }
 
   /// Generating a key is safe only while the store still holds every version that may have sealed
@@ -1104,7 +1104,7 @@ public final class Vault: Sendable {
         next.versions[index].check = try KeyVersionRecord.checkValue(of: material)
       }
       try save(next)
-      try store.storeKey(material, keyring: keyringID, version: pending)
+      try store.storeVaultKey(material, keyring: keyringID, version: pending)
     }
     // Read back what the store holds: the round trip must use the key that future opens will load
     // (by the key-check value recorded for it, should a stray item have appeared beside it).

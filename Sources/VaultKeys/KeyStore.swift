@@ -187,6 +187,17 @@ extension KeyStore {
       return matching[0]
     }
   }
+
+  /// Stores a new version's key for a vault whose integrity key is already stored: a keyfile must
+  /// still be there (`KeyfileStore.storeKey(_:keyring:version:mustExist:)`); other stores as
+  /// `storeKey`.
+  package func storeVaultKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
+    if let keyfile = self as? KeyfileStore {
+      try keyfile.storeKey(key, keyring: keyring, version: version, mustExist: true)
+    } else {
+      try storeKey(key, keyring: keyring, version: version)
+    }
+  }
 }
 
 /// Why a key store could not do what was asked. The text names a kind and a fix, never key bytes.

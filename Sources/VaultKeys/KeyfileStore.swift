@@ -93,7 +93,15 @@ public final class KeyfileStore: KeyStore {
   }
 
   public func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32) throws {
-    try change(keyring: keyring, createDirectory: true) { contents in
+    try storeKey(key, keyring: keyring, version: version, mustExist: false)
+  }
+
+  /// `storeKey`, refusing with `KeyStoreError.keyfileMissing` (writing nothing) when `mustExist`
+  /// and the file is not there. A vault's integrity key makes its keyfile, before any key, so a
+  /// vault stores every key this way: a file gone by then was moved or deleted, and making it
+  /// again would leave a keyfile holding only the new key, which hid the loss of the others.
+  package func storeKey(_ key: SymmetricKey, keyring: KeyringID, version: UInt32, mustExist: Bool) throws {
+    try change(keyring: keyring, createDirectory: !mustExist, mustExist: mustExist) { contents in
       if let stored = contents.keys[version] {
         guard stored == key else { throw KeyStoreError.keyExists(version: version) }
         return false

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultCrypto
 import VaultKeys
 import VaultTestSupport
@@ -33,6 +34,41 @@ final class VaultLifecycleTests: XCTestCase {
       XCTAssertEqual(error as? VaultError, .keyfileMissing(path: keyfile), "\(error)")
     }
     XCTAssertFalse(KeyfileStore(path: keyfile).exists)
+  }
+
+  /// A keyfile deleted during a rotation, after the manifest recorded the new version and before
+  /// its key was stored, is not made again holding that one key (a security review: `storeKey`
+  /// made a keyfile with only the new key, so the loss of every other showed only as missing
+  /// versions). The rotation refuses, naming the missing keyfile; nothing is at its path.
+  func testAKeyfileDeletedInTheMiddleOfARotationIsNotMadeAgain() throws {
+    let home = temporary.sub("home")
+    let keyfile = temporary.sub("keys/vault.keys")
+    // The key store asks where the vault's data is before each read and write: the first time it
+    // asks with the new version recorded in the home, once armed after `create` (whose first
+    // version is pending too), the keyfile is deleted: the window between the manifest's write
+    // and the key's.
+    let armed = Mutex(false)
+    let deleted = Mutex(false)
+    let resolver = KeyStoreResolver { descriptor, home in
+      KeyfileStore(path: descriptor.keyfile ?? "") {
+        let pending = (try? ManifestFile.read(home: home))?.manifest.versions.contains { $0.state == .pending }
+        deleted.withLock { done in
+          if pending == true, armed.withLock({ $0 }), !done { done = unlink(keyfile) == 0 }
+        }
+        return .init(home: home)
+      }
+    }
+    let vault = try Vault.create(
+      home: home, store: StoreDescriptor(kind: .keyfile, keyfile: keyfile), resolver: resolver)
+    armed.withLock { $0 = true }
+    XCTAssertThrowsError(try vault.rotate(containers: InMemoryContainers(vault, []))) { error in
+      XCTAssertEqual(error as? KeyStoreError, .keyfileMissing(path: keyfile), "\(error)")
+    }
+    XCTAssertTrue(deleted.withLock { $0 }, "the keyfile was deleted between the two writes")
+    XCTAssertFalse(KeyfileStore(path: keyfile).exists, "no keyfile holding only the new key was made")
+    XCTAssertThrowsError(try Vault.open(home: home)) { error in
+      XCTAssertEqual(error as? VaultError, .keyfileMissing(path: keyfile), "\(error)")
+    }
   }
 
   /// The library refuses an empty context on seal, as the CLI does (issue 11 item 2): a record must
