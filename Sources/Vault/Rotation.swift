@@ -444,6 +444,26 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 extension Vault {
+  /// Before a rotation after a compromise: a pending version an ordinary rotation left (killed
+  /// after storing its key) holds a key that was in the store before the compromise was known,
+  /// so it may have leaked with it. Finished, its key was adopted as the "fresh" one (an outside
+  /// review: a process that had the vault open rotated to that version and reported success, and
+  /// the leaked copy of the keyfile opened every record). It becomes decrypt-only instead, having
+  /// sealed nothing, and goes with every older version; the rotation makes a version of its own.
+  /// A pending version with no key stored yet gets a fresh one when finished, and one whose
+  /// stored key is not the one recorded is refused there as before. Caller holds the lock.
+  private func setAsideStoredPendingKey() throws {
+    guard let pending = manifest.versions.first(where: { $0.state == .pending }),
+      pending.version != manifest.activeVersion, manifest.unfinishedCompromise != pending.version,
+      let check = pending.check,
+      let stored = try store.loadKey(keyring: keyringID, version: pending.version, check: check),
+      constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
+    else { return }
+    var next = manifest
+    next.setState(.decryptOnly, of: pending.version)
+    try save(next)
+  }
+
   /// Rotates the vault's key (crash-safe and multi-process-safe), as `vault rotate` does.
   ///
   /// Under the home's exclusive lock:
@@ -512,8 +532,9 @@ extension Vault {
         : manifest.activeVersion
       // After a compromise the active key may be the leaked one (an unfinished rotation made it
       // active long ago and it has sealed since, or the operator runs it again because that key
-      // leaked too): always a fresh key, never a resumed one. A pending version is fine to finish:
-      // nothing was ever sealed under it.
+      // leaked too): always a fresh key, never a resumed one. A pending version this rotation
+      // made is fine to finish: nothing was ever sealed under it.
+      if options.compromised { try setAsideStoredPendingKey() }
       let freshKey = !resuming || options.compromised
       if freshKey, !manifest.versions.contains(where: { $0.state == .pending }) {
         try addPendingVersion(compromise: options.compromised)

@@ -686,6 +686,40 @@ final class KeyStoreReviewRegressionTests: XCTestCase {
 }
 
 final class CompromiseFreshKeyTests: XCTestCase {
+  /// A rotation after a compromise does not adopt the key of a version an ordinary rotation left
+  /// pending with its key stored (killed there): that key was in the store before the compromise
+  /// was known. An outside review rotated "to a fresh key" in a process that had the vault open,
+  /// got that one, and opened every re-sealed record with the leaked copy of the keyfile. Now the
+  /// pending version is retired with the old ones and the rotation makes a key of its own.
+  func testACompromiseRotationDoesNotAdoptAPendingKeyStoredBeforeIt() throws {
+    let temporary = TemporaryDirectory()
+    let store = InMemoryKeyStore()
+    let vault = try Vault.create(
+      home: temporary.sub("home"), store: StoreDescriptor(kind: .memory), resolver: .fixed(store))
+    let container = RecordingContainer(name: "q.db")
+    container.records.append(([1], try vault.seal([1], context: [1])))
+    // An ordinary rotation elsewhere, killed once its new key was stored.
+    try vault.withManifestLock { try vault.addPendingVersion() }
+    let leaked = try XCTUnwrap(try store.loadKey(keyring: vault.keyringID, version: 2))
+    XCTAssertEqual(vault.manifest.record(2)?.state, .pending)
+
+    let report = try vault.rotate([container], options: RotationOptions(compromised: true, confirm: { _ in .purge }))
+    XCTAssertEqual(report.newVersion, 3)
+    XCTAssertEqual(report.retired, [1, 2])
+    XCTAssertEqual(try store.storedVersions(keyring: vault.keyringID), [3])
+    XCTAssertNotEqual(try store.loadKey(keyring: vault.keyringID, version: 3), leaked)
+    XCTAssertEqual(container.records.map { Array($0.1[13..<17]) }, [[0, 0, 0, 3]], "re-sealed under the new key")
+    XCTAssertEqual(Vault.statusWarnings(vault.manifest), [])
+
+    // A pending version the rotation after a compromise made itself (killed there) is finished.
+    try vault.withManifestLock { try vault.addPendingVersion(compromise: true) }
+    let own = try XCTUnwrap(try store.loadKey(keyring: vault.keyringID, version: 4))
+    XCTAssertEqual(
+      try vault.rotate([container], options: RotationOptions(compromised: true, confirm: { _ in .purge })).newVersion, 4
+    )
+    XCTAssertEqual(try store.loadKey(keyring: vault.keyringID, version: 4), own)
+  }
+
   /// An unfinished ordinary rotation left v2 active (and sealing since); `--compromised` used to
   /// resume it and keep v2, the possibly leaked key. It always makes a fresh key.
   func testACompromiseRotationNeverResumesIntoTheActiveKey() throws {
