@@ -89,7 +89,7 @@ extension Scanner {
   ///   `audit` throws.
   func walk(root path: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline) throws {
     let bytes = Array(path.utf8)
-    let shown = PathText.display(bytes)
+    let shown = screened(bytes, region: "file-name", of: nil, report: &report)
     var info = stat()
     guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: shown, errno: errno) }
     switch info.st_mode & S_IFMT {
@@ -160,7 +160,7 @@ extension Scanner {
       stack[top].next += 1
       let fd = stack[top].fd
       let shown = stack[top].shown
-      let childShown = (shown.hasSuffix("/") ? shown : shown + "/") + PathText.display(name)
+      let childShown = screened(name, region: "file-name", of: shown, report: &report)
       var child = stat()
       guard Self.withCString(name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else {
         report.incomplete.append(Skipped(path: childShown, reason: "vanished or unreadable (\(Self.reason(errno)))"))
@@ -194,10 +194,85 @@ extension Scanner {
         if let frame = Self.openFrame(childFD, shown: childShown, report: &report) { stack.append(frame) }
       case S_IFREG:
         try files.submit(in: fd, name: name, shown: childShown, segment: &report)
+      case S_IFLNK:
+        // Not followed; but what it points to is written on disk too.
+        if let target = Self.linkTarget(in: fd, name: name) {
+          _ = screened(target, region: "symlink-target", of: childShown, report: &report)
+        }
+        report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
       default:
         report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
       }
     }
+  }
+
+  /// A name the walk met, or a symlink's target, searched for every form of every canary: names
+  /// are written on disk too (an app that names a file after its user's address). Each match is a
+  /// finding (offset 0, `region` "file-name" or "symlink-target") at the path shown. The name
+  /// comes back as `PathText.display` shows it, each match replaced by `\{canary}`, which
+  /// `display` never writes (it writes a backslash as `\\`): no line of the report holds the
+  /// canary, and a masked name cannot be taken for another name.
+  ///
+  /// - Parameters:
+  ///   - name: the name's bytes (the whole path for a path given to the scan), or the target's.
+  ///   - region: "file-name", or "symlink-target" for a target.
+  ///   - parent: how the directory holding `name` is shown; nil for a path given to the scan. For
+  ///     a target, the link's own path as shown.
+  ///   - report: where findings go.
+  /// - Returns: for a name, the path shown (`parent`, a slash and the name); for a target, `parent`.
+  func screened(_ name: [UInt8], region: String, of parent: String?, report: inout ScanReport) -> String {
+    var matches: [(range: Range<Int>, encoding: String)] = []
+    if !patterns.isEmpty {
+      name.withUnsafeBytes { bytes in
+        searcher.search(bytes) { start, index in
+          matches.append((start..<(start + patterns[index].bytes.count), patterns[index].encoding))
+        }
+      }
+    }
+    // Overlapping forms (a canary inside another, hex in both cases) are masked as one.
+    var masked: [Range<Int>] = []
+    for range in matches.map(\.range).sorted(by: { $0.lowerBound < $1.lowerBound }) {
+      if let last = masked.last, range.lowerBound <= last.upperBound {
+        masked[masked.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+      } else {
+        masked.append(range)
+      }
+    }
+    var shown = ""
+    var next = 0
+    for range in masked {
+      shown += PathText.display(Array(name[next..<range.lowerBound])) + Self.mask
+      next = range.upperBound
+    }
+    shown += PathText.display(Array(name[next...]))
+    let path: String
+    if region == "symlink-target" {
+      path = parent ?? ""
+    } else {
+      path = parent.map { ($0.hasSuffix("/") ? $0 : $0 + "/") + shown } ?? shown
+    }
+    for match in matches {
+      report.findings.append(
+        Finding(
+          file: path, offset: 0, region: region, detector: "canary", encoding: match.encoding,
+          excerpt: redact(name[match.range])))
+    }
+    return path
+  }
+
+  /// What a canary found in a name is shown as.
+  static let mask = "\\{canary}"
+
+  /// The target of the symlink `name` in the directory open at `directory`; nil when it cannot be
+  /// read (it changed meanwhile: nothing of it is on disk to search).
+  static func linkTarget(in directory: Int32, name: [UInt8]) -> [UInt8]? {
+    var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = withCString(name) { path in
+      buffer.withUnsafeMutableBytes {
+        readlinkat(directory, path, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count)
+      }
+    }
+    return count > 0 ? Array(buffer[0..<count]) : nil
   }
 
   /// Takes over the directory open at `fd` and lists its names (closing it when it cannot be read).

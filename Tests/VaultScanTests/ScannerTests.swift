@@ -276,6 +276,41 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertEqual(report.skipped.map(\.reason), ["symlink (not followed)"])
   }
 
+  /// Names are on disk too: a canary in a file's, a directory's or a FIFO's name (in any of its
+  /// forms: hex here) or in a symlink's target is a finding, and no path in the report holds it
+  /// (an outside review: names were not searched, and a finding's path printed the canary whole).
+  func testACanaryInANameOrALinkTargetIsFoundAndNeverShown() throws {
+    let person = "ana.sousa@example.org"
+    let hex = person.utf8.map { String(format: "%02x", $0) }.joined()
+    let tree = temporary.sub("tree")
+    try FileManager.default.createDirectory(atPath: tree + "/cache-" + person, withIntermediateDirectories: true)
+    try Data(("note for " + person).utf8).write(to: URL(fileURLWithPath: tree + "/cache-" + person + "/n.txt"))
+    try Data("x".utf8).write(to: URL(fileURLWithPath: tree + "/" + hex + ".json"))
+    XCTAssertEqual(mkfifo(tree + "/pipe-" + person, 0o600), 0)
+    XCTAssertEqual(symlink("/home/" + person + "/inbox", tree + "/inbox"), 0)
+    try Data("x".utf8).write(to: URL(fileURLWithPath: tree + "/plain.txt"))
+    let report = try scan(tree, canaries: [person])
+    let found = report.findings.map { [$0.file, $0.region, $0.encoding ?? ""] }
+    XCTAssertEqual(
+      found,
+      [
+        [tree + "/\\{canary}.json", "file-name", "hex"],
+        [tree + "/cache-\\{canary}", "file-name", "utf8"],
+        [tree + "/cache-\\{canary}/n.txt", "file", "utf8"],
+        [tree + "/inbox", "symlink-target", "utf8"],
+        [tree + "/pipe-\\{canary}", "file-name", "utf8"],
+      ])
+    XCTAssertEqual(report.skipped.map(\.path), [tree + "/inbox", tree + "/pipe-\\{canary}"])
+    let json = String(decoding: try JSONEncoder().encode(report), as: UTF8.self)
+    XCTAssertFalse(json.contains(person), json)
+    XCTAssertFalse(json.contains("sousa"), json)
+    XCTAssertFalse(json.contains(hex), json)
+    // A path given to the scan is screened too; without a canary, names are shown whole.
+    let given = try scan(tree + "/cache-" + person, canaries: [person])
+    XCTAssertEqual(given.findings.map(\.file), [tree + "/cache-\\{canary}", tree + "/cache-\\{canary}/n.txt"])
+    XCTAssertEqual(try scan(tree, canaries: []).skipped.map(\.path), [tree + "/inbox", tree + "/pipe-" + person])
+  }
+
   func testExcerptsNeverHoldTheWholeCanary() throws {
     try Data(("x" + canary + "y").utf8).write(to: URL(fileURLWithPath: temporary.sub("t.txt")))
     let report = try scan(temporary.sub("t.txt"))
