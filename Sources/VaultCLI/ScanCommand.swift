@@ -104,6 +104,10 @@ extension VaultCommandLine {
         }
       }
     }
+    // A report that could not be written (a full disk, a closed pipe) told its reader nothing:
+    // exit 2, as for an audit that could not finish, not 1, which says findings were listed
+    // (the error about standard output follows).
+    if terminal.outputFailure() != nil { return ExitCode.couldNotRun.rawValue }
     // Findings come first (exit 1); otherwise an audit that could not read everything has not
     // proven anything about what it missed (exit 2), and only a complete one is clean (exit 0).
     if !report.clean { return ExitCode.failure.rawValue }
@@ -218,7 +222,8 @@ enum ScanCommand: Subcommand {
       0 nothing found and everything read, 1 findings, 2 could not scan or the audit is incomplete: a path, a \
       directory or the canary file is unreadable, a container cannot be read, a compressed stream is cut off by \
       the budget, corrupt, encrypted, too deep or in a format not decoded (LZ4, 7z, lzip), a file changed size \
-      while read, or --verify could not open the vault. What was not read is listed.
+      while read, --verify could not open the vault, or the report could not be written to standard output. What \
+      was not read is listed.
       """)
 
   static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 { try cli.scan(arguments) }

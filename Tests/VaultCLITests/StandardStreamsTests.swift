@@ -142,6 +142,24 @@ final class StandardStreamsTests: XCTestCase {
     XCTAssertTrue(memo.error.contains("the memo is saved"), "the user learns the memo is safe: \(memo.error)")
   }
 
+  /// `scan` exits 1 for findings: a report it could not write is exit 2 (it told nothing), clean
+  /// tree or not, text or JSON, so a script does not read "findings" or "clean" into it.
+  func testAScanWhoseReportCannotBeWrittenExitsTwo() throws {
+    let tree = home + "-tree"
+    try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+    try Data("plain".utf8).write(to: URL(fileURLWithPath: tree + "/a.txt"))
+    for canary in ["", " --canary plain"] {
+      for json in ["", " --json"] {
+        let script = "exec \"$VAULT\" scan \"$TREE\"\(canary)\(json) > /dev/full"
+        let run = try shell(script, home: home, extra: ["TREE": tree])
+        assertNoTrap(run, script)
+        XCTAssertEqual(run.status, 2, "\(script): \(run.error)")
+        XCTAssertTrue(
+          run.error.hasSuffix("Error: could not write to standard output: No space left on device\n"), run.error)
+      }
+    }
+  }
+
   func testClosedStandardOutputFailsAndNeverWritesIntoAnotherFile() throws {
     for script in ["exec \"$VAULT\" seal --context c >&-", "exec \"$VAULT\" queue put --queue q >&-"] {
       let run = try shell(script, input: Array("canary-closed-stdout".utf8), home: home)
