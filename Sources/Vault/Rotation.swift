@@ -448,20 +448,21 @@ extension Vault {
   /// after storing its key) holds a key that was in the store before the compromise was known,
   /// so it may have leaked with it. Finished, its key was adopted as the "fresh" one (an outside
   /// review: a process that had the vault open rotated to that version and reported success, and
-  /// the leaked copy of the keyfile opened every record). It becomes decrypt-only instead, having
-  /// sealed nothing, and goes with every older version; the rotation makes a version of its own.
-  /// A pending version with no key stored yet gets a fresh one when finished, and one whose
-  /// stored key is not the one recorded is refused there as before. Caller holds the lock.
-  private func setAsideStoredPendingKey() throws {
+  /// the leaked copy of the keyfile opened every record). It is set aside instead: made
+  /// decrypt-only, having sealed nothing, in the same manifest write that records the rotation's
+  /// own new version and marks it as one after a compromise, and retired with every older
+  /// version. A pending version with no key stored yet gets a fresh one when finished, and one
+  /// whose stored key is not the one recorded is refused there as before. Caller holds the lock.
+  ///
+  /// - Returns: the version to set aside, or nil.
+  private func pendingVersionStoredBeforeCompromise() throws -> UInt32? {
     guard let pending = manifest.versions.first(where: { $0.state == .pending }),
       pending.version != manifest.activeVersion, manifest.unfinishedCompromise != pending.version,
       let check = pending.check,
       let stored = try store.loadKey(keyring: keyringID, version: pending.version, check: check),
       constantTimeEquals(try KeyVersionRecord.checkValue(of: stored), check)
-    else { return }
-    var next = manifest
-    next.setState(.decryptOnly, of: pending.version)
-    try save(next)
+    else { return nil }
+    return pending.version
   }
 
   /// Rotates the vault's key (crash-safe and multi-process-safe), as `vault rotate` does.
@@ -534,10 +535,10 @@ extension Vault {
       // active long ago and it has sealed since, or the operator runs it again because that key
       // leaked too): always a fresh key, never a resumed one. A pending version this rotation
       // made is fine to finish: nothing was ever sealed under it.
-      if options.compromised { try setAsideStoredPendingKey() }
+      let setAside = options.compromised ? try pendingVersionStoredBeforeCompromise() : nil
       let freshKey = !resuming || options.compromised
-      if freshKey, !manifest.versions.contains(where: { $0.state == .pending }) {
-        try addPendingVersion(compromise: options.compromised)
+      if freshKey, setAside != nil || !manifest.versions.contains(where: { $0.state == .pending }) {
+        try addPendingVersion(compromise: options.compromised, settingAside: setAside)
       }
       try completePendingVersion(resealing: true, compromise: options.compromised)
       let active = manifest.activeVersion

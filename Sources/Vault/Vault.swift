@@ -270,6 +270,20 @@ public final class Vault: Sendable {
   public static func open(
     home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
+    try open(home: home, resolver: resolver, clock: clock, finishingStoppedRotation: true)
+  }
+
+  /// `open`, leaving a stopped rotation's pending version pending when `finishingStoppedRotation`
+  /// is false: what `vault rotate --compromised` opens with, so that its rotation, not the open,
+  /// decides whether that version's stored key may be used (it may not: see
+  /// `pendingVersionStoredBeforeCompromise`). Finished by the open, that key was made active
+  /// before anything recorded the compromise, and a rotation killed then left it active with
+  /// nothing to say a compromise rotation had begun (an outside review). A created vault's first
+  /// version is finished either way.
+  package static func open(
+    home: String, resolver: KeyStoreResolver = .system(), clock: @escaping @Sendable () -> Date = Date.init,
+    finishingStoppedRotation: Bool
+  ) throws -> Vault {
     let home = absolutePath(home)
     try refuseUnfinishedRestore(home)
     let signed = try ManifestFile.read(home: home)
@@ -299,12 +313,12 @@ public final class Vault: Sendable {
       guard signed.isLegacy else { throw try noIntegrityKeyError(signed.manifest, store: store) }
       vault = try upgrade(home: home, store: store, clock: clock)
     }
-    if vault.manifest.versions.contains(where: { $0.state == .pending }) {
+    let rotating = vault.manifest.versions.contains { $0.state != .pending }
+    if vault.manifest.versions.contains(where: { $0.state == .pending }), finishingStoppedRotation || !rotating {
       // A create or rotation stopped part-way; finishing it is safe because nothing was sealed
       // under a pending version. A rotation's (there is an older version) is then still
       // re-sealing: recorded, so that the next rotation resumes it instead of making yet another
       // version while the records are still under the old one.
-      let rotating = vault.manifest.versions.contains { $0.state != .pending }
       do {
         try vault.withManifestLock { try vault.completePendingVersion(resealing: rotating) }
       } catch let error as KeyStoreError where rotating && error.isNoRoom {
@@ -1042,8 +1056,14 @@ public final class Vault: Sendable {
   /// With `compromise` (a rotation after a compromise), the same write marks the rotation as one,
   /// so that no crash point leaves a version made for a compromise that an ordinary rotation could
   /// finish. Caller holds the lock.
-  func addPendingVersion(compromise: Bool = false) throws {
+  ///
+  /// - Parameters:
+  ///   - compromise: whether this is a rotation after a compromise.
+  ///   - setAside: a pending version to make decrypt-only in the same write (see
+  ///     `pendingVersionStoredBeforeCompromise`).
+  func addPendingVersion(compromise: Bool = false, settingAside setAside: UInt32? = nil) throws {
     var next = manifest
+    if let setAside { next.setState(.decryptOnly, of: setAside) }
     let (version, overflow) = next.highestVersion.addingReportingOverflow(1)
     guard !overflow, version < UInt32.max else { throw VaultError.versionsExhausted(highest: next.highestVersion) }
     let material = try SymmetricKey.generate()

@@ -408,7 +408,10 @@ public struct VaultCommandLine {
         message: "--compromised needs --yes when there is no terminal to ask (it may purge records that do not "
           + "open and makes 'vault seal' envelopes under the old keys unreadable)", command: "rotate")
     }
-    let vault = try openVault(arguments)
+    // After a compromise, a rotation stopped with its key stored is the rotation's to judge, not
+    // the open's to finish (see `Vault.open(home:resolver:clock:finishingStoppedRotation:)`).
+    let vault = try Vault.open(
+      home: homePath(arguments), resolver: keyStores, finishingStoppedRotation: !compromised)
     var schedule: RotationSchedule?
     if ifDue {
       let due = vault.rotationSchedule(maxAgeDays: maxAge)

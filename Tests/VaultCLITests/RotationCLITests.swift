@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultKeys
 import VaultQueue
 import VaultTestSupport
 import XCTest
@@ -199,6 +200,53 @@ final class RotationCLITests: XCTestCase {
     XCTAssertEqual(try early.open(sealed, context: Array("c".utf8)), Array("two".utf8))
     XCTAssertFalse(try Vault.inspect(home: home).0.versions.contains { $0.state == .pending })
     XCTAssertEqual(try vault(["--home", home, "rotate", "--compromised", "--yes"]).status, 0)
+  }
+
+  /// An ordinary rotation killed once its new key was stored, then the keyfile leaks: `rotate
+  /// --compromised` killed at each rename never leaves a leaked key active without the manifest
+  /// saying a compromise rotation has begun (an outside review: its own open made the stopped
+  /// rotation's leaked key active, a kill then left it so with no such mark, `status` advised a
+  /// plain `rotate`, and that deleted version 1 and kept the leaked one). Killed before it
+  /// recorded anything, the vault is as it was; the rerun always ends with no leaked key stored.
+  func testACompromiseRotationKilledAnywhereNeverLeavesALeakedKeyActiveUnmarked() throws {
+    /// A vault whose ordinary rotation was killed at its `step`th rename; whether that left
+    /// version 2 pending with its key stored.
+    func stopped(_ name: String, at step: Int) throws -> (home: String, keyfile: String, keyStored: Bool) {
+      let home = try vaultWithARecord(name)
+      let keyfile = temporary.sub(name + "-keys/v.keys")
+      _ = try vaultKilled(at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate"])
+      let manifest = try ManifestFile.read(home: home).manifest
+      let stored = try KeyfileStore(path: keyfile).storedVersions(keyring: try XCTUnwrap(manifest.keyringID))
+      return (home, keyfile, manifest.record(2)?.state == .pending && stored.contains(2))
+    }
+    let ordinaryStep = try XCTUnwrap((1...8).first { try stopped("probe-\($0)", at: $0).keyStored })
+    var finished = false
+    for step in 1...24 where !finished {
+      let (home, keyfile, keyStored) = try stopped("leak-\(step)", at: ordinaryStep)
+      XCTAssertTrue(keyStored)
+      let keyring = try XCTUnwrap(try ManifestFile.read(home: home).manifest.keyringID)
+      let leaked = try [1, 2].map {
+        try XCTUnwrap(try KeyfileStore(path: keyfile).loadKey(keyring: keyring, version: $0))
+      }
+      let run = try vaultKilled(
+        at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate", "--compromised", "--yes"])
+      finished = run.status == 0
+      let manifest = try Vault.inspect(home: home).0
+      let active = try KeyfileStore(path: keyfile).loadKey(keyring: keyring, version: manifest.activeVersion)
+      if manifest.unfinishedCompromise == nil, let active, leaked.contains(active) {
+        XCTAssertEqual(manifest.activeVersion, 1, "step \(step): a leaked key active with nothing recorded")
+        XCTAssertEqual(manifest.record(2)?.state, .pending, "step \(step): untouched")
+      }
+      let rerun = try vault(["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(rerun.status, 0, "step \(step): \(rerun.error)")
+      let store = KeyfileStore(path: keyfile)
+      let kept = try store.storedVersions(keyring: keyring).map { try store.loadKey(keyring: keyring, version: $0) }
+      XCTAssertFalse(kept.contains { $0.map(leaked.contains) ?? false }, "step \(step): a leaked key is still stored")
+      let stats = try vault(["--home", home, "queue", "stats", "--json"])
+      let counts = try JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any]
+      XCTAssertEqual(counts?["total"] as? Int, 1, "step \(step): the record is kept")
+    }
+    XCTAssertTrue(finished, "the sweep reached a run that was not killed")
   }
 
   /// A rerun of a stopped rotation whose Nth write fails (ENOSPC, N = 1, 2, …): when it got as far
