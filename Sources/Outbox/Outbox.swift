@@ -335,14 +335,22 @@ public final class Outbox: @unchecked Sendable {
       if case .endpointRefused = outcome {
         refusals += 1
         onlyRepeats = onlyRepeats && record.attempts > 1
-        if refusals >= 2, onlyRepeats,
+        // The probe: the first record never attempted that is still this claim's (one lost
+        // meanwhile is passed over, and is not tried again).
+        while refusals >= 2, onlyRepeats,
           let probe = claim.records.first(where: { !attempted.contains($0.id) && $0.attempts == 1 })
         {
           if passShouldEnd(stops) { return true }
-          outcome = try await attempt(probe, claim, &attempted, &pass)
+          let answer = try await attempt(probe, claim, &attempted, &pass)
+          if case .lost = answer { continue }
+          outcome = answer
+          break
         }
       }
       switch outcome {
+      case .lost:
+        // Not ours any more: says nothing of the endpoint, and breaks no run of refusals.
+        continue
       case .answered:
         (refusals, onlyRepeats) = (0, true)
       case .endpointRefused(let kind, let unanswered):
@@ -363,9 +371,10 @@ public final class Outbox: @unchecked Sendable {
 
   /// What one attempt said of the pass.
   private enum Attempt {
-    /// The server answered about this record alone (delivered, rejected, another retry), or the
-    /// record was no longer this claim's.
+    /// The server answered about this record alone (delivered, rejected, another retry).
     case answered
+    /// The record was no longer this claim's (another deliverer took it, or it was acked): not sent.
+    case lost
     /// The server asked to wait (429, 503), or did not answer (`unanswered`).
     case endpointRefused(kind: String, unanswered: Bool)
     /// The server refused the credentials (401, 403): the pass ends.
@@ -378,9 +387,9 @@ public final class Outbox: @unchecked Sendable {
   private func attempt(_ record: ClaimedRecord, _ claim: Claim, _ attempted: inout Set<UUID>, _ pass: inout Pass)
     async throws -> Attempt
   {
-    // Lost (the process was suspended past the lease and another deliverer took it): not ours.
-    guard try claim.keep().contains(record.id) else { return .answered }
     attempted.insert(record.id)
+    // Lost (the process was suspended past the lease and another deliverer took it): not ours.
+    guard try claim.keep().contains(record.id) else { return .lost }
     let id = record.id
     let result = await transport.deliver(id: id, payload: record.payload).withNamedKind
     // Settled through the claim, fenced by the record's lease: a late answer (this process was

@@ -241,6 +241,42 @@ final class OutboxTests: XCTestCase {
     }
   }
 
+  /// A never-attempted message that leaves the claim during the pass (the app acks it, or another
+  /// deliverer takes it) is passed over, not counted as an answer: a security review found that
+  /// the probe chose it again after every two refusals, and the pass sent every message of a
+  /// backlog of 20 against an endpoint refusing everything (at most 3 before the probe).
+  func testAMessageLostDuringThePassDoesNotLiftTheLimitOnRefusals() throws {
+    for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
+      .enumerated()
+    {
+      let container = try QueueContainer(
+        path: temporary.sub("home/lost-\(index).sqlite"), vault: vault,
+        configuration: QueueConfiguration(backoff: BackoffPolicy(base: 1, cap: 10)), clock: clock.function)
+      let failing = Outbox(container: container, transport: BodyTransport { _ in .retry(kind: "http-500", after: nil) })
+      for message in 0..<20 { try failing.send(Array("message \(message)".utf8)) }
+      XCTAssertEqual(try failing.deliverDueWaiting().retrying, 20)
+      clock.advance(600)
+      let leaving = try failing.send(Array("never attempted".utf8)).id
+      // The first request takes long enough that the claim renews its leases (half of 0.2 s)
+      // and finds the new message gone: the app acked it meanwhile.
+      let calls = LockedValue(0)
+      let refusing = BodyTransport { _ in
+        if calls.withLock({
+          $0 += 1
+          return $0
+        }) == 1 {
+          try? container.ack([leaving])
+        }
+        Thread.sleep(forTimeInterval: 0.15)
+        return refusal
+      }
+      let pass = try Outbox(container: container, transport: refusing, lease: 0.2).deliverDueWaiting()
+      XCTAssertEqual(refusing.callCount, 2, "\(refusal): two refusals, and no message left to probe with")
+      XCTAssertEqual(pass.retrying, 2, "\(refusal)")
+      XCTAssertEqual(try container.list(state: .pending).count, 20, "\(refusal)")
+    }
+  }
+
   /// Messages the byte cap dropped (a device offline past the cap) are said in the log by the next
   /// pass, with their count (review: only `queue stats` showed them; no event, log or receipt),
   /// once: a pass with no new drop says nothing more.
