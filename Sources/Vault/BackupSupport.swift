@@ -101,7 +101,8 @@ extension Vault {
   package static func restore(
     home: String, store descriptor: StoreDescriptor, resolver: KeyStoreResolver, keyring: KeyringID,
     keys: [ExportedKey], activeVersion: UInt32, highestVersion: UInt32, externalSealVersions: [UInt32],
-    containerNames: [String] = [], placeContainers: (String) throws -> [ContainerRecord],
+    unfinishedCompromise: UInt32? = nil, containerNames: [String] = [],
+    placeContainers: (String) throws -> [ContainerRecord],
     clock: @escaping @Sendable () -> Date = Date.init
   ) throws -> Vault {
     let home = absolutePath(home)
@@ -209,6 +210,7 @@ extension Vault {
       provisional.activeVersion = activeVersion
       provisional.highestVersion = max(highestVersion, provisional.versions.map(\.version).max() ?? 0)
       provisional.externalSealVersions = externalSealVersions.filter { provisional.record($0) != nil }
+      provisional.unfinishedCompromise = unfinishedCompromise
       provisional.epoch = Self.restoreProvisionalEpoch
       let provisionalBytes = try ManifestFile.sign(provisional, key: integrityKey)
       try provisionalBytes.withUnsafeBytes { try store.storeRecord(.manifestMirror, bytes: $0, keyring: keyring) }
@@ -222,6 +224,9 @@ extension Vault {
       manifest.activeVersion = activeVersion
       manifest.highestVersion = max(highestVersion, manifest.versions.map(\.version).max() ?? 0)
       manifest.externalSealVersions = externalSealVersions.filter { manifest.record($0) != nil }
+      // Kept even when that version was pending (not backed up): the compromised keys are
+      // restored, and only a rotation after a compromise may go on from here.
+      manifest.unfinishedCompromise = unfinishedCompromise
       manifest.containers = placed
       manifest.epoch = Self.restoreProvisionalEpoch
       let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)

@@ -161,7 +161,8 @@ public enum Backup {
           version: $0.record.version, state: $0.record.state.rawValue, createdAt: $0.record.createdAt,
           suite: $0.record.effectiveSuite, check: $0.record.check ?? "")
       },
-      containers: containers.map(\.0), home: vault.home, homeID: try vault.homeIdentity())
+      containers: containers.map(\.0), home: vault.home, homeID: try vault.homeIdentity(),
+      unfinishedCompromise: manifest.unfinishedCompromise)
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
     let manifestBytes = Array(try encoder.encode(backupManifest))
@@ -334,7 +335,8 @@ public enum Backup {
     let vault = try Vault.restore(
       home: home, store: store, resolver: resolver, keyring: keyring, keys: verified.keys,
       activeVersion: manifest.activeVersion, highestVersion: manifest.highestVersion,
-      externalSealVersions: manifest.externalSealVersions, containerNames: containerNames,
+      externalSealVersions: manifest.externalSealVersions, unfinishedCompromise: manifest.unfinishedCompromise,
+      containerNames: containerNames,
       placeContainers: { home in
         var placed: [ContainerRecord] = []
         do {

@@ -64,10 +64,17 @@ public struct BackupManifest: Codable, Sendable, Equatable {
   /// the home is moved, and a second home of the vault, restored into another key store, has its
   /// own); absent in bundles written before it was recorded. `--keep` prunes only this home's.
   public var homeID: String?
+  /// The version a rotation after a compromise was making when the backup was taken, unfinished
+  /// (the vault manifest's `unfinished_compromise`); absent when none was, and in bundles written
+  /// before it was recorded. A restore keeps it, so the restored vault still warns and refuses an
+  /// ordinary rotation (an outside review: a bundle taken then restored a vault that said nothing,
+  /// with the leaked key active, and a plain rotation kept it).
+  public var unfinishedCompromise: UInt32? = nil
 
   enum CodingKeys: String, CodingKey {
     case format, versions, containers, home
     case homeID = "home_id"
+    case unfinishedCompromise = "unfinished_compromise"
     case vaultID = "vault_id"
     case keyringID = "keyring_id"
     case createdAt = "created_at"

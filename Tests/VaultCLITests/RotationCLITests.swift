@@ -249,6 +249,37 @@ final class RotationCLITests: XCTestCase {
     XCTAssertTrue(finished, "the sweep reached a run that was not killed")
   }
 
+  /// A bundle taken while a rotation after a compromise is unfinished restores a vault that still
+  /// says so: `status` warns and an ordinary `rotate` refuses (a security review: the restored
+  /// vault said nothing, with the leaked key active, and a plain rotation kept it); the rotation
+  /// after a compromise finishes it there.
+  func testARestoreKeepsAnUnfinishedCompromiseRotation() throws {
+    let home = try vaultWithARecord("backed-up")
+    var unfinished = false
+    for step in 1...16 where !unfinished {
+      let killed = try vaultKilled(
+        at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+      let manifest = try ManifestFile.read(home: home).manifest
+      unfinished = manifest.unfinishedCompromise != nil && !manifest.versions.contains { $0.state == .pending }
+    }
+    XCTAssertTrue(unfinished, "a kill left the rotation after a compromise unfinished")
+    let (bundle, passphrase) = try backUp(home, in: temporary)
+    let restored = temporary.sub("restored")
+    let restore = try vault([
+      "restore", bundle, "--passphrase-file", passphrase, "--into", restored, "--store", "keyfile", "--keyfile",
+      temporary.sub("restored-keys/v.keys"),
+    ])
+    XCTAssertEqual(restore.status, 0, restore.error)
+    let status = try vault(["--home", restored, "status"])
+    XCTAssertTrue(status.outputText.contains("a rotation after a compromise to version"), status.outputText)
+    let ordinary = try vault(["--home", restored, "rotate"])
+    XCTAssertNotEqual(ordinary.status, 0, ordinary.outputText)
+    XCTAssertTrue(ordinary.error.contains("compromise"), ordinary.error)
+    XCTAssertEqual(try vault(["--home", restored, "rotate", "--compromised", "--yes"]).status, 0)
+    XCTAssertFalse(try vault(["--home", restored, "status"]).outputText.contains("compromise"))
+  }
+
   /// A rerun of a stopped rotation whose Nth write fails (ENOSPC, N = 1, 2, …): when it got as far
   /// as finishing the rotation, it says so (an operator review: a resumed rotation that finished
   /// but could not write the home's manifest printed only the disk error, as the new version was
