@@ -7,6 +7,9 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+// flistxattr and fgetxattr, which Swift's Glibc module leaves out: the scan searches extended
+// attributes (Sources/VaultScan/FilePipeline.swift).
+#include <sys/xattr.h>
 
 /// 1 when this CPU and kernel run AVX2 code (checked through CPUID and XGETBV by the compiler's
 /// runtime), else 0.

@@ -186,8 +186,9 @@ enum ScanCommand: Subcommand {
       window), deflated ZIP entries, xz, bzip2 and zstd, nested up to four layers, and base64 text of them; \
       line-wrapped base64 is decoded too. Each finding names the file, the offset and the region: for SQLite \
       files live-cell, free-block, unallocated, freelist-page, overflow-page or other-page; wal-frame or \
-      stale-wal-frame; journal; compressed-stream. Canaries are also looked for in every name and symlink \
-      target (region file-name or symlink-target), and shown in paths as \\{canary}. Excerpts are redacted.
+      stale-wal-frame; journal; compressed-stream. Canaries are also looked for in every path, symlink target \
+      and extended attribute (region file-name, symlink-target or xattr), and shown in paths as \\{canary}. \
+      Excerpts are redacted.
 
       With --verify, every envelope in vault's queue containers among the scanned files is opened with the \
       vault of the home: each one that does not open is a finding (tampered, another keyring, unknown or \

@@ -68,7 +68,7 @@ extension Scanner {
           report.add(
             Finding(
               file: path, offset: 0, region: "live-cell", detector: "envelope-column", encoding: problem,
-              excerpt: "record \(id) in queue \(queue)"))
+              excerpt: "record \(maskingCanaries(id)) in queue \(maskingCanaries(queue))"))
         }
         guard let vault else { return }
         counts[String(version), default: 0] += 1
@@ -82,7 +82,7 @@ extension Scanner {
             Finding(
               file: path, offset: 0, region: "live-cell", detector: "envelope-verify",
               encoding: String(describing: error).components(separatedBy: ":").first,
-              excerpt: "record \(id) in queue \(queue), key version \(version)"))
+              excerpt: "record \(maskingCanaries(id)) in queue \(maskingCanaries(queue)), key version \(version)"))
         } catch {
           fatal = error
           throw error

@@ -1,4 +1,5 @@
 import CProcessHardening
+internal import CScanKernels
 import Foundation
 import Vault
 
@@ -482,9 +483,73 @@ extension Scanner {
     _ file: OpenedFile, scratch: ScanScratch, report: inout ScanReport, progress: (_ bytesDone: Int) -> Void
   ) -> FileKind {
     let baseName = Array(file.name.split(separator: 0x2f, omittingEmptySubsequences: false).last ?? [])
+    screenAttributes(file.fd, path: file.shown, report: &report)
     return scanFile(
       file.fd, size: file.size, path: file.shown, name: String(decoding: baseName, as: UTF8.self), scratch: scratch,
       report: &report, progress: progress)
+  }
+
+  /// The extended attributes of the file or directory open at `fd`, names and values, searched
+  /// for every form of every canary: they are written on disk beside its data (a browser or
+  /// `wget` keeps a download's address, query string and all, in `user.xdg.origin.url`). Each
+  /// match is a finding (region "xattr", offset 0). An attribute list or value that cannot be
+  /// read makes `path` incomplete; a file system without extended attributes has nothing to
+  /// search. Without canaries nothing is read.
+  func screenAttributes(_ fd: Int32, path: String, report: inout ScanReport) {
+    guard !patterns.isEmpty else { return }
+    func incomplete(_ code: Int32) {
+      report.incomplete.append(
+        Skipped(path: path, reason: "extended attributes not fully read (\(Self.reason(code)))"))
+    }
+    // Read twice when an attribute is added between the size and the list (ERANGE).
+    var list: [UInt8] = []
+    for attempt in 0..<2 {
+      let size = flistxattr(fd, nil, 0)
+      if size < 0, errno == ENOTSUP { return }
+      guard size >= 0 else { return incomplete(errno) }
+      guard size > 0 else { return }
+      list = [UInt8](repeating: 0, count: size)
+      let got = list.withUnsafeMutableBytes {
+        flistxattr(fd, $0.baseAddress!.assumingMemoryBound(to: CChar.self), size)
+      }
+      if got >= 0 {
+        list.removeSubrange(got...)
+        break
+      }
+      guard errno == ERANGE, attempt == 0 else { return incomplete(errno) }
+    }
+    for name in list.split(separator: 0) {
+      var value: [UInt8] = []
+      let read = Self.withCString(Array(name)) { cName -> Int32 in
+        for _ in 0..<2 {
+          let size = fgetxattr(fd, cName, nil, 0)
+          // Removed since it was listed: nothing of it is on disk any more.
+          if size < 0, errno == ENODATA { return 0 }
+          guard size >= 0 else { return errno }
+          value = [UInt8](repeating: 0, count: size)
+          let got = value.withUnsafeMutableBytes { fgetxattr(fd, cName, $0.baseAddress, size) }
+          if got >= 0 {
+            value.removeSubrange(got...)
+            return 0
+          }
+          if errno == ENODATA { return 0 }
+          guard errno == ERANGE else { return errno }
+        }
+        return ERANGE
+      }
+      if read != 0 { incomplete(read) }
+      // One finding per canary form found in the attribute (its name or its value), however
+      // often it matches there.
+      var said = Set<String>()
+      for bytes in [Array(name), value] {
+        for match in canaryMatches(in: bytes) where said.insert(match.encoding).inserted {
+          report.findings.append(
+            Finding(
+              file: path, offset: 0, region: "xattr", detector: "canary", encoding: match.encoding,
+              excerpt: redact(bytes[match.range])))
+        }
+      }
+    }
   }
 
   /// The rest of reading `file`, in walk order on the scan's calling thread: a SQLite database is

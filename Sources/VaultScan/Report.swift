@@ -8,8 +8,8 @@ public struct Finding: Codable, Hashable, Sendable {
   /// Where in the file (0 for findings about a container's records, which name the record instead).
   public var offset: Int
   /// live-cell, free-block, unallocated, freelist-page, overflow-page, other-page, page-header,
-  /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream; file-name and
-  /// symlink-target for a canary in the name or in a symlink's target.
+  /// wal-frame, stale-wal-frame, journal, shm, file, compressed-stream; file-name, symlink-target
+  /// and xattr for a canary in the path, a symlink's target or an extended attribute.
   public var region: String
   /// canary, json-text, key-value-text, natural-language, key-material, and for vault's own
   /// containers envelope-column (checked without keys) and envelope-verify (with `--verify`).

@@ -88,8 +88,7 @@ extension Scanner {
   /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
   ///   `audit` throws.
   func walk(root path: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline) throws {
-    let bytes = Array(path.utf8)
-    let shown = screened(bytes, region: "file-name", of: nil, report: &report)
+    let (bytes, shown) = screenedPath(Array(path.utf8), in: nil, report: &report)
     var info = stat()
     guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: shown, errno: errno) }
     switch info.st_mode & S_IFMT {
@@ -99,7 +98,7 @@ extension Scanner {
         report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
         return
       }
-      try walkDirectory(fd, shown: shown, depthLimit: depthLimit, report: &report, files: files)
+      try walkDirectory(fd, raw: bytes, shown: shown, depthLimit: depthLimit, report: &report, files: files)
     case S_IFREG:
       try files.submit(in: AT_FDCWD, name: bytes, shown: shown, segment: &report)
     case S_IFLNK:
@@ -134,6 +133,8 @@ extension Scanner {
   private struct DirectoryFrame {
     let fd: Int32
     let stream: OpaquePointer
+    /// The directory's path as bytes (what canaries are looked for in) and as shown.
+    let raw: [UInt8]
     let shown: String
     let identity: DirectoryIdentity
     let names: [[UInt8]]
@@ -145,11 +146,12 @@ extension Scanner {
   /// directories (not the thread's: a tree thousands of levels deep must not overflow it); the
   /// directories on that stack are also what a directory loop is checked against.
   private func walkDirectory(
-    _ fd: Int32, shown: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline
+    _ fd: Int32, raw: [UInt8], shown: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline
   ) throws {
     var stack: [DirectoryFrame] = []
     defer { for frame in stack { closedir(frame.stream) } }
-    guard let root = Self.openFrame(fd, shown: shown, report: &report) else { return }
+    guard let root = Self.openFrame(fd, raw: raw, shown: shown, report: &report) else { return }
+    screenAttributes(root.fd, path: root.shown, report: &report)
     stack.append(root)
     while let top = stack.indices.last {
       guard stack[top].next < stack[top].names.count else {
@@ -159,8 +161,7 @@ extension Scanner {
       let name = stack[top].names[stack[top].next]
       stack[top].next += 1
       let fd = stack[top].fd
-      let shown = stack[top].shown
-      let childShown = screened(name, region: "file-name", of: shown, report: &report)
+      let (childRaw, childShown) = screenedPath(name, in: (stack[top].raw, stack[top].shown), report: &report)
       var child = stat()
       guard Self.withCString(name, { fstatat(fd, $0, &child, AT_SYMLINK_NOFOLLOW) }) == 0 else {
         report.incomplete.append(Skipped(path: childShown, reason: "vanished or unreadable (\(Self.reason(errno)))"))
@@ -191,13 +192,16 @@ extension Scanner {
             Skipped(path: childShown, reason: "directory not read (changed while being scanned)"))
           continue
         }
-        if let frame = Self.openFrame(childFD, shown: childShown, report: &report) { stack.append(frame) }
+        if let frame = Self.openFrame(childFD, raw: childRaw, shown: childShown, report: &report) {
+          screenAttributes(frame.fd, path: frame.shown, report: &report)
+          stack.append(frame)
+        }
       case S_IFREG:
         try files.submit(in: fd, name: name, shown: childShown, segment: &report)
       case S_IFLNK:
         // Not followed; but what it points to is written on disk too.
         if let target = Self.linkTarget(in: fd, name: name) {
-          _ = screened(target, region: "symlink-target", of: childShown, report: &report)
+          screenTarget(target, of: childShown, report: &report)
         }
         report.skipped.append(Skipped(path: childShown, reason: Self.notRead(child)))
       default:
@@ -206,58 +210,98 @@ extension Scanner {
     }
   }
 
-  /// A name the walk met, or a symlink's target, searched for every form of every canary: names
-  /// are written on disk too (an app that names a file after its user's address). Each match is a
-  /// finding (offset 0, `region` "file-name" or "symlink-target") at the path shown. The name
-  /// comes back as `PathText.display` shows it, each match replaced by `\{canary}`, which
-  /// `display` never writes (it writes a backslash as `\\`): no line of the report holds the
-  /// canary, and a masked name cannot be taken for another name.
+  /// The path of `name` in the directory whose path is `parent` (its bytes, and as shown; nil for
+  /// a path given to the scan), searched whole for every form of every canary: names are written
+  /// on disk too (an app that names a file after its user's address), and a canary with a slash
+  /// in it (`acct/4242`) spans two names. Each canary form that matches where the match ends in
+  /// `name` is one finding (region "file-name", offset 0), however often it matches there (an
+  /// outside review: one finding per match made a 4 KiB name thousands); one wholly inside
+  /// `parent` was reported with it. The path comes back as `PathText.display` shows it, each match
+  /// replaced by `\{canary}`, which `display` never writes (it writes a backslash as `\\`): no
+  /// line of the report holds the canary, and a masked name cannot be taken for another name.
   ///
-  /// - Parameters:
-  ///   - name: the name's bytes (the whole path for a path given to the scan), or the target's.
-  ///   - region: "file-name", or "symlink-target" for a target.
-  ///   - parent: how the directory holding `name` is shown; nil for a path given to the scan. For
-  ///     a target, the link's own path as shown.
-  ///   - report: where findings go.
-  /// - Returns: for a name, the path shown (`parent`, a slash and the name); for a target, `parent`.
-  func screened(_ name: [UInt8], region: String, of parent: String?, report: inout ScanReport) -> String {
+  /// - Returns: the path's bytes, and the path as shown.
+  func screenedPath(_ name: [UInt8], in parent: (raw: [UInt8], shown: String)?, report: inout ScanReport)
+    -> (raw: [UInt8], shown: String)
+  {
+    let separator: [UInt8] = parent.map { $0.raw.last == 0x2f ? [] : [0x2f] } ?? []
+    let raw = (parent?.raw ?? []) + separator + name
+    let matches = canaryMatches(in: raw)
+    guard !matches.isEmpty else {
+      // No canary anywhere in it, the parent's part included: shown as it always was.
+      return (raw, (parent.map { $0.shown + (separator.isEmpty ? "" : "/") } ?? "") + PathText.display(name))
+    }
+    let shown = Self.masked(raw, matches.map(\.range))
+    let start = raw.count - name.count
+    var said = Set<String>()
+    for match in matches where match.range.upperBound > start && said.insert(match.encoding).inserted {
+      report.findings.append(
+        Finding(
+          file: shown, offset: 0, region: "file-name", detector: "canary", encoding: match.encoding,
+          excerpt: redact(raw[match.range])))
+    }
+    return (raw, shown)
+  }
+
+  /// A symlink's target, searched for every form of every canary: one finding per form found
+  /// (region "symlink-target", offset 0) at the link's path as shown.
+  func screenTarget(_ target: [UInt8], of link: String, report: inout ScanReport) {
+    var said = Set<String>()
+    for match in canaryMatches(in: target) where said.insert(match.encoding).inserted {
+      report.findings.append(
+        Finding(
+          file: link, offset: 0, region: "symlink-target", detector: "canary", encoding: match.encoding,
+          excerpt: redact(target[match.range])))
+    }
+  }
+
+  /// Every match of every form of every canary in `bytes`: where, and which form.
+  func canaryMatches(in bytes: [UInt8]) -> [(range: Range<Int>, encoding: String)] {
+    guard !patterns.isEmpty else { return [] }
     var matches: [(range: Range<Int>, encoding: String)] = []
-    if !patterns.isEmpty {
-      name.withUnsafeBytes { bytes in
-        searcher.search(bytes) { start, index in
-          matches.append((start..<(start + patterns[index].bytes.count), patterns[index].encoding))
-        }
+    bytes.withUnsafeBytes { buffer in
+      searcher.search(buffer) { start, index in
+        matches.append((start..<(start + patterns[index].bytes.count), patterns[index].encoding))
       }
     }
-    // Overlapping forms (a canary inside another, hex in both cases) are masked as one.
-    var masked: [Range<Int>] = []
-    for range in matches.map(\.range).sorted(by: { $0.lowerBound < $1.lowerBound }) {
-      if let last = masked.last, range.lowerBound <= last.upperBound {
-        masked[masked.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+    return matches
+  }
+
+  /// `bytes` as `PathText.display` shows them, each of `ranges` replaced by `mask` (overlapping or
+  /// adjacent ones, such as a canary inside another or hex in both cases, as one).
+  static func masked(_ bytes: [UInt8], _ ranges: [Range<Int>]) -> String {
+    var merged: [Range<Int>] = []
+    for range in ranges.sorted(by: { $0.lowerBound < $1.lowerBound }) {
+      if let last = merged.last, range.lowerBound <= last.upperBound {
+        merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
       } else {
-        masked.append(range)
+        merged.append(range)
       }
     }
     var shown = ""
     var next = 0
-    for range in masked {
-      shown += PathText.display(Array(name[next..<range.lowerBound])) + Self.mask
+    for range in merged {
+      shown += PathText.display(Array(bytes[next..<range.lowerBound])) + mask
       next = range.upperBound
     }
-    shown += PathText.display(Array(name[next...]))
-    let path: String
-    if region == "symlink-target" {
-      path = parent ?? ""
-    } else {
-      path = parent.map { ($0.hasSuffix("/") ? $0 : $0 + "/") + shown } ?? shown
+    return shown + PathText.display(Array(bytes[next...]))
+  }
+
+  /// `text` (a queue name, an id: text a report quotes from a file) with each canary form in it
+  /// replaced by `mask`; the rest as it is.
+  func maskingCanaries(_ text: String) -> String {
+    let bytes = Array(text.utf8)
+    let matches = canaryMatches(in: bytes)
+    guard !matches.isEmpty else { return text }
+    var shown = ""
+    var next = 0
+    for range in matches.map(\.range).sorted(by: { $0.lowerBound < $1.lowerBound }) {
+      if range.lowerBound >= next {
+        shown += String(decoding: bytes[next..<range.lowerBound], as: UTF8.self) + Self.mask
+      }
+      next = max(next, range.upperBound)
     }
-    for match in matches {
-      report.findings.append(
-        Finding(
-          file: path, offset: 0, region: region, detector: "canary", encoding: match.encoding,
-          excerpt: redact(name[match.range])))
-    }
-    return path
+    return shown + String(decoding: bytes[next...], as: UTF8.self)
   }
 
   /// What a canary found in a name is shown as.
@@ -276,7 +320,7 @@ extension Scanner {
   }
 
   /// Takes over the directory open at `fd` and lists its names (closing it when it cannot be read).
-  private static func openFrame(_ fd: Int32, shown: String, report: inout ScanReport) -> DirectoryFrame? {
+  private static func openFrame(_ fd: Int32, raw: [UInt8], shown: String, report: inout ScanReport) -> DirectoryFrame? {
     var info = stat()
     guard fstat(fd, &info) == 0, let stream = fdopendir(fd) else {
       report.incomplete.append(Skipped(path: shown, reason: "directory not readable (\(Self.reason(errno)))"))
@@ -297,7 +341,8 @@ extension Scanner {
       if name != [0x2e], name != [0x2e, 0x2e] { names.append(name) }
     }
     names.sort { $0.lexicographicallyPrecedes($1) }
-    return DirectoryFrame(fd: fd, stream: stream, shown: shown, identity: DirectoryIdentity(info), names: names)
+    return DirectoryFrame(
+      fd: fd, stream: stream, raw: raw, shown: shown, identity: DirectoryIdentity(info), names: names)
   }
 
   /// Opens the regular file `name` in the directory open at `directory` (or a path, with

@@ -96,6 +96,24 @@ final class ScanCLITests: XCTestCase {
       findings.contains { $0["detector"] as? String == "natural-language" }, "the plain memo text is a sentence too")
   }
 
+  /// A canary in a queue's name is masked in the container audit's findings too, with and without
+  /// `--verify` (a security review: the excerpt quoted "record … in queue alice@example.com").
+  func testAQueueNamedWithACanaryIsMaskedInTheAuditsFindings() throws {
+    let temporary = TemporaryDirectory()
+    let home = try makeHome(temporary)
+    let person = "alice.k@example.com"
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", person], input: Array("e".utf8)).status, 0)
+    try SQLiteScript.run(
+      home + "/queue.sqlite", "UPDATE records SET envelope = substr(envelope, 1, 73) || zeroblob(64)")
+    for verify in [[], ["--verify"]] {
+      let run = try vault(["--home", home, "scan", home, "--canary", person] + verify)
+      XCTAssertEqual(run.status, 1, run.error)
+      XCTAssertTrue(run.outputText.contains("in queue \\{canary}"), run.outputText)
+      XCTAssertFalse(run.outputText.contains(person), run.outputText)
+      XCTAssertFalse(run.outputText.contains("alice"), run.outputText)
+    }
+  }
+
   /// An audit that could not read a container has proven nothing: exit 2, not 0.
   func testVerifyWithAnUnreadableContainerDoesNotExitZero() throws {
     let temporary = TemporaryDirectory()

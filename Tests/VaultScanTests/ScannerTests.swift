@@ -311,6 +311,55 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertEqual(try scan(tree, canaries: []).skipped.map(\.path), [tree + "/inbox", tree + "/pipe-" + person])
   }
 
+  /// A canary with a slash in it spans two names, and is found whichever path the scan is given
+  /// (a security review: found in a path given whole, not in the same file met in the walk); a
+  /// name or a link target holding a canary many times is one finding per form, not one per
+  /// match (the same review: 2,000 links of 4 KiB targets made 2 million findings and 3.4 GB).
+  func testCanariesInNamesAcrossSlashesAndOftenInOneNameOrTarget() throws {
+    let tree = temporary.sub("t")
+    try FileManager.default.createDirectory(atPath: tree + "/acct", withIntermediateDirectories: true)
+    try Data("payload".utf8).write(to: URL(fileURLWithPath: tree + "/acct/4242"))
+    for given in [tree, tree + "/acct", tree + "/acct/4242"] {
+      let report = try scan(given, canaries: ["acct/4242"])
+      XCTAssertEqual(report.findings.map { [$0.file, $0.region] }, [[tree + "/\\{canary}", "file-name"]], given)
+    }
+    let name = String(repeating: "abcd", count: 60)
+    try Data().write(to: URL(fileURLWithPath: tree + "/" + name))
+    XCTAssertEqual(symlink(String(repeating: "abcd", count: 1000), tree + "/link"), 0)
+    let report = try scan(tree, canaries: ["abcd"])
+    XCTAssertEqual(
+      report.findings.map { [$0.file, $0.region, $0.encoding ?? ""] },
+      [[tree + "/\\{canary}", "file-name", "utf8"], [tree + "/link", "symlink-target", "utf8"]])
+  }
+
+  /// Extended attributes are on disk beside a file's data (a browser keeps a download's address in
+  /// `user.xdg.origin.url`): a canary in an attribute's value or name, on a file or a directory, is
+  /// a finding (region "xattr"), one per form however often it matches.
+  func testACanaryInAnExtendedAttributeIsFound() throws {
+    let person = "ana.sousa@example.org"
+    let tree = temporary.sub("x")
+    try FileManager.default.createDirectory(atPath: tree + "/downloads", withIntermediateDirectories: true)
+    let file = tree + "/downloads/report.pdf"
+    try Data("%PDF-1.4".utf8).write(to: URL(fileURLWithPath: file))
+    let set = try Spawn.run(
+      "/usr/bin/env",
+      [
+        "python3", "-c", "import os, sys; os.setxattr(sys.argv[1], 'user.xdg.origin.url', sys.argv[2].encode())",
+        file, "https://example.org/get?to=\(person)&again=\(person)",
+      ])
+    try XCTSkipIf(
+      set.status != 0 && set.error.contains("Operation not supported"),
+      "this file system takes no user extended attributes")
+    XCTAssertEqual(set.status, 0, set.error)
+    try python("import os, sys; os.setxattr(sys.argv[1], 'user.' + sys.argv[2], b'1')", [tree + "/downloads", person])
+    XCTAssertTrue(try scan(tree, canaries: ["not-there-7Qz"]).clean)
+    let report = try scan(tree, canaries: [person])
+    XCTAssertEqual(
+      report.findings.map { [$0.file, $0.region, $0.encoding ?? ""] },
+      [[tree + "/downloads", "xattr", "utf8"], [file, "xattr", "utf8"]])
+    XCTAssertTrue(report.complete)
+  }
+
   func testExcerptsNeverHoldTheWholeCanary() throws {
     try Data(("x" + canary + "y").utf8).write(to: URL(fileURLWithPath: temporary.sub("t.txt")))
     let report = try scan(temporary.sub("t.txt"))
