@@ -273,6 +273,10 @@ public final class Outbox: @unchecked Sendable {
     lock.withLock { if let due = earliestDue, due <= start { earliestDue = nil } }
     logger.trace("delivery pass starts", metadata: ["queue": queue])
     let stopsAtStart = lock.withLock { stops }
+    // Across claims: a claim may hold one message (4 MiB of envelopes, or `batch`), and a run that
+    // began again with each claim sent a whole backlog to an endpoint refusing everything (a
+    // security review: ten messages of 2.2 MB, ten requests in one pass).
+    var refusals = Refusals()
     while !passShouldEnd(stopsAtStart) {
       let records = try await storage { [container, queue, lease] in
         try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
@@ -284,7 +288,10 @@ public final class Outbox: @unchecked Sendable {
       let fresh = records.contains { !attempted.contains($0.id) }
       var goOn = true
       do {
-        if fresh { goOn = try await deliver(claim, attempted: &attempted, pass: &pass, stops: stopsAtStart) }
+        if fresh {
+          goOn = try await deliver(
+            claim, attempted: &attempted, refusals: &refusals, pass: &pass, stops: stopsAtStart)
+        }
         try claim.releaseUnsettled()
       } catch {
         _ = try? claim.releaseUnsettled()
@@ -321,23 +328,18 @@ public final class Outbox: @unchecked Sendable {
   /// it alone). Without that, two such messages, first in every claim, held back every other for
   /// as long as parking took (a day by default). Against an endpoint that refuses everything, a
   /// pass costs one request more.
-  private func deliver(_ claim: Claim, attempted: inout Set<UUID>, pass: inout Pass, stops: Int) async throws
-    -> Bool
-  {
-    // Answers that speak of the endpoint (429, 503, no answer) in a row: two end the pass. One
-    // alone may be the message's: ending the pass on it kept that message, first in every claim,
-    // ahead of all the others for a day (a review).
-    var refusals = 0
-    var onlyRepeats = true
+  private func deliver(
+    _ claim: Claim, attempted: inout Set<UUID>, refusals run: inout Refusals, pass: inout Pass, stops: Int
+  ) async throws -> Bool {
     for record in claim.records where !attempted.contains(record.id) {
       if passShouldEnd(stops) { return true }
       var outcome = try await attempt(record, claim, &attempted, &pass)
       if case .endpointRefused = outcome {
-        refusals += 1
-        onlyRepeats = onlyRepeats && record.attempts > 1
+        run.count += 1
+        run.onlyRepeats = run.onlyRepeats && record.attempts > 1
         // The probe: the first record never attempted that is still this claim's (one lost
         // meanwhile is passed over, and is not tried again).
-        while refusals >= 2, onlyRepeats,
+        while run.count >= 2, run.onlyRepeats,
           let probe = claim.records.first(where: { !attempted.contains($0.id) && $0.attempts == 1 })
         {
           if passShouldEnd(stops) { return true }
@@ -352,9 +354,9 @@ public final class Outbox: @unchecked Sendable {
         // Not ours any more: says nothing of the endpoint, and breaks no run of refusals.
         continue
       case .answered:
-        (refusals, onlyRepeats) = (0, true)
+        run = Refusals()
       case .endpointRefused(let kind, let unanswered):
-        guard refusals < 2 else {
+        guard run.count < 2 else {
           logger.notice(
             unanswered ? "endpoint unreachable, pass ended" : "endpoint asked to wait, pass ended",
             metadata: ["queue": queue, "error_kind": kind])
@@ -367,6 +369,16 @@ public final class Outbox: @unchecked Sendable {
       }
     }
     return true
+  }
+
+  /// Answers that speak of the endpoint (429, 503, no answer) in a row, in one pass: two end it.
+  /// One alone may be the message's: ending the pass on it kept that message, first in every
+  /// claim, ahead of all the others for a day (a review).
+  private struct Refusals {
+    /// How many in a row.
+    var count = 0
+    /// Whether every one of them went to a message refused in an earlier pass too.
+    var onlyRepeats = true
   }
 
   /// What one attempt said of the pass.

@@ -277,6 +277,29 @@ final class OutboxTests: XCTestCase {
     }
   }
 
+  /// The run of refusals that ends a pass spans claims: a claim holding one message (over 2 MiB,
+  /// or `batch: 1`) began it again, and a pass sent every message of the backlog to an endpoint
+  /// refusing everything (a security review: ten messages of 2.2 MB, ten requests).
+  func testRefusalsInARowEndThePassAcrossClaims() throws {
+    for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 30), .unreachable(kind: "timed-out")]
+      .enumerated()
+    {
+      let container = try QueueContainer(
+        path: temporary.sub("home/claims-\(index).sqlite"), vault: vault,
+        configuration: QueueConfiguration(byteCap: 100_000_000), clock: clock.function)
+      let refusing = BodyTransport { _ in refusal }
+      let outbox = Outbox(container: container, transport: refusing)
+      for _ in 0..<4 { try outbox.send([UInt8](repeating: 0x41, count: 2_200_000)) }
+      for message in 0..<10 { try outbox.send(Array("small \(message)".utf8)) }
+      XCTAssertEqual(try outbox.deliverDueWaiting().retrying, 2, "\(refusal): large messages, one per claim")
+      XCTAssertEqual(refusing.callCount, 2, "\(refusal)")
+      clock.advance(600)
+      // The probe is looked for in the claim at hand: a claim of one message holds none.
+      XCTAssertEqual(try outbox.deliverDueWaiting(batch: 1).retrying, 2, "\(refusal): claims of one")
+      XCTAssertEqual(refusing.callCount, 4, "\(refusal)")
+    }
+  }
+
   /// Messages the byte cap dropped (a device offline past the cap) are said in the log by the next
   /// pass, with their count (review: only `queue stats` showed them; no event, log or receipt),
   /// once: a pass with no new drop says nothing more.
