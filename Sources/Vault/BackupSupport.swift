@@ -225,8 +225,18 @@ extension Vault {
       manifest.highestVersion = max(highestVersion, manifest.versions.map(\.version).max() ?? 0)
       manifest.externalSealVersions = externalSealVersions.filter { manifest.record($0) != nil }
       // Kept even when that version was pending (not backed up): the compromised keys are
-      // restored, and only a rotation after a compromise may go on from here.
+      // restored, and only a rotation after a compromise may go on from here. Such a version is
+      // restored pending, with no key: the first open makes a fresh key for it and makes it
+      // active, as it does in the vault backed up. Without it the leaked version stayed active
+      // and the restored vault sealed under it (a security review).
       manifest.unfinishedCompromise = unfinishedCompromise
+      if let version = unfinishedCompromise, manifest.record(version) == nil, version == manifest.highestVersion,
+        version > manifest.versions.map(\.version).max() ?? 0
+      {
+        manifest.versions.append(
+          KeyVersionRecord(
+            version: version, state: .pending, createdAt: timestamp(clock()), suite: KeyVersionRecord.currentSuite))
+      }
       manifest.containers = placed
       manifest.epoch = Self.restoreProvisionalEpoch
       let vault = Vault(home: home, manifest: manifest, store: store, integrityKey: integrityKey, clock: clock)

@@ -561,6 +561,13 @@ public enum Backup {
     else {
       throw BackupError.damagedManifest(path: path, reason: "vault id or active version")
     }
+    // Versions stop one short of 2^32 - 1 (`VaultError.versionsExhausted`): a bundle claiming more
+    // restored a vault whose rotation trapped (a security review, an edited bundle).
+    guard manifest.highestVersion < UInt32.max, keys.allSatisfy({ $0.record.version <= manifest.highestVersion }),
+      manifest.unfinishedCompromise.map({ $0 <= manifest.highestVersion }) ?? true
+    else {
+      throw BackupError.damagedManifest(path: path, reason: "highest version")
+    }
     let bundleKeys = try BundleKeys(keyring: keyring, keys: keys)
 
     // Every snapshot: its hash, then every envelope opened.

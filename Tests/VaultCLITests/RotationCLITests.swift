@@ -280,6 +280,54 @@ final class RotationCLITests: XCTestCase {
     XCTAssertFalse(try vault(["--home", restored, "status"]).outputText.contains("compromise"))
   }
 
+  /// A bundle taken while a rotation after a compromise had its new version still pending (the
+  /// backup's own open could not record finishing it: no room) holds the leaked version as the
+  /// active one and not the pending one. Restored, the first open makes a fresh key for that
+  /// version, as in the vault backed up: nothing is sealed under the leaked version (a security
+  /// review: `queue put` and `seal` there sealed under it, with no warning).
+  func testARestoreOfABundleTakenBeforeTheCompromiseVersionWasActiveSealsUnderAFreshKey() throws {
+    // A kill after the compromise's version was recorded and before its key was stored: the
+    // backup's open then has a key to make, and no room to record it.
+    var found: String?
+    for step in 1...8 where found == nil {
+      let home = try vaultWithARecord("pending-\(step)")
+      let killed = try vaultKilled(
+        at: "rename,renameat,renameat2", step: step, ["--home", home, "rotate", "--compromised", "--yes"])
+      XCTAssertEqual(killed.status, 128 + SIGKILL, killed.error)
+      let manifest = try ManifestFile.read(home: home).manifest
+      let stored = try KeyfileStore(path: temporary.sub("pending-\(step)-keys/v.keys"))
+        .storedVersions(keyring: try XCTUnwrap(manifest.keyringID))
+      if manifest.unfinishedCompromise == 2, manifest.record(2)?.state == .pending, !stored.contains(2) { found = home }
+    }
+    let home = try XCTUnwrap(found, "a kill left the compromise's version pending with no key stored")
+    let passphrase = temporary.sub("passphrase")
+    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("correct horse battery".utf8)))
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
+    XCTAssertEqual(mkdir(temporary.sub("bundles"), 0o700), 0)
+    let backup = try vaultFailing(
+      "rename,renameat,renameat2", with: "ENOSPC", when: "1",
+      ["--home", home, "backup", "--to", temporary.sub("bundles"), "--passphrase-file", passphrase, "--json"])
+    XCTAssertEqual(backup.status, 0, backup.error)
+    XCTAssertTrue(backup.outputText.contains("\"active_version\" : 1"), "the bundle holds the leaked version active")
+    let bundle =
+      temporary.sub("bundles/")
+      + (try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: temporary.sub("bundles")).first))
+    let restored = temporary.sub("restored")
+    let restore = try vault([
+      "restore", bundle, "--passphrase-file", passphrase, "--into", restored, "--store", "keyfile", "--keyfile",
+      temporary.sub("restored-keys/v.keys"),
+    ])
+    XCTAssertEqual(restore.status, 0, restore.error)
+    XCTAssertEqual(try vault(["--home", restored, "queue", "put", "--queue", "q"], input: [4]).status, 0)
+    let sealed = try vault(["--home", restored, "seal", "--context", "c"], input: [5])
+    XCTAssertEqual(sealed.status, 0, sealed.error)
+    XCTAssertNotEqual(try Envelope.header(of: sealed.output).version, 1, "never under the leaked version")
+    let stats = try vault(["--home", restored, "queue", "stats", "--json"])
+    let versions = (try JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["by_version"]
+    XCTAssertEqual(versions as? [String: Int], ["1": 1, "2": 1], stats.outputText)
+    XCTAssertEqual(try vault(["--home", restored, "rotate", "--compromised", "--yes"]).status, 0)
+  }
+
   /// A rerun of a stopped rotation whose Nth write fails (ENOSPC, N = 1, 2, …): when it got as far
   /// as finishing the rotation, it says so (an operator review: a resumed rotation that finished
   /// but could not write the home's manifest printed only the disk error, as the new version was
