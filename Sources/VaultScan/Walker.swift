@@ -214,7 +214,7 @@ extension Scanner {
   /// a path given to the scan), searched whole for every form of every canary: names are written
   /// on disk too (an app that names a file after its user's address), and a canary with a slash
   /// in it (`acct/4242`) spans two names. Each canary form that matches where the match ends in
-  /// `name` is one finding (region "file-name", offset 0), however often it matches there (an
+  /// `name` or on the slash before it is one finding (region "file-name", offset 0), however often it matches there (an
   /// outside review: one finding per match made a 4 KiB name thousands); one wholly inside
   /// `parent` was reported with it. The path comes back as `PathText.display` shows it, each match
   /// replaced by `\{canary}`, which `display` never writes (it writes a backslash as `\\`): no
@@ -232,9 +232,11 @@ extension Scanner {
       return (raw, (parent.map { $0.shown + (separator.isEmpty ? "" : "/") } ?? "") + PathText.display(name))
     }
     let shown = Self.masked(raw, matches.map(\.range))
-    let start = raw.count - name.count
+    // Reported here when it ends past the parent's path: in `name`, or on the slash before it
+    // (a canary `secretdir/` ends there; a security review found it reported nowhere).
+    let parentEnd = parent?.raw.count ?? 0
     var said = Set<String>()
-    for match in matches where match.range.upperBound > start && said.insert(match.encoding).inserted {
+    for match in matches where match.range.upperBound > parentEnd && said.insert(match.encoding).inserted {
       report.findings.append(
         Finding(
           file: shown, offset: 0, region: "file-name", detector: "canary", encoding: match.encoding,

@@ -323,6 +323,8 @@ final class LeakCorpusTests: XCTestCase {
       let report = try scan(given, canaries: ["acct/4242"])
       XCTAssertEqual(report.findings.map { [$0.file, $0.region] }, [[tree + "/\\{canary}", "file-name"]], given)
     }
+    // One that ends on the slash (a second review: reported nowhere).
+    XCTAssertEqual(try scan(tree, canaries: ["/acct/"]).findings.map(\.file), [tree + "\\{canary}4242"])
     let name = String(repeating: "abcd", count: 60)
     try Data().write(to: URL(fileURLWithPath: tree + "/" + name))
     XCTAssertEqual(symlink(String(repeating: "abcd", count: 1000), tree + "/link"), 0)
