@@ -501,55 +501,45 @@ extension Scanner {
       report.incomplete.append(
         Skipped(path: path, reason: "extended attributes not fully read (\(Self.reason(code)))"))
     }
-    // Read twice when an attribute is added between the size and the list (ERANGE).
-    var list: [UInt8] = []
-    for attempt in 0..<2 {
-      let size = flistxattr(fd, nil, 0)
-      if size < 0, errno == ENOTSUP { return }
-      guard size >= 0 else { return incomplete(errno) }
-      guard size > 0 else { return }
-      list = [UInt8](repeating: 0, count: size)
-      let got = list.withUnsafeMutableBytes {
-        flistxattr(fd, $0.baseAddress!.assumingMemoryBound(to: CChar.self), size)
-      }
-      if got >= 0 {
-        list.removeSubrange(got...)
-        break
-      }
-      guard errno == ERANGE, attempt == 0 else { return incomplete(errno) }
+    let list: [UInt8]
+    switch Self.sizedRead({ flistxattr(fd, $0?.assumingMemoryBound(to: CChar.self), $1) }) {
+    case .success(let bytes): list = bytes
+    case .failure(let failure) where failure.code == ENOTSUP: return
+    case .failure(let failure): return incomplete(failure.code)
     }
     for name in list.split(separator: 0) {
       var value: [UInt8] = []
-      let read = Self.withCString(Array(name)) { cName -> Int32 in
-        for _ in 0..<2 {
-          let size = fgetxattr(fd, cName, nil, 0)
-          // Removed since it was listed: nothing of it is on disk any more.
-          if size < 0, errno == ENODATA { return 0 }
-          guard size >= 0 else { return errno }
-          value = [UInt8](repeating: 0, count: size)
-          let got = value.withUnsafeMutableBytes { fgetxattr(fd, cName, $0.baseAddress, size) }
-          if got >= 0 {
-            value.removeSubrange(got...)
-            return 0
-          }
-          if errno == ENODATA { return 0 }
-          guard errno == ERANGE else { return errno }
-        }
-        return ERANGE
+      switch Self.withCString(Array(name), { cName in Self.sizedRead { fgetxattr(fd, cName, $0, $1) } }) {
+      case .success(let bytes): value = bytes
+      // Removed since it was listed: nothing of it is on disk any more.
+      case .failure(let failure) where failure.code == ENODATA: break
+      case .failure(let failure): incomplete(failure.code)
       }
-      if read != 0 { incomplete(read) }
-      // One finding per canary form found in the attribute (its name or its value), however
-      // often it matches there.
+      // One finding per canary form found in the attribute (its name or its value).
       var said = Set<String>()
       for bytes in [Array(name), value] {
-        for match in canaryMatches(in: bytes) where said.insert(match.encoding).inserted {
-          report.findings.append(
-            Finding(
-              file: path, offset: 0, region: "xattr", detector: "canary", encoding: match.encoding,
-              excerpt: redact(bytes[match.range])))
-        }
+        reportForms(of: canaryMatches(in: bytes), in: bytes, at: path, region: "xattr", said: &said, report: &report)
       }
     }
+  }
+
+  /// A failed system call's errno.
+  struct CallFailure: Error { let code: Int32 }
+
+  /// What a call that is asked for its size first (a null buffer) and then filled (`flistxattr`,
+  /// `fgetxattr`) gives: read into a buffer of that size, once more when it grew in between
+  /// (ERANGE).
+  static func sizedRead(_ call: (UnsafeMutableRawPointer?, Int) -> Int) -> Result<[UInt8], CallFailure> {
+    for attempt in 0..<2 {
+      let size = call(nil, 0)
+      guard size >= 0 else { return .failure(CallFailure(code: errno)) }
+      guard size > 0 else { return .success([]) }
+      var bytes = [UInt8](repeating: 0, count: size)
+      let got = bytes.withUnsafeMutableBytes { call($0.baseAddress, size) }
+      if got >= 0 { return .success(Array(bytes[0..<got])) }
+      guard errno == ERANGE, attempt == 0 else { return .failure(CallFailure(code: errno)) }
+    }
+    return .failure(CallFailure(code: ERANGE))
   }
 
   /// The rest of reading `file`, in walk order on the scan's calling thread: a SQLite database is

@@ -236,12 +236,9 @@ extension Scanner {
     // (a canary `secretdir/` ends there; a security review found it reported nowhere).
     let parentEnd = parent?.raw.count ?? 0
     var said = Set<String>()
-    for match in matches where match.range.upperBound > parentEnd && said.insert(match.encoding).inserted {
-      report.findings.append(
-        Finding(
-          file: shown, offset: 0, region: "file-name", detector: "canary", encoding: match.encoding,
-          excerpt: redact(raw[match.range])))
-    }
+    reportForms(
+      of: matches.filter { $0.range.upperBound > parentEnd }, in: raw, at: shown, region: "file-name", said: &said,
+      report: &report)
     return (raw, shown)
   }
 
@@ -249,11 +246,23 @@ extension Scanner {
   /// (region "symlink-target", offset 0) at the link's path as shown.
   func screenTarget(_ target: [UInt8], of link: String, report: inout ScanReport) {
     var said = Set<String>()
-    for match in canaryMatches(in: target) where said.insert(match.encoding).inserted {
+    reportForms(
+      of: canaryMatches(in: target), in: target, at: link, region: "symlink-target", said: &said, report: &report)
+  }
+
+  /// One canary finding (offset 0, in `region`, at `file`) per form among `matches` (found in
+  /// `bytes`) not in `said` yet, however often it matches: a name, a link target or an attribute
+  /// holding a canary many times is one leak (an outside review: one finding per match made 2,000
+  /// long link targets 2 million findings).
+  func reportForms(
+    of matches: [(range: Range<Int>, encoding: String)], in bytes: [UInt8], at file: String, region: String,
+    said: inout Set<String>, report: inout ScanReport
+  ) {
+    for match in matches where said.insert(match.encoding).inserted {
       report.findings.append(
         Finding(
-          file: link, offset: 0, region: "symlink-target", detector: "canary", encoding: match.encoding,
-          excerpt: redact(target[match.range])))
+          file: file, offset: 0, region: region, detector: "canary", encoding: match.encoding,
+          excerpt: redact(bytes[match.range])))
     }
   }
 
@@ -269,9 +278,12 @@ extension Scanner {
     return matches
   }
 
-  /// `bytes` as `PathText.display` shows them, each of `ranges` replaced by `mask` (overlapping or
-  /// adjacent ones, such as a canary inside another or hex in both cases, as one).
-  static func masked(_ bytes: [UInt8], _ ranges: [Range<Int>]) -> String {
+  /// `bytes` as `render` (by default `PathText.display`) shows them, each of `ranges` replaced by
+  /// `mask` (overlapping or adjacent ones, such as a canary inside another or hex in both cases,
+  /// as one).
+  static func masked(
+    _ bytes: [UInt8], _ ranges: [Range<Int>], render: ([UInt8]) -> String = PathText.display
+  ) -> String {
     var merged: [Range<Int>] = []
     for range in ranges.sorted(by: { $0.lowerBound < $1.lowerBound }) {
       if let last = merged.last, range.lowerBound <= last.upperBound {
@@ -283,10 +295,10 @@ extension Scanner {
     var shown = ""
     var next = 0
     for range in merged {
-      shown += PathText.display(Array(bytes[next..<range.lowerBound])) + mask
+      shown += render(Array(bytes[next..<range.lowerBound])) + mask
       next = range.upperBound
     }
-    return shown + PathText.display(Array(bytes[next...]))
+    return shown + render(Array(bytes[next...]))
   }
 
   /// `text` (a queue name, an id: text a report quotes from a file) with each canary form in it
@@ -295,15 +307,7 @@ extension Scanner {
     let bytes = Array(text.utf8)
     let matches = canaryMatches(in: bytes)
     guard !matches.isEmpty else { return text }
-    var shown = ""
-    var next = 0
-    for range in matches.map(\.range).sorted(by: { $0.lowerBound < $1.lowerBound }) {
-      if range.lowerBound >= next {
-        shown += String(decoding: bytes[next..<range.lowerBound], as: UTF8.self) + Self.mask
-      }
-      next = max(next, range.upperBound)
-    }
-    return shown + String(decoding: bytes[next...], as: UTF8.self)
+    return Self.masked(bytes, matches.map(\.range)) { String(decoding: $0, as: UTF8.self) }
   }
 
   /// What a canary found in a name is shown as.
