@@ -201,6 +201,15 @@ final class OutboxTests: XCTestCase {
     }
   }
 
+  /// A container of its own at `home/NAME.sqlite`, on the test's clock (the default configuration:
+  /// short backoff).
+  private func ownContainer(
+    _ name: String, _ configuration: QueueConfiguration = QueueConfiguration(backoff: BackoffPolicy(base: 1, cap: 10))
+  ) throws -> QueueContainer {
+    try QueueContainer(
+      path: temporary.sub("home/\(name).sqlite"), vault: vault, configuration: configuration, clock: clock.function)
+  }
+
   /// Two messages the server keeps answering 429 (or does not answer), first in every claim, do
   /// not hold the others back for as long as parking takes (a day by default): once both were
   /// refused in an earlier pass too, a message never attempted is sent, and the server taking it
@@ -209,9 +218,7 @@ final class OutboxTests: XCTestCase {
     for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
       .enumerated()
     {
-      let container = try QueueContainer(
-        path: temporary.sub("home/refused-\(index).sqlite"), vault: vault,
-        configuration: QueueConfiguration(backoff: BackoffPolicy(base: 1, cap: 10)), clock: clock.function)
+      let container = try ownContainer("refused-\(index)")
       let poisoned = BodyTransport { $0.starts(with: Array("poison".utf8)) ? refusal : .delivered }
       let outbox = Outbox(container: container, transport: poisoned)
       for index in 0..<2 { try outbox.send(Array("poison \(index)".utf8)) }
@@ -249,9 +256,7 @@ final class OutboxTests: XCTestCase {
     for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
       .enumerated()
     {
-      let container = try QueueContainer(
-        path: temporary.sub("home/lost-\(index).sqlite"), vault: vault,
-        configuration: QueueConfiguration(backoff: BackoffPolicy(base: 1, cap: 10)), clock: clock.function)
+      let container = try ownContainer("lost-\(index)")
       let failing = Outbox(container: container, transport: BodyTransport { _ in .retry(kind: "http-500", after: nil) })
       for message in 0..<20 { try failing.send(Array("message \(message)".utf8)) }
       XCTAssertEqual(try failing.deliverDueWaiting().retrying, 20)
@@ -284,9 +289,7 @@ final class OutboxTests: XCTestCase {
     for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 30), .unreachable(kind: "timed-out")]
       .enumerated()
     {
-      let container = try QueueContainer(
-        path: temporary.sub("home/claims-\(index).sqlite"), vault: vault,
-        configuration: QueueConfiguration(byteCap: 100_000_000), clock: clock.function)
+      let container = try ownContainer("claims-\(index)", QueueConfiguration(byteCap: 100_000_000))
       let refusing = BodyTransport { _ in refusal }
       let outbox = Outbox(container: container, transport: refusing)
       for _ in 0..<4 { try outbox.send([UInt8](repeating: 0x41, count: 2_200_000)) }
