@@ -87,7 +87,8 @@ extension Scanner {
   /// (not followed or opened, and listed as incomplete: nothing of that path was read).
   /// - Throws: `ScanError.unreadable` when `path` cannot be looked at (it does not exist); what
   ///   `audit` throws.
-  func walk(root path: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline) throws {
+  func walk(root given: String, depthLimit: Int, report: inout ScanReport, files: FilePipeline) throws {
+    let path = Self.plainPath(given)
     let (bytes, shown) = screenedPath(Array(path.utf8), in: nil, report: &report)
     var info = stat()
     guard lstat(path, &info) == 0 else { throw ScanError.unreadable(path: shown, errno: errno) }
@@ -240,6 +241,22 @@ extension Scanner {
       of: matches.filter { $0.range.upperBound > parentEnd }, in: raw, at: shown, region: "file-name", said: &said,
       report: &report)
     return (raw, shown)
+  }
+
+  /// `path` with each run of slashes written as one and each `.` name after a slash left out
+  /// (`tree//acct/./4242` is `tree/acct/4242`), as the kernel reads it: the path is searched for
+  /// canaries as written, and a canary `acct/4242` was missed in `tree//acct/4242` (a review). A
+  /// leading `./` and a final `/` stay, as they say something (a relative path; a directory).
+  static func plainPath(_ path: String) -> String {
+    var parts: [Substring] = []
+    for (index, part) in path.split(separator: "/", omittingEmptySubsequences: false).enumerated()
+    where index == 0 || !(part.isEmpty || part == ".") {
+      parts.append(part)
+    }
+    var plain = parts.joined(separator: "/")
+    // `dir/.` and `dir//` end on an empty name or a dropped one: say the directory with one slash.
+    if path.hasSuffix("/") || path.hasSuffix("/."), !plain.hasSuffix("/") { plain += "/" }
+    return plain.isEmpty ? path : plain
   }
 
   /// A symlink's target, searched for every form of every canary: one finding per form found

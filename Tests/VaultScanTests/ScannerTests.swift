@@ -319,10 +319,16 @@ final class LeakCorpusTests: XCTestCase {
     let tree = temporary.sub("t")
     try FileManager.default.createDirectory(atPath: tree + "/acct", withIntermediateDirectories: true)
     try Data("payload".utf8).write(to: URL(fileURLWithPath: tree + "/acct/4242"))
-    for given in [tree, tree + "/acct", tree + "/acct/4242"] {
+    // Also a path given with doubled slashes or `.` names (a review: `tree//acct/4242` scanned clean).
+    let written = [tree + "//acct//4242", tree + "/./acct/./4242", tree + "//acct/", tree + "//acct/.", tree + "//"]
+    for given in [tree, tree + "/acct", tree + "/acct/4242"] + written {
       let report = try scan(given, canaries: ["acct/4242"])
       XCTAssertEqual(report.findings.map { [$0.file, $0.region] }, [[tree + "/\\{canary}", "file-name"]], given)
     }
+    XCTAssertEqual(Scanner.plainPath("/"), "/")
+    XCTAssertEqual(Scanner.plainPath("//x//y/"), "/x/y/")
+    XCTAssertEqual(Scanner.plainPath("./a/./b/."), "./a/b/")
+    XCTAssertEqual(Scanner.plainPath("a/../b"), "a/../b")
     // One that ends on the slash (a second review: reported nowhere).
     XCTAssertEqual(try scan(tree, canaries: ["/acct/"]).findings.map(\.file), [tree + "\\{canary}4242"])
     let name = String(repeating: "abcd", count: 60)
