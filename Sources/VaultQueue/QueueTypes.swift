@@ -128,7 +128,8 @@ public struct QueueConfiguration: Sendable {
   ///     seconds (24 hours by default; 0 parks on the `attemptCeiling`th refusal alone).
   ///   - backoff: the retry delays (1 s doubling, capped at 300 s, by default).
   ///   - maximumRetryAfter: the longest `Retry-After` honoured, in seconds (an hour by default).
-  ///   - resealBatch: records re-sealed per transaction during rotation (500 by default).
+  ///   - resealBatch: records re-sealed per transaction during rotation (500 by default; 0 or less
+  ///     is taken as the default).
   ///   - capVictims: which records the cap may drop (the oldest of any queue by default); an
   ///     `.only` limit is also stored in the container for every writer.
   ///   - maximumLease: the longest lease `claim` grants, in seconds (300 by default).
@@ -161,6 +162,9 @@ public struct QueueConfiguration: Sendable {
     if copy.backoff.base.isNaN { copy.backoff.base = defaults.backoff.base }
     if copy.backoff.cap.isNaN { copy.backoff.cap = defaults.backoff.cap }
     if copy.maximumAge?.isNaN == true { copy.maximumAge = nil }
+    // A batch of 0 re-sealed nothing and a rotation never finished; a negative one (SQLite's
+    // LIMIT -1) re-sealed every record in one transaction, all of them in memory at once.
+    if copy.resealBatch < 1 { copy.resealBatch = defaults.resealBatch }
     return copy
   }
 

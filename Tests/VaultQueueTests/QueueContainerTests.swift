@@ -446,11 +446,13 @@ final class QueueContainerTests: XCTestCase {
 
   /// Re-sealing must put every record back in its own row (one swapped would not open under the
   /// other row's context), and count and leave as it was each record that does not open, wherever
-  /// it falls in a batch: batches of 500 and of 7 records.
+  /// it falls in a batch: batches of 500 and of 7 records, and of 0 and -1 (taken as 500: a batch of
+  /// 0 re-sealed nothing, and -1 everything in one transaction).
   func testResealingKeepsEveryRecordInItsRowAndLeavesTheOnesThatDoNotOpen() throws {
-    for batch in [500, 7] {
+    for batch in [500, 7, 0, -1] {
       let path = temporary.sub("data/batch-\(batch).sqlite")
       let queue = try QueueContainer(path: path, vault: vault, configuration: QueueConfiguration(resealBatch: batch))
+      XCTAssertEqual(queue.configuration.resealBatch, batch < 1 ? 500 : batch)
       let sealedUnder = vault.activeVersion
       let ids = (0..<100).map { _ in UUID() }
       for (index, id) in ids.enumerated() {
