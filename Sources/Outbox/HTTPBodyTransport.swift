@@ -36,7 +36,9 @@ public final class HTTPBodyTransport: SynchronousTransport {
   ///   - tokens: gives the bearer token (asked before each request; once more with `refresh: true`
   ///     after a 401). A provider that throws leaves the record waiting (`token-unavailable`, never
   ///     counted toward parking).
-  ///   - timeout: the deadline of one whole exchange.
+  ///   - timeout: the deadline of one whole exchange, in seconds (held to 1 ms … 1 day; NaN is
+  ///     30 s). Keep it under half the outbox's lease (60 s with the default lease): a message
+  ///     still being sent when its lease ends may be sent again by another deliverer.
   ///   - allowInsecureHTTP: allow `http://` to other hosts (test networks only).
   ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust.
   /// - Throws: `HTTPBodyTransportError` naming the refused part (a header by its position only).

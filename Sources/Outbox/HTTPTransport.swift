@@ -13,7 +13,9 @@ public final class HTTPJSONTransport: SynchronousTransport {
   ///
   /// - Parameters:
   ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
-  ///   - timeout: the deadline of one whole exchange.
+  ///   - timeout: the deadline of one whole exchange, in seconds (held to 1 ms … 1 day; NaN is
+  ///     30 s). Keep it under half the outbox's lease (60 s with the default lease): a message
+  ///     still being sent when its lease ends may be sent again by another deliverer.
   ///   - allowInsecureHTTP: allow `http://` to other hosts (test networks only).
   ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust.
   /// - Throws: `EndpointError` when the endpoint is refused.

@@ -78,7 +78,9 @@ public final class Outbox: @unchecked Sendable {
   ///   - transport: how a message reaches its server (`HTTPBodyTransport`, `HTTPJSONTransport`, or
   ///     the app's own).
   ///   - interval: the longest the background loop waits between passes.
-  ///   - lease: how long a claimed record stays with this deliverer (renewed as a pass goes).
+  ///   - lease: how long a claimed record stays with this deliverer (renewed as a pass goes,
+  ///     before each send); make it more than twice the transport's timeout, or a message still
+  ///     being sent when the lease ends may be sent again by another deliverer.
   ///   - logger: where the loop logs ids, counts and error kinds (never payloads); silent by default.
   public init(
     container: QueueContainer, queue: String = "outbox", transport: any Transport, interval: TimeInterval = 30,

@@ -73,7 +73,9 @@ public final class HTTPBatchSender: BatchSender {
   ///
   /// - Parameters:
   ///   - endpoint: `https://`, or `http://` to a loopback address (see `EndpointPolicy`).
-  ///   - timeout: the deadline of one whole exchange.
+  ///   - timeout: the deadline of one whole exchange, in seconds (held to 1 ms … 1 day; NaN is
+  ///     30 s). Keep it under half telemetry's lease on a batch (300 s), 150 s: a batch
+  ///     still being sent when its lease ends may be sent again by another deliverer.
   ///   - allowInsecureHTTP: allow `http://` to other hosts (test networks only).
   ///   - certificateAuthorities: a PEM file of the only certificate authorities to trust.
   /// - Throws: `EndpointError` when the endpoint is refused.
