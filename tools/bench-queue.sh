@@ -80,7 +80,7 @@ printf 'rotation with a full 20 MB queue: %.0f records in %.0f containers in %.3
   "${r[rotate_seconds]}" "${r[rotate_records_per_s]}"
 printf 'memory at the 20 MB cap: RSS %.1f MiB at the cap, %.1f MiB after 3x the cap (%.0f records kept, %.0f dropped)\n' \
   "${r[cap_rss_at_cap_mib]}" "${r[cap_rss_after_3x_cap_mib]}" "${r[cap_records]}" "${r[cap_dropped]}"
-printf 'enqueue from 4 threads (200 B): vault %6.0f/s  plain, 4 connections %6.0f/s (%sx)  plain, 1 thread %6.0f/s  vault p50 %.3f ms p99 %.3f ms  plain p99 %.3f ms\n' \
+printf 'enqueue from 4 threads (200 B): vault %6.0f/s  plain, 4 connections %6.0f/s (%sx)  plain, 1 thread %6.0f/s (the figure divides by the faster)  vault p50 %.3f ms p99 %.3f ms  plain p99 %.3f ms\n' \
   "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}" \
   "$(ratio "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}")" "${r[threads_1_plain_per_s]}" \
   "${r[threads_4_vault_p50_ms]}" "${r[threads_4_vault_p99_ms]}" "${r[threads_4_plain_p99_ms]}"
@@ -102,7 +102,11 @@ printf 'rotation memory: RSS %.1f MiB before, %.1f MiB at the first batch, %.1f 
 # The summary lines tools/bench.sh collects (names stable over time).
 echo "figure enqueue-200B-vs-plain $(ratio "${r[single_200_vault_per_s]}" "${r[single_200_plain_per_s]}")"
 printf 'figure enqueue-200B-p99-ms %.3f\n' "${r[single_200_vault_p99_ms]}"
-echo "figure enqueue-4threads-vs-plain $(ratio "${r[threads_4_vault_per_s]}" "${r[threads_4_plain_per_s]}")"
+# Against the faster of the two plain runs: four plain connections on one file sometimes sleep in
+# SQLite's busy handler (an outside review saw 433/s beside 4,289/s from one plain thread), and a
+# collapsed baseline would pass the goal for nothing.
+plain_4=$(awk -v a="${r[threads_4_plain_per_s]}" -v b="${r[threads_1_plain_per_s]}" 'BEGIN { print (a > b ? a : b) }')
+echo "figure enqueue-4threads-vs-plain $(ratio "${r[threads_4_vault_per_s]}" "$plain_4")"
 printf 'figure enqueue-4threads-p99-ms %.3f\n' "${r[threads_4_vault_p99_ms]}"
 echo "figure enqueue-2procs-vs-plain $(ratio "${r[procs_2_vault_per_s]}" "${r[procs_2_plain_per_s]}")"
 if [ "$rotate_mib" = 1024 ]; then

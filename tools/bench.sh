@@ -33,3 +33,20 @@ run "scan beside grep" tools/bench-scan.sh 100
 
 echo "== summary"
 grep -E '^figure [A-Za-z0-9-]+ [0-9.]+$' "$log"
+# Every figure the issue names, and the ones printed beside them, must be there and be a number: a
+# benchmark that failed or printed nan, inf or a negative value is said, not left out in silence.
+expected=(seal-16KiB-vs-openssl seal-1KiB-vs-openssl seal-64B-vs-openssl open-1KiB-vs-openssl
+  seal-floor-16KiB-vs-openssl seal-floor-1KiB-vs-openssl seal-floor-64B-vs-openssl
+  enqueue-200B-vs-plain enqueue-200B-p99-ms enqueue-4threads-vs-plain enqueue-4threads-p99-ms
+  enqueue-2procs-vs-plain rotate-1GB-vs-plain rotate-1GB-peak-rss-mib
+  log-4threads-vs-plain log-4threads-p99-ms scan-vs-grep scan-vs-grep-cpu)
+missing=0
+for name in "${expected[@]}"; do
+  # Another rotation size (VAULT_BENCH_ROTATE_MIB, see tools/bench-queue.sh) prints no 1 GiB figures.
+  if [[ $name == rotate-1GB-* && ${VAULT_BENCH_ROTATE_MIB:-1024} != 1024 ]]; then continue; fi
+  if ! grep -qE "^figure $name [0-9]+(\.[0-9]+)?$" "$log"; then
+    echo "bench: figure $name missing or not a number" >&2
+    missing=1
+  fi
+done
+exit "$missing"

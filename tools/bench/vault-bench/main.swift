@@ -2,7 +2,9 @@
 // `openssl speed -evp aes-256-gcm` beside it and reports the ratios.
 //
 //   vault-bench [--only seal|open] SECONDS SIZE...
-//                                  prints "seal SIZE BYTES_PER_SECOND" and "open SIZE BYTES_PER_SECOND"
+//                                  prints "context BYTES" (the encoded context every seal here
+//                                  hashes and authenticates, for the C floor to use the same), then
+//                                  "seal SIZE BYTES_PER_SECOND" and "open SIZE BYTES_PER_SECOND"
 //                                  (bytes per second of CPU time, as `openssl speed` counts)
 import Foundation
 import Vault
@@ -27,6 +29,8 @@ let home = NSTemporaryDirectory() + "vault-bench-\(getpid())"
 defer { try? FileManager.default.removeItem(atPath: home) }
 let vault = try Vault.create(home: home, store: StoreDescriptor(kind: .memory), resolver: .fixed(InMemoryKeyStore()))
 let context = Array("queue:bench|id:00000000-0000-0000-0000-000000000000".utf8)
+// `Vault.seal(_:context:)` binds the app's bytes under the "app" domain (SECURITY.md, format 2's E).
+print("context \(EnvelopeContext.app(context).encoded.count)")
 
 /// Nanoseconds of CPU time (user and system) this thread has used.
 func threadCPUNanoseconds() -> UInt64 {

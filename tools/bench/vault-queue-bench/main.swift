@@ -212,6 +212,7 @@ func telemetryBenchmark(endpoint: URL) throws {
     let roundTelemetry = Telemetry(
       container: roundContainer, tokens: Token(), sender: try HTTPBatchSender(endpoint: endpoint))
     let collected = Latencies()
+    let failures = Latencies()
     let start = now()
     // Four real threads: concurrentPerform runs only as many at once as there are CPUs (two here),
     // which measured two loggers, not four.
@@ -219,10 +220,20 @@ func telemetryBenchmark(endpoint: URL) throws {
       var local: [Double] = []
       while now() - start < seconds {
         let t = now()
-        _ = try? roundTelemetry.log(type: "screen_view", payload: payload)
+        do {
+          _ = try roundTelemetry.log(type: "screen_view", payload: payload)
+        } catch {
+          // A call that failed is not an event logged (an outside review: `try?` counted them).
+          failures.add([1])
+          break
+        }
         local.append((now() - t) * 1000)
       }
       collected.add(local)
+    }
+    guard failures.values.isEmpty else {
+      FileHandle.standardError.write(Data("vault-queue-bench: Telemetry.log failed; no figure\n".utf8))
+      exit(1)
     }
     let values = collected.values
     logRates.append(Double(values.count) / (now() - start))
