@@ -127,7 +127,7 @@ public struct TelemetryEvent: Codable, Equatable, Sendable, CustomStringConverti
   /// Makes an event stamped with `date`.
   ///
   /// - Parameters:
-  ///   - id: the event's id (`Telemetry.log` draws a time-ordered one from the kernel; Foundation's
+  ///   - id: the event's id (`Telemetry.log` draws one with `SecureRandom.uuid()`; Foundation's
   ///     `UUID()` can repeat itself when /dev/urandom cannot be opened, so there is no default).
   ///   - date: when it happened; written as `ts`, ISO 8601 in UTC with milliseconds.
   ///   - type: what happened (not checked here; `Telemetry.log` allows 1–128 characters).
@@ -142,16 +142,6 @@ public struct TelemetryEvent: Codable, Equatable, Sendable, CustomStringConverti
   }
 
   static func format(_ date: Date) -> String { millisecondTimestamp(date) }
-
-  /// `date` in whole milliseconds since 1970, rounded as `ts` writes it (0 for a time that is not a
-  /// number or before 1970, and at most 2^48 − 1: what a version-7 UUID holds).
-  static func milliseconds(_ date: Date) -> Int64 {
-    let rounded =
-      ((date.timeIntervalSinceReferenceDate + Date.timeIntervalBetween1970AndReferenceDate) * 1000 + 0.5)
-      .rounded(.down)
-    guard rounded.isFinite, rounded > 0 else { return 0 }
-    return Int64(min(rounded, Double((1 << 48) - 1)))
-  }
 
   /// Reads an event from its JSON form (`id`, `ts`, `type`, `payload`, `session_id`).
   ///

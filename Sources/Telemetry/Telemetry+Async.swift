@@ -14,8 +14,7 @@ extension Telemetry {
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters (`"screen_view"`).
   ///   - payload: the event's JSON object; empty by default.
-  ///   - id: the event's id; a new version-7 UUID (its time, then random bits) when nil. An id
-  ///     already queued is not stored again.
+  ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
   /// - Returns: the event's id.
   /// - Throws: `CancellationError` when the task was cancelled before the log started (the event
   ///   was not stored; once started, it is stored and its id returned: a started fsync is not
@@ -33,7 +32,7 @@ extension Telemetry {
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters (`"note_added"`).
   ///   - payload: a value that encodes to a JSON object (a struct with stored properties).
-  ///   - id: the event's id; a new version-7 UUID (its time, then random bits) when nil.
+  ///   - id: the event's id; a random one when nil.
   /// - Returns: the event's id.
   /// - Throws: `TelemetryError.invalidPayload` when it does not encode to an object, the encoder's
   ///   or parser's error when it does not encode at all, and what the async

@@ -197,9 +197,7 @@ public final class Telemetry: @unchecked Sendable {
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters, none a control character (`"screen_view"`).
   ///   - payload: the event's JSON object; empty by default.
-  ///   - id: the event's id; when nil, a new UUID of version 7 (RFC 9562): the event's time in
-  ///     milliseconds, as its `ts` says, then 74 random bits. An id already queued is not stored
-  ///     again.
+  ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
   /// - Returns: the event's id.
   /// - Throws: `TelemetryError.invalidType`; `.payloadTooDeep` when the payload nests deeper than
   ///   `JSONLimits`' default depth (64, the payload object being level 1), as parsed JSON may not;
@@ -209,17 +207,14 @@ public final class Telemetry: @unchecked Sendable {
   ///   not stored.
   @discardableResult
   public func log(type: String, payload: [String: JSONValue] = [:], id: UUID? = nil) throws -> UUID {
+    // Random ids come from getrandom: Foundation's UUID() repeats itself without /dev/urandom.
+    let id = try id ?? SecureRandom.uuid()
     guard Self.isValidType(type) else { throw TelemetryError.invalidType }
     // Writing the event recurses once per level: a payload built deep enough overflowed the stack
     // (an outside review: 10,000 levels killed the process), where parsed JSON stops at 64.
     let limit = JSONLimits().maxDepth
     guard !JSONValue.nestsDeeper(payload, than: limit) else { throw TelemetryError.payloadTooDeep(limit: limit) }
-    let date = clock()
-    // A time-ordered id (its random bits from getrandom: Foundation's UUID() repeats itself without
-    // /dev/urandom) tells no one more than the event's `ts` does, and lands on the id index's last
-    // page: a random one wrote a page of its own to the WAL for nearly every event.
-    let id = try id ?? SecureRandom.timeOrderedUUID(milliseconds: TelemetryEvent.milliseconds(date))
-    let event = TelemetryEvent(id: id, date: date, type: type, payload: payload, sessionID: sessionID)
+    let event = TelemetryEvent(id: id, date: clock(), type: type, payload: payload, sessionID: sessionID)
     // The cap makes room for an event only from other events: telemetry never pushes out the
     // records of another queue in the same container (an app's messages), whatever its
     // configuration. With no event to drop, the log throws `.capExceeded`, storing nothing.
@@ -231,7 +226,7 @@ public final class Telemetry: @unchecked Sendable {
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters (`"note_added"`).
   ///   - payload: a value that encodes to a JSON object (a struct with stored properties).
-  ///   - id: the event's id; a new version-7 UUID (its time, then random bits) when nil.
+  ///   - id: the event's id; a random one when nil.
   /// - Returns: the event's id.
   /// - Throws: `TelemetryError.invalidPayload` when it does not encode to an object, the encoder's
   ///   or parser's error when it does not encode at all, and what `log(type:payload:id:)` throws.

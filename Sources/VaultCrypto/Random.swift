@@ -42,29 +42,6 @@ public enum SecureRandom {
       ))
   }
 
-  /// A UUID of version 7 (RFC 9562 §5.7): `milliseconds` since the Unix epoch in its first 48 bits
-  /// (big-endian; held to 0 … 2^48 − 1), then the version, 12 random bits, the variant and 62
-  /// random bits, all 74 from the kernel as `uuid()`'s are. Ids drawn one after another sort by
-  /// time, so a queue's id index takes them on its last page instead of a random one. Only for ids
-  /// whose time is no secret from whoever sees them (a telemetry event, which says its `ts`).
-  ///
-  /// - Parameter milliseconds: the time to write, in milliseconds since 1970-01-01T00:00:00Z.
-  /// - Returns: the new UUID.
-  /// - Throws: `CryptoError.randomUnavailable` when the kernel refuses.
-  package static func timeOrderedUUID(milliseconds: Int64) throws -> UUID {
-    var bytes = [UInt8](repeating: 0, count: 16)
-    try bytes.withUnsafeMutableBytes { try KernelRandom.fill(UnsafeMutableRawBufferPointer(rebasing: $0[6...])) }
-    let time = UInt64(min(max(milliseconds, 0), (1 << 48) - 1))
-    for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: time >> (40 - 8 * UInt64(index))) }
-    bytes[6] = bytes[6] & 0x0F | 0x70  // version 7
-    bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 9562 variant
-    return UUID(
-      uuid: (
-        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-        bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-      ))
-  }
-
   /// Returns `count` random bytes (for identifiers and nonces, not for keys: use `SymmetricKey.generate`).
   ///
   /// - Parameter count: how many bytes.

@@ -62,22 +62,6 @@ final class KeyAndDigestTests: XCTestCase {
 }
 
 final class KernelRandomTests: XCTestCase {
-  /// A version-7 UUID holds its milliseconds in its first 48 bits (RFC 9562 §A.6's example time,
-  /// 0x017F22E279B0, gives `017F22E2-79B0-7…`), the version and the variant, and fresh random bits
-  /// otherwise; times out of range are held to the ends; later times sort after.
-  func testTimeOrderedUUIDsCarryTheirTimeAndFreshRandomBits() throws {
-    let example = try SecureRandom.timeOrderedUUID(milliseconds: 0x017F_22E2_79B0).uuidString
-    XCTAssertTrue(example.hasPrefix("017F22E2-79B0-7"), example)
-    XCTAssertTrue("89AB".contains(Array(example)[19]), example)
-    XCTAssertTrue(try SecureRandom.timeOrderedUUID(milliseconds: -5).uuidString.hasPrefix("00000000-0000-7"))
-    XCTAssertTrue(try SecureRandom.timeOrderedUUID(milliseconds: .max).uuidString.hasPrefix("FFFFFFFF-FFFF-7"))
-    let sameTime = try (0..<1_000).map { _ in try SecureRandom.timeOrderedUUID(milliseconds: 1_800_000_000_000) }
-    XCTAssertEqual(Set(sameTime).count, 1_000)
-    let earlier = try SecureRandom.timeOrderedUUID(milliseconds: 1_800_000_000_000)
-    let later = try SecureRandom.timeOrderedUUID(milliseconds: 1_800_000_000_001)
-    XCTAssertLessThan(earlier.uuidString, later.uuidString)
-  }
-
   func testEachDrawIsFresh() throws {
     var seen = Set<[UInt8]>()
     var value = [UInt8](repeating: 0, count: 24)
