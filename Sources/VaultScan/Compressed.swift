@@ -521,13 +521,14 @@ extension Scanner {
   }
 
   /// A plausible ZIP local file header at `offset` (APPNOTE §4.3.7): its 30 bytes, then a name of
-  /// 0–65,535 bytes, each printable, a tab or a line break (not the version field, which unzip
-  /// ignores: a table of magic numbers, libmagic's, holds "PK\3\4" followed by anything). With
-  /// `wholeName` false any name is taken (a deflated entry's data is screened by the deflate
-  /// probe), one that runs past `bytes` on trust (it is read with the data): an outside review
-  /// found entries named by a path of over 1,024 bytes (`zip -r` of a deep tree), an empty name or
-  /// a tab neither decoded nor listed, and encrypted ones named by nothing or with a line break
-  /// were still not listed. Its flags, method, and where its data starts.
+  /// 0–65,535 bytes with no NUL in it (not the version field, which unzip ignores: a table of
+  /// magic numbers, libmagic's, holds "PK\3\4" followed by anything). With `wholeName` false any
+  /// name is taken (a deflated entry's data is screened by the deflate probe), one that runs past
+  /// `bytes` on trust (it is read with the data): an outside review found entries named by a path
+  /// of over 1,024 bytes (`zip -r` of a deep tree), an empty name or a tab neither decoded nor
+  /// listed, and two reviews after found encrypted ones named by nothing, or with a line break, a
+  /// control character or DEL in the name, still not listed. Its flags, method, and where its data
+  /// starts.
   static func zipLocalHeader(
     at offset: Int, in bytes: UnsafeRawBufferPointer, wholeName: Bool
   ) -> (flags: Int, method: Int, dataStart: Int)? {
@@ -538,11 +539,7 @@ extension Scanner {
     let nameLength = le16(26)
     let nameEnd = offset + 30 + nameLength
     if wholeName {
-      guard nameEnd <= bytes.count,
-        (offset + 30..<nameEnd).allSatisfy({
-          (bytes[$0] >= 0x20 && bytes[$0] != 0x7f) || bytes[$0] == 0x09 || bytes[$0] == 0x0a || bytes[$0] == 0x0d
-        })
-      else { return nil }
+      guard nameEnd <= bytes.count, !bytes[(offset + 30)..<nameEnd].contains(0) else { return nil }
     }
     return (le16(6), le16(8), nameEnd + le16(28))
   }

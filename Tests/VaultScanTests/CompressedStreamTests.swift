@@ -80,7 +80,7 @@ final class CompressedStreamTests: XCTestCase {
       # Encrypted entries (flag bit 0) under a long name, no name, and one with line breaks: a local
       # header, then bytes unzip cannot read.
       for file, name in (('sealed.zip', b'b/' * 700 + b'y.txt'), ('sealed-empty.zip', b''),
-                         ('sealed-lines.zip', b'notes\\r\\nof may.txt')):
+                         ('sealed-lines.zip', b'notes\\r\\nof may.txt'), ('sealed-esc.zip', b'\\x1b[1mx\\x7f\\x01')):
         header = b'PK\\x03\\x04' + bytes([20, 0, 1, 0, 8, 0]) + bytes(16) + len(name).to_bytes(2, 'little') + bytes(2)
         open(sys.argv[1] + '/' + file, 'wb').write(header + name + bytes(range(256)) * 4)
       """, [temporary.path])
@@ -89,7 +89,7 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertEqual(found, ["long.zip", "empty.zip", "tab.zip"], "\(report.findings)")
     XCTAssertEqual(
       report.incomplete.map { ($0.path as NSString).lastPathComponent }.sorted(),
-      ["sealed-empty.zip", "sealed-lines.zip", "sealed.zip"])
+      ["sealed-empty.zip", "sealed-esc.zip", "sealed-lines.zip", "sealed.zip"])
     XCTAssertTrue(
       report.incomplete.allSatisfy { $0.reason.contains("encrypted ZIP entries") }, "\(report.incomplete)")
   }
