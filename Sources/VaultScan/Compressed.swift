@@ -527,8 +527,8 @@ extension Scanner {
   /// `bytes` on trust (it is read with the data): an outside review found entries named by a path
   /// of over 1,024 bytes (`zip -r` of a deep tree), an empty name or a tab neither decoded nor
   /// listed, and two reviews after found encrypted ones named by nothing, or with a line break, a
-  /// control character or DEL in the name, still not listed. Its flags, method, and where its data
-  /// starts.
+  /// control character or DEL in the name, or by a long name across a buffer's end, still not
+  /// listed. Its flags, method, and where its data starts.
   static func zipLocalHeader(
     at offset: Int, in bytes: UnsafeRawBufferPointer, wholeName: Bool
   ) -> (flags: Int, method: Int, dataStart: Int)? {
@@ -539,7 +539,10 @@ extension Scanner {
     let nameLength = le16(26)
     let nameEnd = offset + 30 + nameLength
     if wholeName {
-      guard nameEnd <= bytes.count, !bytes[(offset + 30)..<nameEnd].contains(0) else { return nil }
+      // A name that runs past `bytes` is judged by what is there (at least `StreamStart.lookahead`
+      // bytes past the header, as a buffer's last signatures wait for the next): a review put a
+      // 300-byte name across a chunk's end, and the entry was passed over.
+      guard !bytes[(offset + 30)..<min(nameEnd, bytes.count)].contains(0) else { return nil }
     }
     return (le16(6), le16(8), nameEnd + le16(28))
   }

@@ -83,13 +83,20 @@ final class CompressedStreamTests: XCTestCase {
                          ('sealed-lines.zip', b'notes\\r\\nof may.txt'), ('sealed-esc.zip', b'\\x1b[1mx\\x7f\\x01')):
         header = b'PK\\x03\\x04' + bytes([20, 0, 1, 0, 8, 0]) + bytes(16) + len(name).to_bytes(2, 'little') + bytes(2)
         open(sys.argv[1] + '/' + file, 'wb').write(header + name + bytes(range(256)) * 4)
+      # One whose 300-byte name runs across the end of the scan's first buffer (256 KiB and 8 KiB
+      # of overlap), its header 232 bytes before that end.
+      name = b'dir/' * 74 + b'x.tx'
+      header = b'PK\\x03\\x04' + bytes([20, 0, 1, 0, 8, 0]) + bytes(16) + len(name).to_bytes(2, 'little') + bytes(2)
+      padding = bytes(range(1, 256)) * 1100
+      padding = padding[:(264 << 10) - 232]
+      open(sys.argv[1] + '/sealed-edge.zip', 'wb').write(padding + header + name + bytes(range(256)) * 4)
       """, [temporary.path])
     let report = try Scanner(canaries: ["zip-name-canary-4"]).scan([temporary.path])
     let found = Set(report.findings.map { ($0.file as NSString).lastPathComponent })
     XCTAssertEqual(found, ["long.zip", "empty.zip", "tab.zip"], "\(report.findings)")
     XCTAssertEqual(
       report.incomplete.map { ($0.path as NSString).lastPathComponent }.sorted(),
-      ["sealed-empty.zip", "sealed-esc.zip", "sealed-lines.zip", "sealed.zip"])
+      ["sealed-edge.zip", "sealed-empty.zip", "sealed-esc.zip", "sealed-lines.zip", "sealed.zip"])
     XCTAssertTrue(
       report.incomplete.allSatisfy { $0.reason.contains("encrypted ZIP entries") }, "\(report.incomplete)")
   }
