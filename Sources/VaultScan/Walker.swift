@@ -248,15 +248,19 @@ extension Scanner {
   /// canaries as written, and a canary `acct/4242` was missed in `tree//acct/4242` (a review). A
   /// leading `./` and a final `/` stay, as they say something (a relative path; a directory).
   static func plainPath(_ path: String) -> String {
-    var parts: [Substring] = []
-    for (index, part) in path.split(separator: "/", omittingEmptySubsequences: false).enumerated()
-    where index == 0 || !(part.isEmpty || part == ".") {
-      parts.append(part)
+    // By bytes, not characters: a slash and a combining mark after it are one Character.
+    let slash = UInt8(ascii: "/")
+    let dot = UInt8(ascii: ".")
+    let bytes = Array(path.utf8)
+    var plain: [UInt8] = []
+    for (index, part) in bytes.split(separator: slash, omittingEmptySubsequences: false).enumerated()
+    where index == 0 || !(part.isEmpty || part.elementsEqual([dot])) {
+      if index > 0 { plain.append(slash) }
+      plain += part
     }
-    var plain = parts.joined(separator: "/")
     // `dir/.` and `dir//` end on an empty name or a dropped one: say the directory with one slash.
-    if path.hasSuffix("/") || path.hasSuffix("/."), !plain.hasSuffix("/") { plain += "/" }
-    return plain.isEmpty ? path : plain
+    if bytes.last == slash || bytes.suffix(2).elementsEqual([slash, dot]), plain.last != slash { plain.append(slash) }
+    return plain.isEmpty ? path : String(decoding: plain, as: UTF8.self)
   }
 
   /// A symlink's target, searched for every form of every canary: one finding per form found

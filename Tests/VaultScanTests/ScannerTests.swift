@@ -329,6 +329,9 @@ final class LeakCorpusTests: XCTestCase {
     XCTAssertEqual(Scanner.plainPath("//x//y/"), "/x/y/")
     XCTAssertEqual(Scanner.plainPath("./a/./b/."), "./a/b/")
     XCTAssertEqual(Scanner.plainPath("a/../b"), "a/../b")
+    XCTAssertEqual(Scanner.plainPath("/."), "/")
+    XCTAssertEqual(Scanner.plainPath("."), ".")
+    XCTAssertEqual(Scanner.plainPath("a//\u{301}b"), "a/\u{301}b", "a slash before a combining mark")
     // One that ends on the slash (a second review: reported nowhere).
     XCTAssertEqual(try scan(tree, canaries: ["/acct/"]).findings.map(\.file), [tree + "\\{canary}4242"])
     let name = String(repeating: "abcd", count: 60)
