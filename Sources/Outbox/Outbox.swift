@@ -292,7 +292,7 @@ public final class Outbox: @unchecked Sendable {
       do {
         if fresh {
           goOn = try await deliver(
-            claim, attempted: &attempted, refusals: &refusals, pass: &pass, stops: stopsAtStart)
+            claim, attempted: &attempted, refusals: &refusals, pass: &pass, stops: stopsAtStart, dueBy: start)
         }
         try claim.releaseUnsettled()
       } catch {
@@ -325,13 +325,18 @@ public final class Outbox: @unchecked Sendable {
   /// attempts not counted.
   ///
   /// When both records were refused in an earlier pass too, they may be the messages and not the
-  /// endpoint (a server that answers 429 to one body): one record this claim holds that was never
-  /// attempted is sent first, and the pass goes on only if the server takes it (or answers about
-  /// it alone). Without that, two such messages, first in every claim, held back every other for
-  /// as long as parking took (a day by default). Against an endpoint that refuses everything, a
-  /// pass costs one request more.
+  /// endpoint (a server that answers 429 to one body): what the claim still holds goes back, one
+  /// record is sent alone first, the due record of the queue tried least (never, if there is one;
+  /// the oldest of those), and the pass goes on with a new claim only if the server takes it (or
+  /// answers about it alone). Without that, two such messages, first in every claim, held back
+  /// every other for as long as parking took (a day by default); with the probe looked for only
+  /// among records never attempted in the claim at hand, they still did with claims of one message
+  /// (over 2 MiB each, or `batch: 1`), and once every message had failed once (an outside review:
+  /// a server answering 500 for a second). Against an endpoint that refuses everything, a pass
+  /// costs one request more, and its probes go round the queue.
   private func deliver(
-    _ claim: Claim, attempted: inout Set<UUID>, refusals run: inout Refusals, pass: inout Pass, stops: Int
+    _ claim: Claim, attempted: inout Set<UUID>, refusals run: inout Refusals, pass: inout Pass, stops: Int,
+    dueBy start: Date
   ) async throws -> Bool {
     for record in claim.records where !attempted.contains(record.id) {
       if passShouldEnd(stops) { return true }
@@ -339,16 +344,21 @@ public final class Outbox: @unchecked Sendable {
       if case .endpointRefused = outcome {
         run.count += 1
         run.onlyRepeats = run.onlyRepeats && record.attempts > 1
-        // The probe: the first record never attempted that is still this claim's (one lost
-        // meanwhile is passed over, and is not tried again).
-        while run.count >= 2, run.onlyRepeats,
-          let probe = claim.records.first(where: { !attempted.contains($0.id) && $0.attempts == 1 })
-        {
+        if run.count >= 2, run.onlyRepeats {
+          // Every due record may be the probe: what this claim holds goes back first.
+          try claim.releaseUnsettled()
+          while !passShouldEnd(stops) {
+            // None left to probe with: the outcome stands, and the pass ends.
+            guard let answer = try await probe(attempted: &attempted, pass: &pass, dueBy: start) else { break }
+            if case .lost = answer { continue }  // passed over, and not tried again
+            outcome = answer
+            break
+          }
+          if case .answered = outcome {
+            run = Refusals()
+            return true  // on with a new claim
+          }
           if passShouldEnd(stops) { return true }
-          let answer = try await attempt(probe, claim, &attempted, &pass)
-          if case .lost = answer { continue }
-          outcome = answer
-          break
         }
       }
       switch outcome {
@@ -371,6 +381,25 @@ public final class Outbox: @unchecked Sendable {
       }
     }
     return true
+  }
+
+  /// Sends the due record of the queue tried least, claimed for it alone; nil when there is none
+  /// (or only one this pass attempted already, given back since by another deliverer). What the
+  /// attempt did not settle goes back.
+  private func probe(attempted: inout Set<UUID>, pass: inout Pass, dueBy start: Date) async throws -> Attempt? {
+    let records = try await storage { [container, queue, lease] in
+      try container.claimLeastAttempted(queue: queue, lease: lease, dueBy: start)
+    }
+    guard let probe = records.first else { return nil }
+    let claim = Claim(container: container, records: records, lease: lease)
+    do {
+      let answer = attempted.contains(probe.id) ? nil : try await attempt(probe, claim, &attempted, &pass)
+      try claim.releaseUnsettled()
+      return answer
+    } catch {
+      _ = try? claim.releaseUnsettled()
+      throw error
+    }
   }
 
   /// Answers that speak of the endpoint (429, 503, no answer) in a row, in one pass: two end it.

@@ -40,6 +40,24 @@ extension QueueContainer {
   public func claim(
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
+    try claim(queue: queue, maxCount: maxCount, maxBytes: maxBytes, lease: lease, dueBy: dueBy, leastAttempted: false)
+  }
+
+  /// Claims the due record of `queue` with the fewest attempts counted (the oldest of those),
+  /// wherever it is in the queue: what a delivery pass sends to tell a server that refuses some
+  /// messages from one that refuses everything, once two records were refused in a row. A record
+  /// never attempted comes first; with none, the one tried least, so that probes of an endpoint
+  /// refusing everything go round the queue rather than trying one record again and again.
+  /// Otherwise as `claim(queue:maxCount:maxBytes:lease:dueBy:)` with `maxCount` 1.
+  ///
+  /// - Returns: that record, opened; empty when none is due.
+  package func claimLeastAttempted(queue: String, lease: TimeInterval, dueBy: Date?) throws -> [ClaimedRecord] {
+    try claim(queue: queue, maxCount: 1, maxBytes: 0, lease: lease, dueBy: dueBy, leastAttempted: true)
+  }
+
+  private func claim(
+    queue: String, maxCount: Int, maxBytes: Int, lease: TimeInterval, dueBy: Date?, leastAttempted: Bool
+  ) throws -> [ClaimedRecord] {
     try withStorage { storage in
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
       var (leasedAt, now, leaseUntil) = (UInt64(0), Int64(0), Int64(0))
@@ -54,15 +72,25 @@ extension QueueContainer {
         let due = dueBy.map { min(milliseconds($0) - 1, now) } ?? now
         try expire(storage, now: now)
         var bytes = 0
-        try storage.statement(
+        // The row is chosen first and read after, so that the sort holds no envelope.
+        let select: StaticString =
+          leastAttempted
+          ? """
+          SELECT id, envelope, attempts, size, created_at, key_version FROM records
+          WHERE seq = (
+            SELECT seq FROM records WHERE queue = ?1 AND (
+              (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
+              OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
+            ORDER BY attempts, seq LIMIT ?3)
           """
+          : """
           SELECT id, envelope, attempts, size, created_at, key_version FROM records
           WHERE queue = ?1 AND (
             (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
             OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
           ORDER BY seq LIMIT ?3
           """
-        ).query([
+        try storage.statement(select).query([
           .text(queue), .integer(now), .integer(Int64(max(maxCount, 0))), .integer(due),
           .integer(now + Self.span(configuration.maximumDelay)),
           .integer(now + Self.span(configuration.maximumLease)),

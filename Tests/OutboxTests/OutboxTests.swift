@@ -276,8 +276,8 @@ final class OutboxTests: XCTestCase {
         return refusal
       }
       let pass = try Outbox(container: container, transport: refusing, lease: 0.2).deliverDueWaiting()
-      XCTAssertEqual(refusing.callCount, 2, "\(refusal): two refusals, and no message left to probe with")
-      XCTAssertEqual(pass.retrying, 2, "\(refusal)")
+      XCTAssertEqual(refusing.callCount, 3, "\(refusal): two refusals, and one probe (a message tried once)")
+      XCTAssertEqual(pass.retrying, 3, "\(refusal)")
       XCTAssertEqual(try container.list(state: .pending).count, 20, "\(refusal)")
     }
   }
@@ -297,9 +297,82 @@ final class OutboxTests: XCTestCase {
       XCTAssertEqual(try outbox.deliverDueWaiting().retrying, 2, "\(refusal): large messages, one per claim")
       XCTAssertEqual(refusing.callCount, 2, "\(refusal)")
       clock.advance(600)
-      // The probe is looked for in the claim at hand: a claim of one message holds none.
+      // Claims of one: the first large message (refused before), then the second (never
+      // attempted): two refusals in a row, not both repeats, end the pass without a probe.
       XCTAssertEqual(try outbox.deliverDueWaiting(batch: 1).retrying, 2, "\(refusal): claims of one")
       XCTAssertEqual(refusing.callCount, 4, "\(refusal)")
+    }
+  }
+
+  /// With claims of one message (`batch: 1`, or messages over 2 MiB), two messages the server keeps
+  /// refusing, first in line, held back every other until they parked (a day by default): the
+  /// probe was looked for only in the claim at hand, which holds none. It is the oldest message
+  /// never attempted, claimed for it alone.
+  func testTwoRefusedMessagesDoNotHoldBackTheOthersWithClaimsOfOne() throws {
+    for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
+      .enumerated()
+    {
+      for large in [false, true] {
+        let container = try ownContainer(
+          "alone-\(index)-\(large)",
+          QueueConfiguration(byteCap: 100_000_000, backoff: BackoffPolicy(base: 1, cap: 10)))
+        let poison = UInt8(ascii: "P")
+        let poisoned = BodyTransport { $0.first == poison ? refusal : .delivered }
+        let outbox = Outbox(container: container, transport: poisoned)
+        let size = large ? 2_200_000 : 10
+        for _ in 0..<2 { try outbox.send([poison] + [UInt8](repeating: 0x41, count: size)) }
+        for message in 0..<4 {
+          try outbox.send([UInt8(ascii: "0") + UInt8(message)] + [UInt8](repeating: 0x41, count: size))
+        }
+        let batch = large ? 50 : 1
+        let first = try outbox.deliverDueWaiting(batch: batch)
+        XCTAssertEqual(
+          [first.delivered, first.retrying, poisoned.callCount], [0, 2, 2], "\(refusal), large: \(large)")
+        clock.advance(600)
+        let second = try outbox.deliverDueWaiting(batch: batch)
+        XCTAssertEqual(
+          [second.delivered, second.retrying, poisoned.callCount], [4, 2, 8], "\(refusal), large: \(large)")
+        XCTAssertEqual(try container.list(state: .pending).count, 2, "only the two refused wait")
+
+        // Then the endpoint refuses everything: each pass sends the two refused before and the
+        // oldest message never attempted, and ends.
+        let refusing = BodyTransport { _ in refusal }
+        let stalled = Outbox(container: container, transport: refusing)
+        for message in 0..<3 {
+          try stalled.send([UInt8(ascii: "N") + UInt8(message)] + [UInt8](repeating: 0x41, count: size))
+        }
+        var counts: [Int] = []
+        for _ in 0..<3 {
+          clock.advance(600)
+          let before = refusing.callCount
+          XCTAssertEqual(try stalled.deliverDueWaiting(batch: batch).delivered, 0)
+          counts.append(refusing.callCount - before)
+        }
+        XCTAssertEqual(counts, [3, 3, 3], "\(refusal), large: \(large)")
+        XCTAssertEqual(try container.list().map(\.attempts), [5, 5, 1, 1, 1], "\(refusal), large: \(large)")
+      }
+    }
+  }
+
+  /// Two messages the server keeps refusing do not hold back others that failed once before (an
+  /// outside review: after a server answered 500 for a second, every message had been attempted,
+  /// the probe was looked for only among messages never attempted, and three good messages waited
+  /// behind the two refused for 40 passes): the probe is the message tried least.
+  func testTwoRefusedMessagesDoNotHoldBackOthersThatFailedBefore() throws {
+    for (index, refusal) in [DeliveryResult.retry(kind: "http-429", after: 0), .unreachable(kind: "timed-out")]
+      .enumerated()
+    {
+      let container = try ownContainer("blip-\(index)")
+      let poison = UInt8(ascii: "P")
+      let down = Outbox(container: container, transport: BodyTransport { _ in .retry(kind: "http-500", after: nil) })
+      for _ in 0..<2 { try down.send([poison, 0x41]) }
+      for message in 0..<4 { try down.send([UInt8(ascii: "0") + UInt8(message)]) }
+      XCTAssertEqual(try down.deliverDueWaiting().retrying, 6, "\(refusal): the server answered 500 to each")
+      clock.advance(600)
+      let poisoned = BodyTransport { $0.first == poison ? refusal : .delivered }
+      let pass = try Outbox(container: container, transport: poisoned).deliverDueWaiting()
+      XCTAssertEqual([pass.delivered, pass.retrying, poisoned.callCount], [4, 2, 6], "\(refusal)")
+      XCTAssertEqual(try container.list().map(\.attempts), [2, 2], "\(refusal): only the two refused wait")
     }
   }
 
