@@ -32,6 +32,18 @@ package final class DeliveryLoop: @unchecked Sendable {
   /// A wake this much after a record's due time finds it due (the container keeps milliseconds).
   static let slack: TimeInterval = 0.01
 
+  /// The longest wait between passes for a configured `period`: NaN is 60 s (a period that is not
+  /// a number made every wait end at once, a busy loop); at least 10 ms (0 or less made a pass
+  /// every millisecond, an outside review); at most a day (an infinite period, or one of 1e10 s,
+  /// made `NSCondition.wait(until:)` trap, killing the app after its first pass).
+  package static func waitingPeriod(_ period: TimeInterval) -> TimeInterval {
+    period.isNaN ? 60 : min(max(period, minimumPeriod), maximumPeriod)
+  }
+
+  /// The shortest and longest waits between passes.
+  package static let minimumPeriod: TimeInterval = 0.01
+  package static let maximumPeriod: TimeInterval = 86_400
+
   /// - Parameters:
   ///   - name: the thread's name.
   ///   - period: the longest wait between passes, read before each wait (a power policy may stretch it).
@@ -124,10 +136,7 @@ package final class DeliveryLoop: @unchecked Sendable {
       switch pass(reset) {
       case .finish: return
       case .wait(let dueIn):
-        // A period that is not a number would make every wait end at once (a busy loop): 60 s.
-        let every = period()
-        let wait = min(max(every.isNaN ? 60 : every, 0.001), dueIn.map { max($0, 0) + Self.slack } ?? .infinity)
-        deadline = Date() + wait
+        deadline = Date() + min(Self.waitingPeriod(period()), dueIn.map { max($0, 0) + Self.slack } ?? .infinity)
       }
     }
   }

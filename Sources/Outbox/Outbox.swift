@@ -77,10 +77,13 @@ public final class Outbox: @unchecked Sendable {
   ///   - queue: the queue within the container (so one container can hold several outboxes).
   ///   - transport: how a message reaches its server (`HTTPBodyTransport`, `HTTPJSONTransport`, or
   ///     the app's own).
-  ///   - interval: the longest the background loop waits between passes.
-  ///   - lease: how long a claimed record stays with this deliverer (renewed as a pass goes,
-  ///     before each send); make it more than twice the transport's timeout, or a message still
-  ///     being sent when the lease ends may be sent again by another deliverer.
+  ///   - interval: the longest the background loop waits between passes, in seconds: at least
+  ///     0.01 and at most a day (86,400; infinity too); NaN is 60.
+  ///   - lease: how long a claimed record stays with this deliverer, in seconds (renewed as a pass
+  ///     goes, before each send); make it more than twice the transport's timeout, or a message
+  ///     still being sent when the lease ends may be sent again by another deliverer. Less than 1
+  ///     is 1, NaN is 120: a lease of 0 had two deliverers take each other's messages without end
+  ///     (an outside review: one message sent 16 times, none deleted).
   ///   - logger: where the loop logs ids, counts and error kinds (never payloads); silent by default.
   public init(
     container: QueueContainer, queue: String = "outbox", transport: any Transport, interval: TimeInterval = 30,
@@ -90,7 +93,7 @@ public final class Outbox: @unchecked Sendable {
     self.queue = queue
     self.transport = transport
     self.interval = interval
-    self.lease = lease
+    self.lease = lease.isNaN ? 120 : max(lease, 1)
     self.logger = logger
   }
 
@@ -262,7 +265,8 @@ public final class Outbox: @unchecked Sendable {
   /// the pass also cuts the request in flight short; that record stays queued (it may or may not
   /// have arrived).
   ///
-  /// - Parameter batch: the most records claimed at a time (and at most 4 MiB of envelopes).
+  /// - Parameter batch: the most records claimed at a time (and at most 4 MiB of envelopes); less
+  ///   than 1 is 1 (0 sent nothing, and said nothing).
   /// - Returns: what the pass did, and how many records are still pending.
   /// - Throws: storage errors (`QueueError`), and `KeyStoreError` (or the vault's other errors)
   ///   when a key cannot be read right now; what the pass claimed and did not settle is given
@@ -281,7 +285,7 @@ public final class Outbox: @unchecked Sendable {
     var refusals = Refusals()
     while !passShouldEnd(stopsAtStart) {
       let records = try await storage { [container, queue, lease] in
-        try container.claim(queue: queue, maxCount: batch, maxBytes: 4 << 20, lease: lease, dueBy: start)
+        try container.claim(queue: queue, maxCount: max(batch, 1), maxBytes: 4 << 20, lease: lease, dueBy: start)
       }
       if records.isEmpty { break }
       let claim = Claim(container: container, records: records, lease: lease)

@@ -72,7 +72,7 @@ public struct PowerPolicy: Equatable, Sendable {
   /// Makes a policy.
   ///
   /// - Parameters:
-  ///   - stretch: the factor applied to the interval when power is short.
+  ///   - stretch: the factor applied to the interval when power is short (below 1, or NaN: 1).
   ///   - lowBattery: the charge, in percent, at or below which a discharging battery counts as low.
   public init(stretch: Double = 4, lowBattery: Int = 20) {
     self.stretch = stretch
@@ -85,9 +85,11 @@ public struct PowerPolicy: Equatable, Sendable {
   ///   - base: the configured interval, in seconds.
   ///   - state: the power state just read.
   /// - Returns: `base × stretch` in power-saver, or on a discharging battery at or below
-  ///   `lowBattery` percent (an unknown charge counts as 100); else `base`.
+  ///   `lowBattery` percent (an unknown charge counts as 100); else `base`. A stretch below 1, or
+  ///   NaN, is taken as 1: short power never makes the loop run more often (a stretch of 0 made
+  ///   it run as often as it could, an outside review).
   public func interval(base: TimeInterval, state: PowerState) -> TimeInterval {
     let low = state.onBattery && (state.batteryPercent ?? 100) <= lowBattery
-    return state.powerSaver || low ? base * stretch : base
+    return state.powerSaver || low ? base * (stretch >= 1 ? stretch : 1) : base
   }
 }

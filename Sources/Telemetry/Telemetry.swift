@@ -20,8 +20,10 @@ public struct TelemetryConfiguration: Sendable {
   /// Makes a configuration; the defaults are what `vault telemetry` uses.
   ///
   /// - Parameters:
-  ///   - batchLimit: the largest compressed batch body, in bytes (256 KiB by default).
-  ///   - interval: the loop's period, in seconds (60 by default).
+  ///   - batchLimit: the largest compressed batch body, in bytes (256 KiB by default; less than
+  ///     512 bytes is 512: a limit of 0 sent every event to review as `too-large`).
+  ///   - interval: the loop's period, in seconds (60 by default): at least 0.01 and at most a
+  ///     day (86,400; infinity too), after the power policy's stretch; NaN is 60.
   ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1).
   ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default).
   public init(
@@ -32,6 +34,10 @@ public struct TelemetryConfiguration: Sendable {
     self.claimCount = claimCount
     self.requestBudget = requestBudget
   }
+
+  /// `batchLimit`, at least 512 bytes: below that, small events alone did not fit, and every event
+  /// was moved to review as `too-large`, for good (an outside review, with a limit of 0 or 60).
+  var effectiveBatchLimit: Int { max(batchLimit, 512) }
 }
 
 /// What one flush pass did, in events.
@@ -497,7 +503,7 @@ public final class Telemetry: @unchecked Sendable {
       let held = try claim.keep()
       remaining.removeAll { !held.contains($0.id) }
       if remaining.isEmpty { return }
-      let packed = try BatchPacker.pack(remaining, limit: configuration.batchLimit)
+      let packed = try BatchPacker.pack(remaining, limit: configuration.effectiveBatchLimit)
       if !packed.oversized.isEmpty { settle(.reject(kind: "too-large"), packed.oversized, claim, &report) }
       guard let batch = packed.batch else { return }
       if splitting {
@@ -552,7 +558,7 @@ public final class Telemetry: @unchecked Sendable {
     case .status(413, let retryAfter) where events.count <= 1:
       // A small event cannot be "too large": a server refusing it has a fault (a 413 storm from
       // a misconfigured proxy moved thousands of ~200-byte events to review for good).
-      if batch.body.count * 4 <= configuration.batchLimit {
+      if batch.body.count * 4 <= configuration.effectiveBatchLimit {
         settle(
           .retry(kind: "http-413", after: HTTPStatusPolicy.parseRetryAfter(retryAfter, now: clock())), batch.ids,
           claim, &report)

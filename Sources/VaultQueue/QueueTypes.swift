@@ -114,15 +114,17 @@ public struct QueueConfiguration: Sendable {
   /// Makes a configuration; the defaults are what `vault` itself uses. Times are in seconds; a
   /// container takes a time that is not a number (NaN) as its default (no limit for
   /// `maximumAge`), a `maximumLease` of 0 or less as its default too, another negative time as
-  /// 0, and one beyond about 31,700 years (infinity) as that.
+  /// 0 (except `maximumAge`, refused), and one beyond about 31,700 years (infinity) as that.
   ///
   /// Processes sharing a container should share these settings: due times and leases are judged
   /// by each reader's `maximumDelay` and `maximumLease`.
   ///
   /// - Parameters:
-  ///   - byteCap: envelope bytes the container may hold (20 MB by default).
+  ///   - byteCap: envelope bytes the container may hold (20 MB by default); 0 or less is refused
+  ///     when a container is opened for writing (`QueueError.invalidConfiguration`).
   ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
-  ///     for no limit.
+  ///     for no limit; 0 or less is refused when a container is opened for writing (it would drop
+  ///     every record, each as soon as it was stored).
   ///   - attemptCeiling: server refusals before a record is parked (10 by default).
   ///   - parkAfter: the least time from a record's first server refusal to its parking, in
   ///     seconds (24 hours by default; 0 parks on the `attemptCeiling`th refusal alone).
@@ -166,6 +168,20 @@ public struct QueueConfiguration: Sendable {
     // LIMIT -1) re-sealed every record in one transaction, all of them in memory at once.
     if copy.resealBatch < 1 { copy.resealBatch = defaults.resealBatch }
     return copy
+  }
+
+  /// Throws for a value that would lose records: a `byteCap` (every enqueue refused, or every
+  /// record dropped) or a `maximumAge` (every record dropped as soon as it was stored, each
+  /// enqueue said `.stored`: an outside review) of 0 or less.
+  func checkKeepsRecords() throws {
+    if byteCap <= 0 {
+      throw QueueError.invalidConfiguration(parameter: "byteCap", reason: "is \(byteCap), so no record could be kept")
+    }
+    if let maximumAge, maximumAge <= 0 {
+      throw QueueError.invalidConfiguration(
+        parameter: "maximumAge", reason: "is \(maximumAge) s, so every record would be dropped as soon as it was stored"
+      )
+    }
   }
 
   /// The furthest ahead `fail` can schedule a retry: the longer of the backoff cap and the
@@ -536,6 +552,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case fileTooLarge(path: String)
   /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
   case outOfMemory(path: String)
+  /// A `QueueConfiguration` value (`parameter`) that would lose records (`reason` says how):
+  /// a `byteCap` or a `maximumAge` of 0 or less. Nothing was opened.
+  case invalidConfiguration(parameter: String, reason: String)
 
   /// A sentence naming the path, what happened and what to do; never record contents.
   public var description: String {
@@ -554,6 +573,9 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "the container is at its \(cap)-byte cap and holds no older record it may drop (the others are in flight, or in "
         + "queues the cap may not drop from); nothing was stored: retry after delivery"
     case .invalidQueueName: "queue names must be 1–128 bytes of UTF-8 without NUL"
+    case .invalidConfiguration(let parameter, let reason):
+      "the queue configuration's \(parameter) \(reason); nothing was opened: give a positive value (or nil for no "
+        + "age limit)"
     case .outOfMemory(let path):
       "SQLite ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "
         + "was not made and the queue is as it was: raise the limit and retry"
@@ -670,6 +692,7 @@ extension QueueError: CodedError {
     case .unsafeDirectory: "queue.unsafe-directory"
     case .fileTooLarge: "queue.file-too-large"
     case .outOfMemory: "queue.out-of-memory"
+    case .invalidConfiguration: "queue.invalid-configuration"
     }
   }
 }

@@ -172,6 +172,45 @@ final class OutboxLoopTests: XCTestCase {
     XCTAssertEqual(network.watchCount, 0)
   }
 
+  /// An infinite or huge interval waits a day at most: `NSCondition.wait(until:)` trapped on one
+  /// of 1e10 s or more after the first pass, killing the app (an outside review). A message sent
+  /// then is still delivered at once (`send` wakes the loop).
+  func testAnIntervalTooLongToWaitForWaitsADayAndTheLoopLives() throws {
+    for (index, interval) in [TimeInterval.infinity, 1e10, 1e300].enumerated() {
+      let transport = ScriptedTransport()
+      let outbox = Outbox(container: try container("long-\(index)"), transport: transport, interval: interval)
+      try outbox.start()
+      try outbox.send(Array("first".utf8))
+      try waitUntil { transport.callCount == 1 }
+      Thread.sleep(forTimeInterval: 0.3)  // the loop is waiting now
+      try outbox.send(Array("second".utf8))
+      try waitUntil { transport.callCount == 2 }
+      outbox.stop()
+    }
+    XCTAssertEqual(DeliveryLoop.waitingPeriod(.infinity), 86_400)
+    XCTAssertEqual(DeliveryLoop.waitingPeriod(1e10), 86_400)
+    XCTAssertEqual(DeliveryLoop.waitingPeriod(30), 30)
+    XCTAssertEqual(DeliveryLoop.waitingPeriod(.nan), 60)
+    for short: TimeInterval in [0, -1, -.infinity, 1e-9] { XCTAssertEqual(DeliveryLoop.waitingPeriod(short), 0.01) }
+  }
+
+  /// An interval of 0 or less waits 10 ms between passes, not 1 ms (an outside review measured
+  /// 0.6 s of CPU in 3 s of an idle loop): an idle loop makes at most about a hundred passes a second.
+  func testAnIntervalOfZeroIsNotABusyLoop() throws {
+    let passes = LockedValue(0)
+    let loop = DeliveryLoop(
+      name: "test", period: { 0 },
+      pass: { _ in
+        passes.withLock { $0 += 1 }
+        return .wait(dueIn: nil)
+      })
+    try loop.start(network: nil)
+    Thread.sleep(forTimeInterval: 0.5)
+    loop.stop()
+    XCTAssertLessThanOrEqual(passes.withLock { $0 }, 60, "at most one pass per 10 ms, and one at start")
+    XCTAssertGreaterThan(passes.withLock { $0 }, 1, "the loop still runs")
+  }
+
   /// An async transport and a synchronous one deliver alike; the synchronous one never runs on a
   /// thread of the concurrency pool's task (it is handed to a thread of its own).
   func testAsyncAndSynchronousTransportsBothDeliver() throws {

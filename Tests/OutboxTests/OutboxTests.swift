@@ -262,8 +262,8 @@ final class OutboxTests: XCTestCase {
       XCTAssertEqual(try failing.deliverDueWaiting().retrying, 20)
       clock.advance(600)
       let leaving = try failing.send(Array("never attempted".utf8)).id
-      // The first request takes long enough that the claim renews its leases (half of 0.2 s)
-      // and finds the new message gone: the app acked it meanwhile.
+      // The first request takes long enough that the claim renews its leases (half of 1 s, the
+      // shortest lease) and finds the new message gone: the app acked it meanwhile.
       let calls = LockedValue(0)
       let refusing = BodyTransport { _ in
         if calls.withLock({
@@ -272,10 +272,10 @@ final class OutboxTests: XCTestCase {
         }) == 1 {
           try? container.ack([leaving])
         }
-        Thread.sleep(forTimeInterval: 0.15)
+        Thread.sleep(forTimeInterval: 0.6)
         return refusal
       }
-      let pass = try Outbox(container: container, transport: refusing, lease: 0.2).deliverDueWaiting()
+      let pass = try Outbox(container: container, transport: refusing, lease: 1).deliverDueWaiting()
       XCTAssertEqual(refusing.callCount, 3, "\(refusal): two refusals, and one probe (a message tried once)")
       XCTAssertEqual(pass.retrying, 3, "\(refusal)")
       XCTAssertEqual(try container.list(state: .pending).count, 20, "\(refusal)")
@@ -373,6 +373,39 @@ final class OutboxTests: XCTestCase {
       let pass = try Outbox(container: container, transport: poisoned).deliverDueWaiting()
       XCTAssertEqual([pass.delivered, pass.retrying, poisoned.callCount], [4, 2, 6], "\(refusal)")
       XCTAssertEqual(try container.list().map(\.attempts), [2, 2], "\(refusal): only the two refused wait")
+    }
+  }
+
+  /// A batch below 1 claims one message at a time: `deliverDue(batch: 0)` sent nothing, and said
+  /// nothing (an outside review).
+  func testABatchBelowOneIsOne() throws {
+    for batch in [0, -1, Int.min] {
+      let transport = ScriptedTransport()
+      let outbox = Outbox(container: container, transport: transport)
+      for index in 0..<3 { try outbox.send(Array("message \(index)".utf8)) }
+      XCTAssertEqual(try outbox.deliverDueWaiting(batch: batch).delivered, 3, "batch \(batch)")
+      XCTAssertEqual(transport.callCount, 3)
+    }
+  }
+
+  /// A lease below 1 s is 1 s, and NaN 120 s: with a lease of 0 another deliverer could take a
+  /// message while it was being sent, and two deliverers sent one message over and over and
+  /// deleted none (an outside review: 16 sends of one message, none deleted).
+  func testALeaseOfZeroStillHoldsAMessageWhileItIsSent() throws {
+    let other = try QueueContainer(path: container.path, vault: vault, clock: clock.function)
+    for lease: TimeInterval in [0, -5, 1e-9, .nan] {
+      let taken = LockedValue<[Int]>([])
+      let transport = BodyTransport { [clock] _ in
+        clock!.advance(0.4)  // the send takes 0.4 s
+        let count = (try? other.claim(queue: "outbox", lease: 120).count) ?? -1
+        taken.withLock { $0.append(count) }
+        return .delivered
+      }
+      let outbox = Outbox(container: container, transport: transport, lease: lease)
+      try outbox.send(Array("one".utf8))
+      XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 1, "lease \(lease)")
+      XCTAssertEqual(taken.withLock { $0 }, [0], "lease \(lease): nobody else took it while it was sent")
+      XCTAssertEqual(try container.list(), [], "lease \(lease): deleted once delivered")
     }
   }
 

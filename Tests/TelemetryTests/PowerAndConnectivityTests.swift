@@ -48,6 +48,15 @@ final class PowerTests: XCTestCase {
     XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 50, onBattery: true)), 60)
     XCTAssertEqual(policy.interval(base: 60, state: PowerState(batteryPercent: 20, onBattery: true)), 240)
   }
+
+  /// A stretch below 1 (or NaN) never makes short power run the loop more often: a stretch of 0
+  /// made the loop run as often as it could in power-saver (an outside review).
+  func testAStretchBelowOneIsOne() {
+    for stretch in [0, -1, 0.5, .nan, -.infinity] {
+      XCTAssertEqual(PowerPolicy(stretch: stretch).interval(base: 60, state: PowerState(powerSaver: true)), 60)
+    }
+    XCTAssertEqual(PowerPolicy(stretch: 1.5).interval(base: 60, state: PowerState(powerSaver: true)), 90)
+  }
 }
 
 final class ConnectivityTests: XCTestCase {

@@ -237,6 +237,21 @@ final class TelemetryDeliveryTests: XCTestCase {
     return telemetry
   }
 
+  /// A batch limit below 512 bytes is 512: with 0, -1 or 60 every event went to review as
+  /// `too-large`, for good (an outside review).
+  func testABatchLimitTooSmallForAnyEventIsRaised() throws {
+    for limit in [0, -1, Int.min, 60] {
+      let sender = ScriptedSender()
+      let telemetry = Telemetry(
+        container: container, configuration: TelemetryConfiguration(batchLimit: limit), tokens: CountingTokens(),
+        sender: sender, clock: clock.function)
+      for i in 0..<5 { try telemetry.log(type: "tap", payload: ["n": .number(Double(i))]) }
+      let report = try telemetry.flush()
+      XCTAssertEqual([report.delivered, report.rejected], [5, 0], "batch limit \(limit)")
+      XCTAssertEqual(try container.list(queue: "telemetry"), [], "batch limit \(limit)")
+    }
+  }
+
   /// A 403 is refused credentials: the batch waits with backoff (its attempt counted, as for any
   /// refusal) and the pass ends, so a wrong token sends no other batch to the same refusal and
   /// moves nothing to parking or review.
