@@ -233,6 +233,9 @@ public final class HTTPClient: @unchecked Sendable {
     {
       return .status(status, retryAfter: exchange.retryAfter)
     }
+    // A whole answer whose status is no HTTP status (600 to 999, which libcurl reads): it was
+    // called `incomplete-response`, an answer cut off in its headers (an outside review).
+    if code == CURLE_OK, exchange.headersComplete, status >= 600 { return .unreachable(kind: "malformed-response") }
     return .unreachable(kind: failureKind(code: code, osErrno: osErrno))
   }
 
