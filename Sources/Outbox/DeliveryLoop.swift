@@ -34,15 +34,16 @@ package final class DeliveryLoop: @unchecked Sendable {
 
   /// The longest wait between passes for a configured `period`: NaN is 60 s (a period that is not
   /// a number made every wait end at once, a busy loop); at least 10 ms (0 or less made a pass
-  /// every millisecond, an outside review); at most a day (an infinite period, or one of 1e10 s,
-  /// made `NSCondition.wait(until:)` trap, killing the app after its first pass).
+  /// every millisecond, an outside review); at most a week (an infinite period, or one of 1e10 s,
+  /// made `NSCondition.wait(until:)` trap, killing the app after its first pass; a week keeps
+  /// `vault telemetry watch --interval 86400` four times longer in power-saver, as it says).
   package static func waitingPeriod(_ period: TimeInterval) -> TimeInterval {
     period.isNaN ? 60 : min(max(period, minimumPeriod), maximumPeriod)
   }
 
   /// The shortest and longest waits between passes.
   package static let minimumPeriod: TimeInterval = 0.01
-  package static let maximumPeriod: TimeInterval = 86_400
+  package static let maximumPeriod: TimeInterval = 604_800
 
   /// - Parameters:
   ///   - name: the thread's name.

@@ -78,7 +78,7 @@ public final class Outbox: @unchecked Sendable {
   ///   - transport: how a message reaches its server (`HTTPBodyTransport`, `HTTPJSONTransport`, or
   ///     the app's own).
   ///   - interval: the longest the background loop waits between passes, in seconds: at least
-  ///     0.01 and at most a day (86,400; infinity too); NaN is 60.
+  ///     0.01 and at most a week (604,800; infinity too); NaN is 60.
   ///   - lease: how long a claimed record stays with this deliverer, in seconds (renewed as a pass
   ///     goes, before each send); make it more than twice the transport's timeout, or a message
   ///     still being sent when the lease ends may be sent again by another deliverer. Less than 1
@@ -253,7 +253,9 @@ public final class Outbox: @unchecked Sendable {
 
   /// One delivery pass: every record that is due is attempted at most once, until the server
   /// refuses the credentials (401, 403), or asks to wait (429, 503) or does not answer for two
-  /// records in a row: those wait, and the rest of what the pass claimed goes back untouched.
+  /// records in a row: those wait, and the rest of what the pass claimed goes back untouched
+  /// (when both had been attempted before, one more record is sent first, alone, and the pass
+  /// goes on if the server takes it: see `deliver`).
   ///
   /// Each record is acked as soon as the server has it, and the leases of the records still
   /// waiting are renewed as the pass goes (see `Claim`), so a slow server cannot make them due
@@ -328,7 +330,7 @@ public final class Outbox: @unchecked Sendable {
   /// not answer for two records in a row. The rest of the claim then goes back untouched, its
   /// attempts not counted.
   ///
-  /// When both records were refused in an earlier pass too, they may be the messages and not the
+  /// When both records had been attempted before, they may be the messages and not the
   /// endpoint (a server that answers 429 to one body): what the claim still holds goes back, one
   /// record is sent alone first, the due record of the queue tried least (never, if there is one;
   /// the oldest of those), and the pass goes on with a new claim only if the server takes it (or
@@ -412,7 +414,8 @@ public final class Outbox: @unchecked Sendable {
   private struct Refusals {
     /// How many in a row.
     var count = 0
-    /// Whether every one of them went to a message refused in an earlier pass too.
+    /// Whether every one of them went to a message attempted before (refused, failed, or left in
+    /// flight, in an earlier pass).
     var onlyRepeats = true
   }
 

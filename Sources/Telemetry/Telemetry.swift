@@ -23,7 +23,7 @@ public struct TelemetryConfiguration: Sendable {
   ///   - batchLimit: the largest compressed batch body, in bytes (256 KiB by default; less than
   ///     512 bytes is 512: a limit of 0 sent every event to review as `too-large`).
   ///   - interval: the loop's period, in seconds (60 by default): at least 0.01 and at most a
-  ///     day (86,400; infinity too), after the power policy's stretch; NaN is 60.
+  ///     week (604,800; infinity too), after the power policy's stretch; NaN is 60.
   ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1).
   ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default).
   public init(

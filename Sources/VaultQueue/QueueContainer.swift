@@ -61,8 +61,8 @@ public final class QueueContainer: @unchecked Sendable {
   ///   - clock: the wall clock; `Date.init` by default.
   ///   - random: uniform numbers in [0, 1) for the backoff's jitter.
   ///   - monotonic: the clock that measures age; CLOCK_BOOTTIME by default.
-  /// - Throws: `QueueError.invalidConfiguration` for a `byteCap` or `maximumAge` of 0 or less
-  ///   (unless `.readOnly`); `.registeredContainerMissing` / `.registeredContainerReplaced` when a
+  /// - Throws: `QueueError.invalidConfiguration` for a `byteCap` below 89 bytes or a `maximumAge`
+  ///   under 1 ms (unless `.readOnly`); `.registeredContainerMissing` / `.registeredContainerReplaced` when a
   ///   registered path does not hold the registered container; `.noContainer` when `.existing` or
   ///   `.readOnly` finds none; `.foreignContainer` when it was created by another vault;
   ///   `.corrupt`, `.notAFile` or `.notAQueueContainer` for a file that is not a container;

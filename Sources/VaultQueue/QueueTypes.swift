@@ -1,4 +1,5 @@
 import Foundation
+import Vault
 import VaultCrypto
 import VaultKeys
 
@@ -53,11 +54,16 @@ public struct BackoffPolicy: Sendable, Equatable {
   /// The ceiling of the delay after `attempts` failures (before jitter).
   ///
   /// - Parameter attempts: failures so far; 1 or less gives `base`.
-  /// - Returns: `min(cap, base × 2^(attempts − 1))` seconds (the exponent stops growing at 30).
+  /// - Returns: `min(cap, base × 2^(attempts − 1))` seconds (the exponent stops growing at 30),
+  ///   never less than 0: a negative or NaN `base` or `cap` gives 0 (a container takes a NaN one
+  ///   as its default first).
   public func ceiling(afterAttempts attempts: Int) -> TimeInterval {
     // Clamped before subtracting: `Int.min - 1` would trap (an outside review).
     let exponent = Double(min(max(attempts, 1), 31) - 1)
-    return min(cap, base * pow(2, exponent))
+    // `min` keeps a NaN only as its first argument: checked here, not left to it.
+    guard !base.isNaN, !cap.isNaN else { return 0 }
+    // A negative delay was returned (an outside review).
+    return max(min(cap, base * pow(2, exponent)), 0)
   }
 
   /// The delay after `attempts` failures: the ceiling scaled by `unit` (full jitter).
@@ -120,11 +126,12 @@ public struct QueueConfiguration: Sendable {
   /// by each reader's `maximumDelay` and `maximumLease`.
   ///
   /// - Parameters:
-  ///   - byteCap: envelope bytes the container may hold (20 MB by default); 0 or less is refused
-  ///     when a container is opened for writing (`QueueError.invalidConfiguration`).
+  ///   - byteCap: envelope bytes the container may hold (20 MB by default); less than 89 (the
+  ///     envelope of an empty record) is refused when a container is opened for writing
+  ///     (`QueueError.invalidConfiguration`).
   ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
-  ///     for no limit; 0 or less is refused when a container is opened for writing (it would drop
-  ///     every record, each as soon as it was stored).
+  ///     for no limit; less than 1 ms is refused when a container is opened for writing (it would
+  ///     drop every record, each as soon as it was stored).
   ///   - attemptCeiling: server refusals before a record is parked (10 by default).
   ///   - parkAfter: the least time from a record's first server refusal to its parking, in
   ///     seconds (24 hours by default; 0 parks on the `attemptCeiling`th refusal alone).
@@ -134,7 +141,8 @@ public struct QueueConfiguration: Sendable {
   ///     is taken as the default).
   ///   - capVictims: which records the cap may drop (the oldest of any queue by default); an
   ///     `.only` limit is also stored in the container for every writer.
-  ///   - maximumLease: the longest lease `claim` grants, in seconds (300 by default).
+  ///   - maximumLease: the longest lease `claim` grants, in seconds (300 by default; 0 or less,
+  ///     or NaN, is the default; less than 1 is 1).
   public init(
     byteCap: Int = 20_000_000, maximumAge: TimeInterval? = nil, attemptCeiling: Int = 10,
     backoff: BackoffPolicy = BackoffPolicy(), maximumRetryAfter: TimeInterval = 3600, resealBatch: Int = 500,
@@ -161,6 +169,9 @@ public struct QueueConfiguration: Sendable {
     if copy.maximumRetryAfter.isNaN { copy.maximumRetryAfter = defaults.maximumRetryAfter }
     // A lease of no time would let every claim be taken again at once (a duplicate delivery).
     if copy.maximumLease.isNaN || copy.maximumLease <= 0 { copy.maximumLease = defaults.maximumLease }
+    // Nor of 1 ms: it cut every deliverer's lease to it (an outside review: the outbox's own floor
+    // of 1 s undone, another deliverer took a message while it was being sent).
+    copy.maximumLease = max(copy.maximumLease, 1)
     if copy.backoff.base.isNaN { copy.backoff.base = defaults.backoff.base }
     if copy.backoff.cap.isNaN { copy.backoff.cap = defaults.backoff.cap }
     if copy.maximumAge?.isNaN == true { copy.maximumAge = nil }
@@ -170,14 +181,18 @@ public struct QueueConfiguration: Sendable {
     return copy
   }
 
-  /// Throws for a value that would lose records: a `byteCap` (every enqueue refused, or every
-  /// record dropped) or a `maximumAge` (every record dropped as soon as it was stored, each
-  /// enqueue said `.stored`: an outside review) of 0 or less.
+  /// Throws for a value that would lose records: a `byteCap` below the envelope of an empty
+  /// record, 89 bytes (every enqueue refused), or a `maximumAge` under 1 ms (every record dropped
+  /// as soon as it was stored, each enqueue said `.stored`: an outside review).
   func checkKeepsRecords() throws {
-    if byteCap <= 0 {
-      throw QueueError.invalidConfiguration(parameter: "byteCap", reason: "is \(byteCap), so no record could be kept")
+    // The envelope of an empty record: a smaller cap refused every enqueue as too large.
+    if byteCap < Envelope.overhead {
+      throw QueueError.invalidConfiguration(
+        parameter: "byteCap", reason: "is \(byteCap) bytes, less than the \(Envelope.overhead) of any record's envelope"
+      )
     }
-    if let maximumAge, maximumAge <= 0 {
+    // Under a millisecond, the container's unit, an age limit is 0.
+    if let maximumAge, maximumAge < 0.001 {
       throw QueueError.invalidConfiguration(
         parameter: "maximumAge", reason: "is \(maximumAge) s, so every record would be dropped as soon as it was stored"
       )
@@ -553,7 +568,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
   case outOfMemory(path: String)
   /// A `QueueConfiguration` value (`parameter`) that would lose records (`reason` says how):
-  /// a `byteCap` or a `maximumAge` of 0 or less. Nothing was opened.
+  /// a `byteCap` below 89 bytes or a `maximumAge` under 1 ms. Nothing was opened.
   case invalidConfiguration(parameter: String, reason: String)
 
   /// A sentence naming the path, what happened and what to do; never record contents.

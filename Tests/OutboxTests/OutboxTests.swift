@@ -407,6 +407,22 @@ final class OutboxTests: XCTestCase {
       XCTAssertEqual(taken.withLock { $0 }, [0], "lease \(lease): nobody else took it while it was sent")
       XCTAssertEqual(try container.list(), [], "lease \(lease): deleted once delivered")
     }
+    // Nor does a container's `maximumLease` below 1 s cut the lease under it (a review: 1 ms did).
+    let tiny = QueueConfiguration(maximumLease: 0.001)
+    let shortLived = try ownContainer("tiny-lease", tiny)
+    let sharing = try QueueContainer(path: shortLived.path, vault: vault, configuration: tiny, clock: clock.function)
+    let taken = LockedValue<[Int]>([])
+    let transport = BodyTransport { [clock] _ in
+      clock!.advance(0.4)
+      let count = (try? sharing.claim(queue: "outbox", lease: 120).count) ?? -1
+      taken.withLock { $0.append(count) }
+      return .delivered
+    }
+    let outbox = Outbox(container: shortLived, transport: transport, lease: 60)
+    try outbox.send(Array("one".utf8))
+    XCTAssertEqual(try outbox.deliverDueWaiting().delivered, 1)
+    XCTAssertEqual(taken.withLock { $0 }, [0], "maximumLease 1 ms: nobody else took it while it was sent")
+    XCTAssertEqual(try shortLived.list(), [])
   }
 
   /// Messages the byte cap dropped (a device offline past the cap) are said in the log by the next

@@ -248,6 +248,13 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual([Int.min, -1, 0, Int.max].map { policy.ceiling(afterAttempts: $0) }, [1, 1, 1, 300])
     XCTAssertEqual(policy.delay(afterAttempts: 50, unit: 0.999_999), 300 * 0.999_999, accuracy: 1e-9)
     XCTAssertEqual(policy.delay(afterAttempts: 3, unit: 0), 0)
+    // Never below 0, as documented: a negative or NaN base or cap returned a negative or NaN
+    // delay (an outside review).
+    for odd in [BackoffPolicy(base: -1, cap: 300), BackoffPolicy(base: .nan), BackoffPolicy(cap: -5), .init(cap: .nan)]
+    {
+      XCTAssertEqual(odd.ceiling(afterAttempts: 3), 0, "\(odd)")
+      XCTAssertEqual(odd.delay(afterAttempts: 3, unit: 0.5), 0, "\(odd)")
+    }
   }
 
   func testRejectedRecordsGoToReviewAndAreCounted() throws {
