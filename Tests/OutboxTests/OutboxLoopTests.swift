@@ -175,7 +175,7 @@ final class OutboxLoopTests: XCTestCase {
   /// An infinite or huge interval waits a week at most: `NSCondition.wait(until:)` trapped on one
   /// of 1e10 s or more after the first pass, killing the app (an outside review). A message sent
   /// then is still delivered at once (`send` wakes the loop).
-  func testAnIntervalTooLongToWaitForWaitsADayAndTheLoopLives() throws {
+  func testAnIntervalTooLongToWaitForWaitsAWeekAndTheLoopLives() throws {
     for (index, interval) in [TimeInterval.infinity, 1e10, 1e300].enumerated() {
       let transport = ScriptedTransport()
       let outbox = Outbox(container: try container("long-\(index)"), transport: transport, interval: interval)
