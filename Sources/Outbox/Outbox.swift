@@ -34,8 +34,10 @@ public final class Outbox: @unchecked Sendable {
 
   /// What one delivery pass did.
   public struct Pass: Sendable, Equatable, Codable {
-    /// Records the receiver took (2xx); they are deleted, unless this deliverer's lease on one
-    /// ended meanwhile (then whoever claimed it since settles it).
+    /// Records the receiver took (2xx) and this pass deleted. A 2xx that came after this
+    /// deliverer's lease on the record ended (another deliverer claimed it since, or the app sent
+    /// a new message under the same id) deletes nothing and is not counted here, nor published:
+    /// whoever deletes the record says so.
     public var delivered = 0
     /// Records rescheduled for another attempt (a retryable answer or no answer at all), or left
     /// to whoever claimed them since when this deliverer's lease had ended.
@@ -448,7 +450,10 @@ public final class Outbox: @unchecked Sendable {
     // since under the same id (the container's own `ack` deleted it unsent).
     switch result {
     case .delivered:
-      _ = try await storage { try claim.ack([id]) }
+      // Counted and told once, by the deliverer whose ack deletes the record: when this lease
+      // passed to another deliverer during the exchange, that one says so; when the app sent a
+      // new message under the same id since, "delivered" would have been said of it, unsent.
+      guard try await storage({ try claim.ack([id]) }).contains(id) else { return .answered }
       pass.delivered += 1
       logger.debug("delivered", metadata: ["queue": queue, "id": id.uuidString.lowercased()])
       hub.publish(.delivered(ids: [id]))

@@ -604,9 +604,12 @@ public final class Telemetry: @unchecked Sendable {
     do {
       switch result.withNamedKind {
       case .delivered:
-        try claim.ack(ids)
-        report.delivered += ids.count
-        published(.delivered(ids: ids))
+        // Counted and told only for what this pass deleted: a late 200 (the lease passed to
+        // another deliverer, or the app logged a new event under the same id since) said
+        // "delivered" of events it never sent.
+        let acked = try claim.ack(ids)
+        report.delivered += acked.count
+        if !acked.isEmpty { published(.delivered(ids: ids.filter(acked.contains))) }
       case .retry(let kind, let after):
         let outcomes = try claim.fail(ids, errorKind: kind, retryAfter: after, sharedDelay: true)
         let parked = outcomes.values.filter { $0 == .parked }.count

@@ -779,7 +779,9 @@ extension OutboxLeaseTests {
       return .delivered
     }
     let late = Outbox(container: container, transport: transport, lease: 120)
-    _ = try late.deliverDueWaiting()
+    let pass = try late.deliverDueWaiting()
+    // Nor does it say "delivered" of them: the id now names the edited memo, never sent.
+    XCTAssertEqual(pass.delivered, 0, "its late 2xx deleted nothing, so it reports no delivery")
     let rows = Dictionary(uniqueKeysWithValues: try container.list(queue: "outbox").map { ($0.id, $0.state) })
     XCTAssertEqual(rows[reused], .pending, "the edited memo was never sent: it must still be queued")
     XCTAssertEqual(rows[sending], .inFlight, "the other deliverer still holds the second memo")
