@@ -744,3 +744,88 @@ extension TelemetryDeliveryTests {
     XCTAssertEqual(try container.list(queue: Telemetry.queueName).map(\.state), [.inFlight], "the other's event")
   }
 }
+
+extension TelemetryDeliveryTests {
+  /// Logs `count` events and returns their ids, in order.
+  private func logged(_ count: Int) throws -> [UUID] {
+    let logger = Telemetry(container: container, tokens: CountingTokens(), sender: NoBatchSender())
+    return try (0..<count).map { index in
+      let id = UUID()
+      try logger.log(type: "tap", payload: ["n": .number(Double(index))], id: id)
+      return id
+    }
+  }
+
+  /// A sender answering `refusal` to any batch holding one of `refused`, 200 to the rest, keeping
+  /// the ids of every batch it was given.
+  private func refusing(_ refused: Set<UUID>, with refusal: Int = 400) -> (LateAnswerSender, LockedValue<[[UUID]]>) {
+    let batches = LockedValue<[[UUID]]>([])
+    let sender = LateAnswerSender { batch in
+      batches.withLock { $0.append(batch.ids) }
+      return .status(batch.ids.contains(where: refused.contains) ? refusal : 200, retryAfter: nil)
+    }
+    return (sender, batches)
+  }
+
+  /// One event the collector refuses for what it holds (400, 422) no longer sends its whole batch
+  /// to review (an outside review: good events shared the bad one's fate, in review for good):
+  /// each half is sent, and the refused half split again, down to that event.
+  func testOneRefusedEventGoesToReviewAloneAndTheRestOfItsBatchIsDelivered() throws {
+    for refusal in [400, 422] {
+      let ids = try logged(9)
+      let bad = ids[6]
+      let (sender, batches) = refusing([bad], with: refusal)
+      let telemetry = Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+      let report = try telemetry.flush()
+      XCTAssertEqual([report.delivered, report.rejected], [8, 1], "\(refusal)")
+      let left = try container.list(queue: Telemetry.queueName)
+      XCTAssertEqual(left.map(\.id), [bad])
+      XCTAssertEqual(left.map(\.state), [.review])
+      XCTAssertEqual(left.map(\.errorKind), ["http-\(refusal)"])
+      let sent = batches.withLock { $0 }
+      XCTAssertEqual(sent.first?.count, 9, "the whole batch first")
+      XCTAssertLessThanOrEqual(sent.count, 1 + 2 * 4, "two requests a halving")
+      XCTAssertEqual(Set(sent.filter { !$0.contains(bad) }.joined()), Set(ids).subtracting([bad]), "each good one sent")
+      try container.ack([bad])
+    }
+  }
+
+  /// A collector that refuses every batch for what it holds costs two requests more than before
+  /// (both halves refused: more than one event, or everything), and the events go to review as
+  /// they did.
+  func testACollectorRefusingEverythingCostsTwoMoreRequests() throws {
+    let ids = try logged(30)
+    let (sender, batches) = refusing(Set(ids))
+    let report = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+      .flush()
+    XCTAssertEqual([report.delivered, report.rejected], [0, 30])
+    XCTAssertEqual(batches.withLock { $0.map(\.count) }, [30, 15, 15])
+    XCTAssertEqual(Set(try container.list(queue: Telemetry.queueName).map(\.state)), [.review])
+  }
+
+  /// The halving does not spend the pass's request budget (for 413 splits): cut short by it, the
+  /// search began again from the whole batch each pass and never got deeper than the budget
+  /// allowed, so the bad event was never found. With a budget of 0, the batch goes to review
+  /// whole, as before.
+  func testNarrowingDownARefusedEventDoesNotSpendTheRequestBudget() throws {
+    for budget in [1, 0] {
+      let ids = try logged(9)
+      let bad = ids[0]
+      let (sender, batches) = refusing([bad])
+      let report = try Telemetry(
+        container: container, configuration: TelemetryConfiguration(requestBudget: budget), tokens: CountingTokens(),
+        sender: sender, clock: clock.function
+      ).flush()
+      let left = try container.list(queue: Telemetry.queueName)
+      if budget == 0 {
+        XCTAssertEqual([report.delivered, report.rejected, batches.withLock { $0.count }], [0, 9, 1])
+        XCTAssertEqual(Set(left.map(\.state)), [.review])
+      } else {
+        XCTAssertEqual([report.delivered, report.rejected], [8, 1])
+        XCTAssertGreaterThan(batches.withLock { $0.count }, 2, "more sends than the budget of 1")
+        XCTAssertEqual(left.map(\.id), [bad])
+      }
+      try container.ack(left.map(\.id))
+    }
+  }
+}
