@@ -14,7 +14,10 @@ public struct TelemetryConfiguration: Sendable {
   /// Requests one pass may spend re-sending the halves of batches refused with 413, on top of the
   /// first send of each batch (and the one resend after a token refresh), so a large healthy
   /// backlog is never held back. Once spent, the pass ends: the events the server refused wait
-  /// with backoff and the rest of the claim goes back to pending, for the next pass.
+  /// with backoff and the rest of the claim goes back to pending, for the next pass. The search
+  /// for the events of a batch refused with 400 or 422 does not spend it (it has a limit of its
+  /// own, 64 requests a batch); 0 or less turns that search off, and such a batch goes to review
+  /// whole.
   public var requestBudget: Int
 
   /// Makes a configuration; the defaults are what `vault telemetry` uses.
@@ -25,7 +28,8 @@ public struct TelemetryConfiguration: Sendable {
   ///   - interval: the loop's period, in seconds (60 by default): at least 0.01 and at most a
   ///     week (604,800; infinity too), after the power policy's stretch; NaN is 60.
   ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1).
-  ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default).
+  ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default; 0 or
+  ///     less also sends a batch refused with 400 or 422 to review whole, unsearched).
   public init(
     batchLimit: Int = 256 * 1024, interval: TimeInterval = 60, claimCount: Int = 2000, requestBudget: Int = 16
   ) {
@@ -42,8 +46,9 @@ public struct TelemetryConfiguration: Sendable {
 
 /// What one flush pass did, in events.
 public struct FlushReport: Codable, Sendable, Equatable {
-  /// Events the collector took (2xx); they are deleted, unless this pass's lease on them ended
-  /// meanwhile (then whoever claimed them since settles them).
+  /// Events the collector took (2xx) and this pass deleted. A 2xx that came after this pass's
+  /// lease on an event ended (another deliverer claimed it since, or the app logged a new event
+  /// under its id) deletes nothing and is not counted: whoever deletes the event says so.
   public var delivered = 0
   /// Events rescheduled for another attempt (a retryable answer or no answer at all).
   public var retried = 0
@@ -55,7 +60,7 @@ public struct FlushReport: Codable, Sendable, Equatable {
   /// flight are not counted: another deliverer's, or a killed one's until its lease (300 s) ends.
   public var pending = 0
   /// Batch requests made (a batch re-sent after a token refresh counts once; each split half
-  /// counts).
+  /// counts, after a 413 or while a batch refused for what it holds is narrowed down).
   public var batches = 0
   /// Fresh tokens asked for after a 401 (at most one per pass).
   public var tokenRefreshes = 0
@@ -533,9 +538,10 @@ public final class Telemetry: @unchecked Sendable {
     let result = try send(batch, token: &token, report: &report, refreshed: &refreshed)
     if case .status(let status, _) = result, events.count > 1, Self.refusesContent(status) {
       refusals = 0  // an answer about what the batch holds, not about the endpoint
+      var search = Search()
       try isolateRefused(
-        events, kind: "http-\(status)", claim: claim, token: &token, report: &report, refreshed: &refreshed,
-        budget: &budget, refusals: &refusals)
+        events, kind: "http-\(status)", search: &search, claim: claim, token: &token, report: &report,
+        refreshed: &refreshed, budget: &budget, refusals: &refusals)
       return
     }
     try settleAnswer(
@@ -558,30 +564,46 @@ public final class Telemetry: @unchecked Sendable {
     return result
   }
 
-  /// Whether `status` refuses a batch for what it holds, so that one event may be the cause: a
-  /// 4xx other than 401 and 403 (credentials), 404 (the endpoint), 408 and 429 (time) and 413
-  /// (size, split on its own terms).
+  /// Whether `status` refuses a batch for what it holds, so that one event may be the cause: 400
+  /// and 422. Other 4xx speak of the endpoint or the request (a method, a proxy's credentials, a
+  /// content type, a collector gone), which every batch would get alike.
   static func refusesContent(_ status: Int) -> Bool {
-    (400..<500).contains(status) && ![401, 403, 404, 408, 413, 429].contains(status)
+    status == 400 || status == 422
+  }
+
+  /// One batch's search for the events a collector refuses (`isolateRefused`).
+  private struct Search {
+    /// Requests sent for it so far (at most `limit`).
+    var requests = 0
+    /// Whether the collector took some part of the batch: then it does not refuse everything,
+    /// and two refused halves are both searched.
+    var taken = false
+    /// The most requests one batch's search sends; past it, what is still refused goes to review.
+    static let limit = 64
   }
 
   /// Finds the events of a batch the collector refused for what it holds (`refusesContent`),
   /// rather than send them all to review with the one that caused it (an outside review: one bad
   /// event sent its 2,000 neighbours to review, never to be retried by themselves). Each half is
-  /// sent whole; when the collector takes one half and refuses the other, the refused half is
-  /// split again the same way, down to the event it refuses, which goes to review. When it refuses
-  /// both halves, it refuses more than one event, or everything of the kind: both go to review,
-  /// as the whole batch did before (so a collector refusing everything costs two requests more).
-  /// It costs at most two requests a halving (23 for a batch of 2,000 events) and does not spend
-  /// the pass's request budget: a search cut short by it began again from the whole batch in the
-  /// next pass, with the events it had not judged, and never got deeper than the budget allowed.
-  /// With a `requestBudget` of 0, the batch goes to review whole, as before.
+  /// sent whole (re-sent once with a fresh token after a 401, as any batch); a refused half is
+  /// halved again, down to single events, which go to review; a half answered otherwise is settled
+  /// by that answer. When both halves are refused and the collector has taken nothing of the
+  /// batch yet, it may refuse everything: the first half is searched one level down, and only if
+  /// the collector takes something there are both halves searched on; otherwise both go to review,
+  /// as the whole batch did before (a collector refusing everything gets five requests a batch
+  /// instead of one). A search sends at most `Search.limit` requests (64; one bad event among
+  /// 2,000 takes 23, and k of them about 2k·log₂(2,000/k)); past it, what is still refused goes to
+  /// review. It does not spend the pass's request budget: a search cut short by it began again
+  /// from the whole batch each pass and never reached the event. With a `requestBudget` of 0, the
+  /// batch goes to review whole, as before. Cut short by the pass's end (a stop, a 403, a second
+  /// 429), the events not settled go back, and the next pass searches again from their batch.
   private func isolateRefused(
-    _ events: [(id: UUID, json: [UInt8])], kind: String, claim: Claim, token: inout String,
-    report: inout FlushReport, refreshed: inout Bool, budget: inout Int, refusals: inout Int
+    _ events: [(id: UUID, json: [UInt8])], kind: String, search: inout Search, exploring: Bool = true,
+    claim: Claim, token: inout String, report: inout FlushReport, refreshed: inout Bool, budget: inout Int,
+    refusals: inout Int
   ) throws {
-    // One event, or no request to spend on halving (`requestBudget` 0): to review.
-    guard events.count > 1, configuration.requestBudget > 0 else {
+    // One event, no request to spend on halving (`requestBudget` 0), or none left: to review.
+    guard events.count > 1, configuration.requestBudget > 0, search.requests < Search.limit else {
       return settle(.reject(kind: kind), events.map(\.id), claim, &report)
     }
     let half = events.count / 2
@@ -594,26 +616,34 @@ public final class Telemetry: @unchecked Sendable {
       let part = whole.filter { held.contains($0.id) }
       if part.isEmpty { continue }
       let packed = try BatchPacker.pack(part, limit: configuration.effectiveBatchLimit)
-      // Half of a batch that was sent packs alone; were it not to, it is judged with the batch.
-      guard let batch = packed.batch, packed.rest.isEmpty, packed.oversized.isEmpty else {
+      // Half of a batch that was sent packs alone; were it not to, or with no request left, it is
+      // judged with the batch.
+      guard let batch = packed.batch, packed.rest.isEmpty, packed.oversized.isEmpty, search.requests < Search.limit
+      else {
         refused.append((part, kind))
         continue
       }
+      search.requests += 1
       let result = try send(batch, token: &token, report: &report, refreshed: &refreshed)
       if case .status(let status, _) = result, Self.refusesContent(status) {
         refused.append((part, "http-\(status)"))
-      } else {
-        try settleAnswer(
-          result, batch, events: part, claim: claim, token: &token, report: &report, refreshed: &refreshed,
-          budget: &budget, refusals: &refusals)
+        continue
       }
+      if case .status(200..<300, _) = result { search.taken = true }
+      try settleAnswer(
+        result, batch, events: part, claim: claim, token: &token, report: &report, refreshed: &refreshed,
+        budget: &budget, refusals: &refusals)
     }
-    if refused.count == 1 {
+    for (index, part) in refused.enumerated() {
+      // Both refused, nothing taken: the first is searched only when exploring (once, at the
+      // top), the second only if that found the collector taking something.
+      if refused.count == 2, !search.taken, index == 1 || !exploring {
+        settle(.reject(kind: part.kind), part.events.map(\.id), claim, &report)
+        continue
+      }
       try isolateRefused(
-        refused[0].events, kind: refused[0].kind, claim: claim, token: &token, report: &report,
-        refreshed: &refreshed, budget: &budget, refusals: &refusals)
-    } else {
-      for part in refused { settle(.reject(kind: part.kind), part.events.map(\.id), claim, &report) }
+        part.events, kind: part.kind, search: &search, exploring: refused.count == 2 ? false : exploring,
+        claim: claim, token: &token, report: &report, refreshed: &refreshed, budget: &budget, refusals: &refusals)
     }
   }
 

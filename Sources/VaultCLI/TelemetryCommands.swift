@@ -269,14 +269,16 @@ enum TelemetryCommand: Subcommand {
           .flag("--json", help: "Print JSON: id, type, session."),
         ]),
       CommandDeclaration(
-        name: "flush", abstract: "One delivery pass: every due event is sent at most once.",
+        name: "flush", abstract: "One delivery pass: every due event is sent, once or within split halves.",
         discussion: """
           Events go in batches of at most 256 KiB gzip-compressed, to POST URL. 2xx delivers; 429/503 wait for \
           Retry-After; 408, 5xx and network errors retry with backoff; 401 re-reads the token once, then the \
           batch retries with backoff and the pass ends, as for 403; 413 splits the batch in halves (at most 16 extra requests a \
           pass), and a single event of 64 KiB or less refused with 413 retries with backoff (a larger one goes to \
-          review); 404 (a wrong endpoint) keeps the events pending, due at once, and ends the pass; other 4xx go \
-          to review.
+          review); 404 (a wrong endpoint) keeps the events pending, due at once, and ends the pass; 400 and 422 \
+          for a batch of several events: its halves are sent, and halved again, to find the events refused \
+          (at most 64 requests a batch), which go to review with the rest of what could not be told apart; \
+          other 4xx go to review.
 
           Exit 1 when the pass delivered nothing because of 401, 403 or 404 (a 401 without --token-file also \
           warns to give one), or when libcurl cannot be loaded (before anything is claimed); else exit 0, even \

@@ -790,17 +790,56 @@ extension TelemetryDeliveryTests {
     }
   }
 
-  /// A collector that refuses every batch for what it holds costs two requests more than before
-  /// (both halves refused: more than one event, or everything), and the events go to review as
-  /// they did.
-  func testACollectorRefusingEverythingCostsTwoMoreRequests() throws {
+  /// A collector that refuses every batch for what it holds costs four requests more than before
+  /// (both halves refused, and both quarters of the first: nothing taken, so perhaps everything
+  /// refused), and the events go to review as they did.
+  func testACollectorRefusingEverythingCostsFourMoreRequests() throws {
     let ids = try logged(30)
     let (sender, batches) = refusing(Set(ids))
     let report = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
       .flush()
     XCTAssertEqual([report.delivered, report.rejected], [0, 30])
-    XCTAssertEqual(batches.withLock { $0.map(\.count) }, [30, 15, 15])
+    XCTAssertEqual(batches.withLock { $0.map(\.count) }, [30, 15, 15, 7, 8])
     XCTAssertEqual(Set(try container.list(queue: Telemetry.queueName).map(\.state)), [.review])
+  }
+
+  /// Several bad events are found too, wherever they are (a review: two bad events at both ends,
+  /// or side by side in the middle, sent the whole batch to review; 0 and 1 sent a good one with
+  /// them): once the collector took some part of the batch, both refused halves are searched.
+  func testSeveralRefusedEventsAreFoundWhereverTheyAre() throws {
+    for positions in [[0, 63], [31, 32], [0, 1], [10, 20, 30], [0, 5, 40]] {
+      let ids = try logged(64)
+      let bad = Set(positions.map { ids[$0] })
+      let (sender, batches) = refusing(bad)
+      let report = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+        .flush()
+      XCTAssertEqual([report.delivered, report.rejected], [64 - bad.count, bad.count], "\(positions)")
+      let left = try container.list(queue: Telemetry.queueName)
+      XCTAssertEqual(Set(left.map(\.id)), bad, "\(positions)")
+      XCTAssertLessThanOrEqual(batches.withLock { $0.count }, 1 + 64, "\(positions): the search's limit")
+      try container.ack(left.map(\.id))
+    }
+    // The limit the README gives: a bad event in every quarter, and nothing taken in the first
+    // half's quarters, looks like a collector refusing everything: the batch goes to review whole.
+    let ids = try logged(64)
+    let (sender, _) = refusing(Set([0, 21, 42, 63].map { ids[$0] }))
+    let report = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+      .flush()
+    XCTAssertEqual([report.delivered, report.rejected], [0, 64])
+  }
+
+  /// Only 400 and 422 are searched: other 4xx speak of the endpoint or the request (a review:
+  /// 405, 407, 410, 415 … cost three requests a batch and went to review anyway).
+  func testOnlyFourHundredAndFourTwentyTwoAreSearched() throws {
+    for status in [405, 407, 410, 415] {
+      let ids = try logged(8)
+      let (sender, batches) = refusing(Set(ids), with: status)
+      let report = try Telemetry(container: container, tokens: CountingTokens(), sender: sender, clock: clock.function)
+        .flush()
+      XCTAssertEqual(batches.withLock { $0.count }, 1, "\(status): one request, as before")
+      XCTAssertEqual(report.rejected, 8, "\(status)")
+      try container.ack(ids)
+    }
   }
 
   /// The halving does not spend the pass's request budget (for 413 splits): cut short by it, the
