@@ -606,8 +606,7 @@ public final class Telemetry: @unchecked Sendable {
     guard events.count > 1, configuration.requestBudget > 0, search.requests < Search.limit else {
       return settle(.reject(kind: kind), events.map(\.id), claim, &report)
     }
-    let half = events.count / 2
-    let parts = [Array(events[..<half]), Array(events[half...])]
+    let parts = Self.halves(events)
     var refused: [(events: [(id: UUID, json: [UInt8])], kind: String)] = []
     for whole in parts {
       if passShouldEnd { throw Stopped() }
@@ -647,6 +646,12 @@ public final class Telemetry: @unchecked Sendable {
     }
   }
 
+  /// The two halves a refused batch's events are sent in (after a 413, or while searching).
+  private static func halves(_ events: [(id: UUID, json: [UInt8])]) -> [[(id: UUID, json: [UInt8])]] {
+    let half = events.count / 2
+    return [Array(events[..<half]), Array(events[half...])]
+  }
+
   /// Settles the events of `batch` by the answer to it (`deliver`'s rules).
   private func settleAnswer(
     _ result: SendResult, _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], claim: Claim,
@@ -681,8 +686,7 @@ public final class Telemetry: @unchecked Sendable {
         settle(.reject(kind: "http-413"), batch.ids, claim, &report)
       }
     case .status(413, _):
-      let half = events.count / 2
-      let parts = [Array(events[..<half]), Array(events[half...])]
+      let parts = Self.halves(events)
       for (index, part) in parts.enumerated() {
         do {
           try deliverAll(

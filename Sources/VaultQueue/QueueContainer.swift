@@ -105,11 +105,12 @@ public final class QueueContainer: @unchecked Sendable {
     monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
     let path = absolutePath(path)
+    let configuration = configuration.withNumericTimes
     // A reader (status, stats, scan) never enqueues or expires anything.
-    if mode != .readOnly { try configuration.withNumericTimes.checkKeepsRecords() }
+    if mode != .readOnly { try configuration.checkKeepsRecords() }
     self.path = path
     self.vault = vault
-    self.configuration = configuration.withNumericTimes
+    self.configuration = configuration
     self.clock = clock
     self.monotonic = monotonic
     self.random = random
