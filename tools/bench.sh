@@ -38,8 +38,10 @@ grep -E '^figure [A-Za-z0-9-]+ [0-9.]+$' "$log" || true
 expected=(seal-16KiB-vs-openssl seal-1KiB-vs-openssl seal-64B-vs-openssl open-1KiB-vs-openssl
   seal-floor-16KiB-vs-openssl seal-floor-1KiB-vs-openssl seal-floor-64B-vs-openssl
   enqueue-200B-vs-plain enqueue-200B-p99-ms enqueue-4threads-vs-plain enqueue-4threads-p99-ms
-  enqueue-2procs-vs-plain rotate-1GB-vs-plain rotate-1GB-peak-rss-mib
-  log-4threads-vs-plain log-4threads-p99-ms scan-vs-grep scan-vs-grep-cpu)
+  enqueue-2procs-vs-plain enqueue-4threads-ceiling-vs-plain enqueue-4threads-plain-ceiling-vs-plain
+  enqueue-2procs-ceiling-vs-plain enqueue-2procs-plain-ceiling-vs-plain rotate-1GB-vs-plain
+  rotate-1GB-peak-rss-mib log-4threads-vs-plain log-4threads-p99-ms log-4threads-ceiling-vs-plain
+  log-4threads-plain-ceiling-vs-plain scan-vs-grep scan-vs-grep-cpu)
 missing=0
 for name in "${expected[@]}"; do
   # Another rotation size (VAULT_BENCH_ROTATE_MIB, see tools/bench-queue.sh) prints no 1 GiB figures.

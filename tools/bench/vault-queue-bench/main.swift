@@ -89,6 +89,14 @@ final class PlainTable {
   func begin() { sqlite3_exec(db, "BEGIN IMMEDIATE", nil, nil, nil) }
   func commit() { sqlite3_exec(db, "COMMIT", nil, nil, nil) }
 
+  /// Inserts `count` rows in one durable commit: what a group commit of `count` callers writes,
+  /// with nothing else (no seal, no hand-off between callers, no other index).
+  func put(_ body: [UInt8], committingTogether count: Int) {
+    begin()
+    for _ in 0..<count { put(body) }
+    commit()
+  }
+
   deinit {
     sqlite3_finalize(insert)
     sqlite3_close(db)
@@ -201,12 +209,16 @@ func telemetryBenchmark(endpoint: URL) throws {
   // plain measurement before all of vault's was at the mercy of whatever else the machine did.
   var plainRates: [Double] = []
   var logRates: [Double] = []
+  var groupedRates: [Double] = []
+  var batchedRates: [Double] = []
   var pooled: [Double] = []
   var telemetry: Telemetry?
   var container: QueueContainer?
   for _ in 0..<3 {
     let plain = PlainTable(path: freshPath())
     plainRates.append(timed { plain.put(body) }.0)
+    groupedRates.append(plainGroupedRate(path: freshPath(), body: body, callers: 4, seconds: seconds))
+    batchedRates.append(try vaultBatchedRate(path: freshPath(), vault: vault, body: body, callers: 4, seconds: seconds))
     let roundContainer = try QueueContainer(
       path: freshPath(), vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
     let roundTelemetry = Telemetry(
@@ -243,6 +255,8 @@ func telemetryBenchmark(endpoint: URL) throws {
   guard let telemetry, let container else { return }
   let latencies = pooled.sorted()
   report("telemetry_plain_insert_per_s", plainRates.sorted()[1])
+  report("telemetry_plain_grouped_4_per_s", groupedRates.sorted()[1])
+  report("telemetry_vault_batched_4_per_s", batchedRates.sorted()[1])
   report("telemetry_log_4_threads_per_s", logRates.sorted()[1])
   report("telemetry_log_p50_ms", percentile(latencies, 0.5))
   report("telemetry_log_p99_ms", percentile(latencies, 0.99))
