@@ -23,14 +23,19 @@ extension QueueContainer: SealedContainer {
   /// substr() counts characters, not bytes, in a value someone retyped as TEXT. ?1 is the 13-byte header prefix
   /// "VLT", format, suite, keyring id of this vault.
   static let olderThanVersionSQL: StaticString = """
-    SELECT seq, id, queue, envelope FROM records
+    SELECT seq, id, queue, envelope, length(envelope) FROM records
     WHERE substr(CAST(envelope AS BLOB), 1, 13) IN (?1, ?5) AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3
     ORDER BY seq LIMIT ?4
     """
 
+  /// The most envelope bytes one re-seal transaction reads (always at least one record): a batch
+  /// holds its envelopes, and one record's payload and new envelope at a time. Without it, 500
+  /// records of 1 MB held about 500 MB.
+  static let resealBatchByteLimit = 4 << 20
+
   /// Re-seals every record whose envelope header names a version older than `version` (pending,
-  /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records,
-  /// then checkpoints the WAL. A record that does not open is left as it is and reported (its
+  /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records
+  /// and at most 4 MiB of envelopes (a larger record alone), then checkpoints the WAL. A record that does not open is left as it is and reported (its
   /// version then cannot be retired); a key that cannot be read right now stops the re-seal with
   /// that error, since an unavailable key is not a broken record.
   /// Idempotent: a record already at `version` is never touched, so a crash and a rerun finish the job.
@@ -64,13 +69,21 @@ extension QueueContainer: SealedContainer {
       while true {
         let last = try storage.transaction { () -> Int64? in
           var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
+          var bytes = 0
           try prefixes[0].withUnsafeBytes { format1 in
             try prefixes[1].withUnsafeBytes { format2 in
               try target.withUnsafeBytes { target in
-                try storage.statement(Self.olderThanVersionSQL).query([
+                try storage.statement(Self.olderThanVersionSQL).queryWhile([
                   .blob(format1), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
                   .blob(format2),
-                ]) { rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3))) }
+                ]) { row in
+                  // The length comes from the row's header: a record left for the next batch is not read.
+                  let size = Int(row.int(4))
+                  guard rows.isEmpty || bytes + size <= Self.resealBatchByteLimit else { return false }
+                  bytes += size
+                  rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
+                  return true
+                }
               }
             }
           }

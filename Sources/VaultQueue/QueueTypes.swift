@@ -114,7 +114,8 @@ public struct QueueConfiguration: Sendable {
   /// The longest lease `claim` grants (longer requests are shortened to it). Deliverers renew
   /// their leases while they work, so this bounds only how long a dead deliverer's records wait.
   public var maximumLease: TimeInterval
-  /// Records re-sealed per transaction during rotation.
+  /// Records re-sealed per transaction during rotation (a transaction also stops at 4 MiB of
+  /// envelopes).
   public var resealBatch: Int
 
   /// Makes a configuration; the defaults are what `vault` itself uses. Times are in seconds; a
@@ -138,7 +139,8 @@ public struct QueueConfiguration: Sendable {
   ///   - backoff: the retry delays (1 s doubling, capped at 300 s, by default).
   ///   - maximumRetryAfter: the longest `Retry-After` honoured, in seconds (an hour by default).
   ///   - resealBatch: records re-sealed per transaction during rotation (500 by default; 0 or less
-  ///     is taken as the default).
+  ///     is taken as the default). A transaction also stops at 4 MiB of envelopes (a larger
+  ///     record goes alone), so that large records do not hold hundreds of megabytes at once.
   ///   - capVictims: which records the cap may drop (the oldest of any queue by default); an
   ///     `.only` limit is also stored in the container for every writer.
   ///   - maximumLease: the longest lease `claim` grants, in seconds (300 by default; 0 or less,

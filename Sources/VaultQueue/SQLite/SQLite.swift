@@ -205,10 +205,19 @@ final class Statement {
 
   /// Runs a query, calling `row` for each result row.
   func query(_ values: [Value] = [], _ row: (Row) throws -> Void) throws {
+    try queryWhile(values) { current in
+      try row(current)
+      return true
+    }
+  }
+
+  /// Runs a query, calling `row` for each result row until it returns false (the rows after it
+  /// are not read).
+  func queryWhile(_ values: [Value] = [], _ row: (Row) throws -> Bool) throws {
     try bind(values)
     defer { sqlite3_reset(handle) }
     while try connection.check(sqlite3_step(handle), "step") == SQLITE_ROW {
-      try row(Row(handle: handle))
+      guard try row(Row(handle: handle)) else { return }
     }
   }
 
