@@ -130,12 +130,15 @@ extension QueueContainer {
     }
     var outcome = MergeOutcome()
     var batch: [SnapshotRecord] = []
+    var limit = BatchLimit(records: 256)
     try source.forEachRecord { record in
-      batch.append(record)
-      if batch.count == 256 {
+      if !limit.admit(bytes: record.envelope.count) {
         try mergeBatch(batch, absent: absent, open: open, into: &outcome)
         batch.removeAll(keepingCapacity: true)
+        limit = BatchLimit(records: 256)
+        _ = limit.admit(bytes: record.envelope.count)
       }
+      batch.append(record)
     }
     try mergeBatch(batch, absent: absent, open: open, into: &outcome)
     return outcome

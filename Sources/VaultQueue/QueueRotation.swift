@@ -28,11 +28,6 @@ extension QueueContainer: SealedContainer {
     ORDER BY seq LIMIT ?4
     """
 
-  /// The most envelope bytes one re-seal transaction reads (always at least one record): a batch
-  /// holds its envelopes, and one record's payload and new envelope at a time. Without it, 500
-  /// records of 1 MB held about 500 MB.
-  static let resealBatchByteLimit = 4 << 20
-
   /// Re-seals every record whose envelope header names a version older than `version` (pending,
   /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records
   /// and at most 4 MiB of envelopes (a larger record alone), then checkpoints the WAL. A record that does not open is left as it is and reported (its
@@ -69,7 +64,7 @@ extension QueueContainer: SealedContainer {
       while true {
         let last = try storage.transaction { () -> Int64? in
           var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
-          var bytes = 0
+          var limit = BatchLimit(records: configuration.resealBatch)
           try prefixes[0].withUnsafeBytes { format1 in
             try prefixes[1].withUnsafeBytes { format2 in
               try target.withUnsafeBytes { target in
@@ -78,9 +73,7 @@ extension QueueContainer: SealedContainer {
                   .blob(format2),
                 ]) { row in
                   // The length comes from the row's header: a record left for the next batch is not read.
-                  let size = Int(row.int(4))
-                  guard rows.isEmpty || bytes + size <= Self.resealBatchByteLimit else { return false }
-                  bytes += size
+                  guard limit.admit(bytes: Int(row.int(4))) else { return false }
                   rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
                   return true
                 }
@@ -154,7 +147,7 @@ extension QueueContainer: SealedContainer {
   public func checkpointNow() throws -> Bool { try withStorage { $0.checkpoint(waitingUpTo: 250) } }
 
   /// How many records do not open with `vault` (tampered, moved, or sealed under a key that is
-  /// gone), trying every record in batches of 256.
+  /// gone), trying every record in batches of 256 records or 4 MiB.
   ///
   /// - Parameter vault: the vault whose keys are tried.
   /// - Returns: the number of records that do not open.
@@ -202,10 +195,13 @@ extension QueueContainer: SealedContainer {
     var after: Int64 = 0
     while true {
       var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
-      try storage.statement("SELECT seq, id, queue, envelope FROM records WHERE seq > ? ORDER BY seq LIMIT ?").query([
-        .integer(after), .integer(256),
-      ]) {
-        rows.append(($0.int(0), $0.text(1) ?? "", $0.text(2) ?? "", $0.blob(3)))
+      var limit = BatchLimit(records: 256)
+      try storage.statement(
+        "SELECT seq, id, queue, envelope, length(envelope) FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
+      ).queryWhile([.integer(after), .integer(256)]) { row in
+        guard limit.admit(bytes: Int(row.int(4))) else { return false }
+        rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
+        return true
       }
       guard let last = rows.last?.seq else { return victims }
       for row in rows {
@@ -322,5 +318,26 @@ extension Vault {
   ) throws -> ManifestRecovery {
     try recoverManifest(
       home: home, search: search, containers: QueueContainerProvider(), resolver: resolver, clock: clock)
+  }
+}
+
+/// What one transaction of a long job over a container's records (re-sealing, merging, the search
+/// for records that do not open) takes in: at most `records` records and 4 MiB of envelopes,
+/// always at least one record. A batch holds its envelopes at once (and one record's payload and
+/// new envelope at a time): counted in records alone, 500 records of 1 MB held about 500 MB.
+struct BatchLimit {
+  static let bytes = 4 << 20
+  let records: Int
+  private var taken = 0
+  private var takenBytes = 0
+
+  init(records: Int) { self.records = records }
+
+  /// Whether a record of `bytes` envelope bytes joins the batch (and counts it when it does).
+  mutating func admit(bytes: Int) -> Bool {
+    guard taken == 0 || (taken < records && takenBytes + bytes <= Self.bytes) else { return false }
+    taken += 1
+    takenBytes += bytes
+    return true
   }
 }

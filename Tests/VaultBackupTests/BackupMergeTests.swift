@@ -328,6 +328,29 @@ final class BackupMergeTests: XCTestCase {
       ["r0", "r1", "r2", "r3"])
   }
 
+  /// A merge takes records in transactions of 256 records or 4 MiB of envelopes (it took 256
+  /// whatever their size): records of 1 MiB go a few at a time, and every one arrives whole.
+  func testLargeRecordsAreMergedWholeAcrossTransactions() throws {
+    let a = try makeVault("a")
+    let queue = try container(a, "q.sqlite")
+    let sizes = Array(repeating: 1 << 20, count: 9) + [1, 300, 5_000]
+    for (index, size) in sizes.enumerated() {
+      try queue.enqueue([UInt8](repeating: UInt8(index), count: size), queue: "q", id: nil)
+    }
+    let bundle = try backup(a)
+    for suffix in ["", "-wal", "-shm"] { unlink(a.home + "/q.sqlite" + suffix) }
+
+    let report = try merge(bundle, into: a)
+    XCTAssertEqual(report.containers.map(\.restored), [sizes.count])
+    let restored = try QueueContainer(path: a.home + "/q.sqlite", vault: a, mode: .existing)
+    // Each payload as (its byte, its length, whether every byte is that one): a failure prints
+    // these, not megabytes.
+    let payloads = try restored.claim(queue: "q", maxCount: 100, maxBytes: 1 << 30).map(\.payloadBytes)
+      .map { payload in [Int(payload.first ?? 0), payload.count, payload.allSatisfy { $0 == payload.first } ? 1 : 0] }
+    XCTAssertEqual(
+      payloads.sorted { $0[0] < $1[0] }, sizes.enumerated().map { [$0.offset, $0.element, 1] })
+  }
+
   func testCopiesWithUnrelatedHistoriesPutWhatMayHaveBeenDeliveredInReview() throws {
     let a = try makeVault("a")
     let queueA = try container(a, "q.sqlite")

@@ -430,6 +430,27 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.stats().total, 3, "the tampered row is kept for review, not deleted")
   }
 
+  /// The search for records that do not open reads them in batches of 256 records or 4 MiB of
+  /// envelopes (256 whatever their size before): with records of 1 MiB, three a batch, the two
+  /// that do not open on either side of a batch's end are both found, and only they.
+  func testRecordsThatDoNotOpenAreFoundAcrossBatchesOfLargeRecords() throws {
+    let queue = try container(QueueConfiguration(byteCap: 1 << 30))
+    let ids = (0..<9).map { _ in UUID() }
+    for (index, id) in ids.enumerated() {
+      try queue.enqueue([UInt8](repeating: UInt8(index), count: 1 << 20), queue: "q", id: id)
+    }
+    for id in [ids[2], ids[3]] {
+      try sqlite(
+        path,
+        "UPDATE records SET envelope = substr(envelope, 1, 40) || (CASE substr(envelope, 41, 1) WHEN x'00' THEN x'01' ELSE x'00' END) || substr(envelope, 42) WHERE id = '\(id.uuidString.lowercased())'"
+      )
+    }
+    XCTAssertEqual(try queue.unopenableRecords(with: vault), 2)
+    XCTAssertEqual(try queue.removeUnopenableRecords(with: vault, keep: true), 2)
+    XCTAssertEqual(Set(try queue.list(state: .review).map(\.id)), [ids[2], ids[3]])
+    XCTAssertEqual(try queue.claim(queue: "q", maxCount: 100, maxBytes: 1 << 30).count, 7)
+  }
+
   /// A compromise rotation's "keep them for review" moved records that do not open to review
   /// without counting them, though `DropReason.undecryptable` counts every record that leaves
   /// delivery that way (API review); deleting them counted them. Both count now.

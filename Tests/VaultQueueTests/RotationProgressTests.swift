@@ -76,7 +76,8 @@ final class RotationProgressTests: XCTestCase {
     XCTAssertEqual(claimed.count, sizes.count)
     for record in claimed {
       let index = try XCTUnwrap(ids.firstIndex(of: record.id))
-      XCTAssertEqual(record.payloadBytes, [UInt8](repeating: UInt8(index), count: sizes[index]))
+      XCTAssertTrue(
+        record.payloadBytes == [UInt8](repeating: UInt8(index), count: sizes[index]), "record \(index) changed")
     }
     XCTAssertEqual(Set(try queue.recordCounts().byVersion.keys), [vault.activeVersion])
   }
