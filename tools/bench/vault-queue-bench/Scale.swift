@@ -69,6 +69,34 @@ func vaultBatchedRate(path: String, vault: Vault, body: [UInt8], callers: Int, s
   return Double(records) / (now() - start)
 }
 
+/// Runs one round's measurements, starting at a different one each round, so that none always
+/// runs first (just after the previous round's files were removed) or last.
+func inRotatedOrder(round: Int, _ steps: [() throws -> Void]) throws {
+  for index in 0..<steps.count { try steps[(index + round) % steps.count]() }
+}
+
+/// A ceiling measured beside a figure, as ratios taken round by round (a rate and its baseline
+/// from the same round, never medians of different rounds): the median ratio of the figure, of
+/// vault's ceiling and of plain's, and the rounds where the figure passed vault's ceiling, which
+/// only a round the machine's other work disturbed can do (a single-threaded loop starved of CPU
+/// collapses where four threads still get their share).
+func reportCeilings(
+  _ prefix: String, figure: [Double], vaultCeiling: [Double], plainCeiling: [Double], baseline: [Double]
+) {
+  func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+  let rounds = baseline.indices
+  report(prefix + "_vs_plain_by_round", median(rounds.map { figure[$0] / baseline[$0] }))
+  report(prefix + "_ceiling_vs_plain", median(rounds.map { vaultCeiling[$0] / baseline[$0] }))
+  report(prefix + "_plain_ceiling_vs_plain", median(rounds.map { plainCeiling[$0] / baseline[$0] }))
+  report(prefix + "_rounds_above_ceiling", Double(rounds.filter { figure[$0] > vaultCeiling[$0] }.count))
+  for round in rounds {
+    let line = String(
+      format: "%@ round %d: figure %.0f/s, vault's ceiling %.0f/s, plain's %.0f/s, baseline %.0f/s\n", prefix, round,
+      figure[round], vaultCeiling[round], plainCeiling[round], baseline[round])
+    FileHandle.standardError.write(Data(line.utf8))
+  }
+}
+
 func fileMiB(_ path: String) -> Double {
   var info = stat()
   return stat(path, &info) == 0 ? Double(info.st_size) / 1_048_576 : 0
@@ -125,49 +153,65 @@ func threadsBenchmark(directory: String, seconds: Double, vault: Vault) throws {
   var groupedRates: [Double] = []
   var batchedRates: [Double] = []
   for round in 0..<3 {
-    let plainPath = directory + "/threads-plain-\(round).sqlite"
-    _ = PlainTable(path: plainPath)  // the table exists before the four connections open
-    let plain = timedOnThreads(4, seconds: seconds) { _ in
-      let table = PlainTable(path: plainPath)
-      return { table.put(body) }
-    }
-    plainRates.append(plain.rate)
-    plainLatencies += plain.latencies
-    removeDatabase(plainPath)
-    // One thread of plain inserts in the same round: what the disk gives a single writer, the most
-    // four plain writers can share, since each of their commits holds one record.
-    let onePath = directory + "/threads-one-\(round).sqlite"
-    let one = PlainTable(path: onePath)
-    var count = 0
-    let start = now()
-    while now() - start < seconds {
-      one.put(body)
-      count += 1
-    }
-    singleRates.append(Double(count) / (now() - start))
-    removeDatabase(onePath)
-    groupedRates.append(
-      plainGroupedRate(
-        path: directory + "/threads-grouped-\(round).sqlite", body: body, callers: 4, seconds: seconds))
-    batchedRates.append(
-      try vaultBatchedRate(
-        path: directory + "/threads-batched-\(round).sqlite", vault: vault, body: body, callers: 4, seconds: seconds))
-
-    let vaultPath = directory + "/threads-vault-\(round).sqlite"
-    let queue = try QueueContainer(
-      path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
-    let vaulted = timedOnThreads(4, seconds: seconds) { _ in
-      { try queue.enqueue(body, queue: "bench") }
-    }
-    vaultRates.append(vaulted.rate)
-    vaultLatencies += vaulted.latencies
+    try inRotatedOrder(
+      round: round,
+      [
+        {
+          let plainPath = directory + "/threads-plain-\(round).sqlite"
+          _ = PlainTable(path: plainPath)  // the table exists before the four connections open
+          let plain = timedOnThreads(4, seconds: seconds) { _ in
+            let table = PlainTable(path: plainPath)
+            return { table.put(body) }
+          }
+          plainRates.append(plain.rate)
+          plainLatencies += plain.latencies
+          removeDatabase(plainPath)
+        },
+        {
+          // One thread of plain inserts: what the disk gives a single writer, the most four plain
+          // writers can share, since each of their commits holds one record.
+          let onePath = directory + "/threads-one-\(round).sqlite"
+          let one = PlainTable(path: onePath)
+          var count = 0
+          let start = now()
+          while now() - start < seconds {
+            one.put(body)
+            count += 1
+          }
+          singleRates.append(Double(count) / (now() - start))
+          removeDatabase(onePath)
+        },
+        {
+          groupedRates.append(
+            plainGroupedRate(
+              path: directory + "/threads-grouped-\(round).sqlite", body: body, callers: 4, seconds: seconds))
+        },
+        {
+          batchedRates.append(
+            try vaultBatchedRate(
+              path: directory + "/threads-batched-\(round).sqlite", vault: vault, body: body, callers: 4,
+              seconds: seconds))
+        },
+        {
+          let vaultPath = directory + "/threads-vault-\(round).sqlite"
+          let queue = try QueueContainer(
+            path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
+          let vaulted = timedOnThreads(4, seconds: seconds) { _ in
+            { try queue.enqueue(body, queue: "bench") }
+          }
+          vaultRates.append(vaulted.rate)
+          vaultLatencies += vaulted.latencies
+        },
+      ])
   }
+  // The figure's baseline: the faster of plain's four connections and its single thread.
+  reportCeilings(
+    "threads_4", figure: vaultRates, vaultCeiling: batchedRates, plainCeiling: groupedRates,
+    baseline: zip(plainRates, singleRates).map { max($0, $1) })
   plainLatencies.sort()
   vaultLatencies.sort()
   report("threads_1_plain_per_s", singleRates.sorted()[1])
   report("threads_4_plain_per_s", plainRates.sorted()[1])
-  report("threads_4_plain_grouped_per_s", groupedRates.sorted()[1])
-  report("threads_4_vault_batched_per_s", batchedRates.sorted()[1])
   report("threads_4_vault_per_s", vaultRates.sorted()[1])
   report("threads_4_plain_p99_ms", percentile(plainLatencies, 0.99))
   report("threads_4_vault_p50_ms", percentile(vaultLatencies, 0.5))
@@ -196,36 +240,51 @@ func processesBenchmark(directory: String, seconds: Double) throws {
   let prefill = ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_PREFILL"].flatMap { Int($0) } ?? 0
   let body = [UInt8](repeating: 0x61, count: 200)
   for round in 0..<3 {
-    let plainPath = directory + "/procs-plain-\(round).sqlite"
-    let table = PlainTable(path: plainPath)
-    for offset in stride(from: 0, to: prefill, by: 1000) {
-      table.begin()
-      for _ in offset..<min(prefill, offset + 1000) { table.put(body) }
-      table.commit()
-    }
-    let plain = try runWorkers("plain", path: plainPath, home: home, directory: directory, seconds: seconds)
-    plainRates.append(plain.rate)
-    plainLatencies += plain.latencies
-    plainCPU.append(plain.cpuPerRecord)
-    removeDatabase(plainPath)
-    groupedRates.append(
-      plainGroupedRate(path: directory + "/procs-grouped-\(round).sqlite", body: body, callers: 2, seconds: seconds))
-    batchedRates.append(
-      try vaultBatchedRate(
-        path: directory + "/procs-batched-\(round).sqlite", vault: vault, body: body, callers: 2, seconds: seconds))
-
-    let vaultPath = directory + "/procs-vault-\(round).sqlite"
-    let queue = try QueueContainer(path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
-    for offset in stride(from: 0, to: prefill, by: 1000) {
-      try queue.enqueue(contentsOf: (offset..<min(prefill, offset + 1000)).map { _ in (UUID(), body) }, queue: "bench")
-    }
-    let vaulted = try runWorkers("vault", path: vaultPath, home: home, directory: directory, seconds: seconds)
-    vaultRates.append(vaulted.rate)
-    vaultLatencies += vaulted.latencies
-    vaultCPU.append(vaulted.cpuPerRecord)
-    let line = String(format: "2 processes, round %d: plain %.0f/s, vault %.0f/s\n", round, plain.rate, vaulted.rate)
-    FileHandle.standardError.write(Data(line.utf8))
+    try inRotatedOrder(
+      round: round,
+      [
+        {
+          let plainPath = directory + "/procs-plain-\(round).sqlite"
+          let table = PlainTable(path: plainPath)
+          for offset in stride(from: 0, to: prefill, by: 1000) {
+            table.begin()
+            for _ in offset..<min(prefill, offset + 1000) { table.put(body) }
+            table.commit()
+          }
+          let plain = try runWorkers("plain", path: plainPath, home: home, directory: directory, seconds: seconds)
+          plainRates.append(plain.rate)
+          plainLatencies += plain.latencies
+          plainCPU.append(plain.cpuPerRecord)
+          removeDatabase(plainPath)
+        },
+        {
+          groupedRates.append(
+            plainGroupedRate(
+              path: directory + "/procs-grouped-\(round).sqlite", body: body, callers: 2, seconds: seconds))
+        },
+        {
+          batchedRates.append(
+            try vaultBatchedRate(
+              path: directory + "/procs-batched-\(round).sqlite", vault: vault, body: body, callers: 2,
+              seconds: seconds))
+        },
+        {
+          let vaultPath = directory + "/procs-vault-\(round).sqlite"
+          let queue = try QueueContainer(
+            path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
+          for offset in stride(from: 0, to: prefill, by: 1000) {
+            try queue.enqueue(
+              contentsOf: (offset..<min(prefill, offset + 1000)).map { _ in (UUID(), body) }, queue: "bench")
+          }
+          let vaulted = try runWorkers("vault", path: vaultPath, home: home, directory: directory, seconds: seconds)
+          vaultRates.append(vaulted.rate)
+          vaultLatencies += vaulted.latencies
+          vaultCPU.append(vaulted.cpuPerRecord)
+        },
+      ])
   }
+  reportCeilings(
+    "procs_2", figure: vaultRates, vaultCeiling: batchedRates, plainCeiling: groupedRates, baseline: plainRates)
   if ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_POLL"] == "1" {
     // An experiment, not a baseline: how much of the plain rate is lost to SQLite's sleeping wait.
     var pollRates: [Double] = []
@@ -270,8 +329,6 @@ func processesBenchmark(directory: String, seconds: Double) throws {
   plainLatencies.sort()
   vaultLatencies.sort()
   report("procs_2_plain_per_s", plainRates.sorted()[1])
-  report("procs_2_plain_grouped_per_s", groupedRates.sorted()[1])
-  report("procs_2_vault_batched_per_s", batchedRates.sorted()[1])
   report("procs_2_vault_per_s", vaultRates.sorted()[1])
   report("procs_2_plain_p99_ms", percentile(plainLatencies, 0.99))
   report("procs_2_vault_p50_ms", percentile(vaultLatencies, 0.5))
