@@ -72,7 +72,8 @@ extension QueueContainer: SealedContainer {
                   .blob(format1), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
                   .blob(format2),
                 ]) { row in
-                  // The length comes from the row's header: a record left for the next batch is not read.
+                  // The length comes from the row's header: a record left for the next batch is not
+                  // copied out or held (the header test in the WHERE still reads each row it passes).
                   guard limit.admit(bytes: Int(row.int(4))) else { return false }
                   rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
                   return true
