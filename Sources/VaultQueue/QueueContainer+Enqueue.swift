@@ -92,6 +92,13 @@ extension QueueContainer {
     }
   }
 
+  /// The envelope bytes the container holds now: what its byte cap is measured against.
+  ///
+  /// - Throws: `QueueError` when the container cannot be read.
+  package func storedBytes() throws -> Int {
+    try withStorage { try $0.totalBytes() }
+  }
+
   /// `enqueue(_:queue:id:)` that may make room only by dropping records of `victims` (within what
   /// the container's `capVictims` allows): for a writer whose records must never push out another
   /// writer's, whatever the container's configuration (telemetry beside an app's messages).

@@ -1,4 +1,6 @@
 import Foundation
+import Vault
+import VaultQueue
 import VaultTestSupport
 import XCTest
 
@@ -38,6 +40,27 @@ final class QueueCLITests: XCTestCase {
     XCTAssertTrue(
       notes.allSatisfy { $0.contains("byte cap dropped 1 older record meanwhile") }, "\(notes)")
     XCTAssertTrue(notes.first?.hasPrefix("19: ") == true, "the first put past 20 MB: \(notes)")
+  }
+
+  /// An outside review: an app that runs the container with a larger byte cap filled it past this
+  /// command's 20 MB, and one `queue put` of a few bytes dropped 181 of its records to get back
+  /// under 20 MB. Such a put is refused now, nothing stored or dropped.
+  func testAPutIntoAContainerAnAppFilledPastThisCommandsCapIsRefused() throws {
+    do {
+      let app = try QueueContainer(
+        path: home + "/queue.sqlite", vault: try Vault.open(home: home),
+        configuration: QueueConfiguration(byteCap: 1 << 30))
+      for index in 0..<25 {
+        try app.enqueue([UInt8](repeating: UInt8(index), count: 1 << 20), queue: "app", id: nil)
+      }
+    }
+    let put = try vault(["--home", home, "queue", "put", "--queue", "app"], input: Array("small".utf8))
+    XCTAssertEqual(put.status, 1, put.error)
+    XCTAssertTrue(put.error.contains("more than this command's 20000000-byte cap"), put.error)
+    XCTAssertTrue(put.error.contains("nothing was stored or dropped"), put.error)
+    let stats = try json(["queue", "stats", "--json"])
+    XCTAssertEqual(stats["total"] as? Int, 25)
+    XCTAssertEqual((stats["dropped"] as? [String: Int])?["cap"] ?? 0, 0)
   }
 
   func testPutStatsDuplicateRotateAndStatus() throws {
