@@ -58,8 +58,8 @@ extension QueueContainer {
   @discardableResult
   public func enqueue(contentsOf records: [(id: UUID, payload: [UInt8])], queue: String) throws -> [EnqueueOutcome] {
     try Self.validate(queue)
-    for record in records where record.payload.count + Envelope.overhead > configuration.byteCap {
-      throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: configuration.byteCap)
+    for record in records where record.payload.count + Envelope.overhead > largestEnvelope {
+      throw QueueError.recordTooLarge(bytes: record.payload.count + Envelope.overhead, cap: largestEnvelope)
     }
     return try groupCommit.submit(try sealedRequest(records, queue: queue, victims: nil)) { self.commit($0) }
   }
@@ -92,6 +92,15 @@ extension QueueContainer {
     }
   }
 
+  /// The largest envelope a row may hold: SQLite refuses a row longer than SQLITE_MAX_LENGTH
+  /// (1,000,000,000 bytes by default, sqlite.org/limits.html), and the row's other columns (id,
+  /// queue name, times, counters) take less than a kilobyte. Checked before sealing: a larger record
+  /// was sealed (twice its size in memory) and then refused by SQLite with a generic error.
+  static let rowEnvelopeLimit = 1_000_000_000 - 1024
+
+  /// The largest envelope an enqueue accepts: the byte cap, or the most a row may hold.
+  var largestEnvelope: Int { min(configuration.byteCap, Self.rowEnvelopeLimit) }
+
   /// The envelope bytes the container holds now: what its byte cap is measured against.
   ///
   /// - Throws: `QueueError` when the container cannot be read.
@@ -115,8 +124,8 @@ extension QueueContainer {
     -> EnqueueOutcome
   {
     try Self.validate(queue)
-    if payload.count + Envelope.overhead > configuration.byteCap {
-      throw QueueError.recordTooLarge(bytes: payload.count + Envelope.overhead, cap: configuration.byteCap)
+    if payload.count + Envelope.overhead > largestEnvelope {
+      throw QueueError.recordTooLarge(bytes: payload.count + Envelope.overhead, cap: largestEnvelope)
     }
     let request = try sealedRequest([(try id ?? SecureRandom.uuid(), payload)], queue: queue, victims: victims)
     return try groupCommit.submit(request) { self.commit($0) }[0]

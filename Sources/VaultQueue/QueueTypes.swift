@@ -129,7 +129,8 @@ public struct QueueConfiguration: Sendable {
   /// - Parameters:
   ///   - byteCap: envelope bytes the container may hold (20 MB by default); less than 89 (the
   ///     envelope of an empty record) is refused when a container is opened for writing
-  ///     (`QueueError.invalidConfiguration`).
+  ///     (`QueueError.invalidConfiguration`). One record's envelope may hold at most 999,998,976
+  ///     bytes whatever the cap (SQLite's row limit; `QueueError.recordTooLarge` past it).
   ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
   ///     for no limit; less than 1 ms is refused when a container is opened for writing (it would
   ///     drop every record, each as soon as it was stored).
@@ -522,7 +523,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   /// cannot read; the first open for writing upgrades it in place, with nothing lost.
   case olderSchema(path: String, version: Int)
   /// A record whose envelope (`bytes`, payload plus envelope overhead) could never fit under the
-  /// byte cap; nothing was stored and nothing dropped.
+  /// byte cap, or in one SQLite row (`cap` is then 999,998,976: SQLite's 1,000,000,000-byte limit
+  /// less room for the row's other columns); nothing was stored and nothing dropped.
   case recordTooLarge(bytes: Int, cap: Int)
   /// The cap could not make room: every record it may drop is in flight (or, with
   /// `CapVictims.only`, none of those queues has any); nothing was stored. Retry after delivery.

@@ -290,6 +290,24 @@ final class QueueContainerTests: XCTestCase {
     }
   }
 
+  /// An outside review: with the cap raised past a gigabyte, a record larger than one SQLite row
+  /// may hold was sealed (twice its size in memory) and then refused by SQLite with a generic
+  /// "string or blob too big". It is refused first now, as too large, nothing sealed or stored.
+  func testARecordLargerThanASQLiteRowIsTooLargeWhateverTheCap() throws {
+    let queue = try container(QueueConfiguration(byteCap: 1 << 31))
+    let limit = 1_000_000_000 - 1024
+    // A payload of 1,000,000,000 bytes, past SQLite's own limit once sealed. The check comes before
+    // the seal, so nothing else of its size is made.
+    let payload = [UInt8](repeating: 0, count: 1_000_000_000)
+    XCTAssertThrowsError(try queue.enqueue(payload, queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 1_000_000_089, cap: limit))
+    }
+    XCTAssertThrowsError(try queue.enqueue(contentsOf: [(UUID(), payload)], queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .recordTooLarge(bytes: 1_000_000_089, cap: limit))
+    }
+    XCTAssertEqual(try queue.stats().total, 0)
+  }
+
   /// An enqueue that stores nothing (every id already there) drops nothing and cannot fail on the
   /// cap, even when the container holds more than this writer's cap (a smaller cap than the
   /// writer before it, a merged backup): its records are already stored, and an error would
