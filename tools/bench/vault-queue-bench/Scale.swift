@@ -75,6 +75,34 @@ func inRotatedOrder(round: Int, _ steps: [() throws -> Void]) throws {
   for index in 0..<steps.count { try steps[(index + round) % steps.count]() }
 }
 
+/// The two ceilings of a figure, measured once a round: plain SQLite's and vault's, one thread
+/// committing `callers` records at a time (see `plainGroupedRate` and `vaultBatchedRate`).
+final class Ceilings {
+  private(set) var plain: [Double] = []
+  private(set) var vault: [Double] = []
+
+  /// The round's two measurements, as steps for `inRotatedOrder`; vault's records hold
+  /// `vaultBody` when given (the log's are as large as its events), else `body`.
+  func steps(
+    _ name: String, round: Int, directory: String, vault: Vault, body: [UInt8], vaultBody: [UInt8]? = nil,
+    callers: Int, seconds: Double
+  ) -> [() throws -> Void] {
+    [
+      {
+        self.plain.append(
+          plainGroupedRate(
+            path: directory + "/\(name)-grouped-\(round).sqlite", body: body, callers: callers, seconds: seconds))
+      },
+      {
+        self.vault.append(
+          try vaultBatchedRate(
+            path: directory + "/\(name)-batched-\(round).sqlite", vault: vault, body: vaultBody ?? body,
+            callers: callers, seconds: seconds))
+      },
+    ]
+  }
+}
+
 /// A ceiling measured beside a figure, as ratios taken round by round (a rate and its baseline
 /// from the same round, never medians of different rounds): the median ratio of the figure, of
 /// vault's ceiling and of plain's, and the rounds where the figure passed vault's ceiling, which
@@ -150,8 +178,7 @@ func threadsBenchmark(directory: String, seconds: Double, vault: Vault) throws {
   var plainLatencies: [Double] = []
   var vaultLatencies: [Double] = []
   var singleRates: [Double] = []
-  var groupedRates: [Double] = []
-  var batchedRates: [Double] = []
+  let ceilings = Ceilings()
   for round in 0..<3 {
     try inRotatedOrder(
       round: round,
@@ -182,17 +209,6 @@ func threadsBenchmark(directory: String, seconds: Double, vault: Vault) throws {
           removeDatabase(onePath)
         },
         {
-          groupedRates.append(
-            plainGroupedRate(
-              path: directory + "/threads-grouped-\(round).sqlite", body: body, callers: 4, seconds: seconds))
-        },
-        {
-          batchedRates.append(
-            try vaultBatchedRate(
-              path: directory + "/threads-batched-\(round).sqlite", vault: vault, body: body, callers: 4,
-              seconds: seconds))
-        },
-        {
           let vaultPath = directory + "/threads-vault-\(round).sqlite"
           let queue = try QueueContainer(
             path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
@@ -202,11 +218,13 @@ func threadsBenchmark(directory: String, seconds: Double, vault: Vault) throws {
           vaultRates.append(vaulted.rate)
           vaultLatencies += vaulted.latencies
         },
-      ])
+      ]
+        + ceilings.steps(
+          "threads", round: round, directory: directory, vault: vault, body: body, callers: 4, seconds: seconds))
   }
   // The figure's baseline: the faster of plain's four connections and its single thread.
   reportCeilings(
-    "threads_4", figure: vaultRates, vaultCeiling: batchedRates, plainCeiling: groupedRates,
+    "threads_4", figure: vaultRates, vaultCeiling: ceilings.vault, plainCeiling: ceilings.plain,
     baseline: zip(plainRates, singleRates).map { max($0, $1) })
   plainLatencies.sort()
   vaultLatencies.sort()
@@ -235,8 +253,7 @@ func processesBenchmark(directory: String, seconds: Double) throws {
   // VAULT_QUEUE_BENCH_PREFILL=N: both files start with N records of 200 B (default none).
   var plainCPU: [Double] = []
   var vaultCPU: [Double] = []
-  var groupedRates: [Double] = []
-  var batchedRates: [Double] = []
+  let ceilings = Ceilings()
   let prefill = ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_PREFILL"].flatMap { Int($0) } ?? 0
   let body = [UInt8](repeating: 0x61, count: 200)
   for round in 0..<3 {
@@ -258,17 +275,6 @@ func processesBenchmark(directory: String, seconds: Double) throws {
           removeDatabase(plainPath)
         },
         {
-          groupedRates.append(
-            plainGroupedRate(
-              path: directory + "/procs-grouped-\(round).sqlite", body: body, callers: 2, seconds: seconds))
-        },
-        {
-          batchedRates.append(
-            try vaultBatchedRate(
-              path: directory + "/procs-batched-\(round).sqlite", vault: vault, body: body, callers: 2,
-              seconds: seconds))
-        },
-        {
           let vaultPath = directory + "/procs-vault-\(round).sqlite"
           let queue = try QueueContainer(
             path: vaultPath, vault: vault, configuration: QueueConfiguration(byteCap: 1 << 40))
@@ -281,10 +287,12 @@ func processesBenchmark(directory: String, seconds: Double) throws {
           vaultLatencies += vaulted.latencies
           vaultCPU.append(vaulted.cpuPerRecord)
         },
-      ])
+      ]
+        + ceilings.steps(
+          "procs", round: round, directory: directory, vault: vault, body: body, callers: 2, seconds: seconds))
   }
   reportCeilings(
-    "procs_2", figure: vaultRates, vaultCeiling: batchedRates, plainCeiling: groupedRates, baseline: plainRates)
+    "procs_2", figure: vaultRates, vaultCeiling: ceilings.vault, plainCeiling: ceilings.plain, baseline: plainRates)
   if ProcessInfo.processInfo.environment["VAULT_QUEUE_BENCH_POLL"] == "1" {
     // An experiment, not a baseline: how much of the plain rate is lost to SQLite's sleeping wait.
     var pollRates: [Double] = []

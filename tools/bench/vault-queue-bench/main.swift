@@ -209,8 +209,7 @@ func telemetryBenchmark(endpoint: URL) throws {
   // plain measurement before all of vault's was at the mercy of whatever else the machine did.
   var plainRates: [Double] = []
   var logRates: [Double] = []
-  var groupedRates: [Double] = []
-  var batchedRates: [Double] = []
+  let ceilings = Ceilings()
   var pooled: [Double] = []
   var telemetry: Telemetry?
   var container: QueueContainer?
@@ -227,11 +226,6 @@ func telemetryBenchmark(endpoint: URL) throws {
         {
           let plain = PlainTable(path: freshPath())
           plainRates.append(timed { plain.put(body) }.0)
-        },
-        { groupedRates.append(plainGroupedRate(path: freshPath(), body: body, callers: 4, seconds: seconds)) },
-        {
-          batchedRates.append(
-            try vaultBatchedRate(path: freshPath(), vault: vault, body: eventSized, callers: 4, seconds: seconds))
         },
         {
           let roundContainer = try QueueContainer(
@@ -267,10 +261,14 @@ func telemetryBenchmark(endpoint: URL) throws {
           pooled += values
           (telemetry, container) = (roundTelemetry, roundContainer)
         },
-      ])
+      ]
+        + ceilings.steps(
+          "telemetry", round: round, directory: directory, vault: vault, body: body, vaultBody: eventSized, callers: 4,
+          seconds: seconds))
   }
   reportCeilings(
-    "telemetry_log_4", figure: logRates, vaultCeiling: batchedRates, plainCeiling: groupedRates, baseline: plainRates)
+    "telemetry_log_4", figure: logRates, vaultCeiling: ceilings.vault, plainCeiling: ceilings.plain,
+    baseline: plainRates)
   guard let telemetry, let container else { return }
   let latencies = pooled.sorted()
   report("telemetry_plain_insert_per_s", plainRates.sorted()[1])
