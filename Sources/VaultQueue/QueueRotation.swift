@@ -30,9 +30,10 @@ extension QueueContainer: SealedContainer {
 
   /// Re-seals every record whose envelope header names a version older than `version` (pending,
   /// in flight, parked and in review alike) in transactions of `configuration.resealBatch` records
-  /// and at most 4 MiB of envelopes (a larger record alone), then checkpoints the WAL. A record that does not open is left as it is and reported (its
-  /// version then cannot be retired); a key that cannot be read right now stops the re-seal with
-  /// that error, since an unavailable key is not a broken record.
+  /// and at most 4 MiB of envelopes (a larger record alone), then checkpoints the WAL. A record
+  /// that does not open is left as it is and reported (its version then cannot be retired); a key
+  /// that cannot be read right now stops the re-seal with that error, since an unavailable key is
+  /// not a broken record.
   /// Idempotent: a record already at `version` is never touched, so a crash and a rerun finish the job.
   ///
   /// - Parameters:
