@@ -32,7 +32,14 @@ extension VaultCommandLine {
     var bulk: (states: Set<RecordState>, queue: String?)?
     switch action {
     case "put":
-      payload = try readInput()
+      // No more than a record may hold under this command's cap is read (the rest of a larger
+      // input was read, up to 1 GiB, only to be refused; an outside review).
+      let cap = QueueConfiguration().byteCap
+      do {
+        payload = try readInput(limit: cap - Envelope.overhead)
+      } catch StandardInputError.tooLarge {
+        throw StandardInputError.tooLargeForCap(cap: cap)
+      }
       // A failed allocation traps: refuse a record the address space cannot seal and store.
       guard MemoryHeadroom.availableToSealAndStore(payload.count) else {
         throw StandardInputError.outOfMemory(bytes: 3 * payload.count)
@@ -194,7 +201,8 @@ enum QueueCommand: Subcommand {
           past it the oldest records not in flight are dropped (only those of the queues a writer limited the \
           cap to, if one did), counted in 'queue stats', and a note on standard error says how many. A \
           container that already holds more than 20 MB (an app with a larger cap writes it) is refused, \
-          nothing stored or dropped.
+          nothing stored or dropped. Input larger than a record may hold under the cap (19999911 bytes) is \
+          refused before the rest of it is read (exit 2).
           """,
         parameters: [
           .option("--queue", "NAME", .name, required: true, help: "The queue within the container."),

@@ -23,12 +23,13 @@ final class StandardStreams: @unchecked Sendable {
 
   // MARK: - Input
 
-  /// All of standard input, at most `inputLimit` bytes (see `StandardStreamIO.readAll`).
+  /// All of standard input, at most `limit` bytes (see `StandardStreamIO.readAll`): a larger
+  /// file is refused before it is read, a larger stream once `limit` bytes have come.
   /// - Throws: `StandardInputError` naming what is wrong (closed, a directory, too large …).
-  func readInput() throws(StandardInputError) -> [UInt8] {
+  func readInput(limit: Int = inputLimit) throws(StandardInputError) -> [UInt8] {
     guard !closed.contains(STDIN_FILENO) else { throw .closed }
     do {
-      return try StandardStreamIO.readAll(limit: Self.inputLimit)
+      return try StandardStreamIO.readAll(limit: limit)
     } catch {
       throw StandardInputError(error)
     }
@@ -62,6 +63,8 @@ enum StandardInputError: Error, Equatable, CustomStringConvertible {
   case notReadable
   case directory
   case tooLarge(limit: Int)
+  /// More than a record may hold under the byte cap `cap` of the container it is for.
+  case tooLargeForCap(cap: Int)
   case outOfMemory(bytes: Int)
   case failed(errno: Int32)
 
@@ -84,6 +87,9 @@ enum StandardInputError: Error, Equatable, CustomStringConvertible {
     case .directory: "standard input is a directory; give the input from a file (< FILE) or a pipe"
     case .tooLarge(let limit):
       "the input is larger than \(limit >> 30) GiB, the most one record may hold; split it into smaller records"
+    case .tooLargeForCap(let cap):
+      "the input is larger than the \(cap - Envelope.overhead) bytes a record may hold under this command's "
+        + "\(cap)-byte cap; nothing was stored: split it into smaller records"
     case .outOfMemory(let bytes):
       "not enough address space for a buffer of \(max(1, bytes >> 20)) MiB (ulimit -v); raise the limit and run again"
     case .failed(let code): "could not read standard input: \(String(cString: strerror(code)))"

@@ -23,12 +23,13 @@ public final class Terminal: @unchecked Sendable {
   var outputFailure: () -> StandardOutputError? = { nil }
   /// The terminal is the process's own: check its resource limits before a command runs.
   var checksProcessResources = false
-  let readInput: () throws -> [UInt8]
+  /// Reads standard input, at most the given number of bytes.
+  let readInput: (Int) throws -> [UInt8]
   let writeOutput: ([UInt8]) -> Void
   let writeError: (String) -> Void
 
   public init(
-    environment: [String: String], readInput: @escaping () throws -> [UInt8],
+    environment: [String: String], readInput: @escaping (Int) throws -> [UInt8],
     writeOutput: @escaping ([UInt8]) -> Void, writeError: @escaping (String) -> Void
   ) {
     self.environment = environment
@@ -42,7 +43,7 @@ public final class Terminal: @unchecked Sendable {
   public static func standard() -> Terminal {
     let streams = StandardStreams(closed: ProcessHardening.closedStandardStreams)
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment, readInput: { try streams.readInput() },
+      environment: ProcessInfo.processInfo.environment, readInput: { try streams.readInput(limit: $0) },
       writeOutput: { bytes in streams.writeOutput(bytes) }, writeError: { text in streams.writeError(text) })
     terminal.isInteractive = isatty(STDERR_FILENO) != 0
     terminal.isForeground = { tcgetpgrp(STDERR_FILENO) == getpgrp() }

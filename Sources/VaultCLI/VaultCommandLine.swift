@@ -386,9 +386,11 @@ public struct VaultCommandLine {
     arguments.rawOptions["--context"] ?? []
   }
 
-  func readInput() throws -> [UInt8] {
+  func readInput(limit: Int = StandardStreams.inputLimit) throws -> [UInt8] {
     do {
-      return try terminal.readInput()
+      let bytes = try terminal.readInput(limit)
+      guard bytes.count <= limit else { throw StandardInputError.tooLarge(limit: limit) }
+      return bytes
     } catch let error as StandardInputError {
       throw error
     } catch {

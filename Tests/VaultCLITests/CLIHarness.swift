@@ -20,7 +20,7 @@ final class Capture: @unchecked Sendable {
 func runInProcess(_ arguments: [String], input: [UInt8] = [], environment: [String: String] = [:]) -> InProcessRun {
   let capture = Capture()
   let terminal = Terminal(
-    environment: environment, readInput: { input }, writeOutput: { capture.output += $0 },
+    environment: environment, readInput: { _ in input }, writeOutput: { capture.output += $0 },
     writeError: { capture.error += $0 })
   let status = VaultCommandLine(terminal: terminal).run(arguments)
   return InProcessRun(status: status, output: capture.output, error: capture.error)

@@ -38,7 +38,7 @@ final class OperatorReviewTests: XCTestCase {
     }
     let capture = Capture()
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment, readInput: { [] }, writeOutput: { capture.output += $0 },
+      environment: ProcessInfo.processInfo.environment, readInput: { _ in [] }, writeOutput: { capture.output += $0 },
       writeError: { capture.error += $0 })
     let status = VaultCommandLine(terminal: terminal, resolver: .fixed(store)).run(["--home", home, "rotate"])
     XCTAssertEqual(status, 1, capture.error)
@@ -177,7 +177,7 @@ final class OperatorReviewTests: XCTestCase {
   private func run(_ arguments: [String], answers: [String]?) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment, readInput: { [] },
+      environment: ProcessInfo.processInfo.environment, readInput: { _ in [] },
       writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
     if let answers {
       let queue = Answers(answers)

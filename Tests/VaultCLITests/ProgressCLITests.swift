@@ -29,7 +29,7 @@ final class ProgressCLITests: XCTestCase {
   ) -> (status: Int32, output: String, error: String) {
     let capture = Capture()
     let terminal = Terminal(
-      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, readInput: { [] },
+      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 }, readInput: { _ in [] },
       writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
     terminal.isInteractive = interactive
     terminal.isForeground = { foreground }
@@ -78,7 +78,7 @@ final class ProgressCLITests: XCTestCase {
     let capture = Capture()
     let lock = NSLock()
     let terminal = Terminal(
-      environment: [:], readInput: { [] }, writeOutput: { _ in },
+      environment: [:], readInput: { _ in [] }, writeOutput: { _ in },
       writeError: { text in lock.withLock { capture.error += text } })
     terminal.isInteractive = true
     terminal.progressDelay = 0.3

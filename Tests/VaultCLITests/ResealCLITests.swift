@@ -339,7 +339,7 @@ final class ResealCLITests: XCTestCase {
     func unpin(answer: String) -> (Int32, String) {
       let capture = Capture()
       let terminal = Terminal(
-        environment: [:], readInput: { [] }, writeOutput: { capture.output += $0 },
+        environment: [:], readInput: { _ in [] }, writeOutput: { capture.output += $0 },
         writeError: { capture.error += $0 })
       terminal.askLine = { question in
         capture.error += question

@@ -200,6 +200,30 @@ final class StandardStreamsTests: XCTestCase {
     XCTAssertEqual(memo.status, 2)
   }
 
+  /// `queue put` reads no more than a record may hold under its 20 MB cap (an outside review: it
+  /// read up to 1 GiB, 1.09 GB resident, only to refuse it): a larger file is refused before it is
+  /// read, a larger stream one chunk past the limit, and nothing is stored.
+  func testAQueuePutOverTheCapIsRefusedBeforeItIsRead() throws {
+    let big = temporary.sub("big-put")
+    XCTAssertTrue(FileManager.default.createFile(atPath: big, contents: nil))
+    XCTAssertEqual(truncate(big, 1 << 30), 0, "a sparse 1 GiB file")
+    // Under 250 MB of address space, which reading the 300 MB or the 1 GiB offered would pass.
+    let file = try shell(
+      "ulimit -v 250000; exec \"$VAULT\" queue put --queue q < \"$BIG\"", home: home, extra: ["BIG": big])
+    assertNoTrap(file, "queue put of a file")
+    XCTAssertEqual(file.status, 2, file.error)
+    XCTAssertTrue(file.error.contains("larger than the 19999911 bytes a record may hold"), file.error)
+    let piped = try shell(
+      "head -c 300000000 /dev/zero | (ulimit -v 250000; exec \"$VAULT\" queue put --queue q); echo \"status $?\"",
+      home: home)
+    XCTAssertEqual(piped.outputText, "status 2\n", piped.error)
+    XCTAssertTrue(piped.error.contains("larger than the 19999911 bytes a record may hold"), piped.error)
+    XCTAssertEqual(try vault(["--home", home, "queue", "stats", "--json"]).status, 0)
+    XCTAssertTrue(
+      try vault(["--home", home, "queue", "stats", "--json"]).outputText.contains("\"total\" : 0"),
+      "nothing stored")
+  }
+
   /// seal and open take at most 1 GiB (stated in their help and the README): larger input is
   /// refused before it is read into memory, whatever kind of file it comes from.
   func testRecordsOverTheStatedLimitAreRefused() throws {

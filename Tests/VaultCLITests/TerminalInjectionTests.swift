@@ -175,7 +175,8 @@ final class TerminalInjectionTests: XCTestCase {
 
     let capture = Capture()
     let terminal = Terminal(
-      environment: [:], readInput: { [] }, writeOutput: { capture.output += $0 }, writeError: { capture.error += $0 })
+      environment: [:], readInput: { _ in [] }, writeOutput: { capture.output += $0 },
+      writeError: { capture.error += $0 })
     terminal.isInteractive = true
     terminal.progressDelay = 0
     terminal.columns = { 20 }
