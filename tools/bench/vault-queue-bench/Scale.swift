@@ -111,7 +111,7 @@ final class Ceilings {
 func reportCeilings(
   _ prefix: String, figure: [Double], vaultCeiling: [Double], plainCeiling: [Double], baseline: [Double]
 ) {
-  func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+  func median(_ values: [Double]) -> Double { percentile(values.sorted(), 0.5) }
   let rounds = baseline.indices
   report(prefix + "_vs_plain_by_round", median(rounds.map { figure[$0] / baseline[$0] }))
   report(prefix + "_ceiling_vs_plain", median(rounds.map { vaultCeiling[$0] / baseline[$0] }))
