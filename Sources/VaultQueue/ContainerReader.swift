@@ -18,6 +18,11 @@ package final class ContainerReader {
   /// opened for writing since).
   package let containerID: String?
   private let connection: Connection
+  /// How a query of `records` reads each record's envelope tail (`Storage` migration 7): a join and
+  /// the column, or no join and NULL in a container of a release before, whose rows hold their
+  /// envelopes whole. A join, not a subquery for each row: SQLite copied a subquery's value once
+  /// more, and a record of 19 MB no longer fitted where it had.
+  private let tails: (join: String, column: String)
   /// The descriptor's link under /proc: `stat` of it is the file the caller opened.
   private let link: String
   /// The path the descriptor resolved to when it was opened, as raw bytes (NUL-terminated).
@@ -75,7 +80,7 @@ package final class ContainerReader {
     if live {
       try QueueContainer.checkPrivate(String(decoding: resolvedBytes, as: UTF8.self), owner: named.st_uid)
     }
-    let (connection, keyring, containerID) = try QueueContainer.translating(path) {
+    let (connection, keyring, containerID, hasTails) = try QueueContainer.translating(path) {
       let connection = try Connection(path: link, readOnly: true, live: live)
       try connection.execute("PRAGMA busy_timeout = 10000")
       var tables = 0
@@ -84,13 +89,18 @@ package final class ContainerReader {
       ).query { tables = Int($0.int(0)) }
       var keyring: String?
       var containerID: String?
+      var tails = 0
+      try connection.prepare(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'envelope_tails'"
+      ).query { tails = Int($0.int(0)) }
       if tables == 2 {
         try connection.prepare("SELECT key, value FROM meta WHERE key IN ('keyring_id', 'container_id')").query {
           if $0.text(0) == "keyring_id" { keyring = $0.text(1) } else { containerID = $0.text(1) }
         }
       }
-      return (connection, keyring, containerID)
+      return (connection, keyring, containerID, tails == 1)
     }
+    tails = hasTails ? ("LEFT JOIN envelope_tails USING (seq)", "tail") : ("", "NULL")
     self.connection = connection
     keyringID = keyring
     self.containerID = containerID
@@ -106,8 +116,10 @@ package final class ContainerReader {
   ) throws {
     guard keyringID != nil else { return }
     try QueueContainer.translating(path) {
-      try connection.prepare("SELECT id, queue, key_version, envelope FROM records ORDER BY seq").query { row in
-        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(clamping: row.int(2)), row.blob(3))
+      try connection.prepare(
+        "SELECT id, queue, key_version, envelope, \(tails.column) FROM records \(tails.join) ORDER BY seq"
+      ).query { row in
+        try body(row.text(0) ?? "", row.text(1) ?? "", UInt32(clamping: row.int(2)), row.envelope(inline: 3, tail: 4))
       }
     }
     try checkSameFile()
@@ -127,15 +139,16 @@ package final class ContainerReader {
       try connection.prepare(
         """
         SELECT id, queue, state, attempts, error_kind, created_at, next_attempt_at, \(failures), \(changed),
-          key_version, envelope
-        FROM records ORDER BY seq
+          key_version, envelope, \(tails.column)
+        FROM records \(tails.join) ORDER BY seq
         """
       ).query { row in
         try body(
           SnapshotRecord(
             id: row.text(0) ?? "", queue: row.text(1) ?? "", state: row.text(2) ?? "", attempts: row.int(3),
             errorKind: row.text(4), createdAt: row.int(5), nextAttemptAt: row.int(6), serverFailures: row.int(7),
-            changed: row.isNull(8) ? nil : row.int(8), version: UInt32(clamping: row.int(9)), envelope: row.blob(10)))
+            changed: row.isNull(8) ? nil : row.int(8), version: UInt32(clamping: row.int(9)),
+            envelope: row.envelope(inline: 10, tail: 11)))
       }
     }
     try checkSameFile()

@@ -60,6 +60,7 @@ extension QueueContainer {
   ) throws -> [ClaimedRecord] {
     try withStorage { storage in
       var claimed: [(id: String, envelope: [UInt8], attempts: Int, createdAt: Int64, version: Int64)] = []
+      var storedWhole: [(seq: Int64, index: Int)] = []
       var (leasedAt, now, leaseUntil) = (UInt64(0), Int64(0), Int64(0))
       try storage.transaction {
         // The lease starts once the write lock is this claim's: read before BEGIN waited for it
@@ -76,16 +77,16 @@ extension QueueContainer {
         let select: StaticString =
           leastAttempted
           ? """
-          SELECT id, envelope, attempts, size, created_at, key_version FROM records
-          WHERE seq = (
+          SELECT id, envelope, attempts, size, created_at, key_version, seq, tail
+          FROM records LEFT JOIN envelope_tails USING (seq) WHERE seq = (
             SELECT seq FROM records WHERE queue = ?1 AND (
               (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
               OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
             ORDER BY attempts, seq LIMIT ?3)
           """
           : """
-          SELECT id, envelope, attempts, size, created_at, key_version FROM records
-          WHERE queue = ?1 AND (
+          SELECT id, envelope, attempts, size, created_at, key_version, seq, tail
+          FROM records LEFT JOIN envelope_tails USING (seq) WHERE queue = ?1 AND (
             (state = 'pending' AND (next_attempt_at <= ?4 OR next_attempt_at > ?5))
             OR (state = 'in_flight' AND (lease_until <= ?2 OR lease_until > ?6)))
           ORDER BY seq LIMIT ?3
@@ -98,7 +99,17 @@ extension QueueContainer {
           let size = Int(row.int(3))
           guard claimed.isEmpty || bytes + size <= maxBytes else { return }
           bytes += size
-          claimed.append((row.text(0) ?? "", row.blob(1), Int(row.int(2)) + 1, row.int(4), row.int(5)))
+          if row.withBlob(1, { $0.count }) > Storage.inlineEnvelopeLimit {
+            storedWhole.append((row.int(6), claimed.count))
+          }
+          claimed.append(
+            (row.text(0) ?? "", row.envelope(inline: 1, tail: 7), Int(row.int(2)) + 1, row.int(4), row.int(5)))
+        }
+        // A long envelope a release before migration 7 stored whole in its row is split once, here
+        // (its row is rewritten whole this once, as the claim would have), so that this attempt's
+        // failure or release and every later one write the row's page alone.
+        for (seq, index) in storedWhole {
+          try claimed[index].envelope.withUnsafeBytes { try storage.splitStoredEnvelope($0, seq: seq) }
         }
         let markInFlight = try storage.statement(
           "UPDATE records SET state = 'in_flight', lease_until = ?, attempts = attempts + 1, changed = ? WHERE id = ?")
@@ -174,8 +185,11 @@ extension QueueContainer {
   {
     var found: (envelope: [UInt8], version: Int64)?
     try storage.statement(
-      "SELECT envelope, key_version FROM records WHERE id = ? AND state = 'in_flight' AND lease_until = ?"
-    ).query([.text(id), .integer(leaseUntil)]) { found = ($0.blob(0), $0.int(1)) }
+      """
+      SELECT envelope, key_version, tail
+      FROM records LEFT JOIN envelope_tails USING (seq) WHERE id = ? AND state = 'in_flight' AND lease_until = ?
+      """
+    ).query([.text(id), .integer(leaseUntil)]) { found = ($0.envelope(inline: 0, tail: 2), $0.int(1)) }
     return found
   }
 

@@ -212,15 +212,19 @@ extension QueueContainer {
       }
       // The unique id decides: an existing record is kept as it is and reported as a duplicate.
       let inserted = try envelope.withUnsafeBytes { bytes in
-        try storage.statement(
+        let inserted = try storage.statement(
           """
           INSERT INTO records (id, queue, created_at, size, key_version, envelope, born) VALUES (?, ?, ?, ?, ?, ?, ?)
           ON CONFLICT (id) DO NOTHING
           """
         ).run([
           .text(idText), .text(request.queue), .integer(now), .integer(Int64(envelope.count)),
-          .integer(Int64(version)), .blob(bytes), .integer(born),
+          .integer(Int64(version)), .blob(Storage.inlinePart(of: bytes)), .integer(born),
         ])
+        if inserted == 1 {
+          try storage.storeTail(of: bytes, seq: storage.connection.lastInsertedRowID, replacing: false)
+        }
+        return inserted
       }
       guard inserted == 1 else {
         outcomes.append(.duplicate)

@@ -175,6 +175,7 @@ extension QueueContainer {
   }
 
   private struct HomeCopy {
+    var seq: Int64
     var queue: String
     var state: String
     var lastChange: Int64
@@ -197,11 +198,15 @@ extension QueueContainer {
     defer { payload.withUnsafeMutableBytes { zeroBytes($0) } }
     var home: HomeCopy?
     try storage.statement(
-      "SELECT queue, state, coalesce(changed, created_at), created_at, envelope, size, born FROM records WHERE id = ?"
+      """
+      SELECT queue, state, coalesce(changed, created_at), created_at, envelope, size, born, seq, tail
+      FROM records LEFT JOIN envelope_tails USING (seq) WHERE id = ?
+      """
     ).query([.text(record.id)]) { row in
       home = HomeCopy(
-        queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2), createdAt: row.int(3),
-        envelope: row.blob(4), size: Int(row.int(5)), born: row.isNull(6) ? nil : row.int(6))
+        seq: row.int(7), queue: row.text(0) ?? "", state: row.text(1) ?? "", lastChange: row.int(2),
+        createdAt: row.int(3), envelope: row.envelope(inline: 4, tail: 8), size: Int(row.int(5)),
+        born: row.isNull(6) ? nil : row.int(6))
     }
     guard let home else {
       // Held here at an earlier merge (or stored by it), and delivered or dropped since.
@@ -297,14 +302,16 @@ extension QueueContainer {
         """
         UPDATE records SET queue = ?, envelope = ?, key_version = ?, size = ?, state = ?, attempts = ?, error_kind = ?,
           next_attempt_at = ?, server_failures = ?, lease_until = 0, changed = ?
-        WHERE id = ?
+        WHERE seq = ?
         """
       ).run([
-        .text(record.queue), .blob(bytes), .integer(Int64(try Envelope.header(of: bytes).version)),
+        .text(record.queue), .blob(Storage.inlinePart(of: bytes)),
+        .integer(Int64(try Envelope.header(of: bytes).version)),
         .integer(Int64(envelope.count)), .text((state == .inFlight ? RecordState.pending : state).rawValue),
         .integer(record.attempts), record.errorKind.map { .text($0) } ?? .null, .integer(record.nextAttemptAt),
-        .integer(record.serverFailures), .integer(record.lastChange), .text(record.id),
+        .integer(record.serverFailures), .integer(record.lastChange), .integer(home.seq),
       ])
+      try storage.storeTail(of: bytes, seq: home.seq)
     }
     try storage.addBytes(delta)
     outcome.updated += 1
@@ -323,7 +330,7 @@ extension QueueContainer {
     }
     let envelope = try payload.withUnsafeBytes { try vault.seal($0, context: context(queue: record.queue, id: id)) }
     let inserted = try envelope.withUnsafeBytes { bytes in
-      try storage.statement(
+      let inserted = try storage.statement(
         """
         INSERT INTO records (id, queue, created_at, size, key_version, envelope, state, attempts, error_kind,
           next_attempt_at, server_failures, changed, born)
@@ -331,11 +338,16 @@ extension QueueContainer {
         """
       ).run([
         .text(id), .text(record.queue), .integer(record.createdAt), .integer(Int64(envelope.count)),
-        .integer(Int64(try Envelope.header(of: bytes).version)), .blob(bytes), .text(state.rawValue),
+        .integer(Int64(try Envelope.header(of: bytes).version)), .blob(Storage.inlinePart(of: bytes)),
+        .text(state.rawValue),
         .integer(record.attempts), errorKind.map { .text($0) } ?? .null,
         .integer(state == .pending ? record.nextAttemptAt : 0), .integer(record.serverFailures),
         record.changed.map { .integer($0) } ?? .null, .integer(born(record.createdAt)),
       ])
+      if inserted == 1 {
+        try storage.storeTail(of: bytes, seq: storage.connection.lastInsertedRowID, replacing: false)
+      }
+      return inserted
     }
     guard inserted == 1 else { return false }
     try storage.statement("INSERT INTO merged (id) VALUES (?) ON CONFLICT (id) DO NOTHING").run([.text(id)])

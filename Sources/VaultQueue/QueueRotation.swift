@@ -21,9 +21,13 @@ extension QueueContainer: SealedContainer {
   /// 14–17, big-endian, so blob order is numeric order), never from the plaintext key_version
   /// column, which anyone able to write the file could relabel. The value is cast to a BLOB first:
   /// substr() counts characters, not bytes, in a value someone retyped as TEXT. ?1 is the 13-byte header prefix
-  /// "VLT", format, suite, keyring id of this vault.
+  /// "VLT", format, suite, keyring id of this vault. The header is in the row's own column
+  /// (`envelope`), whole or as the head of a long envelope (`Storage.inlineEnvelopeLimit`), so the
+  /// test reads no tail; it still reads the whole of an envelope a release before migration 7 stored
+  /// whole in its row.
   static let olderThanVersionSQL: StaticString = """
-    SELECT seq, id, queue, envelope, length(envelope) FROM records
+    SELECT seq, id, queue, envelope, tail, length(envelope) + coalesce(length(tail), 0)
+    FROM records LEFT JOIN envelope_tails USING (seq)
     WHERE substr(CAST(envelope AS BLOB), 1, 13) IN (?1, ?5) AND substr(CAST(envelope AS BLOB), 14, 4) < ?2 AND seq > ?3
     ORDER BY seq LIMIT ?4
     """
@@ -73,10 +77,11 @@ extension QueueContainer: SealedContainer {
                   .blob(format1), .blob(target), .integer(after), .integer(Int64(configuration.resealBatch)),
                   .blob(format2),
                 ]) { row in
-                  // The length comes from the row's header: a record left for the next batch is not
-                  // copied out or held (the header test in the WHERE still reads each row it passes).
-                  guard limit.admit(bytes: Int(row.int(4))) else { return false }
-                  rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
+                  // The lengths come from the rows' headers: a record left for the next batch is not
+                  // copied out or held (the header test in the WHERE reads each row's own column, the
+                  // whole envelope only of one stored whole before migration 7).
+                  guard limit.admit(bytes: Int(row.int(5))) else { return false }
+                  rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.envelope(inline: 3, tail: 4)))
                   return true
                 }
               }
@@ -97,12 +102,14 @@ extension QueueContainer: SealedContainer {
             let updated = try envelope.withUnsafeBytes { bytes in
               try target.withUnsafeBytes { target in
                 // Only while the row's envelope header (not its key_version column) is still older.
-                try storage.statement(
+                let updated = try storage.statement(
                   "UPDATE records SET envelope = ?, key_version = ?, size = ? WHERE seq = ? AND substr(CAST(envelope AS BLOB), 14, 4) < ?"
                 ).run([
-                  .blob(bytes), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)), .integer(row.seq),
-                  .blob(target),
+                  .blob(Storage.inlinePart(of: bytes)), .integer(Int64(sealedVersion)), .integer(Int64(envelope.count)),
+                  .integer(row.seq), .blob(target),
                 ])
+                if updated > 0 { try storage.storeTail(of: bytes, seq: row.seq) }
+                return updated
               }
             }
             result.resealed += updated
@@ -199,10 +206,13 @@ extension QueueContainer: SealedContainer {
       var rows: [(seq: Int64, id: String, queue: String, envelope: [UInt8])] = []
       var limit = BatchLimit(records: 256)
       try storage.statement(
-        "SELECT seq, id, queue, envelope, length(envelope) FROM records WHERE seq > ? ORDER BY seq LIMIT ?"
+        """
+        SELECT seq, id, queue, envelope, tail, length(envelope) + coalesce(length(tail), 0)
+        FROM records LEFT JOIN envelope_tails USING (seq) WHERE seq > ? ORDER BY seq LIMIT ?
+        """
       ).queryWhile([.integer(after), .integer(256)]) { row in
-        guard limit.admit(bytes: Int(row.int(4))) else { return false }
-        rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.blob(3)))
+        guard limit.admit(bytes: Int(row.int(5))) else { return false }
+        rows.append((row.int(0), row.text(1) ?? "", row.text(2) ?? "", row.envelope(inline: 3, tail: 4)))
         return true
       }
       guard let last = rows.last?.seq else { return victims }

@@ -351,6 +351,37 @@ final class BackupMergeTests: XCTestCase {
       payloads.sorted { $0[0] < $1[0] }, sizes.enumerated().map { [$0.offset, $0.element, 1] })
   }
 
+  /// Of two long copies of one record (their envelopes split between row and `envelope_tails`),
+  /// the one stored later on the other copy replaces the home's whole, tail included, and the
+  /// home's is kept for review whole.
+  func testALongRecordStoredLaterOnTheOtherCopyReplacesTheHomesWhole() throws {
+    let a = try makeVault("a")
+    try container(a, "q.sqlite").enqueue([1], queue: "q", id: nil)
+    let b = try restore(try backup(a), as: "b")
+    let conflicting = UUID()
+    let long = { (fill: UInt8) in [UInt8](repeating: fill, count: 1 << 20) }
+    try container(a, "q.sqlite").enqueue(long(0x41), queue: "q", id: conflicting)
+    tick()
+    try container(b, "q.sqlite").enqueue(long(0x42), queue: "q", id: conflicting)
+
+    let report = try merge(try backup(b), into: a)
+    let merged = try XCTUnwrap(report.containers.first { $0.from.hasSuffix("/q.sqlite") })
+    XCTAssertEqual(merged.updated, 1)
+    XCTAssertEqual(merged.keptForReview.map(\.from), ["home"])
+    let keptAs = try XCTUnwrap(UUID(uuidString: merged.keptForReview.first?.keptAs ?? ""))
+    let queue = try container(a, "q.sqlite")
+    XCTAssertEqual(try queue.resend([keptAs]), 1)
+    // Each payload as (its byte, its length, whether every byte is that one), not megabytes.
+    let claimed = try queue.claim(queue: "q", maxCount: 100, maxBytes: 1 << 30)
+    let summary = Dictionary(
+      uniqueKeysWithValues: claimed.map { record in
+        let bytes = record.payloadBytes
+        return (record.id, [Int(bytes.first ?? 0), bytes.count, bytes.allSatisfy { $0 == bytes.first } ? 1 : 0])
+      })
+    XCTAssertEqual(summary[conflicting], [0x42, 1 << 20, 1], "the other copy's, stored later")
+    XCTAssertEqual(summary[keptAs], [0x41, 1 << 20, 1], "the home's, kept for review")
+  }
+
   func testCopiesWithUnrelatedHistoriesPutWhatMayHaveBeenDeliveredInReview() throws {
     let a = try makeVault("a")
     let queueA = try container(a, "q.sqlite")

@@ -27,7 +27,13 @@ extension QueueContainerTests {
   /// (seq-ordered id -> size) read straight from the file.
   func snapshot(_ observer: Connection) throws -> [(String, Int)] {
     var rows: [(String, Int)] = []
-    try observer.prepare("SELECT id, size, length(envelope) FROM records ORDER BY seq").query { row in
+    try observer.prepare(
+      """
+      SELECT id, size,
+        length(envelope) + coalesce((SELECT length(tail) FROM envelope_tails WHERE envelope_tails.seq = records.seq), 0)
+      FROM records ORDER BY seq
+      """
+    ).query { row in
       XCTAssertEqual(row.int(1), row.int(2), "size column equals the envelope's length")
       rows.append((row.text(0) ?? "", Int(row.int(1))))
     }

@@ -64,6 +64,8 @@ final class RenumberedSchemaTests: XCTestCase {
   func testAContainerOfTheBuildThatNumberedMergedAsSchema6GetsRefusedSince() throws {
     let id = try container { connection in
       try connection.execute("ALTER TABLE records DROP COLUMN refused_since")
+      try connection.execute("DROP TABLE envelope_tails")
+      try connection.execute("PRAGMA user_version = 6")
     }
     try refuseParkAndResend(id)
     let connection = try Connection(path: path, readOnly: true)
@@ -76,6 +78,7 @@ final class RenumberedSchemaTests: XCTestCase {
     let id = try container { connection in
       try connection.execute("ALTER TABLE records DROP COLUMN refused_since")
       try connection.execute("DROP TABLE merged")
+      try connection.execute("DROP TABLE envelope_tails")
       try connection.execute("PRAGMA user_version = 5")
     }
     try refuseParkAndResend(id)

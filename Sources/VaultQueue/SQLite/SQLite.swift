@@ -143,6 +143,9 @@ final class Connection {
 
   var changes: Int { Int(sqlite3_changes(handle)) }
 
+  /// The rowid of the row the last successful INSERT on this connection stored.
+  var lastInsertedRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
   /// Runs `body` in a `BEGIN IMMEDIATE` transaction (the write lock is taken up front, so two
   /// writers never deadlock on an upgrade); commits when it returns, rolls back when it throws.
   func transaction<T>(_ body: () throws -> T) throws -> T {
