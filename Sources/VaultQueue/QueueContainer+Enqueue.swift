@@ -222,7 +222,9 @@ extension QueueContainer {
           .integer(Int64(version)), .blob(Storage.inlinePart(of: bytes)), .integer(born),
         ])
         if inserted == 1 {
-          try storage.storeTail(of: bytes, seq: storage.connection.lastInsertedRowID, replacing: false)
+          let seq = storage.connection.lastInsertedRowID
+          storage.inserted(seq: seq)
+          try storage.storeTail(of: bytes, seq: seq, replacing: false)
         }
         return inserted
       }
@@ -266,26 +268,40 @@ extension QueueContainer {
       queues = .text(try Self.capVictimsText(limit.map { $0.intersection(request) } ?? request))
     }
     var dropped = 0
+    // The search starts where the last one on this connection found the first record of these
+    // queues, when nothing since can have put one before it: from the oldest record, it read every
+    // record of the other queues ahead on every enqueue (an outside review: telemetry events
+    // behind 100,000 memos, with only events droppable, took 22 ms each instead of 0.3).
+    let key: String? = if case .text(let text) = queues { text } else { nil }
+    var from = try storage.capSearchStart(for: key)
+    var first = true
     while total > configuration.byteCap {
-      var victims: [(Int64, Int)] = []
+      var rows: [(seq: Int64, size: Int, inFlight: Bool)] = []
       // ?2 is NULL (any queue) or a JSON array of the queues whose records the cap may drop.
+      // Records in flight are read too (and not dropped), so the first row read is the first
+      // record of these queues from ?3 on, whatever its state.
       try storage.statement(
         """
-        SELECT seq, size FROM records WHERE state != 'in_flight' AND seq <= ?1
+        SELECT seq, size, state = 'in_flight' FROM records WHERE seq >= ?3 AND seq <= ?1
           AND (?2 IS NULL OR queue IN (SELECT value FROM json_each(?2))) ORDER BY seq LIMIT 64
         """
-      ).query([.integer(lastExisting), queues]) { row in
-        victims.append((row.int(0), Int(row.int(1))))
+      ).query([.integer(lastExisting), queues, .integer(from)]) { row in
+        rows.append((row.int(0), Int(row.int(1)), row.int(2) != 0))
       }
-      guard !victims.isEmpty else {
+      guard let last = rows.last else {
         throw QueueError.capExceeded(cap: configuration.byteCap)
       }
-      for (seq, size) in victims where total > configuration.byteCap {
-        try storage.statement("DELETE FROM records WHERE seq = ?").run([.integer(seq)])
-        total -= size
-        dropped += 1
-        try storage.addBytes(-size)
+      if first {
+        try storage.setCapSearchStart(rows[0].seq, for: key)
+        first = false
       }
+      for row in rows where !row.inFlight && total > configuration.byteCap {
+        try storage.statement("DELETE FROM records WHERE seq = ?").run([.integer(row.seq)])
+        total -= row.size
+        dropped += 1
+        try storage.addBytes(-row.size)
+      }
+      from = last.seq + 1
     }
     try storage.countDrop(.cap, dropped)
   }

@@ -313,6 +313,9 @@ extension QueueContainer {
       ])
       try storage.storeTail(of: bytes, seq: home.seq)
     }
+    // The row's queue may have changed: a record of the cap's victims may now be where its search
+    // no longer looks.
+    storage.forgetCapSearchStart()
     try storage.addBytes(delta)
     outcome.updated += 1
   }
@@ -345,7 +348,9 @@ extension QueueContainer {
         record.changed.map { .integer($0) } ?? .null, .integer(born(record.createdAt)),
       ])
       if inserted == 1 {
-        try storage.storeTail(of: bytes, seq: storage.connection.lastInsertedRowID, replacing: false)
+        let seq = storage.connection.lastInsertedRowID
+        storage.inserted(seq: seq)
+        try storage.storeTail(of: bytes, seq: seq, replacing: false)
       }
       return inserted
     }

@@ -315,8 +315,44 @@ final class Storage {
   /// and `mayExceed` runs on every enqueue.
   private var pageSize: Int64?
 
-  /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM).
-  func forgetCachedBytes() { knownBytes = nil }
+  /// Drops the cached byte total (after a change made outside `transaction`, such as VACUUM), and
+  /// the cap's search start with it.
+  func forgetCachedBytes() {
+    knownBytes = nil
+    capSearch = nil
+  }
+
+  /// Where the byte cap's search for records to drop may start (`QueueContainer.enforceCap`): no
+  /// record before `seq` belongs to the queues `queues` names (their JSON list; nil: any queue).
+  /// It holds while this connection alone changes the file: a record's queue never changes but by
+  /// a merge, which forgets it, and a new record goes after every other, unless the newest were
+  /// deleted, and then one inserted before it forgets it (`inserted(seq:)`). Another connection's
+  /// commit (`data_version`) or a rollback (rows deleted come back) forgets it too.
+  private var capSearch: (queues: String?, seq: Int64, dataVersion: Int64)?
+
+  /// The seq the cap's search for records of `queues` may start at: 0 (the oldest) unless this
+  /// connection knows no record of them comes before a later one.
+  func capSearchStart(for queues: String?) throws -> Int64 {
+    guard let known = capSearch, known.queues == queues else { return 0 }
+    guard try statement("PRAGMA data_version").scalar() == known.dataVersion else {
+      capSearch = nil
+      return 0
+    }
+    return known.seq
+  }
+
+  /// Records that no record of `queues` comes before `seq` (the first record of those queues a
+  /// search from the last start found, in any state), inside the transaction that read it.
+  func setCapSearchStart(_ seq: Int64, for queues: String?) throws {
+    capSearch = (queues, seq, try statement("PRAGMA data_version").scalar() ?? 0)
+  }
+
+  /// A row this connection inserted: a search start after it no longer holds.
+  func inserted(seq: Int64) {
+    if let known = capSearch, seq < known.seq { capSearch = nil }
+  }
+
+  func forgetCapSearchStart() { capSearch = nil }
 
   /// Envelopes longer than this keep only their head (`headCount` bytes) in their records row, the
   /// rest in `envelope_tails` (migration 7). Up to it, a row with a 128-byte queue name and every
@@ -394,6 +430,7 @@ final class Storage {
       return result
     } catch {
       knownBytes = nil
+      capSearch = nil
       try? connection.execute("ROLLBACK")
       throw error
     }
@@ -412,6 +449,7 @@ final class Storage {
       return result
     } catch {
       knownBytes = nil
+      capSearch = nil
       do {
         try connection.execute("ROLLBACK TO grouped")
         try connection.execute("RELEASE grouped")
