@@ -125,6 +125,24 @@ package final class ContainerReader {
     try checkSameFile()
   }
 
+  /// Calls `body` with the seq of every envelope tail no record joins (`Storage` migration 7): one
+  /// whose seq no record has, or whose record's row does not hold a 17-byte head. Vault never
+  /// leaves one (a tail is deleted with its record); a writer that bypassed it can, and its bytes
+  /// are then in the file without being any record's. Calls nothing for a container without tails.
+  /// - Throws: `QueueError` when the read fails part way, or what `body` throws.
+  package func forEachUnjoinedTail(_ body: (_ seq: Int64) throws -> Void) throws {
+    guard keyringID != nil, !tails.join.isEmpty else { return }
+    try QueueContainer.translating(path) {
+      try connection.prepare(
+        """
+        SELECT t.seq FROM envelope_tails AS t LEFT JOIN records AS r ON r.seq = t.seq
+        WHERE r.seq IS NULL OR length(CAST(r.envelope AS BLOB)) != \(Storage.headCount) ORDER BY t.seq
+        """
+      ).query { row in try body(row.int(0)) }
+    }
+    try checkSameFile()
+  }
+
   /// Every record with its delivery state, in the order stored, for merging a backup's snapshot
   /// into a home (`QueueContainer.merge`). Columns a container made by an older release lacks
   /// read as nil (`changed`); nothing is returned when the file is not a vault queue container.

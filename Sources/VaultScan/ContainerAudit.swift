@@ -8,7 +8,8 @@ import VaultQueue
 ///
 /// Without keys, each value in the envelope column must be an envelope (format 1 or 2) of the container's
 /// own keyring whose ciphertext looks random; one that is not (plaintext written there, a truncated
-/// or foreign record) is an `envelope-column` finding. With a vault (`--verify`), every envelope is
+/// or foreign record) is an `envelope-column` finding, and so is each row of the envelope tails
+/// table that no record joins (`unjoined-tail`). With a vault (`--verify`), every envelope is
 /// also opened with the context the queue sealed it with, and each one that does not open is an
 /// `envelope-verify` finding. A database that cannot be read this way leaves the audit incomplete.
 extension Scanner {
@@ -87,6 +88,14 @@ extension Scanner {
           fatal = error
           throw error
         }
+      }
+      // Bytes in the table of envelope tails that are no record's tail: not checked as envelopes
+      // above, so each is a finding (no excerpt of it; vault itself never leaves one).
+      try reader.forEachUnjoinedTail { seq in
+        report.add(
+          Finding(
+            file: path, offset: 0, region: "live-cell", detector: "envelope-column", encoding: "unjoined-tail",
+            excerpt: "envelope tail row \(seq), joined to no record"))
       }
       if vault != nil { report.verify?.containers[path] = counts }
     } catch {

@@ -96,6 +96,45 @@ final class ScanCLITests: XCTestCase {
       findings.contains { $0["detector"] as? String == "natural-language" }, "the plain memo text is a sentence too")
   }
 
+  /// Long envelopes (their header in the row, the rest in `envelope_tails`) are checked and opened
+  /// joined, and a tail row that no record joins, which no check above would read, is a finding.
+  func testLongEnvelopesAreCheckedJoinedAndTailsOfNoRecordAreFindings() throws {
+    let temporary = TemporaryDirectory()
+    let home = try makeHome(temporary)
+    for i in 0..<3 {
+      let long = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* (i + 3)) }
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: long).status, 0)
+    }
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("short".utf8)).status, 0)
+    let clean = try vault(["--home", home, "scan", home, "--verify", "--json"])
+    XCTAssertEqual(clean.status, 0, clean.outputText)
+    let verify =
+      (try JSONSerialization.jsonObject(with: Data(clean.output)) as! [String: Any])["verify"] as! [String: Any]
+    XCTAssertEqual(verify["opened"] as? Int, 4, "the long ones opened whole")
+
+    // Python's sqlite3 does not enforce foreign keys: rows no record joins go in as another writer's would.
+    try SQLiteScript.run(
+      home + "/queue.sqlite",
+      """
+      UPDATE envelope_tails SET tail = zeroblob(length(tail)) WHERE seq = 1;
+      INSERT INTO envelope_tails (seq, tail) VALUES (4, zeroblob(8000));
+      INSERT INTO envelope_tails (seq, tail) VALUES (1000, zeroblob(8000));
+      """)
+    let run = try vault(["--home", home, "scan", home, "--json"])
+    XCTAssertEqual(run.status, 1, run.outputText)
+    let findings =
+      (try JSONSerialization.jsonObject(with: Data(run.output)) as! [String: Any])["findings"] as! [[String: Any]]
+    let columns = findings.filter { $0["detector"] as? String == "envelope-column" }
+    XCTAssertEqual(
+      columns.compactMap { $0["encoding"] as? String }.sorted(), ["low-entropy", "unjoined-tail", "unjoined-tail"])
+    XCTAssertEqual(
+      Set(columns.compactMap { $0["excerpt"] as? String }.filter { $0.hasPrefix("envelope tail row") }),
+      ["envelope tail row 4, joined to no record", "envelope tail row 1000, joined to no record"])
+    let verified = try vault(["--home", home, "scan", home, "--verify"])
+    XCTAssertEqual(verified.status, 1)
+    XCTAssertTrue(verified.outputText.contains("3 open, 1 do not"), verified.outputText)
+  }
+
   /// A canary in a queue's name is masked in the container audit's findings too, with and without
   /// `--verify` (a security review: the excerpt quoted "record … in queue alice@example.com").
   func testAQueueNamedWithACanaryIsMaskedInTheAuditsFindings() throws {
