@@ -192,8 +192,7 @@ public final class Outbox: @unchecked Sendable {
   /// Records left waiting by an earlier run are due at their own time, not at the next period: the
   /// loop learns the earliest once, at start (metadata only; a failure leaves the period to it).
   private func seedEarliestDue() {
-    let dates = ((try? container.list(queue: queue, state: .pending)) ?? []).compactMap(\.nextAttemptAt)
-    guard let first = dates.min() else { return }
+    guard let first = (try? container.pendingAggregate(queue: queue))?.earliestWait else { return }
     lock.withLock { earliestDue = min(earliestDue ?? first, first) }
   }
 

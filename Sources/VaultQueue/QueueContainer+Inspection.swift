@@ -99,6 +99,31 @@ extension QueueContainer {
     }
   }
 
+  /// The pending records of `queue` taken together, read without loading them (listing a million
+  /// pending records to take the earliest time or the largest size held 138 MB and took 2.1 s:
+  /// an outside review of `Outbox.start` and `memo relay`).
+  ///
+  /// - Parameter queue: the queue.
+  /// - Returns: how many are pending, the largest envelope among them (0 when none), and the
+  ///   earliest time one waits for (nil when none waits: each is due now, or none is pending).
+  /// - Throws: `QueueError` when the container cannot be read.
+  package func pendingAggregate(queue: String) throws -> PendingAggregate {
+    try withStorage { storage in
+      var aggregate = PendingAggregate(count: 0, largestEnvelope: 0, earliestWait: nil)
+      try storage.statement(
+        """
+        SELECT count(*), coalesce(max(size), 0), min(CASE WHEN next_attempt_at > 0 THEN next_attempt_at END)
+        FROM records WHERE queue = ? AND state = 'pending'
+        """
+      ).query([.text(queue)]) { row in
+        aggregate = PendingAggregate(
+          count: Int(row.int(0)), largestEnvelope: Int(row.int(1)),
+          earliestWait: row.isNull(2) ? nil : Self.date(milliseconds: row.int(2)))
+      }
+      return aggregate
+    }
+  }
+
   /// The container's clock (for a delivery pass that claims what is due by its start).
   public var now: Date { clock() }
 
@@ -126,4 +151,14 @@ extension QueueContainer {
   ///   for `QueueError`.
   @discardableResult
   public func checkpoint() throws -> Bool { try withStorage { $0.checkpoint() } }
+}
+
+/// The pending records of one queue taken together (`QueueContainer.pendingAggregate(queue:)`).
+package struct PendingAggregate: Sendable, Equatable {
+  /// How many records are pending.
+  package var count: Int
+  /// The largest envelope among them, in bytes (0 when none is pending).
+  package var largestEnvelope: Int
+  /// The earliest time one of them waits for; nil when none waits (each is due now, or none is pending).
+  package var earliestWait: Date?
 }

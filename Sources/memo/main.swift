@@ -259,7 +259,7 @@ do {
     // waiting is one clear error. (HTTPJSONTransport checks again for the JSON body, which depends
     // on the text.) Five copies: with three, a 19 MB memo at `ulimit -v` 216 MiB passed this check
     // and then trapped, once the claimed payload became Data (one more copy).
-    let largest = try container.list(queue: "memo", state: .pending).map(\.bytes).max() ?? 0
+    let largest = try container.pendingAggregate(queue: "memo").largestEnvelope
     guard MemoryHeadroom.available(5 * largest + (24 << 20)) else {
       fail(
         "not enough address space (ulimit -v) to deliver a memo of \(max(1, largest >> 20)) MiB (relaying holds "

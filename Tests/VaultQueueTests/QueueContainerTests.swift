@@ -605,3 +605,35 @@ final class QueueContainerTests: XCTestCase {
 
 /// Runs SQL against a database with Python's sqlite3 module (`SQLiteScript`).
 func sqlite(_ path: String, _ sql: String) throws { try SQLiteScript.run(path, sql) }
+
+extension QueueContainerTests {
+  /// The pending records of a queue taken together, as `Outbox.start` (the earliest wait) and
+  /// `memo relay` (the largest envelope) read them instead of listing every record: only pending
+  /// records of that queue count, and one due now waits for nothing.
+  func testThePendingAggregateCountsOnlyPendingRecordsOfItsQueue() throws {
+    let queue = try container(QueueConfiguration(attemptCeiling: 1, parkAfter: 0))
+    XCTAssertEqual(
+      try queue.pendingAggregate(queue: "q"), PendingAggregate(count: 0, largestEnvelope: 0, earliestWait: nil))
+    let (small, large, retried, parked) = (UUID(), UUID(), UUID(), UUID())
+    try queue.enqueue([UInt8](repeating: 1, count: 10), queue: "q", id: small)
+    try queue.enqueue([UInt8](repeating: 2, count: 5_000), queue: "q", id: large)
+    try queue.enqueue([UInt8](repeating: 3, count: 9_000), queue: "other", id: UUID())
+    XCTAssertEqual(
+      try queue.pendingAggregate(queue: "q"),
+      PendingAggregate(count: 2, largestEnvelope: 5_000 + Envelope.overhead, earliestWait: nil), "both due now")
+    try queue.enqueue([UInt8](repeating: 4, count: 100), queue: "q", id: retried)
+    try queue.enqueue([UInt8](repeating: 5, count: 7_000), queue: "q", id: parked)
+    let claimed = try queue.claim(queue: "q", maxCount: 10, maxBytes: 1 << 20).map(\.id)
+    XCTAssertEqual(claimed, [small, large, retried, parked])
+    try queue.release([small, large])
+    let retry = try queue.fail([retried], errorKind: "network", serverAnswered: false)[retried]
+    XCTAssertEqual(try queue.fail([parked], errorKind: "http-500")[parked], .parked)
+    guard case .retryAt(let when)? = retry else { return XCTFail("\(String(describing: retry))") }
+    let aggregate = try queue.pendingAggregate(queue: "q")
+    XCTAssertEqual(aggregate.count, 3)
+    XCTAssertEqual(aggregate.largestEnvelope, 5_000 + Envelope.overhead, "the parked one is not pending")
+    XCTAssertEqual(
+      aggregate.earliestWait.map { ($0.timeIntervalSince1970 * 1000).rounded() },
+      (when.timeIntervalSince1970 * 1000).rounded())
+  }
+}
