@@ -329,6 +329,22 @@ final class CompressedStreamTests: XCTestCase {
     XCTAssertTrue(report.incomplete.allSatisfy { $0.reason.contains("gzip stream is corrupt") }, "\(report.incomplete)")
   }
 
+  /// A zstd frame header asking for a window over 128 MiB makes the file incomplete only when its
+  /// first block header could be a writer's: random bytes after the magic number (4 GB of random
+  /// files held one such start) ask for anything, and their block header is rarely valid.
+  func testAZstdFrameNeedingTooLargeAWindowIsUnreadableOnlyWithAPlausibleFirstBlock() throws {
+    // Magic, a descriptor with no optional field but the window, a window of 2^30, then a last
+    // raw block of 5 bytes (0x29: last, type 0, size 5) or one of the reserved type (0x2f).
+    let frame = { (block: UInt8) in [0x28, 0xb5, 0x2f, 0xfd, 0x00, 20 << 3, block, 0x00, 0x00] + Array("hello".utf8) }
+    let padding = [UInt8](repeating: 0x2e, count: 100)
+    try Data(padding + frame(0x29) + padding).write(to: URL(fileURLWithPath: temporary.sub("plausible.bin")))
+    try Data(padding + frame(0x2f) + padding).write(to: URL(fileURLWithPath: temporary.sub("random.bin")))
+    let report = try Scanner(canaries: ["never-written-canary"]).scan([temporary.path])
+    XCTAssertEqual(report.incomplete.map { ($0.path as NSString).lastPathComponent }, ["plausible.bin"])
+    XCTAssertTrue(
+      report.incomplete.first?.reason.contains("window larger than 128 MiB") ?? false, "\(report.incomplete)")
+  }
+
   /// A stream whose signature cannot be chance (xz, bzip2) that breaks before its first byte out,
   /// and a zstd frame that names a dictionary, are not read: the file is incomplete, never clean
   /// (an outside review: a bzip2 file with a corrupt first block, whose later blocks
