@@ -190,7 +190,10 @@ final class Statement {
       case .integer(let number): result = sqlite3_bind_int64(handle, index, number)
       case .text(let text): result = sqlite3_bind_text(handle, index, text, -1, vault_sqlite_transient())
       case .blob(let bytes):
-        result = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), vault_sqlite_transient())
+        // Not copied (SQLITE_STATIC, nil): the caller's bytes outlive the step that reads them
+        // (`run` and `query` step and reset before they return, and the bindings are cleared
+        // then), and a copy of a large envelope was one more of its size in memory.
+        result = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), nil)
       case .null: result = sqlite3_bind_null(handle, index)
       }
       try connection.check(result, "bind parameter \(index)")
@@ -201,7 +204,10 @@ final class Statement {
   @discardableResult
   func run(_ values: [Value] = []) throws -> Int {
     try bind(values)
-    defer { sqlite3_reset(handle) }
+    defer {
+      sqlite3_reset(handle)
+      sqlite3_clear_bindings(handle)
+    }
     try connection.check(sqlite3_step(handle), "step")
     return connection.changes
   }
@@ -218,7 +224,10 @@ final class Statement {
   /// are not read).
   func queryWhile(_ values: [Value] = [], _ row: (Row) throws -> Bool) throws {
     try bind(values)
-    defer { sqlite3_reset(handle) }
+    defer {
+      sqlite3_reset(handle)
+      sqlite3_clear_bindings(handle)
+    }
     while try connection.check(sqlite3_step(handle), "step") == SQLITE_ROW {
       guard try row(Row(handle: handle)) else { return }
     }
