@@ -107,7 +107,7 @@ extension QueueContainer {
   /// - Returns: how many are pending, the largest envelope among them (0 when none), and the
   ///   earliest time one waits for (nil when none waits: each is due now, or none is pending).
   /// - Throws: `QueueError` when the container cannot be read.
-  package func pendingAggregate(queue: String) throws -> PendingAggregate {
+  public func pendingAggregate(queue: String) throws -> PendingAggregate {
     try withStorage { storage in
       var aggregate = PendingAggregate(count: 0, largestEnvelope: 0, earliestWait: nil)
       try storage.statement(
@@ -153,12 +153,27 @@ extension QueueContainer {
   public func checkpoint() throws -> Bool { try withStorage { $0.checkpoint() } }
 }
 
-/// The pending records of one queue taken together (`QueueContainer.pendingAggregate(queue:)`).
-package struct PendingAggregate: Sendable, Equatable {
+/// The pending records of one queue taken together (`QueueContainer.pendingAggregate(queue:)`):
+/// what a deliverer needs before it claims (when the next one is due, how much memory the largest
+/// needs), without a summary of each.
+public struct PendingAggregate: Sendable, Equatable {
   /// How many records are pending.
-  package var count: Int
-  /// The largest envelope among them, in bytes (0 when none is pending).
-  package var largestEnvelope: Int
+  public var count: Int
+  /// The largest envelope among them, in bytes (0 when none is pending): about its payload's size
+  /// plus `Envelope.overhead`.
+  public var largestEnvelope: Int
   /// The earliest time one of them waits for; nil when none waits (each is due now, or none is pending).
-  package var earliestWait: Date?
+  public var earliestWait: Date?
+
+  /// Makes an aggregate (for tests and twins; `QueueContainer.pendingAggregate(queue:)` reads one).
+  ///
+  /// - Parameters:
+  ///   - count: how many records are pending.
+  ///   - largestEnvelope: the largest envelope among them, in bytes.
+  ///   - earliestWait: the earliest time one of them waits for, if any.
+  public init(count: Int, largestEnvelope: Int, earliestWait: Date?) {
+    self.count = count
+    self.largestEnvelope = largestEnvelope
+    self.earliestWait = earliestWait
+  }
 }
