@@ -295,12 +295,17 @@ extension QueueContainer {
         try storage.setCapSearchStart(rows[0].seq, for: key)
         first = false
       }
-      for row in rows where !row.inFlight && total > configuration.byteCap {
+      for row in rows
+      where !row.inFlight && !storage.insertedInTransaction.contains(row.seq) && total > configuration.byteCap {
         try storage.statement("DELETE FROM records WHERE seq = ?").run([.integer(row.seq)])
         total -= row.size
         dropped += 1
         try storage.addBytes(-row.size)
       }
+      guard total > configuration.byteCap else { break }
+      // A row numbered Int64.max (SQLite never gives that number, an edited file may hold it) is
+      // the last there can be: past it, nothing is left to drop.
+      guard last.seq < Int64.max else { throw QueueError.capExceeded(cap: configuration.byteCap) }
       from = last.seq + 1
     }
     try storage.countDrop(.cap, dropped)

@@ -347,10 +347,17 @@ final class Storage {
     capSearch = (queues, seq, try statement("PRAGMA data_version").scalar() ?? 0)
   }
 
-  /// A row this connection inserted: a search start after it no longer holds.
+  /// A row this connection inserted: a search start after it no longer holds, and the cap may not
+  /// drop it in this transaction.
   func inserted(seq: Int64) {
     if let known = capSearch, seq < known.seq { capSearch = nil }
+    insertedInTransaction.insert(seq)
   }
+
+  /// The rows this connection inserted in the open transaction (`transaction`): never the cap's
+  /// victims. The cap also looks only at rows numbered up to the newest before the transaction,
+  /// but once a row holds Int64.max (an edited file) SQLite numbers new rows at random, below it.
+  private(set) var insertedInTransaction: Set<Int64> = []
 
   func forgetCapSearchStart() { capSearch = nil }
 
@@ -424,6 +431,8 @@ final class Storage {
   /// the old total discarded), and trusts the cache and this connection's adjustments otherwise.
   func transaction<T>(_ body: () throws -> T) throws -> T {
     try statement("BEGIN IMMEDIATE").run()
+    insertedInTransaction.removeAll(keepingCapacity: true)
+    defer { insertedInTransaction.removeAll(keepingCapacity: true) }
     do {
       let result = try body()
       try statement("COMMIT").run()

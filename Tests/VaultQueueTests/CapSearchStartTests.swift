@@ -34,6 +34,24 @@ extension QueueContainerTests {
     XCTAssertEqual(try queue.stats().dropped["cap"], 2)
   }
 
+  /// A row numbered Int64.max (an edited file: SQLite never gives that number) ends the search
+  /// instead of overflowing past it (an outside review: every enqueue at the cap trapped), and the
+  /// rows SQLite then numbers at random, below it, are not the cap's victims in the transaction
+  /// that stores them (before, the new record could be dropped and reported stored).
+  func testARowNumberedInt64MaxEndsTheCapsSearch() throws {
+    let queue = try container(QueueConfiguration(byteCap: 3_000))
+    let ids = (0..<3).map { _ in UUID() }
+    for id in ids { try queue.enqueue(thousandSealed, queue: "q", id: id) }
+    try sqlite(path, "UPDATE records SET seq = 9223372036854775807 WHERE id = '\(ids[2].recordText)'")
+    let fourth = UUID()
+    try queue.enqueue(thousandSealed, queue: "q", id: fourth)
+    XCTAssertEqual(Set(try queue.list().map(\.id)), [ids[1], ids[2], fourth], "the oldest dropped")
+    XCTAssertEqual(try queue.claim(queue: "q", maxCount: 10).count, 3)
+    XCTAssertThrowsError(try queue.enqueue(thousandSealed, queue: "q")) {
+      XCTAssertEqual($0 as? QueueError, .capExceeded(cap: 3_000), "all in flight: nothing to drop, and no trap")
+    }
+  }
+
   /// Records deleted down to below where the search started, then a record stored there again
   /// (SQLite numbers a new row one past the newest): by this connection, or by another.
   func testAnEventStoredBeforeWhereTheCapsSearchStartedIsStillTheFirstDropped() throws {
