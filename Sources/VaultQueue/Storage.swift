@@ -71,7 +71,8 @@ final class Storage {
     // and SQLite rewrites a row whose size changes whole, overflow pages included (each freed one
     // zeroed by secure_delete, then all written again at the checkpoint): one delivery attempt of
     // an 18.7 MB record wrote 150 MB (outside review). A row that keeps its size is overwritten in
-    // place; a tail is written only when stored or re-sealed. Deleted with its record.
+    // place; a tail is written only when its record is stored, re-sealed or merged, or split once
+    // when a row stored whole before is first claimed. Deleted with its record.
     """
     CREATE TABLE envelope_tails (
       seq INTEGER PRIMARY KEY REFERENCES records (seq) ON DELETE CASCADE,
