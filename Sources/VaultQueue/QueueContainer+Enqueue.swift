@@ -221,11 +221,7 @@ extension QueueContainer {
           .text(idText), .text(request.queue), .integer(now), .integer(Int64(envelope.count)),
           .integer(Int64(version)), .blob(Storage.inlinePart(of: bytes)), .integer(born),
         ])
-        if inserted == 1 {
-          let seq = storage.connection.lastInsertedRowID
-          storage.inserted(seq: seq)
-          try storage.storeTail(of: bytes, seq: seq, replacing: false)
-        }
+        if inserted == 1 { try storage.recordInserted(envelope: bytes) }
         return inserted
       }
       guard inserted == 1 else {

@@ -347,11 +347,7 @@ extension QueueContainer {
         .integer(state == .pending ? record.nextAttemptAt : 0), .integer(record.serverFailures),
         record.changed.map { .integer($0) } ?? .null, .integer(born(record.createdAt)),
       ])
-      if inserted == 1 {
-        let seq = storage.connection.lastInsertedRowID
-        storage.inserted(seq: seq)
-        try storage.storeTail(of: bytes, seq: seq, replacing: false)
-      }
+      if inserted == 1 { try storage.recordInserted(envelope: bytes) }
       return inserted
     }
     guard inserted == 1 else { return false }

@@ -327,7 +327,7 @@ final class Storage {
   /// record before `seq` belongs to the queues `queues` names (their JSON list; nil: any queue).
   /// It holds while this connection alone changes the file: a record's queue never changes but by
   /// a merge, which forgets it, and a new record goes after every other, unless the newest were
-  /// deleted, and then one inserted before it forgets it (`inserted(seq:)`). Another connection's
+  /// deleted, and then one inserted before it forgets it (`recordInserted(envelope:)`). Another connection's
   /// commit (`data_version`) or a rollback (rows deleted come back) forgets it too.
   private var capSearch: (queues: String?, seq: Int64, dataVersion: Int64)?
 
@@ -348,11 +348,14 @@ final class Storage {
     capSearch = (queues, seq, try statement("PRAGMA data_version").scalar() ?? 0)
   }
 
-  /// A row this connection inserted: a search start after it no longer holds, and the cap may not
-  /// drop it in this transaction.
-  func inserted(seq: Int64) {
+  /// What follows an INSERT of a records row on this connection, whose inline part came from
+  /// `envelope` (`inlinePart`): its tail is stored, the cap may not drop the row in this
+  /// transaction, and a search start after it no longer holds.
+  func recordInserted(envelope: UnsafeRawBufferPointer) throws {
+    let seq = connection.lastInsertedRowID
     if let known = capSearch, seq < known.seq { capSearch = nil }
     insertedInTransaction.insert(seq)
+    try storeTail(of: envelope, seq: seq, replacing: false)
   }
 
   /// The rows this connection inserted in the open transaction (`transaction`): never the cap's
