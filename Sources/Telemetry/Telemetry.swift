@@ -27,7 +27,8 @@ public struct TelemetryConfiguration: Sendable {
   ///     512 bytes is 512: a limit of 0 sent every event to review as `too-large`).
   ///   - interval: the loop's period, in seconds (60 by default): at least 0.01 and at most a
   ///     week (604,800; infinity too), after the power policy's stretch; NaN is 60.
-  ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1).
+  ///   - claimCount: events claimed per round of a pass (2000 by default; less than 1 is 1). A round
+  ///     also stops at sixteen batches' worth of envelope bytes (within 1–64 MiB).
   ///   - requestBudget: requests a pass may spend on split halves after a 413 (16 by default; 0 or
   ///     less also sends a batch refused with 400 or 422 to review whole, unsearched).
   public init(
@@ -42,6 +43,12 @@ public struct TelemetryConfiguration: Sendable {
   /// `batchLimit`, at least 512 bytes: below that, small events alone did not fit, and every event
   /// was moved to review as `too-large`, for good (an outside review, with a limit of 0 or 60).
   var effectiveBatchLimit: Int { max(batchLimit, 512) }
+
+  /// The most envelope bytes one round of a pass claims (one event alone may be larger): sixteen
+  /// batches' worth, within 1–64 MiB. A round holds its events about four times over (envelopes,
+  /// payloads, their JSON, a batch being packed), so a fixed 64 MiB made a pass over large events
+  /// peak at hundreds of megabytes to send 256 KiB at a time.
+  var claimBytes: Int { min(max(effectiveBatchLimit, 64 << 10), 4 << 20) * 16 }
 }
 
 /// What one flush pass did, in events.
@@ -393,7 +400,8 @@ public final class Telemetry: @unchecked Sendable {
     defer { giveBack(heldBack) }
     pass: while !passShouldEnd {
       let claimed = try container.claim(
-        queue: Self.queueName, maxCount: max(configuration.claimCount, 1), maxBytes: 64 << 20, lease: 300, dueBy: start)
+        queue: Self.queueName, maxCount: max(configuration.claimCount, 1), maxBytes: configuration.claimBytes,
+        lease: 300, dueBy: start)
       if claimed.isEmpty { break }
       let claim = Claim(container: container, records: claimed, lease: 300)
       // An event whose outcome this pass could not store was given back, due at once: it is not
