@@ -173,8 +173,8 @@ enum QueueCommandError: Error, CustomStringConvertible {
         + "review (unknown, pending or in flight); they were left as they are"
     case .overThisCommandsCap(let held, let cap):
       "the container holds \(held) bytes of sealed records, more than this command's \(cap)-byte cap: a writer "
-        + "with a larger cap (an app) fills it, and a put here would drop that writer's records down to this cap; "
-        + "nothing was stored or dropped: put the record through that writer"
+        + "with a larger cap (an app) fills it, and storing here would drop that writer's records down to this "
+        + "cap; nothing was stored or dropped: store it through that writer"
     }
   }
 }

@@ -86,6 +86,12 @@ extension VaultCommandLine {
     }
     if action == "watch" { try watch(client, arguments) }
     if action == "log" {
+      // As for `queue put`: events make room by dropping older events, and one logged into a
+      // container an app filled with events past this command's cap dropped them down to it.
+      let held = try container.storedBytes()
+      guard held <= container.configuration.byteCap else {
+        throw QueueCommandError.overThisCommandsCap(held: held, cap: container.configuration.byteCap)
+      }
       let droppedBefore = try container.dropped()["cap"] ?? 0
       let id = try client.log(type: type, payload: payload)
       noteCapDrops(since: droppedBefore, in: container)
@@ -255,7 +261,8 @@ enum TelemetryCommand: Subcommand {
         discussion: """
           Events go to the container's 'telemetry' queue. Past the container's byte cap (20 MB of sealed \
           records by default) the oldest events not in flight are dropped, never another queue's records; \
-          a note on standard error says how many. With no older event to drop, the event is refused (exit 1).
+          a note on standard error says how many. With no older event to drop, or in a container an app \
+          filled past 20 MB under a larger cap of its own, the event is refused (exit 1), nothing dropped.
           """,
         parameters: [
           .argument("TYPE", .required, .name, help: "The event's type, 1 to 128 characters, no control characters."),

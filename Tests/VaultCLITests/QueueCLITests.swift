@@ -63,6 +63,27 @@ final class QueueCLITests: XCTestCase {
     XCTAssertEqual((stats["dropped"] as? [String: Int])?["cap"] ?? 0, 0)
   }
 
+  /// The same for `vault telemetry log`: events make room by dropping older events, so one event
+  /// logged into a container an app filled with events past 20 MB dropped the app's events down to
+  /// this command's cap (found in session 39's review of the unchecked paths).
+  func testATelemetryLogIntoAContainerAnAppFilledPastThisCommandsCapIsRefused() throws {
+    do {
+      let app = try QueueContainer(
+        path: home + "/queue.sqlite", vault: try Vault.open(home: home),
+        configuration: QueueConfiguration(byteCap: 1 << 30))
+      for index in 0..<25 {
+        try app.enqueue([UInt8](repeating: UInt8(index), count: 1 << 20), queue: "telemetry", id: nil)
+      }
+    }
+    let log = try vault(["--home", home, "telemetry", "log", "tap"])
+    XCTAssertEqual(log.status, 1, log.error)
+    XCTAssertTrue(log.error.contains("more than this command's 20000000-byte cap"), log.error)
+    XCTAssertTrue(log.error.contains("nothing was stored or dropped"), log.error)
+    let stats = try json(["queue", "stats", "--json"])
+    XCTAssertEqual(stats["total"] as? Int, 25)
+    XCTAssertEqual((stats["dropped"] as? [String: Int])?["cap"] ?? 0, 0)
+  }
+
   func testPutStatsDuplicateRotateAndStatus() throws {
     let id = "0b6e3f5a-2c1d-4e8f-9a7b-123456789abc"
     let put = try vault(
