@@ -72,8 +72,14 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
     if let text = try? String(contentsOfFile: procRoot + "/net/route", encoding: .utf8) {
       for line in text.split(separator: "\n").dropFirst() {
         let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-        guard fields.count > 7, fields[0] != "lo", let flags = Int(fields[3], radix: 16) else { continue }
-        guard flags & rtfUp != 0, flags & rtfReject == 0 else { continue }
+        guard fields.count > 7, fields[0] != "lo", let flags = Int(fields[3], radix: 16),
+          let destination = UInt32(fields[1], radix: 16)
+        else { continue }
+        // 169.254.0.0/16 (RFC 3927), which NetworkManager and avahi route on links with no
+        // address yet: it leads nowhere new, as IPv6 link-local below. The kernel writes the
+        // address's bytes, in network order, as one number in this machine's order.
+        let linkLocal = withUnsafeBytes(of: destination) { $0[0] == 169 && $0[1] == 254 }
+        guard flags & rtfUp != 0, flags & rtfReject == 0, !linkLocal else { continue }
         snapshot.routes.insert("\(fields[0]) \(fields[1])/\(fields[7]) via \(fields[2]) metric \(fields[6])")
         interfaces.insert(fields[0])
         if fields[1] == "00000000", fields[7] == "00000000" { snapshot.hasDefaultRoute = true }
@@ -100,8 +106,8 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
     return snapshot
   }
 
-  /// The IPv4 and IPv6 addresses of every interface, as text (link-local IPv6 left out: they come
-  /// and go with links and lead nowhere).
+  /// The IPv4 and IPv6 addresses of every interface, as text (link-local ones, 169.254.0.0/16 and
+  /// fe80::/10, left out: they come and go with links and lead nowhere).
   public static let interfaceAddresses: @Sendable () -> [(interface: String, address: String)] = {
     var list: UnsafeMutablePointer<ifaddrs>?
     guard getifaddrs(&list) == 0 else { return [] }
@@ -126,7 +132,7 @@ public final class ConnectivityMonitor: NetworkWatch, @unchecked Sendable {
         }
       guard converted else { continue }
       let textual = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-      if textual.lowercased().hasPrefix("fe8") { continue }
+      if ["fe8", "fe9", "fea", "feb", "169.254."].contains(where: { textual.lowercased().hasPrefix($0) }) { continue }
       found.append((String(cString: name), textual))
     }
     return found

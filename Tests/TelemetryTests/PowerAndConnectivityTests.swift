@@ -143,12 +143,24 @@ final class ConnectivityTests: XCTestCase {
           [wifiDefault, wifiSubnet], [v6("wlan0", "fe800000000000000000000000000000", "40")],
           addresses: [("wlan0", "192.168.1.23")])),
       "a link-local route appearing leads nowhere new")
+    XCTAssertFalse(
+      home.shouldWake(
+        on: try snapshot(
+          [wifiDefault, wifiSubnet, v4("wlan0", "0000FEA9", "00000000", "0000FFFF", metric: 1000)],
+          addresses: [("wlan0", "192.168.1.23")])),
+      "nor an IPv4 link-local one (169.254.0.0/16, NetworkManager's)")
+    XCTAssertEqual(
+      try snapshot([v4("eth0", "0000FEA9", "00000000", "0000FFFF", metric: 1000)]), ConnectivityMonitor.Snapshot(),
+      "a link-local route alone is no usable route")
+    XCTAssertFalse(
+      try snapshot([v4("eth0", "0000FEA8", "00000000", "0000FFFF")]).routes.isEmpty, "168.254.0.0/16 is usable")
   }
 
   func testRealAddressesAreListedWithoutLinkLocalOnes() {
     let addresses = ConnectivityMonitor.interfaceAddresses()
     XCTAssertTrue(addresses.contains { $0.interface == "lo" && $0.address == "127.0.0.1" }, "\(addresses)")
     XCTAssertFalse(addresses.contains { $0.address.lowercased().hasPrefix("fe80") })
+    XCTAssertFalse(addresses.contains { $0.address.hasPrefix("169.254.") })
   }
 
   func testTheMonitorOpensAndClosesARealNetlinkSocket() throws {
