@@ -207,8 +207,8 @@ public final class Telemetry: @unchecked Sendable {
   /// Seals the event and commits it to disk; returns its id. Blocks only for the durable enqueue
   /// (never for the network). Past the container's byte cap the oldest events are deleted and
   /// counted, never this one and never a record of another queue (an app's messages in the same
-  /// container), whatever the container's `capVictims`: with no older event to drop, the log
-  /// throws `QueueError.capExceeded`. An event too large for a batch even alone (more than the
+  /// container), whatever the container's `capVictims`: with no older event to drop (or a
+  /// `capVictims` of `.only` queues without telemetry), the log throws `QueueError.capExceeded`. An event too large for a batch even alone (more than the
   /// batch limit, 256 KiB, once compressed) is stored but moved to review as `too-large` by the
   /// first flush. May be called from any thread.
   ///

@@ -612,6 +612,7 @@ extension QueueContainer {
     try storage.statement(
       "DELETE FROM records WHERE coalesce(born, created_at) < ? AND state != 'in_flight'"
     ).run([.integer(cutoff)])
+    storage.deletedInTransaction = true
     try storage.addBytes(-freed)
     try storage.countDrop(.age, count)
   }

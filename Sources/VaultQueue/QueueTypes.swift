@@ -94,7 +94,7 @@ public struct QueueConfiguration: Sendable {
   public var byteCap: Int
   /// Which records the cap may drop (default: the oldest of any queue).
   public var capVictims: CapVictims
-  /// Records older than this are dropped (nil: no limit). Age is time that really passed since
+  /// Records older than this are dropped, by the next claim (nil: no limit). Age is time that really passed since
   /// the enqueue, measured by the container's age clock: within a boot it advances with the
   /// monotonic clock only, so a wall clock that steps (fast for one pass, or slow and then set
   /// right by NTP) drops nothing; across a reboot it advances by the wall clock's advance (never
@@ -131,8 +131,8 @@ public struct QueueConfiguration: Sendable {
   ///     envelope of an empty record) is refused when a container is opened for writing
   ///     (`QueueError.invalidConfiguration`). One record's envelope may hold at most 999,998,976
   ///     bytes whatever the cap (SQLite's row limit; `QueueError.recordTooLarge` past it).
-  ///   - maximumAge: records older than this, on the age clock, are dropped; nil (the default)
-  ///     for no limit; less than 1 ms is refused when a container is opened for writing (it would
+  ///   - maximumAge: records older than this, on the age clock, are dropped (by the next claim of
+  ///     any queue of the container, not by an enqueue); nil (the default) for no limit; less than 1 ms is refused when a container is opened for writing (it would
   ///     drop every record, each as soon as it was stored).
   ///   - attemptCeiling: server refusals before a record is parked (10 by default).
   ///   - parkAfter: the least time from a record's first server refusal to its parking, in

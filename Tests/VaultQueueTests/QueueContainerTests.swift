@@ -431,6 +431,29 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.stats().dropped["age"], 1)
   }
 
+  /// An expired record's envelope does not linger in the WAL after the claim that dropped it: the
+  /// claim checkpoints, as an ack does (an outside review found it there, every byte).
+  func testTheAgeLimitsDropEmptiesTheWAL() throws {
+    let queue = try container(QueueConfiguration(maximumAge: 60))
+    let old = UUID()
+    try queue.enqueue((0..<20_000).map { _ in UInt8.random(in: 0...255) }, queue: "q", id: old)
+    let tail = try queue.withStorage { storage in
+      var tail: [UInt8] = []
+      try storage.statement("SELECT tail FROM envelope_tails JOIN records USING (seq) WHERE id = ?")
+        .query([.text(old.recordText)]) { row in tail = row.withBlob(0) { [UInt8]($0) } }
+      return tail
+    }
+    let part = Data(tail[10_000..<10_064])
+    XCTAssertNotNil(FileManager.default.contents(atPath: path + "-wal")?.range(of: part), "written to the WAL")
+    clock.advance(120)
+
+    XCTAssertEqual(try queue.claim(queue: "another").count, 0)
+
+    XCTAssertEqual(try queue.dropped()["age"], 1)
+    XCTAssertNil(FileManager.default.contents(atPath: path + "-wal")?.range(of: part), "no frame holds it")
+    XCTAssertNil(FileManager.default.contents(atPath: path)?.range(of: part), "nor the database")
+  }
+
   func testTamperedRecordIsQuarantinedAndTheRestFlow() throws {
     let queue = try container()
     let ids = (0..<3).map { _ in UUID() }
