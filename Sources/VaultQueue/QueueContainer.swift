@@ -294,10 +294,13 @@ public final class QueueContainer: @unchecked Sendable {
   ///   - keyring: the vault whose envelopes are counted by version; others count as foreign.
   /// - Returns: the counts, or nil when there is no file at `path`.
   /// - Throws: `QueueError` when the file cannot be read as a container (no `records` table
-  ///   included); `.unsafeDirectory`, `.ownedByOther` or `.openToOthers` as `probe(path:)`, before
+  ///   included, or not a regular file: `.cannotOpen`, before any open); `.unsafeDirectory`, `.ownedByOther` or `.openToOthers` as `probe(path:)`, before
   ///   anything is opened (SQLite run as root gives a -wal it opens the database's owner).
   public static func recordCounts(path: String, keyring: KeyringID) throws -> RecordCounts? {
     try checkPrivate(path)
+    // A FIFO in the file's place would be waited on by SQLite's open, for good (`vault status`
+    // hung on one; an outside review).
+    if let special = specialFile(at: path, reported: path) { throw special }
     guard FileManager.default.fileExists(atPath: path) else { return nil }
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)

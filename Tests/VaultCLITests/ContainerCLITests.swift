@@ -177,6 +177,24 @@ final class ContainerCLITests: XCTestCase {
 }
 
 extension ContainerCLITests {
+  /// A FIFO in place of a registered container: `vault status` waited in SQLite's open for good
+  /// (an outside review); it names the FIFO now and goes on.
+  func testStatusNamesAFIFOWhereARegisteredContainerWasAndDoesNotWait() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+    let container = home + "/queue.sqlite"
+    XCTAssertEqual(rename(container, temporary.sub("aside.sqlite")), 0)
+    XCTAssertEqual(mkfifo(container, 0o600), 0)
+
+    let status = try Spawn.run("/usr/bin/timeout", ["60", vaultBinary(), "--home", home, "status"])
+
+    XCTAssertNotEqual(status.status, 124, "status waited on the FIFO")
+    XCTAssertTrue(
+      (status.outputText + status.error).contains("database file is a FIFO"), status.outputText + status.error)
+  }
+
   /// A FIFO in place of a container's -wal: `container list` made a -shm beside it, changed the
   /// FIFO's mode and said "ok"; `rotate` passed its pre-check, made version 2 active and only then
   /// failed on it (outside operator review). Now the probe refuses it before any open: the list says

@@ -57,6 +57,16 @@ final class SpecialFileTests: XCTestCase {
     XCTAssertTrue("\(error.map { "\($0)" } ?? "")".contains("FIFO"), "\(String(describing: error))")
   }
 
+  /// `vault status` counts records by key version without a key: a FIFO where the container was
+  /// hung it in SQLite's open (an outside review); refused at once now, naming it.
+  func testCountingRecordsRefusesAFIFOWhereTheContainerWasAtOnce() throws {
+    let path = temporary.sub("queue.sqlite")
+    XCTAssertEqual(mkfifo(path, 0o600), 0)
+    let keyring = vault.keyringID
+    let error = withinSeconds { _ = try QueueContainer.recordCounts(path: path, keyring: keyring) }
+    XCTAssertTrue("\(error.map { "\($0)" } ?? "none")".contains("database file is a FIFO"), "\(String(describing: error))")
+  }
+
   /// The audit (`vault scan`) reads a live container read-only through its WAL: a FIFO in the
   /// WAL's place is refused before SQLite opens anything, naming it.
   func testTheAuditRefusesAFIFOWhereTheLogWas() throws {
