@@ -64,7 +64,8 @@ final class SpecialFileTests: XCTestCase {
     XCTAssertEqual(mkfifo(path, 0o600), 0)
     let keyring = vault.keyringID
     let error = withinSeconds { _ = try QueueContainer.recordCounts(path: path, keyring: keyring) }
-    XCTAssertTrue("\(error.map { "\($0)" } ?? "none")".contains("database file is a FIFO"), "\(String(describing: error))")
+    XCTAssertTrue(
+      "\(error.map { "\($0)" } ?? "none")".contains("database file is a FIFO"), "\(String(describing: error))")
   }
 
   /// The audit (`vault scan`) reads a live container read-only through its WAL: a FIFO in the
