@@ -29,7 +29,8 @@ public enum Backup {
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was written, verified and removed.
   /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.sharedDirectory` (others may
-  ///   rename entries in `directory`), `.containerMissing`, `.io`, or a
+  ///   rename entries in `directory`), `.containerMissing`, `.containerRestoreUnfinished` (a merge did
+  ///   not finish filling a container), `.io`, or a
   ///   verification failure of the new bundle, which is then removed and never takes a bundle's
   ///   name);
   ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
@@ -144,6 +145,11 @@ public enum Backup {
         } catch QueueError.diskFull(let path) where path == snapshot {
           // The destination's disk, not the container's: nothing was written, the backup cannot run.
           throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
+        }
+        // A container a merge made and did not finish filling may lack records its bundle holds: a
+        // backup of it would count as the newest, and `--keep` could prune the bundles with the rest.
+        if try readingSnapshot(snapshot, name: container.path, { try $0.lineage() }).restoreUnfinished {
+          throw BackupError.containerRestoreUnfinished(path: container.path)
         }
         let (size, digest) = try hashFile(snapshot)
         let id = container.id ?? ""

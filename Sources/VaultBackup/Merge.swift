@@ -94,7 +94,10 @@ extension Backup {
     switch target {
     case .existing(let existing):
       let outcome = try existing.merge(from: source, fresh: false, open: open)
-      return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
+      // One an earlier merge of this snapshot made and did not finish filling: finished now.
+      let finished = try finishRestore(existing, from: source)
+      return MergeReport.Container(
+        from: container.path, path: existing.path, action: finished ? "restored" : "merged", outcome: outcome)
     case .missing(let path), .added(let path):
       // Made with its origin: a merge stopped part way and run again restores what it had not
       // added (as it would from the copy's origin) instead of putting it in review.
@@ -106,6 +109,7 @@ extension Backup {
         switch try strayCopy(before: path, of: container, origin: origin, vault: vault) {
         case .copy(let stray):
           let outcome = try stray.merge(from: source, fresh: false, open: open)
+          _ = try finishRestore(stray, from: source)
           return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
         case .empty(let place): path = place
         case nil: break
@@ -117,6 +121,18 @@ extension Backup {
       let action = if case .missing = target { "restored" } else { "added" }
       return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)
     }
+  }
+
+  /// Marks `target` restored when a merge of this very snapshot made it and stopped before it had
+  /// filled it (a full disk, a kill): it holds now what the snapshot holds, as that merge would
+  /// have left it. Returns whether it did; a container with the mark from another snapshot keeps it.
+  private static func finishRestore(_ target: QueueContainer, from source: ContainerReader) throws -> Bool {
+    let mine = try target.lineage()
+    // (A snapshot of a release before lineage has no instance, nor the container made from it.)
+    let origin = try source.lineage().instance
+    guard mine.restoreUnfinished, mine.restoredFrom == origin else { return false }
+    try target.markRestored(from: origin)
+    return true
   }
 
   /// What an earlier, killed merge left for a container it was adding.

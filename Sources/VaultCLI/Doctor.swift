@@ -2,6 +2,7 @@ import Foundation
 import Outbox
 import Vault
 import VaultKeys
+import VaultQueue
 
 /// What `vault doctor` found: one line per part a vault depends on. Its JSON form is part of the
 /// command-line contract (`doctor --json`).
@@ -133,6 +134,9 @@ extension VaultCommandLine {
           default: "rotation"
           }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
+      }
+      for container in manifest.containers where (try? QueueContainer.restoreUnfinished(path: container.path)) == true {
+        report.add("containers", .warning, "warning: " + Self.restoreUnfinishedWarning(container.path))
       }
       examineBackup(manifest, home: home, homeID: inspection.homeIdentity, into: &report)
       examineStore(

@@ -318,6 +318,8 @@ public struct VaultCommandLine {
     var counts: [String: [UInt32: Int]?] = [:]
     // Containers that are there but were not counted: "not counted" rather than "missing".
     var uncounted: Set<String> = []
+    // Containers a merge made and did not finish filling: counted, but maybe short of records.
+    var unfinished: [String] = []
     for container in manifest.containers {
       // Status only reads, but reading opens the file through SQLite, which (run as root) gives a
       // planted -wal the database's owner and then plays its frames (outside review: records
@@ -336,6 +338,7 @@ public struct VaultCommandLine {
         counts.updateValue(
           try QueueContainer.recordCounts(path: container.path, keyring: manifest.keyringID!)?.byVersion,
           forKey: container.path)
+        if try QueueContainer.restoreUnfinished(path: container.path) { unfinished.append(container.path) }
       } catch {
         counts.updateValue(nil, forKey: container.path)
         uncounted.insert(container.path)
@@ -343,8 +346,10 @@ public struct VaultCommandLine {
           "vault: could not count records in \(container.path): \(Self.describe(error).0)")
       }
     }
-    let vault = Vault.describe(
+    var vault = Vault.describe(
       home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: integrity)
+    let restoreWarnings = unfinished.map(Self.restoreUnfinishedWarning)
+    vault.warnings += restoreWarnings
     if arguments.flags.contains("--json") {
       terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
       return
@@ -358,11 +363,15 @@ public struct VaultCommandLine {
     }
     terminal.print("  active:   version \(vault.activeVersion)")
     terminal.print("  versions:")
+    // A container missing or not counted may hold records of any version: the sums are then of
+    // the containers counted, and say so ("records 0" read as none while 13 were there).
+    let partial = vault.containers.contains { $0.records == nil } ? " or more (not every container was counted)" : ""
     for version in vault.versions {
       let state = version.state.rawValue.padding(toLength: 13, withPad: " ", startingAt: 0)
       terminal.print(
         "    \(version.version)  \(state) created \(version.createdAt) (\(Self.days(version.ageDays)) ago)  "
-          + "suite \(version.suite)  records \(version.records)")
+          + "suite \(version.suite)  records \(version.records)"
+          + (version.state == .retired ? "" : partial))
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
@@ -370,6 +379,7 @@ public struct VaultCommandLine {
     for warning in Vault.statusWarnings(manifest, home: home) {
       terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
     }
+    for warning in restoreWarnings { terminal.print("  warning:  \(warning)") }
     terminal.print("  containers:")
     for container in vault.containers {
       let records =
@@ -377,6 +387,13 @@ public struct VaultCommandLine {
         ?? (container.state == .unreadable ? "not counted (see above)" : "missing")
       terminal.print("    \(container.path)  \(records)")
     }
+  }
+
+  /// What `status` and `doctor` say of a container a merge made and did not finish filling.
+  static func restoreUnfinishedWarning(_ path: String) -> String {
+    "container \(path) was made by a restore into this home that did not finish (a full disk, a kill): it may "
+      + "lack records of the bundle it came from, and `vault backup` refuses it; run that restore again (`vault "
+      + "restore BUNDLE`), which adds what it had not"
   }
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that

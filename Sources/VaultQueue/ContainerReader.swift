@@ -218,10 +218,11 @@ package struct ContainerLineage: Sendable, Equatable {
     var origin: String?
     var token: String?
     var passed: Set<String> = []
+    var unfinished = false
     try connection.prepare(
       """
-      SELECT key, value FROM meta WHERE key IN ('instance_id', 'restored_from', 'snapshot_token')
-        OR (\(passedMarks))
+      SELECT key, value FROM meta
+      WHERE key IN ('instance_id', 'restored_from', 'snapshot_token', '\(restoreUnfinishedKey)') OR (\(passedMarks))
       """
     ).query {
       let key = $0.text(0) ?? ""
@@ -229,6 +230,7 @@ package struct ContainerLineage: Sendable, Equatable {
       case "instance_id": instance = $0.text(1)
       case "restored_from": origin = $0.text(1)
       case "snapshot_token": token = $0.text(1)
+      case restoreUnfinishedKey: unfinished = true
       default: passed.insert(String(key.dropFirst(passedPrefix.count)))
       }
     }
@@ -241,7 +243,8 @@ package struct ContainerLineage: Sendable, Equatable {
       try connection.prepare("SELECT id FROM inherited").query { inherited.insert($0.text(0) ?? "") }
     }
     return ContainerLineage(
-      instance: instance, restoredFrom: origin, inherited: inherited, snapshotToken: token, passedSnapshots: passed)
+      instance: instance, restoredFrom: origin, inherited: inherited, snapshotToken: token, passedSnapshots: passed,
+      restoreUnfinished: unfinished)
   }
 
   /// The meta key prefix of a snapshot mark (`passed_snapshot:TOKEN`).
@@ -259,6 +262,13 @@ package struct ContainerLineage: Sendable, Equatable {
   package var snapshotToken: String? = nil
   /// The tokens of snapshots taken of this container that it has gone on from (its newest marks).
   package var passedSnapshots: Set<String> = []
+  /// A merge made this container (where a registered one was missing, or as a new one) and has
+  /// not finished filling it: it may lack records of the snapshot it is restored from.
+  package var restoreUnfinished = false
+
+  /// The meta key of `restoreUnfinished`: written in the transaction that makes a container for a
+  /// merge, deleted in the one that marks it restored (`QueueContainer.markRestored`).
+  package static let restoreUnfinishedKey = "restore_unfinished"
 
   /// Whether `snapshot` is this container's own past: the same instance, and a snapshot this
   /// container recorded having passed. Same instance alone is not enough: a container put back

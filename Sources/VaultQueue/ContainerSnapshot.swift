@@ -6,7 +6,8 @@ extension QueueContainer {
   /// before the call is in the copy. The copy holds what the container holds (sealed envelopes),
   /// in one file without a WAL. Package API: VaultBackup's.
   ///
-  /// - Throws: `QueueError.noContainer` when nothing is at `path`; other `QueueError` kinds when
+  /// - Throws: `QueueError.noContainer` when nothing is at `path`; `.cannotOpen` naming why when
+  ///   what is there is not a container (a FIFO, a directory, an empty file …); other kinds when
   ///   either file cannot be read or written, naming the file that failed (`destination` for a
   ///   full or unwritable destination).
   ///
@@ -18,7 +19,23 @@ extension QueueContainer {
   /// delivered. Marking is best effort (a read-only container still backs up): without the mark a
   /// merge treats such records as undetermined, which loses nothing.
   package static func snapshot(path: String, to destination: String) throws {
-    guard case .container = try probe(path: path) else { throw QueueError.noContainer(path: path) }
+    // A FIFO, directory, device or link there is named as such (a backup said "there is no vault
+    // container" for each, and that opening it for writing would make one; an outside review).
+    if let special = specialFile(at: path, reported: path) { throw special }
+    switch try probe(path: path) {
+    case .container: break
+    case .missing: throw QueueError.noContainer(path: path)
+    case .empty:
+      throw QueueError.cannotOpen(
+        path: path,
+        reason: "it is empty (its creation was cut short): nothing of it can be backed up; restore it, "
+          + "or forget it (`vault container forget`) before a backup")
+    case .notAContainer(let reason):
+      throw QueueError.cannotOpen(
+        path: path,
+        reason: "it is not a vault container (\(reason)); restore it from a backup, or forget it "
+          + "(`vault container forget`) before a backup")
+    }
     let token = try Storage.newContainerID()
     try translating(path) {
       let source = try Connection(path: path, create: false)

@@ -66,6 +66,8 @@ extension QueueContainer {
         .text(try Storage.newContainerID())
       ])
       try storage.statement("DELETE FROM meta WHERE key = 'restored_from'").run()
+      // (`ContainerLineage.restoreUnfinishedKey`, spelled out: cached statements take static text.)
+      try storage.statement("DELETE FROM meta WHERE key = 'restore_unfinished'").run()
       if let origin {
         try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
       }

@@ -309,6 +309,26 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
+  /// Whether the container at `path` was made by a merge (`vault restore` into its home) that did
+  /// not finish filling it: it may lack records of the bundle it came from, and a backup refuses
+  /// it until the merge is run again (for `vault status` and `vault doctor`; read-only, no key).
+  ///
+  /// - Parameter path: the container file.
+  /// - Returns: false also when there is no file at `path`.
+  /// - Throws: as `recordCounts(path:keyring:)`.
+  public static func restoreUnfinished(path: String) throws -> Bool {
+    try checkPrivate(path)
+    if let special = specialFile(at: path, reported: path) { throw special }
+    guard FileManager.default.fileExists(atPath: path) else { return false }
+    return try translating(path) {
+      let connection = try Connection(path: path, readOnly: true)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      // One row of meta, not the whole lineage (which lists every id a restored copy started with).
+      let marks = try connection.prepare("SELECT count(*) FROM meta WHERE key = 'restore_unfinished'").scalar()
+      return (marks ?? 0) > 0
+    }
+  }
+
   /// The first 17 bytes of every record's envelope (magic, format, suite, keyring id, version),
   /// for `headerCounts`. Counting reads the version from each envelope's authenticated header,
   /// never from the plaintext key_version column, which anyone able to write the file could

@@ -99,6 +99,7 @@ final class BackupBadInputTests: XCTestCase {
       // The destination's disk is named, never the container's (which is fine).
       let text = "\(error)"
       XCTAssertTrue(text.contains("No space left on device"), text)
+      XCTAssertTrue(text.contains("the disk holding it is full: free space there and retry"), text)
       XCTAssertTrue(text.contains(directory), text)
       XCTAssertFalse(text.contains("q.sqlite"), text)
       XCTAssertFalse(error is QueueError, text)

@@ -82,7 +82,15 @@ final class BackupMergeReviewTests: XCTestCase {
     for suffix in ["", "-wal", "-shm"] { unlink(vault.home + "/q.sqlite" + suffix) }
 
     XCTAssertThrowsError(try merge(stopping, into: vault))
+    // Half filled: no backup takes it for the container (a `keep` could prune the bundles with the rest).
+    XCTAssertTrue(try QueueContainer.restoreUnfinished(path: vault.home + "/q.sqlite"))
+    XCTAssertThrowsError(try backup(vault)) {
+      XCTAssertEqual($0 as? BackupError, .containerRestoreUnfinished(path: vault.home + "/q.sqlite"))
+    }
     let report = try merge(finishing, into: vault)
+    XCTAssertEqual(report.containers.map(\.action), ["restored"])
+    XCTAssertFalse(try QueueContainer.restoreUnfinished(path: vault.home + "/q.sqlite"))
+    XCTAssertNoThrow(try backup(vault))
     XCTAssertEqual(report.containers.map(\.restored), [44])
     XCTAssertEqual(report.containers.map(\.undetermined), [0])
     let states = try QueueContainer(path: vault.home + "/q.sqlite", vault: vault).list().map(\.state)

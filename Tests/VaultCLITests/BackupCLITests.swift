@@ -75,6 +75,39 @@ final class BackupCLITests: XCTestCase {
     XCTAssertGreaterThan(kills, 2)
   }
 
+  /// A registered container replaced by a FIFO, a directory or an empty file: the backup said
+  /// "there is no vault container" and that opening it for writing would make one (an outside
+  /// review); it names what is there now, and writes no bundle.
+  func testABackupNamesWhatStandsWhereARegisteredContainerWas() throws {
+    let container = temporary.sub("other.sqlite")
+    let cases: [(String, () -> Void, String)] = [
+      ("a FIFO", { XCTAssertEqual(mkfifo(container, 0o600), 0) }, "its database file is a FIFO, not a regular file"),
+      (
+        "a directory", { XCTAssertEqual(mkdir(container, 0o700), 0) },
+        "its database file is a directory, not a regular file"
+      ),
+      (
+        "an empty file", { XCTAssertTrue(FileManager.default.createFile(atPath: container, contents: Data())) },
+        "it is empty (its creation was cut short)"
+      ),
+    ]
+    XCTAssertEqual(rename(container, temporary.sub("aside.sqlite")), 0)
+    for (name, make, expected) in cases {
+      make()
+      let run = try Spawn.run(
+        "/usr/bin/timeout",
+        [
+          "60", vaultBinary(), "--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile,
+        ])
+      XCTAssertNotEqual(run.status, 0, name)
+      XCTAssertNotEqual(run.status, 124, "\(name): waited")
+      XCTAssertTrue(run.error.contains(expected), "\(name): \(run.error)")
+      XCTAssertFalse(run.error.contains("there is no vault container"), "\(name): \(run.error)")
+      XCTAssertEqual(try bundles().filter { $0.hasSuffix(".vaultbackup") }, [], name)
+      try FileManager.default.removeItem(atPath: container)
+    }
+  }
+
   /// A directory where another user may rename or replace entries is refused before anything is
   /// written: writable by group or others without the sticky bit, or owned by another user.
   func testABackupDirectoryOthersCanRenameEntriesInIsRefused() throws {

@@ -121,11 +121,17 @@ final class RestoreKillTests: XCTestCase {
 
   /// Kills a merge of the bundle into its own home at each sync and rename, `reset` first each
   /// time; after each kill the merge runs again and the container at `container` must hold both
-  /// of its records, pending (never in review as "maybe delivered").
-  private func killEachMergeStep(reset: () throws -> Void, container: String) throws -> Int {
+  /// of its records, pending (never in review as "maybe delivered"). With `backingUp`, a backup is
+  /// tried after each kill that left the container's file: it may succeed only when the container
+  /// holds both records (an outside review: a merge stopped by a full disk left the container it
+  /// was rebuilding empty, and the next `backup --keep 1` pruned the bundle that held its records).
+  private func killEachMergeStep(reset: () throws -> Void, container: String, backingUp: Bool = false) throws
+    -> (kills: Int, unfinished: Int)
+  {
     let home = temporary.sub("home")
     let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
     var kills = 0
+    var unfinished = 0
     for calls in ["fsync,fdatasync", "rename,renameat,renameat2"] {
       for step in 1...60 {
         try reset()
@@ -133,6 +139,31 @@ final class RestoreKillTests: XCTestCase {
         if killed.status == 0 { break }
         XCTAssertEqual(killed.status, 128 + SIGKILL, "\(calls) #\(step): \(killed.error)")
         kills += 1
+        if backingUp, FileManager.default.fileExists(atPath: container) {
+          let later = temporary.sub("later")
+          try FileManager.default.createDirectory(atPath: later, withIntermediateDirectories: true)
+          let backup = try vault([
+            "--home", home, "backup", "--to", later, "--keep", "1", "--passphrase-file", passphraseFile,
+          ])
+          // Refused (a creation cut short, or a container not filled yet), or the container is whole.
+          if backup.status == 0 {
+            let stats = try vault(["--home", home, "queue", "stats", "--container", container, "--json"])
+            let total = (try? JSONSerialization.jsonObject(with: Data(stats.output)) as? [String: Any])?["total"]
+            XCTAssertEqual(total as? Int, 2, "\(calls) #\(step): backed up with records missing")
+          }
+          if backup.error.contains("did not finish") {
+            unfinished += 1
+            // Told by status and doctor too, with what to do.
+            for command in [["status"], ["status", "--json"], ["doctor"]] {
+              let told = try vault(["--home", home] + command)
+              XCTAssertTrue(
+                told.outputText.contains(
+                  "container \(container) was made by a restore into this home that did not finish"),
+                "\(command): \(told.outputText)")
+              XCTAssertTrue(told.outputText.contains("run that restore again"), "\(command)")
+            }
+          }
+        }
         let rerun = try vault(merge)
         XCTAssertEqual(rerun.status, 0, "\(calls) #\(step): \(rerun.error)")
         XCTAssertFalse(FileManager.default.fileExists(atPath: home + "/other-2.sqlite"), "\(calls) #\(step): one copy")
@@ -143,7 +174,7 @@ final class RestoreKillTests: XCTestCase {
           states as? [String: Int], ["pending": 2, "in_flight": 0, "parked": 0, "review": 0], "\(calls) #\(step)")
       }
     }
-    return kills
+    return (kills, unfinished)
   }
 
   /// A merge into the vault's own home that rebuilds a registered container whose file is gone,
@@ -153,8 +184,10 @@ final class RestoreKillTests: XCTestCase {
   func testAMergeKilledWhileItRebuildsAContainerRestoresItsRecordsWhenRunAgain() throws {
     let lost = temporary.sub("elsewhere/other.sqlite")
     let kills = try killEachMergeStep(
-      reset: { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(lost + suffix) } }, container: lost)
-    XCTAssertGreaterThan(kills, 10)
+      reset: { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(lost + suffix) } }, container: lost,
+      backingUp: true)
+    XCTAssertGreaterThan(kills.kills, 10)
+    XCTAssertGreaterThan(kills.unfinished, 0, "a kill left a container half made, and the backup refused it")
   }
 
   /// A merge that adds a container the home does not know, killed at each sync and rename: run
@@ -170,7 +203,7 @@ final class RestoreKillTests: XCTestCase {
           _ = try vault(["--home", home, "container", "forget", place])
         }
       }, container: places[1])
-    XCTAssertGreaterThan(kills, 10)
+    XCTAssertGreaterThan(kills.kills, 10)
   }
 
   /// An empty file under the name a merge would give a container is taken up only when it has no
