@@ -29,8 +29,8 @@ public enum Backup {
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was written, verified and removed.
   /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.sharedDirectory` (others may
-  ///   rename entries in `directory`), `.containerMissing`, `.containerRestoreUnfinished` (a merge did
-  ///   not finish filling a container), `.io`, or a
+  ///   rename entries in `directory`), `.containerMissing`, `.containerMergeUnfinished` (a merge into
+  ///   a container began and did not finish), `.io`, or a
   ///   verification failure of the new bundle, which is then removed and never takes a bundle's
   ///   name);
   ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
@@ -139,6 +139,10 @@ public enum Backup {
         guard FileManager.default.fileExists(atPath: container.path) else {
           throw BackupError.containerMissing(path: container.path)
         }
+        // Before the snapshot, which records in the live container that it passed it: refused
+        // backups (an hourly timer) pushed the real bundles' marks out (an outside review).
+        let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
+        if !unfinished.isEmpty { throw BackupError.containerMergeUnfinished(path: container.path, bundles: unfinished) }
         let snapshot = work.path + "/\(index).sqlite"
         do {
           try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
@@ -148,8 +152,10 @@ public enum Backup {
         }
         // A container a merge made and did not finish filling may lack records its bundle holds: a
         // backup of it would count as the newest, and `--keep` could prune the bundles with the rest.
-        if try readingSnapshot(snapshot, name: container.path, { try $0.lineage() }).restoreUnfinished {
-          throw BackupError.containerRestoreUnfinished(path: container.path)
+        // And after, from the copy itself: a merge may have begun in between.
+        let marks = try readingSnapshot(snapshot, name: container.path, { try $0.lineage() }).unfinishedMerges
+        if !marks.isEmpty {
+          throw BackupError.containerMergeUnfinished(path: container.path, bundles: marks.values.map(\.bundle).sorted())
         }
         let (size, digest) = try hashFile(snapshot)
         let id = container.id ?? ""

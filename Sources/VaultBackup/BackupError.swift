@@ -43,10 +43,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   case sharedDirectory(path: String, mode: UInt32, owner: UInt32)
   /// A registered container is missing: a backup never leaves one out silently.
   case containerMissing(path: String)
-  /// A registered container was made by a merge that did not finish filling it (`Backup.merge`
-  /// stopped by a full disk or a kill): it may lack records its bundle holds, so it is not backed
-  /// up (a backup of it could have `keep` prune the bundles that hold them).
-  case containerRestoreUnfinished(path: String)
+  /// A merge of `bundles` into a registered container began and did not finish (`Backup.merge`
+  /// stopped by a full disk or a kill): it may lack records they hold, so it is not backed up (a
+  /// backup of it could have `keep` prune the bundles that hold them).
+  case containerMergeUnfinished(path: String, bundles: [String])
   /// A file-system call failed, with its errno.
   case io(path: String, operation: String, errno: Int32)
   /// The home named for a restore into a new home already holds this bundle's vault: a restore
@@ -89,10 +89,11 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
         + "of your own that only you can write to (chmod go-w), or one with the sticky bit (chmod +t)"
     case .containerMissing(let path):
       "registered container \(path) is missing; restore it, or forget it (`vault container forget`) before a backup"
-    case .containerRestoreUnfinished(let path):
-      "registered container \(path) was made by a restore into this home that did not finish, so it may lack "
-        + "records of the bundle it came from; nothing was written: run that restore again (`vault restore BUNDLE`; "
-        + "it adds what it had not), then back up"
+    case .containerMergeUnfinished(let path, let bundles):
+      "a restore of \(bundles.joined(separator: " and ")) into this home did not finish, so registered container "
+        + "\(path) may lack records it holds; nothing was written: run it again (`vault restore BUNDLE`, which adds "
+        + "what it had not), or, if that bundle is gone, `vault container accept \(path)` to take the container as it "
+        + "is, then back up"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
         + (code == ENOSPC || code == EDQUOT ? " (the disk holding it is full: free space there and retry)" : "")

@@ -67,6 +67,25 @@ extension Backup {
         targets.append(.added(vault.home + "/" + uniqueName(for: container.path, taken: &names)))
       }
     }
+    // Before anything is merged, every container the bundle goes into shows that a merge of it
+    // began (until it finishes, `vault backup` refuses the home: a bundle of a half-merged
+    // container would be the newest, and `--keep` could prune this one, which holds the rest; an
+    // outside review lost records that way three ways). A registered container that is missing
+    // already stops backups; one the home does not know is registered now, to be made when its
+    // turn comes (unless earlier files under its name may be a killed merge's copy, taken up then).
+    for (index, target) in targets.enumerated() {
+      let container = manifest.containers[index]
+      switch target {
+      case .existing(let existing):
+        try existing.beginMerge(UnfinishedMerge(snapshot: container.sha256, madeIt: false, bundle: bundle))
+      case .added(let path):
+        var none = Set<String>()
+        if (path as NSString).lastPathComponent == uniqueName(for: container.path, taken: &none) {
+          try vault.registerContainer(path, id: container.id)
+        }
+      case .missing: break
+      }
+    }
     var merged: [MergeReport.Container] = []
     for (index, container) in manifest.containers.enumerated() {
       progress?(.merging(container: index + 1, of: manifest.containers.count))
@@ -76,7 +95,7 @@ extension Backup {
         into: try NewFile(path: snapshot), sync: false)
       defer { unlink(snapshot) }
       let entry = try readingSnapshot(snapshot, name: "container \(index + 1)") { source in
-        try merge(container, from: source, into: targets[index], keys: keys, vault: vault)
+        try merge(container, from: source, into: targets[index], bundle: bundle, keys: keys, vault: vault)
       }
       merged.append(entry)
     }
@@ -85,54 +104,50 @@ extension Backup {
 
   /// Merges one snapshot into its target.
   private static func merge(
-    _ container: BackupManifest.Container, from source: ContainerReader, into target: MergeTarget, keys: BundleKeys,
-    vault: Vault
+    _ container: BackupManifest.Container, from source: ContainerReader, into target: MergeTarget, bundle: String,
+    keys: BundleKeys, vault: Vault
   ) throws -> MergeReport.Container {
     let open: (SnapshotRecord, EnvelopeContext) throws -> [UInt8] = { record, context in
       try keys.open(record.envelope, context: context)
     }
+    let snapshot = container.sha256
+    // Made with its origin: a merge stopped part way and run again restores what it had not added
+    // (as it would from the copy's origin) instead of putting it in review.
+    let origin = try source.lineage().instance
     switch target {
     case .existing(let existing):
       let outcome = try existing.merge(from: source, fresh: false, open: open)
-      // One an earlier merge of this snapshot made and did not finish filling: finished now.
-      let finished = try finishRestore(existing, from: source)
-      return MergeReport.Container(
-        from: container.path, path: existing.path, action: finished ? "restored" : "merged", outcome: outcome)
+      // One a merge of this snapshot made and did not finish filling is finished as that merge
+      // would have: marked restored from the snapshot.
+      if try existing.lineage().unfinishedMerges[snapshot]?.madeIt == true {
+        try existing.markRestored(from: origin, finishing: snapshot)
+        return MergeReport.Container(from: container.path, path: existing.path, action: "restored", outcome: outcome)
+      }
+      try existing.endMerge(snapshot: snapshot)
+      return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
     case .missing(let path), .added(let path):
-      // Made with its origin: a merge stopped part way and run again restores what it had not
-      // added (as it would from the copy's origin) instead of putting it in review.
-      let origin = try source.lineage().instance
       var path = path
+      let mark = UnfinishedMerge(snapshot: snapshot, madeIt: true, bundle: bundle)
       if case .added = target {
-        // A merge killed after it made this container and before it registered it left the file:
-        // taken up under its name, rather than a second copy beside it.
+        // A merge of an earlier release, killed after it made this container and before it
+        // registered it, left the file: taken up under its name, rather than a second copy beside it.
         switch try strayCopy(before: path, of: container, origin: origin, vault: vault) {
         case .copy(let stray):
+          try stray.beginMerge(mark)
           let outcome = try stray.merge(from: source, fresh: false, open: open)
-          _ = try finishRestore(stray, from: source)
+          try stray.markRestored(from: origin, finishing: snapshot)
           return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
         case .empty(let place): path = place
         case nil: break
         }
       }
-      let made = try QueueContainer(restoring: path, containerID: container.id, origin: origin, vault: vault)
+      let made = try QueueContainer(
+        restoring: path, containerID: container.id, origin: origin, merge: mark, vault: vault)
       let outcome = try made.merge(from: source, fresh: true, open: open)
-      try made.markRestored(from: origin)
+      try made.markRestored(from: origin, finishing: snapshot)
       let action = if case .missing = target { "restored" } else { "added" }
       return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)
     }
-  }
-
-  /// Marks `target` restored when a merge of this very snapshot made it and stopped before it had
-  /// filled it (a full disk, a kill): it holds now what the snapshot holds, as that merge would
-  /// have left it. Returns whether it did; a container with the mark from another snapshot keeps it.
-  private static func finishRestore(_ target: QueueContainer, from source: ContainerReader) throws -> Bool {
-    let mine = try target.lineage()
-    // (A snapshot of a release before lineage has no instance, nor the container made from it.)
-    let origin = try source.lineage().instance
-    guard mine.restoreUnfinished, mine.restoredFrom == origin else { return false }
-    try target.markRestored(from: origin)
-    return true
   }
 
   /// What an earlier, killed merge left for a container it was adding.

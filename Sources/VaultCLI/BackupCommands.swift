@@ -204,7 +204,7 @@ extension VaultCommandLine {
       terminal.error(error.description)
       if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
-      case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerRestoreUnfinished, .emptyPassphrase:
+      case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }
@@ -318,8 +318,8 @@ enum BackupCommand: Subcommand {
       N=2^17 r=8 p=1, then AES-256-GCM), and a consistent snapshot of every registered container taken while \
       writers go on. Records stay sealed. It is written under a temporary name, synced, verified completely, \
       then given its name; only then are this vault's bundles beyond the newest N in DIR removed. A registered \
-      container that is missing, is not a container, or was made by a restore into this home that did not \
-      finish is refused: nothing is written and no bundle removed.
+      container that is missing, is not a container, or that a restore into this home did not finish merging \
+      into is refused: nothing is written and no bundle removed.
 
       On a terminal, a backup or verification that runs longer than a second shows its steps on standard \
       error (never in a pipe or with --json).
@@ -377,8 +377,9 @@ enum RestoreCommand: Subcommand {
       added, unless the home delivered or dropped it since; one that may have been delivered goes to review \
       (merge-maybe-delivered). Of two copies of a record, the one changed later wins; a losing copy with \
       another payload is kept in review (merge-superseded) under a new id. Nothing is deleted; a missing \
-      registered container is restored (a restore stopped before it has filled it is finished by running it \
-      again; until then 'vault backup' refuses it); merging the same bundle again changes nothing. Records in review \
+      registered container is restored; merging the same bundle again changes nothing. A restore stopped \
+      part way (a full disk, a kill) leaves the containers it was merging into marked: 'vault backup' refuses \
+      them until it is run again (or 'vault container accept PATH' takes one as it is). Records in review \
       return with 'vault queue resend'.
 
       On a terminal, a restore that runs longer than a second shows its steps on standard error (never in a \

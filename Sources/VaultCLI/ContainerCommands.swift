@@ -26,7 +26,8 @@ struct ContainerListing: Encodable {
   let state: State
   /// Records per key version from the envelopes' headers; nil unless the state is `ok`.
   let records: [String: Int]?
-  /// What a replaced path holds instead, or why an unreadable one cannot be read; text form only.
+  /// What a replaced path holds instead, why an unreadable one cannot be read, or the restores
+  /// that did not finish merging into an ok one; text form only.
   let found: String?
 
   enum Key: String, CodingKey { case path, id, state, records }
@@ -42,14 +43,35 @@ struct ContainerListing: Encodable {
 }
 
 extension VaultCommandLine {
-  /// `vault container list|forget`.
+  /// `vault container list|forget|accept`.
   func container(_ arguments: Arguments) throws {
     switch arguments.action {
     case "list":
       try listContainers(json: arguments.flags.contains("--json"), arguments)
+    case "accept":
+      try acceptContainer(arguments.positionals[0], arguments)
     default:
       try forgetContainer(arguments.positionals[0], arguments)
     }
+  }
+
+  /// Takes a container a restore into this home did not finish as it is: its marks are removed,
+  /// and backups take it again.
+  private func acceptContainer(_ path: String, _ arguments: Arguments) throws {
+    let vault = try openVault(arguments)
+    let path = absolutePath(path)
+    guard vault.manifest.container(at: path) != nil else { throw RotationError.containerNotRegistered(path: path) }
+    let accepted = try QueueContainer(path: path, vault: vault, mode: .existing).acceptUnfinishedMerges()
+    guard !accepted.isEmpty else {
+      terminal.print("No restore into \(path) was left unfinished; nothing was changed")
+      return
+    }
+    for mark in accepted {
+      terminal.print(
+        "Accepted \(path) as it is: the records of \(mark.bundle) that the stopped restore had not added are not in it "
+          + "(keep that bundle if you still have it: a later `vault restore` of it adds them)")
+    }
+    terminal.print("`vault backup` takes the container again")
   }
 
   /// Reads only the manifest and each file's envelope headers: no key, like `status`.
@@ -83,6 +105,9 @@ extension VaultCommandLine {
           let counts = try QueueContainer.recordCounts(path: path, keyring: keyring)?.byVersion ?? [:]
           records = Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })
           state = .ok
+          // Text form only: the state stays `ok` (it is the registered container).
+          let bundles = (try? QueueContainer.unfinishedMerges(path: path)) ?? []
+          if !bundles.isEmpty { found = "a restore of \(bundles.joined(separator: " and ")) did not finish" }
         } catch let error as QueueError {
           // Its pages do not read (damaged past its header): listed, not hiding the others.
           state = .unreadable
@@ -98,7 +123,7 @@ extension VaultCommandLine {
     if listings.isEmpty { terminal.print("No containers are registered") }
     for listing in listings {
       var line = "\(listing.path)  id \(listing.id ?? "none")  \(listing.state.rawValue)"
-      if let found = listing.found { line += listing.state == .unreadable ? " (\(found))" : " (holds \(found))" }
+      if let found = listing.found { line += listing.state == .replaced ? " (holds \(found))" : " (\(found))" }
       if let records = listing.records {
         let versions = records.sorted { UInt32($0.key) ?? 0 < UInt32($1.key) ?? 0 }
         line +=
@@ -135,10 +160,10 @@ extension VaultCommandLine {
   }
 }
 
-/// `vault container list|forget`.
+/// `vault container list|forget|accept`.
 enum ContainerCommand: Subcommand {
   static let declaration = CommandDeclaration(
-    name: "container", abstract: "List the registered containers, or forget one that is gone.",
+    name: "container", abstract: "List the registered containers, forget one that is gone, or accept one as it is.",
     discussion: """
       Rotation re-seals every registered container and refuses to run while one is missing or replaced.
       """,
@@ -165,6 +190,15 @@ enum ContainerCommand: Subcommand {
           """,
         // Not completed as a file: a path where a file exists is always refused.
         parameters: [.argument("PATH", .required, .text, help: "The registered path of the missing container.")]),
+      CommandDeclaration(
+        name: "accept", abstract: "Take a container a stopped restore did not finish filling as it is.",
+        discussion: """
+          A restore (merge) of a bundle into this home that was stopped (a full disk, a kill) leaves the \
+          containers it was filling marked, and 'vault backup' refuses them, so that no --keep prunes the bundle \
+          holding what they lack. Running that restore again finishes it; when the bundle is gone, this removes \
+          the marks: the records the restore had not added are not in the container, and backups take it again.
+          """,
+        parameters: [.argument("PATH", .required, .file, help: "The registered path of the container.")]),
     ])
 
   static func run(_ cli: VaultCommandLine, _ arguments: Arguments) throws -> Int32 {

@@ -135,8 +135,11 @@ extension VaultCommandLine {
           }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
-      for container in manifest.containers where (try? QueueContainer.restoreUnfinished(path: container.path)) == true {
-        report.add("containers", .warning, "warning: " + Self.restoreUnfinishedWarning(container.path))
+      for container in manifest.containers {
+        let bundles = (try? QueueContainer.unfinishedMerges(path: container.path)) ?? []
+        if !bundles.isEmpty {
+          report.add("containers", .warning, "warning: " + Self.mergeUnfinishedWarning(container.path, bundles))
+        }
       }
       examineBackup(manifest, home: home, homeID: inspection.homeIdentity, into: &report)
       examineStore(

@@ -318,8 +318,8 @@ public struct VaultCommandLine {
     var counts: [String: [UInt32: Int]?] = [:]
     // Containers that are there but were not counted: "not counted" rather than "missing".
     var uncounted: Set<String> = []
-    // Containers a merge made and did not finish filling: counted, but maybe short of records.
-    var unfinished: [String] = []
+    // Containers a merge into began and did not finish: counted, but maybe short of records.
+    var unfinished: [(path: String, bundles: [String])] = []
     for container in manifest.containers {
       // Status only reads, but reading opens the file through SQLite, which (run as root) gives a
       // planted -wal the database's owner and then plays its frames (outside review: records
@@ -338,7 +338,8 @@ public struct VaultCommandLine {
         counts.updateValue(
           try QueueContainer.recordCounts(path: container.path, keyring: manifest.keyringID!)?.byVersion,
           forKey: container.path)
-        if try QueueContainer.restoreUnfinished(path: container.path) { unfinished.append(container.path) }
+        let bundles = try QueueContainer.unfinishedMerges(path: container.path)
+        if !bundles.isEmpty { unfinished.append((container.path, bundles)) }
       } catch {
         counts.updateValue(nil, forKey: container.path)
         uncounted.insert(container.path)
@@ -348,7 +349,7 @@ public struct VaultCommandLine {
     }
     var vault = Vault.describe(
       home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: integrity)
-    let restoreWarnings = unfinished.map(Self.restoreUnfinishedWarning)
+    let restoreWarnings = unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles) }
     vault.warnings += restoreWarnings
     if arguments.flags.contains("--json") {
       terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
@@ -389,11 +390,11 @@ public struct VaultCommandLine {
     }
   }
 
-  /// What `status` and `doctor` say of a container a merge made and did not finish filling.
-  static func restoreUnfinishedWarning(_ path: String) -> String {
-    "container \(path) was made by a restore into this home that did not finish (a full disk, a kill): it may "
-      + "lack records of the bundle it came from, and `vault backup` refuses it; run that restore again (`vault "
-      + "restore BUNDLE`), which adds what it had not"
+  /// What `status` and `doctor` say of a container a merge into began and did not finish.
+  static func mergeUnfinishedWarning(_ path: String, _ bundles: [String]) -> String {
+    "a restore of \(bundles.joined(separator: " and ")) into this home did not finish (a full disk, a kill): "
+      + "container \(path) may lack records it holds, and `vault backup` refuses it; run `vault restore` of it "
+      + "again, which adds what it had not (if that bundle is gone: `vault container accept \(ShellWord.quoted(path))`)"
   }
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that

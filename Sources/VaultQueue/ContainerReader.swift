@@ -211,6 +211,40 @@ package struct SnapshotRecord: Sendable {
 }
 
 /// Which copy of a container a file is, and where it came from (see `QueueContainer.merge`).
+/// A merge of one bundle's snapshot into a container that began and has not finished (a full disk,
+/// a kill): meta `merge_unfinished:<the snapshot's SHA-256>`, written before the merge's first batch
+/// (in the transaction that makes the container, when the merge makes it) and deleted after its
+/// last. Keyed by the snapshot, not the container's instance: every bundle taken of one container
+/// shares its instance, and a merge of an older bundle cleared the mark a newer one's left (review).
+package struct UnfinishedMerge: Sendable, Equatable {
+  /// The snapshot's SHA-256, as the bundle's manifest records it (hex).
+  package var snapshot: String
+  /// The merge made the container (a registered one missing, or one the home did not know): when
+  /// it finishes, the container is marked restored from the snapshot.
+  package var madeIt: Bool
+  /// The bundle file the merge read, as given to it (for the operator: what to run again).
+  package var bundle: String
+
+  package init(snapshot: String, madeIt: Bool, bundle: String) {
+    self.snapshot = snapshot
+    self.madeIt = madeIt
+    self.bundle = bundle
+  }
+
+  /// Read from the meta row's value, `made <bundle>` or `into <bundle>`.
+  init(snapshot: String, value: String) {
+    self.init(snapshot: snapshot, madeIt: value.hasPrefix("made "), bundle: String(value.dropFirst(5)))
+  }
+
+  /// The meta row: its key and value.
+  package var row: (key: String, value: String) { (Self.prefix + snapshot, (madeIt ? "made " : "into ") + bundle) }
+
+  /// The meta key prefix of a mark.
+  static let prefix = "merge_unfinished:"
+  /// The SQL condition on `key` that selects the marks (`;` follows `:`).
+  static let marks = "key >= 'merge_unfinished:' AND key < 'merge_unfinished;'"
+}
+
 package struct ContainerLineage: Sendable, Equatable {
   /// Reads it from a container's meta and `inherited` table (absent before schema 5: none).
   static func read(from connection: Connection) throws -> ContainerLineage {
@@ -218,11 +252,11 @@ package struct ContainerLineage: Sendable, Equatable {
     var origin: String?
     var token: String?
     var passed: Set<String> = []
-    var unfinished = false
+    var merges: [String: UnfinishedMerge] = [:]
     try connection.prepare(
       """
       SELECT key, value FROM meta
-      WHERE key IN ('instance_id', 'restored_from', 'snapshot_token', '\(restoreUnfinishedKey)') OR (\(passedMarks))
+      WHERE key IN ('instance_id', 'restored_from', 'snapshot_token') OR (\(passedMarks)) OR (\(UnfinishedMerge.marks))
       """
     ).query {
       let key = $0.text(0) ?? ""
@@ -230,7 +264,9 @@ package struct ContainerLineage: Sendable, Equatable {
       case "instance_id": instance = $0.text(1)
       case "restored_from": origin = $0.text(1)
       case "snapshot_token": token = $0.text(1)
-      case restoreUnfinishedKey: unfinished = true
+      case _ where key.hasPrefix(UnfinishedMerge.prefix):
+        let snapshot = String(key.dropFirst(UnfinishedMerge.prefix.count))
+        merges[snapshot] = UnfinishedMerge(snapshot: snapshot, value: $0.text(1) ?? "")
       default: passed.insert(String(key.dropFirst(passedPrefix.count)))
       }
     }
@@ -244,7 +280,7 @@ package struct ContainerLineage: Sendable, Equatable {
     }
     return ContainerLineage(
       instance: instance, restoredFrom: origin, inherited: inherited, snapshotToken: token, passedSnapshots: passed,
-      restoreUnfinished: unfinished)
+      unfinishedMerges: merges)
   }
 
   /// The meta key prefix of a snapshot mark (`passed_snapshot:TOKEN`).
@@ -262,13 +298,9 @@ package struct ContainerLineage: Sendable, Equatable {
   package var snapshotToken: String? = nil
   /// The tokens of snapshots taken of this container that it has gone on from (its newest marks).
   package var passedSnapshots: Set<String> = []
-  /// A merge made this container (where a registered one was missing, or as a new one) and has
-  /// not finished filling it: it may lack records of the snapshot it is restored from.
-  package var restoreUnfinished = false
-
-  /// The meta key of `restoreUnfinished`: written in the transaction that makes a container for a
-  /// merge, deleted in the one that marks it restored (`QueueContainer.markRestored`).
-  package static let restoreUnfinishedKey = "restore_unfinished"
+  /// Merges of bundle snapshots into this container that began and have not finished, by the
+  /// snapshot's SHA-256: it may lack records those snapshots hold.
+  package var unfinishedMerges: [String: UnfinishedMerge] = [:]
 
   /// Whether `snapshot` is this container's own past: the same instance, and a snapshot this
   /// container recorded having passed. Same instance alone is not enough: a container put back

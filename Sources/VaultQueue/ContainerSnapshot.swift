@@ -28,13 +28,13 @@ extension QueueContainer {
     case .empty:
       throw QueueError.cannotOpen(
         path: path,
-        reason: "it is empty (its creation was cut short): nothing of it can be backed up; restore it, "
-          + "or forget it (`vault container forget`) before a backup")
+        reason: "it is empty (its creation was cut short): nothing of it can be backed up; restore it, or "
+          + "remove the file and forget it (`vault container forget`) before a backup")
     case .notAContainer(let reason):
       throw QueueError.cannotOpen(
         path: path,
-        reason: "it is not a vault container (\(reason)); restore it from a backup, or forget it "
-          + "(`vault container forget`) before a backup")
+        reason: "it is not a vault container (\(reason)); restore it from a backup, or move it away and "
+          + "forget it (`vault container forget`) before a backup")
     }
     let token = try Storage.newContainerID()
     try translating(path) {

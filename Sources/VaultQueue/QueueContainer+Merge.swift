@@ -46,8 +46,48 @@ extension QueueContainer {
 
   /// Makes this container a new copy restored from `origin` (the snapshot's instance id): a new
   /// instance id, `origin` recorded, and the ids it holds now recorded as the ones it started with.
-  package func markRestored(from origin: String?) throws {
-    try withStorage { try Self.markRestored($0, from: origin) }
+  /// With `snapshot`, the merge of that snapshot (its SHA-256) that made it is recorded as
+  /// finished in the same transaction (`endMerge`).
+  package func markRestored(from origin: String?, finishing snapshot: String? = nil) throws {
+    try withStorage { try Self.markRestored($0, from: origin, finishing: snapshot) }
+  }
+
+  /// Records that a merge of `merge.snapshot` into this container begins: until `endMerge` a
+  /// backup refuses the container and `status` warns (it may lack records of that snapshot). A
+  /// mark of the same snapshot already there is kept as it is (one that made the container).
+  package func beginMerge(_ merge: UnfinishedMerge) throws {
+    try withStorage { storage in
+      try storage.transaction {
+        _ = try storage.statement(
+          "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING"
+        ).run([.text(merge.row.key), .text(merge.row.value)])
+      }
+    }
+  }
+
+  /// Records that the merge of the snapshot `snapshot` (its SHA-256) into this container finished.
+  package func endMerge(snapshot: String) throws {
+    try withStorage { storage in
+      try storage.transaction {
+        _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([
+          .text(UnfinishedMerge(snapshot: snapshot, madeIt: false, bundle: "").row.key)
+        ])
+      }
+    }
+  }
+
+  /// Forgets every unfinished merge of this container (`vault container accept`): it is taken as
+  /// it is, without what those merges had not added yet. Returns the marks it removed.
+  package func acceptUnfinishedMerges() throws -> [UnfinishedMerge] {
+    try withStorage { storage in
+      try storage.transaction {
+        let marks = try ContainerLineage.read(from: storage.connection).unfinishedMerges.values.sorted {
+          $0.bundle < $1.bundle
+        }
+        for mark in marks { _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([.text(mark.row.key)]) }
+        return marks
+      }
+    }
   }
 
   /// `markRestored(from:)` on the container file at `path` of the vault `keyringID`, before any
@@ -60,14 +100,17 @@ extension QueueContainer {
     }
   }
 
-  private static func markRestored(_ storage: Storage, from origin: String?) throws {
+  private static func markRestored(_ storage: Storage, from origin: String?, finishing snapshot: String? = nil) throws {
     try storage.transaction {
+      if let snapshot {
+        _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([
+          .text(UnfinishedMerge(snapshot: snapshot, madeIt: false, bundle: "").row.key)
+        ])
+      }
       try storage.statement("UPDATE meta SET value = ? WHERE key = 'instance_id'").run([
         .text(try Storage.newContainerID())
       ])
       try storage.statement("DELETE FROM meta WHERE key = 'restored_from'").run()
-      // (`ContainerLineage.restoreUnfinishedKey`, spelled out: cached statements take static text.)
-      try storage.statement("DELETE FROM meta WHERE key = 'restore_unfinished'").run()
       if let origin {
         try storage.statement("INSERT INTO meta (key, value) VALUES ('restored_from', ?)").run([.text(origin)])
       }

@@ -94,13 +94,16 @@ public final class QueueContainer: @unchecked Sendable {
   ///
   /// - Throws: `QueueError.storage` when the file is not missing or empty, or the registered id
   ///   differs; otherwise what the public initializer throws.
-  package convenience init(restoring path: String, containerID: String, origin: String?, vault: Vault) throws {
-    try self.init(path: path, vault: vault, mode: .createIfNeeded, restoring: containerID, origin: origin)
+  package convenience init(
+    restoring path: String, containerID: String, origin: String?, merge: UnfinishedMerge, vault: Vault
+  ) throws {
+    try self.init(path: path, vault: vault, mode: .createIfNeeded, restoring: containerID, origin: origin, merge: merge)
   }
 
   private init(
     path: String, vault: Vault, configuration: QueueConfiguration = QueueConfiguration(), mode: OpenMode,
-    restoring restoredID: String?, origin: String? = nil, clock: @escaping @Sendable () -> Date = Date.init,
+    restoring restoredID: String?, origin: String? = nil, merge: UnfinishedMerge? = nil,
+    clock: @escaping @Sendable () -> Date = Date.init,
     random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
     monotonic: @escaping @Sendable () -> MonotonicReading = MonotonicReading.system
   ) throws {
@@ -131,8 +134,16 @@ public final class QueueContainer: @unchecked Sendable {
       if let expected = registered?.id, expected != restoredID {
         throw QueueError.registeredContainerReplaced(path: path, expected: expected, found: restoredID ?? "")
       }
-      if registered == nil { try vault.checkContainerLocation(path) }
-      storageMode = .create(minimumSealVersion: vault.activeVersion, containerID: restoredID, restoredFrom: origin)
+      if registered == nil {
+        try vault.checkContainerLocation(path)
+        // Registered before the file is made: a merge killed in between leaves a registered
+        // container that is missing (which backup and rotation refuse, and the rerun restores),
+        // not a file nothing points to (a backup went on without it and pruned the bundle that
+        // held its records; an outside review).
+        try vault.registerContainer(path, id: restoredID!)
+      }
+      storageMode = .create(
+        minimumSealVersion: vault.activeVersion, containerID: restoredID, restoredFrom: origin, merge: merge)
     case (_, _) where restoredID != nil && !restorable:
       throw QueueError.storage(path: path, detail: "a container to restore into must be missing or empty")
     case (.missing, .some), (.empty, .some):
@@ -309,23 +320,27 @@ public final class QueueContainer: @unchecked Sendable {
     }
   }
 
-  /// Whether the container at `path` was made by a merge (`vault restore` into its home) that did
-  /// not finish filling it: it may lack records of the bundle it came from, and a backup refuses
-  /// it until the merge is run again (for `vault status` and `vault doctor`; read-only, no key).
+  /// The bundles whose merge into the container at `path` (`vault restore` into its home) began and
+  /// did not finish: it may lack records they hold, and a backup refuses it until each merge is
+  /// run again or the container is accepted as it is (for `vault status` and `vault doctor`;
+  /// read-only, no key).
   ///
   /// - Parameter path: the container file.
-  /// - Returns: false also when there is no file at `path`.
+  /// - Returns: the bundle files, as they were given to the merges; empty also when there is no
+  ///   container at `path` (no file, an empty one, another kind of file: what reads it says so).
   /// - Throws: as `recordCounts(path:keyring:)`.
-  public static func restoreUnfinished(path: String) throws -> Bool {
-    try checkPrivate(path)
-    if let special = specialFile(at: path, reported: path) { throw special }
-    guard FileManager.default.fileExists(atPath: path) else { return false }
+  public static func unfinishedMerges(path: String) throws -> [String] {
+    // (The probe refuses what `recordCounts` refuses, before any open.)
+    guard case .container = try probe(path: path) else { return [] }
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
-      // One row of meta, not the whole lineage (which lists every id a restored copy started with).
-      let marks = try connection.prepare("SELECT count(*) FROM meta WHERE key = 'restore_unfinished'").scalar()
-      return (marks ?? 0) > 0
+      // The marks alone, not the whole lineage (which lists every id a restored copy started with).
+      var bundles: [String] = []
+      try connection.prepare("SELECT key, value FROM meta WHERE \(UnfinishedMerge.marks) ORDER BY value").query {
+        bundles.append(UnfinishedMerge(snapshot: "", value: $0.text(1) ?? "").bundle)
+      }
+      return bundles
     }
   }
 

@@ -90,9 +90,11 @@ final class Storage {
   enum Mode: Equatable {
     /// Create the schema in an empty database (a new container, its id made here unless
     /// `containerID` names it: a container restored from a backup keeps its id, and records the
-    /// snapshot's instance it is a copy of as `restoredFrom`, and is marked unfinished until the
-    /// merge filling it marks it restored); an existing container is opened as with `.existing`.
-    case create(minimumSealVersion: UInt32, containerID: String? = nil, restoredFrom: String? = nil)
+    /// snapshot's instance it is a copy of as `restoredFrom`, and `merge`, the merge that is to fill
+    /// it, as unfinished); an existing container is opened as with `.existing`.
+    case create(
+      minimumSealVersion: UInt32, containerID: String? = nil, restoredFrom: String? = nil,
+      merge: UnfinishedMerge? = nil)
     /// The file must already be a vault container; nothing is created.
     case existing
     /// Read-only: no schema change, no WAL switch, no files created when none exist.
@@ -148,15 +150,15 @@ final class Storage {
       }
       if version >= 5 { try addWhatRenumberedSchemasLack() }
       var givenID: String?
-      if version == 0, case .create(let minimum, let containerID, let restoredFrom) = mode {
+      if version == 0, case .create(let minimum, let containerID, let restoredFrom, let merge) = mode {
         givenID = containerID
         let insert = try connection.prepare("INSERT INTO meta (key, value) VALUES (?, ?)")
         try insert.run([.text("keyring_id"), .text(keyringID)])
         if let restoredFrom { try insert.run([.text("restored_from"), .text(restoredFrom)]) }
-        // Made for a merge to fill (its id given): unfinished until the merge marks it restored,
-        // so a backup does not take it, half filled, for the container (and prune the bundles
-        // that hold the rest; an outside review).
-        if containerID != nil { try insert.run([.text(ContainerLineage.restoreUnfinishedKey), .text("1")]) }
+        // Made for a merge to fill: unfinished until the merge has filled it, so a backup does not
+        // take it, half filled, for the container (and prune the bundles that hold the rest; an
+        // outside review).
+        if let merge { try insert.run([.text(merge.row.key), .text(merge.row.value)]) }
         // A new container starts at the vault's active version: nothing older may enter it.
         try connection.prepare("UPDATE meta SET value = ? WHERE key = 'min_seal_version'").run([
           .text(String(minimum))

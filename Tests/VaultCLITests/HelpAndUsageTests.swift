@@ -46,7 +46,7 @@ final class HelpAndUsageTests: XCTestCase {
         pages += 1
       }
     }
-    XCTAssertEqual(pages, 29)
+    XCTAssertEqual(pages, 30)
     let files = try FileManager.default.contentsOfDirectory(atPath: packageRoot() + "/Tests/VaultCLITests/Golden")
     XCTAssertEqual(files.filter { $0.hasPrefix("help") }.count, pages + 1, "a golden file no page matches")
   }

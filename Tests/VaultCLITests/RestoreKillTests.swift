@@ -157,10 +157,10 @@ final class RestoreKillTests: XCTestCase {
             for command in [["status"], ["status", "--json"], ["doctor"]] {
               let told = try vault(["--home", home] + command)
               XCTAssertTrue(
-                told.outputText.contains(
-                  "container \(container) was made by a restore into this home that did not finish"),
+                told.outputText.contains("a restore of \(bundle) into this home did not finish"),
                 "\(command): \(told.outputText)")
-              XCTAssertTrue(told.outputText.contains("run that restore again"), "\(command)")
+              XCTAssertTrue(told.outputText.contains("container \(container) may lack records"), "\(command)")
+              XCTAssertTrue(told.outputText.contains("run `vault restore` of it again"), "\(command)")
             }
           }
         }
@@ -190,6 +190,34 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertGreaterThan(kills.unfinished, 0, "a kill left a container half made, and the backup refused it")
   }
 
+  /// A merge left unfinished whose bundle is gone: `vault backup` names the way out, `vault
+  /// container accept` takes the container as it is (saying what it lacks), and backups go on.
+  func testAContainerAStoppedMergeLeftIsAcceptedAsItIs() throws {
+    let home = temporary.sub("home")
+    let path = home + "/queue.sqlite"
+    let gone = temporary.sub("gone.vaultbackup")
+    try QueueContainer(path: path, vault: try Vault.open(home: home)).beginMerge(
+      UnfinishedMerge(snapshot: String(repeating: "ab", count: 32), madeIt: false, bundle: gone))
+    let backup = ["--home", home, "backup", "--to", temporary.sub("backups"), "--passphrase-file", passphraseFile]
+
+    let refused = try vault(backup)
+    XCTAssertEqual(refused.status, 2, refused.error)
+    XCTAssertTrue(refused.error.contains("a restore of \(gone) into this home did not finish"), refused.error)
+    XCTAssertTrue(refused.error.contains("`vault container accept \(path)`"), refused.error)
+
+    let listed = try vault(["--home", home, "container", "list"])
+    XCTAssertTrue(listed.outputText.contains("ok (a restore of \(gone) did not finish)"), listed.outputText)
+    let accepted = try vault(["--home", home, "container", "accept", path])
+    XCTAssertEqual(accepted.status, 0, accepted.error)
+    XCTAssertTrue(
+      accepted.outputText.contains("Accepted \(path) as it is: the records of \(gone)"), accepted.outputText)
+    XCTAssertEqual(try vault(backup).status, 0)
+    let again = try vault(["--home", home, "container", "accept", path])
+    XCTAssertEqual(again.status, 0, again.error)
+    XCTAssertTrue(again.outputText.contains("nothing was changed"), again.outputText)
+    XCTAssertNotEqual(try vault(["--home", home, "container", "accept", temporary.sub("nowhere.sqlite")]).status, 0)
+  }
+
   /// A merge that adds a container the home does not know, killed at each sync and rename: run
   /// again, it takes up the file the killed run made (no second copy beside it, review: a stray
   /// `other.sqlite` stayed and the rerun added `other-2.sqlite`), with every record pending.
@@ -202,7 +230,7 @@ final class RestoreKillTests: XCTestCase {
           for suffix in ["", "-journal", "-wal", "-shm"] { unlink(place + suffix) }
           _ = try vault(["--home", home, "container", "forget", place])
         }
-      }, container: places[1])
+      }, container: places[1], backingUp: true)
     XCTAssertGreaterThan(kills.kills, 10)
   }
 
