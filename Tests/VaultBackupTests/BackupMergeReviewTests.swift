@@ -60,22 +60,8 @@ final class BackupMergeReviewTests: XCTestCase {
       resolver: resolver)
     let queue = try QueueContainer(path: vault.home + "/q.sqlite", vault: vault)
     for index in 0..<300 { try queue.enqueue(Array("r\(index)".utf8), queue: "q") }
-    // One record a merge refuses (a queue name too long), sealed as a container seals: the first
-    // merge stops at the transaction holding it, after committing the one before.
-    let bad = UUID().uuidString.lowercased()
-    let name = String(repeating: "x", count: 129)
-    let envelope = try Array("bad".utf8).withUnsafeBytes {
-      try vault.seal($0, context: queue.context(queue: name, id: bad))
-    }
-    try queue.withStorage { storage in
-      try envelope.withUnsafeBytes { bytes in
-        _ = try storage.statement(
-          "INSERT INTO records (id, queue, created_at, size, key_version, envelope) VALUES (?, ?, 0, ?, ?, ?)"
-        ).run([
-          .text(bad), .text(name), .integer(Int64(envelope.count)), .integer(Int64(vault.activeVersion)), .blob(bytes),
-        ])
-      }
-    }
+    // The first merge stops at the transaction holding it, after committing the one before.
+    let bad = try insertUnmergeable(into: queue, vault: vault)
     let stopping = try backup(vault)
     _ = try queue.withStorage { try $0.statement("DELETE FROM records WHERE id = ?").run([.text(bad)]) }
     let finishing = try backup(vault)
@@ -172,8 +158,9 @@ final class BackupMergeReviewTests: XCTestCase {
 
   /// One record a merge refuses (a queue name too long), sealed as a container seals, stored after
   /// the others: a merge of a bundle holding it stops at the transaction holding it, after
-  /// committing the ones before.
-  private func insertUnmergeable(into queue: QueueContainer, vault: Vault) throws {
+  /// committing the ones before. Returns its id.
+  @discardableResult
+  private func insertUnmergeable(into queue: QueueContainer, vault: Vault) throws -> String {
     let bad = UUID().uuidString.lowercased()
     let name = String(repeating: "x", count: 129)
     let envelope = try Array("bad".utf8).withUnsafeBytes {
@@ -188,6 +175,7 @@ final class BackupMergeReviewTests: XCTestCase {
         ])
       }
     }
+    return bad
   }
 
   private func backup(_ vault: Vault) throws -> String {
