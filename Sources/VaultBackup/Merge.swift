@@ -64,25 +64,30 @@ extension Backup {
           targets.append(.missing(registered.path))
         }
       } else {
-        targets.append(.added(vault.home + "/" + uniqueName(for: container.path, taken: &names)))
+        // A merge of an earlier release, killed after it made this container and before it
+        // registered it, left the file: taken up under its name, rather than a second copy beside it.
+        let path = vault.home + "/" + uniqueName(for: container.path, taken: &names)
+        switch try strayCopy(before: path, of: container, vault: vault) {
+        case .copy(let stray): targets.append(.stray(stray))
+        case .empty(let place): targets.append(.added(place))
+        case nil: targets.append(.added(path))
+        }
       }
     }
     // Before anything is merged, every container the bundle goes into shows that a merge of it
     // began (until it finishes, `vault backup` refuses the home: a bundle of a half-merged
     // container would be the newest, and `--keep` could prune this one, which holds the rest; an
-    // outside review lost records that way three ways). A registered container that is missing
-    // already stops backups; one the home does not know is registered now, to be made when its
-    // turn comes (unless earlier files under its name may be a killed merge's copy, taken up then).
+    // outside review lost records that way three ways, a second one two more). A registered
+    // container that is missing already stops backups; one the home does not know is registered
+    // now, to be made when its turn comes.
     for (index, target) in targets.enumerated() {
       let container = manifest.containers[index]
       switch target {
       case .existing(let existing):
         try existing.beginMerge(UnfinishedMerge(snapshot: container.sha256, madeIt: false, bundle: bundle))
-      case .added(let path):
-        var none = Set<String>()
-        if (path as NSString).lastPathComponent == uniqueName(for: container.path, taken: &none) {
-          try vault.registerContainer(path, id: container.id)
-        }
+      case .stray(let stray):
+        try stray.beginMerge(UnfinishedMerge(snapshot: container.sha256, madeIt: true, bundle: bundle))
+      case .added(let path): try vault.registerContainer(path, id: container.id)
       case .missing: break
       }
     }
@@ -125,24 +130,17 @@ extension Backup {
       }
       try existing.endMerge(snapshot: snapshot)
       return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
+    case .stray(let stray):
+      let outcome = try stray.merge(from: source, fresh: false, open: open)
+      try stray.markRestored(from: origin, finishing: snapshot)
+      return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
     case .missing(let path), .added(let path):
-      var path = path
       let mark = UnfinishedMerge(snapshot: snapshot, madeIt: true, bundle: bundle)
-      if case .added = target {
-        // A merge of an earlier release, killed after it made this container and before it
-        // registered it, left the file: taken up under its name, rather than a second copy beside it.
-        switch try strayCopy(before: path, of: container, origin: origin, vault: vault) {
-        case .copy(let stray):
-          try stray.beginMerge(mark)
-          let outcome = try stray.merge(from: source, fresh: false, open: open)
-          try stray.markRestored(from: origin, finishing: snapshot)
-          return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
-        case .empty(let place): path = place
-        case nil: break
-        }
-      }
       let made = try QueueContainer(
         restoring: path, containerID: container.id, origin: origin, merge: mark, vault: vault)
+      // Marked when it was made, unless another merge made it while this one waited for its lock
+      // (a second review: two merges racing into a missing container, the second left no mark).
+      try made.beginMerge(mark)
       let outcome = try made.merge(from: source, fresh: true, open: open)
       try made.markRestored(from: origin, finishing: snapshot)
       let action = if case .missing = target { "restored" } else { "added" }
@@ -152,19 +150,19 @@ extension Backup {
 
   /// What an earlier, killed merge left for a container it was adding.
   private enum Stray {
-    /// The container it made (this vault's, the same id, a copy of this snapshot), opened and so
-    /// registered.
+    /// The container it made (this vault's, the same id), opened and so registered.
     case copy(QueueContainer)
     /// An empty file where it began making it (its creation was cut short): holds nothing.
     case empty(String)
   }
 
-  /// What an earlier, killed merge left for `container` and did not register, among the files the
-  /// new name `path` was chosen around (its base name, then `-2`, … before `path`), none of them
-  /// registered: the container it made (this vault's, with `container`'s id, `restored_from` this
-  /// snapshot's instance `origin`), else an empty file; nil when there is neither.
+  /// What an earlier release's killed merge left for `container` and did not register, among the
+  /// files the new name `path` was chosen around (its base name, then `-2`, … before `path`), none
+  /// of them registered: the container it made (this vault's, with `container`'s id; a container
+  /// id is registered at one path only, so such a file can only be taken up), else an empty file;
+  /// nil when there is neither. (This release registers a container before it makes it.)
   private static func strayCopy(
-    before path: String, of container: BackupManifest.Container, origin: String?, vault: Vault
+    before path: String, of container: BackupManifest.Container, vault: Vault
   ) throws -> Stray? {
     let directory = (path as NSString).deletingLastPathComponent
     var taken = Set<String>()
@@ -182,10 +180,7 @@ extension Backup {
       // file, in the vault's home under the container's name, is about to be written anyway.
       QueueContainer.rollBackInterruptedWrite(candidate)
       switch try? QueueContainer.probe(path: candidate) {
-      case .container(let keyring, let id)
-      where keyring == vault.keyringID.hex && id == container.id && origin != nil
-        // Read through its WAL: a container a killed merge made holds its meta rows there.
-        && (try? readingSnapshot(candidate, name: candidate, live: true) { try $0.lineage() })?.restoredFrom == origin:
+      case .container(let keyring, let id) where keyring == vault.keyringID.hex && id == container.id:
         return .copy(try QueueContainer(path: candidate, vault: vault, mode: .existing))
       case .empty: if empty == nil { empty = candidate }
       default: continue
@@ -199,6 +194,9 @@ extension Backup {
     case existing(QueueContainer)
     /// The registered container with its id, whose file is missing or empty: restored there.
     case missing(String)
+    /// A container with its id that an earlier release's killed merge made and did not register:
+    /// taken up (opened, so registered), and marked restored once merged.
+    case stray(QueueContainer)
     /// A container the home does not know: added under this new path in the home.
     case added(String)
   }

@@ -196,7 +196,8 @@ enum ContainerCommand: Subcommand {
           A restore (merge) of a bundle into this home that was stopped (a full disk, a kill) leaves the \
           containers it was filling marked, and 'vault backup' refuses them, so that no --keep prunes the bundle \
           holding what they lack. Running that restore again finishes it; when the bundle is gone, this removes \
-          the marks: the records the restore had not added are not in the container, and backups take it again.
+          the marks: the records the restore had not added are not in the container, and backups take it again. \
+          Not while a restore into this home runs: it would remove that restore's mark too.
           """,
         parameters: [.argument("PATH", .required, .file, help: "The registered path of the container.")]),
     ])

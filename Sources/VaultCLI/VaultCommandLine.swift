@@ -392,9 +392,10 @@ public struct VaultCommandLine {
 
   /// What `status` and `doctor` say of a container a merge into began and did not finish.
   static func mergeUnfinishedWarning(_ path: String, _ bundles: [String]) -> String {
-    "a restore of \(bundles.joined(separator: " and ")) into this home did not finish (a full disk, a kill): "
-      + "container \(path) may lack records it holds, and `vault backup` refuses it; run `vault restore` of it "
-      + "again, which adds what it had not (if that bundle is gone: `vault container accept \(ShellWord.quoted(path))`)"
+    "a restore of \(bundles.joined(separator: " and ")) into this home did not finish (it was stopped, or it is "
+      + "running now): container \(path) may lack records it holds, and `vault backup` refuses it; once no restore "
+      + "runs, run `vault restore` of it again, which adds what it had not (if that bundle is gone: `vault container "
+      + "accept \(ShellWord.quoted(path))`)"
   }
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that

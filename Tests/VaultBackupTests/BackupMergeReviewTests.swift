@@ -156,6 +156,32 @@ final class BackupMergeReviewTests: XCTestCase {
     XCTAssertThrowsError(try backup(vault)) { XCTAssertEqual($0 as? BackupError, .containerMissing(path: added)) }
   }
 
+  /// The same when the name is taken: the container was lost, forgotten, and the app made a new one
+  /// under its name, so the merge adds the bundle's copy as `elsewhere-2.sqlite` (a second review:
+  /// it was registered only at its turn, and a kill before that let a backup prune its only copy).
+  func testAContainerAMergeWouldAddUnderAnotherNameIsRegisteredBeforeAnythingIsMerged() throws {
+    let vault = try Vault.create(
+      home: temporary.sub("a"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")),
+      resolver: resolver)
+    let first = try QueueContainer(path: vault.home + "/a.sqlite", vault: vault)
+    for index in 0..<300 { try first.enqueue(Array("a\(index)".utf8), queue: "q") }
+    try insertUnmergeable(into: first, vault: vault)
+    let name = vault.home + "/elsewhere.sqlite"
+    try QueueContainer(path: name, vault: vault).enqueue(Array("only here".utf8), queue: "q")
+    let bundle = try backup(vault)
+    for suffix in ["", "-wal", "-shm"] { unlink(name + suffix) }
+    _ = try vault.forgetContainer(at: name)
+    try QueueContainer(path: name, vault: vault).enqueue(Array("the app's new one".utf8), queue: "q")
+
+    XCTAssertThrowsError(try merge(bundle, into: vault))
+
+    try vault.reload()
+    let added = vault.home + "/elsewhere-2.sqlite"
+    XCTAssertTrue(vault.manifest.containers.contains { $0.path == added }, "registered before its turn")
+    XCTAssertEqual(try first.acceptUnfinishedMerges().map(\.bundle), [bundle])
+    XCTAssertThrowsError(try backup(vault)) { XCTAssertEqual($0 as? BackupError, .containerMissing(path: added)) }
+  }
+
   /// One record a merge refuses (a queue name too long), sealed as a container seals, stored after
   /// the others: a merge of a bundle holding it stops at the transaction holding it, after
   /// committing the ones before. Returns its id.
