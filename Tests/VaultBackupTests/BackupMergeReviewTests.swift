@@ -131,55 +131,58 @@ final class BackupMergeReviewTests: XCTestCase {
   /// before it) has registered it already: the home's backups refuse it as missing until the merge
   /// is run again, instead of going on without it and pruning the only bundle that holds it.
   func testAContainerAMergeWouldAddIsRegisteredBeforeAnythingIsMerged() throws {
-    let vault = try Vault.create(
-      home: temporary.sub("a"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")),
-      resolver: resolver)
-    let first = try QueueContainer(path: vault.home + "/a.sqlite", vault: vault)
-    for index in 0..<300 { try first.enqueue(Array("a\(index)".utf8), queue: "q") }
-    try insertUnmergeable(into: first, vault: vault)
-    let second = try QueueContainer(path: temporary.sub("elsewhere.sqlite"), vault: vault)
-    try second.enqueue(Array("only here".utf8), queue: "q")
-    let bundle = try backup(vault)
-    for suffix in ["", "-wal", "-shm"] { unlink(temporary.sub("elsewhere.sqlite") + suffix) }
-    _ = try vault.forgetContainer(at: temporary.sub("elsewhere.sqlite"))
-
-    XCTAssertThrowsError(try merge(bundle, into: vault))
-
-    try vault.reload()
-    let added = vault.home + "/elsewhere.sqlite"
-    XCTAssertTrue(vault.manifest.containers.contains { $0.path == added }, "registered before its turn")
+    let stopped = try mergeStoppedBeforeAnAddedContainer(nameTaken: false)
+    XCTAssertEqual(stopped.added, stopped.vault.home + "/elsewhere.sqlite")
     // The container the merge stopped in is refused first; taken as it is, the one not reached yet.
-    XCTAssertThrowsError(try backup(vault)) {
-      XCTAssertEqual($0 as? BackupError, .containerMergeUnfinished(path: first.path, bundles: [bundle]))
+    XCTAssertThrowsError(try backup(stopped.vault)) {
+      XCTAssertEqual(
+        $0 as? BackupError, .containerMergeUnfinished(path: stopped.first.path, bundles: [stopped.bundle]))
     }
-    XCTAssertEqual(try first.acceptUnfinishedMerges().map(\.bundle), [bundle])
-    XCTAssertThrowsError(try backup(vault)) { XCTAssertEqual($0 as? BackupError, .containerMissing(path: added)) }
+    XCTAssertEqual(try stopped.first.acceptUnfinishedMerges().map(\.bundle), [stopped.bundle])
+    XCTAssertThrowsError(try backup(stopped.vault)) {
+      XCTAssertEqual($0 as? BackupError, .containerMissing(path: stopped.added))
+    }
   }
 
   /// The same when the name is taken: the container was lost, forgotten, and the app made a new one
   /// under its name, so the merge adds the bundle's copy as `elsewhere-2.sqlite` (a second review:
   /// it was registered only at its turn, and a kill before that let a backup prune its only copy).
   func testAContainerAMergeWouldAddUnderAnotherNameIsRegisteredBeforeAnythingIsMerged() throws {
+    let stopped = try mergeStoppedBeforeAnAddedContainer(nameTaken: true)
+    XCTAssertEqual(stopped.added, stopped.vault.home + "/elsewhere-2.sqlite")
+    XCTAssertEqual(try stopped.first.acceptUnfinishedMerges().map(\.bundle), [stopped.bundle])
+    XCTAssertThrowsError(try backup(stopped.vault)) {
+      XCTAssertEqual($0 as? BackupError, .containerMissing(path: stopped.added))
+    }
+  }
+
+  /// A bundle of two containers, the first with a record no merge takes, the second lost and
+  /// forgotten since (with `nameTaken`, a new container of the app's in the home under its name),
+  /// merged back: the merge stops in the first. Returns the path the second was registered at
+  /// before that (the test fails when it was not).
+  private func mergeStoppedBeforeAnAddedContainer(nameTaken: Bool) throws
+    -> (vault: Vault, first: QueueContainer, bundle: String, added: String)
+  {
     let vault = try Vault.create(
       home: temporary.sub("a"), store: StoreDescriptor(kind: .keyfile, keyfile: temporary.sub("keys/v.keys")),
       resolver: resolver)
     let first = try QueueContainer(path: vault.home + "/a.sqlite", vault: vault)
     for index in 0..<300 { try first.enqueue(Array("a\(index)".utf8), queue: "q") }
     try insertUnmergeable(into: first, vault: vault)
-    let name = vault.home + "/elsewhere.sqlite"
-    try QueueContainer(path: name, vault: vault).enqueue(Array("only here".utf8), queue: "q")
+    let second = nameTaken ? vault.home + "/elsewhere.sqlite" : temporary.sub("elsewhere.sqlite")
+    try QueueContainer(path: second, vault: vault).enqueue(Array("only here".utf8), queue: "q")
     let bundle = try backup(vault)
-    for suffix in ["", "-wal", "-shm"] { unlink(name + suffix) }
-    _ = try vault.forgetContainer(at: name)
-    try QueueContainer(path: name, vault: vault).enqueue(Array("the app's new one".utf8), queue: "q")
+    for suffix in ["", "-wal", "-shm"] { unlink(second + suffix) }
+    _ = try vault.forgetContainer(at: second)
+    if nameTaken { try QueueContainer(path: second, vault: vault).enqueue(Array("the app's".utf8), queue: "q") }
 
     XCTAssertThrowsError(try merge(bundle, into: vault))
 
     try vault.reload()
-    let added = vault.home + "/elsewhere-2.sqlite"
-    XCTAssertTrue(vault.manifest.containers.contains { $0.path == added }, "registered before its turn")
-    XCTAssertEqual(try first.acceptUnfinishedMerges().map(\.bundle), [bundle])
-    XCTAssertThrowsError(try backup(vault)) { XCTAssertEqual($0 as? BackupError, .containerMissing(path: added)) }
+    let known = Set([first.path] + (nameTaken ? [second] : []))
+    let added = try XCTUnwrap(
+      vault.manifest.containers.map(\.path).first { !known.contains($0) }, "registered before its turn")
+    return (vault, first, bundle, added)
   }
 
   /// One record a merge refuses (a queue name too long), sealed as a container seals, stored after
