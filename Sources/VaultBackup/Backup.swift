@@ -139,8 +139,9 @@ public enum Backup {
         guard FileManager.default.fileExists(atPath: container.path) else {
           throw BackupError.containerMissing(path: container.path)
         }
-        // Before the snapshot, which records in the live container that it passed it: refused
-        // backups (an hourly timer) pushed the real bundles' marks out (an outside review).
+        // A merge into it that did not finish (see below) is refused before the snapshot, which
+        // records in the live container that it passed it: refused backups (an hourly timer)
+        // pushed the real bundles' marks out (an outside review).
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
         if !unfinished.isEmpty { throw BackupError.containerMergeUnfinished(path: container.path, bundles: unfinished) }
         let snapshot = work.path + "/\(index).sqlite"
@@ -150,9 +151,9 @@ public enum Backup {
           // The destination's disk, not the container's: nothing was written, the backup cannot run.
           throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
         }
-        // A container a merge made and did not finish filling may lack records its bundle holds: a
-        // backup of it would count as the newest, and `--keep` could prune the bundles with the rest.
-        // And after, from the copy itself: a merge may have begun in between.
+        // And after, from the copy itself: a merge may have begun in between. A container a merge
+        // did not finish may lack records its bundle holds: a backup of it would count as the
+        // newest, and `--keep` could prune the bundle with the rest.
         let marks = try readingSnapshot(snapshot, name: container.path, { try $0.lineage() }).unfinishedMerges
         if !marks.isEmpty {
           throw BackupError.containerMergeUnfinished(path: container.path, bundles: marks.values.map(\.bundle).sorted())

@@ -210,7 +210,6 @@ package struct SnapshotRecord: Sendable {
   package var lastChange: Int64 { changed ?? createdAt }
 }
 
-/// Which copy of a container a file is, and where it came from (see `QueueContainer.merge`).
 /// A merge of one bundle's snapshot into a container that began and has not finished (a full disk,
 /// a kill): meta `merge_unfinished:<the snapshot's SHA-256>`, written before the merge's first batch
 /// (in the transaction that makes the container, when the merge makes it) and deleted after its
@@ -237,7 +236,12 @@ package struct UnfinishedMerge: Sendable, Equatable {
   }
 
   /// The meta row: its key and value.
-  package var row: (key: String, value: String) { (Self.prefix + snapshot, (madeIt ? "made " : "into ") + bundle) }
+  package var row: (key: String, value: String) {
+    (Self.key(snapshot: snapshot), (madeIt ? "made " : "into ") + bundle)
+  }
+
+  /// The meta key of the mark of `snapshot` (its SHA-256).
+  static func key(snapshot: String) -> String { prefix + snapshot }
 
   /// The meta key prefix of a mark.
   static let prefix = "merge_unfinished:"
@@ -245,6 +249,7 @@ package struct UnfinishedMerge: Sendable, Equatable {
   static let marks = "key >= 'merge_unfinished:' AND key < 'merge_unfinished;'"
 }
 
+/// Which copy of a container a file is, and where it came from (see `QueueContainer.merge`).
 package struct ContainerLineage: Sendable, Equatable {
   /// Reads it from a container's meta and `inherited` table (absent before schema 5: none).
   static func read(from connection: Connection) throws -> ContainerLineage {

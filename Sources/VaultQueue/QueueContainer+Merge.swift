@@ -67,13 +67,12 @@ extension QueueContainer {
 
   /// Records that the merge of the snapshot `snapshot` (its SHA-256) into this container finished.
   package func endMerge(snapshot: String) throws {
-    try withStorage { storage in
-      try storage.transaction {
-        _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([
-          .text(UnfinishedMerge(snapshot: snapshot, madeIt: false, bundle: "").row.key)
-        ])
-      }
-    }
+    try withStorage { storage in try storage.transaction { try Self.deleteMergeMark(snapshot: snapshot, in: storage) } }
+  }
+
+  /// Deletes the mark of the merge of `snapshot`, inside the open transaction.
+  private static func deleteMergeMark(snapshot: String, in storage: Storage) throws {
+    _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([.text(UnfinishedMerge.key(snapshot: snapshot))])
   }
 
   /// Forgets every unfinished merge of this container (`vault container accept`): it is taken as
@@ -84,7 +83,7 @@ extension QueueContainer {
         let marks = try ContainerLineage.read(from: storage.connection).unfinishedMerges.values.sorted {
           $0.bundle < $1.bundle
         }
-        for mark in marks { _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([.text(mark.row.key)]) }
+        for mark in marks { try Self.deleteMergeMark(snapshot: mark.snapshot, in: storage) }
         return marks
       }
     }
@@ -102,11 +101,7 @@ extension QueueContainer {
 
   private static func markRestored(_ storage: Storage, from origin: String?, finishing snapshot: String? = nil) throws {
     try storage.transaction {
-      if let snapshot {
-        _ = try storage.statement("DELETE FROM meta WHERE key = ?").run([
-          .text(UnfinishedMerge(snapshot: snapshot, madeIt: false, bundle: "").row.key)
-        ])
-      }
+      if let snapshot { try deleteMergeMark(snapshot: snapshot, in: storage) }
       try storage.statement("UPDATE meta SET value = ? WHERE key = 'instance_id'").run([
         .text(try Storage.newContainerID())
       ])
