@@ -34,9 +34,10 @@ extension QueueContainer {
   ///     0…`maximumLease`; NaN is `maximumLease`).
   ///   - dueBy: claim only records due before this time; nil for everything due now.
   /// - Returns: the claimed records that opened, oldest first; empty when nothing is due.
-  /// - Throws: `QueueError` when the container cannot be read or written; `KeyStoreError` (or the
-  ///   vault's other errors) when a key cannot be read right now, after every claimed record was
-  ///   given back.
+  /// - Throws: `QueueError` when the container cannot be read or written (`.outOfMemory` also when
+  ///   the address space left, `ulimit -v`, is too little to copy and open a record of 1 MiB or
+  ///   more, with nothing leased); `KeyStoreError` (or the vault's other errors) when a key cannot
+  ///   be read right now, after every claimed record was given back.
   public func claim(
     queue: String, maxCount: Int = 100, maxBytes: Int = 1 << 20, lease: TimeInterval = 60, dueBy: Date? = nil
   ) throws -> [ClaimedRecord] {
@@ -99,6 +100,12 @@ extension QueueContainer {
           let size = Int(row.int(3))
           guard claimed.isEmpty || bytes + size <= maxBytes else { return }
           bytes += size
+          // A failed allocation traps: checked before the envelope is copied, a limit too tight
+          // for this record (its envelope, the opened bytes and the caller's copy of them) rolls
+          // the claim back, nothing leased.
+          guard size < Self.checkedSize || MemoryHeadroom.available(3 * size + Self.allocationMargin) else {
+            throw QueueError.outOfMemory(path: path)
+          }
           if row.withBlob(1, { $0.count }) > Storage.inlineEnvelopeLimit {
             storedWhole.append((row.int(6), claimed.count))
           }
@@ -120,6 +127,13 @@ extension QueueContainer {
       for record in claimed {
         var (envelope, version) = (record.envelope, record.version)
         do {
+          // Checked again now that the envelopes are held (and other threads may have taken
+          // room): a trap here would leave every claimed record leased until its lease ends.
+          guard
+            envelope.count < Self.checkedSize || MemoryHeadroom.available(2 * envelope.count + Self.allocationMargin)
+          else {
+            throw QueueError.outOfMemory(path: path)
+          }
           let payload: [UInt8]
           do {
             payload = try vault.open(envelope, context: context(queue: queue, id: record.id))
@@ -381,6 +395,13 @@ extension QueueContainer {
   /// Gives a record in flight back: pending, the claim's attempt not counted. Not fenced by the
   /// lease (`releaseHeld` is); also what `claim` runs when a key cannot be read. Giving back is a
   /// state change (`changed`, ?2): a merge weighs it against the other copy's changes.
+  /// Address space a claim wants free beyond a record's own copies before it takes one (the
+  /// caller's threads and SQLite's cache also allocate meanwhile).
+  static let allocationMargin = 16 << 20
+  /// Records smaller than this are claimed without asking for address space first (a probe costs
+  /// two system calls; the margin above covers them).
+  static let checkedSize = 1 << 20
+
   static let releaseSQL: StaticString = """
     UPDATE records SET state = 'pending', lease_until = 0, attempts = max(attempts - 1, 0), changed = ?2
     WHERE id = ?1 AND state = 'in_flight'

@@ -569,7 +569,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
   case ownedByOther(path: String, file: String, owner: UInt32)
   /// A write would pass the process's file-size limit (ulimit -f).
   case fileTooLarge(path: String)
-  /// SQLite could not allocate memory (an address-space limit, `ulimit -v`); nothing was changed.
+  /// SQLite could not allocate memory, or a claim found too little address space left to copy and
+  /// open a record (an address-space limit, `ulimit -v`); nothing was changed (a claim leases nothing).
   case outOfMemory(path: String)
   /// A `QueueConfiguration` value (`parameter`) that would lose records (`reason` says how):
   /// a `byteCap` below 89 bytes or a `maximumAge` under 1 ms. Nothing was opened.
@@ -596,7 +597,7 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "the queue configuration's \(parameter) \(reason); nothing was opened: give a positive value (or nil for no "
         + "age limit)"
     case .outOfMemory(let path):
-      "SQLite ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "
+      "ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "
         + "was not made and the queue is as it was: raise the limit and retry"
     case .diskFull(let path):
       "the disk holding \(path) is full; the change was not made and the queue is as it was: free space and retry"

@@ -1,4 +1,6 @@
 import Foundation
+import Vault
+import VaultQueue
 import VaultTestSupport
 import XCTest
 
@@ -217,6 +219,37 @@ final class ResourceLimitTests: XCTestCase {
       XCTAssertEqual(records.compactMap { $0["bytes"] as? Int }.filter { $0 > 19_000_000 }.count, 1, what)
     }
     XCTAssertTrue(outcomes.values.contains(0), "the range reaches limits that work: \(outcomes)")
+  }
+
+  /// A claim that would run out of address space copying or opening its records (three of 32 MiB)
+  /// stops with `QueueError.outOfMemory` and leaves them pending, their attempt not counted,
+  /// rather than trapping with them leased. The worker limits itself to what it maps plus 48 MiB
+  /// (too little to copy one envelope: the claim is rolled back), plus 216 MiB (room to copy all
+  /// three and open two, not the third: all are given back; without the check before opening,
+  /// 212 and 220 trapped), and plus 400 MiB (all claimed). Trapped in CI once: a relay at
+  /// `ulimit -v` 240 MiB, in the claimed record's copy of the opened bytes.
+  func testAClaimWithTooLittleAddressSpaceLeasesNothing() throws {
+    try skipUnderASanitizer()
+    let path = temporary.sub("big.sqlite")
+    let container = try QueueContainer(
+      path: path, vault: try Vault.open(home: home), configuration: QueueConfiguration(byteCap: 1 << 30))
+    for fill: UInt8 in [0x61, 0x62, 0x63] {
+      try container.enqueue([UInt8](repeating: fill, count: 32 << 20), queue: "seed")
+    }
+    let worker = (vaultBinary() as NSString).deletingLastPathComponent + "/vault-crash-worker"
+    for (mebibytes, expected) in [(48, "error queue.out-of-memory"), (216, "error queue.out-of-memory")] {
+      let run = try Spawn.run(worker, [home, temporary.sub("log"), "claim-within", path, String(mebibytes)])
+      let what = "a claim within \(mebibytes) MiB more"
+      assertNoTrap(run, what)
+      XCTAssertEqual(run.status, 0, "\(what): \(run.error)")
+      XCTAssertEqual(run.outputText, expected + "\n", what)
+      let records = try container.list(queue: "seed")
+      XCTAssertEqual(records.map(\.state), [.pending, .pending, .pending], what)
+      XCTAssertEqual(records.map(\.attempts), [0, 0, 0], what)
+    }
+    let room = try Spawn.run(worker, [home, temporary.sub("log"), "claim-within", path, "400"])
+    XCTAssertEqual(room.outputText, "claimed 3\n", room.error)
+    XCTAssertEqual(try container.list(queue: "seed").map(\.state), [.inFlight, .inFlight, .inFlight])
   }
 
   /// Copies the home's queue container as it is now; the function returned puts that copy back.

@@ -19,12 +19,18 @@
 //   vault-crash-worker HOME LOG enqueue|deliver|rotate|drain
 //   vault-crash-worker HOME LOG seed PATH COUNT     enqueue COUNT records into a second container
 //   vault-crash-worker HOME LOG verify PATH…        open every record of each container
+//   vault-crash-worker HOME LOG claim-within PATH MiB
+//       claim up to three records of queue "seed" from PATH with the address space limited to what
+//       the process maps now plus MiB (Tests/VaultCLITests/ResourceLimitTests.swift); prints
+//       `claimed N` or `error CODE`
 import Foundation
 import Vault
 import VaultQueue
 
 let arguments = CommandLine.arguments
-let usage = "usage: vault-crash-worker HOME LOG enqueue|deliver|rotate|drain | seed PATH COUNT | verify PATH…\n"
+let usage =
+  "usage: vault-crash-worker HOME LOG enqueue|deliver|rotate|drain | seed PATH COUNT | verify PATH… "
+  + "| claim-within PATH MiB\n"
 guard arguments.count >= 4 else {
   FileHandle.standardError.write(Data(usage.utf8))
   exit(64)
@@ -53,6 +59,15 @@ func payload(for id: String) -> [UInt8] {
 }
 
 func lower(_ id: UUID) -> String { id.uuidString.lowercased() }
+
+/// The process's address space in use now (VmSize in /proc/self/status), in bytes.
+func mappedBytes() -> Int? {
+  let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+  for line in status.split(separator: "\n") where line.hasPrefix("VmSize:") {
+    return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
+  }
+  return nil
+}
 
 /// One configuration for every connection (leases and due times are judged by each reader's):
 /// three server refusals park a record (at once: no least span), and retries come back within a
@@ -165,6 +180,22 @@ do {
       print(
         "verify \(path) records=\(try container.stats().total) unopenable=\(unopenable) foreign=\(counts.foreign) "
           + "versions=\(versions.isEmpty ? "-" : versions)")
+    }
+    exit(0)
+  case "claim-within":
+    guard arguments.count == 6, let mebibytes = Int(arguments[5]), mebibytes > 0 else { exit(64) }
+    let container = try QueueContainer(
+      path: arguments[4], vault: vault, configuration: QueueConfiguration(byteCap: 1 << 30))
+    // Limited here rather than by the shell's `ulimit -v`, so that the room left does not depend
+    // on how much this build maps before it gets here.
+    var limit = rlimit()
+    guard let mapped = mappedBytes(), getrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0 else { exit(2) }
+    limit.rlim_cur = rlim_t(mapped + mebibytes << 20)
+    guard setrlimit(Int32(RLIMIT_AS.rawValue), &limit) == 0 else { exit(2) }
+    do {
+      print("claimed \(try container.claim(queue: "seed", maxCount: 3, maxBytes: 1 << 30, lease: 60).count)")
+    } catch {
+      print("error \((error as? any CodedError)?.code ?? "other")")
     }
     exit(0)
   default: break
