@@ -47,6 +47,8 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// stopped by a full disk or a kill): it may lack records they hold, so it is not backed up (a
   /// backup of it could have `keep` prune the bundles that hold them).
   case containerMergeUnfinished(path: String, bundles: [String])
+  /// Another merge into `home` is running (`Backup.merge`, `vault restore`); nothing was changed.
+  case mergeRunning(home: String)
   /// A file-system call failed, with its errno.
   case io(path: String, operation: String, errno: Int32)
   /// The home named for a restore into a new home already holds this bundle's vault: a restore
@@ -94,6 +96,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
         + "\(path) may lack records it holds; nothing was written: run it again (`vault restore BUNDLE`, which adds "
         + "what it had not), or, if that bundle is gone, `vault container accept \(path)` to take the container as it "
         + "is, then back up"
+    case .mergeRunning(let home):
+      "a restore (merge of a bundle) into \(home) is running in another process; nothing was changed: wait for it "
+        + "to finish, then run this again"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
         + (code == ENOSPC || code == EDQUOT ? " (the disk holding it is full: free space there and retry)" : "")

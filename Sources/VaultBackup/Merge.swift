@@ -26,13 +26,17 @@ extension Backup {
   ///   - progress: told each step as it starts (for a progress display); nil by default.
   /// - Returns: what was merged, per container.
   /// - Throws: `BackupError` from verification; `BackupError.anotherVault` when the home holds
-  ///   another vault; `QueueError` for a registered container that cannot be opened (replaced,
+  ///   another vault; `BackupError.mergeRunning` while another merge into the home runs (in this
+  ///   process or another: nothing is merged); `QueueError` for a registered container that cannot be opened (replaced,
   ///   damaged, foreign: checked before anything is merged) or written; the home's key store errors.
   public static func merge(
     bundle: String, passphrase: Passphrase, into vault: Vault,
     progress: (@Sendable (BackupStep) -> Void)? = nil
   ) throws -> MergeReport {
     let bundle = absolutePath(bundle)
+    // One merge into a home at a time, from start to end; `vault container accept` waits for none.
+    let lock = try MergeLock(home: vault.home)
+    defer { lock.release() }
     let verified = try verify(bundle: bundle, passphrase: passphrase, cached: { _ in nil }, progress: progress)
     let manifest = verified.manifest
     guard manifest.keyringID == vault.keyringID.hex else {
@@ -274,4 +278,44 @@ public struct MergeReport: Encodable, Sendable, Equatable {
     case home, bundle, containers
     case vaultID = "vault_id"
   }
+}
+
+/// The lock a merge into a home holds from its start to its end: a flock on `merge.lock` in the
+/// home (made 0600 when missing, never removed: a file removed while locked could be locked
+/// twice). A second merge would find the first one's marks in the containers, and `vault container
+/// accept` would remove them while the merge that set them still runs (a merge stopped after that
+/// would leave containers that lack records unmarked, and a backup could have `--keep` prune the
+/// bundle holding them); both refuse instead. A killed merge's lock goes with its process.
+package final class MergeLock {
+  /// The lock file's name in the home.
+  package static let fileName = "merge.lock"
+
+  private var descriptor: Int32
+
+  /// Takes the lock of `home` without waiting.
+  ///
+  /// - Throws: `BackupError.mergeRunning` when a merge holds it (another process's, or another in
+  ///   this one); `BackupError.io` when the lock file cannot be opened or locked.
+  package init(home: String) throws {
+    let path = home + "/" + Self.fileName
+    descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    guard descriptor >= 0 else { throw BackupError.io(path: path, operation: "open lock", errno: errno) }
+    while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+      let code = errno
+      guard code != EINTR else { continue }
+      close(descriptor)
+      descriptor = -1
+      if code == EWOULDBLOCK { throw BackupError.mergeRunning(home: home) }
+      throw BackupError.io(path: path, operation: "lock", errno: code)
+    }
+  }
+
+  /// Gives the lock up (at once; deinit does it otherwise).
+  package func release() {
+    guard descriptor >= 0 else { return }
+    close(descriptor)
+    descriptor = -1
+  }
+
+  deinit { release() }
 }

@@ -204,7 +204,8 @@ extension VaultCommandLine {
       terminal.error(error.description)
       if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
-      case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .emptyPassphrase:
+      case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .mergeRunning,
+        .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }

@@ -1,5 +1,6 @@
 import Foundation
 import Vault
+import VaultBackup
 import VaultKeys
 import VaultQueue
 
@@ -61,6 +62,9 @@ extension VaultCommandLine {
     let vault = try openVault(arguments)
     let path = absolutePath(path)
     guard vault.manifest.container(at: path) != nil else { throw RotationError.containerNotRegistered(path: path) }
+    // Not while a merge runs: the marks it removed would be that merge's own.
+    let lock = try MergeLock(home: vault.home)
+    defer { lock.release() }
     let accepted = try QueueContainer(path: path, vault: vault, mode: .existing).acceptUnfinishedMerges()
     guard !accepted.isEmpty else {
       terminal.print("No restore into \(path) was left unfinished; nothing was changed")
@@ -197,7 +201,7 @@ enum ContainerCommand: Subcommand {
           containers it was filling marked, and 'vault backup' refuses them, so that no --keep prunes the bundle \
           holding what they lack. Running that restore again finishes it; when the bundle is gone, this removes \
           the marks: the records the restore had not added are not in the container, and backups take it again. \
-          Not while a restore into this home runs: it would remove that restore's mark too.
+          Refused (exit 2) while a restore into this home runs: the marks are that restore's own until it ends.
           """,
         parameters: [.argument("PATH", .required, .file, help: "The registered path of the container.")]),
     ])

@@ -1,6 +1,7 @@
 import Foundation
 import Telemetry
 import Vault
+import VaultBackup
 import VaultCrypto
 import VaultKeys
 import VaultQueue
@@ -199,6 +200,7 @@ public struct VaultCommandLine {
     case let failure as StandardInputError: return (failure.description, .couldNotRun)
     case let failure as ProcessResources.Shortage: return (failure.description, .couldNotRun)
     case let failure as ScanError: return (failure.description, .couldNotRun)
+    case BackupError.mergeRunning: return ("\(error)", .couldNotRun)
     case QueueError.noContainer(let path): return (QueueError.noContainer(path: path).description, .couldNotRun)
     case let failure as QueueError:
       switch failure {

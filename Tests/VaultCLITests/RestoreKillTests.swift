@@ -218,6 +218,43 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertNotEqual(try vault(["--home", home, "container", "accept", temporary.sub("nowhere.sqlite")]).status, 0)
   }
 
+  /// While a merge into a home runs (here held at its first container, its marks set), `vault
+  /// container accept` is refused (exit 2) and leaves the mark, and so is a second merge of the
+  /// same bundle; once the merge has finished both go through. Accept used to take no lock: run
+  /// beside a merge, it removed that merge's mark, and a merge stopped after that would have left a
+  /// container lacking records that backups took again.
+  func testARunningMergeKeepsAcceptAndASecondMergeOut() throws {
+    let home = temporary.sub("home")
+    let path = home + "/queue.sqlite"
+    let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
+    // What ran while the merge was held, and the container's marks after (the checks run after
+    // the merge: an XCTest failure inside its progress callback would be on the wrong thread).
+    let during = LockedValue<(accept: Spawned?, second: Spawned?, marks: [String])>((nil, nil, []))
+    _ = try Backup.merge(
+      bundle: bundle, passphrase: try Passphrase("a long passphrase"), into: try Vault.open(home: home),
+      progress: { step in
+        guard case .merging(container: 1, of: _) = step else { return }
+        let accept = try? vault(["--home", home, "container", "accept", path])
+        let second = try? vault(merge)
+        let marks = (try? QueueContainer.unfinishedMerges(path: path)) ?? []
+        during.withLock { $0 = (accept, second, marks) }
+      })
+    let (accept, second, marks) = during.withLock { $0 }
+    let refused = try XCTUnwrap(accept)
+    XCTAssertEqual(refused.status, 2, refused.error)
+    XCTAssertTrue(refused.error.contains("a restore (merge of a bundle) into \(home) is running"), refused.error)
+    XCTAssertEqual(marks, [bundle], "accept removed the running merge's mark")
+    let secondMerge = try XCTUnwrap(second)
+    XCTAssertEqual(secondMerge.status, 2, secondMerge.error)
+    XCTAssertTrue(secondMerge.error.contains("is running"), secondMerge.error)
+    // Finished: no mark left, and both run.
+    XCTAssertEqual(try QueueContainer.unfinishedMerges(path: path), [])
+    XCTAssertEqual(try vault(merge).status, 0)
+    let accepted = try vault(["--home", home, "container", "accept", path])
+    XCTAssertEqual(accepted.status, 0, accepted.error)
+    XCTAssertTrue(accepted.outputText.contains("nothing was changed"), accepted.outputText)
+  }
+
   /// A merge that adds a container the home does not know, killed at each sync and rename: run
   /// again, it takes up the file the killed run made (no second copy beside it, review: a stray
   /// `other.sqlite` stayed and the rerun added `other-2.sqlite`), with every record pending.
