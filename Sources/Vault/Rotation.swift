@@ -390,6 +390,10 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
   case compromiseUnfinished(version: UInt32)
   /// After a compromise, some older version could not be retired yet (its key is still present).
   case compromiseIncomplete(retired: [UInt32], kept: [String])
+  /// The vault's home or a registered container's file, directory, or -wal, -shm or -journal file
+  /// (`path`) cannot be written (`errno`: a read-only mount, an immutable file, permissions).
+  /// Nothing was changed.
+  case notWritable(path: String, errno: Int32)
   /// `Vault.forgetContainer(at:)` was given a path where no container is registered.
   case containerNotRegistered(path: String)
   /// `Vault.forgetContainer(at:)` found a file at the path (or could not look): the container may
@@ -434,6 +438,10 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
       "a rotation after a compromise made version \(version) active and has not finished: the compromised keys "
         + "still exist. Finish it with a rotation after a compromise; an ordinary rotation would keep them. "
         + "Nothing was changed"
+    case .notWritable(let path, let code):
+      "\(path) cannot be written (\(String(cString: strerror(code)))), and the rotation writes the home and "
+        + "every registered container, their directories and their -wal, -shm and -journal files; make it "
+        + "writable (its permissions, the mount, an immutable flag: lsattr) and rotate again. Nothing was changed"
     case .containerNotRegistered(let path):
       "no container is registered at \(path). Nothing was changed"
     case .containerStillPresent(let path):
@@ -519,6 +527,7 @@ extension Vault {
       while newestRetired > 0 && !manifest.isRetired(newestRetired) { newestRetired -= 1 }
       let raisedFloor = newestRetired == 0 || options.compromised ? 0 : newestRetired + 1
       try preflight(provider, raisedFloor: raisedFloor)
+      try refuseUnwritable()
       // A rotation after a compromise that did not finish may only be finished as one: an ordinary
       // rotation would complete it while keeping the compromised key.
       if let unfinished = manifest.unfinishedCompromise, !options.compromised {
@@ -787,6 +796,25 @@ extension Vault {
     }
   }
 
+  /// Step 1 too: the home and every registered container (the file, its directory, and its -wal,
+  /// -shm and -journal files where they are) can be written. Found only at the re-seal, a
+  /// read-only mount, an immutable file (`chattr +i`) or a directory without write permission
+  /// stopped the rotation after its new version was active (an outside review); it resumed once
+  /// fixed, but refusing first changes nothing and says what to fix.
+  private func refuseUnwritable() throws {
+    var places = [home]
+    for registered in manifest.containers {
+      places.append((registered.path as NSString).deletingLastPathComponent)
+      places.append(registered.path)
+      for suffix in ["-wal", "-shm", "-journal"] where access(registered.path + suffix, F_OK) == 0 {
+        places.append(registered.path + suffix)
+      }
+    }
+    for place in places where access(place, W_OK) != 0 {
+      throw RotationError.notWritable(path: place, errno: errno)
+    }
+  }
+
   /// A container registered before container ids gets its id recorded the first time it is opened.
   private func adoptContainerID(_ container: any SealedContainer, registered: ContainerRecord) throws {
     if let expected = registered.id {
@@ -932,6 +960,7 @@ extension RotationError: CodedError {
     case .aborted: "rotation.aborted"
     case .compromiseUnfinished: "rotation.compromise-unfinished"
     case .compromiseIncomplete: "rotation.compromise-incomplete"
+    case .notWritable: "rotation.not-writable"
     case .containerNotRegistered: "rotation.container-not-registered"
     case .containerStillPresent: "rotation.container-still-present"
     }

@@ -27,6 +27,45 @@ final class RotationCLITests: XCTestCase {
     return home
   }
 
+  /// A registered container, its directory or its -wal file that cannot be written (an immutable
+  /// flag: `chattr +i`, which holds for root too) is refused before the rotation records anything:
+  /// exit 1 naming the file, the manifest and the keyfile unchanged byte for byte, and
+  /// once the flag is off the same command rotates. Found only at the re-seal before, after the
+  /// new version was active (an outside review).
+  func testAContainerThatCannotBeWrittenIsRefusedBeforeAnythingChanges() throws {
+    let home = try vaultWithARecord("flagged")
+    let other = temporary.sub("elsewhere/other.sqlite")
+    try FileManager.default.createDirectory(atPath: temporary.sub("elsewhere"), withIntermediateDirectories: true)
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q", "--container", other], input: [4]).status, 0)
+    // A -wal beside it, as a process that has the container open leaves it.
+    try Data().write(to: URL(fileURLWithPath: other + "-wal"))
+    let keyfile = temporary.sub("flagged-keys/v.keys")
+    let manifest = {
+      [
+        try Data(contentsOf: URL(fileURLWithPath: home + "/manifest.json")),
+        try Data(contentsOf: URL(fileURLWithPath: keyfile)),
+      ]
+    }
+    for flagged in [other, temporary.sub("elsewhere"), other + "-wal", home] {
+      guard try Spawn.run("/usr/bin/chattr", ["+i", flagged]).status == 0 else {
+        throw XCTSkip("chattr +i is not supported on this file system")
+      }
+      let before = try manifest()
+      let refused = try vault(["--home", home, "rotate"])
+      XCTAssertEqual(try Spawn.run("/usr/bin/chattr", ["-i", flagged]).status, 0)
+      XCTAssertEqual(refused.status, 1, "\(flagged): \(refused.error)")
+      XCTAssertTrue(
+        refused.error.hasPrefix("Error: \(flagged) cannot be written (Operation not permitted)"),
+        "\(flagged): \(refused.error)")
+      XCTAssertTrue(refused.error.contains("Nothing was changed"), refused.error)
+      XCTAssertEqual(try manifest(), before, "\(flagged): the manifest or the keyfile changed")
+    }
+    let rotated = try vault(["--home", home, "rotate"])
+    XCTAssertEqual(rotated.status, 0, rotated.error)
+    XCTAssertTrue(rotated.outputText.contains("version 1 -> 2"), rotated.outputText)
+  }
+
   /// A keyfile on a full disk (its own small file system, the rest of the vault on another):
   /// `rotate` says which disk is full and to free space there, not only "No space left on
   /// device" under a temporary file's name; nothing is lost and no key is made in place of one,
