@@ -5,6 +5,9 @@ import Foundation
 public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// The file does not start with the bundle magic: it is not a vault backup.
   case notABundle(path: String)
+  /// The path is not a regular file (a FIFO, device, socket or directory): it is no bundle, and
+  /// nothing was read from it.
+  case notARegularFile(path: String)
   /// The file ends before the part named (`header`, `manifest`, `key section`, `container N`).
   case truncated(path: String, part: String)
   /// The bundle was written by a newer release in a format this one cannot read.
@@ -61,6 +64,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   public var description: String {
     switch self {
     case .notABundle(let path): "\(path) is not a vault backup bundle (no bundle magic)"
+    case .notARegularFile(let path):
+      "\(path) is not a regular file (a FIFO, device, socket or directory), so it is no backup bundle; nothing was "
+        + "read from it"
     case .truncated(let path, let part): "bundle \(path) is truncated: it ends inside the \(part)"
     case .newerFormat(let path, let found, let supported):
       "bundle \(path) has format \(found); this vault reads format \(supported): use a newer vault"

@@ -22,7 +22,7 @@ final class BundleReader {
     }
     guard info.st_mode & S_IFMT == S_IFREG else {
       close(descriptor)
-      throw BackupError.notABundle(path: path)
+      throw BackupError.notARegularFile(path: path)
     }
     size = UInt64(info.st_size)
   }

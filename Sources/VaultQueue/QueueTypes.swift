@@ -625,8 +625,8 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "\(path) would grow past the file-size limit (ulimit -f); the change was not made: raise the limit and retry"
     case .openToOthers, .ownedByOther, .unsafeDirectory: refusal(outcome: "nothing was opened or changed")
     case .notAFile(let path):
-      "\(path) is not a regular file (a directory, FIFO, socket, device or symlink); point --container at a "
-        + "container file (nothing was opened or changed)"
+      "\(path) is not a regular file (a directory, FIFO, socket, device or symlink), so it is no vault container; "
+        + "nothing was opened or changed"
     }
   }
 }

@@ -196,6 +196,14 @@ extension ContainerCLITests {
       status.outputText.contains("records 0 or more (not every container was counted)"), status.outputText)
     XCTAssertTrue(
       (status.outputText + status.error).contains("database file is a FIFO"), status.outputText + status.error)
+    // Accept names it too (it said to "point --container" at a file: accept has no --container).
+    let accept = try Spawn.run(
+      "/usr/bin/timeout", ["60", vaultBinary(), "--home", home, "container", "accept", container])
+    XCTAssertEqual(accept.status, 1, accept.error)
+    XCTAssertTrue(
+      accept.error.contains(
+        "\(container) is not a regular file (a directory, FIFO, socket, device or symlink), so it "
+          + "is no vault container; nothing was opened or changed"), accept.error)
   }
 
   /// A FIFO in place of a container's -wal: `container list` made a -shm beside it, changed the

@@ -119,10 +119,14 @@ final class OperatorReviewTests: XCTestCase {
   func testAMistypedDirectoryOrBundleIsSaidBeforeThePassphraseIsAsked() throws {
     let missing = temporary.sub("nowhere")
     let notABundle = temporary.sub("k/v.keys")
+    let fifo = temporary.sub("fifo")
+    XCTAssertEqual(mkfifo(fifo, 0o600), 0)
     let cases: [([String], String)] = [
       (["backup", "--to", missing], "\(missing) is not a directory"),
       (["backup", "--verify", missing], "open \(missing) failed: No such file or directory"),
-      (["backup", "--verify", notABundle], "is not a vault backup bundle"),
+      (["backup", "--verify", notABundle], "is not a vault backup bundle (no bundle magic)"),
+      // Not "no bundle magic": nothing was read from it.
+      (["backup", "--verify", fifo], "\(fifo) is not a regular file (a FIFO, device, socket or directory)"),
       (["restore", missing, "--into", temporary.sub("restored")], "open \(missing) failed: No such file or directory"),
     ]
     for (arguments, expected) in cases {
