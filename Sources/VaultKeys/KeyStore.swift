@@ -320,6 +320,9 @@ public enum KeyStoreError: Error, Equatable, Sendable, CustomStringConvertible {
       // fix is space, never a restore.
       "\(operation) \(path) failed: \(String(cString: strerror(code))); the disk (or quota) holding "
         + "\((path as NSString).deletingLastPathComponent) is full: free space there and retry"
+    case .io(let path, let operation, let code) where code == EROFS:
+      "\(operation) \(path) failed: \(String(cString: strerror(code))); this needs to write there (commands that "
+        + "only read, such as status, list and stats, work on a read-only mount): remount it read-write and retry"
     case .io(let path, let operation, let code):
       "\(operation) \(path) failed: \(String(cString: strerror(code)))"
     case .recordTooLarge(let record, let byteCount, let limit):

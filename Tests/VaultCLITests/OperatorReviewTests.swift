@@ -112,6 +112,29 @@ final class OperatorReviewTests: XCTestCase {
     XCTAssertTrue(run.error.contains("could not write to standard output"), run.error)
   }
 
+  /// A home on a read-only mount: the commands that only read work (status, queue stats, container
+  /// list), and one that writes says to remount (it said only "open lock … Read-only file system",
+  /// session 39's review).
+  func testAHomeOnAReadOnlyMountIsReadAndAWriteSaysToRemount() throws {
+    try XCTSkipUnless(geteuid() == 0, "a mount namespace needs root (CI runs as root)")
+    try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"), "unshare (util-linux)")
+    XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+    let script = [
+      "mount --bind \"$HOME_DIR\" \"$HOME_DIR\" && mount -o remount,ro,bind \"$HOME_DIR\" || exit 99",
+      "for read in status 'queue stats' 'container list'; do \"$VAULT\" $read >/dev/null || exit 98; done",
+      "echo x | \"$VAULT\" seal --context c",
+    ].joined(separator: "\n")
+    let run = try Spawn.run(
+      "/usr/bin/unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", script],
+      environment: environment(["VAULT": vaultBinary(), "HOME_DIR": home, "VAULT_HOME": home]))
+    try XCTSkipIf(run.error.contains("unshare:") || run.status == 99, "no read-only bind mount here: \(run.error)")
+    XCTAssertNotEqual(run.status, 98, "a command that only reads failed on the read-only mount: \(run.error)")
+    XCTAssertEqual(run.status, 1, run.error)
+    XCTAssertTrue(run.error.contains("Read-only file system; this needs to write there"), run.error)
+    XCTAssertTrue(run.error.contains("remount it read-write and retry"), run.error)
+    XCTAssertEqual(try vault(["--home", home, "status"]).status, 0)
+  }
+
   /// A mistyped backup directory or bundle was said only after the passphrase was typed (twice,
   /// for a backup). Found at a terminal by an outside review. What needs no passphrase is now
   /// checked first: here, with no terminal to ask on, the path's error comes instead of "no
