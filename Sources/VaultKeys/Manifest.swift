@@ -429,7 +429,7 @@ public enum ManifestFile {
     /// others (`mode`) replace or delete the files in it. `init` makes it 0700.
     case unsafeHome(home: String, mode: UInt32, owner: UInt32, expected: UInt32)
     /// The manifest's path holds a symbolic link (to `target`; nil when it leads to no regular file:
-    /// dangling, a loop, itself). vault never reads its manifest through one: whoever controls the
+    /// dangling, a loop, itself, a device, FIFO or directory). vault never reads its manifest through one: whoever controls the
     /// link would choose which file is trusted. Nothing was read through it.
     case symbolicLink(path: String, target: String?)
     /// The manifest's path holds something other than a file (`kind`: a directory, a FIFO, a socket
@@ -482,7 +482,8 @@ public enum ManifestFile {
           + "If that is this vault's manifest, put the file itself in the link's place: mv "
           + "\(ShellWord.quoted(Self.resolved(target, beside: path))) \(ShellWord.quoted(path))"
       case .symbolicLink(let path, nil):
-        "the vault manifest \(path) is a symbolic link that leads to no file (dangling, or a loop), and vault never "
+        "the vault manifest \(path) is a symbolic link that leads to no regular file (it dangles, loops, or leads to "
+          + "a device, FIFO or directory), and vault never "
           + "reads its manifest through a link; nothing was read or changed. Remove the link and put the manifest "
           + "file itself in its place"
       case .notAFile(let path, let kind):
@@ -689,7 +690,7 @@ public enum ManifestFile {
     if fd < 0 {
       if errno == ENOENT { return nil }
       if errno == ELOOP {
-        // A target that leads to no regular file (dangling, a loop, itself) is named as such: a
+        // A target that leads to no regular file (dangling, a loop, itself, /dev/zero) is named as such: a
         // `mv` of it would move nothing.
         let target = linkTarget(path)
         var info = stat()

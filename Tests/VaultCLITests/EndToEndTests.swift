@@ -259,17 +259,20 @@ final class EndToEndTests: XCTestCase {
     XCTAssertEqual(status.status, 0, status.error)
   }
 
-  /// A link that leads to no file (dangling, to itself, a loop) is not given a `mv` of nothing.
+  /// A link that leads to no regular file (dangling, to itself, a loop, a device) is not given a
+  /// `mv` of nothing (a link to /dev/zero was called dangling: session 39's review).
   func testAManifestLinkThatLeadsNowhereSaysSo() throws {
     let manifest = home + "/manifest.json"
     XCTAssertEqual(rename(manifest, temporary.sub("kept.json")), 0)
-    for target in ["gone.json", "manifest.json", manifest] {
+    for target in ["gone.json", "manifest.json", manifest, "/dev/zero"] {
       XCTAssertEqual(symlink(target, manifest), 0)
       defer { XCTAssertEqual(unlink(manifest), 0) }
       let run = try vault(["--home", home, "status"])
       XCTAssertEqual(run.status, 1, target)
       XCTAssertTrue(
-        run.error.contains("the vault manifest \(manifest) is a symbolic link that leads to no file"), run.error)
+        run.error.contains(
+          "the vault manifest \(manifest) is a symbolic link that leads to no regular file (it dangles, loops, or "
+            + "leads to a device, FIFO or directory)"), run.error)
       XCTAssertTrue(run.error.contains("Remove the link and put the manifest file itself in its place"), run.error)
       XCTAssertFalse(run.error.contains("mv "), run.error)
     }
