@@ -597,10 +597,10 @@ public enum QueueError: Error, Equatable, Sendable, CustomStringConvertible {
       "the queue configuration's \(parameter) \(reason); nothing was opened: give a positive value (or nil for no "
         + "age limit)"
     case .outOfMemory(let path):
-      "ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; the change "
-        + "was not made and the queue is as it was: raise the limit and retry"
+      "ran out of memory working on \(path): the address-space limit (ulimit -v) is too tight; nothing was "
+        + "changed (the queue is as it was): raise the limit and retry"
     case .diskFull(let path):
-      "the disk holding \(path) is full; the change was not made and the queue is as it was: free space and retry"
+      "the disk holding \(path) is full; nothing was changed (the queue is as it was): free space and retry"
     case .readOnly(let path):
       "\(path) (or its directory) is read-only; the queue cannot be changed: check permissions and mounts"
     case .corrupt(let path):
