@@ -30,7 +30,7 @@ public enum Backup {
   /// - Returns: what was written, verified and removed.
   /// - Throws: `BackupError` (`.invalidKeep`, `.notADirectory`, `.sharedDirectory` (others may
   ///   rename entries in `directory`), `.containerMissing`, `.containerMergeUnfinished` (a merge into
-  ///   a container began and did not finish), `.io`, or a
+  ///   a container began and did not finish), `.mergeRunning` (it is running now), `.io`, or a
   ///   verification failure of the new bundle, which is then removed and never takes a bundle's
   ///   name);
   ///   `KeyStoreError` / `VaultError` when a key cannot be read; `QueueError` when a container
@@ -143,7 +143,7 @@ public enum Backup {
         // records in the live container that it passed it: refused backups (an hourly timer)
         // pushed the real bundles' marks out (an outside review).
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
-        if !unfinished.isEmpty { throw BackupError.containerMergeUnfinished(path: container.path, bundles: unfinished) }
+        if !unfinished.isEmpty { throw Self.mergeRefusal(container.path, unfinished, home: vault.home) }
         let snapshot = work.path + "/\(index).sqlite"
         do {
           try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
@@ -156,7 +156,7 @@ public enum Backup {
         // newest, and `--keep` could prune the bundle with the rest.
         let marks = try readingSnapshot(snapshot, name: container.path, { try $0.lineage() }).unfinishedMerges
         if !marks.isEmpty {
-          throw BackupError.containerMergeUnfinished(path: container.path, bundles: marks.values.map(\.bundle).sorted())
+          throw Self.mergeRefusal(container.path, marks.values.map(\.bundle).sorted(), home: vault.home)
         }
         let (size, digest) = try hashFile(snapshot)
         let id = container.id ?? ""
@@ -796,6 +796,13 @@ public enum Backup {
   }
 
   /// The registered path's last component, made unique in the new home (`queue.sqlite`, `queue-2.sqlite`).
+  /// Why a container with merge marks is not backed up: the merge is running now (wait for it),
+  /// or it did not finish (run it again, or accept the container).
+  private static func mergeRefusal(_ path: String, _ bundles: [String], home: String) -> BackupError {
+    MergeLock.isHeld(home: home)
+      ? .mergeRunning(home: home) : .containerMergeUnfinished(path: path, bundles: bundles)
+  }
+
   static func uniqueName(for path: String, taken: inout Set<String>) -> String {
     var base = (path as NSString).lastPathComponent
     if base.isEmpty || base == "." || base == ".." { base = "container.sqlite" }

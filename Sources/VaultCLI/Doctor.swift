@@ -1,6 +1,7 @@
 import Foundation
 import Outbox
 import Vault
+import VaultBackup
 import VaultKeys
 import VaultQueue
 
@@ -135,10 +136,13 @@ extension VaultCommandLine {
           }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
+      let running = MergeLock.isHeld(home: home)
       for container in manifest.containers {
         let bundles = (try? QueueContainer.unfinishedMerges(path: container.path)) ?? []
         if !bundles.isEmpty {
-          report.add("containers", .warning, "warning: " + Self.mergeUnfinishedWarning(container.path, bundles))
+          report.add(
+            "containers", .warning,
+            "warning: " + Self.mergeUnfinishedWarning(container.path, bundles, running: running))
         }
       }
       examineBackup(manifest, home: home, homeID: inspection.homeIdentity, into: &report)

@@ -351,7 +351,8 @@ public struct VaultCommandLine {
     }
     var vault = Vault.describe(
       home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: integrity)
-    let restoreWarnings = unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles) }
+    let running = MergeLock.isHeld(home: home)
+    let restoreWarnings = unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles, running: running) }
     vault.warnings += restoreWarnings
     if arguments.flags.contains("--json") {
       terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
@@ -392,12 +393,16 @@ public struct VaultCommandLine {
     }
   }
 
-  /// What `status` and `doctor` say of a container a merge into began and did not finish.
-  static func mergeUnfinishedWarning(_ path: String, _ bundles: [String]) -> String {
-    "a restore of \(bundles.joined(separator: " and ")) into this home did not finish (it was stopped, or it is "
-      + "running now): container \(path) may lack records it holds, and `vault backup` refuses it; once no restore "
-      + "runs, run `vault restore` of it again, which adds what it had not (if that bundle is gone: `vault container "
-      + "accept \(ShellWord.quoted(path))`)"
+  /// What `status` and `doctor` say of a container a merge into began and did not finish, while
+  /// a merge into the home is `running` (it holds `merge.lock`) or none is.
+  static func mergeUnfinishedWarning(_ path: String, _ bundles: [String], running: Bool) -> String {
+    let restore = "a restore of \(bundles.joined(separator: " and ")) into this home"
+    return running
+      ? "\(restore) is running now (or one of them is): container \(path) may lack records it holds until it "
+        + "finishes, and `vault backup` refuses it until then"
+      : "\(restore) did not finish (it was stopped): container \(path) may lack records it holds, and `vault "
+        + "backup` refuses it; run `vault restore` of it again, which adds what it had not (if that bundle is gone: "
+        + "`vault container accept \(ShellWord.quoted(path))`)"
   }
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that

@@ -220,7 +220,8 @@ final class RestoreKillTests: XCTestCase {
 
   /// While a merge into a home runs (here held at its first container, its marks set), `vault
   /// container accept` is refused (exit 2) and leaves the mark, and so is a second merge of the
-  /// same bundle; once the merge has finished both go through. Accept used to take no lock: run
+  /// same bundle; `status` says it is running and `backup` to wait for it; once the merge has
+  /// finished accept and the merge go through. Accept used to take no lock: run
   /// beside a merge, it removed that merge's mark, and a merge stopped after that would have left a
   /// container lacking records that backups took again.
   func testARunningMergeKeepsAcceptAndASecondMergeOut() throws {
@@ -229,17 +230,24 @@ final class RestoreKillTests: XCTestCase {
     let merge = ["restore", bundle, "--into", home, "--passphrase-file", passphraseFile]
     // What ran while the merge was held, and the container's marks after (the checks run after
     // the merge: an XCTest failure inside its progress callback would be on the wrong thread).
-    let during = LockedValue<(accept: Spawned?, second: Spawned?, marks: [String])>((nil, nil, []))
+    let during = LockedValue<[String: Spawned]>([:])
+    let marksDuring = LockedValue<[String]>([])
+    let backup = ["--home", home, "backup", "--to", temporary.sub("backups"), "--passphrase-file", passphraseFile]
     _ = try Backup.merge(
       bundle: bundle, passphrase: try Passphrase("a long passphrase"), into: try Vault.open(home: home),
       progress: { step in
         guard case .merging(container: 1, of: _) = step else { return }
-        let accept = try? vault(["--home", home, "container", "accept", path])
-        let second = try? vault(merge)
-        let marks = (try? QueueContainer.unfinishedMerges(path: path)) ?? []
-        during.withLock { $0 = (accept, second, marks) }
+        let commands = [
+          "accept": ["--home", home, "container", "accept", path], "second": merge,
+          "status": ["--home", home, "status"],
+          "backup": backup,
+        ]
+        for (name, arguments) in commands { if let run = try? vault(arguments) { during.withLock { $0[name] = run } } }
+        marksDuring.withLock { $0 = (try? QueueContainer.unfinishedMerges(path: path)) ?? [] }
       })
-    let (accept, second, marks) = during.withLock { $0 }
+    let (accept, second, marks) = (
+      during.withLock { $0["accept"] }, during.withLock { $0["second"] }, marksDuring.withLock { $0 }
+    )
     let refused = try XCTUnwrap(accept)
     XCTAssertEqual(refused.status, 2, refused.error)
     XCTAssertTrue(refused.error.contains("a restore (merge of a bundle) into \(home) is running"), refused.error)
@@ -247,6 +255,14 @@ final class RestoreKillTests: XCTestCase {
     let secondMerge = try XCTUnwrap(second)
     XCTAssertEqual(secondMerge.status, 2, secondMerge.error)
     XCTAssertTrue(secondMerge.error.contains("is running"), secondMerge.error)
+    // Status says it runs (not that it was stopped, with advice to run it again), and a backup
+    // says to wait for it.
+    let status = try XCTUnwrap(during.withLock { $0["status"] })
+    XCTAssertTrue(status.outputText.contains("a restore of \(bundle) into this home is running now"), status.outputText)
+    XCTAssertFalse(status.outputText.contains("did not finish"), status.outputText)
+    let refusedBackup = try XCTUnwrap(during.withLock { $0["backup"] })
+    XCTAssertEqual(refusedBackup.status, 2, refusedBackup.error)
+    XCTAssertTrue(refusedBackup.error.contains("into \(home) is running"), refusedBackup.error)
     // Finished: no mark left, and both run.
     XCTAssertEqual(try QueueContainer.unfinishedMerges(path: path), [])
     XCTAssertEqual(try vault(merge).status, 0)
