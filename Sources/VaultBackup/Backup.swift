@@ -795,7 +795,6 @@ public enum Backup {
     return removed
   }
 
-  /// The registered path's last component, made unique in the new home (`queue.sqlite`, `queue-2.sqlite`).
   /// Why a container with merge marks is not backed up: the merge is running now (wait for it),
   /// or it did not finish (run it again, or accept the container).
   private static func mergeRefusal(_ path: String, _ bundles: [String], home: String) -> BackupError {
@@ -803,6 +802,7 @@ public enum Backup {
       ? .mergeRunning(home: home) : .containerMergeUnfinished(path: path, bundles: bundles)
   }
 
+  /// The registered path's last component, made unique in the new home (`queue.sqlite`, `queue-2.sqlite`).
   static func uniqueName(for path: String, taken: inout Set<String>) -> String {
     var base = (path as NSString).lastPathComponent
     if base.isEmpty || base == "." || base == ".." { base = "container.sqlite" }
