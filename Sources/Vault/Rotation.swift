@@ -803,7 +803,9 @@ extension Vault {
   /// fixed, but refusing first changes nothing and says what to fix.
   private func refuseUnwritable() throws {
     var places = [home]
-    for registered in manifest.containers {
+    // A path with no file is the provider's to judge (the probe has passed it: a container that is
+    // not a file here, such as an in-memory one).
+    for registered in manifest.containers where access(registered.path, F_OK) == 0 {
       places.append((registered.path as NSString).deletingLastPathComponent)
       places.append(registered.path)
       for suffix in ["-wal", "-shm", "-journal"] where access(registered.path + suffix, F_OK) == 0 {
