@@ -129,6 +129,7 @@ public enum Backup {
       guard case .container = try QueueContainer.probe(path: container.path) else { continue }
       _ = try QueueContainer(path: container.path, vault: vault, mode: .existing)
     }
+    let newest = try newestGenerations(in: directory, vaultID: vault.manifest.vaultID, homeID: vault.homeIdentity())
     // Keys and snapshots under one shared lock: the versions exported are the ones the snapshots need.
     let (manifest, keys, containers) = try vault.withSharedLock {
       let manifest = vault.manifest
@@ -144,9 +145,19 @@ public enum Backup {
         // pushed the real bundles' marks out (an outside review).
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
         if !unfinished.isEmpty { throw Self.mergeRefusal(container.path, unfinished, home: vault.home) }
+        // An older copy of the container put back (a file-system restore, a sync) has counted
+        // fewer snapshots than the newest bundle of it here, which may hold records it lacks: a
+        // backup of it would be the newest, and `--keep` would prune that bundle in time (an
+        // outside review lost ten records so in five backups).
+        if let id = container.id, let (newer, bundle) = newest[id],
+          try QueueContainer.snapshotGeneration(path: container.path) < newer
+        {
+          throw BackupError.containerOlderThanBackup(path: container.path, bundle: bundle)
+        }
         let snapshot = work.path + "/\(index).sqlite"
+        let generation: UInt64
         do {
-          try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
+          generation = try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
         } catch QueueError.diskFull(let path) where path == snapshot {
           // The destination's disk, not the container's: nothing was written, the backup cannot run.
           throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
@@ -161,7 +172,11 @@ public enum Backup {
         let (size, digest) = try hashFile(snapshot)
         let id = container.id ?? ""
         containers.append(
-          (BackupManifest.Container(path: container.path, id: id, size: size, sha256: hex(digest)), snapshot))
+          (
+            BackupManifest.Container(
+              path: container.path, id: id, size: size, sha256: hex(digest), generation: generation),
+            snapshot
+          ))
       }
       return (manifest, keys, containers)
     }
@@ -793,6 +808,25 @@ public enum Backup {
     }
     if !removed.isEmpty { try syncDirectory(directory) }
     return removed
+  }
+
+  /// For each container id, the highest snapshot generation among this home's bundles in
+  /// `directory` (the ones `--keep` counts and prunes), with that bundle's path. Bundles written
+  /// before generations were recorded say nothing.
+  private static func newestGenerations(
+    in directory: String, vaultID: String, homeID: String
+  ) -> [String: (UInt64, String)] {
+    var newest: [String: (UInt64, String)] = [:]
+    for name in ownBundleNames(in: directory, vaultID: vaultID) {
+      let path = directory + "/" + name
+      guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID, manifest.homeID == homeID
+      else { continue }
+      for container in manifest.containers {
+        guard let generation = container.generation, generation > newest[container.id]?.0 ?? 0 else { continue }
+        newest[container.id] = (generation, path)
+      }
+    }
+    return newest
   }
 
   /// Why a container with merge marks is not backed up: the merge is running now (wait for it),

@@ -50,6 +50,11 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// stopped by a full disk or a kill): it may lack records they hold, so it is not backed up (a
   /// backup of it could have `keep` prune the bundles that hold them).
   case containerMergeUnfinished(path: String, bundles: [String])
+  /// Registered container `path` has counted fewer snapshots than `bundle`, the newest of this
+  /// home's bundles of it in the backup directory: it is an older copy put back (a file-system
+  /// restore, a sync) and may lack records the bundle holds, so it is not backed up (`keep` would
+  /// prune that bundle in time).
+  case containerOlderThanBackup(path: String, bundle: String)
   /// Another merge into `home` is running (`Backup.merge`, `vault restore`); nothing was changed.
   case mergeRunning(home: String)
   /// A file-system call failed, with its errno.
@@ -102,6 +107,12 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
         + "\(path) may lack records it holds; nothing was written: run it again (`vault restore BUNDLE`, which adds "
         + "what it had not), or, if that bundle is gone, `vault container accept \(path)` to take the container as it "
         + "is, then back up"
+    case .containerOlderThanBackup(let path, let bundle):
+      "registered container \(path) is older than \(bundle), the newest backup of it here: an older copy of it "
+        + "was put back (a file-system restore, a sync), and that bundle may hold records it lacks; nothing was "
+        + "written: merge the bundle into this home first (`vault restore \(bundle)`), which adds what the "
+        + "container lacks, then back up (to keep the container as it is instead, move that bundle out of the "
+        + "backup directory, where --keep cannot prune it)"
     case .mergeRunning(let home):
       "a restore (merge of a bundle) into \(home) is running in another process; nothing was changed: wait for it "
         + "to finish, then run this again"

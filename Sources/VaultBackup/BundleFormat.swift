@@ -34,6 +34,11 @@ public struct BackupManifest: Codable, Sendable, Equatable {
     public var size: UInt64
     /// The snapshot's SHA-256, lowercase hex.
     public var sha256: String
+    /// The snapshot's generation: how many snapshots of the container's line had been taken
+    /// when it was (see `QueueContainer.snapshot`); absent in bundles written before it was
+    /// recorded. A live container with a lower number is an older copy put back: `create`
+    /// refuses it while this bundle is in its directory.
+    public var generation: UInt64? = nil
   }
 
   /// The bundle format (1).

@@ -122,10 +122,15 @@ extension Backup {
     let snapshot = container.sha256
     // Made with its origin: a merge stopped part way and run again restores what it had not added
     // (as it would from the copy's origin) instead of putting it in review.
-    let origin = try source.lineage().instance
+    let lineage = try source.lineage()
+    let origin = lineage.instance
     switch target {
     case .existing(let existing):
       let outcome = try existing.merge(from: source, fresh: false, open: open)
+      // Holding what the snapshot held, the container is no older than it (a backup refuses a
+      // container older than the newest bundle of it); raised before the mark goes, so a kill in
+      // between leaves the merge to be run again.
+      try existing.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       // One a merge of this snapshot made and did not finish filling is finished as that merge
       // would have: marked restored from the snapshot.
       if try existing.lineage().unfinishedMerges[snapshot]?.madeIt == true {
@@ -136,6 +141,7 @@ extension Backup {
       return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
     case .stray(let stray):
       let outcome = try stray.merge(from: source, fresh: false, open: open)
+      try stray.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       try stray.markRestored(from: origin, finishing: snapshot)
       return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
     case .missing(let path), .added(let path):
@@ -146,6 +152,7 @@ extension Backup {
       // (a second review: two merges racing into a missing container, the second left no mark).
       try made.beginMerge(mark)
       let outcome = try made.merge(from: source, fresh: true, open: open)
+      try made.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       try made.markRestored(from: origin, finishing: snapshot)
       let action = if case .missing = target { "restored" } else { "added" }
       return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)

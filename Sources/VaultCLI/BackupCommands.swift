@@ -205,7 +205,7 @@ extension VaultCommandLine {
       if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
       case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .mergeRunning,
-        .emptyPassphrase:
+        .containerOlderThanBackup, .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }

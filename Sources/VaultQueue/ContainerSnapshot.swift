@@ -18,7 +18,15 @@ extension QueueContainer {
   /// an earlier state) lacks it, and what the copy holds that it does not is never taken for
   /// delivered. Marking is best effort (a read-only container still backs up): without the mark a
   /// merge treats such records as undetermined, which loses nothing.
-  package static func snapshot(path: String, to destination: String) throws {
+  ///
+  /// Before the copy, the live container's snapshot generation (meta `snapshot_generation`) is
+  /// counted one up, so the copy carries the new number; a container put back from an older
+  /// file-system copy has a lower number than the newest bundle of it (`Backup.create` refuses
+  /// it). Also best effort: a read-only container's copy carries the number it had.
+  ///
+  /// - Returns: the copy's snapshot generation.
+  @discardableResult
+  package static func snapshot(path: String, to destination: String) throws -> UInt64 {
     // A FIFO, directory, device or link there is named as such (a backup said "there is no vault
     // container" for each, and that opening it for writing would make one; an outside review).
     if let special = specialFile(at: path, reported: path) { throw special }
@@ -37,20 +45,73 @@ extension QueueContainer {
           + "forget it (`vault container forget`) before a backup")
     }
     let token = try Storage.newContainerID()
-    try translating(path) {
+    return try translating(path) {
       let source = try Connection(path: path, create: false)
       try source.execute("PRAGMA busy_timeout = 10000")
+      try? countSnapshot(in: source)
       do {
         try backupDatabase(from: source, to: destination)
       } catch let failure as DestinationFailure {
         // The copy's disk or file failed, not the container: say which.
         try translating(destination) { throw failure.error }
       }
-      try translating(destination) {
+      let generation = try translating(destination) {
         let copy = try Connection(path: destination, create: false)
         try copy.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot_token', ?)").run([.text(token)])
+        return try ContainerLineage.read(from: copy).snapshotGeneration
       }
       try? markPassed(token, in: source)
+      return generation
+    }
+  }
+
+  /// The snapshot generation of the container at `path` (see `snapshot(path:to:)`; 0 when none
+  /// was counted). Read-only.
+  ///
+  /// - Throws: as `unfinishedMerges(path:)`; `QueueError.noContainer` when there is none at `path`.
+  package static func snapshotGeneration(path: String) throws -> UInt64 {
+    guard case .container = try probe(path: path) else { throw QueueError.noContainer(path: path) }
+    return try translating(path) {
+      let connection = try Connection(path: path, readOnly: true)
+      try connection.execute("PRAGMA busy_timeout = 10000")
+      var generation: UInt64 = 0
+      try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'snapshot_generation'").query {
+        generation = UInt64(clamping: max($0.int(0), 0))
+      }
+      return generation
+    }
+  }
+
+  /// Raises this container's snapshot generation to `generation` when it is lower: a merge of a
+  /// snapshot holds what the snapshot held, so the container is no older than that snapshot.
+  package func raiseSnapshotGeneration(to generation: UInt64) throws {
+    guard generation > 0 else { return }
+    try withStorage { storage in
+      try storage.transaction {
+        _ = try storage.statement(
+          """
+          INSERT INTO meta (key, value) VALUES ('snapshot_generation', ?1) ON CONFLICT (key) DO UPDATE
+          SET value = CAST(max(CAST(value AS INTEGER), ?1) AS TEXT)
+          """
+        ).run([.integer(Int64(clamping: generation))])
+      }
+    }
+  }
+
+  /// Counts one snapshot more in the live container (before it is copied).
+  private static func countSnapshot(in source: Connection) throws {
+    try source.execute("BEGIN IMMEDIATE")
+    do {
+      try source.prepare(
+        """
+        INSERT INTO meta (key, value) VALUES ('snapshot_generation', '1') ON CONFLICT (key) DO UPDATE
+        SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)
+        """
+      ).run([])
+      try source.execute("COMMIT")
+    } catch {
+      try? source.execute("ROLLBACK")
+      throw error
     }
   }
 

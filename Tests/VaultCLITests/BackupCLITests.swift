@@ -46,6 +46,48 @@ final class BackupCLITests: XCTestCase {
     try FileManager.default.contentsOfDirectory(atPath: backups).sorted().map { backups + "/" + $0 }
   }
 
+  /// An older file-system copy of a container put back (an outside review: a nightly copy taken
+  /// before ten more records, one backup, then the copy restored): each backup after it said "3
+  /// records, every one opened", and with `--keep 1` the first one pruned the only bundle holding
+  /// the other ten. Now the backup is refused (exit 2, naming the bundle, nothing written) while
+  /// that bundle is there; merging it adds what the copy lacks, and backups go on.
+  func testAnOlderCopyOfAContainerPutBackIsNotBackedUpOverItsNewerBundle() throws {
+    let container = home + "/queue.sqlite"
+    let aside = temporary.sub("aside")
+    try FileManager.default.createDirectory(atPath: aside, withIntermediateDirectories: true)
+    let files = ["", "-wal", "-shm"].map { container + $0 }.filter { FileManager.default.fileExists(atPath: $0) }
+    for file in files {
+      try FileManager.default.copyItem(atPath: file, toPath: aside + "/" + (file as NSString).lastPathComponent)
+    }
+    for i in 0..<10 {
+      XCTAssertEqual(
+        try vault(["--home", home, "queue", "put", "--queue", "q"], input: Array("new \(i)".utf8)).status, 0)
+    }
+    let bundle = try backedUpKeepingOne(home)
+    for suffix in ["", "-wal", "-shm"] { unlink(container + suffix) }
+    for file in files {
+      try FileManager.default.copyItem(atPath: aside + "/" + (file as NSString).lastPathComponent, toPath: file)
+    }
+    let stats = { try self.json(try vault(["--home", self.home, "queue", "stats", "--json"]))["total"] as? Int }
+    XCTAssertEqual(try stats(), 3)
+
+    let refused = try vault([
+      "--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--keep", "1",
+    ])
+    XCTAssertEqual(refused.status, 2, refused.error)
+    XCTAssertTrue(
+      refused.error.contains("registered container \(container) is older than \(bundle), the newest backup of it here"),
+      refused.error)
+    XCTAssertTrue(refused.error.contains("`vault restore \(bundle)`"), refused.error)
+    XCTAssertEqual(try bundles(), [bundle], "nothing written, nothing pruned")
+
+    let merged = try vault(["--home", home, "restore", bundle, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(merged.status, 0, merged.error)
+    XCTAssertEqual(try stats(), 13)
+    let after = try backedUpKeepingOne(home)
+    XCTAssertEqual(try bundles(), [after])
+  }
+
   /// `backup --keep 2` killed at each rename and fsync, then run again: the rerun writes a bundle
   /// that verifies, keeps two, and no `backup-directories.tmp-PID` of the killed run stays in
   /// the home (review: only a later backup with the same process id removed it); one whose
