@@ -129,7 +129,8 @@ public enum HTTPStatusPolicy {
   ///   `maximumRetryAfter`), or nil.
   public static func parseRetryAfter(_ value: String?, now: Date = Date()) -> TimeInterval? {
     guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-    if let seconds = Int(value) { return TimeInterval(max(0, seconds)) }
+    // delay-seconds is digits alone (RFC 9110, 10.2.3): "-5" and "+5" are not a delay.
+    if value.utf8.allSatisfy({ (0x30...0x39).contains($0) }) { return Int(value).map { TimeInterval($0) } }
     // An HTTP date is printable ASCII. Anything else never reaches DateFormatter, which traps on
     // some of it (a combining mark after a digit: "Incorrect range", found by Fuzz/fuzz-http), so a
     // server's 429 or 503 could crash the process that delivers to it.

@@ -491,6 +491,11 @@ final class OutboxTests: XCTestCase {
   func testStatusMapping() {
     XCTAssertEqual(HTTPStatusPolicy.result(status: 204, retryAfter: nil), .delivered)
     XCTAssertEqual(HTTPStatusPolicy.result(status: 429, retryAfter: "7"), .retry(kind: "http-429", after: 7))
+    // delay-seconds is digits alone (RFC 9110): a sign makes it no delay, as any other text.
+    for signed in ["-5", "+5", "- 5", "5s", "99999999999999999999999"] {
+      XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter(signed), nil, signed)
+    }
+    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("0"), 0)
     XCTAssertEqual(HTTPStatusPolicy.result(status: 503, retryAfter: nil), .retry(kind: "http-503", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 408, retryAfter: "9"), .retry(kind: "http-408", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 502, retryAfter: nil), .retry(kind: "http-502", after: nil))
@@ -504,7 +509,7 @@ final class OutboxTests: XCTestCase {
     let now = Date(timeIntervalSince1970: 1_784_000_000)  // Tue, 14 Jul 2026 03:33:20 GMT
     XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("Tue, 14 Jul 2026 03:34:20 GMT", now: now), 60)
     XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("soon", now: now))
-    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("-5", now: now), 0)
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("-5", now: now), "not delay-seconds (it was taken as 0)")
   }
 
   // Found by fuzzing (Fuzz/fuzz-http): Foundation's DateFormatter trapped ("Incorrect range") on a
