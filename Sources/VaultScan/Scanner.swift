@@ -124,6 +124,9 @@ public struct Scanner {
   ) -> FileKind {
     report.filesScanned += 1
     report.bytesScanned += size
+    // Its times before the first read: a write while it is read changes them (checked at the end).
+    var before = stat()
+    let timed = fstat(fd, &before) == 0
     let regions = RegionMap(fd: fd, size: size, name: name)
     if let key = keyMaterial(fd: fd, size: size, path: path) {
       report.add(key.finding)
@@ -338,11 +341,21 @@ public struct Scanner {
     if shortRead || !beyond.isEmpty || fstat(fd, &now) != 0 || Int(now.st_size) != size {
       report.incomplete.append(
         Skipped(path: path, reason: "changed size while being scanned (or its size is not its content)"))
+    } else if !timed || Self.changed(before, now) {
+      // Written in place at the same size (an outside review: a canary written over bytes already
+      // read, and the scan said clean): what was read is not what the file holds.
+      report.incomplete.append(Skipped(path: path, reason: "was written to or changed while being scanned"))
     } else if let failure {
       report.incomplete.append(
         Skipped(path: path, reason: "its end could not be read (\(String(cString: strerror(failure))))"))
     }
     return regions.kind
+  }
+
+  /// Whether a file's modification or change time moved between two `fstat`s.
+  static func changed(_ before: stat, _ after: stat) -> Bool {
+    before.st_mtim.tv_sec != after.st_mtim.tv_sec || before.st_mtim.tv_nsec != after.st_mtim.tv_nsec
+      || before.st_ctim.tv_sec != after.st_ctim.tv_sec || before.st_ctim.tv_nsec != after.st_ctim.tv_nsec
   }
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so

@@ -28,6 +28,39 @@ final class ReadFailureTests: XCTestCase {
     XCTAssertEqual(report.incomplete.map(\.path), [path], "\(report.incomplete)")
     XCTAssertTrue(report.incomplete.first?.reason.contains("changed size") == true, "\(report.incomplete)")
   }
+
+  /// A canary written over bytes the scan had read, at the same size (an outside review: "no
+  /// findings", exit 0, with the canary in the file as the scan ended). The file's times moved
+  /// while it was read: incomplete. Here the write comes after the first chunk.
+  func testAFileWrittenInPlaceUnderTheScanIsIncomplete() throws {
+    let temporary = TemporaryDirectory()
+    let path = temporary.sub("data.bin")
+    let canary = "canary-7f3Q-in-place"
+    let size = 3 * Scanner.chunk
+    try Data(repeating: UInt8(ascii: "x"), count: size).write(to: URL(fileURLWithPath: path))
+    let fd = open(path, O_RDONLY)
+    XCTAssertGreaterThanOrEqual(fd, 0)
+    defer { close(fd) }
+    let writer = open(path, O_WRONLY)
+    defer { close(writer) }
+    var written = false
+    var report = ScanReport()
+    _ = Scanner(canaries: [canary]).scanFile(
+      fd, size: size, path: path, name: "data.bin", scratch: ScanScratch(), report: &report,
+      progress: { _ in
+        guard !written else { return }
+        written = true
+        // A later time than the file was written with, on a file system with coarse times too.
+        usleep(20_000)
+        XCTAssertEqual(pwrite(writer, canary, canary.utf8.count, 100), canary.utf8.count)
+      })
+    XCTAssertTrue(written)
+    XCTAssertEqual(report.findings, [], "read before the write")
+    XCTAssertEqual(report.incomplete.map(\.path), [path], "\(report.incomplete)")
+    XCTAssertTrue(
+      report.incomplete.first?.reason.contains("was written to or changed while being scanned") == true,
+      "\(report.incomplete)")
+  }
 }
 
 /// A database's freelist is taken only for pages the file has.
