@@ -24,8 +24,11 @@ extension VaultCommandLine {
       }
       guard let bytes = read else { throw FileError.canaryFileTooLarge(path: file, limit: Self.canaryFileLimit) }
       guard let text = String(validating: bytes, as: UTF8.self) else { throw FileError.canaryFileNotText(path: file) }
+      // A byte-order mark (Notepad, PowerShell 5 write one) is no part of the first canary: kept,
+      // that canary was searched with it and never found (an outside review).
+      let unmarked = text.unicodeScalars.first == "\u{FEFF}" ? String(text.unicodeScalars.dropFirst()) : text
       // Split on line feeds by scalar ("\r\n" is one Character in Swift) and drop a trailing CR.
-      let listed = text.unicodeScalars.split(separator: "\n").map { line in
+      let listed = unmarked.unicodeScalars.split(separator: "\n").map { line in
         var line = String(String.UnicodeScalarView(line))
         if line.hasSuffix("\r") { line.removeLast() }
         return line

@@ -312,6 +312,11 @@ final class ScanCLITests: XCTestCase {
     try Data("crlf-canary-one\r\ncrlf-canary-two\r\n".utf8).write(to: URL(fileURLWithPath: temporary.sub("c.txt")))
     let run = try vault(["scan", temporary.sub("x.log"), "--canary-file", temporary.sub("c.txt")])
     XCTAssertEqual(run.status, 1, run.outputText)
+    // A byte-order mark before the first canary (Notepad's) hid it: the scan said clean (review).
+    try Data([0xEF, 0xBB, 0xBF] + Array("crlf-canary-two\r\n".utf8)).write(
+      to: URL(fileURLWithPath: temporary.sub("bom.txt")))
+    let marked = try vault(["scan", temporary.sub("x.log"), "--canary-file", temporary.sub("bom.txt")])
+    XCTAssertEqual(marked.status, 1, marked.outputText)
     let short = try vault(["scan", temporary.sub("x.log"), "--canary", "abc"])
     XCTAssertEqual(short.status, 64)
     XCTAssertTrue(short.error.contains("at least 4 bytes"), short.error)
