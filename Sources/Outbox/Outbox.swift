@@ -46,7 +46,9 @@ public final class Outbox: @unchecked Sendable {
     public var parked = 0
     /// Records moved to review because the receiver refused them for good.
     public var rejected = 0
-    /// Records still waiting (not yet due, or left for a later pass) after this pass.
+    /// Records still waiting (not yet due, or left for a later pass) after this pass. Records
+    /// in flight are not counted: another deliverer's, or a killed one's until its lease ends
+    /// (then they are due again); `QueueContainer.stats()` counts them (`in_flight`).
     public var pending = 0
 
     /// An empty report, every count 0; a pass adds to it.

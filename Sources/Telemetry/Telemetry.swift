@@ -215,7 +215,9 @@ public final class Telemetry: @unchecked Sendable {
   /// - Parameters:
   ///   - type: the event's type, 1–128 characters, none a control character (`"screen_view"`).
   ///   - payload: the event's JSON object; empty by default.
-  ///   - id: the event's id; a random one when nil. An id already queued is not stored again.
+  ///   - id: the event's id; a random one when nil. An id already queued is not stored again,
+  ///     and ids are one set for the whole container: an id an outbox message in the same
+  ///     container has is taken too, and the event is not stored (the id is returned all the same).
   /// - Returns: the event's id.
   /// - Throws: `TelemetryError.invalidType`; `.payloadTooDeep` when the payload nests deeper than
   ///   `JSONLimits`' default depth (64, the payload object being level 1), as parsed JSON may not;
@@ -537,8 +539,10 @@ public final class Telemetry: @unchecked Sendable {
   /// whose batch is at most a quarter of the batch limit, the server's fault: retried with
   /// backoff; one larger event, too large for this server: review. Another 4xx for more than one
   /// event: `isolateRefused`. Everything else by
-  /// `HTTPStatusPolicy`, with one due time for the whole batch so that a retry sends the same
-  /// events together (and so the same `Idempotency-Key`).
+  /// `HTTPStatusPolicy`, with one due time for the whole batch so that a retry sends those events
+  /// together (a retry may pack more events with them, and a killed pass's events come back
+  /// regrouped, so the `Idempotency-Key` is not the same on every retry: servers deduplicate by
+  /// event id, as the README says).
   private func deliver(
     _ batch: TelemetryBatch, events: [(id: UUID, json: [UInt8])], claim: Claim, token: inout String,
     report: inout FlushReport, refreshed: inout Bool, budget: inout Int, refusals: inout Int
