@@ -93,6 +93,9 @@ public struct VaultStatus: Codable, Sendable, Equatable {
       case missing
       /// There, but not counted (refused as unsafe to open, or failed to read): the caller said why.
       case unreadable
+      /// Something else is at its path (another container, another vault's, an empty file, not a
+      /// container): not counted, and its records may be gone; the caller said what is there.
+      case replaced
     }
 
     /// The container's absolute path, as registered.
@@ -203,13 +206,15 @@ extension Vault {
   ///   - counts: records per key version, keyed by container path (nil for a missing file).
   ///   - uncounted: paths of containers that are there but could not be counted (refused as unsafe
   ///     to open, or failed to read): shown `unreadable`, not `missing`.
+  ///   - replaced: paths where something other than the registered container is (counted as not
+  ///     there: shown `replaced`).
   ///   - integrity: what is known of the manifest's MAC, shown as given (`verified`,
   ///     `unverified: …`, `legacy`).
   ///   - now: the time ages are measured at.
   /// - Returns: the status.
   public static func describe(
     home: String, manifest: Manifest, counts: [String: [UInt32: Int]?] = [:], uncounted: Set<String> = [],
-    integrity: String, now: Date = Date()
+    replaced: Set<String> = [], integrity: String, now: Date = Date()
   ) -> VaultStatus {
     var totals: [UInt32: Int] = [:]
     for case let perVersion? in counts.values {
@@ -227,14 +232,17 @@ extension Vault {
           ageDays: RotationSchedule.ageDays(of: $0.createdAt, now: now), retiredAt: $0.retiredAt,
           records: totals[$0.version] ?? 0, suite: $0.effectiveSuite,
           keptBecause: $0.state == .decryptOnly
-            ? keptBecause($0.version, manifest: manifest, counts: counts, uncounted: uncounted) : [])
+            ? keptBecause($0.version, manifest: manifest, counts: counts, uncounted: uncounted.union(replaced)) : [])
       },
       integrity: integrity, keyfile: keyfile,
       containers: manifest.containers.map { container in
         let perVersion = counts[container.path] ?? nil
         return .init(
           path: container.path, id: container.id,
-          state: perVersion != nil ? .ok : uncounted.contains(container.path) ? .unreadable : .missing,
+          state: perVersion != nil
+            ? .ok
+            : replaced.contains(container.path)
+              ? .replaced : uncounted.contains(container.path) ? .unreadable : .missing,
           records: perVersion.map { Dictionary(uniqueKeysWithValues: $0.map { (String($0.key), $0.value) }) })
       },
       externalSealVersions: manifest.externalSealVersions, warnings: warnings(manifest, home: home))

@@ -138,6 +138,11 @@ extension VaultCommandLine {
       }
       let running = MergeLock.isHeld(home: home)
       for container in manifest.containers {
+        if let keyring = manifest.keyringID,
+          let found = try? Self.replacement(at: container.path, registered: container.id, keyring: keyring)
+        {
+          report.add("containers", .warning, "warning: " + Self.replacedWarning(container.path, found: found))
+        }
         let bundles = (try? QueueContainer.unfinishedMerges(path: container.path)) ?? []
         if !bundles.isEmpty {
           report.add(

@@ -322,6 +322,8 @@ public struct VaultCommandLine {
     var uncounted: Set<String> = []
     // Containers a merge into began and did not finish: counted, but maybe short of records.
     var unfinished: [(path: String, bundles: [String])] = []
+    // Paths where something else than the registered container is, and what: not counted.
+    var replaced: [(path: String, found: String)] = []
     for container in manifest.containers {
       // Status only reads, but reading opens the file through SQLite, which (run as root) gives a
       // planted -wal the database's owner and then plays its frames (outside review: records
@@ -332,6 +334,13 @@ public struct VaultCommandLine {
         terminal.note("vault: warning: " + error.refusal(outcome: "it was not opened or counted"))
         counts.updateValue(nil, forKey: container.path)
         uncounted.insert(container.path)
+        continue
+      }
+      // Another container, another vault's, an empty file: its counts are not this container's
+      // (an outside review: another container's 500 records were counted in place of 8,000 lost).
+      if let found = try? Self.replacement(at: container.path, registered: container.id, keyring: manifest.keyringID!) {
+        counts.updateValue(nil, forKey: container.path)
+        replaced.append((container.path, found))
         continue
       }
       do {
@@ -350,9 +359,12 @@ public struct VaultCommandLine {
       }
     }
     var vault = Vault.describe(
-      home: home, manifest: manifest, counts: counts, uncounted: uncounted, integrity: integrity)
+      home: home, manifest: manifest, counts: counts, uncounted: uncounted, replaced: Set(replaced.map(\.path)),
+      integrity: integrity)
     let running = MergeLock.isHeld(home: home)
-    let restoreWarnings = unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles, running: running) }
+    let restoreWarnings =
+      replaced.map { Self.replacedWarning($0.path, found: $0.found) }
+      + unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles, running: running) }
     vault.warnings += restoreWarnings
     if arguments.flags.contains("--json") {
       terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
@@ -388,9 +400,34 @@ public struct VaultCommandLine {
     for container in vault.containers {
       let records =
         container.records.map { counted($0.values.reduce(0, +), "record") }
-        ?? (container.state == .unreadable ? "not counted (see above)" : "missing")
+        ?? (container.state == .unreadable
+          ? "not counted (see above)" : container.state == .replaced ? "replaced (see above)" : "missing")
       terminal.print("    \(container.path)  \(records)")
     }
+  }
+
+  /// What is at a registered container's path when it is not that container (`found` for `status`
+  /// and `doctor`), or nil when it is (or nothing, or a file that cannot be looked at, is there).
+  static func replacement(at path: String, registered id: String?, keyring: KeyringID) throws -> String? {
+    switch try QueueContainer.probe(path: path) {
+    case .missing: return nil
+    case .empty: return "an empty file"
+    case .notAContainer(let reason):
+      // A FIFO, directory or device there is named by the count that refuses it (as unreadable).
+      var info = stat()
+      guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+      return "a file that is not a container (\(reason))"
+    case .container(let owner, _) where owner != keyring.hex: return "vault \(owner)'s container"
+    case .container(_, let found) where id != nil && found != id: return "container id \(found ?? "none")"
+    case .container: return nil
+    }
+  }
+
+  /// What `status` and `doctor` say of a registered container something else stands in for.
+  static func replacedWarning(_ path: String, found: String) -> String {
+    "registered container \(path) was replaced: it holds \(found), so its records were not counted and may be "
+      + "gone; put the registered container back (from a backup: `vault restore BUNDLE`), and `vault rotate` and "
+      + "writers refuse it until then"
   }
 
   /// What `status` and `doctor` say of a container a merge into began and did not finish, while

@@ -206,6 +206,53 @@ extension ContainerCLITests {
           + "is no vault container; nothing was opened or changed"), accept.error)
   }
 
+  /// A registered container replaced by another container of the vault, another vault's, or an
+  /// empty file: `status` said `ok` and counted what was there (an outside review: another
+  /// container's 500 records in place of 8,000 lost, with no warning), and `doctor` said nothing.
+  /// Now both name it `replaced`, its counts are left out, and `status --json` says so too.
+  func testStatusAndDoctorNameAReplacedContainer() throws {
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    try initKeyfileVault(home: home, keyfile: temporary.sub("k/v.keys"))
+    let other = temporary.sub("other.sqlite")
+    for _ in 0..<3 {
+      XCTAssertEqual(try vault(["--home", home, "queue", "put", "--queue", "q"], input: [1]).status, 0)
+    }
+    XCTAssertEqual(
+      try vault(["--home", home, "queue", "put", "--queue", "q", "--container", other], input: [2]).status, 0)
+    let foreignHome = temporary.sub("foreign")
+    try initKeyfileVault(home: foreignHome, keyfile: temporary.sub("k2/v.keys"))
+    XCTAssertEqual(try vault(["--home", foreignHome, "queue", "put", "--queue", "q"], input: [3]).status, 0)
+    let container = home + "/queue.sqlite"
+    XCTAssertEqual(rename(container, temporary.sub("aside.sqlite")), 0)
+    for suffix in ["-wal", "-shm"] { unlink(container + suffix) }
+    let replacements: [(String, () throws -> Void)] = [
+      ("container id ", { try FileManager.default.copyItem(atPath: other, toPath: container) }),
+      ("'s container", { try FileManager.default.copyItem(atPath: foreignHome + "/queue.sqlite", toPath: container) }),
+      ("an empty file", { XCTAssertTrue(FileManager.default.createFile(atPath: container, contents: Data())) }),
+    ]
+    for (found, replace) in replacements {
+      for suffix in ["", "-wal", "-shm"] { unlink(container + suffix) }
+      try replace()
+      let status = try vault(["--home", home, "status"])
+      XCTAssertEqual(status.status, 0, status.error)
+      XCTAssertTrue(
+        status.outputText.contains("warning:  registered container \(container) was replaced: it holds"),
+        "\(found): \(status.outputText)")
+      XCTAssertTrue(status.outputText.contains(found), "\(found): \(status.outputText)")
+      XCTAssertTrue(status.outputText.contains("\(container)  replaced (see above)"), status.outputText)
+      XCTAssertTrue(status.outputText.contains("records 1 or more"), "only other.sqlite's: \(status.outputText)")
+      let json = try XCTUnwrap(
+        try JSONSerialization.jsonObject(with: Data(try vault(["--home", home, "status", "--json"]).output))
+          as? [String: Any])
+      let states = (json["containers"] as? [[String: Any]] ?? []).map { "\($0["path"] ?? "") \($0["state"] ?? "")" }
+      XCTAssertTrue(states.contains("\(container) replaced"), "\(states)")
+      let doctor = try vault(["--home", home, "doctor"])
+      XCTAssertTrue(
+        doctor.outputText.contains("registered container \(container) was replaced"), "\(found): \(doctor.outputText)")
+    }
+  }
+
   /// A FIFO in place of a container's -wal: `container list` made a -shm beside it, changed the
   /// FIFO's mode and said "ok"; `rotate` passed its pre-check, made version 2 active and only then
   /// failed on it (outside operator review). Now the probe refuses it before any open: the list says
