@@ -243,7 +243,7 @@ public enum Backup {
         cached: { candidate in candidate.parameters == kdf && candidate.salt == salt ? derived : nil },
         progress: progress)
       // link, not rename: a bundle of the same name is never replaced.
-      guard link(partial, final) == 0 else { throw BackupError.io(path: final, operation: "link", errno: errno) }
+      try publish(partial, as: final)
       unlink(partial)
       try syncDirectory(directory)
     } catch {
@@ -828,6 +828,30 @@ public enum Backup {
     }
     return newest
   }
+
+  /// Gives the written bundle `partial` the name `final` without ever replacing a file of that
+  /// name: a hard link, or, where the file system has none (FAT and exFAT answer EPERM; an outside
+  /// review found every backup to such a drive failing after the whole write and verify), a rename
+  /// that refuses to replace (renameat2's RENAME_NOREPLACE). After the rename `partial` is gone.
+  private static func publish(_ partial: String, as final: String) throws {
+    guard link(partial, final) != 0 else { return }
+    let code = errno
+    guard [EPERM, EOPNOTSUPP, ENOSYS].contains(code), let renameNoReplace = renameAt2 else {
+      throw BackupError.io(path: final, operation: "link", errno: code)
+    }
+    guard renameNoReplace(AT_FDCWD, partial, AT_FDCWD, final, 1 /* RENAME_NOREPLACE */) == 0 else {
+      throw BackupError.io(path: final, operation: "rename", errno: errno)
+    }
+  }
+
+  /// glibc's renameat2 (2.28 and later), found at run time: Swift's Glibc module declares it only
+  /// under _GNU_SOURCE, which it does not define.
+  private static let renameAt2:
+    (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
+      guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "renameat2") else { return nil }
+      return unsafeBitCast(
+        symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
+    }()
 
   /// Why a container with merge marks is not backed up: the merge is running now (wait for it),
   /// or it did not finish (run it again, or accept the container).

@@ -88,6 +88,20 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(try bundles(), [after])
   }
 
+  /// A file system without hard links (FAT, exFAT: link(2) fails with EPERM): the bundle was
+  /// written and verified, then every backup failed on `link` (an outside review, simulated as
+  /// here). It is published with a rename that never replaces a file instead.
+  func testABackupToAFileSystemWithoutHardLinksIsPublishedByRename() throws {
+    let run = try vaultFailing(
+      "link,linkat", with: "EPERM", when: "1+",
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile, "--json"])
+    XCTAssertEqual(run.status, 0, run.error)
+    let bundle = try XCTUnwrap(try json(run)["bundle"] as? String)
+    XCTAssertEqual(try bundles(), [bundle], "the bundle alone: no temporary file left beside it")
+    let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(verified.status, 0, verified.error)
+  }
+
   /// `backup --keep 2` killed at each rename and fsync, then run again: the rerun writes a bundle
   /// that verifies, keeps two, and no `backup-directories.tmp-PID` of the killed run stays in
   /// the home (review: only a later backup with the same process id removed it); one whose
