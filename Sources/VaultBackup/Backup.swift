@@ -839,7 +839,8 @@ public enum Backup {
     guard [EPERM, EOPNOTSUPP, ENOSYS].contains(code), let renameNoReplace = renameAt2 else {
       throw BackupError.io(path: final, operation: "link", errno: code)
     }
-    guard renameNoReplace(AT_FDCWD, partial, AT_FDCWD, final, 1 /* RENAME_NOREPLACE */) == 0 else {
+    let noReplace: UInt32 = 1  // RENAME_NOREPLACE, <linux/fs.h>
+    guard renameNoReplace(AT_FDCWD, partial, AT_FDCWD, final, noReplace) == 0 else {
       throw BackupError.io(path: final, operation: "rename", errno: errno)
     }
   }
