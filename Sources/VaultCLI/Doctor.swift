@@ -204,6 +204,9 @@ extension VaultCommandLine {
             "keyfile", .ok,
             "read: private to you (\(path), mode \(mode)), a keyfile of this vault, holds key version"
               + (versions.count == 1 ? " " : "s ") + versions.map(String.init).joined(separator: ", "))
+          if let warning = KeyfileStore.volatileWarning(for: path) {
+            report.add("keyfile", .warning, "warning: " + warning)
+          }
         } catch {
           report.add("keyfile", .problem, sentence(for: error, arguments))
         }

@@ -12,6 +12,9 @@ extension VaultCommandLine {
         "Moved the keyfile from \(old) to \(absolutePath(target)); the old file was removed"
       )
     }
+    if let warning = KeyfileStore.volatileWarning(for: absolutePath(target)) {
+      terminal.note("vault: warning: " + warning)
+    }
   }
 }
 

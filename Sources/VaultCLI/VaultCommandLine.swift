@@ -293,6 +293,11 @@ public struct VaultCommandLine {
       throw error
     }
     let manifest = vault.manifest
+    if manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile,
+      let warning = KeyfileStore.volatileWarning(for: keyfile)
+    {
+      terminal.note("vault: warning: " + warning)
+    }
     if arguments.flags.contains("--json") {
       terminal.printBlock(
         try JSON.encode(

@@ -432,3 +432,40 @@ private struct ByteWriter {
 
   mutating func put(_ value: UInt32) { put((0..<4).map { UInt8(truncatingIfNeeded: value >> (24 - 8 * $0)) }) }
 }
+
+extension KeyfileStore {
+  /// The kind of memory-backed file system (`tmpfs`, `ramfs`) that holds `path` (or, when it does
+  /// not exist yet, its directory), or nil for any other or when it cannot be told. A keyfile
+  /// there is gone at the next reboot, and every record sealed under its keys with it (an outside
+  /// review: `init --keyfile /dev/shm/…` was accepted without a word; `$XDG_RUNTIME_DIR` is one).
+  /// Found by the file's device in /proc/self/mountinfo (the Glibc module has no statfs).
+  package static func volatileFileSystem(of path: String) -> String? {
+    var info = stat()
+    let directory = (path as NSString).deletingLastPathComponent
+    guard stat(path, &info) == 0 || stat(directory, &info) == 0,
+      let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+    else { return nil }
+    let device = UInt64(info.st_dev)
+    let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+    let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+    // Each line: ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [TAGS…] - TYPE SOURCE SUPEROPTIONS.
+    for line in table.split(separator: "\n") {
+      let fields = line.split(separator: " ")
+      guard fields.count > 2, fields[2] == "\(major):\(minor)", let dash = fields.firstIndex(of: "-"),
+        dash + 1 < fields.count
+      else { continue }
+      let type = String(fields[dash + 1])
+      return ["tmpfs", "ramfs"].contains(type) ? type : nil
+    }
+    return nil
+  }
+
+  /// The warning for a keyfile at `path` on a memory-backed file system, or nil.
+  package static func volatileWarning(for path: String) -> String? {
+    volatileFileSystem(of: path).map {
+      "the keyfile \(path) is on a \($0) file system, which is memory: it is gone at the next reboot, and every "
+        + "record sealed under its keys can never be opened again; move it to a disk now (`vault keyfile move "
+        + "PATH`, with PATH on a disk)"
+    }
+  }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import VaultKeys
 import VaultTestSupport
 import XCTest
 
@@ -6,6 +7,32 @@ import XCTest
 /// (the keys would travel with every copy of the data); `vault keyfile move` is the way out, and
 /// nothing sealed before is lost.
 final class KeyfileMoveTests: XCTestCase {
+  /// A keyfile on a memory-backed file system (/dev/shm, `$XDG_RUNTIME_DIR`) is gone at the next
+  /// reboot with every key: `init` and `keyfile move` were silent about it and `doctor` said all
+  /// was well (an outside review). All three warn now, and a move to a disk ends it.
+  func testAKeyfileOnTmpfsIsWarnedAbout() throws {
+    let shm = "/dev/shm/vault-test-\(UUID().uuidString)"
+    try XCTSkipUnless(mkdir(shm, 0o700) == 0, "no /dev/shm here")
+    defer { try? FileManager.default.removeItem(atPath: shm) }
+    try XCTSkipUnless(KeyfileStore.volatileFileSystem(of: shm) == "tmpfs", "/dev/shm is not tmpfs here")
+    let temporary = TemporaryDirectory()
+    let home = temporary.sub("home")
+    let warning = "is on a tmpfs file system, which is memory: it is gone at the next reboot"
+    let created = try vault(["--home", home, "init", "--store", "keyfile", "--keyfile", shm + "/v.keys"])
+    XCTAssertEqual(created.status, 0, created.error)
+    XCTAssertTrue(created.error.contains("vault: warning: the keyfile \(shm)/v.keys \(warning)"), created.error)
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertTrue(doctor.outputText.contains(warning), doctor.outputText)
+    XCTAssertEqual(mkdir(temporary.sub("keys"), 0o700), 0)
+    let moved = try vault(["--home", home, "keyfile", "move", temporary.sub("keys/v.keys")])
+    XCTAssertEqual(moved.status, 0, moved.error)
+    XCTAssertFalse(moved.error.contains(warning), moved.error)
+    XCTAssertFalse(try vault(["--home", home, "doctor"]).outputText.contains(warning))
+    let back = try vault(["--home", home, "keyfile", "move", shm + "/again.keys"])
+    XCTAssertEqual(back.status, 0, back.error)
+    XCTAssertTrue(back.error.contains(warning), back.error)
+  }
+
   /// Writes what the previous release left: a format-1 keyfile at `keyfile` holding one key, and a
   /// format-1 manifest naming it. Returns the key's hex.
   private func previousReleaseVault(home: String, keyfile: String) throws -> (vaultID: String, key: String) {
