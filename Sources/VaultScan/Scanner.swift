@@ -106,11 +106,31 @@ public struct Scanner {
   public func scan(_ paths: [String]) throws -> ScanReport {
     // Files are read on two threads and put in the report in walk order (`FilePipeline`).
     let depthLimit = Self.depthLimit()
+    let roots = Self.withJournals(paths)
     var report = try FilePipeline(scanner: self).run { files, segment in
-      for path in paths { try walk(root: path, depthLimit: depthLimit, report: &segment, files: files) }
+      for path in roots { try walk(root: path, depthLimit: depthLimit, report: &segment, files: files) }
     }
     report.findings.sort { ($0.file, $0.offset) < ($1.file, $1.offset) }
     return report
+  }
+
+  /// `paths`, each once, with the `-wal` and `-journal` files beside a file given by itself when
+  /// they are regular files there: whoever reads that database reads what they hold (an outside
+  /// review: `vault scan app.db` said clean of a row still in `app.db-wal`). A directory's walk
+  /// finds them anyway.
+  static func withJournals(_ paths: [String]) -> [String] {
+    var roots: [String] = []
+    var seen = Set<String>()
+    for path in paths {
+      if seen.insert(path).inserted { roots.append(path) }
+      var info = stat()
+      guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+      for side in [path + "-wal", path + "-journal"] {
+        guard lstat(side, &info) == 0, info.st_mode & S_IFMT == S_IFREG, seen.insert(side).inserted else { continue }
+        roots.append(side)
+      }
+    }
+    return roots
   }
 
   /// Runs the detectors over the regular file open at `fd` (the walker opened it and closes it),
