@@ -143,6 +143,15 @@ public enum Backup {
         // A merge into it that did not finish (see below) is refused before the snapshot, which
         // records in the live container that it passed it: refused backups (an hourly timer)
         // pushed the real bundles' marks out (an outside review).
+        // Another container (of this vault or another) in its place is named as such: its bundle
+        // failed verification as "0 records … do not open … (not this vault's container)".
+        if case .container(let keyring, let found) = try QueueContainer.probe(path: container.path),
+          keyring != vault.keyringID.hex || (container.id != nil && found != container.id)
+        {
+          throw BackupError.containerReplaced(
+            path: container.path,
+            found: keyring != vault.keyringID.hex ? "vault \(keyring)'s container" : "container id \(found ?? "none")")
+        }
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
         if !unfinished.isEmpty { throw Self.mergeRefusal(container.path, unfinished, home: vault.home) }
         // An older copy of the container put back (a file-system restore, a sync) has counted

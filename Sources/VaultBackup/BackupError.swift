@@ -55,6 +55,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// restore, a sync) and may lack records the bundle holds, so it is not backed up (`keep` would
   /// prune that bundle in time).
   case containerOlderThanBackup(path: String, bundle: String)
+  /// Registered container `path` was replaced by another container (`found`: another container
+  /// id, another vault's): it is not backed up, nothing was written.
+  case containerReplaced(path: String, found: String)
   /// Another merge into `home` is running (`Backup.merge`, `vault restore`); nothing was changed.
   case mergeRunning(home: String)
   /// A file-system call failed, with its errno.
@@ -113,6 +116,9 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
         + "written: merge the bundle into this home first (`vault restore \(bundle)`), which adds what the "
         + "container lacks, then back up (to keep the container as it is instead, move that bundle out of the "
         + "backup directory, where --keep cannot prune it)"
+    case .containerReplaced(let path, let found):
+      "registered container \(path) was replaced: it holds \(found); nothing was written: put the registered "
+        + "container back (from a backup: `vault restore BUNDLE`), then back up"
     case .mergeRunning(let home):
       "a restore (merge of a bundle) into \(home) is running in another process; nothing was changed: wait for it "
         + "to finish, then run this again"

@@ -226,6 +226,10 @@ extension ContainerCLITests {
     let container = home + "/queue.sqlite"
     XCTAssertEqual(rename(container, temporary.sub("aside.sqlite")), 0)
     for suffix in ["-wal", "-shm"] { unlink(container + suffix) }
+    let (backups, passphrase) = (temporary.sub("backups"), temporary.sub("passphrase"))
+    XCTAssertEqual(mkdir(backups, 0o700), 0)
+    XCTAssertTrue(FileManager.default.createFile(atPath: passphrase, contents: Data("a long passphrase".utf8)))
+    XCTAssertEqual(chmod(passphrase, 0o600), 0)
     let replacements: [(String, () throws -> Void)] = [
       ("container id ", { try FileManager.default.copyItem(atPath: other, toPath: container) }),
       ("'s container", { try FileManager.default.copyItem(atPath: foreignHome + "/queue.sqlite", toPath: container) }),
@@ -250,6 +254,16 @@ extension ContainerCLITests {
       let doctor = try vault(["--home", home, "doctor"])
       XCTAssertTrue(
         doctor.outputText.contains("registered container \(container) was replaced"), "\(found): \(doctor.outputText)")
+      // A backup names it too (it failed verification: "0 records … do not open … (not this
+      // vault's container)"); an empty file has its own refusal.
+      let backup = try vault(["--home", home, "backup", "--to", backups, "--passphrase-file", passphrase])
+      XCTAssertNotEqual(backup.status, 0, backup.error)
+      if found != "an empty file" {
+        XCTAssertEqual(backup.status, 2, backup.error)
+        XCTAssertTrue(
+          backup.error.contains("registered container \(container) was replaced: it holds"), backup.error)
+      }
+      XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: backups), [], "nothing written")
     }
   }
 
