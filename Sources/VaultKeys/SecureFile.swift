@@ -46,7 +46,7 @@ package enum SecureFile {
   /// belongs to someone else is refused as `unsafeKeyfileDirectory`, whose hint is a private
   /// directory of the user's own: changing such a directory's mode or owner would break it for
   /// the others who use it.
-  package static func checkPrivate(_ path: String, info: stat, isDirectory: Bool) throws {
+  package static func checkPrivate(_ path: String, info: stat, isDirectory: Bool, keyfile: String? = nil) throws {
     let me = geteuid()
     let mode = UInt32(info.st_mode)
     if isDirectory, KeyStoreError.isShared(directoryMode: mode) || info.st_uid != me {
@@ -58,7 +58,7 @@ package enum SecureFile {
     guard info.st_mode & 0o077 == 0 else {
       // A directory used for other things (/etc, /home, a project's folder) is not made private
       // for a keyfile: a chmod there would lock others out of what else it holds.
-      if isDirectory, !holdsOnlyKeyfiles(path) {
+      if isDirectory, !holdsOnlyKeyfiles(path, keyfile: keyfile) {
         throw KeyStoreError.unsafeKeyfileDirectory(path: path, mode: mode, owner: info.st_uid, expected: me)
       }
       throw KeyStoreError.insecurePermissions(path: path, mode: mode, isDirectory: isDirectory)
@@ -78,11 +78,17 @@ package enum SecureFile {
   /// runs under sudo.
   package static func chown(to user: uid_t) -> String { user == 0 ? "chown 0" : "sudo chown \(user)" }
 
-  /// Whether the directory at `path` holds nothing but keyfiles (`*.keys`) and what their writes
-  /// leave (`*.keys.tmp-*`): one made for keyfiles, whose mode `chmod 700` may tighten.
-  static func holdsOnlyKeyfiles(_ path: String) -> Bool {
+  /// Whether the directory at `path` holds nothing but keyfiles (`*.keys`, and `keyfile`, the
+  /// name of the one being read, whatever it is called) and what their writes leave (`.tmp-*`
+  /// beside them): one made for keyfiles, whose mode `chmod 700` may tighten. (A directory holding
+  /// only a keyfile named `keys` was said to hold "other files than keyfiles": a review.)
+  static func holdsOnlyKeyfiles(_ path: String, keyfile: String? = nil) -> Bool {
     let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
-    return names.allSatisfy { $0.hasSuffix(".keys") || $0.contains(".keys.tmp-") }
+    return names.allSatisfy { name in
+      if name.hasSuffix(".keys") || name.contains(".keys.tmp-") { return true }
+      guard let keyfile else { return false }
+      return name == keyfile || name.hasPrefix(keyfile + ".tmp-")
+    }
   }
 
   /// Reads a whole file into zeroizing memory. Returns nil when the file does not exist.
@@ -92,7 +98,9 @@ package enum SecureFile {
       let directory = (path as NSString).deletingLastPathComponent
       var dirInfo = stat()
       if stat(directory.isEmpty ? "." : directory, &dirInfo) == 0 {
-        try checkPrivate(directory.isEmpty ? "." : directory, info: dirInfo, isDirectory: true)
+        try checkPrivate(
+          directory.isEmpty ? "." : directory, info: dirInfo, isDirectory: true,
+          keyfile: (path as NSString).lastPathComponent)
       }
     }
     // O_NONBLOCK: a FIFO (or device) at the path would otherwise block this open until a writer

@@ -112,6 +112,20 @@ final class KeyfileStoreTests: XCTestCase {
     }
   }
 
+  /// A keyfile named without `.keys` (`keys`, as an operator may call it) alone in a directory
+  /// open to others: the directory holds only that keyfile, so the advice is to chmod it (it was
+  /// said to hold "other files than keyfiles": an outside review).
+  func testADirectoryHoldingOnlyAKeyfileOfAnotherNameIsToldToChmod() throws {
+    let store = KeyfileStore(path: temporary.sub("keys/keys"))
+    try store.storeKey(try .generate(), keyring: keyring, version: 1)
+    chmod(temporary.sub("keys"), 0o755)
+    XCTAssertThrowsError(try store.loadKey(keyring: keyring, version: 1)) { error in
+      XCTAssertEqual(
+        error as? KeyStoreError, .insecurePermissions(path: temporary.sub("keys"), mode: 0o40755, isDirectory: true))
+      XCTAssertTrue(String(describing: error).contains("chmod 700"), "\(error)")
+    }
+  }
+
   /// A directory open to others that holds other files than keyfiles (/etc, /home as root) is
   /// refused without the advice to chmod it, which would lock others out of what else it holds
   /// (an operator review was told "run: chmod 700 /etc").
