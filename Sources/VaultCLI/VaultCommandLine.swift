@@ -435,6 +435,19 @@ public struct VaultCommandLine {
       + "writers refuse it until then"
   }
 
+  /// Whether a rotation refused in its first step, before it recorded anything: nothing it did
+  /// stopped part-way, whatever an earlier rotation left (after a stopped rotation after a
+  /// compromise, an ordinary one's refusal was preceded by "the rotation stopped part-way … run
+  /// `vault rotate` again: it resumes", which it refuses to do: an outside review).
+  static func refusedBeforeAnything(_ error: any Error) -> Bool {
+    switch error as? RotationError {
+    case .containerMissing?, .containerEmpty?, .notAContainer?, .foreignContainer?, .containerReplaced?, .olderCopy?,
+      .compromiseUnfinished?, .notWritable?:
+      true
+    default: false
+    }
+  }
+
   /// What `status` and `doctor` say of a container a merge into began and did not finish, while
   /// a merge into the home is `running` (it holds `merge.lock`) or none is.
   static func mergeUnfinishedWarning(_ path: String, _ bundles: [String], running: Bool) -> String {
@@ -560,7 +573,9 @@ public struct VaultCommandLine {
           "vault: the key store stopped answering, so how far this rotation got cannot be checked now; once it "
             + "answers, `vault status` tells whether a rotation is under way (`vault rotate"
             + (compromised ? " --compromised" : "") + "` resumes it)")
-      } else if let active = after?.activeVersion, active != activeBefore || (resuming && unfinished == true) {
+      } else if !Self.refusedBeforeAnything(error), let active = after?.activeVersion,
+        active != activeBefore || (resuming && unfinished == true)
+      {
         // Stopped after the new version was made active: the re-sealing is unfinished. An ordinary
         // rerun resumes it (it adds no further version). After a compromise only `rotate
         // --compromised` may finish it (an ordinary rotation refuses), and it always makes a fresh

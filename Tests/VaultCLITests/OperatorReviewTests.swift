@@ -270,6 +270,10 @@ final class OperatorReviewTests: XCTestCase {
       XCTAssertEqual(refused.status, 1, "\(ordinary): \(refused.error)")
       XCTAssertTrue(refused.error.contains("has not finished"), refused.error)
       XCTAssertTrue(refused.error.contains("`vault rotate --compromised`"), refused.error)
+      // Refused before anything: no note that this rotation stopped part-way and that an
+      // ordinary rerun resumes it (an outside review saw both, the note before the refusal).
+      XCTAssertFalse(refused.error.contains("stopped part-way"), refused.error)
+      XCTAssertFalse(refused.error.contains("it resumes"), refused.error)
       XCTAssertEqual(try manifest(), before, "\(ordinary) changed nothing")
     }
 
