@@ -120,17 +120,23 @@ public enum HTTPStatusPolicy {
     }
   }
 
-  /// Retry-After as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when absent or unparseable.
+  /// Retry-After as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when absent, unparseable,
+  /// 0, or a date not in the future (no time to wait: the backoff decides).
   ///
   /// - Parameters:
   ///   - value: the header's value, if any.
   ///   - now: the time an HTTP date is measured from.
-  /// - Returns: the delay in seconds, never negative (not capped here: the queue caps it at
+  /// - Returns: the delay in seconds, above 0 (not capped here: the queue caps it at
   ///   `maximumRetryAfter`), or nil.
   public static func parseRetryAfter(_ value: String?, now: Date = Date()) -> TimeInterval? {
     guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-    // delay-seconds is digits alone (RFC 9110, 10.2.3): "-5" and "+5" are not a delay.
-    if value.utf8.allSatisfy({ (0x30...0x39).contains($0) }) { return Int(value).map { TimeInterval($0) } }
+    // delay-seconds is digits alone (RFC 9110, 10.2.3): "-5" and "+5" are not a delay. 0 (or a
+    // date already past) names no time to wait: nil, so the backoff decides, as without the header.
+    // Taken as "at once", a server answering every request so had a message retried at once for a
+    // day until it parked (an outside review: 769 requests in 10 s for one message).
+    if value.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+      return Int(value).flatMap { $0 > 0 ? TimeInterval($0) : nil }
+    }
     // An HTTP date is printable ASCII. Anything else never reaches DateFormatter, which traps on
     // some of it (a combining mark after a digit: "Incorrect range", found by Fuzz/fuzz-http), so a
     // server's 429 or 503 could crash the process that delivers to it.
@@ -139,7 +145,7 @@ public enum HTTPStatusPolicy {
     formatter.locale = Locale(identifier: "en_US_POSIX")
     formatter.timeZone = TimeZone(identifier: "GMT")
     formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-    guard let date = formatter.date(from: value) else { return nil }
-    return max(0, date.timeIntervalSince(now))
+    guard let date = formatter.date(from: value), date > now else { return nil }
+    return date.timeIntervalSince(now)
   }
 }

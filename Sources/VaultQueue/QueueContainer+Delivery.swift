@@ -259,7 +259,7 @@ extension QueueContainer {
   }
 
   /// Records a failed delivery: schedules the next attempt (exponential backoff with full jitter
-  /// over all attempts, or `retryAfter` when the server gave a time, capped), or parks the record when
+  /// over all attempts, or `retryAfter` when the server gave one, capped), or parks the record when
   /// the server has refused it `attemptCeiling` times and for `parkAfter` since its first refusal.
   ///
   /// - Parameters:
@@ -268,8 +268,7 @@ extension QueueContainer {
   ///     stored in the clear, cut before its first character outside letters, digits, `-`, `.`
   ///     and `_` (and to 64 bytes).
   ///   - retryAfter: the server's Retry-After, if it gave one: the next attempt is then (within
-  ///     the cap, `maximumRetryAfter`); 0 or less (a date already past) names no time, and the
-  ///     backoff decides as without one.
+  ///     the cap, `maximumRetryAfter`; 0 is at once).
   ///   - serverAnswered: false for network failures (no route, refused connection, timeout).
   ///     Those never count toward the ceiling: a record is not parked because the device was
   ///     offline for a day.
@@ -315,12 +314,8 @@ extension QueueContainer {
         """)
       let now = clock()
       var outcomes: [UUID: FailOutcome] = [:]
-      // A Retry-After of 0 (or a date already past) names no time: the backoff decides, as
-      // without one. Taken as "now", a server answering every request so had a message retried at
-      // once for a day until it parked (an outside review: 769 requests in 10 s).
-      let asked = retryAfter.flatMap { $0.isNaN || $0 <= 0 ? nil : min($0, configuration.maximumRetryAfter) }
       var shared: TimeInterval?
-      if sharedDelay, asked == nil {
+      if sharedDelay, retryAfter == nil {
         var most: Int64 = 0
         for (id, token) in records {
           try attemptsOf.query([.text(id.recordText), token.map { .integer($0) } ?? .null]) {
@@ -363,7 +358,8 @@ extension QueueContainer {
             parked += 1
           } else {
             let delay =
-              asked ?? shared ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
+              retryAfter.flatMap { $0.isNaN ? nil : min(max($0, 0), configuration.maximumRetryAfter) } ?? shared
+              ?? configuration.backoff.delay(afterAttempts: Int(attempts), unit: random())
             let due = now.addingTimeInterval(delay)
             try storage.statement(
               """

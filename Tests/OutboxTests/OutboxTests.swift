@@ -495,7 +495,9 @@ final class OutboxTests: XCTestCase {
     for signed in ["-5", "+5", "- 5", "5s", "99999999999999999999999"] {
       XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter(signed), nil, signed)
     }
-    XCTAssertEqual(HTTPStatusPolicy.parseRetryAfter("0"), 0)
+    // 0, or a date already past, names no time: the backoff decides (it was "at once": a busy loop).
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("0"))
+    XCTAssertNil(HTTPStatusPolicy.parseRetryAfter("Thu, 01 Jan 1970 00:00:00 GMT"))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 503, retryAfter: nil), .retry(kind: "http-503", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 408, retryAfter: "9"), .retry(kind: "http-408", after: nil))
     XCTAssertEqual(HTTPStatusPolicy.result(status: 502, retryAfter: nil), .retry(kind: "http-502", after: nil))

@@ -241,24 +241,6 @@ final class QueueContainerTests: XCTestCase {
     XCTAssertEqual(try queue.fail([id], errorKind: "http-503", retryAfter: 86_400)[id], .retryAt(clock.now + 120))
   }
 
-  /// A Retry-After of 0 (or a date already past, which parses to 0) names no time: the backoff
-  /// decides. It was taken as "now", and a server answering so had a message sent 769 times in
-  /// 10 s (an outside review).
-  func testARetryAfterOfZeroLeavesTheWaitToTheBackoff() throws {
-    let queue = try container(QueueConfiguration(backoff: BackoffPolicy(base: 8, cap: 300)), random: 0.5)
-    let id = UUID()
-    try queue.enqueue([1], queue: "q", id: id)
-    for (attempt, retryAfter) in [0.0, -3, .nan].enumerated() {
-      clock.advance(1000)
-      XCTAssertEqual(try queue.claim(queue: "q").map(\.id), [id])
-      let backoff = BackoffPolicy(base: 8, cap: 300).delay(afterAttempts: attempt + 1, unit: 0.5)
-      XCTAssertGreaterThan(backoff, 0)
-      XCTAssertEqual(
-        try queue.fail([id], errorKind: "http-503", retryAfter: retryAfter)[id], .retryAt(clock.now + backoff),
-        "Retry-After \(retryAfter)")
-    }
-  }
-
   func testBackoffCeilingGrowsAndIsCapped() {
     let policy = BackoffPolicy(base: 1, cap: 300)
     XCTAssertEqual((1...10).map { policy.ceiling(afterAttempts: $0) }, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300])
