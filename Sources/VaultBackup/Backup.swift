@@ -129,7 +129,6 @@ public enum Backup {
       guard case .container = try QueueContainer.probe(path: container.path) else { continue }
       _ = try QueueContainer(path: container.path, vault: vault, mode: .existing)
     }
-    let newest = try newestGenerations(in: directory, vaultID: vault.manifest.vaultID, homeID: vault.homeIdentity())
     // Keys and snapshots under one shared lock: the versions exported are the ones the snapshots need.
     let (manifest, keys, containers) = try vault.withSharedLock {
       let manifest = vault.manifest
@@ -154,19 +153,10 @@ public enum Backup {
         }
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
         if !unfinished.isEmpty { throw Self.mergeRefusal(container.path, unfinished, home: vault.home) }
-        // An older copy of the container put back (a file-system restore, a sync) has counted
-        // fewer snapshots than the newest bundle of it here, which may hold records it lacks: a
-        // backup of it would be the newest, and `--keep` would prune that bundle in time (an
-        // outside review lost ten records so in five backups).
-        if let id = container.id, let (newer, bundle) = newest[id],
-          try QueueContainer.snapshotGeneration(path: container.path) < newer
-        {
-          throw BackupError.containerOlderThanBackup(path: container.path, bundle: bundle)
-        }
         let snapshot = work.path + "/\(index).sqlite"
-        let generation: UInt64
+        let token: String
         do {
-          generation = try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
+          token = try work.making { try QueueContainer.snapshot(path: container.path, to: snapshot) }
         } catch QueueError.diskFull(let path) where path == snapshot {
           // The destination's disk, not the container's: nothing was written, the backup cannot run.
           throw BackupError.io(path: snapshot, operation: "write", errno: ENOSPC)
@@ -183,7 +173,7 @@ public enum Backup {
         containers.append(
           (
             BackupManifest.Container(
-              path: container.path, id: id, size: size, sha256: hex(digest), generation: generation),
+              path: container.path, id: id, size: size, sha256: hex(digest), snapshotToken: token),
             snapshot
           ))
       }
@@ -276,8 +266,22 @@ public enum Backup {
           "\(directory) could not be added to \(vault.home)/\(directoriesFileName) (\(error))" + unlisted)
       }
     }
-    let removed = try prune(
-      directory: directory, vaultID: manifest.vaultID, homeID: try vault.homeIdentity(), keep: keep, newest: name)
+    // What each registered container holds marks of now: a bundle whose snapshot a container has
+    // no mark of is kept (see `prune`). A container that cannot be read keeps every bundle of it.
+    var held: [String: Set<String>?] = [:]
+    for container in manifest.containers {
+      guard let id = container.id else { continue }
+      held.updateValue(try? QueueContainer.passedSnapshots(path: container.path), forKey: id)
+    }
+    let (removed, kept) = try prune(
+      directory: directory, vaultID: manifest.vaultID, homeID: try vault.homeIdentity(), keep: keep, newest: name,
+      held: held)
+    for (bundle, container) in kept {
+      warnings.append(
+        "\(bundle) was kept, not pruned: registered container \(container) holds no mark of its snapshot, so it may "
+          + "lack records that bundle holds (an older copy of it was put back: a file-system restore, a sync); "
+          + "merge it into this home (`vault restore \(bundle)`), and the next backup may prune it")
+    }
     return BackupReport(
       bundle: final, size: try BundleReader(path: final).size, verification: verified.report, removed: removed,
       seconds: Date().timeIntervalSince(started), warnings: warnings)
@@ -801,41 +805,40 @@ public enum Backup {
   /// `homeID` count: a file that only has a bundle's name (a note, a truncated copy), or a bundle of
   /// another home of the same vault (restored into another key store), is neither counted nor
   /// removed.
-  static func prune(directory: String, vaultID: String, homeID: String, keep: Int, newest: String) throws -> [String] {
+  ///
+  /// A bundle is never removed while a registered container it holds a snapshot of (by container
+  /// id, in `held`) has no mark of that snapshot's token, or could not be read (nil): the container
+  /// does not hold what the snapshot held (an older copy of it was put back: an outside review
+  /// lost ten records when `--keep` pruned the only bundle holding them). Such bundles come back
+  /// as `kept`, with the container's path; they do not count against `keep`.
+  static func prune(
+    directory: String, vaultID: String, homeID: String, keep: Int, newest: String, held: [String: Set<String>?] = [:]
+  ) throws -> (removed: [String], kept: [(bundle: String, container: String)]) {
     var names = ownBundleNames(in: directory, vaultID: vaultID).filter {
       $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID, homeID: homeID)
     }
     if !names.contains(newest) { names.append(newest) }
     let older = names.sorted().dropLast(keep).filter { $0 != newest }
-    guard !older.isEmpty else { return [] }
+    guard !older.isEmpty else { return ([], []) }
     var removed: [String] = []
+    var kept: [(bundle: String, container: String)] = []
     for name in older {
       let path = directory + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+      if let manifest = try? inspectManifest(bundle: path),
+        let lacking = manifest.containers.first(where: { snapshot in
+          guard let token = snapshot.snapshotToken, let marks = held[snapshot.id] else { return false }
+          return marks?.contains(token) != true
+        })
+      {
+        kept.append((path, lacking.path))
+        continue
+      }
       if unlink(path) == 0 { removed.append(path) }
     }
     if !removed.isEmpty { try syncDirectory(directory) }
-    return removed
-  }
-
-  /// For each container id, the highest snapshot generation among this home's bundles in
-  /// `directory` (the ones `--keep` counts and prunes), with that bundle's path. Bundles written
-  /// before generations were recorded say nothing.
-  private static func newestGenerations(
-    in directory: String, vaultID: String, homeID: String
-  ) -> [String: (UInt64, String)] {
-    var newest: [String: (UInt64, String)] = [:]
-    for name in ownBundleNames(in: directory, vaultID: vaultID) {
-      let path = directory + "/" + name
-      guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID, manifest.homeID == homeID
-      else { continue }
-      for container in manifest.containers {
-        guard let generation = container.generation, generation > newest[container.id]?.0 ?? 0 else { continue }
-        newest[container.id] = (generation, path)
-      }
-    }
-    return newest
+    return (removed, kept)
   }
 
   /// Gives the written bundle `partial` the name `final` without ever replacing a file of that

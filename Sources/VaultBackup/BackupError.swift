@@ -50,11 +50,6 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// stopped by a full disk or a kill): it may lack records they hold, so it is not backed up (a
   /// backup of it could have `keep` prune the bundles that hold them).
   case containerMergeUnfinished(path: String, bundles: [String])
-  /// Registered container `path` has counted fewer snapshots than `bundle`, the newest of this
-  /// home's bundles of it in the backup directory: it is an older copy put back (a file-system
-  /// restore, a sync) and may lack records the bundle holds, so it is not backed up (`keep` would
-  /// prune that bundle in time).
-  case containerOlderThanBackup(path: String, bundle: String)
   /// Registered container `path` was replaced by another container (`found`: another container
   /// id, another vault's): it is not backed up, nothing was written.
   case containerReplaced(path: String, found: String)
@@ -110,12 +105,6 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
         + "\(path) may lack records it holds; nothing was written: run it again (`vault restore BUNDLE`, which adds "
         + "what it had not), or, if that bundle is gone, `vault container accept \(path)` to take the container as it "
         + "is, then back up"
-    case .containerOlderThanBackup(let path, let bundle):
-      "registered container \(path) is older than \(bundle), the newest backup of it here: an older copy of it "
-        + "was put back (a file-system restore, a sync), and that bundle may hold records it lacks; nothing was "
-        + "written: merge the bundle into this home first (`vault restore \(bundle)`), which adds what the "
-        + "container lacks, then back up (to keep the container as it is instead, move that bundle out of the "
-        + "backup directory, where --keep cannot prune it)"
     case .containerReplaced(let path, let found):
       "registered container \(path) was replaced: it holds \(found); nothing was written: put the registered "
         + "container back (from a backup: `vault restore BUNDLE`), then back up"

@@ -34,11 +34,16 @@ public struct BackupManifest: Codable, Sendable, Equatable {
     public var size: UInt64
     /// The snapshot's SHA-256, lowercase hex.
     public var sha256: String
-    /// The snapshot's generation: how many snapshots of the container's line had been taken
-    /// when it was (see `QueueContainer.snapshot`); absent in bundles written before it was
-    /// recorded. A live container with a lower number is an older copy put back: `create`
-    /// refuses it while this bundle is in its directory.
-    public var generation: UInt64? = nil
+    /// The snapshot's random token, which the live container records a mark of once copied (and
+    /// a merge of the snapshot, once merged); absent in bundles written before it was recorded.
+    /// `Backup.create` never prunes a bundle whose token the live container has no mark of: the
+    /// container does not hold what that snapshot held (an older copy of it was put back).
+    public var snapshotToken: String? = nil
+
+    enum CodingKeys: String, CodingKey {
+      case path, id, size, sha256
+      case snapshotToken = "snapshot_token"
+    }
   }
 
   /// The bundle format (1).

@@ -127,22 +127,20 @@ extension Backup {
     switch target {
     case .existing(let existing):
       let outcome = try existing.merge(from: source, fresh: false, open: open)
-      // Holding what the snapshot held, the container is no older than it (a backup refuses a
-      // container older than the newest bundle of it); raised before the mark goes, so a kill in
-      // between leaves the merge to be run again.
-      try existing.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       // One a merge of this snapshot made and did not finish filling is finished as that merge
       // would have: marked restored from the snapshot.
       if try existing.lineage().unfinishedMerges[snapshot]?.madeIt == true {
         try existing.markRestored(from: origin, finishing: snapshot)
+        try markHolding(lineage, in: existing)
         return MergeReport.Container(from: container.path, path: existing.path, action: "restored", outcome: outcome)
       }
       try existing.endMerge(snapshot: snapshot)
+      try markHolding(lineage, in: existing)
       return MergeReport.Container(from: container.path, path: existing.path, action: "merged", outcome: outcome)
     case .stray(let stray):
       let outcome = try stray.merge(from: source, fresh: false, open: open)
-      try stray.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       try stray.markRestored(from: origin, finishing: snapshot)
+      try markHolding(lineage, in: stray)
       return MergeReport.Container(from: container.path, path: stray.path, action: "added", outcome: outcome)
     case .missing(let path), .added(let path):
       let mark = UnfinishedMerge(snapshot: snapshot, madeIt: true, bundle: bundle)
@@ -152,11 +150,21 @@ extension Backup {
       // (a second review: two merges racing into a missing container, the second left no mark).
       try made.beginMerge(mark)
       let outcome = try made.merge(from: source, fresh: true, open: open)
-      try made.raiseSnapshotGeneration(to: lineage.snapshotGeneration)
       try made.markRestored(from: origin, finishing: snapshot)
+      try markHolding(lineage, in: made)
       let action = if case .missing = target { "restored" } else { "added" }
       return MergeReport.Container(from: container.path, path: made.path, action: action, outcome: outcome)
     }
+  }
+
+  /// Marks `container` as holding what the snapshot of `lineage` held, once merged, and what the
+  /// snapshots it had gone on from held (its own marks): a backup may then prune bundles of them
+  /// (`Backup.create` keeps one whose snapshot the live container has no mark of). After the
+  /// merge's own marks go (`markRestored` clears a made copy's snapshot marks); a kill in between
+  /// leaves those bundles kept, never pruned. (A copy `markRestored` made has an instance of its
+  /// own, so these marks do not make a later merge take what it lacks for delivered.)
+  private static func markHolding(_ lineage: ContainerLineage, in container: QueueContainer) throws {
+    try container.markSnapshotsPassed(lineage.passedSnapshots.union(lineage.snapshotToken.map { [$0] } ?? []))
   }
 
   /// What an earlier, killed merge left for a container it was adding.

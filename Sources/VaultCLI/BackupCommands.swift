@@ -205,7 +205,7 @@ extension VaultCommandLine {
       if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
       case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .mergeRunning,
-        .containerOlderThanBackup, .containerReplaced, .emptyPassphrase:
+        .containerReplaced, .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }

@@ -258,12 +258,10 @@ package struct ContainerLineage: Sendable, Equatable {
     var token: String?
     var passed: Set<String> = []
     var merges: [String: UnfinishedMerge] = [:]
-    var generation: UInt64 = 0
     try connection.prepare(
       """
       SELECT key, value FROM meta
-      WHERE key IN ('instance_id', 'restored_from', 'snapshot_token', 'snapshot_generation') OR (\(passedMarks))
-        OR (\(UnfinishedMerge.marks))
+      WHERE key IN ('instance_id', 'restored_from', 'snapshot_token') OR (\(passedMarks)) OR (\(UnfinishedMerge.marks))
       """
     ).query {
       let key = $0.text(0) ?? ""
@@ -271,7 +269,6 @@ package struct ContainerLineage: Sendable, Equatable {
       case "instance_id": instance = $0.text(1)
       case "restored_from": origin = $0.text(1)
       case "snapshot_token": token = $0.text(1)
-      case "snapshot_generation": generation = UInt64(clamping: max($0.int(1), 0))
       case _ where key.hasPrefix(UnfinishedMerge.prefix):
         let snapshot = String(key.dropFirst(UnfinishedMerge.prefix.count))
         merges[snapshot] = UnfinishedMerge(snapshot: snapshot, value: $0.text(1) ?? "")
@@ -288,7 +285,7 @@ package struct ContainerLineage: Sendable, Equatable {
     }
     return ContainerLineage(
       instance: instance, restoredFrom: origin, inherited: inherited, snapshotToken: token, passedSnapshots: passed,
-      unfinishedMerges: merges, snapshotGeneration: generation)
+      unfinishedMerges: merges)
   }
 
   /// The meta key prefix of a snapshot mark (`passed_snapshot:TOKEN`).
@@ -309,10 +306,6 @@ package struct ContainerLineage: Sendable, Equatable {
   /// Merges of bundle snapshots into this container that began and have not finished, by the
   /// snapshot's SHA-256: it may lack records those snapshots hold.
   package var unfinishedMerges: [String: UnfinishedMerge] = [:]
-  /// How many snapshots of this container's line have been taken (`QueueContainer.snapshot`
-  /// counts one up in the live container before each copy, which keeps the number); in a
-  /// snapshot, its own number. 0 before they were counted.
-  package var snapshotGeneration: UInt64 = 0
 
   /// Whether `snapshot` is this container's own past: the same instance, and a snapshot this
   /// container recorded having passed. Same instance alone is not enough: a container put back

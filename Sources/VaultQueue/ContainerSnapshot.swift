@@ -19,14 +19,10 @@ extension QueueContainer {
   /// delivered. Marking is best effort (a read-only container still backs up): without the mark a
   /// merge treats such records as undetermined, which loses nothing.
   ///
-  /// Before the copy, the live container's snapshot generation (meta `snapshot_generation`) is
-  /// counted one up, so the copy carries the new number; a container put back from an older
-  /// file-system copy has a lower number than the newest bundle of it (`Backup.create` refuses
-  /// it). Also best effort: a read-only container's copy carries the number it had.
-  ///
-  /// - Returns: the copy's snapshot generation.
+  /// - Returns: the copy's snapshot token (a bundle's manifest records it: `Backup.create` prunes
+  ///   a bundle only while the live container holds its mark).
   @discardableResult
-  package static func snapshot(path: String, to destination: String) throws -> UInt64 {
+  package static func snapshot(path: String, to destination: String) throws -> String {
     // A FIFO, directory, device or link there is named as such (a backup said "there is no vault
     // container" for each, and that opening it for writing would make one; an outside review).
     if let special = specialFile(at: path, reported: path) { throw special }
@@ -48,71 +44,40 @@ extension QueueContainer {
     return try translating(path) {
       let source = try Connection(path: path, create: false)
       try source.execute("PRAGMA busy_timeout = 10000")
-      try? countSnapshot(in: source)
       do {
         try backupDatabase(from: source, to: destination)
       } catch let failure as DestinationFailure {
         // The copy's disk or file failed, not the container: say which.
         try translating(destination) { throw failure.error }
       }
-      let generation = try translating(destination) {
+      try translating(destination) {
         let copy = try Connection(path: destination, create: false)
         try copy.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES ('snapshot_token', ?)").run([.text(token)])
-        return try ContainerLineage.read(from: copy).snapshotGeneration
       }
-      try? markPassed(token, in: source)
-      return generation
+      try? markPassed([token], in: source)
+      return token
     }
   }
 
-  /// The snapshot generation of the container at `path` (see `snapshot(path:to:)`; 0 when none
-  /// was counted). Read-only.
+  /// The snapshot tokens the container at `path` holds marks of (see `snapshot(path:to:)`): the
+  /// snapshots it has gone on from, or merged. Read-only.
   ///
   /// - Throws: as `unfinishedMerges(path:)`; `QueueError.noContainer` when there is none at `path`.
-  package static func snapshotGeneration(path: String) throws -> UInt64 {
+  package static func passedSnapshots(path: String) throws -> Set<String> {
     guard case .container = try probe(path: path) else { throw QueueError.noContainer(path: path) }
     return try translating(path) {
       let connection = try Connection(path: path, readOnly: true)
       try connection.execute("PRAGMA busy_timeout = 10000")
-      var generation: UInt64 = 0
-      try connection.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'snapshot_generation'").query {
-        generation = UInt64(clamping: max($0.int(0), 0))
-      }
-      return generation
+      return try ContainerLineage.read(from: connection).passedSnapshots
     }
   }
 
-  /// Raises this container's snapshot generation to `generation` when it is lower: a merge of a
-  /// snapshot holds what the snapshot held, so the container is no older than that snapshot.
-  package func raiseSnapshotGeneration(to generation: UInt64) throws {
-    guard generation > 0 else { return }
-    try withStorage { storage in
-      try storage.transaction {
-        _ = try storage.statement(
-          """
-          INSERT INTO meta (key, value) VALUES ('snapshot_generation', ?1) ON CONFLICT (key) DO UPDATE
-          SET value = CAST(max(CAST(value AS INTEGER), ?1) AS TEXT)
-          """
-        ).run([.integer(Int64(clamping: generation))])
-      }
-    }
-  }
-
-  /// Counts one snapshot more in the live container (before it is copied).
-  private static func countSnapshot(in source: Connection) throws {
-    try source.execute("BEGIN IMMEDIATE")
-    do {
-      try source.prepare(
-        """
-        INSERT INTO meta (key, value) VALUES ('snapshot_generation', '1') ON CONFLICT (key) DO UPDATE
-        SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)
-        """
-      ).run([])
-      try source.execute("COMMIT")
-    } catch {
-      try? source.execute("ROLLBACK")
-      throw error
-    }
+  /// Records that this container holds what the snapshots `tokens` held (a merge of one finished:
+  /// its token, and the marks it carried of the snapshots before it): bundles of them may be
+  /// pruned, as bundles of its own past may.
+  package func markSnapshotsPassed(_ tokens: Set<String>) throws {
+    guard !tokens.isEmpty else { return }
+    try withStorage { try Self.markPassed(tokens, in: $0.connection) }
   }
 
   /// The most recent snapshot marks a container keeps: a merge of a bundle older than that many
@@ -121,13 +86,15 @@ extension QueueContainer {
 
   /// Records in the live container that it has passed the snapshot `token`, keeping the newest
   /// `keptSnapshotMarks` marks.
-  private static func markPassed(_ token: String, in source: Connection) throws {
+  private static func markPassed(_ tokens: Set<String>, in source: Connection) throws {
     try source.execute("BEGIN IMMEDIATE")
     do {
       let now = Int64(Date().timeIntervalSince1970 * 1000)
-      try source.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").run([
-        .text(ContainerLineage.passedPrefix + token), .text(String(now)),
-      ])
+      for token in tokens.sorted() {
+        try source.prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)").run([
+          .text(ContainerLineage.passedPrefix + token), .text(String(now)),
+        ])
+      }
       try source.prepare(
         """
         DELETE FROM meta WHERE \(ContainerLineage.passedMarks) AND key NOT IN (
