@@ -439,8 +439,9 @@ public enum RotationError: Error, Equatable, Sendable, CustomStringConvertible {
         + "still exist. Finish it with a rotation after a compromise; an ordinary rotation would keep them. "
         + "Nothing was changed"
     case .notWritable(let path, let code):
-      "\(path) cannot be written (\(String(cString: strerror(code)))), and the rotation writes the home and "
-        + "every registered container, their directories and their -wal, -shm and -journal files; make it "
+      "\(path) cannot be written (\(String(cString: strerror(code)))), and the rotation writes the home, its "
+        + "manifest, the keyfile and every registered container, their directories and their -wal, -shm and "
+        + "-journal files; make it "
         + "writable (its permissions, the mount, an immutable flag: lsattr) and rotate again. Nothing was changed"
     case .containerNotRegistered(let path):
       "no container is registered at \(path). Nothing was changed"
@@ -796,13 +797,19 @@ extension Vault {
     }
   }
 
-  /// Step 1 too: the home and every registered container (the file, its directory, and its -wal,
-  /// -shm and -journal files where they are) can be written. Found only at the re-seal, a
+  /// Step 1 too: the home, its manifest, a keyfile store's file and directory, and every
+  /// registered container (the file, its directory, and its -wal, -shm and -journal files where
+  /// they are) can be written. Found only at the re-seal, a
   /// read-only mount, an immutable file (`chattr +i`) or a directory without write permission
   /// stopped the rotation after its new version was active (an outside review); it resumed once
   /// fixed, but refusing first changes nothing and says what to fix.
   private func refuseUnwritable() throws {
-    var places = [home]
+    // The manifest is replaced (an immutable one stopped a rotation after its key was stored: a
+    // review), and a keyfile and its directory are written too.
+    var places = [home, home + "/" + Manifest.fileName]
+    if manifest.store.kind == .keyfile, let keyfile = manifest.store.keyfile {
+      places += [(keyfile as NSString).deletingLastPathComponent, keyfile]
+    }
     // A path with no file is the provider's to judge (the probe has passed it: a container that is
     // not a file here, such as an in-memory one).
     for registered in manifest.containers where access(registered.path, F_OK) == 0 {
@@ -812,7 +819,7 @@ extension Vault {
         places.append(registered.path + suffix)
       }
     }
-    for place in places where access(place, W_OK) != 0 {
+    for place in places where access(place, F_OK) == 0 && access(place, W_OK) != 0 {
       throw RotationError.notWritable(path: place, errno: errno)
     }
   }

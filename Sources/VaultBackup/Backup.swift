@@ -853,7 +853,13 @@ public enum Backup {
     }
     let noReplace: UInt32 = 1  // RENAME_NOREPLACE, <linux/fs.h>
     guard renameNoReplace(AT_FDCWD, partial, AT_FDCWD, final, noReplace) == 0 else {
-      throw BackupError.io(path: final, operation: "rename", errno: errno)
+      let code = errno
+      // Neither a link nor a rename that cannot replace (a FUSE mount such as ntfs-3g answers
+      // EINVAL): named as such, not as a bare "Invalid argument" (a review).
+      if code == EINVAL || code == ENOSYS || code == EOPNOTSUPP {
+        throw BackupError.noSafePublish(directory: (final as NSString).deletingLastPathComponent)
+      }
+      throw BackupError.io(path: final, operation: "rename", errno: code)
     }
   }
 

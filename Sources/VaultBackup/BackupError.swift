@@ -53,6 +53,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
   /// Registered container `path` was replaced by another container (`found`: another container
   /// id, another vault's): it is not backed up, nothing was written.
   case containerReplaced(path: String, found: String)
+  /// The backup directory's file system offers neither a hard link nor a rename that cannot
+  /// replace a file (some FUSE mounts), so a bundle cannot be named without risking an existing
+  /// one; nothing was left in it.
+  case noSafePublish(directory: String)
   /// Another merge into `home` is running (`Backup.merge`, `vault restore`); nothing was changed.
   case mergeRunning(home: String)
   /// A file-system call failed, with its errno.
@@ -108,6 +112,10 @@ public enum BackupError: Error, Equatable, Sendable, CustomStringConvertible {
     case .containerReplaced(let path, let found):
       "registered container \(path) was replaced: it holds \(found); nothing was written: put the registered "
         + "container back (from a backup: `vault restore BUNDLE`), then back up"
+    case .noSafePublish(let directory):
+      "the file system holding \(directory) has neither hard links nor a rename that cannot replace a file (a FUSE "
+        + "mount such as ntfs-3g), so a bundle cannot be given its name there safely; nothing was left in it: back up "
+        + "to a directory on another file system (ext4, xfs, btrfs, or FAT/exFAT through the kernel's own driver)"
     case .mergeRunning(let home):
       "a restore (merge of a bundle) into \(home) is running in another process; nothing was changed: wait for it "
         + "to finish, then run this again"

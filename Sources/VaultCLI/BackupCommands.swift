@@ -205,7 +205,7 @@ extension VaultCommandLine {
       if let note = homeNote(after: error.description, home: arguments.home) { terminal.note(note) }
       switch error {
       case .io, .notADirectory, .sharedDirectory, .containerMissing, .containerMergeUnfinished, .mergeRunning,
-        .containerReplaced, .emptyPassphrase:
+        .containerReplaced, .noSafePublish, .emptyPassphrase:
         return ExitCode.couldNotRun.rawValue
       default: return ExitCode.failure.rawValue
       }

@@ -108,6 +108,15 @@ final class BackupCLITests: XCTestCase {
     XCTAssertEqual(try bundles(), [bundle], "the bundle alone: no temporary file left beside it")
     let verified = try vault(["backup", "--verify", bundle, "--passphrase-file", passphraseFile])
     XCTAssertEqual(verified.status, 0, verified.error)
+    // Neither (a FUSE mount answering EINVAL to the no-replace rename): named, nothing left.
+    try FileManager.default.removeItem(atPath: bundle)
+    let neither = try vaultFailing(
+      "link,linkat", with: "EPERM", when: "1+", also: ["renameat2:error=EINVAL:when=1+"],
+      ["--home", home, "backup", "--to", backups, "--passphrase-file", passphraseFile])
+    XCTAssertEqual(neither.status, 2, neither.error)
+    XCTAssertTrue(
+      neither.error.contains("has neither hard links nor a rename that cannot replace a file"), neither.error)
+    XCTAssertEqual(try bundles(), [], "nothing left in the directory")
   }
 
   /// `backup --keep 2` killed at each rename and fsync, then run again: the rerun writes a bundle

@@ -47,7 +47,7 @@ final class RotationCLITests: XCTestCase {
         try Data(contentsOf: URL(fileURLWithPath: keyfile)),
       ]
     }
-    for flagged in [other, temporary.sub("elsewhere"), other + "-wal", home] {
+    for flagged in [other, temporary.sub("elsewhere"), other + "-wal", home, home + "/manifest.json", keyfile] {
       guard try Spawn.run("/usr/bin/chattr", ["+i", flagged]).status == 0 else {
         throw XCTSkip("chattr +i is not supported on this file system")
       }
