@@ -139,9 +139,6 @@ public enum Backup {
         guard FileManager.default.fileExists(atPath: container.path) else {
           throw BackupError.containerMissing(path: container.path)
         }
-        // A merge into it that did not finish (see below) is refused before the snapshot, which
-        // records in the live container that it passed it: refused backups (an hourly timer)
-        // pushed the real bundles' marks out (an outside review).
         // Another container (of this vault or another) in its place is named as such: its bundle
         // failed verification as "0 records … do not open … (not this vault's container)".
         if case .container(let keyring, let found) = try QueueContainer.probe(path: container.path),
@@ -151,6 +148,9 @@ public enum Backup {
             path: container.path,
             found: keyring != vault.keyringID.hex ? "vault \(keyring)'s container" : "container id \(found ?? "none")")
         }
+        // A merge into it that did not finish (see below) is refused before the snapshot, which
+        // records in the live container that it passed it: refused backups (an hourly timer)
+        // pushed the real bundles' marks out (an outside review).
         let unfinished = try QueueContainer.unfinishedMerges(path: container.path)
         if !unfinished.isEmpty { throw Self.mergeRefusal(container.path, unfinished, home: vault.home) }
         let snapshot = work.path + "/\(index).sqlite"

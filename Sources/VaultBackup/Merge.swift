@@ -27,8 +27,9 @@ extension Backup {
   /// - Returns: what was merged, per container.
   /// - Throws: `BackupError` from verification; `BackupError.anotherVault` when the home holds
   ///   another vault; `BackupError.mergeRunning` while another merge into the home runs (in this
-  ///   process or another: nothing is merged); `QueueError` for a registered container that cannot be opened (replaced,
-  ///   damaged, foreign: checked before anything is merged) or written; the home's key store errors.
+  ///   process or another: nothing is merged); `QueueError` for a registered container that
+  ///   cannot be opened (replaced, damaged, foreign: checked before anything is merged) or
+  ///   written; the home's key store errors.
   public static func merge(
     bundle: String, passphrase: Passphrase, into vault: Vault,
     progress: (@Sendable (BackupStep) -> Void)? = nil
