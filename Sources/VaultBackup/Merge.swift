@@ -326,30 +326,16 @@ package final class MergeLock {
     }
   }
 
-  /// Whether a merge into `home` holds the lock now, read from /proc/locks: the file is neither
-  /// made nor locked (a probe lock, even a shared one, would have a merge starting at that moment
-  /// refused). False when there is no lock file or /proc/locks cannot be read.
-  package static func isHeld(home: String) -> Bool {
-    var info = stat()
-    guard lstat(home + "/" + fileName, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
-      let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8)
-    else { return false }
-    // Each line: `N: FLOCK  ADVISORY  WRITE PID MAJOR:MINOR:INODE START END`, the device numbers
-    // in hexadecimal (proc(5)); a waiter's line starts `N: -> `.
-    let device = UInt64(info.st_dev)
-    let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
-    let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
-    let file = String(major, radix: 16) + ":" + String(minor, radix: 16) + ":" + String(info.st_ino)
-    return locks.split(separator: "\n").contains { line in
-      let fields = line.split(separator: " ")
-      guard fields.count >= 6, fields[1] == "FLOCK", fields[3] == "WRITE" else { return false }
-      // Compared as numbers: /proc/locks pads each device number to two digits.
-      let parts = fields[5].split(separator: ":")
-      guard parts.count == 3, let lineMajor = UInt64(parts[0], radix: 16), let lineMinor = UInt64(parts[1], radix: 16)
-      else { return false }
-      return String(lineMajor, radix: 16) + ":" + String(lineMinor, radix: 16) + ":" + parts[2] == file
-    }
+  /// The process holding the lock of `home` now (a merge running, or stopped: `stopped` says),
+  /// read from /proc/locks (`LockWait.writer`): the file is neither made nor locked (a probe lock,
+  /// even a shared one, would have a merge starting at that moment refused). Nil when none is, or
+  /// it cannot be told.
+  package static func holder(home: String) -> LockHolder? {
+    LockWait.writer(ofFiles: [home + "/" + fileName])
   }
+
+  /// Whether a merge into `home` holds the lock now (see `holder(home:)`).
+  package static func isHeld(home: String) -> Bool { holder(home: home) != nil }
 
   /// Gives the lock up (at once; deinit does it otherwise).
   package func release() {

@@ -136,7 +136,7 @@ extension VaultCommandLine {
           }
         report.add(name, .warning, "warning: \(warning)" + Advice.suffix(for: warning))
       }
-      let running = MergeLock.isHeld(home: home)
+      let running = MergeLock.holder(home: home)
       for container in manifest.containers {
         if let keyring = manifest.keyringID,
           let found = try? Self.replacement(at: container.path, registered: container.id, keyring: keyring)

@@ -366,7 +366,7 @@ public struct VaultCommandLine {
     var vault = Vault.describe(
       home: home, manifest: manifest, counts: counts, uncounted: uncounted, replaced: Set(replaced.map(\.path)),
       integrity: integrity)
-    let running = MergeLock.isHeld(home: home)
+    let running = MergeLock.holder(home: home)
     let restoreWarnings =
       replaced.map { Self.replacedWarning($0.path, found: $0.found) }
       + unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles, running: running) }
@@ -449,15 +449,22 @@ public struct VaultCommandLine {
   }
 
   /// What `status` and `doctor` say of a container a merge into began and did not finish, while
-  /// a merge into the home is `running` (it holds `merge.lock`) or none is.
-  static func mergeUnfinishedWarning(_ path: String, _ bundles: [String], running: Bool) -> String {
+  /// a merge into the home holds `merge.lock` (`running`: the process, maybe stopped) or none does.
+  static func mergeUnfinishedWarning(_ path: String, _ bundles: [String], running: LockHolder?) -> String {
     let restore = "a restore of \(bundles.joined(separator: " and ")) into this home"
-    return running
-      ? "\(restore) is running now (or one of them is): container \(path) may lack records it holds until it "
+    if let running {
+      let by = holderName(running).map { " (\($0))" } ?? ""
+      // One stopped with Ctrl-Z never finishes until resumed (a review: it was called running).
+      let stopped =
+        running.stopped
+        ? " but is stopped (Ctrl-Z or SIGSTOP): resume it (`fg` in its shell, or `kill -CONT \(running.pid ?? 0)`);"
+        : ":"
+      return "\(restore) is running now\(by)\(stopped) container \(path) may lack records it holds until it "
         + "finishes, and `vault backup` refuses it until then"
-      : "\(restore) did not finish (it was stopped): container \(path) may lack records it holds, and `vault "
-        + "backup` refuses it; run `vault restore` of it again, which adds what it had not (if that bundle is gone: "
-        + "`vault container accept \(ShellWord.quoted(path))`)"
+    }
+    return "\(restore) did not finish (a full disk or a kill interrupted it): container \(path) may lack records "
+      + "it holds, and `vault backup` refuses it; run `vault restore` of it again, which adds what it had not (if "
+      + "that bundle is gone: `vault container accept \(ShellWord.quoted(path))`)"
   }
 
   /// The context exactly as given: bytes, not text, so contexts that differ only in bytes that

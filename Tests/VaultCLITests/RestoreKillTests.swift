@@ -271,6 +271,26 @@ final class RestoreKillTests: XCTestCase {
     XCTAssertTrue(accepted.outputText.contains("nothing was changed"), accepted.outputText)
   }
 
+  /// A merge stopped with Ctrl-Z holds its lock and never finishes until resumed: status said it
+  /// was "running now" (an adversarial review). It names the process and how to resume it.
+  func testAStoppedMergeIsNamedWithHowToResumeIt() throws {
+    let home = temporary.sub("home")
+    let path = home + "/queue.sqlite"
+    try QueueContainer(path: path, vault: try Vault.open(home: home)).beginMerge(
+      UnfinishedMerge(snapshot: String(repeating: "cd", count: 32), madeIt: false, bundle: bundle))
+    let holder = try FlockHolder(path: home + "/merge.lock")
+    holder.stop()
+    defer { holder.release() }
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(
+      status.outputText.contains(
+        "a restore of \(bundle) into this home is running now (process \(holder.pid) (python3)) but is stopped "
+          + "(Ctrl-Z or SIGSTOP): resume it (`fg` in its shell, or `kill -CONT \(holder.pid)`);"),
+      status.outputText)
+    let doctor = try vault(["--home", home, "doctor"])
+    XCTAssertTrue(doctor.outputText.contains("kill -CONT \(holder.pid)"), doctor.outputText)
+  }
+
   /// A merge that adds a container the home does not know, killed at each sync and rename: run
   /// again, it takes up the file the killed run made (no second copy beside it, review: a stray
   /// `other.sqlite` stayed and the rerun added `other-2.sqlite`), with every record pending.
