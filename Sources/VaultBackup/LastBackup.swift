@@ -1,6 +1,7 @@
 import Foundation
 import Vault
 import VaultCrypto
+import VaultQueue
 
 /// The newest bundle of a vault as found on disk right now, for `vault status`: read from the
 /// bundle itself, never from a record that claims a backup happened.
@@ -200,5 +201,21 @@ extension Backup {
       throw BackupError.damagedHeader(path: path, reason: "bytes after the last part")
     }
     return manifest
+  }
+}
+
+extension Backup {
+  /// The registered containers (`registered`: container id and path) that `bundle` holds a
+  /// snapshot of and that hold no mark of it: each is an older copy put back (a file-system
+  /// restore, a sync) and may lack records the bundle holds, which `create` therefore never
+  /// prunes. Containers that cannot be read, and snapshots without a token, are left out.
+  package static func containersBehind(bundle: String, registered: [(id: String, path: String)]) -> [String] {
+    guard let manifest = try? inspectManifest(bundle: bundle) else { return [] }
+    return manifest.containers.compactMap { snapshot in
+      guard let token = snapshot.snapshotToken, let path = registered.first(where: { $0.id == snapshot.id })?.path,
+        let marks = try? QueueContainer.passedSnapshots(path: path), !marks.contains(token)
+      else { return nil }
+      return path
+    }
   }
 }

@@ -433,15 +433,13 @@ extension VaultCommandLine {
 
   /// `status` with the home's newest bundle (`homeID`: the home's identity, from `Vault.inspection`;
   /// nil when the key store could not be read, and bundles are then told apart by their path).
-  func withLastBackup(_ status: VaultStatus, homeID: String?) -> StatusWithBackup {
-    StatusWithBackup(
-      status: status, lastBackup: Backup.lastBackup(home: status.home, vaultID: status.vaultID, homeID: homeID))
+  func withLastBackup(_ status: VaultStatus, last: LastBackup?) -> StatusWithBackup {
+    StatusWithBackup(status: status, lastBackup: last)
   }
 
-  /// The `backup:` line of `status`, read from the newest bundle on disk now (`homeID` as for
-  /// `withLastBackup`).
-  func printLastBackup(_ status: VaultStatus, homeID: String?) {
-    guard let last = Backup.lastBackup(home: status.home, vaultID: status.vaultID, homeID: homeID) else {
+  /// The `backup:` line of `status`, from the newest bundle on disk now (`Backup.lastBackup`).
+  func printLastBackup(_ last: LastBackup?) {
+    guard let last else {
       terminal.print("  backup:   none found (`vault backup --to DIR` makes one)")
       return
     }

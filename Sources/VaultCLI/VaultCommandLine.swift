@@ -367,12 +367,19 @@ public struct VaultCommandLine {
       home: home, manifest: manifest, counts: counts, uncounted: uncounted, replaced: Set(replaced.map(\.path)),
       integrity: integrity)
     let running = MergeLock.holder(home: home)
+    let last = Backup.lastBackup(home: home, vaultID: vault.vaultID, homeID: inspection.homeIdentity)
+    let behind =
+      last.map {
+        Backup.containersBehind(
+          bundle: $0.bundle, registered: manifest.containers.compactMap { c in c.id.map { ($0, c.path) } })
+      } ?? []
     let restoreWarnings =
       replaced.map { Self.replacedWarning($0.path, found: $0.found) }
+      + behind.map { Self.behindWarning($0, bundle: last?.bundle ?? "") }
       + unfinished.map { Self.mergeUnfinishedWarning($0.path, $0.bundles, running: running) }
     vault.warnings += restoreWarnings
     if arguments.flags.contains("--json") {
-      terminal.printBlock(try JSON.encode(withLastBackup(vault, homeID: inspection.homeIdentity)))
+      terminal.printBlock(try JSON.encode(withLastBackup(vault, last: last)))
       return
     }
     terminal.print("Vault \(vault.vaultID)")
@@ -396,7 +403,7 @@ public struct VaultCommandLine {
       for reason in version.keptBecause { terminal.print("       kept: \(reason)") }
     }
     terminal.print("  manifest: \(vault.integrity)")
-    printLastBackup(vault, homeID: inspection.homeIdentity)
+    printLastBackup(last)
     for warning in Vault.statusWarnings(manifest, home: home) {
       terminal.print("  warning:  \(warning)" + Advice.suffix(for: warning))
     }
@@ -426,6 +433,14 @@ public struct VaultCommandLine {
     case .container(_, let found) where id != nil && found != id: return "container id \(found ?? "none")"
     case .container: return nil
     }
+  }
+
+  /// What `status` says of a registered container that holds no mark of the newest bundle's
+  /// snapshot of it.
+  static func behindWarning(_ path: String, bundle: String) -> String {
+    "registered container \(path) holds no mark of its snapshot in \(bundle), the newest backup: an older copy "
+      + "of it was put back (a file-system restore, a sync), and that bundle may hold records it lacks; `vault "
+      + "backup` keeps that bundle (never prunes it) until it is merged: `vault restore \(ShellWord.quoted(bundle))`"
   }
 
   /// What `status` and `doctor` say of a registered container something else stands in for.

@@ -68,6 +68,12 @@ final class BackupCLITests: XCTestCase {
     for file in files { try FileManager.default.copyItem(atPath: name(file), toPath: file) }
     let stats = { try self.json(try vault(["--home", self.home, "queue", "stats", "--json"]))["total"] as? Int }
     XCTAssertEqual(try stats(), 3)
+    // Status says so while that bundle is the newest (it said "ok", a review).
+    let status = try vault(["--home", home, "status"])
+    XCTAssertTrue(
+      status.outputText.contains(
+        "warning:  registered container \(container) holds no mark of its snapshot in \(bundle), the newest backup"),
+      status.outputText)
 
     // A backup to another directory first, then two here with --keep 1: the bundle stays.
     let elsewhere = temporary.sub("elsewhere")
