@@ -279,7 +279,8 @@ public enum Backup {
     for (bundle, container) in kept {
       warnings.append(
         "\(bundle) was kept, not pruned: registered container \(container) holds no mark of its snapshot, so it may "
-          + "lack records that bundle holds (an older copy of it was put back: a file-system restore, a sync); "
+          + "lack records that bundle holds (an older copy of it was put back: a file-system restore, a sync; or the "
+          + "mark could not be written then); "
           + "merge it into this home (`vault restore \(bundle)`), and the next backup may prune it")
     }
     return BackupReport(

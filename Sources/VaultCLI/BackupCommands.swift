@@ -431,8 +431,8 @@ extension VaultCommandLine {
     enum Key: String, CodingKey { case lastBackup = "last_backup" }
   }
 
-  /// `status` with the home's newest bundle (`homeID`: the home's identity, from `Vault.inspection`;
-  /// nil when the key store could not be read, and bundles are then told apart by their path).
+  /// `status` with the home's newest bundle (`last`, from `Backup.lastBackup`, which tells this
+  /// home's bundles by its identity, or by their recorded path when the key store cannot be read).
   func withLastBackup(_ status: VaultStatus, last: LastBackup?) -> StatusWithBackup {
     StatusWithBackup(status: status, lastBackup: last)
   }

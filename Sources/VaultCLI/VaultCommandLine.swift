@@ -439,8 +439,9 @@ public struct VaultCommandLine {
   /// snapshot of it.
   static func behindWarning(_ path: String, bundle: String) -> String {
     "registered container \(path) holds no mark of its snapshot in \(bundle), the newest backup: an older copy "
-      + "of it was put back (a file-system restore, a sync), and that bundle may hold records it lacks; `vault "
-      + "backup` keeps that bundle (never prunes it) until it is merged: `vault restore \(ShellWord.quoted(bundle))`"
+      + "of it was put back (a file-system restore, a sync; or the mark could not be written then), and that bundle "
+      + "may hold records it lacks; `vault backup` keeps that bundle (never prunes it) until it is merged: `vault "
+      + "restore \(ShellWord.quoted(bundle))`"
   }
 
   /// What `status` and `doctor` say of a registered container something else stands in for.
