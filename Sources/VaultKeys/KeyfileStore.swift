@@ -445,13 +445,11 @@ extension KeyfileStore {
     guard stat(path, &info) == 0 || stat(directory, &info) == 0,
       let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
     else { return nil }
-    let device = UInt64(info.st_dev)
-    let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
-    let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+    let file = LockWait.FileID(info)
     // Each line: ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [TAGS…] - TYPE SOURCE SUPEROPTIONS.
     for line in table.split(separator: "\n") {
       let fields = line.split(separator: " ")
-      guard fields.count > 2, fields[2] == "\(major):\(minor)", let dash = fields.firstIndex(of: "-"),
+      guard fields.count > 2, fields[2] == "\(file.major):\(file.minor)", let dash = fields.firstIndex(of: "-"),
         dash + 1 < fields.count
       else { continue }
       let type = String(fields[dash + 1])

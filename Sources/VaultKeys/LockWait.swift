@@ -150,8 +150,9 @@ package enum LockWait {
     }
   }
 
-  /// A file as /proc/locks names it: device major and minor, inode.
-  private struct FileID: Hashable {
+  /// A file as /proc/locks names it: device major and minor, inode (also how /proc/self/mountinfo
+  /// names a mount's device: `KeyfileStore.volatileFileSystem`).
+  struct FileID: Hashable {
     var major: UInt32
     var minor: UInt32
     var inode: UInt64
