@@ -1180,8 +1180,9 @@ func constantTimeEquals(_ a: String, _ b: String) -> Bool {
 }
 
 /// The identity of a file as `stat` sees it: a rewrite by rename changes the inode, an in-place
-/// change the size or times.
-struct FileStamp: Equatable, Sendable {
+/// change the size or times (the manifest's reload check, and the scan's check that a file was not
+/// written while it was read).
+package struct FileStamp: Equatable, Sendable {
   let device: UInt64
   let inode: UInt64
   let size: Int64
@@ -1193,6 +1194,11 @@ struct FileStamp: Equatable, Sendable {
   init?(_ path: String) {
     var info = stat()
     guard stat(path, &info) == 0 else { return nil }
+    self.init(info)
+  }
+
+  /// The stamp of what `stat` or `fstat` filled `info` with.
+  package init(_ info: stat) {
     device = UInt64(info.st_dev)
     inode = UInt64(info.st_ino)
     size = Int64(info.st_size)

@@ -361,7 +361,7 @@ public struct Scanner {
     if shortRead || !beyond.isEmpty || fstat(fd, &now) != 0 || Int(now.st_size) != size {
       report.incomplete.append(
         Skipped(path: path, reason: "changed size while being scanned (or its size is not its content)"))
-    } else if !timed || Self.changed(before, now) {
+    } else if !timed || FileStamp(before) != FileStamp(now) {
       // Written in place at the same size (an outside review: a canary written over bytes already
       // read, and the scan said clean): what was read is not what the file holds.
       report.incomplete.append(Skipped(path: path, reason: "was written to or changed while being scanned"))
@@ -370,12 +370,6 @@ public struct Scanner {
         Skipped(path: path, reason: "its end could not be read (\(String(cString: strerror(failure))))"))
     }
     return regions.kind
-  }
-
-  /// Whether a file's modification or change time moved between two `fstat`s.
-  static func changed(_ before: stat, _ after: stat) -> Bool {
-    before.st_mtim.tv_sec != after.st_mtim.tv_sec || before.st_mtim.tv_nsec != after.st_mtim.tv_nsec
-      || before.st_ctim.tv_sec != after.st_ctim.tv_sec || before.st_ctim.tv_nsec != after.st_ctim.tv_nsec
   }
 
   /// Data that spills onto SQLite overflow pages is interrupted by each page's 4-byte pointer, so
