@@ -132,6 +132,17 @@ public enum ContainerProbe: Sendable, Equatable {
   case notAContainer(reason: String)
   /// A container, with the vault it belongs to and its own id (nil for one made before ids).
   case container(keyringID: String, containerID: String?)
+
+  /// Another container than the one registered with `id` in the vault `keyring` (another vault's,
+  /// or another container id), as `container list`, `status` and `backup` name what stands in its
+  /// place; nil for the registered one (or any when `id` is nil, registered before ids), and for
+  /// whatever is not a container.
+  package func otherContainer(than id: String?, of keyring: String) -> String? {
+    guard case .container(let owner, let found) = self else { return nil }
+    if owner != keyring { return "vault \(owner)'s container" }
+    if let id, found != id { return "container id \(found ?? "none")" }
+    return nil
+  }
 }
 
 /// Opens registered containers for rotation, one at a time.

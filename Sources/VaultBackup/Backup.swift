@@ -141,12 +141,10 @@ public enum Backup {
         }
         // Another container (of this vault or another) in its place is named as such: its bundle
         // failed verification as "0 records … do not open … (not this vault's container)".
-        if case .container(let keyring, let found) = try QueueContainer.probe(path: container.path),
-          keyring != vault.keyringID.hex || (container.id != nil && found != container.id)
+        if let other = try QueueContainer.probe(path: container.path).otherContainer(
+          than: container.id, of: vault.keyringID.hex)
         {
-          throw BackupError.containerReplaced(
-            path: container.path,
-            found: keyring != vault.keyringID.hex ? "vault \(keyring)'s container" : "container id \(found ?? "none")")
+          throw BackupError.containerReplaced(path: container.path, found: other)
         }
         // A merge into it that did not finish (see below) is refused before the snapshot, which
         // records in the live container that it passed it: refused backups (an hourly timer)

@@ -101,10 +101,12 @@ extension VaultCommandLine {
       case .missing: state = .missing
       case .empty: found = "an empty file"
       case .notAContainer(let reason): found = "not a container: \(reason)"
-      case .container(let owner, _) where owner != keyring.hex: found = "vault \(owner)'s container"
-      case .container(_, let id) where registered.id != nil && id != registered.id:
-        found = "container id \(id ?? "none")"
       case .container:
+        // Another container in its place: `replaced`, holding it.
+        if let other = probed.otherContainer(than: registered.id, of: keyring.hex) {
+          found = other
+          break
+        }
         do {
           let counts = try QueueContainer.recordCounts(path: path, keyring: keyring)?.byVersion ?? [:]
           records = Dictionary(uniqueKeysWithValues: counts.map { (String($0.key), $0.value) })

@@ -421,7 +421,8 @@ public struct VaultCommandLine {
   /// What is at a registered container's path when it is not that container (`found` for `status`
   /// and `doctor`), or nil when it is (or nothing, or a file that cannot be looked at, is there).
   static func replacement(at path: String, registered id: String?, keyring: KeyringID) throws -> String? {
-    switch try QueueContainer.probe(path: path) {
+    let probed = try QueueContainer.probe(path: path)
+    switch probed {
     case .missing: return nil
     case .empty: return "an empty file"
     case .notAContainer(let reason):
@@ -429,9 +430,7 @@ public struct VaultCommandLine {
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
       return "a file that is not a container (\(reason))"
-    case .container(let owner, _) where owner != keyring.hex: return "vault \(owner)'s container"
-    case .container(_, let found) where id != nil && found != id: return "container id \(found ?? "none")"
-    case .container: return nil
+    case .container: return probed.otherContainer(than: id, of: keyring.hex)
     }
   }
 
