@@ -773,9 +773,14 @@ public enum Backup {
   /// at the same path on another machine) is never pruned: it may be another home's only backup
   /// (two security reviews; the path alone was not enough).
   static func looksLikeBundle(_ path: String, of vaultID: String, homeID: String? = nil) -> Bool {
-    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return false }
-    guard let homeID else { return true }
-    return manifest.homeID == homeID
+    bundleManifest(path, of: vaultID, homeID: homeID) != nil
+  }
+
+  /// The manifest of the file at `path` when it `looksLikeBundle` (for a caller that reads it next).
+  static func bundleManifest(_ path: String, of vaultID: String, homeID: String? = nil) -> BackupManifest? {
+    guard let manifest = try? inspectManifest(bundle: path), manifest.vaultID == vaultID else { return nil }
+    guard let homeID else { return manifest }
+    return manifest.homeID == homeID ? manifest : nil
   }
 
   /// Whether the file at `path` reads as a bundle of `vaultID` taken from another home than this
@@ -813,8 +818,12 @@ public enum Backup {
   static func prune(
     directory: String, vaultID: String, homeID: String, keep: Int, newest: String, held: [String: Set<String>?] = [:]
   ) throws -> (removed: [String], kept: [(bundle: String, container: String)]) {
-    var names = ownBundleNames(in: directory, vaultID: vaultID).filter {
-      $0 == newest || looksLikeBundle(directory + "/" + $0, of: vaultID, homeID: homeID)
+    // Each header and manifest read once: here, and kept for the marks' check below.
+    var manifests: [String: BackupManifest] = [:]
+    var names = ownBundleNames(in: directory, vaultID: vaultID).filter { name in
+      guard name != newest else { return true }
+      manifests[name] = bundleManifest(directory + "/" + name, of: vaultID, homeID: homeID)
+      return manifests[name] != nil
     }
     if !names.contains(newest) { names.append(newest) }
     let older = names.sorted().dropLast(keep).filter { $0 != newest }
@@ -825,7 +834,7 @@ public enum Backup {
       let path = directory + "/" + name
       var info = stat()
       guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
-      if let manifest = try? inspectManifest(bundle: path),
+      if let manifest = manifests[name],
         let lacking = manifest.containers.first(where: { snapshot in
           guard let token = snapshot.snapshotToken, let marks = held[snapshot.id] else { return false }
           return marks?.contains(token) != true
